@@ -1,0 +1,262 @@
+// Package cli wires command-line flags into the library. Each command parses
+// and validates its flags, calls engine or report, and prints; no planning
+// logic lives here.
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/jedib0t/go-pretty/v6/text"
+	"github.com/spf13/cobra"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/report"
+	"github.com/memplan/memplan/units"
+)
+
+// Main runs the CLI with args and returns the process exit code. Errors are
+// one line on stderr, prefixed "memplan: ".
+func Main(args []string, stdout, stderr io.Writer) int {
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		msg := strings.TrimSpace(strings.ReplaceAll(err.Error(), "\n", "; "))
+		fmt.Fprintln(stderr, "memplan: "+msg)
+		return 1
+	}
+	return 0
+}
+
+// NewRoot builds the command tree.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "memplan",
+		Short:         "GPU-memory planner for deep-learning training and inference",
+		Long:          "memplan simulates one training or inference iteration op by op and reports the memory ledger,\nthe timeline, its peak, and whether the job fits on a GPU.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
+	})
+	root.AddCommand(newPlanCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout))
+	return root
+}
+
+type planFlags struct {
+	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget string
+	microBatch, seq, accum, genTokens                                        int
+	jsonOut, noTimeline, noChart, firstStep                                  bool
+	svg, png                                                                 string
+}
+
+func newPlanCmd(stdout io.Writer) *cobra.Command {
+	f := &planFlags{}
+	c := &cobra.Command{
+		Use:   "plan",
+		Short: "Simulate one iteration and report its memory ledger, timeline and peak",
+		Example: `  memplan plan --model llama-3-8b --gpu h100 --micro-batch 1 --seq 4096 --precision bf16
+  memplan plan --model ./config.json --mode infer --seq 2048 --gen-tokens 512 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := f.spec()
+			if err != nil {
+				return err
+			}
+			res, err := engine.Plan(spec)
+			if err != nil {
+				return err
+			}
+			if f.svg != "" {
+				if err := report.WritePlot(f.svg, res, report.PlotOptions{}); err != nil {
+					return err
+				}
+			}
+			if f.png != "" {
+				if err := report.WritePlot(f.png, res, report.PlotOptions{}); err != nil {
+					return err
+				}
+			}
+			// Render fully before writing so a failure prints nothing half-done.
+			var buf bytes.Buffer
+			if f.jsonOut {
+				err = report.WriteJSON(&buf, res, !f.noTimeline)
+			} else {
+				err = report.WriteText(&buf, res, report.TextOptions{Chart: !f.noChart})
+			}
+			if err != nil {
+				return err
+			}
+			_, err = stdout.Write(buf.Bytes())
+			return err
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
+	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
+	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
+	fl.StringVar(&f.mode, "mode", "train", "train or infer")
+	fl.IntVar(&f.microBatch, "micro-batch", 1, "sequences (or images) per micro-step")
+	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions))")
+	fl.IntVar(&f.accum, "accum", 1, "gradient-accumulation micro-steps per optimizer step")
+	fl.IntVar(&f.genTokens, "gen-tokens", 0, "inference: tokens generated after the prompt (sizes the KV cache)")
+	fl.StringVar(&f.precision, "precision", "amp-bf16", "fp32, amp-bf16, amp-fp16, bf16 or fp16 (bf16/fp16 keep fp32 master weights)")
+	fl.StringVar(&f.optimizer, "optimizer", "adamw", "sgd, sgd-momentum, adam, adamw, adafactor or adamw8bit")
+	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
+	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
+	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
+	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
+	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
+	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
+	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
+	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
+	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")
+	return c
+}
+
+func (f *planFlags) spec() (engine.Spec, error) {
+	var s engine.Spec
+	var err error
+	if s.Model, err = models.Resolve(f.model); err != nil {
+		return s, err
+	}
+	if s.Mode, err = engine.ParseMode(f.mode); err != nil {
+		return s, err
+	}
+	if s.Precision, err = ops.ParsePrecision(f.precision); err != nil {
+		return s, err
+	}
+	if s.Optimizer, err = plan.ParseOptimizer(f.optimizer); err != nil {
+		return s, err
+	}
+	if s.Impl, err = plan.ParseImpl(f.impl); err != nil {
+		return s, err
+	}
+	if s.Attention, err = build.ParseAttention(f.attention); err != nil {
+		return s, err
+	}
+	switch f.kernels {
+	case "cuda":
+		s.Device = ops.CUDA
+	case "cpu":
+		s.Device = ops.CPU
+	default:
+		return s, fmt.Errorf("unknown --kernels %q (want cuda or cpu)", f.kernels)
+	}
+	for _, v := range []struct {
+		name string
+		val  int
+		min  int
+	}{{"--micro-batch", f.microBatch, 1}, {"--seq", f.seq, 0}, {"--accum", f.accum, 1}, {"--gen-tokens", f.genTokens, 0}} {
+		if v.val < v.min {
+			return s, fmt.Errorf("%s must be at least %d, got %d", v.name, max(v.min, 1), v.val)
+		}
+	}
+	s.MicroBatch, s.Seq, s.Accum, s.GenTokens = f.microBatch, f.seq, f.accum, f.genTokens
+	if f.gpu != "" {
+		if s.GPU, err = hw.Lookup(f.gpu); err != nil {
+			return s, err
+		}
+	}
+	if f.budget != "" {
+		if s.Capacity, err = units.ParseBytes(f.budget); err != nil {
+			return s, fmt.Errorf("--budget: %w", err)
+		}
+	}
+	s.FirstStep = f.firstStep
+	for _, p := range []string{f.svg, f.png} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(dirOf(p)); err != nil {
+			return s, fmt.Errorf("cannot write %s: %w", p, errors.Unwrap(err))
+		}
+	}
+	return s, nil
+}
+
+func dirOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		if i == 0 {
+			return "/"
+		}
+		return p[:i]
+	}
+	return "."
+}
+
+func newModelsCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "models",
+		Short: "List the embedded model catalog",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			t := table.NewWriter()
+			t.SetStyle(table.StyleLight)
+			t.AppendHeader(table.Row{"name", "family", "params", "", "layers", "hidden", "heads (kv)", "source"})
+			for _, e := range models.Catalog() {
+				a, err := models.Lookup(e.Name)
+				if err != nil {
+					return err
+				}
+				t.AppendRow(table.Row{e.Name, a.Family, models.HumanCount(a.ParamCount()), commas(a.ParamCount()), a.Layers, a.Hidden, fmt.Sprintf("%d (%d)", a.Heads, a.KVHeads), e.Repo})
+			}
+			t.SetColumnConfigs([]table.ColumnConfig{{Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}})
+			_, err := fmt.Fprintln(stdout, t.Render())
+			return err
+		},
+	}
+}
+
+func newGPUsCmd(stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gpus",
+		Short: "List the embedded GPU catalog",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			t := table.NewWriter()
+			t.SetStyle(table.StyleLight)
+			t.AppendHeader(table.Row{"name", "memory", "usable", "bf16 TFLOP/s", "HBM GB/s", "host link", "NVLink GB/s"})
+			for _, g := range hw.All() {
+				bf := "-"
+				if g.BF16 > 0 {
+					bf = fmt.Sprintf("%.1f", g.BF16/1e12)
+				}
+				nv := "-"
+				if g.NVLink > 0 {
+					nv = fmt.Sprintf("%.0f", g.NVLink/1e9)
+				}
+				t.AppendRow(table.Row{g.Name, g.Memory.String(), g.Capacity().String(), bf, fmt.Sprintf("%.0f", g.MemBandwidth/1e9), g.HostLink.String(), nv})
+			}
+			t.SetColumnConfigs([]table.ColumnConfig{{Number: 4, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight}})
+			_, err := fmt.Fprintln(stdout, t.Render())
+			return err
+		},
+	}
+}
+
+// commas formats n with thousands separators (124,439,808).
+func commas(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}

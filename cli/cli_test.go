@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func run(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := Main(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// Bad input gets one line naming the problem, a non-zero exit, no output on
+// stdout and never a panic.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "config.json")
+	os.WriteFile(bad, []byte(`{"model_type": "llama", "hidden_size": 4096}`), 0o644)
+	trunc := filepath.Join(dir, "trunc.json")
+	os.WriteFile(trunc, []byte(`{"model_type": "gpt2", "n_embd": 7`), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--model", "lama-2-7b"}, "did you mean llama-2-7b"},
+		{[]string{"plan", "--model", bad}, "num_hidden_layers"},
+		{[]string{"plan", "--model", trunc}, "invalid JSON"},
+		{[]string{"plan", "--micro-batch", "0"}, "--micro-batch"},
+		{[]string{"plan", "--micro-batch", "-3"}, "--micro-batch"},
+		{[]string{"plan", "--seq", "-1"}, "--seq"},
+		{[]string{"plan", "--accum", "0"}, "--accum"},
+		{[]string{"plan", "--precision", "fp8"}, "unknown precision \"fp8\""},
+		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer \"lion\""},
+		{[]string{"plan", "--optimizer-impl", "turbo"}, "unknown optimizer implementation"},
+		{[]string{"plan", "--attention", "linear"}, "unknown attention"},
+		{[]string{"plan", "--gpu", "h1000"}, "unknown GPU \"h1000\""},
+		{[]string{"plan", "--mode", "serve"}, "unknown mode"},
+		{[]string{"plan", "--budget", "lots"}, "--budget"},
+		{[]string{"plan", "--budget", "-4GiB"}, "--budget"},
+		{[]string{"plan", "--seq", "4096"}, "exceeds gpt2's 1024 learned positions"},
+		{[]string{"plan", "--micro-batch", "banana"}, "invalid argument"},
+		{[]string{"plan", "--no-such-flag"}, "unknown flag"},
+		{[]string{"plan", "extra"}, "unknown command"},
+		{[]string{"plan", "--kernels", "tpu"}, "--kernels"},
+		{[]string{"plan", "--svg", filepath.Join(dir, "missing", "x.svg")}, "cannot write"},
+		{[]string{"plan", "--mode", "infer", "--accum", "2"}, "--accum applies to training only"},
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		code, out, errs := run(tc.args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0", tc.args)
+			continue
+		}
+		if out != "" {
+			t.Errorf("%v: wrote to stdout: %q", tc.args, out)
+		}
+		if strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 {
+			t.Errorf("%v: error is not one line: %q", tc.args, errs)
+		}
+		if !strings.HasPrefix(errs, "memplan: ") || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: error %q does not contain %q", tc.args, errs, tc.want)
+		}
+	}
+}
+
+func TestPlanJSONFields(t *testing.T) {
+	code, out, errs := run("plan", "--model", "gpt2", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "512", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j map[string]any
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) any {
+		var v any = j
+		for _, k := range strings.Split(path, ".") {
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		}
+		return v
+	}
+	for _, f := range []string{"peak.bytes", "peak.phase", "peak.op", "phases.forward.peak_bytes", "phases.backward.peak_bytes",
+		"phases.optimizer.peak_bytes", "ledger.parameters", "ledger.gradients", "ledger.optimizer_state", "ledger.activations",
+		"ledger.temporaries", "ledger.other", "model_states.parameters", "model_states.gradients", "model_states.optimizer_state",
+		"saved_activations.total_bytes", "saved_activations.by_module", "params", "fits", "capacity_bytes", "timeline"} {
+		if get(f) == nil {
+			t.Errorf("JSON has no %s", f)
+		}
+	}
+	if get("params").(float64) != 124439808 {
+		t.Errorf("params = %v", get("params"))
+	}
+	if _, ok := get("saved_activations.by_module").(map[string]any)["transformer.h.0"]; !ok {
+		t.Error("by_module has no transformer.h.0")
+	}
+	if tl := get("timeline").([]any); len(tl) != int(get("ops").(float64)) {
+		t.Errorf("timeline has %d events for %v ops", len(tl), get("ops"))
+	}
+}
+
+func TestPlanTextAndLists(t *testing.T) {
+	code, out, errs := run("plan", "--model", "llama-3-8b", "--gpu", "h100", "--seq", "4096", "--precision", "bf16")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"Peak", "Ledger at the peak", "Peak of each phase", "Model states", "h100-sxm"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("text report lacks %q:\n%s", want, out)
+		}
+	}
+	if code, out, _ := run("models"); code != 0 || !strings.Contains(out, "llama-3-70b") || !strings.Contains(out, "70,553,706,496") {
+		t.Errorf("models: exit %d\n%s", code, out)
+	}
+	if code, out, _ := run("gpus"); code != 0 || !strings.Contains(out, "h200") {
+		t.Errorf("gpus: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,26 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+)
+
+// BenchmarkPlanLlama3_70B plans one training iteration of llama-3-70b at
+// sequence 8192 with the full per-op timeline. Target (issue 2): under 20 ms
+// and under 50 MB allocated per plan. Compare runs with benchstat.
+func BenchmarkPlanLlama3_70B(b *testing.B) {
+	a := lookup(b, "llama-3-70b")
+	s := Spec{Model: a, MicroBatch: 1, Seq: 8192, Precision: ops.BF16, Optimizer: plan.AdamW}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := Plan(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(r.Sim.Timeline) != len(r.Program.Ops) {
+			b.Fatal("timeline is not per op")
+		}
+	}
+}

@@ -1,0 +1,207 @@
+// Package engine answers memplan's main question for one job: it turns a
+// model, a workload and a recipe (Spec) into the program of one iteration,
+// simulates it, and says whether it fits a GPU. It does no I/O.
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/units"
+)
+
+// Mode is training or inference.
+type Mode uint8
+
+const (
+	Train Mode = iota
+	Infer
+)
+
+func (m Mode) String() string {
+	if m == Infer {
+		return "infer"
+	}
+	return "train"
+}
+
+// ParseMode reads "train" or "infer".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "train", "training":
+		return Train, nil
+	case "infer", "inference":
+		return Infer, nil
+	}
+	return 0, fmt.Errorf("engine: unknown mode %q (want train or infer)", s)
+}
+
+// Spec is one job. The zero value (with a Model) is a valid spec: Validate
+// fills the defaults, as documented on each field.
+type Spec struct {
+	Model *models.Arch
+	Mode  Mode
+	// MicroBatch (default 1) and Seq (default min(2048, MaxPositions); ViT
+	// ignores it) size one micro-step.
+	MicroBatch, Seq int
+	// Accum micro-steps per optimizer step (default 1).
+	Accum     int
+	Precision ops.Precision
+	Optimizer plan.Optimizer
+	Impl      plan.Impl
+	Attention build.Attention
+	Device    ops.Device
+	// GenTokens is how many tokens inference generates after the prompt of
+	// Seq tokens; the KV cache holds Seq+GenTokens per sequence.
+	GenTokens int
+	// GPU, when set, decides Fits.
+	GPU *hw.GPU
+	// Capacity overrides the GPU's usable memory when positive.
+	Capacity units.Bytes
+	// FirstStep also simulates the first iteration, whose optimizer step
+	// creates the optimizer state.
+	FirstStep bool
+}
+
+// ErrSpec wraps every invalid-spec error.
+var ErrSpec = errors.New("engine: invalid spec")
+
+// Validate fills defaults and checks ranges.
+func (s *Spec) Validate() error {
+	if s.Model == nil {
+		return fmt.Errorf("%w: no model", ErrSpec)
+	}
+	if s.MicroBatch == 0 {
+		s.MicroBatch = 1
+	}
+	if s.MicroBatch < 0 {
+		return fmt.Errorf("%w: --micro-batch must be positive, got %d", ErrSpec, s.MicroBatch)
+	}
+	if s.Seq == 0 {
+		s.Seq = 2048
+		if mp := s.Model.MaxPositions; mp > 0 && mp < s.Seq {
+			s.Seq = mp
+		}
+	}
+	if s.Seq < 0 {
+		return fmt.Errorf("%w: --seq must be positive, got %d", ErrSpec, s.Seq)
+	}
+	if s.Model.PosEmbedding == "learned" && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
+		return fmt.Errorf("%w: --seq %d exceeds %s's %d learned positions", ErrSpec, s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
+	}
+	if s.Accum == 0 {
+		s.Accum = 1
+	}
+	if s.Accum < 0 {
+		return fmt.Errorf("%w: --accum must be positive, got %d", ErrSpec, s.Accum)
+	}
+	if s.GenTokens < 0 {
+		return fmt.Errorf("%w: --gen-tokens must not be negative, got %d", ErrSpec, s.GenTokens)
+	}
+	if s.Capacity < 0 {
+		return fmt.Errorf("%w: capacity must be positive", ErrSpec)
+	}
+	if s.Mode == Infer && s.Accum != 1 {
+		return fmt.Errorf("%w: --accum applies to training only", ErrSpec)
+	}
+	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
+		return fmt.Errorf("%w: %s is an encoder; it has no KV cache to generate with", ErrSpec, s.Model.Name)
+	}
+	return nil
+}
+
+// CapacityBytes is the memory the job may use: Capacity, else the GPU's
+// usable memory, else 0 (unknown).
+func (s *Spec) CapacityBytes() units.Bytes {
+	if s.Capacity > 0 {
+		return s.Capacity
+	}
+	if s.GPU != nil {
+		return s.GPU.Capacity()
+	}
+	return 0
+}
+
+// Result of planning one job.
+type Result struct {
+	Spec    Spec
+	Program *ir.Program
+	Sim     *sim.Result
+	// First is the first iteration (lazy optimizer state), when asked for.
+	FirstProgram *ir.Program
+	First        *sim.Result
+	// Capacity is 0 when no GPU or budget was given; then Fits is false and
+	// Shortfall is 0.
+	Capacity units.Bytes
+	Fits     bool
+	// Shortfall is peak − capacity when it does not fit; Headroom is
+	// capacity − peak when it does.
+	Shortfall, Headroom units.Bytes
+}
+
+// Program builds the program of s (validated).
+func Program(s *Spec, first bool) (*ir.Program, error) {
+	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
+		Training: s.Mode == Train}
+	if s.Mode == Infer && !s.Model.Encoder {
+		o.KVContext = s.Seq + s.GenTokens
+	}
+	g, err := build.Graph(s.Model, o)
+	if err != nil {
+		return nil, err
+	}
+	if s.Mode == Infer {
+		return plan.Infer(g)
+	}
+	return plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
+}
+
+// Plan validates s, builds and simulates it.
+func Plan(s Spec) (*Result, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := Program(&s, false)
+	if err != nil {
+		return nil, err
+	}
+	r, err := sim.Run(p)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Spec: s, Program: p, Sim: r, Capacity: s.CapacityBytes()}
+	if s.FirstStep && s.Mode == Train {
+		if res.FirstProgram, err = Program(&s, true); err != nil {
+			return nil, err
+		}
+		if res.First, err = sim.Run(res.FirstProgram); err != nil {
+			return nil, err
+		}
+	}
+	if res.Capacity > 0 {
+		peak := r.Peak.Total
+		if res.First != nil && res.First.Peak.Total > peak {
+			peak = res.First.Peak.Total
+		}
+		res.Fits = peak <= res.Capacity
+		if res.Fits {
+			res.Headroom = res.Capacity - peak
+		} else {
+			res.Shortfall = peak - res.Capacity
+		}
+	}
+	return res, nil
+}
+
+// PeakOp describes the op at the peak: its name and module path.
+func (r *Result) PeakOp() (name, module string) {
+	op := &r.Program.Ops[r.Sim.Peak.Op]
+	return op.Name, op.Module
+}

@@ -1,0 +1,255 @@
+// Package ir is memplan's tensor-level intermediate representation of one
+// training or inference iteration.
+//
+// A Graph is the forward computation as a model builder writes it: tensors
+// and nodes, each node knowing what autograd saves for its backward. A
+// Program is the whole iteration lowered to a straight line of ops (forward,
+// loss, backward, optimizer step, repeated micro-steps) that the simulator
+// walks. Lifetimes are not stored: a storage is allocated by the first op
+// that writes it and freed after the last op that touches it, unless it is
+// resident. Views and in-place results share their base's storage.
+package ir
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memplan/memplan/units"
+)
+
+// TensorID indexes Graph.Tensors / Program.Tensors.
+type TensorID int32
+
+// NoTensor marks "none" (for example a tensor that owns its storage has
+// Base == NoTensor).
+const NoTensor TensorID = -1
+
+// Category is a line of the memory ledger.
+type Category uint8
+
+// Ledger categories, in the order reports stack them.
+const (
+	Parameter Category = iota
+	Gradient
+	OptimizerState
+	Activation // saved for backward
+	Temporary  // intermediates, activation gradients, workspaces
+	KVCache
+	Other // inputs, labels, buffers
+	NumCategories
+)
+
+var categoryNames = [NumCategories]string{"parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache", "other"}
+
+// String returns the JSON key of the category ("optimizer_state").
+func (c Category) String() string {
+	if c < NumCategories {
+		return categoryNames[c]
+	}
+	return fmt.Sprintf("category(%d)", c)
+}
+
+// Phase of the iteration an op runs in. The loss belongs to the forward
+// phase, as PyTorch's memory tools count it.
+type Phase uint8
+
+// Phases in execution order.
+const (
+	Forward Phase = iota
+	Backward
+	Optimizer
+	NumPhases
+)
+
+var phaseNames = [NumPhases]string{"forward", "backward", "optimizer"}
+
+func (p Phase) String() string {
+	if p < NumPhases {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", p)
+}
+
+// Tensor is a value in the graph. A tensor either owns a storage of Bytes
+// bytes (Base == NoTensor) or aliases the storage of Base (a view or the
+// result of an in-place op; its Bytes are 0).
+type Tensor struct {
+	Name  string
+	Shape []int64
+	DType units.DType
+	Bytes units.Bytes
+	Base  TensorID
+	Cat   Category
+	// Resident storages exist before the iteration starts and are never
+	// freed by it (parameters, steady-state optimizer state, inputs).
+	Resident bool
+	// Keep storages are never freed once written (optimizer state created
+	// lazily by the first step).
+	Keep bool
+	// Host storages live in host memory (offload); they count in the host
+	// ledger, not the device one.
+	Host bool
+	// RequiresGrad marks tensors autograd differentiates (parameters and
+	// everything computed from them).
+	RequiresGrad bool
+	// Batch is true when the size scales with the micro-batch.
+	Batch bool
+}
+
+// Numel is the product of the shape.
+func (t *Tensor) Numel() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Node is one forward op of a Graph.
+type Node struct {
+	Kind   string // op rule name, e.g. "linear"
+	Module string // module path, e.g. "model.layers.3.self_attn"
+	In     []TensorID
+	Out    []TensorID
+	// Saved are the tensors autograd keeps for this node's backward. They
+	// may be inputs, outputs or extra outputs (masks, statistics).
+	Saved []TensorID
+	// Workspace is scratch memory held only while the op runs.
+	Workspace units.Bytes
+	FLOPs     float64
+	// MemBytes is the memory traffic of the op, for a roofline.
+	MemBytes float64
+	// Backward describes the gradient op; ignored when no input needs a
+	// gradient.
+	BwdWorkspace units.Bytes
+	BwdFLOPs     float64
+	// GradAliases marks view-like nodes whose input gradient is a view of the
+	// output gradient (no new storage).
+	GradAliases bool
+	// NoGrad lists input positions that never get a gradient even if they
+	// require one (integer indices, masks).
+	NoGrad []int
+}
+
+// Graph is the forward computation of a model.
+type Graph struct {
+	Tensors []Tensor
+	Nodes   []Node
+	// Params lists trainable and frozen parameters in registration order.
+	Params []TensorID
+	// Inputs are the batch's tensors (token ids, labels, images).
+	Inputs []TensorID
+	// Loss is the scalar the backward starts from (NoTensor for inference).
+	Loss TensorID
+	// Buffers are resident non-parameter tensors (masks, rotary tables).
+	Buffers []TensorID
+}
+
+// Op is one step of a Program.
+type Op struct {
+	Name   string
+	Module string
+	Phase  Phase
+	Micro  int // micro-step index under gradient accumulation
+	In     []TensorID
+	Out    []TensorID
+	// Workspace is allocated when the op starts and freed when it ends.
+	Workspace units.Bytes
+	// WorkspaceHost is the same on the host side.
+	WorkspaceHost units.Bytes
+	FLOPs         float64
+	MemBytes      float64
+	// Recompute marks re-forward ops run inside backward (checkpointing).
+	Recompute bool
+	// Node is the forward node this op was lowered from, or -1.
+	Node int32
+	// Free lists storages released explicitly at the end of this op even if
+	// used later (never needed by the lowering; kept for importers that
+	// record frees).
+	Free []TensorID
+}
+
+// Program is one iteration as a straight line of ops.
+type Program struct {
+	Tensors []Tensor
+	Ops     []Op
+	// MicroBatches is the number of accumulated micro-steps.
+	MicroBatches int
+	// Params are the parameter tensors (for model-state accounting).
+	Params []TensorID
+}
+
+// Storage returns the tensor that owns t's storage.
+func Storage(ts []Tensor, t TensorID) TensorID {
+	for ts[t].Base != NoTensor {
+		t = ts[t].Base
+	}
+	return t
+}
+
+// Verify checks the invariants of a Program: ids in range, views point
+// backwards to owners, only owners have bytes, every tensor an op reads was
+// written earlier or is resident, no storage is written fresh twice.
+func (p *Program) Verify() error {
+	n := TensorID(len(p.Tensors))
+	for i := range p.Tensors {
+		t := &p.Tensors[i]
+		if t.Base != NoTensor {
+			if t.Base < 0 || t.Base >= n {
+				return fmt.Errorf("ir: tensor %d (%s): base %d out of range", i, t.Name, t.Base)
+			}
+			if t.Base >= TensorID(i) {
+				return fmt.Errorf("ir: tensor %d (%s): base %d is not earlier", i, t.Name, t.Base)
+			}
+			if t.Bytes != 0 {
+				return fmt.Errorf("ir: view %d (%s) has %d bytes", i, t.Name, t.Bytes)
+			}
+		}
+		if t.Bytes < 0 {
+			return fmt.Errorf("ir: tensor %d (%s) has negative size", i, t.Name)
+		}
+	}
+	written := make([]bool, n)
+	for i := range p.Tensors {
+		if p.Tensors[i].Resident {
+			written[i] = true
+		}
+	}
+	for oi := range p.Ops {
+		op := &p.Ops[oi]
+		if op.Workspace < 0 {
+			return fmt.Errorf("ir: op %d (%s): negative workspace", oi, op.Name)
+		}
+		for _, t := range op.In {
+			if t < 0 || t >= n {
+				return fmt.Errorf("ir: op %d (%s): input %d out of range", oi, op.Name, t)
+			}
+			if !written[t] {
+				return fmt.Errorf("ir: op %d (%s) reads %s before it is written", oi, op.Name, p.Tensors[t].Name)
+			}
+		}
+		for _, t := range op.Out {
+			if t < 0 || t >= n {
+				return fmt.Errorf("ir: op %d (%s): output %d out of range", oi, op.Name, t)
+			}
+			if written[t] && p.Tensors[t].Base == NoTensor && !p.Tensors[t].Resident {
+				return fmt.Errorf("ir: op %d (%s) writes %s a second time", oi, op.Name, p.Tensors[t].Name)
+			}
+			written[t] = true
+		}
+	}
+	return nil
+}
+
+// BlockOf returns the module path of the block that owns path: everything up
+// to and including the first numeric component ("model.layers.3.mlp" →
+// "model.layers.3"). Paths without an index are returned whole.
+func BlockOf(path string) string {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			return strings.Join(parts[:i+1], ".")
+		}
+	}
+	return path
+}

@@ -1,0 +1,548 @@
+package models
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Family names, equal to the HuggingFace config.json "model_type" values.
+//
+// Per-family quirks that matter for parameter counts and op structure:
+//
+//   - gpt2: learned absolute position table (n_positions x n_embd); LayerNorm
+//     with bias before attention and MLP (pre-LN) plus a final ln_f; fused
+//     c_attn (Conv1D n_embd -> 3*n_embd, with bias); c_proj, c_fc, c_proj all
+//     with bias; non-gated MLP of width n_inner (null -> 4*n_embd); lm_head is
+//     tied to wte. The causal mask attn.bias is a buffer, not a parameter.
+//   - llama: RMSNorm (weight only) pre-attention and pre-MLP plus a final norm;
+//     rotary positions; separate q/k/v/o projections, bias only if
+//     attention_bias; gated SiLU MLP (gate_proj, up_proj, down_proj), bias only
+//     if mlp_bias; GQA via num_key_value_heads; optional head_dim (Llama 3.2
+//     writes it, it equals hidden/heads there); untied unless
+//     tie_word_embeddings (Llama 3.2 1B/3B tie).
+//   - mistral: llama structure plus sliding-window attention on every layer.
+//   - mixtral: mistral attention; every MLP is a sparse MoE block: a bias-free
+//     router Linear(hidden, num_local_experts) and num_local_experts gated
+//     experts (w1, w3: hidden->intermediate, w2: intermediate->hidden), top
+//     num_experts_per_tok routing.
+//   - qwen2: llama structure, but q_proj, k_proj and v_proj always carry a
+//     bias and o_proj never does; sliding window only when use_sliding_window.
+//   - qwen3: llama structure with explicit head_dim (128 even where
+//     hidden/heads differs), no qkv bias (attention_bias false), and q_norm /
+//     k_norm: RMSNorm(head_dim) applied per head to queries and keys.
+//   - gemma: llama-like, head_dim explicit (256), embeddings multiplied by
+//     sqrt(hidden) (no parameter), RMSNorm computes x*(1+w) (same parameter
+//     count), GeGLU MLP with tanh-approximated GELU (hidden_activation, or
+//     gelu_pytorch_tanh when only the legacy hidden_act is given), embeddings
+//     always tied to the LM head.
+//   - gemma2: gemma plus four RMSNorms per layer (input, post-attention,
+//     pre-feedforward, post-feedforward), attention and final-logit soft-capping,
+//     query_pre_attn_scalar, and sliding-window attention on every other layer.
+//   - phi3: llama-like RMSNorm/rotary/SwiGLU but with a fused qkv_proj
+//     (hidden -> (heads + 2*kv_heads)*head_dim) and a fused gate_up_proj
+//     (hidden -> 2*intermediate), no biases, untied LM head, resid/embd dropout.
+//   - gpt_neox (Pythia): LayerNorm with bias, two per layer (input and
+//     post-attention) plus final_layer_norm; fused query_key_value with bias;
+//     dense, dense_h_to_4h and dense_4h_to_h with bias; non-gated GELU MLP;
+//     partial rotary (rotary_pct of each head, no parameters); parallel residual
+//     (attention and MLP read the same input) when use_parallel_residual;
+//     separate embed_out (no bias) unless tie_word_embeddings.
+//   - bert: bidirectional post-LN encoder; embeddings = word, learned position
+//     and token_type tables summed, then a LayerNorm; q/k/v/o with bias; LayerNorm
+//     after attention and after the MLP; counted as BertModel with its pooler
+//     (dense hidden->hidden with bias, tanh), no MLM/NSP heads.
+//   - vit: pre-LN bidirectional encoder over (image/patch)^2 patches plus a CLS
+//     token; patch embedding is a Conv2d(channels, hidden, patch, stride=patch)
+//     with bias; learned position table of num_patches+1 rows; q/k/v with
+//     bias when qkv_bias; final LayerNorm. ViTForImageClassification checkpoints
+//     (architectures says so) have no pooler and a Linear(hidden, num_labels)
+//     classifier with bias; ViTModel checkpoints have a pooler and no classifier.
+const (
+	FamilyGPT2    = "gpt2"
+	FamilyLlama   = "llama"
+	FamilyMistral = "mistral"
+	FamilyMixtral = "mixtral"
+	FamilyQwen2   = "qwen2"
+	FamilyQwen3   = "qwen3"
+	FamilyGemma   = "gemma"
+	FamilyGemma2  = "gemma2"
+	FamilyPhi3    = "phi3"
+	FamilyGPTNeoX = "gpt_neox"
+	FamilyBERT    = "bert"
+	FamilyViT     = "vit"
+)
+
+// Families returns the supported model_type values, sorted.
+func Families() []string {
+	return []string{
+		FamilyBERT, FamilyGemma, FamilyGemma2, FamilyGPT2, FamilyGPTNeoX,
+		FamilyLlama, FamilyMistral, FamilyMixtral, FamilyPhi3, FamilyQwen2,
+		FamilyQwen3, FamilyViT,
+	}
+}
+
+func knownFamily(f string) bool {
+	for _, k := range Families() {
+		if k == f {
+			return true
+		}
+	}
+	return false
+}
+
+// explicitHeadDimFamily reports whether the family lets config.json set
+// head_dim independently of hidden_size/num_attention_heads.
+func explicitHeadDimFamily(f string) bool {
+	switch f {
+	case FamilyLlama, FamilyMistral, FamilyMixtral, FamilyQwen2, FamilyQwen3, FamilyGemma, FamilyGemma2:
+		return true
+	}
+	return false
+}
+
+// Activation names accepted in hidden_act / activation_function (the keys of
+// transformers' ACT2FN that are plain elementwise functions).
+var knownActs = map[string]bool{
+	"gelu": true, "gelu_new": true, "gelu_fast": true, "gelu_pytorch_tanh": true,
+	"gelu_accurate": true, "gelu_python": true, "gelu_10": true, "quick_gelu": true,
+	"silu": true, "swish": true, "relu": true, "relu2": true, "relu6": true,
+	"leaky_relu": true, "tanh": true, "sigmoid": true, "mish": true, "linear": true,
+	"laplace": true,
+}
+
+// Arch is a normalized architecture description, independent of the HF field
+// names of each family. Build one with ParseHFConfig, LoadFile, Lookup or
+// Resolve; an Arch built by hand should pass Validate before use.
+type Arch struct {
+	Name         string // catalog name or file path it came from
+	Family       string // HF model_type (see the Family* constants)
+	Architecture string // config "architectures"[0], e.g. LlamaForCausalLM ("" if absent)
+
+	Hidden       int // d_model
+	Layers       int
+	Heads        int
+	KVHeads      int // == Heads without GQA
+	HeadDim      int // Hidden/Heads unless config says head_dim (Gemma, Qwen3)
+	Intermediate int // FFN inner size (per expert for MoE)
+	Vocab        int // 0 for vit (no token embedding)
+	MaxPositions int // learned table rows for gpt2/bert; context limit for rotary; num_patches+1 for vit
+
+	PosEmbedding string  // "learned" (gpt2/bert/vit absolute position table) or "rotary"
+	RotaryPct    float64 // fraction of each head that is rotated (gpt_neox rotary_pct); 1 for rotary families, 0 for learned
+	RopeTheta    float64 // rotary base; 0 for learned positions
+
+	Norm     string // "layernorm" or "rmsnorm"
+	NormBias bool   // LayerNorm has a bias
+	NormEps  float64
+
+	Act         string // hidden_act: gelu, gelu_new, gelu_pytorch_tanh, silu, relu ...
+	GatedMLP    bool   // gate_proj+up_proj+down_proj (SwiGLU/GeGLU) vs fc1/fc2
+	FusedQKV    bool   // gpt2 c_attn, gpt_neox query_key_value, phi3 qkv_proj (matters for op structure, not params)
+	FusedGateUp bool   // phi3 gate_up_proj
+
+	QKVBias bool // q/k/v projections carry a bias
+	OutBias bool // attention output projection carries a bias
+	MLPBias bool // MLP projections carry biases
+	QKNorm  bool // Qwen3 q_norm/k_norm (RMSNorm over head_dim)
+
+	TieEmbeddings    bool // LM head shares the token embedding matrix
+	ParallelResidual bool // gpt_neox use_parallel_residual
+	PostNorms        bool // gemma2: post_attention_layernorm + pre/post_feedforward_layernorm (4 norms per layer)
+	EmbedScale       bool // gemma/gemma2 multiply embeddings by sqrt(Hidden)
+
+	NumExperts      int // MoE experts per layer; 0 = dense
+	ExpertsPerToken int // MoE top-k; router is a bias-free Linear(Hidden, NumExperts)
+
+	SlidingWindow            int  // 0 = none
+	SlidingWindowAlternating bool // gemma2: window only on every other layer (even layer indices)
+
+	AttnLogitSoftcap   float64 // gemma2 attn_logit_softcapping; 0 = none
+	FinalLogitSoftcap  float64 // gemma2 final_logit_softcapping; 0 = none
+	QueryPreAttnScalar float64 // gemma2 query_pre_attn_scalar (scale = 1/sqrt of it); 0 = head_dim
+
+	Encoder   bool // bert/vit: bidirectional encoder, post-LN for bert
+	TypeVocab int  // bert token_type embeddings
+	Pooler    bool // bert/vit pooler dense layer (included when the real checkpoint has it)
+
+	ImageSize, PatchSize, Channels int // vit
+	NumLabels                      int // vit classification head rows (0 = no classifier)
+
+	AttnDropout   float64 // attn_pdrop / attention_probs_dropout_prob / attention_dropout
+	HiddenDropout float64 // resid_pdrop / hidden_dropout_prob / hidden_dropout
+	EmbdDropout   float64 // embd_pdrop (bert/vit/gpt_neox: the hidden dropout applied after the embeddings)
+
+	TorchDType string // config torch_dtype ("" if absent)
+}
+
+// Clone returns a deep copy (Arch has no reference fields, so a value copy).
+func (a *Arch) Clone() *Arch {
+	if a == nil {
+		return nil
+	}
+	c := *a
+	return &c
+}
+
+// NumPatches is the number of image patches for vit (0 otherwise).
+func (a *Arch) NumPatches() int {
+	if a.Family != FamilyViT || a.PatchSize <= 0 {
+		return 0
+	}
+	n := a.ImageSize / a.PatchSize
+	return n * n
+}
+
+// QDim is the width of the query projection output (Heads*HeadDim).
+func (a *Arch) QDim() int { return a.Heads * a.HeadDim }
+
+// KVDim is the width of the key (and of the value) projection output.
+func (a *Arch) KVDim() int { return a.KVHeads * a.HeadDim }
+
+// IsMoE reports whether the MLP is a sparse mixture of experts.
+func (a *Arch) IsMoE() bool { return a.NumExperts > 0 }
+
+// Limits keep every parameter-count product far inside int64.
+const (
+	maxDim        = 1 << 20 // hidden, intermediate, head_dim, image_size
+	maxLayers     = 1 << 12
+	maxHeads      = 1 << 14
+	maxVocab      = 1 << 24
+	maxPositions  = 1 << 26
+	maxExperts    = 1 << 12
+	maxParamCount = 1e15 // a float64 estimate above this is rejected
+)
+
+// Validate checks that the description is internally consistent: positive
+// sizes, heads dividing hidden (unless the family has an explicit head_dim),
+// KV heads dividing heads, top-k experts within the expert count, sane
+// dropouts, and a parameter count that fits comfortably in an int64.
+func (a *Arch) Validate() error {
+	if a == nil {
+		return fmt.Errorf("models: nil architecture")
+	}
+	fail := func(format string, args ...any) error {
+		name := a.Name
+		if name == "" {
+			name = "arch"
+		}
+		return fmt.Errorf("models: %s: %s", name, fmt.Sprintf(format, args...))
+	}
+	if !knownFamily(a.Family) {
+		return fail("unsupported family %q (supported: %s)", a.Family, strings.Join(Families(), ", "))
+	}
+	type bound struct {
+		name string
+		v    int
+		max  int
+	}
+	bounds := []bound{
+		{"Hidden", a.Hidden, maxDim},
+		{"Layers", a.Layers, maxLayers},
+		{"Heads", a.Heads, maxHeads},
+		{"KVHeads", a.KVHeads, maxHeads},
+		{"HeadDim", a.HeadDim, maxDim},
+		{"Intermediate", a.Intermediate, maxDim},
+		{"MaxPositions", a.MaxPositions, maxPositions},
+	}
+	if a.Family != FamilyViT {
+		bounds = append(bounds, bound{"Vocab", a.Vocab, maxVocab})
+	}
+	for _, b := range bounds {
+		if b.v <= 0 {
+			return fail("%s must be positive, got %d", b.name, b.v)
+		}
+		if b.v > b.max {
+			return fail("%s %d exceeds the supported maximum %d", b.name, b.v, b.max)
+		}
+	}
+	if a.Family == FamilyViT && a.Vocab != 0 {
+		return fail("Vocab must be 0 for vit, got %d", a.Vocab)
+	}
+	if a.Heads*a.HeadDim != a.Hidden && !explicitHeadDimFamily(a.Family) {
+		if a.Hidden%a.Heads != 0 {
+			return fail("Heads (%d) must divide Hidden (%d)", a.Heads, a.Hidden)
+		}
+		return fail("HeadDim must be Hidden/Heads = %d for %s, got %d", a.Hidden/a.Heads, a.Family, a.HeadDim)
+	}
+	if a.Heads%a.KVHeads != 0 {
+		return fail("KVHeads (%d) must divide Heads (%d)", a.KVHeads, a.Heads)
+	}
+	switch a.PosEmbedding {
+	case "learned":
+		if a.RotaryPct != 0 {
+			return fail("RotaryPct must be 0 with learned positions, got %g", a.RotaryPct)
+		}
+	case "rotary":
+		if !(a.RotaryPct > 0 && a.RotaryPct <= 1) {
+			return fail("RotaryPct must be in (0, 1], got %g", a.RotaryPct)
+		}
+		if !(a.RopeTheta > 0) || math.IsInf(a.RopeTheta, 0) {
+			return fail("RopeTheta must be positive, got %g", a.RopeTheta)
+		}
+	default:
+		return fail("PosEmbedding must be \"learned\" or \"rotary\", got %q", a.PosEmbedding)
+	}
+	switch a.Norm {
+	case "layernorm":
+	case "rmsnorm":
+		if a.NormBias {
+			return fail("RMSNorm has no bias")
+		}
+	default:
+		return fail("Norm must be \"layernorm\" or \"rmsnorm\", got %q", a.Norm)
+	}
+	if !(a.NormEps >= 0 && a.NormEps < 1) {
+		return fail("NormEps must be in [0, 1), got %g", a.NormEps)
+	}
+	if !knownActs[a.Act] {
+		return fail("unsupported activation %q", a.Act)
+	}
+	for _, d := range []struct {
+		name string
+		v    float64
+	}{{"AttnDropout", a.AttnDropout}, {"HiddenDropout", a.HiddenDropout}, {"EmbdDropout", a.EmbdDropout}} {
+		if !(d.v >= 0 && d.v <= 1) {
+			return fail("%s must be in [0, 1], got %g", d.name, d.v)
+		}
+	}
+	if a.NumExperts < 0 || a.NumExperts > maxExperts {
+		return fail("NumExperts must be in [0, %d], got %d", maxExperts, a.NumExperts)
+	}
+	if a.NumExperts > 0 {
+		if a.ExpertsPerToken <= 0 || a.ExpertsPerToken > a.NumExperts {
+			return fail("ExpertsPerToken must be in [1, NumExperts=%d], got %d", a.NumExperts, a.ExpertsPerToken)
+		}
+	} else if a.ExpertsPerToken != 0 {
+		return fail("ExpertsPerToken is %d but the model has no experts", a.ExpertsPerToken)
+	}
+	if a.Family == FamilyMixtral && a.NumExperts == 0 {
+		return fail("mixtral needs NumExperts > 0")
+	}
+	if a.FusedGateUp && !a.GatedMLP {
+		return fail("FusedGateUp requires GatedMLP")
+	}
+	if a.SlidingWindow < 0 {
+		return fail("SlidingWindow must be >= 0, got %d", a.SlidingWindow)
+	}
+	for _, s := range []struct {
+		name string
+		v    float64
+	}{{"AttnLogitSoftcap", a.AttnLogitSoftcap}, {"FinalLogitSoftcap", a.FinalLogitSoftcap}, {"QueryPreAttnScalar", a.QueryPreAttnScalar}} {
+		if !(s.v >= 0) || math.IsInf(s.v, 0) {
+			return fail("%s must be a finite value >= 0, got %g", s.name, s.v)
+		}
+	}
+	switch a.Family {
+	case FamilyBERT:
+		if a.TypeVocab < 0 || a.TypeVocab > maxVocab {
+			return fail("TypeVocab must be in [0, %d], got %d", maxVocab, a.TypeVocab)
+		}
+	case FamilyViT:
+		for _, b := range []bound{{"ImageSize", a.ImageSize, maxDim}, {"PatchSize", a.PatchSize, maxDim}, {"Channels", a.Channels, maxDim}} {
+			if b.v <= 0 || b.v > b.max {
+				return fail("%s must be in [1, %d], got %d", b.name, b.max, b.v)
+			}
+		}
+		if a.PatchSize > a.ImageSize {
+			return fail("PatchSize (%d) must not exceed ImageSize (%d)", a.PatchSize, a.ImageSize)
+		}
+		if a.MaxPositions != a.NumPatches()+1 {
+			return fail("MaxPositions must be num_patches+1 = %d for vit, got %d", a.NumPatches()+1, a.MaxPositions)
+		}
+	}
+	if a.NumLabels < 0 || a.NumLabels > maxVocab {
+		return fail("NumLabels must be in [0, %d], got %d", maxVocab, a.NumLabels)
+	}
+	if a.Family != FamilyBERT && a.TypeVocab != 0 {
+		return fail("TypeVocab is only meaningful for bert, got %d", a.TypeVocab)
+	}
+	if est := a.paramEstimate(); est > maxParamCount {
+		return fail("parameter count ~%.3g exceeds the supported maximum %.0g", est, float64(maxParamCount))
+	}
+	return nil
+}
+
+// paramEstimate mirrors ParamCount in float64 so Validate can reject sizes
+// whose exact int64 count could overflow.
+func (a *Arch) paramEstimate() float64 {
+	var sum float64
+	for _, g := range breakdown[float64](a) {
+		sum += g.total
+	}
+	return sum
+}
+
+// ParamGroup is one named slice of the parameter count.
+type ParamGroup struct {
+	Name     string // embeddings, attention, mlp, norms, lm_head, pooler, classifier
+	PerLayer int64  // share of one transformer layer (0 for groups outside the layers)
+	Total    int64  // whole-model count of the group
+}
+
+type group[T int64 | float64] struct {
+	name            string
+	perLayer, total T
+}
+
+// breakdown holds the parameter formulas once, evaluated exactly in int64 or
+// as an overflow-free estimate in float64.
+func breakdown[T int64 | float64](a *Arch) []group[T] {
+	H, L, I := T(a.Hidden), T(a.Layers), T(a.Intermediate)
+	b := func(on bool, n T) T {
+		if on {
+			return n
+		}
+		return 0
+	}
+	// One norm over n features: LayerNorm weight+bias, RMSNorm weight only.
+	norm := func(n T) T {
+		if a.Norm == "layernorm" && a.NormBias {
+			return 2 * n
+		}
+		return n
+	}
+
+	var emb T
+	if a.Family == FamilyViT {
+		// cls_token (H) + position_embeddings ((patches+1) x H) +
+		// patch Conv2d weight (H x C x p x p) and bias (H).
+		p := T(a.PatchSize)
+		emb = H + T(a.MaxPositions)*H + H*T(a.Channels)*p*p + H
+	} else {
+		emb = T(a.Vocab) * H
+		if a.PosEmbedding == "learned" {
+			emb += T(a.MaxPositions) * H
+		}
+		if a.Family == FamilyBERT {
+			emb += T(a.TypeVocab) * H
+		}
+	}
+
+	// Attention: Q, K, V (fused or separate: same count) and the output projection.
+	q, kv := T(a.QDim()), T(a.KVDim())
+	attn := H*q + 2*H*kv + q*H + b(a.QKVBias, q+2*kv) + b(a.OutBias, H)
+
+	// MLP: gated (gate, up, down) or plain (fc1, fc2); MoE = experts + bias-free router.
+	var mlp T
+	if a.GatedMLP {
+		mlp = 3*H*I + b(a.MLPBias, 2*I+H)
+	} else {
+		mlp = 2*H*I + b(a.MLPBias, I+H)
+	}
+	if a.NumExperts > 0 {
+		mlp = T(a.NumExperts)*mlp + H*T(a.NumExperts)
+	}
+
+	// Norms: 2 per layer (4 with gemma2 post-norms), Qwen3 q/k norms over
+	// head_dim, plus one more: the final norm, or BERT's embedding LayerNorm
+	// (BERT is post-LN and has no final norm).
+	perNorms := 2 * norm(H)
+	if a.PostNorms {
+		perNorms = 4 * norm(H)
+	}
+	if a.QKNorm {
+		perNorms += 2 * T(a.HeadDim)
+	}
+	norms := L*perNorms + norm(H)
+
+	var lmHead T
+	if !a.Encoder && !a.TieEmbeddings {
+		lmHead = T(a.Vocab) * H
+	}
+
+	gs := []group[T]{
+		{"embeddings", 0, emb},
+		{"attention", attn, L * attn},
+		{"mlp", mlp, L * mlp},
+		{"norms", perNorms, norms},
+		{"lm_head", 0, lmHead},
+	}
+	if a.Pooler {
+		gs = append(gs, group[T]{"pooler", 0, H*H + H})
+	}
+	if a.NumLabels > 0 {
+		n := T(a.NumLabels)
+		gs = append(gs, group[T]{"classifier", 0, H*n + n})
+	}
+	return gs
+}
+
+// ParamBreakdown splits ParamCount into named groups: embeddings (token,
+// position, token-type, patch and CLS tables), attention and mlp (all layers;
+// PerLayer gives one layer's share; MoE routers count under mlp), norms (every
+// norm including Qwen3 q/k norms, BERT's embedding LayerNorm and the final
+// norm), lm_head (0 when tied), and pooler / classifier when present. The
+// totals sum to ParamCount. Call Validate first; the result of an invalid
+// Arch is unspecified.
+func (a *Arch) ParamBreakdown() []ParamGroup {
+	gs := breakdown[int64](a)
+	out := make([]ParamGroup, len(gs))
+	for i, g := range gs {
+		out[i] = ParamGroup{Name: g.name, PerLayer: g.perLayer, Total: g.total}
+	}
+	return out
+}
+
+// ParamCount is the exact number of parameters of the real checkpoint's
+// module (tied weights counted once): GPT2LMHeadModel, LlamaForCausalLM and
+// the other *ForCausalLM classes, BertModel with pooler, and
+// ViTForImageClassification or ViTModel as the config's architectures says.
+// Call Validate first; the result of an invalid Arch is unspecified.
+func (a *Arch) ParamCount() int64 {
+	var n int64
+	for _, g := range breakdown[int64](a) {
+		n += g.total
+	}
+	return n
+}
+
+// Describe is a one-line human summary, e.g.
+// "llama, 6.74B params, 32 layers, d=4096, 32 heads (32 kv), ffn 11008, vocab 32000".
+func (a *Arch) Describe() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%s, %s params, %d layers, d=%d, %d heads", a.Family, HumanCount(a.ParamCount()), a.Layers, a.Hidden, a.Heads)
+	if a.KVHeads != a.Heads {
+		fmt.Fprintf(&sb, " (%d kv)", a.KVHeads)
+	}
+	if a.NumExperts > 0 {
+		fmt.Fprintf(&sb, ", %d experts top-%d x ffn %d", a.NumExperts, a.ExpertsPerToken, a.Intermediate)
+	} else {
+		fmt.Fprintf(&sb, ", ffn %d", a.Intermediate)
+	}
+	if a.Family == FamilyViT {
+		fmt.Fprintf(&sb, ", %dpx/%d patches", a.ImageSize, a.PatchSize)
+	} else {
+		fmt.Fprintf(&sb, ", vocab %d", a.Vocab)
+	}
+	return sb.String()
+}
+
+// HumanCount formats a parameter count with three significant digits:
+// 124M, 6.74B, 13.0B, 46.7B, 1.56B ...
+func HumanCount(n int64) string {
+	f := float64(n)
+	unit := ""
+	for _, u := range []struct {
+		s string
+		v float64
+	}{{"T", 1e12}, {"B", 1e9}, {"M", 1e6}, {"K", 1e3}} {
+		if f >= u.v {
+			f /= u.v
+			unit = u.s
+			break
+		}
+	}
+	if unit == "" {
+		return strconv.FormatInt(n, 10)
+	}
+	prec := 0
+	switch {
+	case f < 10:
+		prec = 2
+	case f < 100:
+		prec = 1
+	}
+	return strconv.FormatFloat(f, 'f', prec, 64) + unit
+}

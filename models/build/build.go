@@ -1,0 +1,524 @@
+// Package build turns a models.Arch into the forward ir.Graph of one
+// micro-batch, op by op, as the HuggingFace transformers implementation of
+// that family runs it in eager PyTorch. Module paths are the HF ones
+// ("model.layers.3.self_attn"), so reports line up with what users see in
+// their own code.
+package build
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
+)
+
+// Attention selects the attention implementation.
+type Attention uint8
+
+const (
+	// SDPA is torch.nn.functional.scaled_dot_product_attention on its
+	// flash / memory-efficient path (HF attn_implementation="sdpa").
+	SDPA Attention = iota
+	// Eager is HF's eager attention: explicit scores, softmax, dropout.
+	Eager
+)
+
+// ParseAttention reads "sdpa" (or "flash") and "eager".
+func ParseAttention(s string) (Attention, error) {
+	switch s {
+	case "sdpa", "flash", "flash_attention_2":
+		return SDPA, nil
+	case "eager":
+		return Eager, nil
+	}
+	return 0, fmt.Errorf("build: unknown attention %q (want eager or sdpa)", s)
+}
+
+func (a Attention) String() string {
+	if a == Eager {
+		return "eager"
+	}
+	return "sdpa"
+}
+
+// Options of one graph. MicroBatch and Seq must be positive.
+type Options struct {
+	MicroBatch int
+	Seq        int
+	Precision  ops.Precision
+	Attention  Attention
+	Device     ops.Device
+	// Training builds autograd's saved tensors, dropout and the loss.
+	Training bool
+	// KVContext is the KV-cache length per sequence in inference (prompt
+	// plus generated tokens); 0 means no cache.
+	KVContext int
+}
+
+// ErrBadOptions wraps option errors.
+var ErrBadOptions = errors.New("build: bad options")
+
+// maxTokens bounds micro-batch × sequence so sizes never overflow int64.
+const maxTokens = 1 << 31
+
+// Graph builds the forward graph of a for one micro-batch.
+func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	if o.MicroBatch <= 0 {
+		return nil, fmt.Errorf("%w: micro-batch must be positive, got %d", ErrBadOptions, o.MicroBatch)
+	}
+	if a.Family != models.FamilyViT && o.Seq <= 0 {
+		return nil, fmt.Errorf("%w: sequence length must be positive, got %d", ErrBadOptions, o.Seq)
+	}
+	if int64(o.MicroBatch)*int64(max(o.Seq, 1)) > maxTokens {
+		return nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
+	}
+	if o.KVContext < 0 || (o.KVContext > 0 && o.KVContext < o.Seq) {
+		return nil, fmt.Errorf("%w: KV-cache context %d must be at least the sequence %d", ErrBadOptions, o.KVContext, o.Seq)
+	}
+	m := &builder{a: a, o: o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training})}
+	switch a.Family {
+	case models.FamilyBERT:
+		m.bert()
+	case models.FamilyViT:
+		m.vit()
+	default:
+		m.decoder()
+	}
+	return m.b.Graph(), nil
+}
+
+type builder struct {
+	a *models.Arch
+	o Options
+	b *ops.Builder
+}
+
+func (m *builder) bs() (int64, int64) { return int64(m.o.MicroBatch), int64(m.o.Seq) }
+
+// linear registers weight (and bias) under the current scope and applies it.
+func (m *builder) linear(name string, x ir.TensorID, in, out int, bias bool) ir.TensorID {
+	defer m.b.Enter(name)()
+	w := m.b.Param("weight", int64(out), int64(in))
+	bi := ir.NoTensor
+	if bias {
+		bi = m.b.Param("bias", int64(out))
+	}
+	return m.b.Linear("out", x, w, bi)
+}
+
+// norm applies the family's normalisation with its parameters.
+func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
+	defer m.b.Enter(name)()
+	w := m.b.Param("weight", int64(dim))
+	if m.a.Norm == "rmsnorm" {
+		return m.b.RMSNorm("out", x, w)
+	}
+	bi := ir.NoTensor
+	if m.a.NormBias {
+		bi = m.b.Param("bias", int64(dim))
+	}
+	return m.b.LayerNorm("out", x, w, bi)
+}
+
+func (m *builder) act(name string, x ir.TensorID) ir.TensorID {
+	switch m.a.Act {
+	case "silu", "swish":
+		return m.b.Unary("silu", name, x)
+	case "relu":
+		return m.b.Unary("relu", name, x)
+	case "tanh":
+		return m.b.Unary("tanh", name, x)
+	}
+	// gelu, gelu_new, gelu_pytorch_tanh, ...: one fused GELU that saves its
+	// input (nn.GELU / F.gelu(approximate="tanh")).
+	return m.b.Unary("gelu", name, x)
+}
+
+// layerPrefix is the HF module path of the decoder stack.
+func (m *builder) stackPath() (root, layers string) {
+	switch m.a.Family {
+	case models.FamilyGPT2:
+		return "transformer", "transformer.h"
+	case models.FamilyGPTNeoX:
+		return "gpt_neox", "gpt_neox.layers"
+	}
+	return "model", "model.layers"
+}
+
+func (m *builder) decoder() {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	H := int64(a.Hidden)
+	ids := b.Input("input_ids", units.I64, B, S)
+	var labels ir.TensorID
+	if m.o.Training {
+		labels = b.Input("labels", units.I64, B, S)
+	}
+	root, layers := m.stackPath()
+	var wte ir.TensorID
+	var x ir.TensorID
+	func() {
+		defer b.Enter(root)()
+		embName := "embed_tokens"
+		switch a.Family {
+		case models.FamilyGPT2:
+			embName = "wte"
+		case models.FamilyGPTNeoX:
+			embName = "embed_in"
+		}
+		func() {
+			defer b.Enter(embName)()
+			wte = b.Param("weight", int64(a.Vocab), H)
+			x = b.Embedding("out", wte, ids)
+		}()
+		if a.Family == models.FamilyGPT2 {
+			func() {
+				defer b.Enter("wpe")()
+				wpe := b.Param("weight", int64(a.MaxPositions), H)
+				pos := b.Buffer("position_ids", units.I64, 1, S)
+				pe := b.Embedding("out", wpe, pos)
+				x = b.Binary("add", "embeds", x, pe)
+			}()
+		}
+		if a.EmbedScale {
+			x = b.Scale("embed_scale", x)
+		}
+		x = b.Dropout("drop", x, a.EmbdDropout)
+	}()
+	var cos, sin ir.TensorID
+	if a.PosEmbedding == "rotary" {
+		func() {
+			defer b.Enter(root + ".rotary_emb")()
+			rd := int64(math.Round(float64(a.HeadDim) * rotaryFrac(a)))
+			cos = b.Buffer("cos", b.ActDType(), B, S, rd)
+			sin = b.Buffer("sin", b.ActDType(), B, S, rd)
+		}()
+	}
+	var mask ir.TensorID = ir.NoTensor
+	if m.o.Attention == Eager {
+		func() {
+			defer b.Enter(root)()
+			if a.Family == models.FamilyGPT2 {
+				// GPT2Attention's registered bool buffer "bias" (max_positions²),
+				// one per layer in HF but identical; where() saves a view of it.
+				mask = b.Buffer("h.attn.bias", units.Bool, 1, 1, int64(a.MaxPositions), int64(a.MaxPositions))
+			} else {
+				// _prepare_4d_causal_attention_mask: a [B,1,S,S] additive mask
+				// in the compute dtype, built once per forward.
+				mask = b.Zeros("causal_mask", m.computeDType(), B, 1, S, S)
+			}
+		}()
+	}
+	for i := 0; i < a.Layers; i++ {
+		func() {
+			defer b.Enter(layers + "." + strconv.Itoa(i))()
+			x = m.decoderLayer(i, x, cos, sin, mask)
+		}()
+	}
+	func() {
+		defer b.Enter(root)()
+		switch a.Family {
+		case models.FamilyGPT2:
+			x = m.norm("ln_f", x, a.Hidden)
+		case models.FamilyGPTNeoX:
+			x = m.norm("final_layer_norm", x, a.Hidden)
+		default:
+			x = m.norm("norm", x, a.Hidden)
+		}
+	}()
+	if !m.o.Training && m.o.KVContext > 0 {
+		// Generation computes logits for the last position only.
+		x = b.View("last_token", x, B, 1, H)
+	}
+	headName := "lm_head"
+	if a.Family == models.FamilyGPTNeoX {
+		headName = "embed_out"
+	}
+	var logits ir.TensorID
+	func() {
+		defer b.Enter(headName)()
+		w := wte
+		if !a.TieEmbeddings {
+			w = b.Param("weight", int64(a.Vocab), H)
+		}
+		logits = b.Linear("logits", x, w, ir.NoTensor)
+	}()
+	if a.FinalLogitSoftcap > 0 {
+		logits = b.Scale("softcap.div", logits)
+		logits = b.Unary("tanh", "softcap.tanh", logits)
+		logits = b.Scale("softcap.mul", logits)
+	}
+	if !m.o.Training {
+		return
+	}
+	// transformers' ForCausalLMLoss: logits.float(), labels shifted by
+	// padding, cross_entropy over [B*S, V].
+	defer b.Enter("loss")()
+	lf := b.To(logits, units.F32)
+	flat := b.View("logits_flat", lf, B*S, int64(a.Vocab))
+	lab := b.View("labels_flat", labels, B*S)
+	b.CrossEntropy("cross_entropy", flat, lab)
+}
+
+func rotaryFrac(a *models.Arch) float64 {
+	if a.RotaryPct > 0 {
+		return a.RotaryPct
+	}
+	return 1
+}
+
+// computeDType is the dtype attention scores are produced in.
+func (m *builder) computeDType() units.DType {
+	if d := m.o.Precision.AutocastDType(); d != units.Invalid {
+		return d
+	}
+	return m.o.Precision.ParamDType()
+}
+
+func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	switch a.Family {
+	case models.FamilyGPT2:
+		h := m.norm("ln_1", x, a.Hidden)
+		att := func() ir.TensorID { defer b.Enter("attn")(); return m.attention(i, h, cos, sin, mask) }()
+		x = b.Binary("add", "residual1", x, att)
+		h = m.norm("ln_2", x, a.Hidden)
+		mlp := func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h) }()
+		return b.Binary("add", "residual2", x, mlp)
+	case models.FamilyGPTNeoX:
+		h1 := m.norm("input_layernorm", x, a.Hidden)
+		att := func() ir.TensorID { defer b.Enter("attention")(); return m.attention(i, h1, cos, sin, mask) }()
+		att = b.Dropout("post_attention_dropout", att, a.HiddenDropout)
+		if a.ParallelResidual {
+			h2 := m.norm("post_attention_layernorm", x, a.Hidden)
+			mlp := func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h2) }()
+			mlp = b.Dropout("post_mlp_dropout", mlp, a.HiddenDropout)
+			y := b.Binary("add", "mlp_plus_attn", mlp, att)
+			return b.Binary("add", "residual", y, x)
+		}
+		x = b.Binary("add", "residual1", att, x)
+		h2 := m.norm("post_attention_layernorm", x, a.Hidden)
+		mlp := func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h2) }()
+		mlp = b.Dropout("post_mlp_dropout", mlp, a.HiddenDropout)
+		return b.Binary("add", "residual2", mlp, x)
+	}
+	h := m.norm("input_layernorm", x, a.Hidden)
+	att := func() ir.TensorID { defer b.Enter("self_attn")(); return m.attention(i, h, cos, sin, mask) }()
+	if a.PostNorms {
+		att = m.norm("post_attention_layernorm", att, a.Hidden)
+	}
+	att = b.Dropout("resid_attn_dropout", att, a.HiddenDropout)
+	x = b.Binary("add", "residual1", x, att)
+	pre := "post_attention_layernorm"
+	if a.PostNorms {
+		pre = "pre_feedforward_layernorm"
+	}
+	h = m.norm(pre, x, a.Hidden)
+	var y ir.TensorID
+	if a.NumExperts > 0 {
+		y = func() ir.TensorID { defer b.Enter("block_sparse_moe")(); return m.moe(h) }()
+	} else {
+		y = func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h) }()
+	}
+	if a.PostNorms {
+		y = m.norm("post_feedforward_layernorm", y, a.Hidden)
+	}
+	y = b.Dropout("resid_mlp_dropout", y, a.HiddenDropout)
+	return b.Binary("add", "residual2", x, y)
+}
+
+// qkv projects h to q [B,A,S,D], k and v [B,KV,S,D] as views of the
+// projection outputs, with the family's module names.
+func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	A, KV, D := int64(a.Heads), int64(a.KVHeads), int64(a.HeadDim)
+	qd, kd := int(A*D), int(KV*D)
+	switch a.Family {
+	case models.FamilyBERT, models.FamilyViT:
+		pre := "self."
+		if a.Family == models.FamilyViT {
+			pre = "attention."
+		}
+		qo := m.linear(pre+"query", h, a.Hidden, qd, true)
+		ko := m.linear(pre+"key", h, a.Hidden, kd, true)
+		vo := m.linear(pre+"value", h, a.Hidden, kd, true)
+		return b.View("q", qo, B, A, S, D), b.View("k", ko, B, KV, S, D), b.View("v", vo, B, KV, S, D)
+	}
+	if a.FusedQKV {
+		name := "qkv_proj"
+		switch a.Family {
+		case models.FamilyGPT2:
+			name = "c_attn"
+		case models.FamilyGPTNeoX:
+			name = "query_key_value"
+		}
+		y := m.linear(name, h, a.Hidden, qd+2*kd, a.QKVBias)
+		q = b.View("q", y, B, A, S, D)
+		k = b.View("k", y, B, KV, S, D)
+		v = b.View("v", y, B, KV, S, D)
+		return q, k, v
+	}
+	qo := m.linear("q_proj", h, a.Hidden, qd, a.QKVBias)
+	ko := m.linear("k_proj", h, a.Hidden, kd, a.QKVBias)
+	vo := m.linear("v_proj", h, a.Hidden, kd, a.QKVBias)
+	if a.QKNorm {
+		qo = m.norm("q_norm", b.View("q_heads", qo, B, S, A, D), a.HeadDim)
+		ko = m.norm("k_norm", b.View("k_heads", ko, B, S, KV, D), a.HeadDim)
+	}
+	return b.View("q", qo, B, A, S, D), b.View("k", ko, B, KV, S, D), b.View("v", vo, B, KV, S, D)
+}
+
+func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	A, KV, D := int64(a.Heads), int64(a.KVHeads), int64(a.HeadDim)
+	q, k, v := m.qkv(h)
+	if a.PosEmbedding == "rotary" {
+		q = b.Rotary("q_rot", q, cos, sin)
+		k = b.Rotary("k_rot", k, cos, sin)
+	}
+	T := S
+	if m.o.KVContext > 0 && !m.o.Training {
+		T = int64(m.o.KVContext)
+		kc := b.KVCache("k_cache", b.Tensor(k).DType, B, KV, T, D)
+		vc := b.KVCache("v_cache", b.Tensor(v).DType, B, KV, T, D)
+		k = b.CacheWrite(k, kc)
+		v = b.CacheWrite(v, vc)
+	}
+	var o ir.TensorID
+	if m.o.Attention == SDPA {
+		o = b.SDPA("sdpa", q, k, v, !a.Encoder)
+	} else {
+		if KV != A { // repeat_kv materialises grouped heads
+			k = b.Copy("k_repeat", k, B, A, T, D)
+			v = b.Copy("v_repeat", v, B, A, T, D)
+		}
+		// matmul of permuted 4-D operands copies them to contiguous batches;
+		// those copies are what bmm saves (REFERENCE.md).
+		qc := b.Copy("q_contig", q, B, A, S, D)
+		kt := b.Copy("k_t_contig", k, B, A, D, T)
+		s := b.MatMul("scores", qc, kt)
+		s = b.Scale("scale", s)
+		if a.AttnLogitSoftcap > 0 {
+			s = b.Scale("softcap.div", s)
+			s = b.Unary("tanh", "softcap.tanh", s)
+			s = b.Scale("softcap.mul", s)
+		}
+		if mask != ir.NoTensor {
+			if a.Family == models.FamilyGPT2 {
+				s = b.Where("masked", b.View("causal_mask", mask, 1, 1, S, T), s)
+			} else {
+				s = b.Binary("add", "masked", s, mask)
+			}
+		}
+		var p ir.TensorID
+		if a.Family == models.FamilyGPT2 || a.Encoder {
+			p = b.Softmax("probs", s, false)
+		} else {
+			// softmax(dtype=torch.float32).to(query.dtype)
+			p = b.To(b.Softmax("probs", b.To(s, units.F32), false), b.Tensor(s).DType)
+		}
+		p = b.Dropout("attn_dropout", p, a.AttnDropout)
+		vc := b.Copy("v_contig", v, B, A, T, D)
+		o = b.MatMul("context", p, vc)
+	}
+	// attn_output.transpose(1, 2).contiguous().reshape(B, S, A*D)
+	o = b.Copy("merge_heads", o, B, S, A, D)
+	o = b.View("merged", o, B, S, A*D)
+	outName := "o_proj"
+	switch a.Family {
+	case models.FamilyGPT2:
+		outName = "c_proj"
+	case models.FamilyGPTNeoX:
+		outName = "dense"
+	case models.FamilyBERT, models.FamilyViT:
+		outName = "output.dense"
+	}
+	y := m.linear(outName, o, int(A*D), a.Hidden, a.OutBias || a.Encoder)
+	switch a.Family {
+	case models.FamilyGPT2:
+		y = b.Dropout("resid_dropout", y, a.HiddenDropout)
+	case models.FamilyBERT, models.FamilyViT:
+		y = b.Dropout("output.dropout", y, a.HiddenDropout)
+	}
+	_ = layer
+	return y
+}
+
+func (m *builder) mlp(h ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	I := a.Intermediate
+	switch {
+	case a.GatedMLP && a.FusedGateUp:
+		gu := m.linear("gate_up_proj", h, a.Hidden, 2*I, a.MLPBias)
+		sh := b.Shape(gu)
+		sh[len(sh)-1] = int64(I)
+		gate := b.View("gate", gu, sh...)
+		up := b.View("up", gu, sh...)
+		y := b.Binary("mul", "gated", m.act("act_fn", gate), up)
+		return m.linear("down_proj", y, I, a.Hidden, a.MLPBias)
+	case a.GatedMLP:
+		gate := m.linear("gate_proj", h, a.Hidden, I, a.MLPBias)
+		up := m.linear("up_proj", h, a.Hidden, I, a.MLPBias)
+		y := b.Binary("mul", "gated", m.act("act_fn", gate), up)
+		return m.linear("down_proj", y, I, a.Hidden, a.MLPBias)
+	}
+	fc, proj := "fc1", "fc2"
+	switch a.Family {
+	case models.FamilyGPT2:
+		fc, proj = "c_fc", "c_proj"
+	case models.FamilyGPTNeoX:
+		fc, proj = "dense_h_to_4h", "dense_4h_to_h"
+	}
+	y := m.act("act", m.linear(fc, h, a.Hidden, I, a.MLPBias))
+	y = m.linear(proj, y, I, a.Hidden, a.MLPBias)
+	if a.Family == models.FamilyGPT2 {
+		y = b.Dropout("dropout", y, a.HiddenDropout)
+	}
+	return y
+}
+
+// moe is MixtralSparseMoeBlock. Routing is assumed balanced: each expert
+// receives tokens·top_k/experts rows (the expectation under the
+// load-balancing objective); real routing varies per batch.
+func (m *builder) moe(h ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	H, E, K := int64(a.Hidden), int64(a.NumExperts), int64(a.ExpertsPerToken)
+	T := B * S
+	flat := b.View("hidden_flat", h, T, H)
+	logits := func() ir.TensorID {
+		defer b.Enter("gate")()
+		w := b.Param("weight", E, H)
+		return b.Linear("router_logits", flat, w, ir.NoTensor)
+	}()
+	probs := b.Softmax("routing_probs", b.To(logits, units.F32), false)
+	wts, idx := b.TopK("topk", probs, K)
+	wts = b.To(wts, b.Tensor(flat).DType)
+	acc := b.Zeros("final_hidden_states", b.Tensor(flat).DType, T, H)
+	rows := (T*K + E - 1) / E
+	for e := int64(0); e < E; e++ {
+		func() {
+			defer b.Enter("experts." + strconv.FormatInt(e, 10))()
+			top := b.Index("top_x", idx, rows)
+			cur := b.IndexSelect("current_state", flat, top, rows)
+			w1 := m.linear("w1", cur, a.Hidden, a.Intermediate, false)
+			w3 := m.linear("w3", cur, a.Hidden, a.Intermediate, false)
+			y := b.Binary("mul", "gated", m.act("act_fn", w1), w3)
+			y = m.linear("w2", y, a.Intermediate, a.Hidden, false)
+			rw := b.IndexSelect("routing_weight", b.View("weights_flat", wts, T*K, 1), top, rows)
+			y = b.Binary("mul", "weighted", y, rw)
+			acc = b.IndexAdd("index_add", acc, top, y)
+		}()
+	}
+	return b.View("out", acc, B, S, H)
+}

@@ -1,0 +1,132 @@
+package models
+
+import (
+	"sort"
+	"strings"
+	"testing"
+)
+
+var requiredCatalog = []string{
+	"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-2-7b", "llama-2-13b",
+	"llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.2-1b",
+	"mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b", "gemma-2b", "gemma-7b",
+	"gemma-2-9b", "phi-3-mini", "pythia-160m", "pythia-1.4b", "mixtral-8x7b",
+	"bert-base", "bert-large", "vit-base", "tinyllama-1.1b",
+}
+
+func TestCatalogComplete(t *testing.T) {
+	names := Names()
+	if !sort.StringsAreSorted(names) {
+		t.Errorf("Names not sorted: %v", names)
+	}
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+		if _, ok := catalogRepos[n]; !ok {
+			t.Errorf("%s: no source repository in catalogRepos", n)
+		}
+	}
+	for _, n := range requiredCatalog {
+		if !have[n] {
+			t.Errorf("catalog lacks %s", n)
+		}
+	}
+	for n := range catalogRepos {
+		if !have[n] {
+			t.Errorf("catalogRepos names %s, which has no catalog file", n)
+		}
+	}
+}
+
+func TestCatalogEntries(t *testing.T) {
+	for _, e := range Catalog() {
+		if e.Params <= 0 || e.Family == "" || e.Repo == "" {
+			t.Errorf("bad entry %+v", e)
+		}
+		if !strings.HasPrefix(e.Description, e.Family+", ") || strings.Contains(e.Description, "\n") {
+			t.Errorf("description %q", e.Description)
+		}
+	}
+	a, _ := Lookup("llama-2-7b")
+	if got, want := a.Describe(), "llama, 6.74B params, 32 layers, d=4096, 32 heads, ffn 11008, vocab 32000"; got != want {
+		t.Errorf("Describe = %q, want %q", got, want)
+	}
+	m, _ := Lookup("mixtral-8x7b")
+	if got := m.Describe(); !strings.Contains(got, "46.7B params") || !strings.Contains(got, "8 experts top-2") || !strings.Contains(got, "(8 kv)") {
+		t.Errorf("Describe = %q", got)
+	}
+}
+
+func TestLookupCaseAndRepo(t *testing.T) {
+	for _, n := range []string{"Llama-2-7B", " llama-2-7b ", "meta-llama/Llama-2-7b-hf", "META-LLAMA/LLAMA-2-7B-HF"} {
+		a, err := Lookup(n)
+		if err != nil {
+			t.Errorf("Lookup(%q): %v", n, err)
+			continue
+		}
+		if a.Name != "llama-2-7b" {
+			t.Errorf("Lookup(%q).Name = %q", n, a.Name)
+		}
+	}
+	// Each Lookup returns an independent value.
+	a, _ := Lookup("gpt2")
+	a.Layers = 1
+	b, _ := Lookup("gpt2")
+	if b.Layers != 12 {
+		t.Error("Lookup shares state between calls")
+	}
+}
+
+func TestLookupSuggestions(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string // expected suggestions, in order
+	}{
+		{"lama-2-7b", []string{"llama-2-7b", "llama-2-70b", "llama-2-13b"}},
+		{"gpt-2", []string{"gpt2"}},
+		{"mistral", []string{"mistral-7b"}},
+		{"QWEN3", []string{"qwen3-8b"}},
+		{"bert", []string{"bert-base"}},
+	}
+	for _, c := range cases {
+		_, err := Lookup(c.in)
+		if err == nil {
+			t.Fatalf("Lookup(%q) succeeded", c.in)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, `models: unknown model "`+c.in+`"; did you mean `) || !strings.HasSuffix(msg, "?") {
+			t.Errorf("error %q", msg)
+		}
+		got := Suggest(c.in, 3)
+		if len(got) != 3 {
+			t.Errorf("Suggest(%q) = %v, want 3 names", c.in, got)
+		}
+		for i, w := range c.want {
+			if i >= len(got) || got[i] != w {
+				t.Errorf("Suggest(%q) = %v, want prefix %v", c.in, got, c.want)
+				break
+			}
+		}
+		if !strings.Contains(msg, strings.Join(got, ", ")) {
+			t.Errorf("error %q does not list %v", msg, got)
+		}
+	}
+	if got := Suggest("x", 100); len(got) != len(Names()) {
+		t.Errorf("Suggest(n > catalog) = %d names", len(got))
+	}
+	if got := Suggest("x", -1); len(got) != 0 {
+		t.Errorf("Suggest(-1) = %v", got)
+	}
+}
+
+func TestHumanCount(t *testing.T) {
+	for n, want := range map[int64]string{
+		999: "999", 1500: "1.50K", 124_439_808: "124M", 6_738_415_616: "6.74B",
+		13_015_864_320: "13.0B", 46_702_792_704: "46.7B", 70_553_706_496: "70.6B",
+		1_557_611_200: "1.56B", 86_567_656: "86.6M",
+	} {
+		if got := HumanCount(n); got != want {
+			t.Errorf("HumanCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,352 @@
+package models
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// mutate returns the catalog config of model with keys set (nil value
+// deletes the key; a json.RawMessage value is inserted verbatim).
+func mutate(t testing.TB, model string, set map[string]any) []byte {
+	t.Helper()
+	loadCatalog()
+	data, ok := catalogData[model]
+	if !ok {
+		t.Fatalf("no catalog model %q", model)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range set {
+		if v == nil {
+			delete(m, k)
+			continue
+		}
+		if raw, ok := v.(json.RawMessage); ok {
+			m[k] = raw
+			continue
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[k] = b
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func del(keys ...string) map[string]any {
+	m := map[string]any{}
+	for _, k := range keys {
+		m[k] = nil
+	}
+	return m
+}
+
+func TestParseHFConfigErrors(t *testing.T) {
+	cases := []struct {
+		name  string
+		model string         // catalog config to start from ("" = use data)
+		set   map[string]any // mutations
+		data  string         // raw input when model == ""
+		want  []string       // substrings of the error
+	}{
+		// Missing required fields, per family.
+		{"llama missing heads", "llama-2-7b", del("num_attention_heads"), "", []string{`missing "num_attention_heads"`}},
+		{"llama missing hidden", "llama-2-7b", del("hidden_size"), "", []string{`missing "hidden_size"`}},
+		{"llama missing layers", "llama-2-7b", del("num_hidden_layers"), "", []string{`missing "num_hidden_layers"`}},
+		{"llama missing vocab", "llama-2-7b", del("vocab_size"), "", []string{`missing "vocab_size"`}},
+		{"llama missing ffn", "llama-2-7b", del("intermediate_size"), "", []string{`missing "intermediate_size"`}},
+		{"mixtral missing experts", "mixtral-8x7b", del("num_local_experts"), "", []string{`missing "num_local_experts"`}},
+		{"gpt2 missing n_embd", "gpt2", del("n_embd"), "", []string{`missing "n_embd"`}},
+		{"gpt2 missing n_layer", "gpt2", del("n_layer"), "", []string{`missing "n_layer"`}},
+		{"gpt2 missing n_head", "gpt2", del("n_head"), "", []string{`missing "n_head"`}},
+		{"gpt2 missing positions", "gpt2", del("n_positions", "n_ctx"), "", []string{`missing "n_positions"`}},
+		{"gpt2 missing vocab", "gpt2", del("vocab_size"), "", []string{`missing "vocab_size"`}},
+		{"neox missing ffn", "pythia-160m", del("intermediate_size"), "", []string{`missing "intermediate_size"`}},
+		{"bert missing positions", "bert-base", del("max_position_embeddings"), "", []string{`missing "max_position_embeddings"`}},
+		{"vit missing image_size", "vit-base", del("image_size"), "", []string{`missing "image_size"`}},
+		{"vit missing patch_size", "vit-base", del("patch_size"), "", []string{`missing "patch_size"`}},
+		{"missing model_type", "llama-2-7b", del("model_type"), "", []string{`missing "model_type"`, "llama"}},
+
+		// Zero and negative sizes.
+		{"negative hidden", "llama-2-7b", map[string]any{"hidden_size": -4}, "", []string{`"hidden_size" must be positive, got -4`}},
+		{"zero layers", "llama-2-7b", map[string]any{"num_hidden_layers": 0}, "", []string{`"num_hidden_layers" must be positive, got 0`}},
+		{"zero heads", "gpt2", map[string]any{"n_head": 0}, "", []string{`"n_head" must be positive`}},
+		{"negative vocab", "bert-base", map[string]any{"vocab_size": -1}, "", []string{`"vocab_size" must be positive`}},
+		{"zero kv heads", "llama-3-8b", map[string]any{"num_key_value_heads": 0}, "", []string{`"num_key_value_heads" must be positive`}},
+		{"zero head_dim", "qwen3-8b", map[string]any{"head_dim": 0}, "", []string{`"head_dim" must be positive`}},
+		{"negative n_inner", "gpt2", map[string]any{"n_inner": -3072}, "", []string{`"n_inner" must be positive`}},
+		{"zero patch", "vit-base", map[string]any{"patch_size": 0}, "", []string{`"patch_size" must be positive`}},
+		{"negative window", "mistral-7b", map[string]any{"sliding_window": -1}, "", []string{`"sliding_window" must not be negative`}},
+		{"huge hidden", "llama-2-7b", map[string]any{"hidden_size": 1 << 30}, "", []string{`"hidden_size" must be at most`}},
+		{"overflowing int", "llama-2-7b", map[string]any{"hidden_size": json.RawMessage("1e300")}, "", []string{`"hidden_size" is out of range`}},
+
+		// Divisibility.
+		{"heads do not divide hidden", "llama-2-7b", map[string]any{"num_attention_heads": 30}, "", []string{`"num_attention_heads" (30) must divide "hidden_size" (4096)`}},
+		{"gpt2 heads do not divide", "gpt2", map[string]any{"n_head": 7}, "", []string{`"n_head" (7) must divide "n_embd" (768)`}},
+		{"kv heads do not divide heads", "llama-3-8b", map[string]any{"num_key_value_heads": 3}, "", []string{`"num_key_value_heads" (3) must divide "num_attention_heads" (32)`}},
+		{"patch larger than image", "vit-base", map[string]any{"patch_size": 448}, "", []string{`"patch_size" (448) must not exceed "image_size" (224)`}},
+		{"top-k above experts", "mixtral-8x7b", map[string]any{"num_experts_per_tok": 9}, "", []string{`"num_experts_per_tok" (9) must not exceed "num_local_experts" (8)`}},
+
+		// Wrong JSON types.
+		{"string size", "llama-2-7b", map[string]any{"hidden_size": "big"}, "", []string{`"hidden_size" must be an integer, got string "big"`}},
+		{"fractional size", "llama-2-7b", map[string]any{"hidden_size": 4096.5}, "", []string{`"hidden_size" must be an integer, got 4096.5`}},
+		{"bool size", "gpt2", map[string]any{"n_layer": true}, "", []string{`"n_layer" must be an integer, got bool true`}},
+		{"array size", "bert-base", map[string]any{"intermediate_size": []int{1, 2}}, "", []string{`"intermediate_size" must be an integer, got array`}},
+		{"string tie", "llama-2-7b", map[string]any{"tie_word_embeddings": "no"}, "", []string{`"tie_word_embeddings" must be true or false`}},
+		{"numeric model_type", "llama-2-7b", map[string]any{"model_type": 3}, "", []string{`"model_type" must be a string, got 3`}},
+		{"string eps", "llama-2-7b", map[string]any{"rms_norm_eps": "tiny"}, "", []string{`"rms_norm_eps" must be a number, got string "tiny"`}},
+		{"dropout above one", "gpt2", map[string]any{"attn_pdrop": 1.5}, "", []string{`"attn_pdrop" must be in [0, 1], got 1.5`}},
+		{"rotary pct zero", "pythia-160m", map[string]any{"rotary_pct": 0}, "", []string{`"rotary_pct" must be in (0, 1], got 0`}},
+		{"unknown activation", "llama-2-7b", map[string]any{"hidden_act": "swiglu9"}, "", []string{`"hidden_act": unsupported activation "swiglu9"`}},
+		{"relative bert", "bert-base", map[string]any{"position_embedding_type": "relative_key"}, "", []string{`"position_embedding_type" "relative_key" is not supported`}},
+		{"id2label not object", "vit-base", map[string]any{"id2label": []string{"a"}}, "", []string{`"id2label" must be an object, got array`}},
+
+		// Unknown family.
+		{"unknown model_type", "llama-2-7b", map[string]any{"model_type": "t5"}, "", []string{`unsupported model_type "t5"`, "gpt2", "llama", "mixtral", "vit"}},
+
+		// Malformed files.
+		{"empty file", "", nil, "", []string{"config.json: empty file"}},
+		{"whitespace file", "", nil, " \n\t ", []string{"config.json: empty file"}},
+		{"truncated JSON", "", nil, `{"model_type": "llama", "hidden_size": 40`, []string{"config.json: invalid JSON"}},
+		{"trailing garbage", "", nil, `{"model_type": "llama"} x`, []string{"config.json: invalid JSON"}},
+		{"top-level array", "", nil, `[1, 2]`, []string{"config.json: not a JSON object"}},
+		{"top-level null", "", nil, `null`, []string{"config.json: not a JSON object"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			data := []byte(c.data)
+			if c.model != "" {
+				data = mutate(t, c.model, c.set)
+			}
+			a, err := ParseHFConfig(data, "config.json")
+			if err == nil {
+				t.Fatalf("accepted: %+v", a)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "models: config.json: ") {
+				t.Errorf("error %q lacks the \"models: config.json: \" prefix", msg)
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error is not one line: %q", msg)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseHFConfigDefaults(t *testing.T) {
+	// gpt2 with the optional fields removed falls back to GPT2Config defaults.
+	a, err := ParseHFConfig(mutate(t, "gpt2", del("activation_function", "layer_norm_epsilon", "attn_pdrop", "n_inner")), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Intermediate != 4*768 || a.Act != "gelu_new" || a.NormEps != 1e-5 || a.AttnDropout != 0.1 || !a.TieEmbeddings {
+		t.Errorf("gpt2 defaults: %+v", a)
+	}
+	// n_inner: null is the same as absent.
+	a, err = ParseHFConfig(mutate(t, "gpt2", map[string]any{"n_inner": json.RawMessage("null")}), "x")
+	if err != nil || a.Intermediate != 3072 {
+		t.Errorf("n_inner null: %v %+v", err, a)
+	}
+	// llama without num_key_value_heads is MHA.
+	a, err = ParseHFConfig(mutate(t, "llama-3-8b", del("num_key_value_heads")), "x")
+	if err != nil || a.KVHeads != 32 {
+		t.Errorf("kv heads default: %v %+v", err, a)
+	}
+	// llama ties only when asked; gemma ties by default.
+	a, err = ParseHFConfig(mutate(t, "llama-2-7b", del("tie_word_embeddings")), "x")
+	if err != nil || a.TieEmbeddings {
+		t.Errorf("llama tie default: %v %+v", err, a)
+	}
+	a, err = ParseHFConfig(mutate(t, "gemma-2b", del("tie_word_embeddings")), "x")
+	if err != nil || !a.TieEmbeddings {
+		t.Errorf("gemma tie default: %v %+v", err, a)
+	}
+	// gemma's legacy hidden_act "gelu" means the tanh approximation.
+	if a.Act != "gelu_pytorch_tanh" {
+		t.Errorf("gemma act = %q", a.Act)
+	}
+	// mistral sliding window default and explicit null.
+	a, err = ParseHFConfig(mutate(t, "mistral-7b", del("sliding_window")), "x")
+	if err != nil || a.SlidingWindow != 4096 {
+		t.Errorf("mistral window default: %v %+v", err, a)
+	}
+	a, err = ParseHFConfig(mutate(t, "mistral-7b", map[string]any{"sliding_window": json.RawMessage("null")}), "x")
+	if err != nil || a.SlidingWindow != 0 {
+		t.Errorf("mistral window null: %v %+v", err, a)
+	}
+	// Integral floats are accepted as integers.
+	a, err = ParseHFConfig(mutate(t, "llama-2-7b", map[string]any{"hidden_size": json.RawMessage("4096.0")}), "x")
+	if err != nil || a.Hidden != 4096 {
+		t.Errorf("4096.0: %v %+v", err, a)
+	}
+	// A ViTModel config gets a pooler and no classifier.
+	a, err = ParseHFConfig(mutate(t, "vit-base", map[string]any{"architectures": []string{"ViTModel"}, "num_labels": nil}), "x")
+	if err != nil || !a.Pooler || a.NumLabels != 0 || a.ParamCount() != 86_389_248 {
+		t.Errorf("ViTModel: %v %+v", err, a)
+	}
+	// id2label sizes the classifier.
+	a, err = ParseHFConfig(mutate(t, "vit-base", map[string]any{"num_labels": nil, "id2label": map[string]string{"0": "cat", "1": "dog", "2": "emu"}}), "x")
+	if err != nil || a.NumLabels != 3 {
+		t.Errorf("id2label: %v %+v", err, a)
+	}
+}
+
+func TestFamilyFlags(t *testing.T) {
+	get := func(n string) *Arch {
+		a, err := Lookup(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := get("gpt2"); !a.FusedQKV || a.GatedMLP || a.PosEmbedding != "learned" || a.Norm != "layernorm" || !a.NormBias || !a.TieEmbeddings {
+		t.Errorf("gpt2: %+v", a)
+	}
+	if a := get("qwen2.5-7b"); !a.QKVBias || a.OutBias || a.SlidingWindow != 0 {
+		t.Errorf("qwen2: %+v", a)
+	}
+	if a := get("qwen3-8b"); !a.QKNorm || a.QKVBias || a.HeadDim != 128 {
+		t.Errorf("qwen3: %+v", a)
+	}
+	if a := get("gemma-2-9b"); !a.PostNorms || !a.SlidingWindowAlternating || a.SlidingWindow != 4096 || a.AttnLogitSoftcap != 50 || a.FinalLogitSoftcap != 30 || a.HeadDim != 256 {
+		t.Errorf("gemma2: %+v", a)
+	}
+	if a := get("phi-3-mini"); !a.FusedQKV || !a.FusedGateUp || a.SlidingWindow != 2047 {
+		t.Errorf("phi3: %+v", a)
+	}
+	if a := get("pythia-160m"); !a.ParallelResidual || a.RotaryPct != 0.25 || !a.QKVBias || !a.MLPBias || a.TieEmbeddings {
+		t.Errorf("neox: %+v", a)
+	}
+	if a := get("mixtral-8x7b"); a.NumExperts != 8 || a.ExpertsPerToken != 2 || a.RopeTheta != 1e6 {
+		t.Errorf("mixtral: %+v", a)
+	}
+	if a := get("bert-base"); !a.Encoder || !a.Pooler || a.TypeVocab != 2 || a.AttnDropout != 0.1 {
+		t.Errorf("bert: %+v", a)
+	}
+	if a := get("vit-base"); a.MaxPositions != 197 || a.NumLabels != 1000 || a.Pooler || a.Vocab != 0 {
+		t.Errorf("vit: %+v", a)
+	}
+	if a := get("llama-3.2-1b"); !a.TieEmbeddings || a.HeadDim != 64 || a.KVHeads != 8 {
+		t.Errorf("llama-3.2-1b: %+v", a)
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "config.json")
+	loadCatalog()
+	if err := os.WriteFile(p, catalogData["mistral-7b"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := LoadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Name != p || a.ParamCount() != 7_241_732_096 {
+		t.Errorf("LoadFile: %+v", a)
+	}
+	if _, err := LoadFile(filepath.Join(dir, "nope.json")); err == nil || !strings.HasPrefix(err.Error(), "models: ") {
+		t.Errorf("missing file: %v", err)
+	}
+	// Resolve: existing path, .json path, catalog name.
+	if a, err := Resolve(p); err != nil || a.Family != FamilyMistral {
+		t.Errorf("Resolve(path): %v", err)
+	}
+	if _, err := Resolve(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("Resolve(missing .json) succeeded")
+	}
+	if a, err := Resolve("GPT2"); err != nil || a.Family != FamilyGPT2 {
+		t.Errorf("Resolve(name): %v", err)
+	}
+}
+
+func TestValidateRejects(t *testing.T) {
+	base, err := Lookup("llama-3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(a *Arch){
+		"zero hidden":      func(a *Arch) { a.Hidden = 0 },
+		"kv not dividing":  func(a *Arch) { a.KVHeads = 5 },
+		"bad norm":         func(a *Arch) { a.Norm = "batchnorm" },
+		"bad pos":          func(a *Arch) { a.PosEmbedding = "alibi" },
+		"topk > experts":   func(a *Arch) { a.NumExperts, a.ExpertsPerToken = 2, 3 },
+		"topk without moe": func(a *Arch) { a.ExpertsPerToken = 1 },
+		"dropout":          func(a *Arch) { a.HiddenDropout = 2 },
+		"unknown family":   func(a *Arch) { a.Family = "rwkv" },
+		"huge": func(a *Arch) {
+			a.Layers, a.Hidden, a.Intermediate, a.HeadDim = maxLayers, maxDim, maxDim, maxDim/a.Heads
+		},
+		"rmsnorm bias":        func(a *Arch) { a.NormBias = true },
+		"fused gate dense":    func(a *Arch) { a.GatedMLP = false; a.FusedGateUp = true },
+		"head dim mismatch":   func(a *Arch) { a.Family = FamilyGPTNeoX; a.HeadDim = 64 },
+		"type vocab non-bert": func(a *Arch) { a.TypeVocab = 2 },
+	}
+	for name, f := range cases {
+		a := base.Clone()
+		f(a)
+		if err := a.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted %+v", name, a)
+		} else if !strings.HasPrefix(err.Error(), "models: ") {
+			t.Errorf("%s: error %q lacks prefix", name, err)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("base: %v", err)
+	}
+	var nilArch *Arch
+	if nilArch.Validate() == nil || nilArch.Clone() != nil {
+		t.Error("nil Arch")
+	}
+}
+
+func FuzzParseHFConfig(f *testing.F) {
+	loadCatalog()
+	for _, n := range catalogNames {
+		f.Add(catalogData[n])
+	}
+	f.Add([]byte(``))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4,"n_positions":128,"vocab_size":100}`))
+	f.Add([]byte(`{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"intermediate_size":8,"num_local_experts":1e3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := ParseHFConfig(data, "fuzz.json")
+		if err != nil {
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "models: ") || strings.Contains(msg, "\n") {
+				t.Fatalf("bad error %q", msg)
+			}
+			return
+		}
+		if err := a.Validate(); err != nil {
+			t.Fatalf("accepted arch fails Validate: %v", err)
+		}
+		n := a.ParamCount()
+		if n <= 0 {
+			t.Fatalf("ParamCount %d", n)
+		}
+		var sum int64
+		for _, g := range a.ParamBreakdown() {
+			sum += g.Total
+		}
+		if sum != n {
+			t.Fatalf("breakdown %d != ParamCount %d", sum, n)
+		}
+		_ = a.Describe()
+	})
+}

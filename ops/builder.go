@@ -1,0 +1,583 @@
+package ops
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// Precision is the numeric recipe of a run.
+type Precision uint8
+
+const (
+	// FP32: float32 parameters and activations.
+	FP32 Precision = iota
+	// AMPBF16 / AMPFP16: float32 parameters under torch.autocast.
+	AMPBF16
+	AMPFP16
+	// BF16 / FP16: 16-bit parameters and activations with float32 master
+	// weights kept by the optimizer (Megatron-LM / DeepSpeed style).
+	BF16
+	FP16
+)
+
+var precisionNames = []string{"fp32", "amp-bf16", "amp-fp16", "bf16", "fp16"}
+
+func (p Precision) String() string {
+	if int(p) < len(precisionNames) {
+		return precisionNames[p]
+	}
+	return fmt.Sprintf("precision(%d)", p)
+}
+
+// ParsePrecision reads fp32, amp-bf16, amp-fp16, bf16, fp16.
+func ParsePrecision(s string) (Precision, error) {
+	for i, n := range precisionNames {
+		if strings.EqualFold(s, n) {
+			return Precision(i), nil
+		}
+	}
+	return 0, fmt.Errorf("ops: unknown precision %q (want one of %s)", s, strings.Join(precisionNames, ", "))
+}
+
+// PrecisionNames lists the accepted precision names.
+func PrecisionNames() []string { return append([]string(nil), precisionNames...) }
+
+// ParamDType is the dtype parameters are stored in.
+func (p Precision) ParamDType() units.DType {
+	switch p {
+	case BF16:
+		return units.BF16
+	case FP16:
+		return units.F16
+	}
+	return units.F32
+}
+
+// AutocastDType is the lower-precision dtype of autocast, or Invalid when the
+// precision does not autocast.
+func (p Precision) AutocastDType() units.DType {
+	switch p {
+	case AMPBF16:
+		return units.BF16
+	case AMPFP16:
+		return units.F16
+	}
+	return units.Invalid
+}
+
+// MasterWeights reports whether the optimizer keeps float32 master copies.
+func (p Precision) MasterWeights() bool { return p == BF16 || p == FP16 }
+
+// Device selects device-specific kernel behaviour.
+type Device uint8
+
+const (
+	// CUDA kernels (the default): dropout keeps a bool mask.
+	CUDA Device = iota
+	// CPU kernels: dropout keeps its mask in the input dtype (REFERENCE.md,
+	// checked on Debian's torch 1.13).
+	CPU
+)
+
+// Config of a Builder. The zero value is fp32, CUDA, inference.
+type Config struct {
+	Precision Precision
+	Device    Device
+	// Training turns on autograd's saved tensors and dropout.
+	Training bool
+}
+
+// Builder writes a forward ir.Graph. It is not safe for concurrent use.
+type Builder struct {
+	cfg      Config
+	g        *ir.Graph
+	scope    []string
+	castMemo map[ir.TensorID]ir.TensorID
+	isParam  map[ir.TensorID]bool
+}
+
+// NewBuilder starts an empty graph.
+func NewBuilder(cfg Config) *Builder {
+	return &Builder{cfg: cfg, g: &ir.Graph{Loss: ir.NoTensor}, castMemo: map[ir.TensorID]ir.TensorID{}, isParam: map[ir.TensorID]bool{}}
+}
+
+// Config returns the builder's configuration.
+func (b *Builder) Config() Config { return b.cfg }
+
+// Graph returns the graph written so far.
+func (b *Builder) Graph() *ir.Graph { return b.g }
+
+// Tensor returns a tensor of the graph.
+func (b *Builder) Tensor(t ir.TensorID) *ir.Tensor { return &b.g.Tensors[t] }
+
+// Shape returns a copy of t's shape.
+func (b *Builder) Shape(t ir.TensorID) []int64 {
+	return append([]int64(nil), b.g.Tensors[t].Shape...)
+}
+
+// Enter pushes a module scope ("layers", "3", ...) and returns its pop.
+func (b *Builder) Enter(name string) func() {
+	n := len(b.scope)
+	b.scope = append(b.scope, strings.Split(name, ".")...)
+	return func() { b.scope = b.scope[:n] }
+}
+
+// Module is the current module path.
+func (b *Builder) Module() string { return strings.Join(b.scope, ".") }
+
+func (b *Builder) qual(name string) string {
+	if m := b.Module(); m != "" {
+		return m + "." + name
+	}
+	return name
+}
+
+// ActDType is the dtype of activations outside autocast casts.
+func (b *Builder) ActDType() units.DType { return b.cfg.Precision.ParamDType() }
+
+func (b *Builder) newTensor(t ir.Tensor) ir.TensorID {
+	if t.Base == 0 && t.Bytes == 0 {
+		t.Base = ir.NoTensor
+	}
+	if t.Base == ir.NoTensor {
+		t.Bytes = t.DType.Size(t.Numel())
+	}
+	b.g.Tensors = append(b.g.Tensors, t)
+	return ir.TensorID(len(b.g.Tensors) - 1)
+}
+
+// Param registers a trainable parameter of the current module.
+func (b *Builder) Param(name string, shape ...int64) ir.TensorID {
+	id := b.newTensor(ir.Tensor{Name: b.qual(name), Shape: shape, DType: b.cfg.Precision.ParamDType(), Base: ir.NoTensor,
+		Cat: ir.Parameter, Resident: true, RequiresGrad: b.cfg.Training})
+	b.g.Params = append(b.g.Params, id)
+	b.isParam[id] = true
+	return id
+}
+
+// Input registers a batch input. batch marks that its first dimension is
+// the micro-batch.
+func (b *Builder) Input(name string, dt units.DType, shape ...int64) ir.TensorID {
+	id := b.newTensor(ir.Tensor{Name: name, Shape: shape, DType: dt, Base: ir.NoTensor, Cat: ir.Other, Resident: true, Batch: true})
+	b.g.Inputs = append(b.g.Inputs, id)
+	return id
+}
+
+// Buffer registers a resident non-trainable tensor (masks, tables).
+func (b *Builder) Buffer(name string, dt units.DType, shape ...int64) ir.TensorID {
+	id := b.newTensor(ir.Tensor{Name: b.qual(name), Shape: shape, DType: dt, Base: ir.NoTensor, Cat: ir.Other, Resident: true})
+	b.g.Buffers = append(b.g.Buffers, id)
+	return id
+}
+
+// out describes one output of a node.
+type out struct {
+	name   string
+	dt     units.DType
+	shape  []int64
+	view   ir.TensorID // NoTensor: owns storage
+	noGrad bool
+}
+
+func numel(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+func (b *Builder) requiresGrad(in []ir.TensorID) bool {
+	if !b.cfg.Training {
+		return false
+	}
+	for _, t := range in {
+		if b.g.Tensors[t].RequiresGrad {
+			return true
+		}
+	}
+	return false
+}
+
+// node appends a node of rule kind and returns its outputs.
+func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64) []ir.TensorID {
+	r, ok := Table[kind]
+	if !ok {
+		panic("ops: no rule for " + kind) // programmer error: builders use table names
+	}
+	rg := b.requiresGrad(in)
+	batch := false
+	for _, t := range in {
+		batch = batch || b.g.Tensors[t].Batch
+	}
+	n := ir.Node{Kind: kind, Module: b.Module(), In: append([]ir.TensorID(nil), in...), FLOPs: flops}
+	var mem float64
+	for _, t := range in {
+		mem += float64(b.g.Tensors[t].DType.Size(b.g.Tensors[t].Numel()))
+	}
+	for i, o := range outs {
+		t := ir.Tensor{Name: b.qual(o.name), Shape: o.shape, DType: o.dt, Base: o.view, Cat: ir.Temporary,
+			RequiresGrad: rg && !o.noGrad && (i == 0 || !r.View), Batch: batch && len(o.shape) > 0}
+		if o.view != ir.NoTensor {
+			t.Cat = b.g.Tensors[o.view].Cat
+		}
+		id := b.newTensor(t)
+		n.Out = append(n.Out, id)
+		mem += float64(o.dt.Size(numel(o.shape)))
+	}
+	n.MemBytes = mem
+	n.BwdFLOPs = flops * r.BwdFactor
+	n.GradAliases = r.View
+	if b.cfg.Training && rg {
+		for _, i := range r.SaveIn {
+			if i >= len(in) {
+				continue
+			}
+			if r.SaveInIfOtherGrad && len(in) == 2 && !b.g.Tensors[in[1-i]].RequiresGrad {
+				continue
+			}
+			n.Saved = append(n.Saved, in[i])
+		}
+		for _, i := range r.SaveOut {
+			if i < len(n.Out) {
+				n.Saved = append(n.Saved, n.Out[i])
+			}
+		}
+	}
+	b.g.Nodes = append(b.g.Nodes, n)
+	return n.Out
+}
+
+func (b *Builder) last() *ir.Node { return &b.g.Nodes[len(b.g.Nodes)-1] }
+
+func isFloat(dt units.DType) bool { return dt == units.F32 || dt == units.F16 || dt == units.BF16 }
+
+// cast returns x in dtype dt, adding an autocast copy when needed. Casts of
+// parameters are cached for the forward pass, as autocast's weight cache does.
+func (b *Builder) cast(x ir.TensorID, dt units.DType) ir.TensorID {
+	t := &b.g.Tensors[x]
+	if t.DType == dt || !isFloat(t.DType) {
+		return x
+	}
+	if c, ok := b.castMemo[x]; ok && b.g.Tensors[c].DType == dt {
+		return c
+	}
+	shape := append([]int64(nil), t.Shape...)
+	name := strings.TrimPrefix(t.Name, b.Module()+".")
+	y := b.node("to_copy", []ir.TensorID{x}, []out{{name: name + "." + dt.String(), dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
+	b.last().MemBytes = float64(t.DType.Size(t.Numel()) + dt.Size(t.Numel()))
+	if b.isParam[x] {
+		b.castMemo[x] = y
+	}
+	return y
+}
+
+// autocast applies the cast policy of kind to the floating inputs and returns
+// the inputs to use and the op's compute dtype.
+func (b *Builder) autocast(kind string, in ...ir.TensorID) ([]ir.TensorID, units.DType) {
+	r := Table[kind]
+	low := b.cfg.Precision.AutocastDType()
+	res := append([]ir.TensorID(nil), in...)
+	dt := b.g.Tensors[in[0]].DType
+	switch {
+	case low != units.Invalid && r.Cast == Lower:
+		for i, x := range res {
+			res[i] = b.cast(x, low)
+		}
+		dt = low
+	case low != units.Invalid && r.Cast == CastFP32:
+		for i, x := range res {
+			res[i] = b.cast(x, units.F32)
+		}
+		dt = units.F32
+	case r.Cast == Promote:
+		for _, x := range in {
+			if xd := b.g.Tensors[x].DType; isFloat(xd) && xd.Bits() > dt.Bits() || !isFloat(dt) {
+				dt = xd
+			}
+		}
+	}
+	return res, dt
+}
+
+func lastDim(shape []int64) int64 { return shape[len(shape)-1] }
+
+func withLast(shape []int64, d int64) []int64 {
+	s := append([]int64(nil), shape...)
+	s[len(s)-1] = d
+	return s
+}
+
+// Linear is torch.nn.functional.linear(x, w, bias); bias may be NoTensor.
+func (b *Builder) Linear(name string, x, w, bias ir.TensorID) ir.TensorID {
+	ins := []ir.TensorID{x, w}
+	if bias != ir.NoTensor {
+		ins = append(ins, bias)
+	}
+	ins, dt := b.autocast("linear", ins...)
+	xs, ws := b.g.Tensors[ins[0]].Shape, b.g.Tensors[ins[1]].Shape
+	rows := numel(xs) / lastDim(xs)
+	flops := 2 * float64(rows) * float64(ws[0]) * float64(ws[1])
+	return b.node("linear", ins, []out{{name: name, dt: dt, shape: withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
+}
+
+// MatMul is a batched matmul a[..., m, k] @ c[..., k, n]. Inputs must be
+// contiguous; permuted inputs need Copy first, as PyTorch's matmul makes them.
+func (b *Builder) MatMul(name string, a, c ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast("matmul", a, c)
+	as, cs := b.g.Tensors[ins[0]].Shape, b.g.Tensors[ins[1]].Shape
+	m, k, n := as[len(as)-2], as[len(as)-1], cs[len(cs)-1]
+	batch := numel(as) / (m * k)
+	shape := append(append([]int64(nil), as[:len(as)-2]...), m, n)
+	return b.node("matmul", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 2*float64(batch*m*k*n))[0]
+}
+
+// Conv2d with a square kernel, stride and no padding (patch embeddings).
+func (b *Builder) Conv2d(name string, x, w, bias ir.TensorID, stride int64) ir.TensorID {
+	ins := []ir.TensorID{x, w}
+	if bias != ir.NoTensor {
+		ins = append(ins, bias)
+	}
+	ins, dt := b.autocast("conv2d", ins...)
+	xs, ws := b.g.Tensors[ins[0]].Shape, b.g.Tensors[ins[1]].Shape
+	oh := (xs[2]-ws[2])/stride + 1
+	ow := (xs[3]-ws[3])/stride + 1
+	shape := []int64{xs[0], ws[0], oh, ow}
+	flops := 2 * float64(numel(shape)) * float64(ws[1]*ws[2]*ws[3])
+	return b.node("conv2d", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, flops)[0]
+}
+
+// LayerNorm over the last dimension; bias may be NoTensor.
+func (b *Builder) LayerNorm(name string, x, w, bias ir.TensorID) ir.TensorID {
+	ins := []ir.TensorID{x, w}
+	if bias != ir.NoTensor {
+		ins = append(ins, bias)
+	}
+	ins, dt := b.autocast("layer_norm", ins...)
+	xs := b.g.Tensors[ins[0]].Shape
+	stat := withLast(xs, 1)
+	outs := b.node("layer_norm", ins, []out{
+		{name: name, dt: dt, shape: append([]int64(nil), xs...), view: ir.NoTensor},
+		{name: name + ".mean", dt: units.F32, shape: stat, view: ir.NoTensor, noGrad: true},
+		{name: name + ".rstd", dt: units.F32, shape: append([]int64(nil), stat...), view: ir.NoTensor, noGrad: true},
+	}, 8*float64(numel(xs)))
+	return outs[0]
+}
+
+// RMSNorm over the last dimension (fused kernel semantics).
+func (b *Builder) RMSNorm(name string, x, w ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast("rms_norm", x, w)
+	xs := b.g.Tensors[ins[0]].Shape
+	outs := b.node("rms_norm", ins, []out{
+		{name: name, dt: dt, shape: append([]int64(nil), xs...), view: ir.NoTensor},
+		{name: name + ".rstd", dt: units.F32, shape: withLast(xs, 1), view: ir.NoTensor, noGrad: true},
+	}, 6*float64(numel(xs)))
+	return outs[0]
+}
+
+// Unary applies an elementwise rule (gelu, silu, relu, tanh).
+func (b *Builder) Unary(kind, name string, x ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast(kind, x)
+	xs := b.g.Tensors[ins[0]].Shape
+	return b.node(kind, ins, []out{{name: name, dt: dt, shape: append([]int64(nil), xs...), view: ir.NoTensor}}, 8*float64(numel(xs)))[0]
+}
+
+// Softmax over the last dimension (log=true for log_softmax).
+func (b *Builder) Softmax(name string, x ir.TensorID, log bool) ir.TensorID {
+	kind := "softmax"
+	if log {
+		kind = "log_softmax"
+	}
+	return b.Unary(kind, name, x)
+}
+
+// Binary is add or mul with broadcasting of c onto a's shape.
+func (b *Builder) Binary(kind, name string, a, c ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast(kind, a, c)
+	as := b.g.Tensors[ins[0]].Shape
+	if cs := b.g.Tensors[ins[1]].Shape; numel(cs) > numel(as) {
+		as = cs
+	}
+	return b.node(kind, ins, []out{{name: name, dt: dt, shape: append([]int64(nil), as...), view: ir.NoTensor}}, float64(numel(as)))[0]
+}
+
+// Scale multiplies by a Python scalar (saves nothing).
+func (b *Builder) Scale(name string, x ir.TensorID) ir.TensorID {
+	xs := b.g.Tensors[x].Shape
+	return b.node("mul_scalar", []ir.TensorID{x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: append([]int64(nil), xs...), view: ir.NoTensor}}, float64(numel(xs)))[0]
+}
+
+// Where is torch.where(cond, x, scalar) — masking attention scores.
+func (b *Builder) Where(name string, cond, x ir.TensorID) ir.TensorID {
+	xs := b.g.Tensors[x].Shape
+	return b.node("where", []ir.TensorID{cond, x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: append([]int64(nil), xs...), view: ir.NoTensor}}, float64(numel(xs)))[0]
+}
+
+// Dropout with probability p. Without training or with p == 0 it is the
+// identity, as nn.Dropout is in eval mode.
+func (b *Builder) Dropout(name string, x ir.TensorID, p float64) ir.TensorID {
+	if !b.cfg.Training || p <= 0 {
+		return x
+	}
+	xs := b.g.Tensors[x].Shape
+	mdt := units.Bool
+	if b.cfg.Device == CPU {
+		mdt = b.g.Tensors[x].DType
+	}
+	return b.node("dropout", []ir.TensorID{x}, []out{
+		{name: name, dt: b.g.Tensors[x].DType, shape: append([]int64(nil), xs...), view: ir.NoTensor},
+		{name: name + ".mask", dt: mdt, shape: append([]int64(nil), xs...), view: ir.NoTensor, noGrad: true},
+	}, 2*float64(numel(xs)))[0]
+}
+
+// View is a view/reshape/transpose/slice of x with a new shape; it owns no
+// storage.
+func (b *Builder) View(name string, x ir.TensorID, shape ...int64) ir.TensorID {
+	return b.node("view", []ir.TensorID{x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: shape, view: x}}, 0)[0]
+}
+
+// Copy materialises x (contiguous(), clone(), the copy matmul makes of a
+// permuted operand) with the given shape (x's when nil).
+func (b *Builder) Copy(name string, x ir.TensorID, shape ...int64) ir.TensorID {
+	if shape == nil {
+		shape = b.Shape(x)
+	}
+	n := b.node("copy", []ir.TensorID{x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: shape, view: ir.NoTensor}}, 0)
+	b.last().MemBytes = 2 * float64(b.g.Tensors[x].Bytes)
+	return n[0]
+}
+
+// Cat concatenates along dimension dim.
+func (b *Builder) Cat(name string, dim int, xs ...ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast("cat", xs...)
+	shape := b.Shape(ins[0])
+	shape[dim] = 0
+	for _, x := range ins {
+		shape[dim] += b.g.Tensors[x].Shape[dim]
+	}
+	return b.node("cat", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
+}
+
+// Embedding looks rows of w up by integer ids.
+func (b *Builder) Embedding(name string, w, ids ir.TensorID) ir.TensorID {
+	shape := append(b.Shape(ids), b.g.Tensors[w].Shape[1])
+	return b.node("embedding", []ir.TensorID{w, ids}, []out{{name: name, dt: b.g.Tensors[w].DType, shape: shape, view: ir.NoTensor}}, 0)[0]
+}
+
+// Rotary applies rotary position embeddings with shared cos/sin tables. HF's
+// apply_rotary_pos_emb holds about two input-sized temporaries
+// (rotate_half's cat and one product) while it runs.
+func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID) ir.TensorID {
+	xs := b.Shape(x)
+	y := b.node("rotary", []ir.TensorID{x, cos, sin}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: xs, view: ir.NoTensor}}, 3*float64(numel(xs)))[0]
+	b.last().Workspace = 2 * b.g.Tensors[x].DType.Size(numel(xs))
+	b.last().BwdWorkspace = b.last().Workspace
+	return y
+}
+
+// SDPA is scaled_dot_product_attention on the flash/memory-efficient path:
+// q [B,A,S,D], k and v [B,KV,S,D] (grouped-query attention without repeating
+// k and v). Backward holds a float32 dq accumulator and softmax_d
+// (flash-attention mha_bwd).
+func (b *Builder) SDPA(name string, q, k, v ir.TensorID, causal bool) ir.TensorID {
+	ins, dt := b.autocast("sdpa_flash", q, k, v)
+	qs := b.Shape(ins[0])
+	B, A, S, D := qs[0], qs[1], qs[2], qs[3]
+	ks := b.g.Tensors[ins[1]].Shape
+	flops := 4 * float64(B*A) * float64(S) * float64(ks[2]) * float64(D)
+	if causal {
+		flops /= 2
+	}
+	outs := b.node("sdpa_flash", ins, []out{
+		{name: name, dt: dt, shape: qs, view: ir.NoTensor},
+		{name: name + ".logsumexp", dt: units.F32, shape: []int64{B, A, S}, view: ir.NoTensor, noGrad: true},
+	}, flops)
+	b.last().BwdWorkspace = units.F32.Size(B*A*S*D) + units.F32.Size(B*A*S)
+	return outs[0]
+}
+
+// CrossEntropy is F.cross_entropy(logits [N, V], labels [N]): log_softmax
+// then nll_loss. It returns the scalar loss and marks it as the graph's loss.
+func (b *Builder) CrossEntropy(name string, logits, labels ir.TensorID) ir.TensorID {
+	lp := b.Softmax(name+".log_softmax", logits, true)
+	ins, dt := b.autocast("nll_loss", lp, labels)
+	outs := b.node("nll_loss", ins, []out{
+		{name: name, dt: dt, shape: []int64{}, view: ir.NoTensor},
+		{name: name + ".total_weight", dt: dt, shape: []int64{}, view: ir.NoTensor, noGrad: true},
+	}, float64(b.g.Tensors[labels].Numel()))
+	b.last().NoGrad = []int{1}
+	b.g.Loss = outs[0]
+	return outs[0]
+}
+
+// TopK routes tokens: it returns routing weights and expert indices (MoE).
+func (b *Builder) TopK(name string, probs ir.TensorID, k int64) (weights, idx ir.TensorID) {
+	ps := b.Shape(probs)
+	outs := b.node("router_topk", []ir.TensorID{probs}, []out{
+		{name: name + ".weights", dt: b.g.Tensors[probs].DType, shape: withLast(ps, k), view: ir.NoTensor},
+		{name: name + ".indices", dt: units.I64, shape: withLast(ps, k), view: ir.NoTensor, noGrad: true},
+	}, float64(numel(ps)))
+	return outs[0], outs[1]
+}
+
+// IndexSelect gathers rows rows of x by an index of that many entries.
+func (b *Builder) IndexSelect(name string, x, index ir.TensorID, rows int64) ir.TensorID {
+	shape := []int64{rows, lastDim(b.g.Tensors[x].Shape)}
+	n := b.node("index_select", []ir.TensorID{x, index}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: shape, view: ir.NoTensor}}, 0)
+	b.last().NoGrad = []int{1}
+	return n[0]
+}
+
+// IndexAdd is acc.index_add_(0, index, src): in place, so the result aliases
+// acc and the gradient of acc passes through.
+func (b *Builder) IndexAdd(name string, acc, index, src ir.TensorID) ir.TensorID {
+	n := b.node("index_add", []ir.TensorID{acc, index, src}, []out{{name: name, dt: b.g.Tensors[acc].DType, shape: b.Shape(acc), view: acc}}, float64(b.g.Tensors[src].Numel()))
+	b.last().NoGrad = []int{1}
+	b.last().GradAliases = true
+	return n[0]
+}
+
+// Zeros is torch.zeros of the given shape in the activation dtype.
+func (b *Builder) Zeros(name string, dt units.DType, shape ...int64) ir.TensorID {
+	return b.node("zeros", nil, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
+}
+
+// To is an explicit x.float() (or .to(dtype)) in model code, outside
+// autocast's policy; it returns x when it already has that dtype.
+func (b *Builder) To(x ir.TensorID, dt units.DType) ir.TensorID {
+	if b.g.Tensors[x].DType == dt {
+		return x
+	}
+	saved := b.castMemo
+	b.castMemo = map[ir.TensorID]ir.TensorID{}
+	y := b.cast(x, dt)
+	b.castMemo = saved
+	return y
+}
+
+// KVCache allocates a resident key or value cache [B, KV, ctx, D].
+func (b *Builder) KVCache(name string, dt units.DType, shape ...int64) ir.TensorID {
+	id := b.newTensor(ir.Tensor{Name: b.qual(name), Shape: shape, DType: dt, Base: ir.NoTensor, Cat: ir.KVCache, Resident: true, Batch: true})
+	b.g.Buffers = append(b.g.Buffers, id)
+	return id
+}
+
+// CacheWrite copies x into cache and returns the cache (a static cache's
+// index_copy_); later attention reads the cache.
+func (b *Builder) CacheWrite(x, cache ir.TensorID) ir.TensorID {
+	b.node("kv_cache_update", []ir.TensorID{x, cache}, nil, 0)
+	b.last().MemBytes = 2 * float64(b.g.Tensors[x].Bytes)
+	return cache
+}
+
+// Index makes an integer index tensor produced inside the graph (router
+// bookkeeping); it never requires grad.
+func (b *Builder) Index(name string, from ir.TensorID, n int64) ir.TensorID {
+	o := b.node("copy", []ir.TensorID{from}, []out{{name: name, dt: units.I64, shape: []int64{n}, view: ir.NoTensor, noGrad: true}}, 0)
+	b.last().NoGrad = []int{0}
+	b.g.Tensors[o[0]].RequiresGrad = false
+	return o[0]
+}

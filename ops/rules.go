@@ -1,0 +1,118 @@
+// Package ops holds the op rule table — what PyTorch autograd saves for each
+// op's backward, how autocast casts its inputs, its FLOPs — and a Builder that
+// model front ends use to write a forward ir.Graph op by op.
+//
+// The saved sets follow tools/autograd/derivatives.yaml of PyTorch 2.x and the
+// CUDA kernels' own saved outputs: linear/matmul save both operands, GELU and
+// SiLU their input, ReLU/softmax/log_softmax their output, LayerNorm and
+// RMSNorm their input plus per-row statistics, dropout a mask (bool, 1 byte, on
+// CUDA; in the input dtype on CPU), flash/memory-efficient SDPA q, k, v, the
+// output and the log-sum-exp, embedding its indices.
+package ops
+
+import (
+	"fmt"
+	"sort"
+)
+
+// CastPolicy is how torch.autocast treats an op (aten/src/ATen/autocast_mode.cpp).
+type CastPolicy uint8
+
+const (
+	// NoCast: the op runs in its inputs' dtype (embedding, views, dropout).
+	NoCast CastPolicy = iota
+	// Lower: cast floating inputs to the autocast dtype (linear, matmul,
+	// bmm, conv, scaled_dot_product_attention).
+	Lower
+	// CastFP32: cast inputs to float32 (layer_norm, softmax, log_softmax,
+	// nll_loss, cross_entropy, group_norm, ...).
+	CastFP32
+	// Promote: run in the widest input dtype (add, mul, cat, where).
+	Promote
+)
+
+// Rule is one row of the op table.
+type Rule struct {
+	Name string
+	// SaveIn / SaveOut are the input and output positions autograd keeps.
+	SaveIn, SaveOut []int
+	// SaveInIfOtherGrad: for binary ops such as mul, input i is saved only
+	// when the other input requires grad (derivatives.yaml: "self: grad *
+	// other" saves other).
+	SaveInIfOtherGrad bool
+	Cast              CastPolicy
+	// View: output 0 aliases input 0; its gradient is a view too.
+	View bool
+	// BwdFactor is backward FLOPs as a multiple of forward FLOPs.
+	BwdFactor float64
+	// Source says where the saved set comes from.
+	Source string
+}
+
+// Table is the op rule table, keyed by rule name. It is checked at init.
+var Table = map[string]*Rule{}
+
+func add(r Rule) {
+	if _, dup := Table[r.Name]; dup {
+		panic("ops: duplicate rule " + r.Name)
+	}
+	rr := r
+	Table[r.Name] = &rr
+}
+
+const dy = "derivatives.yaml"
+
+func init() {
+	for _, r := range []Rule{
+		{Name: "embedding", SaveIn: []int{1}, BwdFactor: 1, Source: dy + ": embedding: weight: embedding_backward(grad, indices, ...) saves indices"},
+		{Name: "linear", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": mm/addmm: self and mat2 (input and weight)"},
+		{Name: "matmul", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": bmm: self and mat2"},
+		{Name: "conv2d", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": convolution: input and weight"},
+		{Name: "layer_norm", SaveIn: []int{0, 1}, SaveOut: []int{1, 2}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": native_layer_norm: input, weight, mean, rstd"},
+		{Name: "rms_norm", SaveIn: []int{0, 1}, SaveOut: []int{1}, Cast: CastFP32, BwdFactor: 2, Source: "fused RMSNorm (torch.nn.RMSNorm / apex): input, weight, rstd"},
+		{Name: "gelu", SaveIn: []int{0}, BwdFactor: 2, Source: dy + ": gelu: self"},
+		{Name: "silu", SaveIn: []int{0}, BwdFactor: 2, Source: dy + ": silu: self"},
+		{Name: "tanh", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": tanh: result"},
+		{Name: "relu", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": relu: result"},
+		{Name: "softmax", SaveOut: []int{0}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": _softmax: result"},
+		{Name: "log_softmax", SaveOut: []int{0}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": _log_softmax: result"},
+		{Name: "nll_loss", SaveIn: []int{1}, SaveOut: []int{1}, Cast: CastFP32, BwdFactor: 1, Source: dy + ": nll_loss_forward: target, total_weight"},
+		{Name: "dropout", SaveOut: []int{1}, BwdFactor: 1, Source: dy + ": native_dropout: mask (bool on CUDA)"},
+		{Name: "mul", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Promote, BwdFactor: 2, Source: dy + ": mul.Tensor: self: grad*other, other: grad*self"},
+		{Name: "mul_scalar", Cast: NoCast, BwdFactor: 1, Source: dy + ": mul.Scalar saves nothing"},
+		{Name: "add", Cast: Promote, BwdFactor: 0, Source: dy + ": add.Tensor saves nothing"},
+		{Name: "where", SaveIn: []int{0}, Cast: Promote, BwdFactor: 1, Source: dy + ": where.self: condition"},
+		{Name: "rotary", SaveIn: []int{1, 2}, BwdFactor: 1, Source: "HF apply_rotary_pos_emb: q*cos + rotate_half(q)*sin saves cos and sin (shared)"},
+		{Name: "cat", Cast: Promote, BwdFactor: 0, Source: dy + ": cat saves sizes only"},
+		{Name: "copy", BwdFactor: 0, Source: dy + ": clone/contiguous/_to_copy save nothing"},
+		{Name: "to_copy", BwdFactor: 0, Source: dy + ": _to_copy saves nothing (autocast cast)"},
+		{Name: "view", View: true, Source: dy + ": view/reshape/transpose/select/slice save sizes only"},
+		{Name: "sdpa_flash", SaveIn: []int{0, 1, 2}, SaveOut: []int{0, 1}, Cast: Lower, BwdFactor: 2.5, Source: dy + ": _scaled_dot_product_flash_attention: query, key, value, output, logsumexp (+ philox seed/offset)"},
+		{Name: "router_topk", SaveOut: []int{1}, BwdFactor: 1, Source: dy + ": topk: indices"},
+		{Name: "index_select", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_select/index: index"},
+		{Name: "index_add", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_add: index"},
+		{Name: "zeros", Source: "torch.zeros: no inputs, saves nothing"},
+		{Name: "kv_cache_update", Source: "inference only: copy k/v into a static cache"},
+		{Name: "mean", BwdFactor: 1, Source: dy + ": mean saves sizes"},
+	} {
+		add(r)
+	}
+	// Checked at init: saved positions must be sane.
+	for _, r := range Table {
+		for _, i := range append(append([]int{}, r.SaveIn...), r.SaveOut...) {
+			if i < 0 || i > 3 {
+				panic(fmt.Sprintf("ops: rule %s saves position %d", r.Name, i))
+			}
+		}
+	}
+}
+
+// Names lists the rule names, sorted.
+func Names() []string {
+	out := make([]string, 0, len(Table))
+	for n := range Table {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

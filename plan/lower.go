@@ -1,0 +1,405 @@
+// Package plan lowers a forward ir.Graph into the ir.Program of one training
+// iteration (forward, loss, autograd's backward, the optimizer step, repeated
+// over accumulated micro-steps) or of one inference pass. The lowering follows
+// PyTorch's eager semantics: backward runs the forward nodes in reverse,
+// each reading what its node saved and the gradients of its outputs;
+// parameter gradients are created by the first micro-step and accumulated in
+// place by the rest; zero_grad(set_to_none=True) frees them after the step.
+package plan
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
+)
+
+// TrainConfig says how one training iteration runs. The zero value is one
+// micro-step of SGD, foreach, fp32, steady state.
+type TrainConfig struct {
+	Optimizer Optimizer
+	Impl      Impl
+	Precision ops.Precision
+	// Accum is the number of micro-steps per optimizer step (0 means 1).
+	Accum int
+	// FirstStep lowers the first iteration: optimizer state does not exist
+	// yet and the step creates it lazily, as torch.optim does.
+	FirstStep bool
+	// WeightDecay < 0 takes the optimizer's default (AdamW 0.01, others 0).
+	WeightDecay float64
+}
+
+// ErrNoLoss is returned when a training graph has no loss.
+var ErrNoLoss = errors.New("plan: graph has no loss to differentiate")
+
+type lowerer struct {
+	g      *ir.Graph
+	p      *ir.Program
+	shared map[ir.TensorID]ir.TensorID
+	saved  []bool // graph storages saved for backward
+}
+
+func newLowerer(g *ir.Graph) *lowerer {
+	l := &lowerer{g: g, p: &ir.Program{}, shared: map[ir.TensorID]ir.TensorID{}, saved: make([]bool, len(g.Tensors))}
+	for i := range g.Nodes {
+		for _, t := range g.Nodes[i].Saved {
+			l.saved[ir.Storage(g.Tensors, t)] = true
+		}
+	}
+	for _, id := range append(append([]ir.TensorID(nil), g.Params...), g.Buffers...) {
+		t := g.Tensors[id]
+		t.Shape = append([]int64(nil), t.Shape...)
+		l.shared[id] = l.add(t)
+	}
+	for _, id := range g.Params {
+		l.p.Params = append(l.p.Params, l.shared[id])
+	}
+	return l
+}
+
+func (l *lowerer) add(t ir.Tensor) ir.TensorID {
+	l.p.Tensors = append(l.p.Tensors, t)
+	return ir.TensorID(len(l.p.Tensors) - 1)
+}
+
+// instance maps the graph's per-iteration tensors to fresh program tensors
+// for micro-step m.
+func (l *lowerer) instance(m int) []ir.TensorID {
+	idm := make([]ir.TensorID, len(l.g.Tensors))
+	for i := range l.g.Tensors {
+		if s, ok := l.shared[ir.TensorID(i)]; ok {
+			idm[i] = s
+			continue
+		}
+		t := l.g.Tensors[i]
+		if t.Base != ir.NoTensor {
+			t.Base = idm[t.Base]
+		} else if l.saved[i] && t.Cat == ir.Temporary {
+			t.Cat = ir.Activation
+		}
+		if t.Resident { // batch inputs: loaded per micro-step
+			t.Resident = false
+		}
+		if m > 0 {
+			t.Name = fmt.Sprintf("%s@%d", t.Name, m)
+		}
+		idm[i] = l.add(t)
+	}
+	return idm
+}
+
+func mapIDs(ids []ir.TensorID, idm []ir.TensorID) []ir.TensorID {
+	out := make([]ir.TensorID, len(ids))
+	for i, t := range ids {
+		out[i] = idm[t]
+	}
+	return out
+}
+
+func (l *lowerer) forward(idm []ir.TensorID, m int) {
+	if len(l.g.Inputs) > 0 {
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: "load_batch", Phase: ir.Forward, Micro: m, Out: mapIDs(l.g.Inputs, idm), Node: -1})
+	}
+	for ni := range l.g.Nodes {
+		n := &l.g.Nodes[ni]
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: n.Kind, Module: n.Module, Phase: ir.Forward, Micro: m,
+			In: mapIDs(n.In, idm), Out: mapIDs(n.Out, idm), Workspace: n.Workspace, FLOPs: n.FLOPs, MemBytes: n.MemBytes, Node: int32(ni)})
+	}
+}
+
+func contains(xs []int, v int) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// backward appends autograd's backward of micro-step m. pgrad holds the
+// parameter gradients across micro-steps.
+func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.TensorID) {
+	g := l.g
+	gradOf := map[ir.TensorID]ir.TensorID{}
+	loss := g.Tensors[g.Loss]
+	seed := l.add(ir.Tensor{Name: "grad(" + loss.Name + ")", Shape: []int64{}, DType: loss.DType, Bytes: loss.DType.Size(1), Base: ir.NoTensor, Cat: ir.Temporary})
+	gradOf[g.Loss] = seed
+	l.p.Ops = append(l.p.Ops, ir.Op{Name: "loss.backward", Phase: ir.Backward, Micro: m, In: []ir.TensorID{idm[g.Loss]}, Out: []ir.TensorID{seed}, Node: -1})
+	for ni := len(g.Nodes) - 1; ni >= 0; ni-- {
+		n := &g.Nodes[ni]
+		var gout []ir.TensorID
+		for _, o := range n.Out {
+			if gt, ok := gradOf[o]; ok {
+				gout = append(gout, gt)
+			}
+		}
+		if len(gout) == 0 {
+			continue
+		}
+		op := ir.Op{Name: n.Kind + "_backward", Module: n.Module, Phase: ir.Backward, Micro: m,
+			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: n.MemBytes, Node: int32(ni)}
+		for pos, x := range n.In {
+			xt := &g.Tensors[x]
+			if !xt.RequiresGrad || contains(n.NoGrad, pos) {
+				continue
+			}
+			size := xt.DType.Size(xt.Numel())
+			// accumulate adds into an existing gradient; one written by this
+			// same op (an input used twice, as in x + x) is not read first.
+			accumulate := func(gt ir.TensorID) {
+				for _, o := range op.Out {
+					if o == gt {
+						op.Workspace += size
+						return
+					}
+				}
+				op.In = append(op.In, gt)
+				op.Workspace += size
+			}
+			if px, isShared := l.shared[x]; isShared {
+				if gt, ok := pgrad[px]; ok {
+					accumulate(gt)
+					continue
+				}
+				gt := l.add(ir.Tensor{Name: xt.Name + ".grad", Shape: append([]int64(nil), xt.Shape...), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient})
+				pgrad[px] = gt
+				op.Out = append(op.Out, gt)
+				continue
+			}
+			if gt, ok := gradOf[x]; ok {
+				accumulate(gt)
+				continue
+			}
+			gt := ir.Tensor{Name: "grad(" + xt.Name + ")", Shape: append([]int64(nil), xt.Shape...), DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
+			if n.GradAliases && pos == 0 {
+				gt.Base = gout[0]
+			} else {
+				gt.Bytes = size
+			}
+			id := l.add(gt)
+			gradOf[x] = id
+			op.Out = append(op.Out, id)
+		}
+		l.p.Ops = append(l.p.Ops, op)
+	}
+}
+
+// Train lowers g into one training iteration.
+func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
+	if g.Loss == ir.NoTensor {
+		return nil, ErrNoLoss
+	}
+	if c.Accum <= 0 {
+		c.Accum = 1
+	}
+	if c.WeightDecay < 0 {
+		c.WeightDecay = 0
+		if c.Optimizer == AdamW || c.Optimizer == Adam8bit {
+			c.WeightDecay = 0.01
+		}
+	}
+	l := newLowerer(g)
+	l.p.MicroBatches = c.Accum
+	pgrad := map[ir.TensorID]ir.TensorID{}
+	for m := 0; m < c.Accum; m++ {
+		idm := l.instance(m)
+		l.forward(idm, m)
+		l.backward(idm, m, pgrad)
+	}
+	l.optimizer(c, pgrad)
+	return l.p, nil
+}
+
+// Infer lowers g into one forward pass without autograd.
+func Infer(g *ir.Graph) (*ir.Program, error) {
+	for i := range g.Nodes {
+		if len(g.Nodes[i].Saved) > 0 {
+			return nil, fmt.Errorf("plan: inference graph node %d (%s) saves tensors; build it with Training=false", i, g.Nodes[i].Kind)
+		}
+	}
+	l := newLowerer(g)
+	l.p.MicroBatches = 1
+	l.forward(l.instance(0), 0)
+	return l.p, nil
+}
+
+// state is one optimizer-state tensor to create for a parameter.
+type state struct {
+	name  string
+	dt    units.DType
+	numel int64
+	shape []int64
+}
+
+func (l *lowerer) states(c TrainConfig, p *ir.Tensor) []state {
+	n := p.Numel()
+	dt := p.DType
+	if c.Precision.MasterWeights() {
+		dt = units.F32
+	}
+	full := func(name string) state { return state{name, dt, n, append([]int64(nil), p.Shape...)} }
+	switch c.Optimizer {
+	case SGDMomentum:
+		return []state{full("momentum_buffer")}
+	case Adam, AdamW:
+		return []state{full("exp_avg"), full("exp_avg_sq")}
+	case Adafactor:
+		// transformers.Adafactor defaults (beta1=None): factored second
+		// moment for matrices, full for vectors; float32.
+		if len(p.Shape) >= 2 {
+			r := n / p.Shape[len(p.Shape)-1]
+			cc := n / p.Shape[len(p.Shape)-2]
+			return []state{{"exp_avg_sq_row", units.F32, r, []int64{r}}, {"exp_avg_sq_col", units.F32, cc, []int64{cc}}}
+		}
+		return []state{{"exp_avg_sq", units.F32, n, []int64{n}}}
+	case Adam8bit:
+		if n < bnbMin8bitNum {
+			return []state{{"state1", units.F32, n, []int64{n}}, {"state2", units.F32, n, []int64{n}}}
+		}
+		blocks := (n + bnbBlock - 1) / bnbBlock
+		return []state{{"state1", units.U8, n, []int64{n}}, {"state2", units.U8, n, []int64{n}},
+			{"absmax1", units.F32, blocks, []int64{blocks}}, {"absmax2", units.F32, blocks, []int64{blocks}}}
+	}
+	return nil
+}
+
+// optimizer appends the optimizer step and zero_grad.
+func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
+	var params, grads, masters, allState []ir.TensorID
+	perParamState := map[ir.TensorID][]ir.TensorID{}
+	var init ir.Op
+	init = ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
+	var gradBytes32, stateBytes units.Bytes
+	for _, pid := range l.p.Params {
+		gid, ok := pgrad[pid]
+		if !ok {
+			continue // frozen or unused
+		}
+		pt := l.p.Tensors[pid]
+		params = append(params, pid)
+		grads = append(grads, gid)
+		gradBytes32 += units.F32.Size(pt.Numel())
+		if c.Precision.MasterWeights() {
+			// Master weights exist from the optimizer's construction.
+			mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
+				Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
+			masters = append(masters, mid)
+		}
+		for _, s := range l.states(c, &pt) {
+			t := ir.Tensor{Name: pt.Name + "." + s.name, Shape: s.shape, DType: s.dt, Bytes: s.dt.Size(s.numel), Base: ir.NoTensor, Cat: ir.OptimizerState}
+			if c.FirstStep {
+				t.Keep = true
+			} else {
+				t.Resident = true
+			}
+			id := l.add(t)
+			perParamState[pid] = append(perParamState[pid], id)
+			allState = append(allState, id)
+			stateBytes += t.Bytes
+			if c.FirstStep {
+				init.Out = append(init.Out, id)
+			}
+		}
+	}
+	if len(params) == 0 {
+		return
+	}
+	if len(init.Out) > 0 {
+		l.p.Ops = append(l.p.Ops, init)
+	}
+	emit := func(name string, in []ir.TensorID, out []ir.TensorID, ws units.Bytes, module string) {
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: name, Module: module, Phase: ir.Optimizer, In: in, Out: out, Workspace: ws, Node: -1})
+	}
+	cat := func(xs ...[]ir.TensorID) []ir.TensorID {
+		var o []ir.TensorID
+		for _, x := range xs {
+			o = append(o, x...)
+		}
+		return o
+	}
+	weights := params
+	if c.Precision.MasterWeights() {
+		weights = masters
+	}
+	impl := c.Impl
+	if c.Optimizer == Adafactor {
+		impl = Single // transformers.Adafactor is a per-parameter loop
+	}
+	if c.Optimizer == Adam8bit {
+		impl = Fused // bitsandbytes updates each tensor in one kernel
+	}
+	name := c.Optimizer.String()
+	switch impl {
+	case Foreach, Fused:
+		g := grads
+		if c.Precision.MasterWeights() {
+			// Gradients are upcast to float32 for the update of the
+			// master weights, all at once for a multi-tensor step.
+			g32 := l.add(ir.Tensor{Name: "grads.float32", Shape: []int64{int64(gradBytes32 / 4)}, DType: units.F32, Bytes: gradBytes32, Base: ir.NoTensor, Cat: ir.Temporary})
+			emit("_foreach_copy_(grads_fp32, grads)", grads, []ir.TensorID{g32}, 0, "")
+			g = []ir.TensorID{g32}
+		}
+		if impl == Fused {
+			emit("_fused_"+name+"_", cat(weights, g, allState), nil, 0, "")
+			break
+		}
+		switch c.Optimizer {
+		case SGD:
+			if c.WeightDecay > 0 {
+				emit("_foreach_add(grads, params, alpha=weight_decay)", cat(g, weights), nil, gradBytes32, "")
+			}
+			emit("_foreach_add_(params, grads, alpha=-lr)", cat(weights, g), nil, 0, "")
+		case SGDMomentum:
+			emit("_foreach_mul_/_foreach_add_(momentum_buffers, grads)", cat(allState, g), nil, 0, "")
+			emit("_foreach_add_(params, momentum_buffers, alpha=-lr)", cat(weights, allState), nil, 0, "")
+		case Adam, AdamW:
+			var ms, vs []ir.TensorID
+			for _, pid := range params {
+				s := perParamState[pid]
+				ms, vs = append(ms, s[0]), append(vs, s[1])
+			}
+			if c.Optimizer == AdamW && c.WeightDecay > 0 {
+				emit("_foreach_mul_(params, 1-lr*weight_decay)", weights, nil, 0, "")
+			}
+			if c.Optimizer == Adam && c.WeightDecay > 0 {
+				emit("_foreach_add(grads, params, alpha=weight_decay)", cat(g, weights), nil, stateBytes/2, "")
+			}
+			emit("_foreach_lerp_(exp_avgs, grads, 1-beta1)", cat(ms, g), nil, 0, "")
+			emit("_foreach_mul_/_foreach_addcmul_(exp_avg_sqs, grads, grads)", cat(vs, g), nil, 0, "")
+			denom := l.add(ir.Tensor{Name: "exp_avg_sq_sqrt", Shape: []int64{int64(stateBytes / 8)}, DType: units.F32, Bytes: stateBytes / 2, Base: ir.NoTensor, Cat: ir.Temporary})
+			emit("_foreach_sqrt(exp_avg_sqs)", vs, []ir.TensorID{denom}, 0, "")
+			emit("_foreach_addcdiv_(params, exp_avgs, denom, step_size)", cat(weights, ms, []ir.TensorID{denom}), nil, 0, "")
+		}
+	case Single:
+		for i, pid := range params {
+			pt := &l.p.Tensors[pid]
+			w := weights[i]
+			in := cat([]ir.TensorID{w, grads[i]}, perParamState[pid])
+			var ws units.Bytes
+			if c.Precision.MasterWeights() {
+				ws += units.F32.Size(pt.Numel()) // grad.float()
+			}
+			switch c.Optimizer {
+			case Adam, AdamW:
+				// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
+				// the sqrt and the quotient are both alive for a moment.
+				ws += 2 * l.p.Tensors[perParamState[pid][1]].Bytes
+			case Adafactor:
+				// update = grad**2 + eps, then _approx_sq_grad makes a new
+				// full-size update before the old one is dropped.
+				ws += 2 * units.F32.Size(pt.Numel())
+			case SGD:
+				if c.WeightDecay > 0 {
+					ws += l.p.Tensors[grads[i]].Bytes
+				}
+			}
+			emit(name+".step", in, nil, ws, pt.Name)
+		}
+	}
+	if c.Precision.MasterWeights() {
+		emit("_foreach_copy_(params, master_params)", cat(params, masters), nil, 0, "")
+	}
+	emit("zero_grad(set_to_none=True)", grads, nil, 0, "")
+}

@@ -1,0 +1,18 @@
+"""memplan_torch: the PyTorch side of memplan.
+
+* export(): trace one steady-state training step at the aten-op level into a memplan.trace/v1 file;
+* measure(): run pinned workloads for real and record per-phase peaks (memplan.measured/v1);
+* check_alignment(): compare k accumulated micro-steps with the full batch;
+* suite: the validation suite (python3 -m memplan_torch suite --out DIR).
+
+Formats: docs/trace-format.md and docs/measure-format.md in the memplan repository.
+"""
+
+__version__ = "0.1.0"
+
+from .align import check_alignment, check_workload  # noqa: E402,F401
+from .export import export, export_builder  # noqa: E402,F401
+from .measure import MeasureError, measure  # noqa: E402,F401
+from .trace import ExportError  # noqa: E402,F401
+from .workload import WorkloadError  # noqa: E402,F401
+from .workload import load as load_workload  # noqa: E402,F401

@@ -1,0 +1,127 @@
+"""python3 -m memplan_torch {export,measure,align,suite,build-tracker}"""
+
+import argparse
+import json
+import os
+import sys
+
+
+def _reexec_under_tracker(threshold):
+    """Re-executes this command under the LD_PRELOAD tracker (CPU measurement)."""
+    from . import tracker
+    if tracker.counters() is not None:
+        return
+    if os.environ.get("MEMPLAN_TRACKER_CHILD"):
+        raise SystemExit("memplan_torch: the tracker was preloaded but is not active (LD_PRELOAD=%s)"
+                         % os.environ.get("LD_PRELOAD"))
+    env = tracker.preload_env(threshold)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pp = [root] + [p for p in sys.path if p and os.path.isdir(p)]
+    env["PYTHONPATH"] = os.pathsep.join(pp)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "memplan_torch"] + sys.argv[1:], env)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m memplan_torch",
+                                description="memplan's PyTorch side: traces, measurements, alignment.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    e = sub.add_parser("export", help="trace a training step into a memplan.trace/v1 JSON file")
+    e.add_argument("builder", help="MODULE:FUNCTION; FUNCTION(batch_size[, seq_len=]) returns "
+                                   "(model, inputs, loss_fn[, targets])")
+    e.add_argument("--out", required=True)
+    e.add_argument("--batch", type=int, default=2, help="trace batch size (a second trace runs at twice it)")
+    e.add_argument("--seq-len", type=int, default=None, help="passed to the builder as seq_len=")
+    e.add_argument("--seq-dim", type=int, default=None, help="fit sizes in the sequence too (needs --seq-len)")
+    e.add_argument("--batch-dim", type=int, default=0)
+    e.add_argument("--optimizer", default="adamw", help="adamw | sgd | sgd-momentum")
+    e.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
+                   help="auto: meta, falling back to cpu when an op fails on meta")
+    e.add_argument("--foreach", default=None, choices=["true", "false"])
+
+    m = sub.add_parser("measure", help="run workloads for real; write memplan.measured/v1")
+    m.add_argument("workloads", nargs="+", help="workload files (YAML or JSON)")
+    m.add_argument("--out", required=True)
+    m.add_argument("--threshold", type=int, default=1024, help="CPU tracker: smallest counted allocation")
+
+    a = sub.add_parser("align", help="check k accumulated micro-steps against the full batch")
+    a.add_argument("workload")
+    a.add_argument("--k", type=int, default=None, help="accumulation (default: strategy.accumulation)")
+    a.add_argument("--tolerance", type=float, default=None)
+    a.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("suite", help="run the validation suite")
+    s.add_argument("--out", required=True)
+    s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    s.add_argument("--cases", default=None, help="comma-separated case names")
+    s.add_argument("--iters", type=int, default=2)
+    s.add_argument("--threshold", type=int, default=1024)
+
+    sub.add_parser("build-tracker", help="compile the CPU tracker (csrc/memtrack.c) into the cache")
+
+    args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except (ValueError, RuntimeError) as err:
+        from .trace import ExportError
+        from .measure import MeasureError
+        from .workload import WorkloadError
+        from .tracker import TrackerError
+        if isinstance(err, (ExportError, MeasureError, WorkloadError, TrackerError)) or \
+                str(err).startswith("memplan_torch"):
+            print("error: %s" % err, file=sys.stderr)
+            return 2
+        raise
+
+
+def _run(args):
+    if args.cmd == "build-tracker":
+        from . import tracker
+        print(tracker.build(force=True, verbose=True))
+        return 0
+    if args.cmd == "export":
+        from .export import export_builder
+        doc = export_builder(args.builder, args.out, batch=args.batch, seq_len=args.seq_len,
+                             optimizer=args.optimizer, batch_dim=args.batch_dim, seq_dim=args.seq_dim,
+                             device=args.device,
+                             foreach=None if args.foreach is None else args.foreach == "true")
+        print("wrote %s: %d events, traced on %s%s" % (args.out, len(doc["events"]), doc["trace_device"],
+                                                       "".join("\n  note: " + n for n in doc["notes"])))
+        return 0
+    if args.cmd == "measure":
+        from .workload import load
+        from .measure import needs_tracker, measure_workload, document
+        from .export import write_json
+        ws = [load(w) for w in args.workloads]
+        if needs_tracker(ws):
+            _reexec_under_tracker(args.threshold)
+        cases = []
+        for w in ws:
+            c = measure_workload(w)
+            cases.append(c)
+            print("%s on %s: peak %d bytes in %s (forward %d, backward %d, optimizer %d), start %d, %.3fs/step"
+                  % (c["name"], c["device"], c["peak_bytes"], c["peak_phase"], c["phases"]["forward"],
+                     c["phases"]["backward"], c["phases"]["optimizer"], c["baseline_bytes"], c["step_time_s"]))
+        write_json(document(cases), args.out)
+        return 0
+    if args.cmd == "align":
+        from .workload import load
+        from .align import check_workload, format_report
+        rep = check_workload(load(args.workload), k=args.k, tolerance=args.tolerance)
+        print(json.dumps(rep, indent=1) if args.json else format_report(rep))
+        return 0 if rep["aligned"] else 1
+    if args.cmd == "suite":
+        from .measure import resolve_device
+        if resolve_device(args.device) == "cpu":
+            _reexec_under_tracker(args.threshold)
+        from . import suite
+        suite.run(args.out, device=args.device, iters=args.iters,
+                  cases=args.cases.split(",") if args.cases else None)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Feature detection across PyTorch 1.13 (Debian) and 2.x."""
+
+import inspect
+
+import torch
+import torch.utils.checkpoint
+from torch.multiprocessing.reductions import StorageWeakRef
+
+try:  # 2.x
+    from torch.utils._pytree import tree_flatten
+except ImportError:  # pragma: no cover
+    tree_flatten = None
+
+TORCH_VERSION = torch.__version__
+
+
+def storage_of(t):
+    """The untyped storage of a strided tensor."""
+    if hasattr(t, "untyped_storage"):
+        return t.untyped_storage()
+    return t._storage()
+
+
+def storage_key(st):
+    """Identity of a StorageImpl (works on meta, where data_ptr is 0)."""
+    return st._cdata
+
+
+def weak_storage(st):
+    return StorageWeakRef(st)
+
+
+def flatten(obj):
+    if tree_flatten is not None:
+        return tree_flatten(obj)[0]
+    out = []
+
+    def rec(o):
+        if isinstance(o, (list, tuple)):
+            for x in o:
+                rec(x)
+        elif isinstance(o, dict):
+            for x in o.values():
+                rec(x)
+        else:
+            out.append(o)
+
+    rec(obj)
+    return out
+
+
+def checkpoint_supports_non_reentrant():
+    try:
+        sig = inspect.signature(torch.utils.checkpoint.checkpoint)
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+    return "use_reentrant" in sig.parameters
+
+
+def checkpoint_call(fn, *args, **kwargs):
+    """Runs fn under activation checkpointing; returns (output, mode)."""
+    if checkpoint_supports_non_reentrant():
+        if kwargs:
+            return torch.utils.checkpoint.checkpoint(lambda *a: fn(*a, **kwargs), *args, use_reentrant=False)
+        return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+    return torch.utils.checkpoint.checkpoint(lambda *a: fn(*a, **kwargs), *args)
+
+
+def checkpoint_mode():
+    return "non-reentrant" if checkpoint_supports_non_reentrant() else "reentrant"
+
+
+def global_module_hooks_available():
+    import torch.nn.modules.module as m
+    return hasattr(m, "register_module_forward_pre_hook") and hasattr(m, "register_module_forward_hook")
+
+
+def zero_grad(optimizer):
+    optimizer.zero_grad(set_to_none=True)
+
+
+def dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+def parse_dtype(name):
+    aliases = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
+               "bf16": "bfloat16", "fp64": "float64", "double": "float64"}
+    n = aliases.get(name, name)
+    dt = getattr(torch, n, None)
+    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
+        raise ValueError("dtype %r is not a floating-point torch dtype (float32, float16, bfloat16, float64)" % name)
+    return dt

@@ -1,0 +1,397 @@
+"""Exports a memplan.trace/v1 JSON file (see docs/trace-format.md).
+
+Sizes that scale with the batch (and the sequence, when a seq_dim is named) are found by tracing at
+several sizes and matching the traces op by op; each storage size is then fitted exactly with integer
+coefficients.
+"""
+
+import copy
+import json
+import os
+import tempfile
+import time
+from fractions import Fraction
+
+import torch
+
+from . import compat, harness
+from .trace import ExportError, _categorize, trace_once
+
+SCHEMA = "memplan.trace/v1"
+SEQ_TERMS = ("bytes_per_seq", "bytes_per_seq2", "bytes_per_batch_seq", "bytes_per_batch_seq2")
+
+
+def _steady(raw):
+    rec = raw["recorder"]
+    m = raw["marks"]
+    return rec.events[m["step2"]:m["end"]]
+
+
+def _canonical(raw):
+    """Steady events with storage ids renumbered by first appearance (initial storages first), so that
+    traces at different sizes compare even when their first steps created different numbers of storages."""
+    ids = {}
+    for s in sorted(raw["initial"]):
+        ids[s] = len(ids)
+    out = []
+    for e in _steady(raw):
+        for s in e["alloc"]:
+            ids.setdefault(s, len(ids))
+        c = dict(e)
+        for f in ("alloc", "free", "saved"):
+            c[f] = [ids.setdefault(s, len(ids)) for s in e[f]]
+        out.append(c)
+    return out, ids
+
+
+def _describe(ev):
+    return "%s (phase %s, module %r)" % (ev["op"], ev["phase"], ev["module"] or "<root>")
+
+
+_HINT = (" (With a trace batch or sequence of 1, size-1 dimensions turn some copies into views: "
+         "trace at 2 or more.)")
+
+
+def _align(a, b, what):
+    """Checks two event lists match op for op; raises ExportError naming the first difference."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        x, y = a[i], b[i]
+        for field in ("op", "phase", "module"):
+            if x[field] != y[field]:
+                raise ExportError(
+                    "memplan_torch: traces at %s do not align at op %d: %s vs %s. The model runs different "
+                    "ops at different sizes (data- or shape-dependent control flow); it cannot be exported "
+                    "with a size model. Make the control flow independent of the batch/sequence size.%s"
+                    % (what, i, _describe(x), _describe(y), _HINT))
+        for field in ("alloc", "free", "saved"):
+            if sorted(x[field]) != sorted(y[field]):
+                raise ExportError(
+                    "memplan_torch: traces at %s do not align at op %d %s: its %s storages differ "
+                    "(%s vs %s). Storage lifetimes depend on the size; the model cannot be exported with a "
+                    "size model.%s" % (what, i, _describe(x), field, x[field][:8], y[field][:8], _HINT))
+    if len(a) != len(b):
+        longer = a if len(a) > len(b) else b
+        raise ExportError(
+            "memplan_torch: traces at %s do not align: %d vs %d ops; the first extra op is %d %s. The model "
+            "runs a size-dependent number of ops (a loop over the batch or sequence?)."
+            % (what, len(a), len(b), n, _describe(longer[n])))
+
+
+def _fit_line(points, label):
+    """points: [(x, y)] with 2 points -> (c0, c1) integers, exact."""
+    (x1, y1), (x2, y2) = points
+    c1 = Fraction(y2 - y1, x2 - x1)
+    c0 = y1 - c1 * x1
+    if c1.denominator != 1 or c0.denominator != 1:
+        raise ExportError("memplan_torch: %s is not an integer-linear function of the batch: %d bytes at %d, "
+                          "%d bytes at %d" % (label, y1, x1, y2, x2))
+    return int(c0), int(c1)
+
+
+def _fit_quadratic(points, label):
+    """points: 3 (x, y) -> (a0, a1, a2) integers with y = a0 + a1 x + a2 x^2, exact."""
+    (x1, y1), (x2, y2), (x3, y3) = [(Fraction(x), Fraction(y)) for x, y in points]
+    # Newton divided differences
+    d1 = (y2 - y1) / (x2 - x1)
+    d2 = ((y3 - y2) / (x3 - x2) - d1) / (x3 - x1)
+    a2 = d2
+    a1 = d1 - d2 * (x1 + x2)
+    a0 = y1 - a1 * x1 - a2 * x1 * x1
+    for c in (a0, a1, a2):
+        if c.denominator != 1:
+            raise ExportError("memplan_torch: %s is not an integer polynomial of the sequence length "
+                              "(degree <= 2): sizes %s" % (label, [(int(x), int(y)) for x, y in points]))
+    return int(a0), int(a1), int(a2)
+
+
+def _size_models(raws, sid_at, batches, seqs, sids, label_of):
+    """raws[(b, s)] -> per sid dict of size coefficients."""
+    out = {}
+
+    def nbytes(key, sid):
+        other = sid_at[key][sid]
+        return raws[key]["recorder"].storages[other].nbytes
+
+    for sid in sids:
+        label = label_of(sid)
+        if seqs is None:
+            pts = [(b, nbytes((b, None), sid)) for b in batches]
+            c0, c1 = _fit_line(pts, label)
+            out[sid] = {"bytes_const": c0, "bytes_per_batch": c1}
+            continue
+        consts, slopes = [], []
+        for s in seqs:
+            pts = [(b, nbytes((b, s), sid)) for b in batches]
+            c0, c1 = _fit_line(pts, "%s at seq %d" % (label, s))
+            consts.append((s, c0))
+            slopes.append((s, c1))
+        a0, a1, a2 = _fit_quadratic(consts, label)
+        b0, b1, b2 = _fit_quadratic(slopes, label + " (per batch)")
+        out[sid] = {"bytes_const": a0, "bytes_per_batch": b0, "bytes_per_seq": a1, "bytes_per_seq2": a2,
+                    "bytes_per_batch_seq": b1, "bytes_per_batch_seq2": b2}
+    return out
+
+
+def _first_opt_allocs(raw):
+    rec = raw["recorder"]
+    m = raw["marks"]
+    return [s for e in rec.events[m["step1"]:m["step2"]] if e["phase"] == "optimizer" for s in e["alloc"]]
+
+
+def _first_step_map(raw):
+    """Maps step-1 storage ids to step-2 ids through the aligned forward/backward events."""
+    rec = raw["recorder"]
+    m = raw["marks"]
+    s1 = [e for e in rec.events[m["step1"]:m["step2"]] if e["phase"] != "optimizer"]
+    s2 = [e for e in rec.events[m["step2"]:m["end"]] if e["phase"] != "optimizer"]
+    if len(s1) != len(s2) or any(x["op"] != y["op"] for x, y in zip(s1, s2)):
+        return None
+    mapping = {}
+    for x, y in zip(s1, s2):
+        if len(x["alloc"]) != len(y["alloc"]):
+            return None
+        for a, b in zip(x["alloc"], y["alloc"]):
+            mapping[a] = b
+    return mapping
+
+
+def _traceable(job, optimizer, device, foreach):
+    return trace_once(job, optimizer=optimizer, device=device, foreach=foreach)
+
+
+def _run_traces(make_job, batches, seqs, optimizer, device, foreach):
+    """Traces at every (batch, seq) point on `device` ('auto': meta, then cpu)."""
+    devices = ["meta", "cpu"] if device == "auto" else [device]
+    notes = []
+    last = None
+    for dev in devices:
+        try:
+            raws = {}
+            for s in (seqs or [None]):
+                for b in batches:
+                    job = make_job(b, s)
+                    harness.to_device(job, dev)
+                    raws[(b, s)] = _traceable(job, optimizer, dev, foreach)
+            return raws, dev, notes
+        except ExportError as e:
+            if device != "auto" or dev == devices[-1] or "do not align" in str(e):
+                raise
+            notes.append("meta device failed, traced on cpu: %s" % e)
+            last = e
+        except (RuntimeError, NotImplementedError, TypeError) as e:
+            if device != "auto" or dev == devices[-1]:
+                raise ExportError("memplan_torch: the training step failed on %s: %s: %s" % (dev, type(e).__name__, e))
+            notes.append("meta device failed, traced on cpu: %s: %s" % (type(e).__name__, e))
+            last = e
+    raise last  # pragma: no cover
+
+
+def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto", foreach=None,
+                batch_dim=0, seq_dim=None, name=None, source=None):
+    """Builds the trace document. make_job(batch, seq) returns a fresh harness.Job."""
+    t0 = time.time()
+    batches = [batch, 2 * batch]
+    seqs = None
+    if seq_dim is not None:
+        if seq_len is None or seq_len < 3:
+            raise ValueError("memplan_torch: seq_dim needs a sequence length >= 3 to fit sizes in the sequence")
+        d = max(1, seq_len // 4)
+        seqs = [seq_len, seq_len - d, seq_len - 2 * d]
+    raws, dev, notes = _run_traces(make_job, batches, seqs, optimizer, device, foreach)
+    base_key = (batch, seqs[0] if seqs else None)
+    base = raws[base_key]
+    base_events = _steady(base)
+    base_canon, base_ids = _canonical(base)
+    base_inv = {v: k for k, v in base_ids.items()}
+    # sid_at[key][base sid] = the same storage's sid in the trace at key
+    sid_at = {}
+    for key, raw in raws.items():
+        canon, ids = _canonical(raw)
+        if key != base_key:
+            if len(raw["initial"]) != len(base["initial"]):
+                raise ExportError("memplan_torch: %d storages are alive at the start of the step at batch %s "
+                                  "seq %s but %d at batch %s seq %s" % (len(base["initial"]), base_key[0],
+                                                                        base_key[1], len(raw["initial"]),
+                                                                        key[0], key[1]))
+            _align(base_canon, canon, "batch %s seq %s and batch %s seq %s" % (
+                base_key[0], base_key[1], key[0], key[1]))
+        inv = {v: k for k, v in ids.items()}
+        sid_at[key] = {base_inv[c]: inv[c] for c in base_inv if c in inv}
+        fa, fb = _first_opt_allocs(base), _first_opt_allocs(raw)
+        if len(fa) != len(fb):
+            raise ExportError("memplan_torch: the first optimizer step allocates %d storages at batch %s seq %s "
+                              "but %d at batch %s seq %s" % (len(fa), base_key[0], base_key[1], len(fb),
+                                                             key[0], key[1]))
+        for x, y in zip(fa, fb):
+            sid_at[key].setdefault(x, y)
+    rec = base["recorder"]
+    m = base["marks"]
+
+    # storages the document mentions
+    steady_alloc = []
+    for e in base_events:
+        steady_alloc.extend(e["alloc"])
+    steady_alloc_set = set(steady_alloc)
+    initial = list(base["initial"])
+    initial_set = set(initial)
+    mentioned = set()
+    for e in base_events:
+        mentioned.update(e["free"])
+        mentioned.update(e["saved"])
+        mentioned.update(o["storage"] for o in e["outputs"])
+    for sid in sorted(mentioned - steady_alloc_set - initial_set):
+        if rec.storages[sid].sid >= 0:
+            initial.append(sid)  # pre-existing storages first seen during the step
+            initial_set.add(sid)
+
+    fmap = _first_step_map(base)
+    first_events = [e for e in rec.events[m["step1"]:m["step2"]] if e["phase"] == "optimizer"]
+    first_alloc = []
+    for e in first_events:
+        first_alloc.extend(e["alloc"])
+
+    # renumber: initial, then steady allocations, then first-step-only
+    order = sorted(initial) + steady_alloc + [s for s in first_alloc if s not in initial_set]
+    newid = {}
+    for s in order:
+        if s not in newid:
+            newid[s] = len(newid)
+
+    def remap1(s):  # first-step id -> document id
+        if fmap is not None and s in fmap:
+            return newid.get(fmap[s])
+        return newid.get(s)
+
+    label_of = lambda sid: "the storage allocated by %s in module %r" % (
+        rec.storages[sid].op or "(before the step)", rec.storages[sid].module or "<root>")
+    sizes = _size_models(raws, sid_at, batches, seqs, sorted(set(order)), label_of)
+
+    cats = {}
+    for s in set(order):
+        cats[s] = _categorize(rec.storages[s], base["params"], base["buffers"], base["grads"],
+                              base["states"], base["inputs"])
+
+    def storage_obj(sid):
+        r = rec.storages[sid]
+        o = {"id": newid[sid], "bytes": r.nbytes}
+        o.update(sizes[sid])
+        o.update({"dtype": r.dtype, "shape": r.shape, "category": cats[sid], "saved": r.saved})
+        if sid in base["buffers"]:
+            o["buffer"] = True
+        if r.module:
+            o["module"] = r.module
+        return o
+
+    def event_obj(i, e, remap):
+        def ids(lst):
+            return [x for x in (remap(s) for s in lst) if x is not None]
+        return {"index": i, "op": e["op"], "phase": e["phase"], "module": e["module"],
+                "alloc": [dict(storage_obj(s), id=remap(s)) for s in e["alloc"]],
+                "free": ids(e["free"]),
+                "saved": ids(e["saved"]),
+                "outputs": [{"storage": remap(o["storage"]), "dtype": o["dtype"], "shape": o["shape"],
+                             "alias": o["alias"], "inplace": o["inplace"]} for o in e["outputs"]]}
+
+    steady = [event_obj(i, e, newid.get) for i, e in enumerate(base_events)]
+    first = [event_obj(i, e, remap1) for i, e in enumerate(first_events)]
+    state_ids = sorted(newid[s] for s in initial if cats[s] == "optimizer_state")
+
+    phases = {}
+    for ev in steady:
+        ph = phases.setdefault(ev["phase"], [ev["index"], ev["index"]])
+        ph[1] = ev["index"]
+
+    doc = {
+        "schema": SCHEMA,
+        "name": name,
+        "source": source,
+        "producer": {"tool": "memplan_torch", "torch": compat.TORCH_VERSION, "elapsed_s": 0.0},
+        "trace_device": dev,
+        "notes": notes,
+        "optimizer": optimizer if isinstance(optimizer, str) else getattr(optimizer, "__name__", "custom"),
+        "foreach": foreach,
+        "batch_dim": batch_dim,
+        "seq_dim": seq_dim,
+        "trace_batch": batch,
+        "trace_seq": seqs[0] if seqs else None,
+        "fit_points": [{"batch": b, "seq": s} for (b, s) in sorted(raws, key=lambda k: (k[1] or 0, k[0]))],
+        "size_model": "bytes = bytes_const + bytes_per_batch*batch" + (
+            " + bytes_per_seq*seq + bytes_per_seq2*seq^2 + bytes_per_batch_seq*batch*seq"
+            " + bytes_per_batch_seq2*batch*seq^2" if seqs else ""),
+        "n_params": base["n_params"],
+        "param_bytes": base["param_bytes"],
+        "phases": {k: {"first_event": v[0], "last_event": v[1]} for k, v in phases.items()},
+        "initial_storages": [storage_obj(s) for s in sorted(initial)],
+        "events": steady,
+        "end_live": sorted(newid[s] for s in base["end_live"] if s in newid),
+        "first_step": {
+            "exact": fmap is not None,
+            "optimizer_state": state_ids,
+            "optimizer_events": first,
+        },
+    }
+    doc["producer"]["elapsed_s"] = round(time.time() - t0, 3)
+    return doc
+
+
+def write_json(doc, path):
+    """Writes atomically: a temporary file in the same directory, then rename."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, seq_dim=None, targets=None,
+           device="auto", foreach=None, name=None):
+    """Traces a training step of `model` on `inputs` (at their batch size) and writes a memplan.trace/v1
+    file to `path`. Sizes are fitted from a second trace at twice the batch (inputs and targets are
+    repeated along batch_dim); with seq_dim, also from traces at shorter sequences (inputs narrowed along
+    seq_dim). Returns the document."""
+    model.train()
+    batch = harness.batch_size_of(inputs, batch_dim)
+    seq_len = None
+    if seq_dim is not None:
+        seq_len = harness.batch_size_of(inputs, seq_dim)
+    proto = copy.deepcopy(model).cpu()
+
+    def make_job(b, s):
+        m = copy.deepcopy(proto)
+        inp = harness.scale_batch(inputs, batch_dim, b // batch) if b != batch else inputs
+        tgt = harness.scale_batch(targets, batch_dim, b // batch) if (b != batch and targets is not None) else targets
+        if s is not None and s != seq_len:
+            inp = harness.narrow_seq(inp, seq_dim, s)
+            tgt = harness.narrow_seq(tgt, seq_dim, s) if tgt is not None else None
+        return harness.Job(m, inp, loss_fn, tgt)
+
+    doc = build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim,
+                      name=name or type(model).__name__, source="memplan_torch.export")
+    write_json(doc, path)
+    return doc
+
+
+def export_builder(spec, path, batch=2, seq_len=None, optimizer="adamw", batch_dim=0, seq_dim=None,
+                   device="auto", foreach=None, name=None, builder=None):
+    """Exports from a builder MODULE:FUNCTION; FUNCTION(batch_size[, seq_len=]) returns
+    (model, inputs, loss_fn[, targets])."""
+    fn = builder or harness.load_builder(spec)
+
+    def make_job(b, s):
+        torch.manual_seed(0)
+        return harness.call_builder(fn, b, s if seq_dim is not None else seq_len)
+
+    doc = build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim,
+                      name=name or spec, source=spec)
+    write_json(doc, path)
+    return doc

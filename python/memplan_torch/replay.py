@@ -1,0 +1,48 @@
+"""A reference replay of a memplan.trace/v1 document at any batch (and sequence) size.
+
+memplan's Go simulator is the real consumer of traces; this replay exists to check traces against
+measurements in the suite and tests. It applies no strategy (no checkpointing, accumulation, offload).
+"""
+
+
+def storage_bytes(s, batch, seq=None):
+    b = s["bytes_const"] + s["bytes_per_batch"] * batch
+    if seq is not None and "bytes_per_seq" in s:
+        b += (s["bytes_per_seq"] * seq + s["bytes_per_seq2"] * seq * seq + s["bytes_per_batch_seq"] * batch * seq
+              + s["bytes_per_batch_seq2"] * batch * seq * seq)
+    return b
+
+
+def replay(doc, batch, seq=None, first_step=False, min_bytes=0):
+    """Per-phase peak live bytes of the traced step at `batch`.
+
+    Storages smaller than min_bytes are ignored (to compare with an allocator counter with a threshold).
+    Returns {"phases": {...}, "peak_bytes", "peak_phase", "baseline_bytes"}."""
+    live = {}
+    state = set(doc["first_step"]["optimizer_state"]) if first_step else set()
+    for s in doc["initial_storages"]:
+        if s["id"] in state:
+            continue
+        n = storage_bytes(s, batch, seq)
+        if n >= min_bytes:
+            live[s["id"]] = n
+    cur = sum(live.values())
+    base = cur
+    peaks = {}
+    events = doc["events"]
+    if first_step:
+        events = [e for e in events if e["phase"] != "optimizer"] + doc["first_step"]["optimizer_events"]
+    for e in events:
+        for a in e["alloc"]:
+            n = storage_bytes(a, batch, seq)
+            if n >= min_bytes:
+                live[a["id"]] = n
+                cur += n
+        ph = e["phase"]
+        if cur > peaks.get(ph, 0):
+            peaks[ph] = cur
+        for f in e["free"]:
+            cur -= live.pop(f, 0)
+    peak_phase = max(peaks, key=lambda p: peaks[p]) if peaks else None
+    return {"phases": peaks, "peak_bytes": peaks.get(peak_phase, base), "peak_phase": peak_phase,
+            "baseline_bytes": base}

@@ -1,0 +1,150 @@
+"""Validation suite: each case is exported (trace) at a small batch and measured at a larger one.
+
+    python3 -m memplan_torch suite --out DIR [--device cpu|cuda|auto]
+
+writes DIR/<trace>.trace.json, DIR/workloads/<case>.{yaml,json}, DIR/measured.json and DIR/summary.txt.
+On CPU the process re-executes itself under the LD_PRELOAD tracker (see tracker.py).
+"""
+
+import json
+import os
+import time
+
+from . import compat
+from .export import export_builder, write_json
+from .measure import document, measure_workload, resolve_device
+from .replay import replay
+from .workload import SCHEMA as WORKLOAD_SCHEMA
+from .workload import validate
+
+M = "memplan_torch.models:"
+
+# trace: name of the trace file the case is checked against (traces are taken without strategies)
+TRACES = {
+    "resnet18": dict(model=M + "resnet18", optimizer="sgd-momentum", batch=2),
+    "mobilenet_v2": dict(model=M + "mobilenet_v2", optimizer="adamw", batch=2),
+    "vit_tiny": dict(model=M + "vit_tiny", optimizer="adamw", batch=2),
+    "lm": dict(model=M + "transformer_lm", optimizer="adamw", batch=2, seq_len=64, seq_dim=1),
+    "lm_sgd": dict(model=M + "transformer_lm", optimizer="sgd", batch=2, seq_len=64),
+    "gru": dict(model=M + "gru", optimizer="sgd", batch=2, seq_len=32),
+}
+
+CASES = [
+    dict(name="resnet18", trace="resnet18", batch=16),
+    dict(name="mobilenet_v2", trace="mobilenet_v2", batch=16),
+    dict(name="vit_tiny", trace="vit_tiny", batch=32),
+    dict(name="lm", trace="lm", batch=16),
+    dict(name="lm_ckpt", trace="lm", batch=16, strategy={"checkpoint": "blocks", "checkpoint_blocks": "layers"}),
+    dict(name="lm_accum4", trace="lm", batch=16, strategy={"accumulation": 4}),
+    dict(name="lm_sgd_ckpt_accum2", trace="lm_sgd", batch=16,
+         strategy={"checkpoint": "blocks", "checkpoint_blocks": "layers", "accumulation": 2}),
+    dict(name="gru", trace="gru", batch=32),
+]
+
+
+def workload_for(case, device, iters=2, warmup=1):
+    t = TRACES[case["trace"]]
+    w = {"schema": WORKLOAD_SCHEMA, "name": case["name"], "model": t["model"], "dtype": "float32",
+         "batch": case["batch"], "device": device, "warmup": warmup, "iters": iters, "seed": 0,
+         "optimizer": t["optimizer"]}
+    if t.get("seq_len"):
+        w["seq_len"] = t["seq_len"]
+    if case.get("strategy"):
+        w["strategy"] = dict(case["strategy"])
+    return validate(w, "suite case %s" % case["name"])
+
+
+def _write_workload(w, d):
+    os.makedirs(d, exist_ok=True)
+    src = {k: v for k, v in w.items() if v is not None and v != {}}
+    try:
+        import yaml
+        p = os.path.join(d, w["name"] + ".yaml")
+        with open(p, "w") as f:
+            yaml.safe_dump(src, f, sort_keys=False)
+    except ImportError:
+        p = os.path.join(d, w["name"] + ".json")
+        with open(p, "w") as f:
+            json.dump(src, f, indent=1)
+    return p
+
+
+def _mib(n):
+    return "%.2f" % (n / 2 ** 20)
+
+
+def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
+    device = resolve_device(device)
+    os.makedirs(out, exist_ok=True)
+    selected = [c for c in CASES if cases is None or c["name"] in cases]
+    t0 = time.time()
+    # On CPU, trace on CPU: some composite ops decompose differently on meta than on CPU (nn.GRU: the
+    # meta trace runs per-step addmm where CPU precomputes the input projection), so a meta trace would
+    # not be the program that is measured. On CUDA, meta first (its non-CPU paths are closer to CUDA's).
+    trace_device = "cpu" if device == "cpu" else "auto"
+    traces = {}
+    for name in sorted({c["trace"] for c in selected}):
+        t = TRACES[name]
+        ts = time.time()
+        path = os.path.join(out, name + ".trace.json")
+        doc = export_builder(t["model"], path, batch=t["batch"], seq_len=t.get("seq_len"),
+                             optimizer=t["optimizer"], seq_dim=t.get("seq_dim"), name=name,
+                             device=trace_device)
+        traces[name] = doc
+        log("trace %-14s %5d events on %-4s %6.1fs" % (name, len(doc["events"]), doc["trace_device"],
+                                                          time.time() - ts))
+    results = []
+    for c in selected:
+        ts = time.time()
+        w = workload_for(c, device, iters=iters, warmup=warmup)
+        _write_workload(w, os.path.join(out, "workloads"))
+        case = measure_workload(w)
+        doc = traces[c["trace"]]
+        case["trace"] = c["trace"] + ".trace.json"
+        case["trace_batch"] = doc["trace_batch"]
+        if not c.get("strategy"):
+            thr = case["memory"].get("threshold_bytes", 0)
+            r = replay(doc, case["micro_batch"], case["seq_len"] if doc.get("seq_dim") is not None else None,
+                       min_bytes=thr)
+            rf = replay(doc, case["micro_batch"], case["seq_len"] if doc.get("seq_dim") is not None else None,
+                        first_step=True, min_bytes=thr)
+            case["trace_replay"] = {
+                "note": "memplan_torch.replay of the trace at the measured batch, storages >= the "
+                        "tracker threshold; op outputs only (no in-kernel buffers)",
+                "phases": r["phases"], "peak_bytes": r["peak_bytes"], "baseline_bytes": r["baseline_bytes"],
+                "first_step_phases": rf["phases"],
+                "error_vs_measured": {p: round(r["phases"].get(p, 0) / case["phases"][p] - 1, 4)
+                                      for p in case["phases"] if case["phases"][p]},
+            }
+            if "all_phases" in case:
+                case["trace_replay"]["error_vs_all"] = {
+                    p: round(r["phases"].get(p, 0) / case["all_phases"][p] - 1, 4)
+                    for p in case["all_phases"] if case["all_phases"][p] > 0}
+        case["wall_s"] = round(time.time() - ts, 2)
+        results.append(case)
+        ph = case["phases"]
+        extra = ""
+        if "trace_replay" in case:
+            extra = " replay err " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_measured"].values())
+            if "error_vs_all" in case["trace_replay"]:
+                extra += " (all " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_all"].values()) + ")"
+        log("measure %-20s fwd %8s bwd %8s opt %8s MiB  start %8s  %6.3fs/step %5.1fs%s" % (
+            c["name"], _mib(ph["forward"]), _mib(ph["backward"]), _mib(ph["optimizer"]),
+            _mib(case["baseline_bytes"]), case["step_time_s"], case["wall_s"], extra))
+    doc = document(results)
+    doc["suite"] = {"device": device, "trace_device": trace_device, "wall_s": round(time.time() - t0, 2),
+                    "checkpoint_mode": compat.checkpoint_mode()}
+    write_json(doc, os.path.join(out, "measured.json"))
+    lines = ["case                  device  batch  forward_MiB  backward_MiB  optimizer_MiB  start_MiB  "
+             "first_opt_MiB  step_s"]
+    for c in results:
+        lines.append("%-21s %-7s %5d  %11s  %12s  %13s  %9s  %13s  %6.3f" % (
+            c["name"], c["device"], c["batch"], _mib(c["phases"]["forward"]), _mib(c["phases"]["backward"]),
+            _mib(c["phases"]["optimizer"]), _mib(c["baseline_bytes"]),
+            _mib(c["first_step"]["phases"]["optimizer"]), c["step_time_s"]))
+    lines.append("total wall %.1fs, torch %s, checkpointing %s" % (time.time() - t0, compat.TORCH_VERSION,
+                                                                   compat.checkpoint_mode()))
+    with open(os.path.join(out, "summary.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    log("\n".join(lines))
+    return doc

@@ -1,0 +1,349 @@
+"""Records one training step at the aten-op level (a TorchDispatchMode).
+
+For each op: its overload name, phase, module path, the storages its outputs allocate (new StorageImpls)
+or alias (views, in-place), the storages freed since the previous op (a sweep of weak references after
+every op), and the storages autograd saves for backward (a saved_tensors_hooks pack hook).
+
+Storages are identified by their StorageImpl (``storage._cdata``), which works on the meta device where
+every data pointer is 0; a weak reference to the StorageImpl tells when it is freed.
+"""
+
+import torch
+import torch.nn.modules.module as module_mod
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import compat, harness
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+class ExportError(RuntimeError):
+    """A model the exporter cannot trace; the message names the op or module and what to do."""
+
+
+class _Storage:
+    __slots__ = ("sid", "key", "ref", "nbytes", "dtype", "shape", "category", "saved", "module", "phase",
+                 "op", "event", "buffer", "preexisting", "freed_event")
+
+    def __init__(self, sid, key, ref, nbytes, dtype, shape, module, phase, op, event):
+        self.sid = sid
+        self.key = key
+        self.ref = ref
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.shape = shape
+        self.category = None  # set for parameter/gradient/optimizer_state/input; else derived
+        self.saved = False
+        self.module = module
+        self.phase = phase
+        self.op = op
+        self.event = event
+        self.buffer = False
+        self.preexisting = False
+        self.freed_event = None
+
+
+class _Packed:
+    __slots__ = ("t", "module")
+
+    def __init__(self, t, module):
+        self.t = t
+        self.module = module
+
+
+class Recorder(TorchDispatchMode):
+    def __init__(self, device):
+        super().__init__()
+        self.device = str(device)
+        self.storages = []  # by sid
+        self.live = {}  # key -> _Storage
+        self.events = []
+        self.phase = "setup"
+        self.step = 0
+        self.stack = []  # module path stack (forward hooks)
+        self.names = {}  # id(module) -> qualified name
+        self.bwd_module = ""
+        self.loss_region = False
+        self.pending_saved = []
+        self.recording = True
+        self.unseen = []  # storages first seen as inputs since the last event
+
+    # ---- storage bookkeeping ----
+    def _new_storage(self, t, st, module, op, event):
+        key = compat.storage_key(st)
+        rec = _Storage(len(self.storages), key, compat.weak_storage(st), int(st.nbytes()),
+                       compat.dtype_name(t.dtype), list(t.shape), module, self.phase, op, event)
+        self.storages.append(rec)
+        self.live[key] = rec
+        return rec
+
+    def lookup(self, t, create=True):
+        """The live _Storage of tensor t (registering it as pre-existing if unseen)."""
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return None
+        st = compat.storage_of(t)
+        key = compat.storage_key(st)
+        rec = self.live.get(key)
+        if rec is not None and not rec.ref.expired():
+            return rec
+        if rec is not None:  # the StorageImpl address was reused
+            self._free(rec)
+        if not create:
+            return None
+        rec = self._new_storage(t, st, "", None, None)
+        if self.phase == "setup":
+            rec.preexisting = True
+        else:
+            # created by code the dispatcher does not see (torch.tensor(...), from_numpy, a
+            # C++ kernel's side output): count it as allocated where it is first seen
+            rec.module = self.module_path()
+            rec.op = "(created outside dispatch)"
+            self.unseen.append(rec)
+        return rec
+
+    def _free(self, rec):
+        del self.live[rec.key]
+        rec.freed_event = len(self.events) - 1
+        if self.events:
+            self.events[-1]["free"].append(rec.sid)
+
+    def sweep(self):
+        dead = [r for r in self.live.values() if r.ref.expired()]
+        for r in dead:
+            self._free(r)
+
+    # ---- phases, modules ----
+    def set_phase(self, phase, step):
+        self.sweep()
+        self.phase = phase
+        self.step = step
+        self.bwd_module = ""
+
+    def module_path(self):
+        if self.stack:
+            return self.stack[-1]
+        if self.phase == "backward":
+            return self.bwd_module
+        if self.loss_region:
+            return "(loss)"
+        return ""
+
+    def _pre_hook(self, module, args):
+        name = self.names.get(id(module))
+        if name is None:
+            name = "(loss)" if self.loss_region else type(module).__name__
+        self.stack.append(name)
+
+    def _post_hook(self, module, args, out):
+        if self.stack:
+            self.stack.pop()
+
+    def pack(self, t):
+        rec = self.lookup(t)
+        if self.unseen and self.events:
+            self.events[-1]["alloc"].extend(r.sid for r in self.unseen)
+            self.unseen = []
+        module = self.module_path()
+        if rec is not None:
+            rec.saved = True
+            if self.events:
+                ev = self.events[-1]
+                if rec.sid not in ev["saved"]:
+                    ev["saved"].append(rec.sid)
+        return _Packed(t, module)
+
+    def unpack(self, p):
+        if self.phase == "backward" and p.module:
+            self.bwd_module = p.module
+        return p.t
+
+    # ---- dispatch ----
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not self.recording or str(func).startswith("profiler."):
+            return func(*args, **kwargs)
+        self.sweep()
+        module = self.module_path()
+        ins = set()
+        for a in compat.flatten((args, kwargs)):
+            if isinstance(a, torch.Tensor):
+                r = self.lookup(a)
+                if r is not None:
+                    ins.add(r.sid)
+        try:
+            out = func(*args, **kwargs)
+        except Exception as e:
+            raise ExportError(_op_failure(func, module, self.phase, self.device, e)) from e
+        if isinstance(out, (float, int, bool)) and _returns_tensor(func):
+            # torch 1.13: an op on a wrapped number (a 0-dim CPU double made from a Python scalar)
+            # comes back as a Python scalar under a dispatch mode; give autograd the tensor it expects
+            src = next((a for a in compat.flatten(args) if isinstance(a, torch.Tensor)), None)
+            out = torch.tensor(out, dtype=src.dtype if src is not None else None)
+        ev = {"op": str(func), "phase": self.phase, "module": module, "step": self.step,
+              "alloc": [], "free": [], "saved": [], "outputs": []}
+        self.events.append(ev)
+        for r in self.unseen:
+            r.event = len(self.events) - 1
+            ev["alloc"].append(r.sid)
+        self.unseen = []
+        for t in compat.flatten(out):
+            if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+                continue
+            st = compat.storage_of(t)
+            key = compat.storage_key(st)
+            rec = self.live.get(key)
+            if rec is not None and rec.ref.expired():
+                self._free(rec)
+                rec = None
+            alias = rec is not None
+            if rec is None:
+                rec = self._new_storage(t, st, module, str(func), len(self.events) - 1)
+                ev["alloc"].append(rec.sid)
+            ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
+                                  "shape": list(t.shape), "alias": alias,
+                                  "inplace": alias and rec.sid in ins})
+        return out
+
+    # ---- context ----
+    def install(self, model):
+        self.names = {id(m): n for n, m in model.named_modules()}
+        if compat.global_module_hooks_available():
+            self._h = [module_mod.register_module_forward_pre_hook(self._pre_hook),
+                       module_mod.register_module_forward_hook(self._post_hook)]
+        else:  # pragma: no cover - very old torch
+            self._h = []
+            for m in model.modules():
+                self._h.append(m.register_forward_pre_hook(self._pre_hook))
+                self._h.append(m.register_forward_hook(self._post_hook))
+
+    def uninstall(self):
+        for h in self._h:
+            h.remove()
+        self._h = []
+
+
+def _returns_tensor(func):
+    try:
+        rets = func._schema.returns
+        return len(rets) == 1 and str(rets[0].type) == "Tensor"
+    except AttributeError:  # pragma: no cover
+        return False
+
+
+def _op_failure(func, module, phase, device, e):
+    where = "module %r" % module if module else "outside any module"
+    msg = "memplan_torch: op %s failed on device %s in %s during %s: %s: %s." % (
+        func, device, where, phase, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    name = str(func)
+    data_dep = any(s in name for s in ("_local_scalar_dense", "is_nonzero", "nonzero", "item", "equal",
+                                       "unique", "masked_select"))
+    if device == "meta":
+        if data_dep:
+            msg += (" The model reads tensor values (item(), bool(tensor), nonzero ...), which the meta device "
+                    "does not have. Export with device='cpu' (--device cpu) at a small batch, or make the "
+                    "control flow independent of tensor values.")
+        else:
+            msg += (" The op has no meta kernel in this PyTorch; export with device='cpu' (--device cpu) at a "
+                    "small batch.")
+    else:
+        msg += " Check that the model and its inputs run a training step outside memplan_torch."
+    return msg
+
+
+def _categorize(rec, params, buffers, grads, states, inputs):
+    if rec.sid in params:
+        return "parameter"
+    if rec.sid in buffers:
+        return "parameter"
+    if rec.sid in grads:
+        return "gradient"
+    if rec.sid in states:
+        return "optimizer_state"
+    if rec.sid in inputs:
+        return "input"
+    if rec.saved:
+        return "activation"
+    if rec.preexisting:
+        return "input"
+    return "temporary"
+
+
+def trace_once(job, optimizer="adamw", device="meta", foreach=None):
+    """Runs two training steps of `job` on `device` under the recorder.
+
+    Returns a raw trace dict (see export.py for the written form)."""
+    model = job.model
+    model.train()
+    rec = Recorder(device)
+    opt = harness.make_optimizer(optimizer, model.parameters(), foreach=foreach)
+    params = [p for p in model.parameters()]
+    buffers = [b for b in model.buffers()]
+
+    grad_sids = set()
+
+    def step(n):
+        rec.set_phase("forward", n)
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
+            out = job.forward()
+            rec.loss_region = True
+            try:
+                loss = job.loss(out)
+            finally:
+                rec.loss_region = False
+            del out
+            rec.set_phase("backward", n)
+            loss.backward()
+        del loss
+        rec.set_phase("optimizer", n)
+        for p in params:
+            if p.grad is not None:
+                r = rec.lookup(p.grad, create=False)
+                if r is not None:
+                    grad_sids.add(r.sid)
+        opt.step()
+        compat.zero_grad(opt)
+        rec.sweep()
+
+    rec.install(model)
+    marks = {}
+    try:
+        with rec:
+            # register what exists before the first step, so it is not mistaken for an op output
+            for t in params + buffers + job.tensors():
+                rec.lookup(t)
+            marks["step1"] = len(rec.events)
+            step(1)
+            marks["step2"] = len(rec.events)
+            rec.sweep()
+            initial = [r.sid for r in sorted(rec.live.values(), key=lambda r: r.sid)]
+            marks["step2_ops"] = len(rec.events)
+            step(2)
+            marks["end"] = len(rec.events)
+            rec.sweep()
+            end_live = [r.sid for r in sorted(rec.live.values(), key=lambda r: r.sid)]
+    finally:
+        rec.uninstall()
+
+    def sids(ts):
+        out = set()
+        for t in ts:
+            r = rec.lookup(t, create=False)
+            if r is not None:
+                out.add(r.sid)
+        return out
+
+    p_sids = sids(params)
+    b_sids = sids(buffers)
+    i_sids = sids(job.tensors())
+    s_tensors = []
+    for st in opt.state.values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor):
+                s_tensors.append(v)
+    s_sids = sids(s_tensors)
+    buf_set = b_sids
+    g_sids = grad_sids
+    return {"recorder": rec, "marks": marks, "initial": initial, "end_live": end_live,
+            "params": p_sids, "buffers": buf_set, "inputs": i_sids, "states": s_sids,
+            "grads": g_sids, "n_params": sum(p.numel() for p in params),
+            "param_bytes": sum(p.numel() * p.element_size() for p in params)}

@@ -1,0 +1,128 @@
+import json
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import memplan_torch
+from memplan_torch import ExportError, export, export_builder
+from memplan_torch.replay import replay, storage_bytes
+from memplan_torch.schema import SchemaError, validate_trace
+
+
+def linear_job(batch, d_in=16, hidden=32, classes=4):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    return m, torch.randn(batch, d_in), torch.randint(0, classes, (batch,))
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_trace_schema_validates(tmp_path, device):
+    m, x, y = linear_job(4)
+    path = tmp_path / "t.json"
+    doc = export(m, x, str(path), loss_fn=F.cross_entropy, targets=y, device=device)
+    on_disk = json.loads(path.read_text())
+    assert on_disk["schema"] == "memplan.trace/v1"
+    assert validate_trace(on_disk) == len(doc["events"])
+    assert on_disk["trace_device"] == device
+    phases = [e["phase"] for e in on_disk["events"]]
+    assert phases[0] == "forward" and "backward" in phases and phases[-1] == "optimizer"
+    cats = {s["category"] for s in on_disk["initial_storages"]}
+    assert cats == {"parameter", "input", "optimizer_state"}
+    ops = {e["op"] for e in on_disk["events"]}
+    assert "aten.addmm.default" in ops
+    mods = {e["module"] for e in on_disk["events"] if e["phase"] == "forward"}
+    assert {"0", "1", "2", "(loss)"} <= mods
+    assert any(a["category"] == "gradient" for e in on_disk["events"] for a in e["alloc"])
+    assert any(a["category"] == "activation" and a["saved"] for e in on_disk["events"] for a in e["alloc"])
+    # first step: AdamW creates its state in the optimizer phase
+    fs = on_disk["first_step"]
+    assert fs["exact"] and len(fs["optimizer_state"]) == 3 * 4  # step, exp_avg, exp_avg_sq per param
+    created = {a["id"] for e in fs["optimizer_events"] for a in e["alloc"]}
+    assert set(fs["optimizer_state"]) <= created
+
+
+def test_batch_fit_is_exact_on_linear_model(tmp_path):
+    d_in, hidden, classes = 16, 32, 4
+    m, x, y = linear_job(3, d_in, hidden, classes)
+    doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
+    inp = [s for s in doc["initial_storages"] if s["category"] == "input" and s["dtype"] == "float32"][0]
+    assert (inp["bytes_const"], inp["bytes_per_batch"]) == (0, 4 * d_in)
+    params = [s for s in doc["initial_storages"] if s["category"] == "parameter"]
+    assert all(s["bytes_per_batch"] == 0 for s in params)
+    assert sum(s["bytes_const"] for s in params) == 4 * (d_in * hidden + hidden + hidden * classes + classes)
+    relu = [e for e in doc["events"] if e["op"] == "aten.relu.default"][0]
+    assert relu["alloc"][0]["bytes_per_batch"] == 4 * hidden and relu["alloc"][0]["bytes_const"] == 0
+    # the fitted model predicts an independent trace at another batch exactly, storage by storage
+    m7, x7, y7 = linear_job(7, d_in, hidden, classes)
+    doc7 = export(m7, x7, str(tmp_path / "t7.json"), loss_fn=F.cross_entropy, targets=y7, device="meta")
+    pred = [storage_bytes(a, 7) for e in doc["events"] for a in e["alloc"]]
+    real = [a["bytes"] for e in doc7["events"] for a in e["alloc"]]
+    assert pred == real
+    assert replay(doc, 7) == replay(doc7, 7)
+
+
+def test_seq_fit_exact(tmp_path):
+    doc = export_builder("memplan_torch.models:transformer_lm", str(tmp_path / "lm.json"), batch=2,
+                         seq_len=12, seq_dim=1, device="cpu", optimizer="sgd")
+    validate_trace(doc)
+    other = export_builder("memplan_torch.models:transformer_lm", str(tmp_path / "lm2.json"), batch=3,
+                           seq_len=20, device="cpu", optimizer="sgd")
+    pred = [storage_bytes(a, 3, 20) for e in doc["events"] for a in e["alloc"]]
+    real = [a["bytes"] for e in other["events"] for a in e["alloc"]]
+    assert pred == real
+    # attention scores grow with seq^2
+    assert any(a.get("bytes_per_batch_seq2", 0) > 0 for e in doc["events"] for a in e["alloc"])
+
+
+def test_builder_export_and_cli(tmp_path):
+    out = tmp_path / "w.json"
+    import subprocess, sys
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
+                                                      os.path.dirname(__file__)]))
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "export", "builders:wide_mlp", "--out", str(out),
+                        "--batch", "2", "--optimizer", "sgd-momentum"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT)
+    assert r.returncode == 0, r.stdout.decode()
+    validate_trace(json.loads(out.read_text()))
+
+
+def test_data_dependent_model_names_op_and_module(tmp_path):
+    import builders
+    path = tmp_path / "bad.json"
+    with pytest.raises(ExportError) as ei:
+        export_builder("builders:data_dependent", str(path), batch=2, device="meta")
+    msg = str(ei.value)
+    assert "aten._local_scalar_dense" in msg and "device='cpu'" in msg
+    assert not path.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+    # on cpu (auto falls back there) it traces
+    doc = export_builder("builders:data_dependent", str(path), batch=2, device="auto")
+    assert doc["trace_device"] == "cpu" and doc["notes"]
+    assert path.exists()
+
+
+def test_size_dependent_op_count_is_reported(tmp_path):
+    path = tmp_path / "loop.json"
+    with pytest.raises(ExportError) as ei:
+        export_builder("builders:per_sample_loop", str(path), batch=2, device="meta")
+    msg = str(ei.value)
+    assert "do not align" in msg and "module" in msg
+    assert not path.exists()
+
+
+def test_unknown_optimizer(tmp_path):
+    m, x, y = linear_job(2)
+    with pytest.raises(ValueError) as ei:
+        export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, optimizer="adam9")
+    assert "unknown optimizer 'adam9'" in str(ei.value) and "sgd-momentum" in str(ei.value)
+
+
+def test_validator_catches_corruption(tmp_path):
+    m, x, y = linear_job(2)
+    doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
+    doc["events"][3]["free"].append(10 ** 6)
+    with pytest.raises(SchemaError):
+        validate_trace(doc)

@@ -1,0 +1,64 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from memplan_torch import measure
+from memplan_torch.export import export_builder
+from memplan_torch.replay import replay
+from memplan_torch.schema import validate_measured
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def test_measure_cpu_matches_trace_replay(tmp_path):
+    # wide MLP: every tensor that matters is >= 1 KiB, no in-kernel scratch; SGD with momentum
+    w = {"name": "mlp", "model": "builders:wide_mlp", "batch": 64, "device": "cpu", "warmup": 1, "iters": 2,
+         "optimizer": "sgd-momentum"}
+    doc = measure([w], out=str(tmp_path / "m.json"))
+    assert json.loads((tmp_path / "m.json").read_text())["schema"] == "memplan.measured/v1"
+    validate_measured(doc)
+    c = doc["cases"][0]
+    assert c["device"] == "cpu" and c["memory"]["kind"] == "memtrack" and c["memory"]["threshold_bytes"] == 1024
+    # live at step start: parameters + momentum buffers + inputs; the last bias (64 B) and the targets
+    # (512 B) are under the 1 KiB threshold
+    params = c["param_bytes"] - 16 * 4
+    assert c["baseline_bytes"] == 2 * params + 64 * 256 * 4
+    # first step starts without momentum buffers
+    assert c["first_step"]["baseline_bytes"] == params + 64 * 256 * 4
+    trace = export_builder("builders:wide_mlp", str(tmp_path / "t.json"), batch=4, optimizer="sgd-momentum",
+                           device="cpu")
+    r = replay(trace, 64, min_bytes=1024)
+    for p in ("forward", "backward", "optimizer"):
+        assert abs(r["phases"][p] - c["phases"][p]) <= 0.01 * c["phases"][p], (p, r["phases"][p], c["phases"][p])
+    rf = replay(trace, 64, first_step=True, min_bytes=1024)
+    assert rf["baseline_bytes"] == c["first_step"]["baseline_bytes"]
+
+
+def test_measure_cli_reports_bad_workload(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("model: builders:wide_mlp\nbatch: 4\noptimiser: sgd\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "measure", str(p), "--out", str(tmp_path / "o.json")],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert r.returncode == 2
+    assert "unknown field 'optimiser'" in r.stdout.decode()
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_measure_cli_strategies(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_text("model: memplan_torch.models:transformer_lm\nbatch: 4\nseq_len: 16\ndevice: cpu\nwarmup: 0\n"
+                 "iters: 1\nmodel_args: {layers: 2}\nstrategy: {checkpoint: blocks, accumulation: 2}\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    out = tmp_path / "o.json"
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "measure", str(p), "--out", str(out)],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert r.returncode == 0, r.stdout.decode()
+    c = json.loads(out.read_text())["cases"][0]
+    assert c["strategy"]["checkpoint_blocks"] == "layers" and c["strategy"]["checkpoint_count"] == 2
+    assert c["strategy"]["checkpoint_mode"] in ("non-reentrant", "reentrant")
+    assert c["micro_batch"] == 2 and c["peak_bytes"] > c["baseline_bytes"] > 0

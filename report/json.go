@@ -1,0 +1,193 @@
+// Package report renders engine results for people (text, terminal charts,
+// SVG/PNG) and for programs (JSON). It sits at the edge: nothing in the core
+// imports it.
+package report
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/units"
+)
+
+// Schema names the JSON layout; bump it when a field changes meaning.
+const Schema = "memplan.plan/v1"
+
+// PointJSON is a ledger moment.
+type PointJSON struct {
+	Bytes     units.Bytes `json:"bytes"`
+	Phase     string      `json:"phase"`
+	Op        string      `json:"op"`
+	Module    string      `json:"module"`
+	OpIndex   int         `json:"op_index"`
+	MicroStep int         `json:"micro_step"`
+}
+
+// PhaseJSON is one phase's peak.
+type PhaseJSON struct {
+	PeakBytes units.Bytes `json:"peak_bytes"`
+	Op        string      `json:"op"`
+	Module    string      `json:"module"`
+	OpIndex   int         `json:"op_index"`
+}
+
+// LedgerJSON is bytes by category.
+type LedgerJSON struct {
+	Parameters     units.Bytes `json:"parameters"`
+	Gradients      units.Bytes `json:"gradients"`
+	OptimizerState units.Bytes `json:"optimizer_state"`
+	Activations    units.Bytes `json:"activations"`
+	Temporaries    units.Bytes `json:"temporaries"`
+	KVCache        units.Bytes `json:"kv_cache"`
+	Other          units.Bytes `json:"other"`
+}
+
+func ledger(l sim.Ledger) LedgerJSON {
+	return LedgerJSON{l[ir.Parameter], l[ir.Gradient], l[ir.OptimizerState], l[ir.Activation], l[ir.Temporary], l[ir.KVCache], l[ir.Other]}
+}
+
+// EventJSON is one timeline entry: the memory at the high-water mark of an op.
+type EventJSON struct {
+	Op        string      `json:"op"`
+	Module    string      `json:"module,omitempty"`
+	Phase     string      `json:"phase"`
+	MicroStep int         `json:"micro_step"`
+	Total     units.Bytes `json:"total"`
+	LedgerJSON
+	Recompute bool `json:"recompute,omitempty"`
+}
+
+// PlanJSON is the machine form of `memplan plan`.
+type PlanJSON struct {
+	Schema        string      `json:"schema"`
+	Model         string      `json:"model"`
+	Family        string      `json:"family"`
+	Mode          string      `json:"mode"`
+	MicroBatch    int         `json:"micro_batch"`
+	Seq           int         `json:"seq"`
+	Accum         int         `json:"accum"`
+	GenTokens     int         `json:"gen_tokens,omitempty"`
+	Precision     string      `json:"precision"`
+	Optimizer     string      `json:"optimizer,omitempty"`
+	OptimizerImpl string      `json:"optimizer_impl,omitempty"`
+	Attention     string      `json:"attention"`
+	GPU           string      `json:"gpu,omitempty"`
+	Params        int64       `json:"params"`
+	Peak          PointJSON   `json:"peak"`
+	Phases        phasesJSON  `json:"phases"`
+	Ledger        LedgerJSON  `json:"ledger"`
+	ModelStates   statesJSON  `json:"model_states"`
+	Saved         savedJSON   `json:"saved_activations"`
+	Fits          bool        `json:"fits"`
+	CapacityBytes units.Bytes `json:"capacity_bytes"`
+	Shortfall     units.Bytes `json:"shortfall_bytes"`
+	Headroom      units.Bytes `json:"headroom_bytes"`
+	FirstStep     *firstJSON  `json:"first_step,omitempty"`
+	Ops           int         `json:"ops"`
+	Timeline      []EventJSON `json:"timeline,omitempty"`
+}
+
+type phasesJSON struct {
+	Forward   *PhaseJSON `json:"forward,omitempty"`
+	Backward  *PhaseJSON `json:"backward,omitempty"`
+	Optimizer *PhaseJSON `json:"optimizer,omitempty"`
+}
+
+type statesJSON struct {
+	Parameters     units.Bytes `json:"parameters"`
+	Gradients      units.Bytes `json:"gradients"`
+	OptimizerState units.Bytes `json:"optimizer_state"`
+	BytesPerParam  float64     `json:"bytes_per_param"`
+}
+
+type savedJSON struct {
+	TotalBytes units.Bytes            `json:"total_bytes"`
+	ByModule   map[string]units.Bytes `json:"by_module"`
+}
+
+type firstJSON struct {
+	Peak   PointJSON  `json:"peak"`
+	Phases phasesJSON `json:"phases"`
+	// OptimizerStateCreated is the state the first step allocates lazily.
+	OptimizerStateCreated units.Bytes `json:"optimizer_state_created_bytes"`
+}
+
+func point(p *ir.Program, pt sim.Point) PointJSON {
+	op := &p.Ops[pt.Op]
+	return PointJSON{Bytes: pt.Total, Phase: pt.Phase.String(), Op: op.Name, Module: op.Module, OpIndex: pt.Op, MicroStep: pt.Micro}
+}
+
+func phases(p *ir.Program, r *sim.Result) phasesJSON {
+	var out phasesJSON
+	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
+		pp := r.PhasePeak[ph]
+		if pp.Op < 0 {
+			continue
+		}
+		op := &p.Ops[pp.Op]
+		j := &PhaseJSON{PeakBytes: pp.Total, Op: op.Name, Module: op.Module, OpIndex: pp.Op}
+		switch ph {
+		case ir.Forward:
+			out.Forward = j
+		case ir.Backward:
+			out.Backward = j
+		case ir.Optimizer:
+			out.Optimizer = j
+		}
+	}
+	return out
+}
+
+// Build assembles the JSON form; timeline adds one event per op.
+func Build(res *engine.Result, timeline bool) *PlanJSON {
+	s, p, r := &res.Spec, res.Program, res.Sim
+	j := &PlanJSON{
+		Schema: Schema, Model: s.Model.Name, Family: s.Model.Family, Mode: s.Mode.String(),
+		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
+		Precision: s.Precision.String(), Attention: s.Attention.String(),
+		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
+		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
+		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},
+		Fits:        res.Fits, CapacityBytes: res.Capacity, Shortfall: res.Shortfall, Headroom: res.Headroom,
+		Ops: len(p.Ops),
+	}
+	if r.Params > 0 {
+		ms := r.ModelStates
+		j.ModelStates.BytesPerParam = float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Params)
+	}
+	if s.Mode == engine.Train {
+		j.Optimizer, j.OptimizerImpl = s.Optimizer.String(), s.Impl.String()
+	}
+	if s.GPU != nil {
+		j.GPU = s.GPU.Name
+	}
+	if res.First != nil {
+		f := &firstJSON{Peak: point(res.FirstProgram, res.First.Peak), Phases: phases(res.FirstProgram, res.First)}
+		for _, op := range res.FirstProgram.Ops {
+			if op.Name == "optimizer.init_state" {
+				for _, t := range op.Out {
+					f.OptimizerStateCreated += res.FirstProgram.Tensors[t].Bytes
+				}
+			}
+		}
+		j.FirstStep = f
+	}
+	if timeline {
+		j.Timeline = make([]EventJSON, len(r.Timeline))
+		for i, pt := range r.Timeline {
+			op := &p.Ops[pt.Op]
+			j.Timeline[i] = EventJSON{Op: op.Name, Module: op.Module, Phase: pt.Phase.String(), MicroStep: pt.Micro, Total: pt.Total, LedgerJSON: ledger(pt.Cat), Recompute: op.Recompute}
+		}
+	}
+	return j
+}
+
+// WriteJSON writes the JSON form, indented.
+func WriteJSON(w io.Writer, res *engine.Result, timeline bool) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(Build(res, timeline))
+}

@@ -1,0 +1,158 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/jedib0t/go-pretty/v6/text"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/units"
+)
+
+// TextOptions control the human report.
+type TextOptions struct {
+	// Chart draws the timeline in the terminal.
+	Chart bool
+	// Width and Height of the chart in cells (defaults 72 × 14).
+	Width, Height int
+	// TopModules is how many blocks of saved activations to list (default 6).
+	TopModules int
+}
+
+func pct(a, b units.Bytes) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(a)/float64(b))
+}
+
+func where(name, module string) string {
+	if module == "" {
+		return name
+	}
+	return name + " (" + module + ")"
+}
+
+// WriteText writes the report a person reads.
+func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
+	if o.Width == 0 {
+		o.Width = 72
+	}
+	if o.Height == 0 {
+		o.Height = 14
+	}
+	if o.TopModules == 0 {
+		o.TopModules = 6
+	}
+	s, p, r := &res.Spec, res.Program, res.Sim
+	var b strings.Builder
+	head := fmt.Sprintf("memplan · %s (%s params) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), s.Mode, s.MicroBatch, s.Seq)
+	if s.Mode == engine.Train {
+		head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+	} else {
+		head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
+	}
+	fmt.Fprintln(&b, head)
+	name, module := res.PeakOp()
+	fmt.Fprintf(&b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
+	if p.MicroBatches > 1 {
+		fmt.Fprintf(&b, ", micro-step %d of %d", r.Peak.Micro+1, p.MicroBatches)
+	}
+	fmt.Fprintln(&b)
+	if res.Capacity > 0 {
+		gpu := "the budget"
+		if s.GPU != nil && s.Capacity == 0 {
+			gpu = s.GPU.Name
+		}
+		if res.Fits {
+			fmt.Fprintf(&b, "Fits on %s (%s usable): %s to spare (%s of capacity used)\n", gpu, res.Capacity, res.Headroom, pct(res.Capacity-res.Headroom, res.Capacity))
+		} else {
+			fmt.Fprintf(&b, "DOES NOT FIT on %s (%s usable): needs %s more\n", gpu, res.Capacity, res.Shortfall)
+		}
+	}
+	if res.First != nil && res.First.Peak.Total > r.Peak.Total {
+		fp := res.First.Peak
+		op := &res.FirstProgram.Ops[fp.Op]
+		fmt.Fprintf(&b, "First step peaks higher: %s in %s at %s (optimizer state created lazily)\n", fp.Total, fp.Phase, where(op.Name, op.Module))
+	}
+
+	t := newTable()
+	t.SetTitle("Ledger at the peak")
+	t.AppendHeader(table.Row{"category", "bytes", "share"})
+	for c := ir.Category(0); c < ir.NumCategories; c++ {
+		if v := r.Peak.Cat[c]; v != 0 {
+			t.AppendRow(table.Row{c.String(), v.String(), pct(v, r.Peak.Total)})
+		}
+	}
+	t.AppendFooter(table.Row{"total", r.Peak.Total.String(), ""})
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight, AlignFooter: text.AlignRight}, {Number: 3, Align: text.AlignRight}})
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, t.Render())
+
+	pt := newTable()
+	pt.SetTitle("Peak of each phase")
+	pt.AppendHeader(table.Row{"phase", "peak", "at op"})
+	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
+		pp := r.PhasePeak[ph]
+		if pp.Op < 0 {
+			continue
+		}
+		op := &p.Ops[pp.Op]
+		pt.AppendRow(table.Row{ph.String(), pp.Total.String(), where(op.Name, op.Module)})
+	}
+	pt.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight}})
+	fmt.Fprintln(&b, pt.Render())
+
+	ms := r.ModelStates
+	if s.Mode == engine.Train && r.Params > 0 {
+		tot := ms.Parameters + ms.Gradients + ms.OptimizerState
+		fmt.Fprintf(&b, "Model states: parameters %s + gradients %s + optimizer state %s = %s (%.2f bytes/param)\n",
+			ms.Parameters, ms.Gradients, ms.OptimizerState, tot, float64(tot)/float64(r.Params))
+	} else {
+		fmt.Fprintf(&b, "Weights %s", ms.Parameters)
+		if kv := r.Peak.Cat[ir.KVCache]; kv > 0 {
+			fmt.Fprintf(&b, " · KV cache %s", kv)
+		}
+		fmt.Fprintf(&b, " · peak working set %s\n", r.Peak.Total-ms.Parameters-r.Peak.Cat[ir.KVCache])
+	}
+	if r.SavedTotal > 0 {
+		rows := r.SortedSaved(p)
+		fmt.Fprintf(&b, "Saved for backward at the end of forward: %s in %d modules", r.SavedTotal, len(rows))
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Bytes > rows[j].Bytes })
+		if len(rows) > o.TopModules {
+			rows = rows[:o.TopModules]
+		}
+		var parts []string
+		for _, m := range rows {
+			name := m.Module
+			if name == "" {
+				name = "(top level)"
+			}
+			parts = append(parts, fmt.Sprintf("%s %s", name, m.Bytes))
+		}
+		fmt.Fprintf(&b, "; largest: %s\n", strings.Join(parts, ", "))
+	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if o.Chart {
+		fmt.Fprintln(w)
+		return TerminalChart(w, res, o.Width, o.Height)
+	}
+	return nil
+}
+
+// newTable is a light-style table whose header and footer keep their case.
+func newTable() table.Writer {
+	t := table.NewWriter()
+	t.SetStyle(table.StyleLight)
+	t.Style().Format.Header = text.FormatDefault
+	t.Style().Format.Footer = text.FormatDefault
+	return t
+}

@@ -1,0 +1,258 @@
+// Package sim replays a Program as allocation and free events and reports the
+// memory ledger, the timeline, the peak and where it happens. It does no I/O
+// and is deterministic: the same Program gives the same Result.
+package sim
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// Ledger is bytes by category.
+type Ledger [ir.NumCategories]units.Bytes
+
+// Total sums the categories.
+func (l *Ledger) Total() units.Bytes {
+	var s units.Bytes
+	for _, b := range l {
+		s += b
+	}
+	return s
+}
+
+// Point is the memory at the high-water mark of one op: what is live after
+// the op's outputs are allocated and while its workspace is held.
+type Point struct {
+	Op    int // index into Program.Ops
+	Phase ir.Phase
+	Micro int
+	Total units.Bytes
+	Cat   Ledger
+	// Host is host-memory bytes live at the same moment (offload).
+	Host units.Bytes
+}
+
+// Result is what one iteration needs.
+type Result struct {
+	Timeline []Point
+	// Peak is the highest Point of the iteration.
+	Peak Point
+	// PhasePeak is the highest Point in each phase; Op is -1 for a phase the
+	// program does not have.
+	PhasePeak [ir.NumPhases]Point
+	// ModelStates are the largest parameter, gradient and optimizer-state
+	// totals seen during the iteration.
+	ModelStates struct {
+		Parameters, Gradients, OptimizerState units.Bytes
+	}
+	// SavedTotal is the bytes saved for backward that are live at the end of
+	// the first micro-step's forward; SavedByModule splits it by the block
+	// (ir.BlockOf) of the op that produced each storage.
+	SavedTotal    units.Bytes
+	SavedByModule map[string]units.Bytes
+	// HostPeak is the highest host-memory total.
+	HostPeak units.Bytes
+	// Params is the number of parameter elements.
+	Params int64
+	// Allocs and Frees count storage events; every non-resident storage that
+	// is allocated is freed once.
+	Allocs, Frees int
+	// EndLive is the device memory live after the last op (resident state).
+	EndLive units.Bytes
+}
+
+// Run simulates p. It fails only on a malformed program.
+func Run(p *ir.Program) (*Result, error) {
+	nt := len(p.Tensors)
+	owner := make([]ir.TensorID, nt)
+	for i := range p.Tensors {
+		b := p.Tensors[i].Base
+		if b == ir.NoTensor {
+			owner[i] = ir.TensorID(i)
+		} else {
+			if b < 0 || int(b) >= i {
+				return nil, fmt.Errorf("sim: tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
+			}
+			owner[i] = owner[b]
+		}
+	}
+	// Last op touching each storage.
+	last := make([]int32, nt)
+	for i := range last {
+		last[i] = -1
+	}
+	for oi := range p.Ops {
+		op := &p.Ops[oi]
+		for _, t := range op.In {
+			if t < 0 || int(t) >= nt {
+				return nil, fmt.Errorf("sim: op %d (%s) reads tensor %d out of range", oi, op.Name, t)
+			}
+			last[owner[t]] = int32(oi)
+		}
+		for _, t := range op.Out {
+			if t < 0 || int(t) >= nt {
+				return nil, fmt.Errorf("sim: op %d (%s) writes tensor %d out of range", oi, op.Name, t)
+			}
+			last[owner[t]] = int32(oi)
+		}
+	}
+	// Storages freed at each op, bucketed (counting sort keeps it O(n)).
+	freeAt := make([][]ir.TensorID, len(p.Ops))
+	for i := range p.Tensors {
+		t := &p.Tensors[i]
+		if t.Base != ir.NoTensor || t.Resident || t.Keep || last[i] < 0 {
+			continue
+		}
+		freeAt[last[i]] = append(freeAt[last[i]], ir.TensorID(i))
+	}
+	for oi := range p.Ops {
+		for _, t := range p.Ops[oi].Free {
+			o := owner[t]
+			if !p.Tensors[o].Resident && last[o] > int32(oi) {
+				return nil, fmt.Errorf("sim: op %d (%s) frees %s, which op %d still uses", oi, p.Ops[oi].Name, p.Tensors[o].Name, last[o])
+			}
+		}
+	}
+
+	r := &Result{Timeline: make([]Point, 0, len(p.Ops)), SavedByModule: map[string]units.Bytes{}}
+	for i := range r.PhasePeak {
+		r.PhasePeak[i].Op = -1
+	}
+	var dev Ledger
+	var host units.Bytes
+	live := make([]bool, nt)
+	producer := make([]int32, nt)
+	for i := range p.Tensors {
+		t := &p.Tensors[i]
+		if t.Resident && t.Base == ir.NoTensor {
+			live[i] = true
+			producer[i] = -1
+			if t.Host {
+				host += t.Bytes
+			} else {
+				dev[t.Cat] += t.Bytes
+			}
+		}
+	}
+	for _, id := range p.Params {
+		r.Params += p.Tensors[id].Numel()
+	}
+	endFwd := lastForwardOfFirstMicro(p)
+	r.Peak.Op = -1
+	for oi := range p.Ops {
+		op := &p.Ops[oi]
+		for _, t := range op.Out {
+			o := owner[t]
+			if live[o] {
+				continue
+			}
+			live[o] = true
+			producer[o] = int32(oi)
+			r.Allocs++
+			ts := &p.Tensors[o]
+			if ts.Host {
+				host += ts.Bytes
+			} else {
+				dev[ts.Cat] += ts.Bytes
+			}
+		}
+		pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: dev, Host: host + op.WorkspaceHost}
+		pt.Cat[ir.Temporary] += op.Workspace
+		pt.Total = pt.Cat.Total()
+		r.Timeline = append(r.Timeline, pt)
+		if pt.Total > r.Peak.Total || r.Peak.Op < 0 {
+			r.Peak = pt
+		}
+		if pp := &r.PhasePeak[op.Phase]; pp.Op < 0 || pt.Total > pp.Total {
+			*pp = pt
+		}
+		if pt.Host > r.HostPeak {
+			r.HostPeak = pt.Host
+		}
+		if dev[ir.Parameter] > r.ModelStates.Parameters {
+			r.ModelStates.Parameters = dev[ir.Parameter]
+		}
+		if dev[ir.Gradient] > r.ModelStates.Gradients {
+			r.ModelStates.Gradients = dev[ir.Gradient]
+		}
+		if dev[ir.OptimizerState] > r.ModelStates.OptimizerState {
+			r.ModelStates.OptimizerState = dev[ir.OptimizerState]
+		}
+		if oi == endFwd {
+			for i := range p.Tensors {
+				if live[i] && p.Tensors[i].Cat == ir.Activation && !p.Tensors[i].Host && producer[i] >= 0 {
+					b := p.Tensors[i].Bytes
+					r.SavedTotal += b
+					r.SavedByModule[ir.BlockOf(p.Ops[producer[i]].Module)] += b
+				}
+			}
+		}
+		for _, o := range freeAt[oi] {
+			if !live[o] {
+				continue
+			}
+			live[o] = false
+			r.Frees++
+			ts := &p.Tensors[o]
+			if ts.Host {
+				host -= ts.Bytes
+			} else {
+				dev[ts.Cat] -= ts.Bytes
+			}
+		}
+	}
+	r.EndLive = dev.Total()
+	return r, nil
+}
+
+// lastForwardOfFirstMicro is the index of the last forward op of micro-step
+// 0, or -1.
+func lastForwardOfFirstMicro(p *ir.Program) int {
+	end := -1
+	for i := range p.Ops {
+		if p.Ops[i].Micro != 0 {
+			break
+		}
+		if p.Ops[i].Phase == ir.Forward && !p.Ops[i].Recompute {
+			end = i
+		}
+	}
+	return end
+}
+
+// ModuleBytes is one row of a by-module breakdown.
+type ModuleBytes struct {
+	Module string
+	Bytes  units.Bytes
+}
+
+// SortedSaved returns SavedByModule in execution order of the blocks' first
+// appearance in p, so "model.layers.10" follows "model.layers.9".
+func (r *Result) SortedSaved(p *ir.Program) []ModuleBytes {
+	order := map[string]int{}
+	for i := range p.Ops {
+		b := ir.BlockOf(p.Ops[i].Module)
+		if _, ok := order[b]; !ok {
+			order[b] = i
+		}
+	}
+	out := make([]ModuleBytes, 0, len(r.SavedByModule))
+	for m, b := range r.SavedByModule {
+		out = append(out, ModuleBytes{m, b})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		oi, iok := order[out[i].Module]
+		oj, jok := order[out[j].Module]
+		if iok != jok {
+			return iok
+		}
+		if oi != oj {
+			return oi < oj
+		}
+		return out[i].Module < out[j].Module
+	})
+	return out
+}

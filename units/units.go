@@ -1,0 +1,192 @@
+// Package units holds the leaf vocabulary of memplan: byte counts, FLOP
+// counts and tensor element types. It imports nothing of ours.
+package units
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+)
+
+// Bytes is a count of bytes. Sizes of tensors, ledgers and budgets are Bytes.
+type Bytes int64
+
+// Binary multiples.
+const (
+	KiB Bytes = 1 << 10
+	MiB Bytes = 1 << 20
+	GiB Bytes = 1 << 30
+	TiB Bytes = 1 << 40
+)
+
+// Decimal multiples (GPU vendors quote memory in these).
+const (
+	KB Bytes = 1000
+	MB Bytes = 1000 * KB
+	GB Bytes = 1000 * MB
+	TB Bytes = 1000 * GB
+)
+
+// String formats b with a binary unit and three significant digits, as
+// PyTorch's memory_summary does ("1.50 GiB").
+func (b Bytes) String() string {
+	neg := b < 0
+	v := float64(b)
+	if neg {
+		v = -v
+	}
+	var s string
+	switch {
+	case v >= float64(TiB):
+		s = fmt.Sprintf("%.2f TiB", v/float64(TiB))
+	case v >= float64(GiB):
+		s = fmt.Sprintf("%.2f GiB", v/float64(GiB))
+	case v >= float64(MiB):
+		s = fmt.Sprintf("%.2f MiB", v/float64(MiB))
+	case v >= float64(KiB):
+		s = fmt.Sprintf("%.2f KiB", v/float64(KiB))
+	default:
+		s = fmt.Sprintf("%d B", int64(v))
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// GiBf returns b in GiB as a float, for charts.
+func (b Bytes) GiBf() float64 { return float64(b) / float64(GiB) }
+
+// ErrBadSize is wrapped by ParseBytes failures.
+var ErrBadSize = errors.New("units: bad size")
+
+var suffixes = []struct {
+	s string
+	m Bytes
+}{
+	{"tib", TiB}, {"gib", GiB}, {"mib", MiB}, {"kib", KiB},
+	{"tb", TB}, {"gb", GB}, {"mb", MB}, {"kb", KB},
+	{"t", TiB}, {"g", GiB}, {"m", MiB}, {"k", KiB},
+	{"b", 1},
+}
+
+// ParseBytes reads sizes such as "24GiB", "80GB", "1.5 TiB", "4096". A bare
+// number is bytes. Single letters (K, M, G, T) are binary, as in ulimit.
+func ParseBytes(s string) (Bytes, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "" {
+		return 0, fmt.Errorf("%w: empty", ErrBadSize)
+	}
+	mult := Bytes(1)
+	for _, suf := range suffixes {
+		if strings.HasSuffix(t, suf.s) {
+			t = strings.TrimSpace(strings.TrimSuffix(t, suf.s))
+			mult = suf.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("%w: %q is not a number with a unit such as 24GiB or 80GB", ErrBadSize, s)
+	}
+	if v <= 0 {
+		return 0, fmt.Errorf("%w: %q must be positive", ErrBadSize, s)
+	}
+	f := v * float64(mult)
+	if f > math.MaxInt64/2 {
+		return 0, fmt.Errorf("%w: %q is too large", ErrBadSize, s)
+	}
+	return Bytes(math.Round(f)), nil
+}
+
+// FLOPs counts floating-point operations (a multiply-add is two).
+type FLOPs float64
+
+// DType is a tensor element type.
+type DType uint8
+
+// Element types. Bits, not bytes, so that 4-bit types are exact.
+const (
+	Invalid DType = iota
+	F32
+	F16
+	BF16
+	F64
+	I64
+	I32
+	I8
+	U8
+	Bool
+	NF4 // 4-bit NormalFloat (QLoRA)
+	FP8
+)
+
+var dtypeInfo = [...]struct {
+	name string
+	bits int
+}{
+	Invalid: {"invalid", 0},
+	F32:     {"float32", 32},
+	F16:     {"float16", 16},
+	BF16:    {"bfloat16", 16},
+	F64:     {"float64", 64},
+	I64:     {"int64", 64},
+	I32:     {"int32", 32},
+	I8:      {"int8", 8},
+	U8:      {"uint8", 8},
+	Bool:    {"bool", 8},
+	NF4:     {"nf4", 4},
+	FP8:     {"float8_e4m3fn", 8},
+}
+
+// String returns PyTorch's name for the type ("bfloat16").
+func (d DType) String() string {
+	if int(d) < len(dtypeInfo) {
+		return dtypeInfo[d].name
+	}
+	return "dtype(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Bits is the width of one element.
+func (d DType) Bits() int {
+	if int(d) < len(dtypeInfo) {
+		return dtypeInfo[d].bits
+	}
+	return 0
+}
+
+// Size is the storage of n elements, rounded up to a whole byte.
+func (d DType) Size(n int64) Bytes { return Bytes((n*int64(d.Bits()) + 7) / 8) }
+
+// ParseDType accepts PyTorch names ("float32", "torch.bfloat16") and short
+// forms ("fp32", "bf16").
+func ParseDType(s string) (DType, error) {
+	t := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(s)), "torch.")
+	switch t {
+	case "float32", "fp32", "float", "f32":
+		return F32, nil
+	case "float16", "fp16", "half", "f16":
+		return F16, nil
+	case "bfloat16", "bf16":
+		return BF16, nil
+	case "float64", "fp64", "double":
+		return F64, nil
+	case "int64", "long":
+		return I64, nil
+	case "int32", "int":
+		return I32, nil
+	case "int8":
+		return I8, nil
+	case "uint8":
+		return U8, nil
+	case "bool":
+		return Bool, nil
+	case "nf4":
+		return NF4, nil
+	case "float8_e4m3fn", "fp8":
+		return FP8, nil
+	}
+	return Invalid, fmt.Errorf("units: unknown dtype %q", s)
+}
