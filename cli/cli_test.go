@@ -124,3 +124,30 @@ func TestPlanTextAndLists(t *testing.T) {
 		t.Errorf("gpus: exit %d\n%s", code, out)
 	}
 }
+
+// FuzzPlanFlags drives `memplan plan` with arbitrary sizes and names: it must
+// exit 0 with output, or 1 with one line on stderr, and never panic.
+func FuzzPlanFlags(f *testing.F) {
+	f.Add("gpt2", "64", "1", "1", "amp-bf16", "adamw", "sdpa", "train", "0")
+	f.Add("llama-3.2-1b", "2147483647", "2147483647", "3", "bf16", "sgd", "eager", "infer", "9")
+	f.Add("bert-base", "-1", "0", "x", "fp32", "adafactor", "eager", "train", "-2")
+	f.Add("vit-base", "1", "99999999", "1", "amp-fp16", "adamw8bit", "sdpa", "infer", "0")
+	f.Fuzz(func(t *testing.T, model, seq, mb, accum, prec, opt, att, mode, gen string) {
+		args := []string{"plan", "--model", model, "--seq", seq, "--micro-batch", mb, "--accum", accum,
+			"--precision", prec, "--optimizer", opt, "--attention", att, "--mode", mode, "--gen-tokens", gen,
+			"--json", "--no-timeline", "--first-step=false"}
+		code, out, errs := run(args...)
+		switch code {
+		case 0:
+			if out == "" || errs != "" {
+				t.Fatalf("%v: exit 0 with stdout %d bytes, stderr %q", args, len(out), errs)
+			}
+		case 1:
+			if out != "" || !strings.HasPrefix(errs, "memplan: ") || strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 {
+				t.Fatalf("%v: bad failure output: stdout %q stderr %q", args, out, errs)
+			}
+		default:
+			t.Fatalf("%v: exit %d", args, code)
+		}
+	})
+}

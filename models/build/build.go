@@ -63,7 +63,8 @@ type Options struct {
 // ErrBadOptions wraps option errors.
 var ErrBadOptions = errors.New("build: bad options")
 
-// maxTokens bounds micro-batch × sequence so sizes never overflow int64.
+// maxTokens bounds micro-batch × sequence (and the KV context) so sizes
+// never overflow int64.
 const maxTokens = 1 << 31
 
 // Graph builds the forward graph of a for one micro-batch.
@@ -77,8 +78,12 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	if a.Family != models.FamilyViT && o.Seq <= 0 {
 		return nil, fmt.Errorf("%w: sequence length must be positive, got %d", ErrBadOptions, o.Seq)
 	}
-	if int64(o.MicroBatch)*int64(max(o.Seq, 1)) > maxTokens {
+	if int64(o.MicroBatch)*int64(max(o.Seq, o.KVContext, 1)) > maxTokens {
 		return nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
+	}
+	ctx := int64(max(o.Seq, o.KVContext))
+	if o.Attention == Eager && int64(o.MicroBatch)*int64(a.Heads)*int64(max(o.Seq, 1))*ctx > 1<<56 {
+		return nil, fmt.Errorf("%w: eager attention scores of %d × %d heads × %d × %d elements are too large", ErrBadOptions, o.MicroBatch, a.Heads, o.Seq, ctx)
 	}
 	if o.KVContext < 0 || (o.KVContext > 0 && o.KVContext < o.Seq) {
 		return nil, fmt.Errorf("%w: KV-cache context %d must be at least the sequence %d", ErrBadOptions, o.KVContext, o.Seq)
