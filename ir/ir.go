@@ -129,6 +129,10 @@ type Node struct {
 	// NoGrad lists input positions that never get a gradient even if they
 	// require one (integer indices, masks).
 	NoGrad []int
+	// Comm / BwdComm mark collectives in the forward and in this node's
+	// backward (tensor parallel's f and g operators: identity one way,
+	// all-reduce the other).
+	Comm, BwdComm *Comm
 }
 
 // Graph is the forward computation of a model.
@@ -163,10 +167,52 @@ type Op struct {
 	Recompute bool
 	// Node is the forward node this op was lowered from, or -1.
 	Node int32
+	// Comm is set on collective ops (data/tensor/pipeline/expert parallel
+	// communication); Transfer on host↔device copies (offload). The
+	// simulator treats both as ordinary ops; the cost model prices them.
+	Comm     *Comm
+	Transfer *Transfer
 	// Free lists storages released explicitly at the end of this op even if
 	// used later (never needed by the lowering; kept for importers that
 	// record frees).
 	Free []TensorID
+}
+
+// CommKind is a collective.
+type CommKind uint8
+
+const (
+	AllReduce CommKind = iota
+	AllGather
+	ReduceScatter
+	AllToAll
+	SendRecv
+)
+
+var commNames = []string{"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
+
+func (k CommKind) String() string {
+	if int(k) < len(commNames) {
+		return commNames[k]
+	}
+	return fmt.Sprintf("comm(%d)", k)
+}
+
+// Comm describes a collective: its kind, the bytes each rank contributes to
+// the full (unsharded) buffer, and the process group it runs over.
+type Comm struct {
+	Kind  CommKind
+	Bytes units.Bytes
+	// Group is "dp", "tp", "pp", "ep" or "cp"; Ranks its size.
+	Group string
+	Ranks int
+}
+
+// Transfer is a copy over the host link.
+type Transfer struct {
+	Bytes units.Bytes
+	// ToHost is device→host (offload); false is host→device (reload).
+	ToHost bool
 }
 
 // Program is one iteration as a straight line of ops.

@@ -105,7 +105,7 @@ func (l *lowerer) forward(idm []ir.TensorID, m int) {
 	for ni := range l.g.Nodes {
 		n := &l.g.Nodes[ni]
 		l.p.Ops = append(l.p.Ops, ir.Op{Name: n.Kind, Module: n.Module, Phase: ir.Forward, Micro: m,
-			In: mapIDs(n.In, idm), Out: mapIDs(n.Out, idm), Workspace: n.Workspace, FLOPs: n.FLOPs, MemBytes: n.MemBytes, Node: int32(ni)})
+			In: mapIDs(n.In, idm), Out: mapIDs(n.Out, idm), Workspace: n.Workspace, FLOPs: n.FLOPs, MemBytes: n.MemBytes, Node: int32(ni), Comm: n.Comm})
 	}
 }
 
@@ -139,7 +139,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 			continue
 		}
 		op := ir.Op{Name: n.Kind + "_backward", Module: n.Module, Phase: ir.Backward, Micro: m,
-			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: n.MemBytes, Node: int32(ni)}
+			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: n.MemBytes, Node: int32(ni), Comm: n.BwdComm}
 		for pos, x := range n.In {
 			xt := &g.Tensors[x]
 			if !xt.RequiresGrad || contains(n.NoGrad, pos) {
