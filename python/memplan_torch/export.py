@@ -294,6 +294,13 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
                              "alias": o["alias"], "inplace": o["inplace"]} for o in e["outputs"]]}
 
     steady = [event_obj(i, e, newid.get) for i, e in enumerate(base_events)]
+    scratch_measured = all(r["scratch_measured"] for r in raws.values())
+    if scratch_measured:
+        canon = {key: _steady(raw) for key, raw in raws.items()}
+        for i, ev in enumerate(steady):
+            pts = [[k[0], k[1], canon[k][i].get("scratch", 0)] for k in sorted(raws, key=lambda k: (k[1] or 0, k[0]))]
+            if any(p[2] for p in pts):
+                ev["scratch"] = {"bytes": base_events[i].get("scratch", 0), "points": pts}
     first = [event_obj(i, e, remap1) for i, e in enumerate(first_events)]
     state_ids = sorted(newid[s] for s in initial if cats[s] == "optimizer_state")
 
@@ -319,6 +326,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         "size_model": "bytes = bytes_const + bytes_per_batch*batch" + (
             " + bytes_per_seq*seq + bytes_per_seq2*seq^2 + bytes_per_batch_seq*batch*seq"
             " + bytes_per_batch_seq2*batch*seq^2" if seqs else ""),
+        "scratch": "measured" if scratch_measured else "not measured",
         "n_params": base["n_params"],
         "param_bytes": base["param_bytes"],
         "phases": {k: {"first_event": v[0], "last_event": v[1]} for k, v in phases.items()},
@@ -344,6 +352,7 @@ def write_json(doc, path):
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, separators=(",", ":"))
             f.write("\n")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:

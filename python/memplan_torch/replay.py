@@ -13,7 +13,20 @@ def storage_bytes(s, batch, seq=None):
     return b
 
 
-def replay(doc, batch, seq=None, first_step=False, min_bytes=0):
+def scratch_bytes(ev, batch, seq=None):
+    """In-kernel scratch of an event at `batch`: linear in the batch through the measured points
+    (at the trace sequence length), never negative."""
+    sc = ev.get("scratch")
+    if not sc:
+        return 0
+    pts = [(p[0], p[2]) for p in sc["points"] if p[1] == sc["points"][0][1]]
+    if len(pts) < 2:
+        return sc["bytes"]
+    (b1, y1), (b2, y2) = pts[0], pts[1]
+    return max(0, int(round(y1 + (y2 - y1) * (batch - b1) / float(b2 - b1))))
+
+
+def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):
     """Per-phase peak live bytes of the traced step at `batch`.
 
     Storages smaller than min_bytes are ignored (to compare with an allocator counter with a threshold).
@@ -39,8 +52,9 @@ def replay(doc, batch, seq=None, first_step=False, min_bytes=0):
                 live[a["id"]] = n
                 cur += n
         ph = e["phase"]
-        if cur > peaks.get(ph, 0):
-            peaks[ph] = cur
+        top = cur + (scratch_bytes(e, batch, seq) if scratch else 0)
+        if top > peaks.get(ph, 0):
+            peaks[ph] = top
         for f in e["free"]:
             cur -= live.pop(f, 0)
     peak_phase = max(peaks, key=lambda p: peaks[p]) if peaks else None

@@ -42,9 +42,15 @@ CASES = [
 ]
 
 
+def _foreach(device):
+    # the optimizer implementation must be the same in the trace and the measurement: torch 2.x defaults to
+    # foreach on CUDA and to the per-tensor loop elsewhere, so pin it
+    return True if device == "cuda" else False
+
+
 def workload_for(case, device, iters=2, warmup=1):
     t = TRACES[case["trace"]]
-    w = {"schema": WORKLOAD_SCHEMA, "name": case["name"], "model": t["model"], "dtype": "float32",
+    w = {"foreach": _foreach(device), "schema": WORKLOAD_SCHEMA, "name": case["name"], "model": t["model"], "dtype": "float32",
          "batch": case["batch"], "device": device, "warmup": warmup, "iters": iters, "seed": 0,
          "optimizer": t["optimizer"]}
     if t.get("seq_len"):
@@ -89,7 +95,7 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
         path = os.path.join(out, name + ".trace.json")
         doc = export_builder(t["model"], path, batch=t["batch"], seq_len=t.get("seq_len"),
                              optimizer=t["optimizer"], seq_dim=t.get("seq_dim"), name=name,
-                             device=trace_device)
+                             device=trace_device, foreach=_foreach(device))
         traces[name] = doc
         log("trace %-14s %5d events on %-4s %6.1fs" % (name, len(doc["events"]), doc["trace_device"],
                                                           time.time() - ts))
@@ -106,6 +112,8 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
             thr = case["memory"].get("threshold_bytes", 0)
             r = replay(doc, case["micro_batch"], case["seq_len"] if doc.get("seq_dim") is not None else None,
                        min_bytes=thr)
+            rs = replay(doc, case["micro_batch"], case["seq_len"] if doc.get("seq_dim") is not None else None,
+                        min_bytes=thr, scratch=True)
             rf = replay(doc, case["micro_batch"], case["seq_len"] if doc.get("seq_dim") is not None else None,
                         first_step=True, min_bytes=thr)
             case["trace_replay"] = {
@@ -116,6 +124,11 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
                 "error_vs_measured": {p: round(r["phases"].get(p, 0) / case["phases"][p] - 1, 4)
                                       for p in case["phases"] if case["phases"][p]},
             }
+            if doc.get("scratch") == "measured":
+                case["trace_replay"]["phases_with_scratch"] = rs["phases"]
+                case["trace_replay"]["error_with_scratch"] = {
+                    p: round(rs["phases"].get(p, 0) / case["phases"][p] - 1, 4)
+                    for p in case["phases"] if case["phases"][p]}
             if "all_phases" in case:
                 case["trace_replay"]["error_vs_all"] = {
                     p: round(r["phases"].get(p, 0) / case["all_phases"][p] - 1, 4)
@@ -126,6 +139,8 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
         extra = ""
         if "trace_replay" in case:
             extra = " replay err " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_measured"].values())
+            if "error_with_scratch" in case["trace_replay"]:
+                extra += " (+scratch " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_with_scratch"].values()) + ")"
             if "error_vs_all" in case["trace_replay"]:
                 extra += " (all " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_all"].values()) + ")"
         log("measure %-20s fwd %8s bwd %8s opt %8s MiB  start %8s  %6.3fs/step %5.1fs%s" % (

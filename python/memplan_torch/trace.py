@@ -67,6 +67,11 @@ class Recorder(TorchDispatchMode):
         self.pending_saved = []
         self.recording = True
         self.unseen = []  # storages first seen as inputs since the last event
+        # in-kernel buffers (oneDNN scratch, ...) are only visible to the allocator tracker, on CPU
+        self.counters = None
+        if self.device == "cpu":
+            from . import tracker
+            self.counters = tracker.counters()
 
     # ---- storage bookkeeping ----
     def _new_storage(self, t, st, module, op, event):
@@ -164,12 +169,13 @@ class Recorder(TorchDispatchMode):
             return func(*args, **kwargs)
         self.sweep()
         module = self.module_path()
-        ins = set()
-        for a in compat.flatten((args, kwargs)):
-            if isinstance(a, torch.Tensor):
-                r = self.lookup(a)
-                if r is not None:
-                    ins.add(r.sid)
+        in_tensors = [a for a in compat.flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        for a in in_tensors:
+            self.lookup(a)
+        c = self.counters
+        if c is not None:
+            live0 = c.aligned_live()
+            c.reset_peak()
         try:
             out = func(*args, **kwargs)
         except Exception as e:
@@ -201,7 +207,10 @@ class Recorder(TorchDispatchMode):
                 ev["alloc"].append(rec.sid)
             ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
                                   "shape": list(t.shape), "alias": alias,
-                                  "inplace": alias and rec.sid in ins})
+                                  "inplace": alias and any(t is a for a in in_tensors)})
+        if c is not None:
+            new = sum(self.storages[o["storage"]].nbytes for o in ev["outputs"] if not o["alias"])
+            ev["scratch"] = max(0, c.aligned_peak() - live0 - new)
         return out
 
     # ---- context ----
@@ -343,7 +352,7 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None):
     s_sids = sids(s_tensors)
     buf_set = b_sids
     g_sids = grad_sids
-    return {"recorder": rec, "marks": marks, "initial": initial, "end_live": end_live,
+    return {"recorder": rec, "marks": marks, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
             "params": p_sids, "buffers": buf_set, "inputs": i_sids, "states": s_sids,
             "grads": g_sids, "n_params": sum(p.numel() for p in params),
             "param_bytes": sum(p.numel() * p.element_size() for p in params)}

@@ -35,3 +35,19 @@ def test_accumulation_one_is_refused():
     with pytest.raises(ValueError) as ei:
         check_workload({"model": "memplan_torch.models:mlp", "batch": 4})
     assert "accumulation" in str(ei.value)
+
+
+def test_align_cli_exit_status(tmp_path):
+    import os, subprocess, sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    p = tmp_path / "bn.yaml"
+    p.write_text("model: memplan_torch.models:mlp_bn\nbatch: 16\nstrategy: {accumulation: 4}\n")
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "align", str(p)], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = r.stdout.decode()
+    assert r.returncode == 1 and "NOT ALIGNED" in out and "BatchNorm" in out and "effective batch 16" in out
+    p.write_text("model: memplan_torch.models:mlp\nbatch: 16\nstrategy: {accumulation: 4}\n")
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "align", str(p)], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert r.returncode == 0 and "ALIGNED" in r.stdout.decode()
