@@ -265,6 +265,20 @@ func (l *lowerer) states(c TrainConfig, p *ir.Tensor) []state {
 	return nil
 }
 
+// OptimizerStep appends the optimizer step and zero_grad of c to p, for the
+// parameters in p.Params whose gradient is in grads (parameter → gradient
+// tensor). Importers of recorded traces use it to swap the optimizer.
+func OptimizerStep(p *ir.Program, grads map[ir.TensorID]ir.TensorID, c TrainConfig) {
+	if c.WeightDecay < 0 {
+		c.WeightDecay = 0
+		if c.Optimizer == AdamW || c.Optimizer == Adam8bit {
+			c.WeightDecay = 0.01
+		}
+	}
+	l := &lowerer{p: p}
+	l.optimizer(c, grads)
+}
+
 // optimizer appends the optimizer step and zero_grad.
 func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	var params, grads, masters, allState []ir.TensorID
