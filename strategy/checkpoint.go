@@ -1,0 +1,221 @@
+package strategy
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+)
+
+// Checkpoint is activation checkpointing with torch.utils.checkpoint's
+// non-reentrant semantics applied to every module whose path matches one of
+// Patterns (path.Match syntax over dotted module paths: "model.layers.*",
+// "*.core_attention", or exact paths). For each matching module (the
+// outermost one when patterns nest) the forward saves nothing inside the
+// module but keeps the module's inputs; when backward first needs the
+// module's saved tensors, its forward is replayed (ops with Recompute set,
+// in the backward phase) up to the last op whose output backward needs
+// (non-reentrant checkpoint's early stop), and the module's backward ops
+// read the recomputed tensors, which die as they are consumed.
+type Checkpoint struct {
+	Patterns []string
+}
+
+var _ Transform = (*Checkpoint)(nil)
+
+func init() { Register("checkpoint", func() Transform { return &Checkpoint{} }) }
+
+// Name implements Transform.
+func (c *Checkpoint) Name() string { return "checkpoint" }
+
+// segmentKey is the shortest dotted prefix of module that matches a pattern.
+func (c *Checkpoint) segmentKey(module string) string {
+	if module == "" {
+		return ""
+	}
+	parts := strings.Split(module, ".")
+	for i := 1; i <= len(parts); i++ {
+		prefix := strings.Join(parts[:i], ".")
+		for _, pat := range c.Patterns {
+			if ok, _ := path.Match(pat, prefix); ok {
+				return prefix
+			}
+		}
+	}
+	return ""
+}
+
+func within(module, key string) bool {
+	return module == key || strings.HasPrefix(module, key+".")
+}
+
+type segment struct {
+	key   string
+	micro int
+	ops   []int // forward op indices
+}
+
+// Apply implements Transform.
+func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
+	if len(c.Patterns) == 0 {
+		return nil, fmt.Errorf("strategy: checkpoint needs at least one module pattern")
+	}
+	for _, pat := range c.Patterns {
+		if _, err := path.Match(pat, ""); err != nil {
+			return nil, fmt.Errorf("strategy: bad checkpoint pattern %q: %v", pat, err)
+		}
+	}
+	var segs []segment
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Forward || op.Recompute {
+			continue
+		}
+		key := c.segmentKey(op.Module)
+		if key == "" {
+			continue
+		}
+		if n := len(segs); n > 0 && segs[n-1].key == key && segs[n-1].micro == op.Micro && segs[n-1].ops[len(segs[n-1].ops)-1] == i-1 {
+			segs[n-1].ops = append(segs[n-1].ops, i)
+			continue
+		}
+		segs = append(segs, segment{key: key, micro: op.Micro, ops: []int{i}})
+	}
+	if len(segs) == 0 {
+		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
+	}
+	q := Clone(p)
+	// insert[j] are recompute ops to place before original op j.
+	insert := map[int][]ir.Op{}
+	touched := map[ir.TensorID]bool{}
+	for _, s := range segs {
+		produced := map[ir.TensorID]bool{}
+		for _, oi := range s.ops {
+			for _, t := range q.Ops[oi].Out {
+				produced[t] = true
+			}
+		}
+		var bwd []int
+		for j := s.ops[len(s.ops)-1] + 1; j < len(q.Ops); j++ {
+			op := &q.Ops[j]
+			if op.Phase == ir.Backward && !op.Recompute && op.Micro == s.micro && within(op.Module, s.key) {
+				bwd = append(bwd, j)
+			}
+		}
+		needed := map[ir.TensorID]bool{}
+		for _, j := range bwd {
+			for _, t := range q.Ops[j].In {
+				if produced[t] {
+					needed[t] = true
+				}
+			}
+		}
+		if len(needed) == 0 {
+			continue
+		}
+		lastNeeded := -1
+		for k, oi := range s.ops {
+			for _, t := range q.Ops[oi].Out {
+				if needed[t] {
+					lastNeeded = k
+				}
+			}
+		}
+		rmap := map[ir.TensorID]ir.TensorID{}
+		var clones []ir.Op
+		for _, oi := range s.ops[:lastNeeded+1] {
+			op := q.Ops[oi]
+			cl := op
+			cl.Phase = ir.Backward
+			cl.Recompute = true
+			cl.Free = nil
+			cl.In = make([]ir.TensorID, len(op.In))
+			for k, t := range op.In {
+				if r, ok := rmap[t]; ok {
+					cl.In[k] = r
+				} else {
+					cl.In[k] = t
+					if !produced[t] {
+						touched[ir.Storage(q.Tensors, t)] = true // a segment input the checkpoint keeps
+					}
+				}
+			}
+			cl.Out = make([]ir.TensorID, len(op.Out))
+			for k, t := range op.Out {
+				nt := q.Tensors[t]
+				nt.Shape = append([]int64(nil), nt.Shape...)
+				nt.Name += "@recompute"
+				if nt.Base != ir.NoTensor {
+					if r, ok := rmap[nt.Base]; ok {
+						nt.Base = r
+					}
+				}
+				q.Tensors = append(q.Tensors, nt)
+				id := ir.TensorID(len(q.Tensors) - 1)
+				rmap[t] = id
+				cl.Out[k] = id
+				touched[id] = true
+			}
+			clones = append(clones, cl)
+		}
+		for t := range produced {
+			touched[ir.Storage(q.Tensors, t)] = true
+		}
+		for _, j := range bwd {
+			for k, t := range q.Ops[j].In {
+				if r, ok := rmap[t]; ok {
+					q.Ops[j].In[k] = r
+				}
+			}
+		}
+		insert[bwd[0]] = append(insert[bwd[0]], clones...)
+	}
+	if len(insert) > 0 {
+		ops := make([]ir.Op, 0, len(q.Ops))
+		for j := range q.Ops {
+			ops = append(ops, insert[j]...)
+			ops = append(ops, q.Ops[j])
+		}
+		q.Ops = ops
+	}
+	recategorize(q, touched)
+	return q, nil
+}
+
+// recategorize sets the category of the touched storages that are
+// activations or temporaries: a storage produced by a forward or recompute
+// op is an activation (saved for backward) when a non-recompute backward op
+// reads it or a view of it, else a temporary.
+func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
+	savedBy := map[ir.TensorID]bool{}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Backward || op.Recompute {
+			continue
+		}
+		for _, t := range op.In {
+			savedBy[ir.Storage(p.Tensors, t)] = true
+		}
+	}
+	producedFwd := map[ir.TensorID]bool{}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase == ir.Forward || op.Recompute {
+			for _, t := range op.Out {
+				producedFwd[ir.Storage(p.Tensors, t)] = true
+			}
+		}
+	}
+	for t := range touched {
+		tt := &p.Tensors[t]
+		if tt.Base != ir.NoTensor || tt.Resident || (tt.Cat != ir.Activation && tt.Cat != ir.Temporary) || !producedFwd[t] {
+			continue
+		}
+		if savedBy[t] {
+			tt.Cat = ir.Activation
+		} else {
+			tt.Cat = ir.Temporary
+		}
+	}
+}
