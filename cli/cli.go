@@ -57,7 +57,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 }
 
 type planFlags struct {
-	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget string
+	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget, checkpoint string
 	microBatch, seq, accum, genTokens                                        int
 	jsonOut, noTimeline, noChart, firstStep                                  bool
 	svg, png                                                                 string
@@ -118,6 +118,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
+	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
 	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
@@ -175,6 +176,9 @@ func (f *planFlags) spec() (engine.Spec, error) {
 		if s.Capacity, err = units.ParseBytes(f.budget); err != nil {
 			return s, fmt.Errorf("--budget: %w", err)
 		}
+	}
+	if s.Checkpoint, err = engine.ParseCheckpoint(f.checkpoint); err != nil {
+		return s, err
 	}
 	s.FirstStep = f.firstStep
 	for _, p := range []string{f.svg, f.png} {

@@ -50,6 +50,10 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--svg", filepath.Join(dir, "missing", "x.svg")}, "cannot write"},
 		{[]string{"plan", "--mode", "infer", "--accum", "2"}, "--accum applies to training only"},
 		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"plan", "--checkpoint", "every=0"}, "positive integer"},
+		{[]string{"plan", "--checkpoint", "modules=nothing.*"}, "no module matches"},
+		{[]string{"plan", "--checkpoint", "sometimes"}, "unknown --checkpoint"},
+		{[]string{"plan", "--mode", "infer", "--checkpoint", "full"}, "training only"},
 	} {
 		code, out, errs := run(tc.args...)
 		if code == 0 {

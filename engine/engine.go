@@ -14,6 +14,7 @@ import (
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -68,6 +69,8 @@ type Spec struct {
 	// FirstStep also simulates the first iteration, whose optimizer step
 	// creates the optimizer state.
 	FirstStep bool
+	// Checkpoint is the activation-checkpointing policy (training only).
+	Checkpoint CheckpointPolicy
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -110,6 +113,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Mode == Infer && s.Accum != 1 {
 		return fmt.Errorf("%w: --accum applies to training only", ErrSpec)
+	}
+	if s.Mode == Infer && s.Checkpoint.Kind != "" {
+		return fmt.Errorf("%w: --checkpoint applies to training only", ErrSpec)
 	}
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
 		return fmt.Errorf("%w: %s is an encoder; it has no KV cache to generate with", ErrSpec, s.Model.Name)
@@ -160,7 +166,19 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 	if s.Mode == Infer {
 		return plan.Infer(g)
 	}
-	return plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
+	p, err := plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
+	if err != nil {
+		return nil, err
+	}
+	var ts []strategy.Transform
+	ck, err := checkpointTransform(s.Checkpoint, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	if ck != nil {
+		ts = append(ts, ck)
+	}
+	return strategy.Chain(p, ts...)
 }
 
 // Plan validates s, builds and simulates it.

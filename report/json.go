@@ -74,6 +74,7 @@ type PlanJSON struct {
 	Optimizer     string      `json:"optimizer,omitempty"`
 	OptimizerImpl string      `json:"optimizer_impl,omitempty"`
 	Attention     string      `json:"attention"`
+	Checkpoint    string      `json:"checkpoint,omitempty"`
 	GPU           string      `json:"gpu,omitempty"`
 	Params        int64       `json:"params"`
 	Peak          PointJSON   `json:"peak"`
@@ -147,7 +148,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 	j := &PlanJSON{
 		Schema: Schema, Model: s.Model.Name, Family: s.Model.Family, Mode: s.Mode.String(),
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
-		Precision: s.Precision.String(), Attention: s.Attention.String(),
+		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
 		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
 		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
 		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},

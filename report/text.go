@@ -55,6 +55,9 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	head := fmt.Sprintf("memplan · %s (%s params) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), s.Mode, s.MicroBatch, s.Seq)
 	if s.Mode == engine.Train {
 		head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+		if s.Checkpoint.Kind != "" {
+			head += " · checkpoint " + s.Checkpoint.String()
+		}
 	} else {
 		head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
 	}
