@@ -58,9 +58,9 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 
 type planFlags struct {
 	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget, checkpoint string
-	microBatch, seq, accum, genTokens                                        int
-	jsonOut, noTimeline, noChart, firstStep                                  bool
-	svg, png                                                                 string
+	microBatch, seq, accum, genTokens                                                    int
+	jsonOut, noTimeline, noChart, firstStep                                              bool
+	svg, png                                                                             string
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
