@@ -98,6 +98,9 @@ func ParseBytes(s string) (Bytes, error) {
 	if f > math.MaxInt64/2 {
 		return 0, fmt.Errorf("%w: %q is too large", ErrBadSize, s)
 	}
+	if math.Round(f) < 1 {
+		return 0, fmt.Errorf("%w: %q is less than one byte", ErrBadSize, s)
+	}
 	return Bytes(math.Round(f)), nil
 }
 

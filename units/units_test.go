@@ -1,0 +1,68 @@
+package units
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Bytes
+	}{
+		{"24GiB", 24 * GiB}, {"80GB", 80 * GB}, {"1.5 TiB", TiB + TiB/2}, {"4096", 4096}, {"512MiB", 512 * MiB},
+		{"16g", 16 * GiB}, {"  2kb ", 2000}, {"7b", 7},
+	} {
+		got, err := ParseBytes(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "GiB", "-4GiB", "0", "lots", "NaN", "Inf GiB", "1e30TiB", "12 parsecs"} {
+		if _, err := ParseBytes(bad); !errors.Is(err, ErrBadSize) {
+			t.Errorf("ParseBytes(%q): err %v, want ErrBadSize", bad, err)
+		}
+	}
+}
+
+func TestBytesString(t *testing.T) {
+	for _, tc := range []struct {
+		b    Bytes
+		want string
+	}{{0, "0 B"}, {1023, "1023 B"}, {1536, "1.50 KiB"}, {80 * GiB, "80.00 GiB"}, {-2 * MiB, "-2.00 MiB"}, {3 * TiB, "3.00 TiB"}} {
+		if got := tc.b.String(); got != tc.want {
+			t.Errorf("%d.String() = %q, want %q", int64(tc.b), got, tc.want)
+		}
+	}
+}
+
+func TestDTypes(t *testing.T) {
+	if F32.Size(10) != 40 || BF16.Size(3) != 6 || NF4.Size(3) != 2 || Bool.Size(5) != 5 {
+		t.Error("dtype sizes")
+	}
+	for _, s := range []string{"float32", "torch.bfloat16", "fp16", "int64", "nf4"} {
+		if _, err := ParseDType(s); err != nil {
+			t.Errorf("ParseDType(%q): %v", s, err)
+		}
+	}
+	if _, err := ParseDType("complex128"); err == nil {
+		t.Error("ParseDType accepted complex128")
+	}
+}
+
+// FuzzParseBytes: any string is refused with ErrBadSize or parsed to a
+// positive size; never a panic.
+func FuzzParseBytes(f *testing.F) {
+	for _, s := range []string{"24GiB", "80GB", "-1", "1e400", "0.0000001b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := ParseBytes(s)
+		if err == nil && b < 0 {
+			t.Fatalf("ParseBytes(%q) = %d", s, b)
+		}
+		if err != nil && !errors.Is(err, ErrBadSize) {
+			t.Fatalf("ParseBytes(%q): unwrapped error %v", s, err)
+		}
+	})
+}
