@@ -1,0 +1,654 @@
+package cost
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// PriceOptions says how Price turns a program into time. The zero value is
+// usable: every default below is an upper bound on speed (ideal roofline,
+// wire-rate links, zero latency), never a measured fraction. Supply measured
+// efficiencies and latencies to get realistic numbers.
+type PriceOptions struct {
+	// DType selects the GPU's peak FLOP/s (hw.GPU.PeakFLOPs) used for every
+	// op's roofline and for MFU/HFU. Zero (units.Invalid) infers it from the
+	// program: the output dtype of the ops carrying the most FLOPs (bfloat16
+	// for bf16 and amp-bf16 runs, float32 for fp32 runs); bfloat16 when the
+	// program has no FLOPs.
+	DType units.DType
+	// PeakFLOPs, when positive, replaces g.PeakFLOPs(DType) — for example
+	// g.TF32 for fp32 matmuls with TF32 enabled.
+	PeakFLOPs float64
+	// Efficiency scales the roofline's peaks. The zero value means
+	// DefaultEfficiency(): the ideal roofline, an upper bound on speed.
+	Efficiency Efficiency
+	// Networks prices collectives per process group ("dp", "tp", "pp",
+	// "ep", "cp"); Bandwidth is per rank and per direction, as in Network.
+	// A group without an entry gets the intra-node default: the GPU's NVLink
+	// per direction (hw.GPU.NVLinkPerDirection) when g.NVLink > 0, else its
+	// PCIe host link per direction (peer traffic then crosses PCIe), with
+	// zero latency. Both are wire rates of one node; a group that spans
+	// nodes (data parallel across an InfiniBand fabric) must be given here.
+	Networks map[string]Link
+	// Overlap says which groups' collectives run on a separate
+	// communication stream, overlapping whatever compute does not depend on
+	// them. A group without an entry takes the default: "dp" overlaps (DDP
+	// and ZeRO bucket their gradient all-reduces under the backward), every
+	// other group is exposed: its collectives run on the compute stream, as
+	// Megatron-LM's tensor-parallel all-reduces do without its
+	// communication-overlap options.
+	Overlap map[string]bool
+	// HostLink prices Transfer ops. Zero means the GPU's PCIe link per
+	// direction (hw.GPU.HostLink.PerDirection, a wire rate) with zero
+	// latency.
+	HostLink Link
+	// SharedCopyStream puts device→host and host→device copies on one FIFO
+	// copy stream (exactly cost.Overlap's model). By default each direction
+	// has its own stream, as PCIe is full duplex and GPUs since Kepler have
+	// a copy engine per direction.
+	SharedCopyStream bool
+	// TokensPerStep and SamplesPerStep give Timing's throughputs (0: not
+	// reported). For a language model: micro-batch × sequence × micro-steps.
+	TokensPerStep, SamplesPerStep float64
+	// ModelFLOPs is the FLOPs the model needs per step without recompute,
+	// for MFU. Zero means the sum of FLOPs of the program's forward and
+	// backward ops that are not recomputation.
+	ModelFLOPs float64
+}
+
+// OpTime is the priced schedule of one op. An op runs its compute part
+// (roofline) first, then its collective or its copy if it has one.
+type OpTime struct {
+	// Compute, Comm and Transfer are the busy times of the op's parts.
+	Compute, Comm, Transfer time.Duration
+	// Start is when the op's first part starts and End when its last part
+	// ends, from the start of the step.
+	Start, End time.Duration
+	// Stall is how long the compute stream sat idle before this op, waiting
+	// for an overlapped collective or copy it depends on.
+	Stall time.Duration
+	// Async is true when the op's collective or copy ran off the compute
+	// stream.
+	Async bool
+}
+
+// Duration is the op's own busy time: Compute + Comm + Transfer.
+func (o OpTime) Duration() time.Duration { return addSat(addSat(o.Compute, o.Comm), o.Transfer) }
+
+// PhaseTime sums the ops of one phase.
+type PhaseTime struct {
+	// Compute, Comm and Transfer are busy times of the phase's ops.
+	Compute, Comm, Transfer time.Duration
+	// Wall is the share of the step charged to the phase: its compute-stream
+	// time (compute and exposed collectives) plus the stalls before its ops;
+	// the idle tail after the last compute-stream op counts to the phase of
+	// the program's last op. The phases' Walls sum to Timing.Step.
+	Wall time.Duration
+	// FLOPs executed in the phase, recomputation included.
+	FLOPs float64
+}
+
+// Timing is a priced program.
+type Timing struct {
+	// Ops is aligned with Program.Ops.
+	Ops    []OpTime
+	Phases [ir.NumPhases]PhaseTime
+	// Step is the makespan of the step: Compute + ExposedComm +
+	// ExposedTransfer.
+	Step time.Duration
+	// Compute is the busy time of the compute stream's roofline work.
+	Compute time.Duration
+	// Comm and Transfer are the total busy times of collectives and of
+	// host-link copies; Exposed* are the parts the step waits for:
+	// collectives of non-overlapping groups in full, plus the compute
+	// stream's stalls (and the tail after its last op), each split between
+	// the overlapped ops that were running while it waited — an op that
+	// itself waited for another passes that share on.
+	Comm, Transfer               time.Duration
+	ExposedComm, ExposedTransfer time.Duration
+	// Recompute is the busy time of ops with Recompute set; RecomputeFLOPs
+	// their FLOPs.
+	Recompute      time.Duration
+	RecomputeFLOPs float64
+	// FLOPs is every FLOP executed (hardware FLOPs); ModelFLOPs those the
+	// model needs without recompute (PriceOptions.ModelFLOPs or its
+	// default).
+	FLOPs, ModelFLOPs float64
+	// TokensPerSec and SamplesPerSec are 0 when not asked for or when the
+	// step takes no time.
+	TokensPerSec, SamplesPerSec float64
+	// MFU is ModelFLOPs / (Step × PeakFLOPs) and HFU the same with FLOPs
+	// (Chowdhery et al., "PaLM", 2022, appendix B; Korthikanti et al. 2023
+	// §6). Both use the unscaled peak; 0 when the step takes no time.
+	MFU, HFU float64
+	// The settings used: dtype, peak FLOP/s and efficiency.
+	DType      units.DType
+	PeakFLOPs  float64
+	Efficiency Efficiency
+}
+
+// Streams of the schedule.
+const (
+	streamCompute = iota
+	streamComm
+	streamD2H
+	streamH2D
+	numStreams
+)
+
+// sideOp is one overlapped collective or copy as placed on its stream.
+type sideOp struct {
+	start, end time.Duration
+	comm       bool // a collective, else a copy
+	// cause is what the op waited for before it started (a hazard.rec);
+	// 0 when it started as soon as it was issued.
+	cause int32
+}
+
+// hazard is the end of an overlapped op: rec is 1 + its index in
+// pricer.side, 0 for none.
+type hazard struct {
+	end time.Duration
+	rec int32
+}
+
+func later(a, b hazard) hazard {
+	if b.end > a.end {
+		return b
+	}
+	return a
+}
+
+// pricer holds the state of one Price call.
+type pricer struct {
+	p     *ir.Program
+	g     *hw.GPU
+	o     PriceOptions
+	peak  float64
+	roots []ir.TensorID
+	mark  []int32 // storage dedup stamp per op (estimateBytes)
+
+	// Hazards of overlapped ops, by storage (nil until the first one).
+	writeEnd, readEnd []hazard
+	side              []sideOp
+}
+
+// Price prices one iteration of p on g: the compute ops under the roofline,
+// collectives under the ring model (Cost) on each group's network, and
+// host-link copies (Transfer), scheduled on a compute stream, a
+// communication stream and one copy stream per direction.
+//
+// Schedule. Compute ops, and collectives of groups that do not overlap, run
+// in program order on the compute stream. An overlapped collective or a copy
+// is issued when every earlier compute-stream op has finished (the event a
+// side stream waits on) and runs FIFO on its stream; it also waits for
+// overlapped ops on other streams that touched its storages (a reload waits
+// for the offload that wrote its host copy). A compute-stream op waits for
+// the overlapped ops it conflicts with: for a collective, any op that reads
+// or writes its buffers (collectives are treated as writing every buffer
+// they name, since all-reduce works in place); for a copy, ops that read its
+// output (a reload must finish before the op that reads what it loads) or
+// overwrite its input. An offload nobody waits for runs under later compute;
+// only the end of the step waits for it. With copies only and
+// SharedCopyStream, this is exactly Overlap's two-stream schedule.
+//
+// Op times. A compute op costs Roofline(FLOPs, MemBytes), rounded up to the
+// nanosecond so that no step beats the roofline (MFU ≤ 1). Ops with neither
+// FLOPs nor MemBytes (the optimizer's foreach ops, the batch load, the loss
+// seed) are charged the bytes of the distinct device storages they read
+// and write (ir.Storage, Tensor.Bytes) as DRAM traffic — a lower bound,
+// since an in-place op writes inputs that the IR does not list as outputs.
+// Two kinds of op launch no kernel and cost nothing: ops without FLOPs whose
+// outputs are all views (view, reshape, transpose and their backward), and
+// zero_grad(set_to_none=True). A collective costs Cost(kind, Comm.Bytes,
+// {Comm.Ranks, group link}), Comm.Bytes being NCCL-tests' per-rank buffer
+// (the all-reduce buffer, the all-gather output, the reduce-scatter input,
+// the all-to-all send buffer); a send/recv costs Transfer(Comm.Bytes, link)
+// and nothing on one rank. A copy costs Transfer(Transfer.Bytes, host link).
+func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
+	if p == nil || g == nil {
+		return nil, invalid("price: need a program and a GPU")
+	}
+	if o.Efficiency == (Efficiency{}) {
+		o.Efficiency = DefaultEfficiency()
+	}
+	if err := o.Efficiency.Validate(); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		what string
+		v    float64
+	}{{"tokens per step", o.TokensPerStep}, {"samples per step", o.SamplesPerStep}, {"model FLOPs", o.ModelFLOPs}, {"peak FLOP/s", o.PeakFLOPs}} {
+		if !finiteNonNeg(f.v) {
+			return nil, invalid("price: %s %v must be finite and >= 0", f.what, f.v)
+		}
+	}
+	if o.DType == units.Invalid {
+		o.DType = inferDType(p)
+	}
+	if o.HostLink == (Link{}) {
+		o.HostLink = Link{Bandwidth: g.HostLink.PerDirection}
+	}
+	pr := &pricer{p: p, g: g, o: o, peak: o.PeakFLOPs}
+	if pr.peak == 0 {
+		pr.peak = g.PeakFLOPs(o.DType)
+	}
+	if !positive(pr.peak) {
+		return nil, invalid("price: %s has no %s peak; set PriceOptions.DType or PeakFLOPs", g.Name, o.DType)
+	}
+	if err := pr.storages(); err != nil {
+		return nil, err
+	}
+	return pr.run()
+}
+
+// DefaultNetwork is the link Price uses for a group without an entry in
+// PriceOptions.Networks: NVLink per direction when the GPU has NVLink, else
+// its PCIe host link per direction; zero latency.
+func DefaultNetwork(g *hw.GPU) Link {
+	if g.NVLink > 0 {
+		return Link{Bandwidth: g.NVLinkPerDirection()}
+	}
+	return Link{Bandwidth: g.HostLink.PerDirection}
+}
+
+// Overlaps reports whether collectives of group run on a separate stream
+// under o: o.Overlap[group] when set, else true for "dp" only.
+func (o PriceOptions) Overlaps(group string) bool {
+	if v, ok := o.Overlap[group]; ok {
+		return v
+	}
+	return group == "dp"
+}
+
+// inferDType returns the float output dtype carrying the most FLOPs, or
+// bfloat16. Ties go to the lower dtype code, for determinism.
+func inferDType(p *ir.Program) units.DType {
+	var by [256]float64
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.FLOPs <= 0 || len(op.Out) == 0 {
+			continue
+		}
+		t := op.Out[0]
+		if t < 0 || int(t) >= len(p.Tensors) {
+			continue
+		}
+		switch dt := p.Tensors[t].DType; dt {
+		case units.F32, units.F16, units.BF16, units.FP8:
+			by[dt] += op.FLOPs
+		}
+	}
+	best, bestF := units.BF16, 0.0
+	for dt, f := range by {
+		if f > bestF {
+			best, bestF = units.DType(dt), f
+		}
+	}
+	return best
+}
+
+// storages maps every tensor to its storage owner, checking that views point
+// to earlier tensors (so the walk ends).
+func (pr *pricer) storages() error {
+	ts := pr.p.Tensors
+	pr.roots = make([]ir.TensorID, len(ts))
+	for i := range ts {
+		b := ts[i].Base
+		switch {
+		case b == ir.NoTensor:
+			pr.roots[i] = ir.TensorID(i)
+		case b < 0 || int(b) >= i:
+			return invalid("price: tensor %d (%s): base %d is not an earlier tensor", i, ts[i].Name, b)
+		default:
+			pr.roots[i] = pr.roots[b]
+		}
+	}
+	return nil
+}
+
+func (pr *pricer) root(oi int, t ir.TensorID) (ir.TensorID, error) {
+	if t < 0 || int(t) >= len(pr.roots) {
+		return 0, invalid("price: op %d (%s): tensor %d out of range", oi, pr.p.Ops[oi].Name, t)
+	}
+	return pr.roots[t], nil
+}
+
+// noKernel reports ops that launch no kernel: views (no FLOPs, every output
+// aliases another storage) and zero_grad(set_to_none=True).
+func (pr *pricer) noKernel(oi int) (bool, error) {
+	op := &pr.p.Ops[oi]
+	if op.FLOPs > 0 {
+		return false, nil
+	}
+	if strings.HasPrefix(op.Name, "zero_grad(set_to_none=True)") {
+		return true, nil
+	}
+	if len(op.Out) == 0 {
+		return false, nil
+	}
+	for _, t := range op.Out {
+		if _, err := pr.root(oi, t); err != nil {
+			return false, err
+		}
+		if pr.p.Tensors[t].Base == ir.NoTensor {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// estimateBytes is the bytes of the distinct device storages op oi reads or
+// writes.
+func (pr *pricer) estimateBytes(oi int) (float64, error) {
+	if pr.mark == nil {
+		pr.mark = make([]int32, len(pr.p.Tensors))
+	}
+	op := &pr.p.Ops[oi]
+	stamp := int32(oi + 1)
+	var sum float64
+	for _, list := range [2][]ir.TensorID{op.In, op.Out} {
+		for _, t := range list {
+			s, err := pr.root(oi, t)
+			if err != nil {
+				return 0, err
+			}
+			if pr.mark[s] == stamp || pr.p.Tensors[s].Host {
+				continue
+			}
+			pr.mark[s] = stamp
+			sum += float64(pr.p.Tensors[s].Bytes)
+		}
+	}
+	return sum, nil
+}
+
+// roofline is Roofline rounded up to the nanosecond.
+func (pr *pricer) roofline(flops, bytes float64) (time.Duration, error) {
+	eff := pr.o.Efficiency
+	d, err := Roofline(flops, bytes, pr.peak, pr.g.MemBandwidth, eff)
+	if err != nil || d == math.MaxInt64 {
+		return d, err
+	}
+	exact := 0.0
+	if flops > 0 {
+		exact = flops / (pr.peak * eff.Compute)
+	}
+	if bytes > 0 {
+		exact = math.Max(exact, bytes/(pr.g.MemBandwidth*eff.Memory))
+	}
+	if float64(d) < exact*1e9 {
+		d++
+	}
+	return d, nil
+}
+
+var commKinds = [...]Collective{ir.AllReduce: AllReduce, ir.AllGather: AllGather, ir.ReduceScatter: ReduceScatter, ir.AllToAll: AllToAll}
+
+// commTime prices a collective on its group's network.
+func (pr *pricer) commTime(c *ir.Comm) (time.Duration, error) {
+	link, ok := pr.o.Networks[c.Group]
+	if !ok {
+		link = DefaultNetwork(pr.g)
+	}
+	if c.Bytes < 0 {
+		return 0, invalid("%v of %d bytes", c.Kind, c.Bytes)
+	}
+	if c.Kind == ir.SendRecv {
+		if c.Ranks < 1 {
+			return 0, invalid("send/recv on %d ranks: need at least 1", c.Ranks)
+		}
+		if c.Ranks == 1 {
+			return 0, nil
+		}
+		return Transfer(float64(c.Bytes), link)
+	}
+	if int(c.Kind) >= len(commKinds) {
+		return 0, invalid("unknown collective %v", c.Kind)
+	}
+	return Cost(commKinds[c.Kind], float64(c.Bytes), Network{Ranks: c.Ranks, Bandwidth: link.Bandwidth, Latency: link.Latency})
+}
+
+// dep is the latest overlapped op that an access conflicts with: a read
+// waits for writers, a write for readers and writers.
+func (pr *pricer) dep(oi int, reads, writes []ir.TensorID, h hazard) (hazard, error) {
+	if pr.writeEnd == nil {
+		return h, nil
+	}
+	for _, t := range reads {
+		s, err := pr.root(oi, t)
+		if err != nil {
+			return h, err
+		}
+		h = later(h, pr.writeEnd[s])
+	}
+	for _, t := range writes {
+		s, err := pr.root(oi, t)
+		if err != nil {
+			return h, err
+		}
+		h = later(later(h, pr.writeEnd[s]), pr.readEnd[s])
+	}
+	return h, nil
+}
+
+// record notes an overlapped op's accesses ending at end.
+func (pr *pricer) record(oi int, reads, writes []ir.TensorID, h hazard) error {
+	if pr.writeEnd == nil {
+		pr.writeEnd = make([]hazard, len(pr.p.Tensors))
+		pr.readEnd = make([]hazard, len(pr.p.Tensors))
+	}
+	for _, t := range reads {
+		s, err := pr.root(oi, t)
+		if err != nil {
+			return err
+		}
+		pr.readEnd[s] = later(pr.readEnd[s], h)
+	}
+	for _, t := range writes {
+		s, err := pr.root(oi, t)
+		if err != nil {
+			return err
+		}
+		pr.writeEnd[s] = later(pr.writeEnd[s], h)
+	}
+	return nil
+}
+
+func (pr *pricer) run() (*Timing, error) {
+	p, o := pr.p, pr.o
+	t := &Timing{Ops: make([]OpTime, len(p.Ops)), DType: o.DType, PeakFLOPs: pr.peak, Efficiency: o.Efficiency}
+	var (
+		ready time.Duration      // end of the compute stream
+		free  [numStreams]hazard // last op of each side stream
+		model float64
+	)
+	// stall moves the compute stream up to h.end. The wait is charged by
+	// walking back the chain of overlapped ops that h ended: each op's busy
+	// time inside the wait goes to its kind, the time it spent waiting goes
+	// to what it waited for. Stalls are disjoint, so no op is charged more
+	// than its duration: Exposed* <= Comm, Transfer.
+	stall := func(ot *OpTime, ph *PhaseTime, h hazard) {
+		if h.end <= ready {
+			return
+		}
+		w := h.end - ready
+		ot.Stall += w
+		ph.Wall = addSat(ph.Wall, w)
+		for e, r := h.end, h.rec; r > 0 && e > ready; {
+			so := &pr.side[r-1]
+			if busy := e - max(so.start, ready); busy > 0 {
+				if so.comm {
+					t.ExposedComm += busy
+				} else {
+					t.ExposedTransfer += busy
+				}
+			}
+			e, r = so.start, so.cause
+		}
+		ready = h.end
+	}
+	// async places a side-stream item issued now and returns its span.
+	async := func(oi int, s int, d time.Duration, reads, writes []ir.TensorID, comm bool) (start, end time.Duration, err error) {
+		h, err := pr.dep(oi, reads, writes, later(hazard{end: ready}, free[s]))
+		if err != nil {
+			return 0, 0, err
+		}
+		start, end = h.end, addSat(h.end, d)
+		pr.side = append(pr.side, sideOp{start: start, end: end, comm: comm, cause: h.rec})
+		free[s] = hazard{end: end, rec: int32(len(pr.side))}
+		return start, end, pr.record(oi, reads, writes, free[s])
+	}
+	for oi := range p.Ops {
+		op := &p.Ops[oi]
+		if op.Phase >= ir.NumPhases {
+			return nil, invalid("price: op %d (%s): phase %d", oi, op.Name, op.Phase)
+		}
+		if op.Comm != nil && op.Transfer != nil {
+			return nil, invalid("price: op %d (%s) is both a collective and a copy", oi, op.Name)
+		}
+		if !finiteNonNeg(op.FLOPs) || !finiteNonNeg(op.MemBytes) {
+			return nil, invalid("price: op %d (%s): %v FLOPs and %v bytes must be finite and >= 0", oi, op.Name, op.FLOPs, op.MemBytes)
+		}
+		ot, ph := &t.Ops[oi], &t.Phases[op.Phase]
+		ot.Start = -1
+
+		// Compute part.
+		computeWork := op.FLOPs > 0 || op.MemBytes > 0 || (op.Comm == nil && op.Transfer == nil)
+		if computeWork {
+			skip, err := pr.noKernel(oi)
+			if err != nil {
+				return nil, err
+			}
+			if !skip {
+				bytes := op.MemBytes
+				if op.FLOPs == 0 && bytes == 0 {
+					if bytes, err = pr.estimateBytes(oi); err != nil {
+						return nil, err
+					}
+				}
+				d, err := pr.roofline(op.FLOPs, bytes)
+				if err != nil {
+					return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+				}
+				h, err := pr.dep(oi, op.In, op.Out, hazard{})
+				if err != nil {
+					return nil, err
+				}
+				stall(ot, ph, h)
+				ot.Start, ot.Compute = ready, d
+				ready = addSat(ready, d)
+				ot.End = ready
+				ph.Wall = addSat(ph.Wall, d)
+				t.Compute = addSat(t.Compute, d)
+			}
+		}
+
+		// Collective or copy part.
+		switch {
+		case op.Comm != nil:
+			d, err := pr.commTime(op.Comm)
+			if err != nil {
+				return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+			}
+			ot.Comm = d
+			t.Comm = addSat(t.Comm, d)
+			if o.Overlaps(op.Comm.Group) {
+				ot.Async = true
+				start, end, err := async(oi, streamComm, d, nil, append(op.In[:len(op.In):len(op.In)], op.Out...), true)
+				if err != nil {
+					return nil, err
+				}
+				if ot.Start < 0 {
+					ot.Start = start
+				}
+				ot.End = end
+				break
+			}
+			h, err := pr.dep(oi, nil, append(op.In[:len(op.In):len(op.In)], op.Out...), hazard{})
+			if err != nil {
+				return nil, err
+			}
+			stall(ot, ph, h)
+			if ot.Start < 0 {
+				ot.Start = ready
+			}
+			ready = addSat(ready, d)
+			ot.End = ready
+			ph.Wall = addSat(ph.Wall, d)
+			t.ExposedComm = addSat(t.ExposedComm, d)
+		case op.Transfer != nil:
+			if op.Transfer.Bytes < 0 {
+				return nil, invalid("price: op %d (%s): copy of %d bytes", oi, op.Name, op.Transfer.Bytes)
+			}
+			d, err := Transfer(float64(op.Transfer.Bytes), o.HostLink)
+			if err != nil {
+				return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+			}
+			ot.Transfer, ot.Async = d, true
+			t.Transfer = addSat(t.Transfer, d)
+			s := streamD2H
+			if !op.Transfer.ToHost && !o.SharedCopyStream {
+				s = streamH2D
+			}
+			start, end, err := async(oi, s, d, op.In, op.Out, false)
+			if err != nil {
+				return nil, err
+			}
+			if ot.Start < 0 {
+				ot.Start = start
+			}
+			ot.End = end
+		}
+		if ot.Start < 0 { // no kernel
+			ot.Start, ot.End = ready, ready
+		}
+
+		ph.Compute = addSat(ph.Compute, ot.Compute)
+		ph.Comm = addSat(ph.Comm, ot.Comm)
+		ph.Transfer = addSat(ph.Transfer, ot.Transfer)
+		ph.FLOPs += op.FLOPs
+		t.FLOPs += op.FLOPs
+		if op.Recompute {
+			t.Recompute = addSat(t.Recompute, ot.Duration())
+			t.RecomputeFLOPs += op.FLOPs
+		} else if op.Phase == ir.Forward || op.Phase == ir.Backward {
+			model += op.FLOPs
+		}
+	}
+
+	// The step ends when every stream has drained.
+	tail := later(later(free[streamComm], free[streamD2H]), free[streamH2D])
+	if len(p.Ops) > 0 {
+		var last OpTime
+		stall(&last, &t.Phases[p.Ops[len(p.Ops)-1].Phase], tail)
+	}
+	t.Step = ready
+
+	t.ModelFLOPs = o.ModelFLOPs
+	if t.ModelFLOPs == 0 {
+		t.ModelFLOPs = model
+	}
+	if t.Step > 0 {
+		var err error
+		if t.TokensPerSec, err = TokensPerSecond(o.TokensPerStep, t.Step); err != nil {
+			return nil, err
+		}
+		if t.SamplesPerSec, err = SamplesPerSecond(o.SamplesPerStep, t.Step); err != nil {
+			return nil, err
+		}
+		if t.MFU, err = MFU(t.ModelFLOPs, t.Step, pr.peak); err != nil {
+			return nil, err
+		}
+		if t.HFU, err = MFU(t.FLOPs, t.Step, pr.peak); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
