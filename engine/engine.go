@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
@@ -150,6 +151,35 @@ type Result struct {
 	// Shortfall is peak − capacity when it does not fit; Headroom is
 	// capacity − peak when it does.
 	Shortfall, Headroom units.Bytes
+	// Timing is the priced step (roofline upper bound on speed), when a GPU
+	// is given.
+	Timing *cost.Timing
+}
+
+// TokensPerStep is the tokens one optimizer step consumes on this GPU.
+func (s *Spec) TokensPerStep() float64 {
+	seq := s.Seq
+	if s.Model.Family == models.FamilyViT {
+		seq = s.Model.NumPatches() + 1
+	}
+	return float64(s.MicroBatch) * float64(seq) * float64(s.Accum)
+}
+
+// ComputeDType is the dtype the matmuls run in.
+func (s *Spec) ComputeDType() units.DType {
+	if d := s.Precision.AutocastDType(); d != units.Invalid {
+		return d
+	}
+	return s.Precision.ParamDType()
+}
+
+// Price times program p of spec s on s.GPU.
+func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
+	if s.GPU == nil {
+		return nil, nil
+	}
+	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep(),
+		SamplesPerStep: float64(s.MicroBatch * s.Accum)})
 }
 
 // Program builds the program of s (validated).
@@ -202,6 +232,9 @@ func Plan(s Spec) (*Result, error) {
 		if res.First, err = sim.Run(res.FirstProgram); err != nil {
 			return nil, err
 		}
+	}
+	if res.Timing, err = Price(&s, p); err != nil {
+		return nil, err
 	}
 	if res.Capacity > 0 {
 		peak := r.Peak.Total

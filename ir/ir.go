@@ -198,8 +198,10 @@ func (k CommKind) String() string {
 	return fmt.Sprintf("comm(%d)", k)
 }
 
-// Comm describes a collective: its kind, the bytes each rank contributes to
-// the full (unsharded) buffer, and the process group it runs over.
+// Comm describes a collective: its kind, its per-rank buffer in NCCL-tests'
+// sense (the full, unsharded buffer of an all-reduce or all-gather output or
+// reduce-scatter input), and the process group it runs over. Ops carrying a
+// collective list the buffers it reads and writes in In/Out.
 type Comm struct {
 	Kind  CommKind
 	Bytes units.Bytes

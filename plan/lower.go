@@ -31,6 +31,11 @@ type TrainConfig struct {
 	WeightDecay float64
 }
 
+// bwdMemFactor scales a node's forward memory traffic to its backward's: an
+// elementwise backward reads the output gradient and the saved tensors and
+// writes the input gradient, about twice what the forward moved.
+const bwdMemFactor = 2
+
 // ErrNoLoss is returned when a training graph has no loss.
 var ErrNoLoss = errors.New("plan: graph has no loss to differentiate")
 
@@ -139,7 +144,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 			continue
 		}
 		op := ir.Op{Name: n.Kind + "_backward", Module: n.Module, Phase: ir.Backward, Micro: m,
-			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: n.MemBytes, Node: int32(ni), Comm: n.BwdComm}
+			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: bwdMemFactor * n.MemBytes, Node: int32(ni), Comm: n.BwdComm}
 		for pos, x := range n.In {
 			xt := &g.Tensors[x]
 			if !xt.RequiresGrad || contains(n.NoGrad, pos) {

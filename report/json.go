@@ -87,8 +87,27 @@ type PlanJSON struct {
 	Shortfall     units.Bytes `json:"shortfall_bytes"`
 	Headroom      units.Bytes `json:"headroom_bytes"`
 	FirstStep     *firstJSON  `json:"first_step,omitempty"`
+	Time          *timeJSON   `json:"time,omitempty"`
 	Ops           int         `json:"ops"`
 	Timeline      []EventJSON `json:"timeline,omitempty"`
+}
+
+// timeJSON is the priced step: a roofline upper bound on speed on the GPU,
+// with ideal efficiency unless configured otherwise.
+type timeJSON struct {
+	StepS            float64 `json:"step_s"`
+	ForwardS         float64 `json:"forward_s"`
+	BackwardS        float64 `json:"backward_s"`
+	OptimizerS       float64 `json:"optimizer_s"`
+	RecomputeS       float64 `json:"recompute_s"`
+	ExposedCommS     float64 `json:"exposed_comm_s"`
+	ExposedTransferS float64 `json:"exposed_transfer_s"`
+	FLOPs            float64 `json:"flops"`
+	RecomputeFLOPs   float64 `json:"recompute_flops"`
+	TokensPerS       float64 `json:"tokens_per_s"`
+	SamplesPerS      float64 `json:"samples_per_s"`
+	MFU              float64 `json:"mfu"`
+	HFU              float64 `json:"hfu"`
 }
 
 type phasesJSON struct {
@@ -175,6 +194,12 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 			}
 		}
 		j.FirstStep = f
+	}
+	if t := res.Timing; t != nil {
+		j.Time = &timeJSON{StepS: t.Step.Seconds(), ForwardS: t.Phases[ir.Forward].Wall.Seconds(), BackwardS: t.Phases[ir.Backward].Wall.Seconds(),
+			OptimizerS: t.Phases[ir.Optimizer].Wall.Seconds(), RecomputeS: t.Recompute.Seconds(), ExposedCommS: t.ExposedComm.Seconds(),
+			ExposedTransferS: t.ExposedTransfer.Seconds(), FLOPs: t.FLOPs, RecomputeFLOPs: t.RecomputeFLOPs,
+			TokensPerS: t.TokensPerSec, SamplesPerS: t.SamplesPerSec, MFU: t.MFU, HFU: t.HFU}
 	}
 	if timeline {
 		j.Timeline = make([]EventJSON, len(r.Timeline))

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/jedib0t/go-pretty/v6/text"
@@ -123,6 +124,15 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 			fmt.Fprintf(&b, " · KV cache %s", kv)
 		}
 		fmt.Fprintf(&b, " · peak working set %s\n", r.Peak.Total-ms.Parameters-r.Peak.Cat[ir.KVCache])
+	}
+	if t := res.Timing; t != nil {
+		fmt.Fprintf(&b, "Step time %s on %s at the roofline (ideal efficiency: an upper bound on speed): forward %s, backward %s, optimizer %s",
+			t.Step.Round(10*time.Microsecond), s.GPU.Name, t.Phases[ir.Forward].Wall.Round(10*time.Microsecond),
+			t.Phases[ir.Backward].Wall.Round(10*time.Microsecond), t.Phases[ir.Optimizer].Wall.Round(10*time.Microsecond))
+		if t.Recompute > 0 {
+			fmt.Fprintf(&b, ", recompute %s", t.Recompute.Round(10*time.Microsecond))
+		}
+		fmt.Fprintf(&b, "; %.0f tokens/s, MFU %.1f%%\n", t.TokensPerSec, 100*t.MFU)
 	}
 	if r.SavedTotal > 0 {
 		rows := r.SortedSaved(p)

@@ -1,0 +1,815 @@
+package strategy
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// Pipeline is pipeline parallelism (Megatron-LM's, Narayanan et al. SC'21)
+// seen from one rank: Apply turns the program of the whole model into the
+// program that rank Stage of Stages runs.
+//
+// Stage extraction. The transformer blocks (ir.BlockOf of the forward ops'
+// modules, in order of first execution: "model.layers.0", ...) are split
+// into Stages×Interleave contiguous model chunks; chunk c gets blocks
+// [c·L/C, (c+1)·L/C) (integer division, so sizes differ by at most one and
+// the larger chunks come later). Ops outside any block go with the block
+// before them, or with the first chunk when they come before every block:
+// embeddings are on the first stage, the final norm, head and loss on the
+// last, as Megatron places them. Rank s holds chunks s, s+Stages, ...
+// (Megatron's virtual stages); without Interleave, chunk s.
+//
+// The rank keeps the forward, backward and recompute ops of its chunks,
+// the optimizer-step ops of its parameters (multi-tensor foreach ops are
+// cut to its tensors, and their temporaries and workspaces scaled by the
+// share of bytes it keeps), and the parameters, gradients, optimizer state
+// and buffers those ops touch; everything else disappears from the program
+// and from Program.Params. Optimizer state is matched to its parameter by
+// name (plan names it "<param>.<state>"). Ops that read nothing computed
+// (batch loading, mask construction) run on every rank that reads what they
+// write, keeping only those outputs: the first rank loads the token ids,
+// the last the labels. Only the last stage has the loss and the backward
+// seed; the others start their backward from the received output gradient.
+//
+// Boundaries become point-to-point ops (Comm SendRecv over group "pp",
+// 2 ranks, Node -1): a tensor a chunk reads but another rank computes
+// arrives by "pp.recv_forward" (in the forward) or "pp.recv_backward" (in
+// the backward), an op that writes it fresh at the start of the reading
+// micro-step's chunk; a tensor it computes that another rank reads leaves by
+// "pp.send_forward" / "pp.send_backward", an op that reads it at the end of
+// the chunk's micro-step, after which it is freed (Megatron's
+// deallocate_output_tensor). These ops have no Module, so module patterns
+// (checkpointing) never take a receive for part of a block. A received input that the backward reads stays
+// as an activation until then. Parameters used on several ranks (tied input
+// and output embeddings) are duplicated there, as in Megatron, and their
+// gradients all-reduced over those ranks by a "pp.tied_grad_all_reduce" op
+// before the optimizer step; per-stage parameters then add up to more than
+// the model by the tied matrix.
+//
+// Schedule. The input lays micro-steps out as F0 B0 F1 B1 ...; Apply
+// reorders them as Megatron's schedules do for this rank:
+//
+//   - "1f1b" (default, forward_backward_pipelining_without_interleaving):
+//     min(Stages−Stage−1, m) warm-up forwards, then one forward and one
+//     backward alternately, then the remaining backwards. The first stage
+//     holds Stages micro-batches in flight, the last one.
+//   - "gpipe": all forwards, then all backwards (m in flight everywhere).
+//   - "1f1b" with Interleave v > 1 (forward_backward_pipelining_with_
+//     interleaving): virtual micro-batch k runs chunk (k mod pv)/p of
+//     micro-batch ⌊k/pv⌋·p + k mod p (backward: chunks in reverse); warm-up
+//     (p−s−1)·2 + (v−1)·p virtual micro-batches (capped at m·v); m must be
+//     a multiple of p, as Megatron requires.
+//
+// m < Stages is allowed; it just leaves a larger bubble (the cost model
+// prices it, the memory does not change). Backwards run in micro-step order
+// in every schedule, so micro-step 0's backward still creates each
+// gradient; where a gradient's first toucher on this rank is an
+// accumulating op (the input embedding of a tied matrix whose gradient the
+// head created in the whole program), that op creates it instead.
+//
+// Apply Pipeline before transforms that shard or offload model state
+// (ZeRO, offload), which then see only this rank's state; checkpointing
+// may come before or after.
+type Pipeline struct {
+	Stages int
+	Stage  int
+	// Schedule is "1f1b" (or empty) or "gpipe".
+	Schedule string
+	// Interleave is the number of model chunks (virtual stages) per rank;
+	// 0 or 1 is the plain schedule.
+	Interleave int
+}
+
+var _ Transform = (*Pipeline)(nil)
+
+func init() { Register("pipeline", func() Transform { return &Pipeline{} }) }
+
+// Name implements Transform.
+func (pp *Pipeline) Name() string { return "pipeline" }
+
+// Op chunk markers besides chunk indices.
+const (
+	chunkSource = -2 // reads nothing computed: replicated where its outputs are read
+	chunkOptim  = -3 // optimizer step: filtered to the rank's tensors
+	chunkNone   = -4 // unassigned (should not happen)
+)
+
+// ppUnit is one chunk's forward or backward of one micro-step.
+type ppUnit struct {
+	phase ir.Phase
+	micro int
+	chunk int
+}
+
+// Apply implements Transform.
+func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
+	sched := pp.Schedule
+	if sched == "" {
+		sched = "1f1b"
+	}
+	if sched != "1f1b" && sched != "gpipe" {
+		return nil, fmt.Errorf("strategy: unknown pipeline schedule %q (want 1f1b or gpipe)", pp.Schedule)
+	}
+	v := pp.Interleave
+	if v == 0 {
+		v = 1
+	}
+	if v < 0 {
+		return nil, fmt.Errorf("strategy: pipeline interleave must be positive, got %d", pp.Interleave)
+	}
+	if pp.Stages < 2 {
+		return nil, fmt.Errorf("strategy: pipeline needs at least 2 stages, got %d", pp.Stages)
+	}
+	if pp.Stage < 0 || pp.Stage >= pp.Stages {
+		return nil, fmt.Errorf("strategy: pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
+	}
+	m := max(p.MicroBatches, 1)
+	if v > 1 && sched != "1f1b" {
+		return nil, fmt.Errorf("strategy: pipeline interleaving needs the 1f1b schedule, not %s", sched)
+	}
+	if v > 1 && m%pp.Stages != 0 {
+		return nil, fmt.Errorf("strategy: interleaved pipeline needs micro-batches (%d) to be a multiple of stages (%d)", m, pp.Stages)
+	}
+	hasBwd := false
+	for i := range p.Ops {
+		if p.Ops[i].Phase == ir.Backward {
+			hasBwd = true
+			break
+		}
+	}
+	if !hasBwd {
+		return nil, fmt.Errorf("strategy: pipeline needs a training program (this one has no backward)")
+	}
+
+	// Blocks in order of first forward execution.
+	var blocks []string
+	blockIdx := map[string]int{}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Forward || op.Recompute {
+			continue
+		}
+		if b, ok := ppBlock(op.Module); ok {
+			if _, seen := blockIdx[b]; !seen {
+				blockIdx[b] = len(blocks)
+				blocks = append(blocks, b)
+			}
+		}
+	}
+	nChunks := pp.Stages * v
+	if len(blocks) < nChunks {
+		if v > 1 {
+			return nil, fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
+		}
+		return nil, fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
+	}
+	chunkOfBlock := make([]int, len(blocks))
+	for c := 0; c < nChunks; c++ {
+		for b := c * len(blocks) / nChunks; b < (c+1)*len(blocks)/nChunks; b++ {
+			chunkOfBlock[b] = c
+		}
+	}
+
+	a := newPPAnalysis(p)
+	// Chunk of each forward node: its block's, or the preceding block's.
+	nodeChunk := map[int32]int{}
+	cur := 0
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Forward || op.Recompute {
+			continue
+		}
+		if b, ok := ppBlock(op.Module); ok {
+			cur = chunkOfBlock[blockIdx[b]]
+		}
+		if op.Node >= 0 {
+			if _, ok := nodeChunk[op.Node]; !ok {
+				nodeChunk[op.Node] = cur
+			}
+		}
+	}
+	opChunk := make([]int, len(p.Ops))
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		switch {
+		case op.Phase == ir.Optimizer:
+			opChunk[i] = chunkOptim
+		case a.isSource(op):
+			opChunk[i] = chunkSource
+		default:
+			opChunk[i] = chunkNone
+			if op.Node >= 0 {
+				if c, ok := nodeChunk[op.Node]; ok {
+					opChunk[i] = c
+					break
+				}
+			}
+			if b, ok := ppBlock(op.Module); ok {
+				if bi, ok := blockIdx[b]; ok {
+					opChunk[i] = chunkOfBlock[bi]
+					break
+				}
+			}
+			// Follow what it reads (loss.backward reads the loss).
+			for _, t := range op.In {
+				if w := a.writer[t]; w >= 0 && w < int32(i) && opChunk[w] >= 0 {
+					opChunk[i] = opChunk[w]
+					break
+				}
+			}
+			if opChunk[i] == chunkNone {
+				return nil, fmt.Errorf("strategy: pipeline cannot place op %d (%s) on a stage", i, op.Name)
+			}
+		}
+	}
+	mine := func(c int) bool { return c >= 0 && c%pp.Stages == pp.Stage }
+
+	// Kept fwd/bwd ops and their units.
+	q := Clone(p)
+	unitOf := map[int]ppUnit{} // original op index → unit
+	for i := range q.Ops {
+		if mine(opChunk[i]) {
+			unitOf[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, opChunk[i]}
+		}
+	}
+	// used: tensors the rank's ops touch (with their bases).
+	used := make([]bool, len(q.Tensors))
+	markUsed := func(t ir.TensorID) {
+		for t != ir.NoTensor && !used[t] {
+			used[t] = true
+			t = q.Tensors[t].Base
+		}
+	}
+	for i := range unitOf {
+		for _, t := range q.Ops[i].In {
+			markUsed(t)
+		}
+		for _, t := range q.Ops[i].Out {
+			markUsed(t)
+		}
+	}
+	// Source ops: keep outputs kept ops use; run in the unit of the earliest
+	// chunk reading them (same phase and micro-step).
+	minReader := map[ir.TensorID]int{}
+	for i, u := range unitOf {
+		for _, t := range q.Ops[i].In {
+			for s := t; s != ir.NoTensor; s = q.Tensors[s].Base {
+				if c, ok := minReader[s]; !ok || u.chunk < c {
+					minReader[s] = u.chunk
+				}
+			}
+		}
+	}
+	for i := range q.Ops {
+		if opChunk[i] != chunkSource {
+			continue
+		}
+		op := &q.Ops[i]
+		var outs []ir.TensorID
+		chunk := -1
+		for _, t := range op.Out {
+			if used[t] {
+				outs = append(outs, t)
+				if c, ok := minReader[t]; ok && (chunk < 0 || c < chunk) {
+					chunk = c
+				}
+			}
+		}
+		if len(outs) == 0 {
+			continue
+		}
+		if chunk < 0 {
+			chunk = pp.Stage // written as a view's base only
+		}
+		op.Out = outs
+		for _, t := range op.In {
+			markUsed(t)
+		}
+		unitOf[i] = ppUnit{op.Phase, op.Micro, chunk}
+	}
+	kept := func(i int32) bool { _, ok := unitOf[int(i)]; return ok }
+
+	// Boundary tensors.
+	type xfer struct {
+		t    ir.TensorID
+		unit ppUnit
+		at   int // original op index, for a stable order
+	}
+	var recvs, sends []xfer
+	recvSeen := map[ir.TensorID]bool{}
+	keptIdx := make([]int, 0, len(unitOf))
+	for i := range unitOf {
+		keptIdx = append(keptIdx, i)
+	}
+	sort.Ints(keptIdx)
+	for _, i := range keptIdx {
+		u := unitOf[i]
+		for _, t := range q.Ops[i].In {
+			if a.local(t) || recvSeen[t] {
+				continue
+			}
+			if w := a.writer[t]; w >= 0 && kept(w) {
+				continue
+			}
+			recvSeen[t] = true
+			recvs = append(recvs, xfer{t, u, i})
+		}
+	}
+	for _, i := range keptIdx {
+		u := unitOf[i]
+		if u.chunk < 0 || opChunk[i] == chunkSource {
+			continue
+		}
+		for _, t := range q.Ops[i].Out {
+			if a.local(t) || a.writer[t] != int32(i) {
+				continue
+			}
+			for _, r := range a.readers[t] {
+				if c := opChunk[r]; c >= 0 && !mine(c) {
+					sends = append(sends, xfer{t, u, i})
+					break
+				}
+			}
+		}
+	}
+	// A received tensor is written fresh here.
+	for _, x := range recvs {
+		t := &q.Tensors[x.t]
+		t.Base = ir.NoTensor
+		t.Resident = false
+		t.Bytes = t.DType.Size(t.Numel())
+		t.Cat = ir.Temporary
+		markUsed(x.t)
+	}
+	// Saved for backward here: received inputs the backward reads become
+	// activations, and activations only another rank's backward reads
+	// (the output sent on) become temporaries.
+	savedHere := map[ir.TensorID]bool{}
+	for i, u := range unitOf {
+		if u.phase == ir.Backward {
+			for _, t := range q.Ops[i].In {
+				savedHere[ir.Storage(q.Tensors, t)] = true
+			}
+		}
+	}
+	for _, x := range recvs {
+		if x.unit.phase == ir.Forward && savedHere[x.t] {
+			q.Tensors[x.t].Cat = ir.Activation
+		}
+	}
+	for i, u := range unitOf {
+		if u.phase != ir.Forward {
+			continue
+		}
+		for _, t := range q.Ops[i].Out {
+			if tt := &q.Tensors[t]; tt.Base == ir.NoTensor && tt.Cat == ir.Activation && !savedHere[t] {
+				tt.Cat = ir.Temporary
+			}
+		}
+	}
+
+	// Units in schedule order.
+	order, err := pp.schedule(sched, m, v)
+	if err != nil {
+		return nil, err
+	}
+	byUnit := map[ppUnit][]int{}
+	for _, i := range keptIdx {
+		u := unitOf[i]
+		byUnit[u] = append(byUnit[u], i)
+	}
+	recvBy := map[ppUnit][]xfer{}
+	for _, x := range recvs {
+		recvBy[x.unit] = append(recvBy[x.unit], x)
+	}
+	sendBy := map[ppUnit][]xfer{}
+	for _, x := range sends {
+		sendBy[x.unit] = append(sendBy[x.unit], x)
+	}
+	placed := 0
+	var out []ir.Op
+	// Point-to-point ops belong to no module (as load_batch), so module
+	// patterns (checkpointing) never take them for part of a block.
+	p2p := func(name string, x xfer, in, outT []ir.TensorID) ir.Op {
+		t := &q.Tensors[x.t]
+		return ir.Op{Name: name, Phase: x.unit.phase, Micro: x.unit.micro, In: in, Out: outT, Node: -1,
+			Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: "pp", Ranks: 2}}
+	}
+	dir := func(ph ir.Phase) string {
+		if ph == ir.Forward {
+			return "forward"
+		}
+		return "backward"
+	}
+	for _, u := range order {
+		for _, x := range recvBy[u] {
+			out = append(out, p2p("pp.recv_"+dir(u.phase), x, nil, []ir.TensorID{x.t}))
+		}
+		for _, i := range byUnit[u] {
+			out = append(out, q.Ops[i])
+			placed++
+		}
+		for _, x := range sendBy[u] {
+			out = append(out, p2p("pp.send_"+dir(u.phase), x, []ir.TensorID{x.t}, nil))
+		}
+	}
+	if placed != len(keptIdx) {
+		return nil, fmt.Errorf("strategy: pipeline schedule placed %d of %d ops (micro-steps or phases the schedule does not know)", placed, len(keptIdx))
+	}
+
+	// Parameters on this rank and on others.
+	paramRanks := map[ir.TensorID]map[int]bool{}
+	isParam := map[ir.TensorID]bool{}
+	for _, id := range p.Params {
+		isParam[id] = true
+	}
+	for i := range p.Ops {
+		if c := opChunk[i]; c >= 0 {
+			for _, t := range p.Ops[i].In {
+				if isParam[t] {
+					if paramRanks[t] == nil {
+						paramRanks[t] = map[int]bool{}
+					}
+					paramRanks[t][c%pp.Stages] = true
+				}
+			}
+		}
+	}
+	present := func(t ir.TensorID) bool { return used[t] }
+	// Tied parameters: all-reduce their gradients over the ranks holding them.
+	var tied []ir.Op
+	for _, id := range p.Params {
+		if !used[id] || len(paramRanks[id]) < 2 {
+			continue
+		}
+		for g := range q.Tensors {
+			gt := &q.Tensors[g]
+			if gt.Cat == ir.Gradient && used[g] && a.assoc[g] == id {
+				tied = append(tied, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
+					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: "pp", Ranks: len(paramRanks[id])}})
+			}
+		}
+	}
+	out = append(out, tied...)
+
+	// Optimizer ops, cut to this rank's tensors.
+	for i := range q.Ops {
+		if opChunk[i] != chunkOptim {
+			continue
+		}
+		op := q.Ops[i]
+		// assocPresent decides a model-state tensor: param, its gradient or
+		// its optimizer state.
+		var keptB, allB float64
+		ok := true
+		filter := func(ts []ir.TensorID, isOut bool) []ir.TensorID {
+			var r []ir.TensorID
+			for _, t := range ts {
+				tt := &q.Tensors[t]
+				owner := a.assoc[t]
+				switch {
+				case isParam[t] || owner != ir.NoTensor || tt.Cat == ir.Gradient:
+					allB += float64(tt.Bytes)
+					keep := present(t)
+					if !keep && owner != ir.NoTensor && !isParam[t] && tt.Cat != ir.Gradient {
+						keep = used[owner]
+					}
+					if keep {
+						keptB += float64(tt.Bytes)
+						r = append(r, t)
+					}
+				case tt.Resident || tt.Keep:
+					r = append(r, t) // unassociated state: every rank has it
+				default:
+					if !isOut && !present(t) {
+						ok = false
+					}
+					r = append(r, t)
+				}
+			}
+			return r
+		}
+		op.In = filter(op.In, false)
+		op.Out = filter(op.Out, true)
+		var fr []ir.TensorID
+		for _, t := range op.Free {
+			if present(t) {
+				fr = append(fr, t)
+			}
+		}
+		op.Free = fr
+		if !ok || (allB > 0 && keptB == 0) {
+			continue
+		}
+		if allB > 0 && keptB < allB {
+			frac := keptB / allB
+			op.Workspace = ppScale(op.Workspace, frac)
+			op.WorkspaceHost = ppScale(op.WorkspaceHost, frac)
+			op.FLOPs *= frac
+			op.MemBytes *= frac
+			if op.Comm != nil {
+				op.Comm.Bytes = ppScale(op.Comm.Bytes, frac)
+			}
+			if op.Transfer != nil {
+				op.Transfer.Bytes = ppScale(op.Transfer.Bytes, frac)
+			}
+			for _, t := range op.Out {
+				tt := &q.Tensors[t]
+				if used[t] || tt.Resident || tt.Keep || tt.Base != ir.NoTensor || isParam[t] || a.assoc[t] != ir.NoTensor || tt.Cat == ir.Gradient {
+					continue
+				}
+				if len(tt.Shape) == 1 {
+					tt.Shape[0] = int64(math.Round(float64(tt.Shape[0]) * frac))
+					tt.Bytes = tt.DType.Size(tt.Shape[0])
+				} else {
+					tt.Bytes = ppScale(tt.Bytes, frac)
+				}
+			}
+		}
+		for _, t := range op.In {
+			markUsed(t)
+		}
+		for _, t := range op.Out {
+			markUsed(t)
+		}
+		out = append(out, op)
+	}
+	ppFixGradCreation(q, out)
+
+	// Resident storages no op touches: the first stage holds them.
+	keep := make([]bool, len(q.Tensors))
+	if pp.Stage == 0 {
+		copy(keep, a.untouched)
+	}
+	return ppCompact(q, out, keep), nil
+}
+
+// ppScale returns b·f rounded.
+func ppScale(b units.Bytes, f float64) units.Bytes {
+	return units.Bytes(math.Round(float64(b) * f))
+}
+
+// ppBlock returns the block (ir.BlockOf) of module when the module is
+// inside an indexed block.
+func ppBlock(module string) (string, bool) {
+	if module == "" {
+		return "", false
+	}
+	b := ir.BlockOf(module)
+	last := b[strings.LastIndexByte(b, '.')+1:]
+	if last == "" || strings.Trim(last, "0123456789") != "" {
+		return "", false
+	}
+	return b, true
+}
+
+// ppAnalysis is what Apply needs to know about the whole program.
+type ppAnalysis struct {
+	p       *ir.Program
+	writer  []int32   // first op writing each tensor id, or -1
+	readers [][]int32 // fwd/bwd ops reading each tensor id
+	// assoc maps a model-state tensor (optimizer state, master weight,
+	// gradient) to the parameter whose name prefixes its own; NoTensor
+	// otherwise (and for the parameters themselves).
+	assoc     []ir.TensorID
+	untouched []bool // resident storages no op reads or writes
+}
+
+func newPPAnalysis(p *ir.Program) *ppAnalysis {
+	n := len(p.Tensors)
+	a := &ppAnalysis{p: p, writer: make([]int32, n), readers: make([][]int32, n), assoc: make([]ir.TensorID, n), untouched: make([]bool, n)}
+	for i := range a.writer {
+		a.writer[i] = -1
+	}
+	touched := make([]bool, n)
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		for _, t := range op.Out {
+			if a.writer[t] < 0 {
+				a.writer[t] = int32(i)
+			}
+			touched[ir.Storage(p.Tensors, t)] = true
+		}
+		for _, t := range op.In {
+			if op.Phase != ir.Optimizer {
+				a.readers[t] = append(a.readers[t], int32(i))
+			}
+			touched[ir.Storage(p.Tensors, t)] = true
+		}
+	}
+	for i := range p.Tensors {
+		a.untouched[i] = p.Tensors[i].Resident && p.Tensors[i].Base == ir.NoTensor && !touched[i]
+	}
+	byName := map[string]ir.TensorID{}
+	for _, id := range p.Params {
+		byName[p.Tensors[id].Name] = id
+	}
+	for i := range p.Tensors {
+		a.assoc[i] = ir.NoTensor
+		name := p.Tensors[i].Name
+		for j := len(name) - 1; j > 0; j-- {
+			if name[j] != '.' {
+				continue
+			}
+			if id, ok := byName[name[:j]]; ok && id != ir.TensorID(i) {
+				a.assoc[i] = id
+				break
+			}
+		}
+	}
+	return a
+}
+
+// isSource reports whether op reads nothing computed in the iteration and
+// writes nothing autograd differentiates nor any resident storage (batch
+// loading, masks, views of buffers): every rank that needs its outputs runs
+// it.
+func (a *ppAnalysis) isSource(op *ir.Op) bool {
+	if op.Phase == ir.Optimizer {
+		return false
+	}
+	for _, t := range op.In {
+		if !a.p.Tensors[ir.Storage(a.p.Tensors, t)].Resident {
+			return false
+		}
+	}
+	for _, t := range op.Out {
+		tt := &a.p.Tensors[t]
+		if tt.RequiresGrad || (tt.Base == ir.NoTensor && tt.Resident) {
+			return false
+		}
+	}
+	return len(op.Out) > 0
+}
+
+// local reports whether t never crosses ranks by point-to-point: resident
+// storages and parameter gradients (tied ones are all-reduced instead).
+func (a *ppAnalysis) local(t ir.TensorID) bool {
+	s := &a.p.Tensors[ir.Storage(a.p.Tensors, t)]
+	return s.Resident || s.Keep || s.Cat == ir.Gradient
+}
+
+// ppFixGradCreation makes the first op on this rank that touches each
+// parameter gradient create it (write it, without the accumulation
+// workspace) and later ones accumulate into it.
+func ppFixGradCreation(q *ir.Program, ops []ir.Op) {
+	written := map[ir.TensorID]bool{}
+	for oi := range ops {
+		op := &ops[oi]
+		var fixIn, fixOut []ir.TensorID
+		seen := map[ir.TensorID]bool{}
+		for _, t := range op.In {
+			tt := &q.Tensors[t]
+			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && !written[t] && !seen[t] {
+				seen[t] = true
+				fixIn = append(fixIn, t)
+			}
+		}
+		for _, t := range op.Out {
+			tt := &q.Tensors[t]
+			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && written[t] {
+				fixOut = append(fixOut, t)
+			}
+		}
+		for _, t := range fixIn {
+			op.In = ppRemove(op.In, t)
+			if !ppContains(op.Out, t) {
+				op.Out = append(op.Out, t)
+				op.Workspace = max(op.Workspace-q.Tensors[t].Bytes, 0)
+			}
+		}
+		for _, t := range fixOut {
+			op.Out = ppRemove(op.Out, t)
+			if !ppContains(op.In, t) {
+				op.In = append(op.In, t)
+				op.Workspace += q.Tensors[t].Bytes
+			}
+		}
+		for _, t := range op.Out {
+			written[t] = true
+		}
+	}
+}
+
+func ppRemove(ts []ir.TensorID, x ir.TensorID) []ir.TensorID {
+	r := ts[:0:0]
+	for _, t := range ts {
+		if t != x {
+			r = append(r, t)
+		}
+	}
+	return r
+}
+
+func ppContains(ts []ir.TensorID, x ir.TensorID) bool {
+	for _, t := range ts {
+		if t == x {
+			return true
+		}
+	}
+	return false
+}
+
+// ppCompact keeps the tensors ops touch (with their bases) and those marked in
+// used, renumbered in their original order, and rewrites ops and Params.
+func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
+	for oi := range ops {
+		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out, ops[oi].Free} {
+			for _, t := range ts {
+				for s := t; s != ir.NoTensor && !used[s]; s = q.Tensors[s].Base {
+					used[s] = true
+				}
+			}
+		}
+	}
+	remap := make([]ir.TensorID, len(q.Tensors))
+	r := &ir.Program{MicroBatches: q.MicroBatches}
+	for i := range q.Tensors {
+		remap[i] = ir.NoTensor
+		if !used[i] {
+			continue
+		}
+		t := q.Tensors[i]
+		if t.Base != ir.NoTensor {
+			t.Base = remap[t.Base]
+		}
+		remap[i] = ir.TensorID(len(r.Tensors))
+		r.Tensors = append(r.Tensors, t)
+	}
+	re := func(ts []ir.TensorID) []ir.TensorID {
+		if ts == nil {
+			return nil
+		}
+		o := make([]ir.TensorID, len(ts))
+		for k, t := range ts {
+			o[k] = remap[t]
+		}
+		return o
+	}
+	r.Ops = make([]ir.Op, len(ops))
+	for oi, op := range ops {
+		op.In, op.Out, op.Free = re(op.In), re(op.Out), re(op.Free)
+		r.Ops[oi] = op
+	}
+	for _, id := range q.Params {
+		if used[id] {
+			r.Params = append(r.Params, remap[id])
+		}
+	}
+	return r
+}
+
+// schedule lists this rank's units in execution order.
+func (pp *Pipeline) schedule(sched string, m, v int) ([]ppUnit, error) {
+	p, s := pp.Stages, pp.Stage
+	F := func(micro, local int) ppUnit { return ppUnit{ir.Forward, micro, local*p + s} }
+	B := func(micro, local int) ppUnit { return ppUnit{ir.Backward, micro, local*p + s} }
+	var order []ppUnit
+	if v == 1 {
+		warm := m
+		if sched == "1f1b" {
+			warm = min(p-s-1, m)
+		}
+		for i := 0; i < warm; i++ {
+			order = append(order, F(i, 0))
+		}
+		for i := 0; i < m-warm; i++ {
+			order = append(order, F(warm+i, 0), B(i, 0))
+		}
+		for i := m - warm; i < m; i++ {
+			order = append(order, B(i, 0))
+		}
+		return order, nil
+	}
+	// Interleaved: virtual micro-batch k → (micro-batch, local chunk).
+	total := m * v
+	virt := func(k int, fwd bool) (int, int) {
+		inGroup := k % (p * v)
+		chunk := inGroup / p
+		if !fwd {
+			chunk = v - 1 - chunk
+		}
+		return (k/(p*v))*p + k%p, chunk
+	}
+	warm := min((p-s-1)*2+(v-1)*p, total)
+	for k := 0; k < warm; k++ {
+		mb, c := virt(k, true)
+		order = append(order, F(mb, c))
+	}
+	for k := 0; k < total-warm; k++ {
+		mb, c := virt(warm+k, true)
+		order = append(order, F(mb, c))
+		mb, c = virt(k, false)
+		order = append(order, B(mb, c))
+	}
+	for k := total - warm; k < total; k++ {
+		mb, c := virt(k, false)
+		order = append(order, B(mb, c))
+	}
+	return order, nil
+}
