@@ -1,13 +1,18 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/search/ckpt"
+	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
+	"github.com/memplan/memplan/units"
 )
 
 // CheckpointPolicy is what --checkpoint asks for.
@@ -119,4 +124,144 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 	}
 	sort.Strings(pats)
 	return &strategy.Checkpoint{Patterns: pats}, nil
+}
+
+// blockCosts measures the chain the DP plans over from program p: for each
+// block, the activations its backward reads (its input included), the
+// inputs a checkpoint would keep, and its forward FLOPs.
+func blockCosts(p *ir.Program, blocks []string) []ckpt.Block {
+	idx := map[string]int{}
+	for i, b := range blocks {
+		idx[b] = i
+	}
+	out := make([]ckpt.Block, len(blocks))
+	for i, b := range blocks {
+		out[i].Name = b
+	}
+	owner := func(t ir.TensorID) ir.TensorID { return ir.Storage(p.Tensors, t) }
+	// A saved storage is held until the lowest block whose backward reads it.
+	holder := map[ir.TensorID]int{}
+	produced := map[ir.TensorID]int{} // storage → block whose forward wrote it (-1 outside)
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Micro != 0 {
+			continue
+		}
+		bi, inBlock := idx[ir.BlockOf(op.Module)]
+		switch {
+		case op.Phase == ir.Forward && !op.Recompute:
+			for _, t := range op.Out {
+				if _, seen := produced[owner(t)]; !seen {
+					produced[owner(t)] = -1
+					if inBlock {
+						produced[owner(t)] = bi
+					}
+				}
+			}
+			if inBlock {
+				out[bi].Forward += op.FLOPs
+			}
+		case op.Phase == ir.Backward && inBlock:
+			for _, t := range op.In {
+				o := owner(t)
+				if p.Tensors[o].Cat != ir.Activation || p.Tensors[o].Resident {
+					continue
+				}
+				if h, ok := holder[o]; !ok || bi < h {
+					holder[o] = bi
+				}
+			}
+		}
+	}
+	for o, h := range holder {
+		out[h].Saved += int64(p.Tensors[o].Bytes)
+		if pb, ok := produced[o]; ok && pb != h {
+			out[h].Input += int64(p.Tensors[o].Bytes)
+		}
+	}
+	for i := range out {
+		if out[i].Input > out[i].Saved {
+			out[i].Input = out[i].Saved
+		}
+	}
+	return out
+}
+
+// ErrNoCapacity is returned by --checkpoint auto without a GPU or budget.
+var ErrNoCapacity = errors.New("engine: --checkpoint auto needs --gpu or --budget to plan against")
+
+// autoCheckpoint chooses the blocks to checkpoint with the exact chain DP
+// (search/ckpt) so that the simulated peak fits the capacity with the least
+// recompute. The DP works on measured block costs; the simulator is the
+// judge: the chain budget is tightened by any excess until the simulated
+// program fits.
+func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error)) ([]string, error) {
+	capacity := s.CapacityBytes()
+	if capacity <= 0 {
+		return nil, ErrNoCapacity
+	}
+	blocks := Blocks(base)
+	if len(blocks) == 0 {
+		return nil, fmt.Errorf("engine: the model has no repeated blocks to checkpoint")
+	}
+	costs := blockCosts(base, blocks)
+	// peaks returns the simulated peak and the peak of forward and backward
+	// (the part the chain can change; the optimizer step's is fixed).
+	peaks := func(names []string) (all, fb units.Bytes, err error) {
+		p, err := build(names)
+		if err != nil {
+			return 0, 0, err
+		}
+		r, err := sim.Run(p)
+		if err != nil {
+			return 0, 0, err
+		}
+		return r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total), nil
+	}
+	if r, err := sim.Run(base); err == nil && r.Peak.Total <= capacity {
+		return nil, nil // fits without checkpointing
+	}
+	allPeak, allFB, err := peaks(blocks)
+	if err != nil {
+		return nil, err
+	}
+	if allPeak > capacity {
+		return nil, fmt.Errorf("engine: does not fit even with every block checkpointed: peak %s > %s", allPeak, capacity)
+	}
+	// Memory outside the chain at the forward/backward peak, seen with every
+	// block checkpointed.
+	outside := int64(allFB) - ckpt.MinPeak(costs)
+	chain := int64(capacity) - outside
+	best, bestRe := blocks, math.Inf(1)
+	for iter := 0; iter < 10 && chain > 0; iter++ {
+		pol, err := ckpt.Optimal(costs, chain)
+		if err != nil {
+			break
+		}
+		_, re := ckpt.Evaluate(costs, pol)
+		var names []string
+		for i, c := range pol {
+			if c {
+				names = append(names, blocks[i])
+			}
+		}
+		peak, fb, err := peaks(names)
+		if err != nil {
+			return nil, err
+		}
+		if peak > capacity {
+			chain -= int64(peak - capacity) // the model under-counted: tighten
+			continue
+		}
+		if re < bestRe {
+			best, bestRe = names, re
+		}
+		slack := int64(capacity - max(fb, 0))
+		if capacity > peak && fb < capacity && slack > 0 && iter < 9 {
+			chain += slack // room left: let the DP keep more blocks
+			continue
+		}
+		break
+	}
+	return best, nil
 }

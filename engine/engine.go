@@ -72,6 +72,8 @@ type Spec struct {
 	FirstStep bool
 	// Checkpoint is the activation-checkpointing policy (training only).
 	Checkpoint CheckpointPolicy
+	// autoBlocks caches what --checkpoint auto chose for this spec.
+	autoBlocks *[]string
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -122,6 +124,15 @@ func (s *Spec) Validate() error {
 		return fmt.Errorf("%w: %s is an encoder; it has no KV cache to generate with", ErrSpec, s.Model.Name)
 	}
 	return nil
+}
+
+// AutoCheckpointed lists the blocks --checkpoint auto chose (nil otherwise
+// or before planning).
+func (s *Spec) AutoCheckpointed() []string {
+	if s.autoBlocks == nil {
+		return nil
+	}
+	return append([]string(nil), *s.autoBlocks...)
 }
 
 // CapacityBytes is the memory the job may use: Capacity, else the GPU's
@@ -200,15 +211,29 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ts []strategy.Transform
-	ck, err := checkpointTransform(s.Checkpoint, p, nil)
-	if err != nil {
-		return nil, err
+	transforms := func(chosen []string) (*ir.Program, error) {
+		var ts []strategy.Transform
+		ck, err := checkpointTransform(s.Checkpoint, p, chosen)
+		if err != nil {
+			return nil, err
+		}
+		if ck != nil {
+			ts = append(ts, ck)
+		}
+		return strategy.Chain(p, ts...)
 	}
-	if ck != nil {
-		ts = append(ts, ck)
+	var chosen []string
+	if s.Checkpoint.Kind == "auto" {
+		if s.autoBlocks == nil {
+			names, err := autoCheckpoint(s, p, transforms)
+			if err != nil {
+				return nil, err
+			}
+			s.autoBlocks = &names
+		}
+		chosen = *s.autoBlocks
 	}
-	return strategy.Chain(p, ts...)
+	return transforms(chosen)
 }
 
 // Plan validates s, builds and simulates it.

@@ -58,6 +58,9 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 		head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
 		if s.Checkpoint.Kind != "" {
 			head += " · checkpoint " + s.Checkpoint.String()
+			if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
+				head += fmt.Sprintf(" (%d blocks)", len(auto))
+			}
 		}
 	} else {
 		head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)

@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/search/ckpt"
+	"github.com/memplan/memplan/units"
+)
+
+func recompute(p *ir.Program) float64 {
+	var f float64
+	for _, op := range p.Ops {
+		if op.Recompute {
+			f += op.FLOPs
+		}
+	}
+	return f
+}
+
+// --checkpoint auto fits the budget with no more recompute than checkpointing
+// every block, and with less than Chen's √n placement at Chen's own peak.
+func TestAutoCheckpoint(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b")
+	base := Spec{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: plan.AdamW}
+	full := base
+	full.Checkpoint = CheckpointPolicy{Kind: "full"}
+	rf := mustPlan(t, full)
+	rb := mustPlan(t, base)
+	for _, frac := range []float64{0.25, 0.5, 0.75} {
+		budget := rf.Sim.Peak.Total + units.Bytes(frac*float64(rb.Sim.Peak.Total-rf.Sim.Peak.Total))
+		s := base
+		s.Checkpoint = CheckpointPolicy{Kind: "auto"}
+		s.Capacity = budget
+		r := mustPlan(t, s)
+		if r.Sim.Peak.Total > budget {
+			t.Errorf("budget %s: auto peaks at %s", budget, r.Sim.Peak.Total)
+		}
+		if got, all := recompute(r.Program), recompute(rf.Program); got > all {
+			t.Errorf("budget %s: auto recomputes %.3g FLOPs, full %.3g", budget, got, all)
+		}
+		if n := len(r.Spec.AutoCheckpointed()); n == 0 || n >= len(Blocks(rb.Program)) {
+			t.Errorf("budget %s: auto checkpointed %d of %d blocks", budget, n, len(Blocks(rb.Program)))
+		}
+	}
+	// Against Chen et al. 2016's √n placement, at the peak Chen reaches.
+	blocks := Blocks(rb.Program)
+	chen := ckpt.Chen(blockCosts(rb.Program, blocks))
+	var pats []string
+	for i, c := range chen {
+		if c {
+			pats = append(pats, blocks[i])
+		}
+	}
+	cs := base
+	cs.Checkpoint = CheckpointPolicy{Kind: "modules", Patterns: pats}
+	rc := mustPlan(t, cs)
+	s := base
+	s.Checkpoint = CheckpointPolicy{Kind: "auto"}
+	s.Capacity = rc.Sim.Peak.Total
+	ra := mustPlan(t, s)
+	if recompute(ra.Program) > recompute(rc.Program) {
+		t.Errorf("auto recomputes %.3g FLOPs at Chen's peak %s; Chen %.3g", recompute(ra.Program), rc.Sim.Peak.Total, recompute(rc.Program))
+	}
+	t.Logf("Chen √n: %d blocks, peak %s, recompute %.3g; auto: %d blocks, peak %s, recompute %.3g",
+		len(pats), rc.Sim.Peak.Total, recompute(rc.Program), len(ra.Spec.AutoCheckpointed()), ra.Sim.Peak.Total, recompute(ra.Program))
+}
+
+func TestAutoCheckpointErrors(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b")
+	if _, err := Plan(Spec{Model: a, Seq: 256, Checkpoint: CheckpointPolicy{Kind: "auto"}}); err != ErrNoCapacity {
+		t.Errorf("auto without capacity: %v", err)
+	}
+	gpu, _ := hw.Lookup("t4")
+	if _, err := Plan(Spec{Model: lookup(t, "llama-3-8b"), Seq: 4096, GPU: gpu, Checkpoint: CheckpointPolicy{Kind: "auto"}}); err == nil {
+		t.Error("auto on a GPU too small for the model states: no error")
+	}
+}
