@@ -170,7 +170,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
 		Checkpointed: s.AutoCheckpointed(),
-		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
+		Params:       r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
 		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
 		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},
 		Fits:        res.Fits, CapacityBytes: res.Capacity, Shortfall: res.Shortfall, Headroom: res.Headroom,
