@@ -14,6 +14,7 @@ import (
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
@@ -52,7 +53,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
 	})
-	root.AddCommand(newPlanCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout))
+	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout))
 	return root
 }
 
@@ -105,6 +106,18 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	fl := c.Flags()
+	f.register(fl)
+	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
+	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
+	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
+	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
+	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")
+	return c
+}
+
+// register adds the flags that describe a job, shared by plan, compare and
+// fit.
+func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
@@ -120,12 +133,6 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
 	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
-	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
-	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
-	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
-	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")
-	return c
 }
 
 func (f *planFlags) spec() (engine.Spec, error) {

@@ -155,3 +155,44 @@ func FuzzPlanFlags(f *testing.F) {
 		}
 	})
 }
+
+func TestCompare(t *testing.T) {
+	code, out, errs := run("compare", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "1024", "--allow", "8bit", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Rows []struct {
+			Strategy  string  `json:"strategy"`
+			Applies   bool    `json:"applies"`
+			PeakBytes float64 `json:"peak_bytes"`
+			Extra     float64 `json:"extra_flops"`
+			StepS     float64 `json:"step_s"`
+		} `json:"strategies"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Rows) < 6 || j.Rows[0].Strategy != "baseline" {
+		t.Fatalf("rows: %+v", j.Rows)
+	}
+	base := j.Rows[0]
+	for _, r := range j.Rows[1:] {
+		if !r.Applies {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(r.Strategy, "checkpoint every block"):
+			if r.PeakBytes >= base.PeakBytes || r.Extra <= 0 || r.StepS <= base.StepS {
+				t.Errorf("full checkpoint: %+v vs baseline %+v", r, base)
+			}
+		case strings.HasPrefix(r.Strategy, "accumulate"):
+			if r.PeakBytes >= base.PeakBytes || r.Extra != 0 {
+				t.Errorf("accumulation: %+v vs baseline %+v", r, base)
+			}
+		}
+	}
+	if code, _, errs := run("compare", "--allow", "everything"); code == 0 || !strings.Contains(errs, "unknown --allow") {
+		t.Errorf("bad --allow: exit %d, %q", code, errs)
+	}
+}

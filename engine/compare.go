@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+// Allow lists options that change the training result and may only enter a
+// comparison or a search when the user allows them.
+type Allow struct {
+	LoRA, QLoRA, EightBit, LowerPrecision bool
+}
+
+// ParseAllow reads a comma list of lora, qlora, 8bit, precision.
+func ParseAllow(s string) (Allow, error) {
+	var a Allow
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "":
+		case "lora":
+			a.LoRA = true
+		case "qlora":
+			a.QLoRA = true
+		case "8bit":
+			a.EightBit = true
+		case "precision":
+			a.LowerPrecision = true
+		default:
+			return a, fmt.Errorf("engine: unknown --allow %q (want lora, qlora, 8bit or precision)", f)
+		}
+	}
+	return a, nil
+}
+
+// Variant is one strategy applied to a base spec.
+type Variant struct {
+	Name string
+	// Changes and Keeps say, for a person, what part of the curve the
+	// strategy moves and what it leaves alone.
+	Changes, Keeps string
+	apply          func(*Spec) error
+}
+
+// Row is one compared plan.
+type Row struct {
+	Variant
+	Result *Result
+	// Err says why the variant does not apply to this job.
+	Err error
+}
+
+// Variants lists the strategies applicable to base (itself first).
+func Variants(base Spec, allow Allow) []Variant {
+	vs := []Variant{{Name: "baseline", Changes: "-", Keeps: "-", apply: func(*Spec) error { return nil }}}
+	if base.Mode != Train {
+		return vs
+	}
+	for _, k := range []int{2, 4, 8} {
+		if base.MicroBatch%k != 0 {
+			continue
+		}
+		k := k
+		vs = append(vs, Variant{
+			Name:    fmt.Sprintf("accumulate ×%d (micro-batch %d)", k, base.MicroBatch/k),
+			Changes: "activations per micro-step ÷" + fmt.Sprint(k),
+			Keeps:   "parameters, gradients, optimizer state, effective batch",
+			apply: func(s *Spec) error {
+				s.MicroBatch /= k
+				s.Accum *= k
+				return nil
+			}})
+	}
+	if base.Checkpoint.Kind != "full" {
+		vs = append(vs, Variant{Name: "checkpoint every block", Changes: "activations: each block keeps only its input; +1 forward of the blocks",
+			Keeps: "model states, workspace of single ops",
+			apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "full"}; return nil }})
+		vs = append(vs, Variant{Name: "checkpoint every 2nd block", Changes: "activations of half the blocks",
+			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}; return nil }})
+	}
+	if base.CapacityBytes() > 0 && base.Checkpoint.Kind != "auto" {
+		vs = append(vs, Variant{Name: "checkpoint auto (fits the GPU)", Changes: "activations of the blocks the DP picks; least recompute that fits",
+			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "auto"}; return nil }})
+	}
+	if base.Impl != plan.Fused {
+		vs = append(vs, Variant{Name: "fused optimizer step", Changes: "optimizer-step temporaries",
+			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = plan.Fused; return nil }})
+	}
+	if allow.EightBit && base.Optimizer != plan.Adam8bit && (base.Optimizer == plan.Adam || base.Optimizer == plan.AdamW) {
+		vs = append(vs, Variant{Name: "8-bit AdamW (bitsandbytes)", Changes: "optimizer state 8 → 2 bytes/param (+ block constants)",
+			Keeps: "parameters, gradients, activations", apply: func(s *Spec) error { s.Optimizer = plan.Adam8bit; return nil }})
+	}
+	return vs
+}
+
+// Compare plans every variant of base. A variant that cannot apply keeps its
+// reason in Row.Err; an error in the baseline is returned.
+func Compare(base Spec, allow Allow) ([]Row, error) {
+	if err := base.Validate(); err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for i, v := range Variants(base, allow) {
+		s := base
+		s.autoBlocks = nil
+		row := Row{Variant: v}
+		if err := v.apply(&s); err != nil {
+			row.Err = err
+		} else {
+			row.Result, row.Err = Plan(s)
+		}
+		if i == 0 && row.Err != nil {
+			return nil, row.Err
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// RecomputeFLOPs sums the FLOPs of recompute ops of a program.
+func RecomputeFLOPs(p *ir.Program) float64 {
+	var f float64
+	for i := range p.Ops {
+		if p.Ops[i].Recompute {
+			f += p.Ops[i].FLOPs
+		}
+	}
+	return f
+}
+
+// TotalFLOPs sums the FLOPs of every op.
+func TotalFLOPs(p *ir.Program) float64 {
+	var f float64
+	for i := range p.Ops {
+		f += p.Ops[i].FLOPs
+	}
+	return f
+}
+
+// Peak is the larger of the steady and first-step peaks.
+func (r *Result) PeakBytes() units.Bytes {
+	p := r.Sim.Peak.Total
+	if r.First != nil && r.First.Peak.Total > p {
+		p = r.First.Peak.Total
+	}
+	return p
+}

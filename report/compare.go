@@ -1,0 +1,134 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/jedib0t/go-pretty/v6/text"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/units"
+)
+
+// CompareRowJSON is one strategy of `memplan compare --json`.
+type CompareRowJSON struct {
+	Strategy        string      `json:"strategy"`
+	Applies         bool        `json:"applies"`
+	Reason          string      `json:"reason,omitempty"`
+	Changes         string      `json:"changes"`
+	Keeps           string      `json:"keeps"`
+	PeakBytes       units.Bytes `json:"peak_bytes,omitempty"`
+	PeakDeltaBytes  units.Bytes `json:"peak_delta_bytes,omitempty"`
+	PeakPhase       string      `json:"peak_phase,omitempty"`
+	Fits            bool        `json:"fits"`
+	ExtraFLOPs      float64     `json:"extra_flops"`
+	ExtraFLOPsRatio float64     `json:"extra_flops_ratio"`
+	StepS           float64     `json:"step_s,omitempty"`
+	TokensPerS      float64     `json:"tokens_per_s,omitempty"`
+	ThroughputRatio float64     `json:"throughput_ratio,omitempty"`
+	Plan            *PlanJSON   `json:"plan,omitempty"`
+}
+
+// CompareJSON is the machine form of `memplan compare`.
+type CompareJSON struct {
+	Schema        string           `json:"schema"`
+	CapacityBytes units.Bytes      `json:"capacity_bytes"`
+	Rows          []CompareRowJSON `json:"strategies"`
+}
+
+// BuildCompare assembles the JSON form; full adds each plan (no timeline).
+func BuildCompare(rows []engine.Row, full bool) *CompareJSON {
+	out := &CompareJSON{Schema: "memplan.compare/v1"}
+	base := rows[0].Result
+	out.CapacityBytes = base.Capacity
+	baseFLOPs := engine.TotalFLOPs(base.Program)
+	for _, r := range rows {
+		j := CompareRowJSON{Strategy: r.Name, Changes: r.Changes, Keeps: r.Keeps, Applies: r.Err == nil}
+		if r.Err != nil {
+			j.Reason = r.Err.Error()
+			out.Rows = append(out.Rows, j)
+			continue
+		}
+		res := r.Result
+		j.PeakBytes = res.PeakBytes()
+		j.PeakDeltaBytes = j.PeakBytes - base.PeakBytes()
+		j.PeakPhase = res.Sim.Peak.Phase.String()
+		j.Fits = res.Fits
+		j.ExtraFLOPs = engine.TotalFLOPs(res.Program) - baseFLOPs
+		if baseFLOPs > 0 {
+			j.ExtraFLOPsRatio = j.ExtraFLOPs / baseFLOPs
+		}
+		if t := res.Timing; t != nil {
+			j.StepS, j.TokensPerS = t.Step.Seconds(), t.TokensPerSec
+			if bt := base.Timing; bt != nil && bt.TokensPerSec > 0 {
+				j.ThroughputRatio = t.TokensPerSec / bt.TokensPerSec
+			}
+		}
+		if full {
+			j.Plan = Build(res, false)
+		}
+		out.Rows = append(out.Rows, j)
+	}
+	return out
+}
+
+// WriteCompareJSON writes the JSON form.
+func WriteCompareJSON(w io.Writer, rows []engine.Row) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(BuildCompare(rows, true))
+}
+
+// WriteCompareText writes the side-by-side table.
+func WriteCompareText(w io.Writer, rows []engine.Row) error {
+	j := BuildCompare(rows, false)
+	base := rows[0].Result
+	s := &base.Spec
+	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.Model.Name, s.Mode, s.MicroBatch, s.Seq, s.Accum, s.Precision, s.Optimizer)
+	if base.Capacity > 0 {
+		where := "budget"
+		if s.GPU != nil && s.Capacity == 0 {
+			where = s.GPU.Name
+		}
+		fmt.Fprintf(w, "capacity %s (%s)\n", base.Capacity, where)
+	}
+	t := newTable()
+	t.AppendHeader(table.Row{"strategy", "peak", "vs baseline", "fits", "extra FLOPs", "step", "tokens/s", "throughput", "changes", "keeps"})
+	for _, r := range j.Rows {
+		if !r.Applies {
+			t.AppendRow(table.Row{r.Strategy, "-", "-", "-", "-", "-", "-", "-", "n/a: " + r.Reason, ""})
+			continue
+		}
+		fits := "-"
+		if base.Capacity > 0 {
+			fits = "no"
+			if r.Fits {
+				fits = "yes"
+			}
+		}
+		delta := "-"
+		if r.Strategy != "baseline" {
+			delta = fmt.Sprintf("%+.1f%%", 100*float64(r.PeakDeltaBytes)/float64(base.PeakBytes()))
+		}
+		step, tps, thr := "-", "-", "-"
+		if r.StepS > 0 {
+			step = fmt.Sprintf("%.1f ms", 1000*r.StepS)
+			tps = fmt.Sprintf("%.0f", r.TokensPerS)
+			if r.ThroughputRatio > 0 {
+				thr = fmt.Sprintf("%.2f×", r.ThroughputRatio)
+			}
+		}
+		t.AppendRow(table.Row{r.Strategy, r.PeakBytes.String(), delta, fits, fmt.Sprintf("%+.1f%%", 100*r.ExtraFLOPsRatio), step, tps, thr, r.Changes, r.Keeps})
+	}
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight},
+		{Number: 6, Align: text.AlignRight}, {Number: 7, Align: text.AlignRight}, {Number: 8, Align: text.AlignRight},
+		{Number: 9, WidthMax: 44, WidthMaxEnforcer: text.WrapSoft}, {Number: 10, WidthMax: 36, WidthMaxEnforcer: text.WrapSoft}})
+	fmt.Fprintln(w, t.Render())
+	if base.Timing != nil {
+		fmt.Fprintln(w, strings.TrimSpace(`Times are a roofline upper bound on speed (ideal efficiency) on `+s.GPU.Name+`; compare them with each other, not with a stopwatch.`))
+	}
+	return nil
+}
