@@ -236,7 +236,7 @@ func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64)
 			if i >= len(in) {
 				continue
 			}
-			if r.SaveInIfOtherGrad && len(in) == 2 && !b.g.Tensors[in[1-i]].RequiresGrad {
+			if r.SaveInIfOtherGrad && i < 2 && len(in) >= 2 && !(b.cfg.Training && b.g.Tensors[in[1-i]].RequiresGrad) {
 				continue
 			}
 			n.Saved = append(n.Saved, in[i])

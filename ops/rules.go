@@ -3,11 +3,15 @@
 // model front ends use to write a forward ir.Graph op by op.
 //
 // The saved sets follow tools/autograd/derivatives.yaml of PyTorch 2.x and the
-// CUDA kernels' own saved outputs: linear/matmul save both operands, GELU and
-// SiLU their input, ReLU/softmax/log_softmax their output, LayerNorm and
-// RMSNorm their input plus per-row statistics, dropout a mask (bool, 1 byte, on
-// CUDA; in the input dtype on CPU), flash/memory-efficient SDPA q, k, v, the
-// output and the log-sum-exp, embedding its indices.
+// CUDA kernels' own saved outputs: linear/matmul save each operand only when
+// the other one requires grad (mm: self is saved for mat2's gradient and mat2
+// for self's, so a frozen linear saves no input), convolution saves both,
+// GELU and SiLU their input, ReLU/softmax/log_softmax their output, LayerNorm
+// and RMSNorm their input plus per-row statistics, dropout a mask (bool, 1
+// byte, on CUDA; in the input dtype on CPU), flash/memory-efficient SDPA q, k,
+// v, the output and the log-sum-exp, embedding its indices, bitsandbytes'
+// 4-bit linear its packed weight. Collectives (tensor/sequence/expert
+// parallel) save nothing; their nodes carry ir.Comm for forward and backward.
 package ops
 
 import (
@@ -36,9 +40,12 @@ type Rule struct {
 	Name string
 	// SaveIn / SaveOut are the input and output positions autograd keeps.
 	SaveIn, SaveOut []int
-	// SaveInIfOtherGrad: for binary ops such as mul, input i is saved only
-	// when the other input requires grad (derivatives.yaml: "self: grad *
-	// other" saves other).
+	// SaveInIfOtherGrad: inputs 0 and 1 are each saved only when the other
+	// one requires grad (derivatives.yaml: mul's "self: grad * other" saves
+	// other; mm's "self: mm_mat1_backward(grad, mat2, ...)" saves mat2 and
+	// "mat2: mm_mat2_backward(grad, self, ...)" saves self; autograd's
+	// codegen guards a saved variable used by one input's formula with
+	// should_compute_output of that input). Other positions are unaffected.
 	SaveInIfOtherGrad bool
 	Cast              CastPolicy
 	// View: output 0 aliases input 0; its gradient is a view too.
@@ -65,9 +72,10 @@ const dy = "derivatives.yaml"
 func init() {
 	for _, r := range []Rule{
 		{Name: "embedding", SaveIn: []int{1}, BwdFactor: 1, Source: dy + ": embedding: weight: embedding_backward(grad, indices, ...) saves indices"},
-		{Name: "linear", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": mm/addmm: self and mat2 (input and weight)"},
-		{Name: "matmul", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": bmm: self and mat2"},
-		{Name: "conv2d", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": convolution: input and weight"},
+		{Name: "linear", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Lower, BwdFactor: 2, Source: dy + ": mm/addmm: mat1 (the input) if mat2 (the weight) requires grad, mat2 if mat1 does; a frozen linear saves no input"},
+		{Name: "matmul", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Lower, BwdFactor: 2, Source: dy + ": bmm: self if mat2 requires grad, mat2 if self does"},
+		{Name: "conv2d", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": convolution: one formula for input, weight, bias, so both are saved whenever any needs grad"},
+		{Name: "linear_4bit", SaveIn: []int{1}, BwdFactor: 1, Source: "bitsandbytes MatMul4Bit: ctx.tensors = (None, B) saves the packed 4-bit weight only (never the input); backward dequantises B again for grad_A"},
 		{Name: "layer_norm", SaveIn: []int{0, 1}, SaveOut: []int{1, 2}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": native_layer_norm: input, weight, mean, rstd"},
 		{Name: "rms_norm", SaveIn: []int{0, 1}, SaveOut: []int{1}, Cast: CastFP32, BwdFactor: 2, Source: "fused RMSNorm (torch.nn.RMSNorm / apex): input, weight, rstd"},
 		{Name: "gelu", SaveIn: []int{0}, BwdFactor: 2, Source: dy + ": gelu: self"},
@@ -94,6 +102,17 @@ func init() {
 		{Name: "zeros", Source: "torch.zeros: no inputs, saves nothing"},
 		{Name: "kv_cache_update", Source: "inference only: copy k/v into a static cache"},
 		{Name: "mean", BwdFactor: 1, Source: dy + ": mean saves sizes"},
+		// Collectives (Megatron-LM megatron/core/tensor_parallel/mappings.py,
+		// token dispatchers): they save nothing; Node.Comm / BwdComm say
+		// which collective runs in forward and backward.
+		{Name: "tp_copy", View: true, Source: "Megatron _CopyToModelParallelRegion (f): identity forward, all-reduce of the input gradient in backward; saves nothing"},
+		{Name: "tp_all_reduce", View: true, Source: "Megatron _ReduceFromModelParallelRegion (g): all-reduce forward (in place), identity backward; saves nothing"},
+		{Name: "tp_all_gather", Source: "Megatron _GatherFromModelParallelRegion: all-gather forward, split backward; saves nothing"},
+		{Name: "sp_all_gather", Source: "Megatron _GatherFromSequenceParallelRegion: all-gather along the sequence forward, reduce-scatter of the gradient backward; saves nothing"},
+		{Name: "sp_reduce_scatter", Source: "Megatron _ReduceScatterToSequenceParallelRegion: reduce-scatter forward, all-gather backward; saves nothing"},
+		{Name: "sp_split", Source: "Megatron _ScatterToSequenceParallelRegion: split (a contiguous copy of this rank's slice) forward, all-gather backward; saves nothing"},
+		{Name: "all_to_all", Source: "Megatron _AllToAll (MoE token dispatch/combine): all-to-all both ways; saves nothing"},
+		{Name: "vocab_parallel_cross_entropy", SaveIn: []int{}, SaveOut: []int{1, 2, 3}, BwdFactor: 1, Source: "Megatron _VocabParallelCrossEntropy: float32 softmax computed in place over the [s,b,V/t] logits, target_mask, masked_target_1d"},
 	} {
 		add(r)
 	}

@@ -58,6 +58,45 @@ type Options struct {
 	// KVContext is the KV-cache length per sequence in inference (prompt
 	// plus generated tokens); 0 means no cache.
 	KVContext int
+
+	// TP is the tensor-parallel degree t (Megatron-LM; 0 or 1: none). The
+	// graph is one rank's: column-parallel q/k/v (or fused qkv) and
+	// fc1/gate/up keep out/t features (heads/t and KV heads/t) behind the f
+	// operator (identity forward, all-reduce of the input gradient);
+	// row-parallel o_proj/fc2/down keep in/t features and all-reduce their
+	// output (g; bias added after it, whole); the token embedding and the LM
+	// head are vocab-parallel ([V/t, h], padded, see MakeVocabDivisibleBy)
+	// and the loss is Megatron's vocab-parallel cross-entropy over [s,b,V/t]
+	// logits. Norms, position embeddings and the MoE router are replicated.
+	// t must divide heads, KV heads and the intermediate size. Decoder
+	// families only.
+	TP int
+	// SP adds sequence parallelism (needs TP > 1 and t | Seq, training
+	// only): outside the tensor-parallel regions the residual stream,
+	// norms, dropouts and adds run on s/t tokens; an all-gather precedes
+	// each column-parallel linear (which saves its sharded input and
+	// gathers it again in backward) and a reduce-scatter follows each
+	// row-parallel one.
+	SP bool
+	// MakeVocabDivisibleBy pads the vocabulary, under TP, to a multiple of
+	// MakeVocabDivisibleBy·t (Megatron's --make-vocab-size-divisible-by,
+	// whose default is 128). 0 pads only to a multiple of t, so a vocabulary
+	// t divides is kept as it is.
+	MakeVocabDivisibleBy int
+	// EP is the expert-parallel degree for mixture-of-experts models (0 or
+	// 1: none): each rank holds experts/EP experts; tokens go to them by an
+	// all-to-all (group "ep") and come back by another. With data parallel
+	// = EP each rank's T tokens make T·top_k·EP/experts rows per local
+	// expert. EP must divide the expert count; not combined with TP.
+	EP int
+	// LoRA, when set, freezes every base parameter and adds trainable
+	// low-rank adapters to the target linears (peft semantics and names).
+	LoRA *LoRA
+	// QLoRA (with LoRA) stores every linear weight of the transformer body
+	// as NF4 with double-quantised constants (bitsandbytes 4-bit, as
+	// transformers' load_in_4bit, which leaves the LM head and classifier
+	// alone); norms and embeddings stay in the parameter dtype.
+	QLoRA bool
 }
 
 // ErrBadOptions wraps option errors.
@@ -88,7 +127,17 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	if o.KVContext < 0 || (o.KVContext > 0 && o.KVContext < o.Seq) {
 		return nil, fmt.Errorf("%w: KV-cache context %d must be at least the sequence %d", ErrBadOptions, o.KVContext, o.Seq)
 	}
-	m := &builder{a: a, o: o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training})}
+	if err := checkParallel(a, &o); err != nil {
+		return nil, err
+	}
+	m := &builder{a: a, o: o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training}),
+		tp: max(o.TP, 1), ep: max(o.EP, 1), vocab: a.Vocab, shardOf: map[ir.TensorID]ir.TensorID{}}
+	if m.tp > 1 {
+		m.vocab = paddedVocab(a.Vocab, m.tp, o.MakeVocabDivisibleBy)
+	}
+	if o.LoRA != nil {
+		m.lora = newLoRAState(a, o.LoRA)
+	}
 	switch a.Family {
 	case models.FamilyBERT:
 		m.bert()
@@ -97,6 +146,11 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	default:
 		m.decoder()
 	}
+	if m.lora != nil {
+		if err := m.lora.unmatched(a, m.linearNames); err != nil {
+			return nil, err
+		}
+	}
 	return m.b.Graph(), nil
 }
 
@@ -104,31 +158,43 @@ type builder struct {
 	a *models.Arch
 	o Options
 	b *ops.Builder
+	// tp and ep are the parallel degrees (1: none); vocab is the
+	// (padded, under TP) vocabulary.
+	tp, ep, vocab int
+	// shardOf maps a sequence-parallel all-gather's output to its shard.
+	shardOf map[ir.TensorID]ir.TensorID
+	lora    *loraState
+	// linearNames are the leaf names of the linears LoRA can target, in
+	// first-seen order.
+	linearNames []string
 }
 
 func (m *builder) bs() (int64, int64) { return int64(m.o.MicroBatch), int64(m.o.Seq) }
 
-// linear registers weight (and bias) under the current scope and applies it.
+// linear registers weight (and bias) under the current scope and applies it
+// (a replicated linear; see dense).
 func (m *builder) linear(name string, x ir.TensorID, in, out int, bias bool) ir.TensorID {
-	defer m.b.Enter(name)()
-	w := m.b.Param("weight", int64(out), int64(in))
-	bi := ir.NoTensor
-	if bias {
-		bi = m.b.Param("bias", int64(out))
+	return m.dense(name, x, in, out, bias, replicated)
+}
+
+// param registers a base-model parameter: trainable, or frozen under LoRA.
+func (m *builder) param(name string, shape ...int64) ir.TensorID {
+	if m.lora != nil {
+		return m.b.FrozenParam(name, shape...)
 	}
-	return m.b.Linear("out", x, w, bi)
+	return m.b.Param(name, shape...)
 }
 
 // norm applies the family's normalisation with its parameters.
 func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 	defer m.b.Enter(name)()
-	w := m.b.Param("weight", int64(dim))
+	w := m.param("weight", int64(dim))
 	if m.a.Norm == "rmsnorm" {
 		return m.b.RMSNorm("out", x, w)
 	}
 	bi := ir.NoTensor
 	if m.a.NormBias {
-		bi = m.b.Param("bias", int64(dim))
+		bi = m.param("bias", int64(dim))
 	}
 	return m.b.LayerNorm("out", x, w, bi)
 }
@@ -181,17 +247,17 @@ func (m *builder) decoder() {
 		}
 		func() {
 			defer b.Enter(embName)()
-			wte = b.Param("weight", int64(a.Vocab), H)
-			x = b.Embedding("out", wte, ids)
+			wte, x = m.tokenEmbedding(ids, a.Family != models.FamilyGPT2)
 		}()
 		if a.Family == models.FamilyGPT2 {
 			func() {
 				defer b.Enter("wpe")()
-				wpe := b.Param("weight", int64(a.MaxPositions), H)
+				wpe := m.param("weight", int64(a.MaxPositions), H)
 				pos := b.Buffer("position_ids", units.I64, 1, S)
 				pe := b.Embedding("out", wpe, pos)
 				x = b.Binary("add", "embeds", x, pe)
 			}()
+			x = m.scatterSeq(x)
 		}
 		if a.EmbedScale {
 			x = b.Scale("embed_scale", x)
@@ -252,9 +318,9 @@ func (m *builder) decoder() {
 		defer b.Enter(headName)()
 		w := wte
 		if !a.TieEmbeddings {
-			w = b.Param("weight", int64(a.Vocab), H)
+			w = m.param("weight", int64(m.vocab/m.tp), H)
 		}
-		logits = b.Linear("logits", x, w, ir.NoTensor)
+		logits = m.lmHead(x, w)
 	}()
 	if a.FinalLogitSoftcap > 0 {
 		logits = b.Scale("softcap.div", logits)
@@ -264,9 +330,13 @@ func (m *builder) decoder() {
 	if !m.o.Training {
 		return
 	}
+	defer b.Enter("loss")()
+	if m.tp > 1 {
+		m.vocabParallelLoss(logits, labels)
+		return
+	}
 	// transformers' ForCausalLMLoss: logits.float(), labels shifted by
 	// padding, cross_entropy over [B*S, V].
-	defer b.Enter("loss")()
 	lf := b.To(logits, units.F32)
 	flat := b.View("logits_flat", lf, B*S, int64(a.Vocab))
 	lab := b.View("labels_flat", labels, B*S)
@@ -345,8 +415,9 @@ func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID
 func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 	a, b := m.a, m.b
 	B, S := m.bs()
-	A, KV, D := int64(a.Heads), int64(a.KVHeads), int64(a.HeadDim)
-	qd, kd := int(A*D), int(KV*D)
+	A, KV, D := m.localHeads()
+	// Full widths: dense divides column-parallel outputs by t.
+	qd, kd := a.Heads*a.HeadDim, a.KVHeads*a.HeadDim
 	switch a.Family {
 	case models.FamilyBERT, models.FamilyViT:
 		pre := "self."
@@ -366,15 +437,15 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 		case models.FamilyGPTNeoX:
 			name = "query_key_value"
 		}
-		y := m.linear(name, h, a.Hidden, qd+2*kd, a.QKVBias)
+		y := m.dense(name, h, a.Hidden, qd+2*kd, a.QKVBias, colPar)
 		q = b.View("q", y, B, A, S, D)
 		k = b.View("k", y, B, KV, S, D)
 		v = b.View("v", y, B, KV, S, D)
 		return q, k, v
 	}
-	qo := m.linear("q_proj", h, a.Hidden, qd, a.QKVBias)
-	ko := m.linear("k_proj", h, a.Hidden, kd, a.QKVBias)
-	vo := m.linear("v_proj", h, a.Hidden, kd, a.QKVBias)
+	qo := m.dense("q_proj", h, a.Hidden, qd, a.QKVBias, colPar)
+	ko := m.dense("k_proj", h, a.Hidden, kd, a.QKVBias, colPar)
+	vo := m.dense("v_proj", h, a.Hidden, kd, a.QKVBias, colPar)
 	if a.QKNorm {
 		qo = m.norm("q_norm", b.View("q_heads", qo, B, S, A, D), a.HeadDim)
 		ko = m.norm("k_norm", b.View("k_heads", ko, B, S, KV, D), a.HeadDim)
@@ -385,8 +456,8 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorID {
 	a, b := m.a, m.b
 	B, S := m.bs()
-	A, KV, D := int64(a.Heads), int64(a.KVHeads), int64(a.HeadDim)
-	q, k, v := m.qkv(h)
+	A, KV, D := m.localHeads()
+	q, k, v := m.qkv(m.colIn(h))
 	if a.PosEmbedding == "rotary" {
 		q = b.Rotary("q_rot", q, cos, sin)
 		k = b.Rotary("k_rot", k, cos, sin)
@@ -399,10 +470,13 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		k = b.CacheWrite(k, kc)
 		v = b.CacheWrite(v, vc)
 	}
-	var o ir.TensorID
 	if m.o.Attention == SDPA {
-		o = b.SDPA("sdpa", q, k, v, !a.Encoder)
-	} else {
+		return m.attentionOut(b.SDPA("sdpa", q, k, v, !a.Encoder))
+	}
+	// Megatron's CoreAttention (from the q/k copies through the context
+	// matmul), the region selective recompute replays.
+	o := func() ir.TensorID {
+		defer b.Enter("core_attention")()
 		if KV != A { // repeat_kv materialises grouped heads
 			k = b.Copy("k_repeat", k, B, A, T, D)
 			v = b.Copy("v_repeat", v, B, A, T, D)
@@ -434,8 +508,17 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		}
 		p = b.Dropout("attn_dropout", p, a.AttnDropout)
 		vc := b.Copy("v_contig", v, B, A, T, D)
-		o = b.MatMul("context", p, vc)
-	}
+		return b.MatMul("context", p, vc)
+	}()
+	return m.attentionOut(o)
+}
+
+// attentionOut merges heads and applies the output projection (row-parallel
+// under TP) and the family's dropout.
+func (m *builder) attentionOut(o ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	A, _, D := m.localHeads()
 	// attn_output.transpose(1, 2).contiguous().reshape(B, S, A*D)
 	o = b.Copy("merge_heads", o, B, S, A, D)
 	o = b.View("merged", o, B, S, A*D)
@@ -448,34 +531,34 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 	case models.FamilyBERT, models.FamilyViT:
 		outName = "output.dense"
 	}
-	y := m.linear(outName, o, int(A*D), a.Hidden, a.OutBias || a.Encoder)
+	y := m.dense(outName, o, a.Heads*a.HeadDim, a.Hidden, a.OutBias || a.Encoder, rowPar)
 	switch a.Family {
 	case models.FamilyGPT2:
 		y = b.Dropout("resid_dropout", y, a.HiddenDropout)
 	case models.FamilyBERT, models.FamilyViT:
 		y = b.Dropout("output.dropout", y, a.HiddenDropout)
 	}
-	_ = layer
 	return y
 }
 
 func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 	a, b := m.a, m.b
 	I := a.Intermediate
+	h = m.colIn(h)
 	switch {
 	case a.GatedMLP && a.FusedGateUp:
-		gu := m.linear("gate_up_proj", h, a.Hidden, 2*I, a.MLPBias)
+		gu := m.dense("gate_up_proj", h, a.Hidden, 2*I, a.MLPBias, colPar)
 		sh := b.Shape(gu)
-		sh[len(sh)-1] = int64(I)
+		sh[len(sh)-1] /= 2
 		gate := b.View("gate", gu, sh...)
 		up := b.View("up", gu, sh...)
 		y := b.Binary("mul", "gated", m.act("act_fn", gate), up)
-		return m.linear("down_proj", y, I, a.Hidden, a.MLPBias)
+		return m.dense("down_proj", y, I, a.Hidden, a.MLPBias, rowPar)
 	case a.GatedMLP:
-		gate := m.linear("gate_proj", h, a.Hidden, I, a.MLPBias)
-		up := m.linear("up_proj", h, a.Hidden, I, a.MLPBias)
+		gate := m.dense("gate_proj", h, a.Hidden, I, a.MLPBias, colPar)
+		up := m.dense("up_proj", h, a.Hidden, I, a.MLPBias, colPar)
 		y := b.Binary("mul", "gated", m.act("act_fn", gate), up)
-		return m.linear("down_proj", y, I, a.Hidden, a.MLPBias)
+		return m.dense("down_proj", y, I, a.Hidden, a.MLPBias, rowPar)
 	}
 	fc, proj := "fc1", "fc2"
 	switch a.Family {
@@ -484,8 +567,8 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 	case models.FamilyGPTNeoX:
 		fc, proj = "dense_h_to_4h", "dense_4h_to_h"
 	}
-	y := m.act("act", m.linear(fc, h, a.Hidden, I, a.MLPBias))
-	y = m.linear(proj, y, I, a.Hidden, a.MLPBias)
+	y := m.act("act", m.dense(fc, h, a.Hidden, I, a.MLPBias, colPar))
+	y = m.dense(proj, y, I, a.Hidden, a.MLPBias, rowPar)
 	if a.Family == models.FamilyGPT2 {
 		y = b.Dropout("dropout", y, a.HiddenDropout)
 	}
@@ -494,36 +577,39 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 
 // moe is MixtralSparseMoeBlock. Routing is assumed balanced: each expert
 // receives tokens·top_k/experts rows (the expectation under the
-// load-balancing objective); real routing varies per batch.
+// load-balancing objective); real routing varies per batch. Under TP the
+// experts are column/row-parallel behind one f on their input and one g on
+// the combined output; the router stays replicated. Under EP see moeEP.
 func (m *builder) moe(h ir.TensorID) ir.TensorID {
+	if m.ep > 1 {
+		return m.moeEP(h)
+	}
 	a, b := m.a, m.b
 	B, S := m.bs()
 	H, E, K := int64(a.Hidden), int64(a.NumExperts), int64(a.ExpertsPerToken)
 	T := B * S
 	flat := b.View("hidden_flat", h, T, H)
-	logits := func() ir.TensorID {
-		defer b.Enter("gate")()
-		w := b.Param("weight", E, H)
-		return b.Linear("router_logits", flat, w, ir.NoTensor)
-	}()
+	logits := m.dense("gate", flat, a.Hidden, a.NumExperts, false, replicated)
 	probs := b.Softmax("routing_probs", b.To(logits, units.F32), false)
 	wts, idx := b.TopK("topk", probs, K)
 	wts = b.To(wts, b.Tensor(flat).DType)
 	acc := b.Zeros("final_hidden_states", b.Tensor(flat).DType, T, H)
 	rows := (T*K + E - 1) / E
+	src := m.colIn(flat)
 	for e := int64(0); e < E; e++ {
 		func() {
 			defer b.Enter("experts." + strconv.FormatInt(e, 10))()
 			top := b.Index("top_x", idx, rows)
-			cur := b.IndexSelect("current_state", flat, top, rows)
-			w1 := m.linear("w1", cur, a.Hidden, a.Intermediate, false)
-			w3 := m.linear("w3", cur, a.Hidden, a.Intermediate, false)
+			cur := b.IndexSelect("current_state", src, top, rows)
+			w1 := m.dense("w1", cur, a.Hidden, a.Intermediate, false, colPar)
+			w3 := m.dense("w3", cur, a.Hidden, a.Intermediate, false, colPar)
 			y := b.Binary("mul", "gated", m.act("act_fn", w1), w3)
-			y = m.linear("w2", y, a.Intermediate, a.Hidden, false)
+			y = m.dense("w2", y, a.Intermediate, a.Hidden, false, rowPartial)
 			rw := b.IndexSelect("routing_weight", b.View("weights_flat", wts, T*K, 1), top, rows)
 			y = b.Binary("mul", "weighted", y, rw)
 			acc = b.IndexAdd("index_add", acc, top, y)
 		}()
 	}
+	acc = m.rowOut(acc)
 	return b.View("out", acc, B, S, H)
 }

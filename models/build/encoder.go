@@ -22,7 +22,14 @@ func (m *builder) classify(pooled ir.TensorID) {
 		n = defaultLabels
 	}
 	pooled = b.Dropout("classifier_dropout", pooled, a.HiddenDropout)
-	logits := m.linear("classifier", pooled, a.Hidden, n, true)
+	// The head stays trainable and unquantised under LoRA/QLoRA (peft's
+	// SEQ_CLS task keeps it in modules_to_save; transformers leaves it out of
+	// the 4-bit conversion).
+	logits := func() ir.TensorID {
+		defer b.Enter("classifier")()
+		w := b.Param("weight", int64(n), int64(a.Hidden))
+		return b.Linear("out", pooled, w, b.Param("bias", int64(n)))
+	}()
 	if !m.o.Training {
 		return
 	}
@@ -43,7 +50,7 @@ func (m *builder) bert() {
 		defer b.Enter("bert.embeddings")()
 		emb := func(name string, rows int, idx ir.TensorID) ir.TensorID {
 			defer b.Enter(name)()
-			return b.Embedding("out", b.Param("weight", int64(rows), H), idx)
+			return b.Embedding("out", m.param("weight", int64(rows), H), idx)
 		}
 		x = emb("word_embeddings", a.Vocab, ids)
 		pos := b.Buffer("position_ids", units.I64, 1, S)
@@ -102,12 +109,12 @@ func (m *builder) vit() {
 	var x ir.TensorID
 	func() {
 		defer b.Enter("vit.embeddings")()
-		cls := b.Param("cls_token", 1, 1, H)
-		pos := b.Param("position_embeddings", 1, N+1, H)
+		cls := m.param("cls_token", 1, 1, H)
+		pos := m.param("position_embeddings", 1, N+1, H)
 		p := func() ir.TensorID {
 			defer b.Enter("patch_embeddings.projection")()
-			w := b.Param("weight", H, int64(a.Channels), int64(a.PatchSize), int64(a.PatchSize))
-			bi := b.Param("bias", H)
+			w := m.param("weight", H, int64(a.Channels), int64(a.PatchSize), int64(a.PatchSize))
+			bi := m.param("bias", H)
 			return b.Conv2d("out", pixels, w, bi, int64(a.PatchSize))
 		}()
 		p = b.View("patches", p, B, N, H) // flatten(2).transpose(1, 2)

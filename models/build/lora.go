@@ -1,0 +1,274 @@
+package build
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/units"
+)
+
+// LoRA configures low-rank adapters (Hu et al., 2021) as peft's LoraConfig
+// does. Every base parameter is frozen (no gradient, no optimizer state);
+// each target linear gets lora_A [r, in] and lora_B [out, r] (peft names
+// "<linear>.lora_A.default.weight", the base weight moving to
+// "<linear>.base_layer.weight") and computes
+//
+//	y = base(x) + lora_B(lora_A(dropout(x.to(adapter dtype)))) · alpha/r
+//
+// cast back to the base output's dtype. As peft's default
+// autocast_adapter_dtype=True does, adapters over a 16-bit model are kept in
+// float32 (and the input is cast to float32 for them); over float32 they are
+// float32. Sequence-classification heads (BERT, ViT) stay trainable, as
+// peft's SEQ_CLS task puts them in modules_to_save.
+type LoRA struct {
+	// Rank r (peft default 8).
+	Rank int
+	// Alpha is lora_alpha (peft default 8); it scales, it costs no memory.
+	Alpha float64
+	// Dropout is lora_dropout in [0, 1); 0 is nn.Identity (no mask).
+	Dropout float64
+	// Targets are module names matched as peft does (the module's path
+	// equals the name or ends with "." + name: "q_proj", "self_attn.v_proj"),
+	// or "all-linear": every linear except the output head and classifier.
+	// Empty takes peft's default for the family
+	// (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+	Targets []string
+}
+
+// AllLinear is the Targets value that selects every linear but the head.
+const AllLinear = "all-linear"
+
+func (l *LoRA) validate() error {
+	if l.Rank <= 0 {
+		return fmt.Errorf("%w: LoRA rank r must be positive, got %d", ErrBadOptions, l.Rank)
+	}
+	if !(l.Dropout >= 0 && l.Dropout < 1) {
+		return fmt.Errorf("%w: LoRA dropout must be in [0, 1), got %g", ErrBadOptions, l.Dropout)
+	}
+	if math.IsNaN(l.Alpha) || math.IsInf(l.Alpha, 0) {
+		return fmt.Errorf("%w: LoRA alpha must be finite, got %g", ErrBadOptions, l.Alpha)
+	}
+	for _, t := range l.Targets {
+		if strings.TrimSpace(t) == "" {
+			return fmt.Errorf("%w: empty LoRA target name", ErrBadOptions)
+		}
+	}
+	return nil
+}
+
+// ParseLoRA reads the --lora flag: comma-separated key=value pairs
+//
+//	r=<rank>             positive integer (default 8)
+//	alpha=<number>       lora_alpha (default 8)
+//	dropout=<p>          lora_dropout in [0, 1) (default 0)
+//	targets=<names>      module names joined by '+' or ',' , or all-linear
+//
+// for example "r=16,alpha=32,dropout=0.05,targets=q_proj+v_proj" or
+// "r=16,targets=q_proj,v_proj": since target lists may use commas, every
+// token after targets= up to the next key= is a target. Keys may appear in
+// any order, at most once. An empty string means peft's defaults.
+func ParseLoRA(s string) (*LoRA, error) {
+	l := &LoRA{Rank: 8, Alpha: 8}
+	seen := map[string]bool{}
+	inTargets := false
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return l, nil
+	}
+	for _, tok := range strings.Split(s, ",") {
+		tok = strings.TrimSpace(tok)
+		key, val, isKV := strings.Cut(tok, "=")
+		if !isKV {
+			if inTargets && tok != "" {
+				l.Targets = append(l.Targets, splitTargets(tok)...)
+				continue
+			}
+			return nil, fmt.Errorf("build: --lora: %q is not key=value (keys: r, alpha, dropout, targets)", tok)
+		}
+		key = strings.ToLower(strings.TrimSpace(key))
+		val = strings.TrimSpace(val)
+		if seen[key] {
+			return nil, fmt.Errorf("build: --lora: key %q given twice", key)
+		}
+		seen[key] = true
+		inTargets = false
+		switch key {
+		case "r", "rank":
+			n, err := strconv.Atoi(val)
+			if err != nil || n <= 0 {
+				return nil, fmt.Errorf("build: --lora: r must be a positive integer, got %q", val)
+			}
+			l.Rank = n
+		case "alpha", "lora_alpha":
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+				return nil, fmt.Errorf("build: --lora: alpha must be a positive number, got %q", val)
+			}
+			l.Alpha = f
+		case "dropout", "lora_dropout":
+			f, err := strconv.ParseFloat(val, 64)
+			if err != nil || !(f >= 0 && f < 1) {
+				return nil, fmt.Errorf("build: --lora: dropout must be a number in [0, 1), got %q", val)
+			}
+			l.Dropout = f
+		case "targets", "target_modules":
+			if val == "" {
+				return nil, fmt.Errorf("build: --lora: targets needs at least one module name")
+			}
+			l.Targets = append(l.Targets, splitTargets(val)...)
+			inTargets = true
+		default:
+			return nil, fmt.Errorf("build: --lora: unknown key %q (keys: r, alpha, dropout, targets)", key)
+		}
+	}
+	return l, nil
+}
+
+func splitTargets(s string) []string {
+	var out []string
+	for _, t := range strings.Split(s, "+") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// defaultTargets are peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+// entries for the families memplan builds.
+func defaultTargets(family string) []string {
+	switch family {
+	case models.FamilyGPT2:
+		return []string{"c_attn"}
+	case models.FamilyGPTNeoX:
+		return []string{"query_key_value"}
+	case models.FamilyPhi3:
+		return []string{"qkv_proj"}
+	case models.FamilyBERT, models.FamilyViT:
+		return []string{"query", "value"}
+	}
+	return []string{"q_proj", "v_proj"}
+}
+
+type loraState struct {
+	cfg     *LoRA
+	all     bool
+	targets []string
+	matched map[string]bool
+}
+
+func newLoRAState(a *models.Arch, l *LoRA) *loraState {
+	s := &loraState{cfg: l, matched: map[string]bool{}}
+	ts := l.Targets
+	if len(ts) == 0 {
+		ts = defaultTargets(a.Family)
+	}
+	for _, t := range ts {
+		if t == AllLinear {
+			s.all = true
+			continue
+		}
+		s.targets = append(s.targets, t)
+	}
+	return s
+}
+
+// matches reports whether the linear at module path is a target (peft's
+// check_target_module_exists: equal, or a suffix after a dot).
+func (s *loraState) matches(path, leaf string) bool {
+	hit := s.all
+	for _, t := range s.targets {
+		if path == t || strings.HasSuffix(path, "."+t) {
+			s.matched[t] = true
+			hit = true
+		}
+	}
+	return hit
+}
+
+// unmatched fails on the first target no linear matched.
+func (s *loraState) unmatched(a *models.Arch, names []string) error {
+	for _, t := range s.targets {
+		if !s.matched[t] {
+			return fmt.Errorf("%w: LoRA target %q matches no linear module of %s (its linears: %s)", ErrBadOptions, t, a.Name, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// noteLinear records a linear's leaf name for error messages.
+func (m *builder) noteLinear(name string) {
+	leaf := name[strings.LastIndex(name, ".")+1:]
+	for _, n := range m.linearNames {
+		if n == leaf {
+			return
+		}
+	}
+	m.linearNames = append(m.linearNames, leaf)
+}
+
+// adapterDType is the dtype peft keeps adapters in: float32 over a 16-bit
+// model (get_peft_model's autocast_adapter_dtype=True), else the model's.
+func (m *builder) adapterDType() units.DType {
+	dt := m.o.Precision.ParamDType()
+	if dt == units.BF16 || dt == units.F16 {
+		return units.F32
+	}
+	return dt
+}
+
+// loraBranch adds the adapter of the linear whose scope is current, over its
+// input x (this rank's: the full input of a column-parallel linear, the
+// shard of a row-parallel one) and base output y with in and out local
+// features. A column-parallel base gets a replicated lora_A and a sharded
+// lora_B, a row-parallel one a sharded lora_A and a replicated lora_B whose
+// partial output joins the base's before the reduction (NeMo's
+// tensor-parallel LoRA). It follows peft's lora.Linear.forward, or
+// lora.bnb.Linear4bit.forward under QLoRA (which clones the base output and
+// casts only when autocast is off).
+func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
+	b, cfg := m.b, m.lora.cfg
+	adt := m.adapterDType()
+	resDT := b.Tensor(y).DType
+	autocast := m.o.Precision.AutocastDType() != units.Invalid
+	if m.o.QLoRA {
+		// "As per Tim Dettmers, for 4bit, we need to defensively clone here."
+		y = b.Copy("base_clone", y)
+	}
+	castIn := !m.o.QLoRA || !autocast
+	xa := x
+	if castIn {
+		xa = b.ToAs("lora_input", x, adt)
+	}
+	r := int64(cfg.Rank)
+	d := func() ir.TensorID {
+		defer b.Enter("lora_dropout.default")()
+		return b.Dropout("out", xa, cfg.Dropout)
+	}()
+	a := func() ir.TensorID {
+		defer b.Enter("lora_A.default")()
+		w := b.TypedParam("weight", adt, r, in)
+		o := b.Linear("out", d, w, ir.NoTensor)
+		if shard, ok := m.shardOf[d]; ok {
+			b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, d))
+		}
+		return o
+	}()
+	lo := func() ir.TensorID {
+		defer b.Enter("lora_B.default")()
+		w := b.TypedParam("weight", adt, out, r)
+		return b.Linear("out", a, w, ir.NoTensor)
+	}()
+	lo = b.Scale("scaling", lo)
+	if m.o.QLoRA {
+		if castIn {
+			lo = b.ToAs("lora_out", lo, resDT)
+		}
+		return b.Binary("add", "lora_add", y, lo)
+	}
+	return b.ToAs("result", b.Binary("add", "lora_add", y, lo), resDT)
+}
