@@ -58,10 +58,12 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 }
 
 type planFlags struct {
-	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget, checkpoint string
-	microBatch, seq, accum, genTokens                                                    int
-	jsonOut, noTimeline, noChart, firstStep                                              bool
-	svg, png                                                                             string
+	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget, checkpoint, lora string
+	tp, ep                                                                                     int
+	sp, qlora                                                                                  bool
+	microBatch, seq, accum, genTokens                                                          int
+	jsonOut, noTimeline, noChart, firstStep                                                    bool
+	svg, png                                                                                   string
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
@@ -132,6 +134,11 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
 	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core)")
+	fl.IntVar(&f.tp, "tp", 1, "tensor-parallel degree (Megatron-LM); plans one GPU of the group")
+	fl.BoolVar(&f.sp, "sp", false, "sequence parallel (with --tp > 1)")
+	fl.IntVar(&f.ep, "ep", 1, "expert-parallel degree for mixture-of-experts models")
+	fl.StringVar(&f.lora, "lora", "", "LoRA adapters, e.g. r=16,alpha=32,dropout=0.05,targets=q_proj,v_proj (targets=all-linear for every linear)")
+	fl.BoolVar(&f.qlora, "qlora", false, "QLoRA: NF4 base weights with double-quantized constants (needs --lora)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
 }
 
@@ -186,6 +193,17 @@ func (f *planFlags) spec() (engine.Spec, error) {
 	}
 	if s.Checkpoint, err = engine.ParseCheckpoint(f.checkpoint); err != nil {
 		return s, err
+	}
+	if f.tp < 1 || f.ep < 1 {
+		return s, fmt.Errorf("--tp and --ep must be at least 1")
+	}
+	s.TP, s.SP, s.EP, s.QLoRA = f.tp, f.sp, f.ep, f.qlora
+	if f.lora != "" {
+		l, err := build.ParseLoRA(f.lora)
+		if err != nil {
+			return s, err
+		}
+		s.LoRA = l
 	}
 	s.FirstStep = f.firstStep
 	for _, p := range []string{f.svg, f.png} {

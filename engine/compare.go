@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
@@ -88,6 +89,21 @@ func Variants(base Spec, allow Allow) []Variant {
 	if base.Impl != plan.Fused {
 		vs = append(vs, Variant{Name: "fused optimizer step", Changes: "optimizer-step temporaries",
 			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = plan.Fused; return nil }})
+	}
+	if allow.LoRA && base.LoRA == nil {
+		vs = append(vs, Variant{Name: "LoRA r=16 on every linear", Changes: "gradients and optimizer state only for adapters; frozen linears save no input",
+			Keeps: "parameters, most activations", apply: func(s *Spec) error {
+				s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}
+				return nil
+			}})
+	}
+	if allow.QLoRA && !base.QLoRA {
+		vs = append(vs, Variant{Name: "QLoRA r=16 on every linear (NF4 base)", Changes: "base weights 4-bit + constants; adapter-only gradients and state",
+			Keeps: "activations (minus frozen linears' inputs); adds dequantization workspace", apply: func(s *Spec) error {
+				s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}
+				s.QLoRA = true
+				return nil
+			}})
 	}
 	if allow.EightBit && base.Optimizer != plan.Adam8bit && (base.Optimizer == plan.Adam || base.Optimizer == plan.AdamW) {
 		vs = append(vs, Variant{Name: "8-bit AdamW (bitsandbytes)", Changes: "optimizer state 8 → 2 bytes/param (+ block constants)",

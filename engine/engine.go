@@ -72,6 +72,14 @@ type Spec struct {
 	FirstStep bool
 	// Checkpoint is the activation-checkpointing policy (training only).
 	Checkpoint CheckpointPolicy
+	// TP, SP, EP: tensor, sequence and expert parallelism (degrees; 0 or 1
+	// is none), building the graph of one GPU (models/build).
+	TP, EP int
+	SP     bool
+	// LoRA adapters (nil: full fine-tuning); QLoRA stores the frozen base
+	// weights in NF4.
+	LoRA  *build.LoRA
+	QLoRA bool
 	// autoBlocks caches what --checkpoint auto chose for this spec.
 	autoBlocks *[]string
 }
@@ -116,6 +124,12 @@ func (s *Spec) Validate() error {
 	}
 	if s.Mode == Infer && s.Accum != 1 {
 		return fmt.Errorf("%w: --accum applies to training only", ErrSpec)
+	}
+	if s.TP < 0 || s.EP < 0 {
+		return fmt.Errorf("%w: --tp and --ep must be positive", ErrSpec)
+	}
+	if s.QLoRA && s.LoRA == nil {
+		return fmt.Errorf("%w: --qlora needs --lora (QLoRA trains LoRA adapters on a 4-bit base)", ErrSpec)
 	}
 	if s.Mode == Infer && s.Checkpoint.Kind != "" {
 		return fmt.Errorf("%w: --checkpoint applies to training only", ErrSpec)
@@ -196,7 +210,7 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 // Program builds the program of s (validated).
 func Program(s *Spec, first bool) (*ir.Program, error) {
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
-		Training: s.Mode == Train}
+		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	if s.Mode == Infer && !s.Model.Encoder {
 		o.KVContext = s.Seq + s.GenTokens
 	}

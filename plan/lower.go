@@ -287,6 +287,7 @@ func OptimizerStep(p *ir.Program, grads map[ir.TensorID]ir.TensorID, c TrainConf
 // optimizer appends the optimizer step and zero_grad.
 func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	var params, grads, masters, allState []ir.TensorID
+	var lowPrec, lowGrads, master32 []ir.TensorID // parameters with a float32 master, their gradients, the masters
 	perParamState := map[ir.TensorID][]ir.TensorID{}
 	var init ir.Op
 	init = ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
@@ -299,12 +300,19 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 		pt := l.p.Tensors[pid]
 		params = append(params, pid)
 		grads = append(grads, gid)
-		gradBytes32 += units.F32.Size(pt.Numel())
-		if c.Precision.MasterWeights() {
+		if c.Precision.MasterWeights() && pt.DType != units.F32 {
 			// Master weights exist from the optimizer's construction.
+			// Parameters already in float32 (LoRA adapters) are their own
+			// master and need no upcast gradient.
+			gradBytes32 += units.F32.Size(pt.Numel())
 			mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
 				Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
 			masters = append(masters, mid)
+			lowPrec = append(lowPrec, pid)
+			lowGrads = append(lowGrads, gid)
+			master32 = append(master32, mid)
+		} else {
+			masters = append(masters, pid)
 		}
 		for _, s := range l.states(c, &pt) {
 			t := ir.Tensor{Name: pt.Name + "." + s.name, Shape: s.shape, DType: s.dt, Bytes: s.dt.Size(s.numel), Base: ir.NoTensor, Cat: ir.OptimizerState}
@@ -338,10 +346,7 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 		}
 		return o
 	}
-	weights := params
-	if c.Precision.MasterWeights() {
-		weights = masters
-	}
+	weights := masters
 	impl := c.Impl
 	if c.Optimizer == Adafactor {
 		impl = Single // transformers.Adafactor is a per-parameter loop
@@ -353,12 +358,17 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	switch impl {
 	case Foreach, Fused:
 		g := grads
-		if c.Precision.MasterWeights() {
+		if gradBytes32 > 0 {
 			// Gradients are upcast to float32 for the update of the
 			// master weights, all at once for a multi-tensor step.
 			g32 := l.add(ir.Tensor{Name: "grads.float32", Shape: []int64{int64(gradBytes32 / 4)}, DType: units.F32, Bytes: gradBytes32, Base: ir.NoTensor, Cat: ir.Temporary})
-			emit("_foreach_copy_(grads_fp32, grads)", grads, []ir.TensorID{g32}, 0, "")
+			emit("_foreach_copy_(grads_fp32, grads)", lowGrads, []ir.TensorID{g32}, 0, "")
 			g = []ir.TensorID{g32}
+			for i, pid := range params {
+				if masters[i] == pid {
+					g = append(g, grads[i])
+				}
+			}
 		}
 		if impl == Fused {
 			emit("_fused_"+name+"_", cat(weights, g, allState), nil, 0, "")
@@ -397,7 +407,7 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 			w := weights[i]
 			in := cat([]ir.TensorID{w, grads[i]}, perParamState[pid])
 			var ws units.Bytes
-			if c.Precision.MasterWeights() {
+			if w != pid {
 				ws += units.F32.Size(pt.Numel()) // grad.float()
 			}
 			switch c.Optimizer {
@@ -417,8 +427,8 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 			emit(name+".step", in, nil, ws, pt.Name)
 		}
 	}
-	if c.Precision.MasterWeights() {
-		emit("_foreach_copy_(params, master_params)", cat(params, masters), nil, 0, "")
+	if len(lowPrec) > 0 {
+		emit("_foreach_copy_(params, master_params)", cat(lowPrec, master32), nil, 0, "")
 	}
 	emit("zero_grad(set_to_none=True)", grads, nil, 0, "")
 }

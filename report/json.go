@@ -77,6 +77,12 @@ type PlanJSON struct {
 	Checkpoint    string      `json:"checkpoint,omitempty"`
 	Checkpointed  []string    `json:"checkpointed_modules,omitempty"`
 	GPU           string      `json:"gpu,omitempty"`
+	TP            int         `json:"tp,omitempty"`
+	SP            bool        `json:"sp,omitempty"`
+	EP            int         `json:"ep,omitempty"`
+	LoRARank      int         `json:"lora_rank,omitempty"`
+	LoRATargets   []string    `json:"lora_targets,omitempty"`
+	QLoRA         bool        `json:"qlora,omitempty"`
 	Params        int64       `json:"params"`
 	Peak          PointJSON   `json:"peak"`
 	Phases        phasesJSON  `json:"phases"`
@@ -185,6 +191,10 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 	}
 	if s.GPU != nil {
 		j.GPU = s.GPU.Name
+	}
+	j.TP, j.SP, j.EP, j.QLoRA = s.TP, s.SP, s.EP, s.QLoRA
+	if s.LoRA != nil {
+		j.LoRARank, j.LoRATargets = s.LoRA.Rank, s.LoRA.Targets
 	}
 	if res.First != nil {
 		f := &firstJSON{Peak: point(res.FirstProgram, res.First.Peak), Phases: phases(res.FirstProgram, res.First)}

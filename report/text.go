@@ -53,9 +53,14 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	}
 	s, p, r := &res.Spec, res.Program, res.Sim
 	var b strings.Builder
-	head := fmt.Sprintf("memplan · %s (%s params) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), s.Mode, s.MicroBatch, s.Seq)
+	per := ""
+	if s.TP > 1 || s.EP > 1 {
+		per = " on this GPU"
+	}
+	head := fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
 	if s.Mode == engine.Train {
 		head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+		head += parallelism(s)
 		if s.Checkpoint.Kind != "" {
 			head += " · checkpoint " + s.Checkpoint.String()
 			if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
@@ -171,4 +176,31 @@ func newTable() table.Writer {
 	t.Style().Format.Header = text.FormatDefault
 	t.Style().Format.Footer = text.FormatDefault
 	return t
+}
+
+// parallelism describes the sharding and adapter options of s for the
+// header line ("" when none).
+func parallelism(s *engine.Spec) string {
+	var parts []string
+	if s.TP > 1 {
+		t := fmt.Sprintf("tp %d", s.TP)
+		if s.SP {
+			t += " + sp"
+		}
+		parts = append(parts, t)
+	}
+	if s.EP > 1 {
+		parts = append(parts, fmt.Sprintf("ep %d", s.EP))
+	}
+	if s.LoRA != nil {
+		l := fmt.Sprintf("lora r=%d", s.LoRA.Rank)
+		if s.QLoRA {
+			l = "q" + l
+		}
+		parts = append(parts, l)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " · " + strings.Join(parts, " · ")
 }
