@@ -228,8 +228,23 @@ func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64)
 		n.Out = append(n.Out, id)
 		mem += float64(o.dt.Size(numel(o.shape)))
 	}
+	if r.View {
+		mem = 0 // a view launches no kernel
+	}
 	n.MemBytes = mem
 	n.BwdFLOPs = flops * r.BwdFactor
+	if r.SaveInIfOtherGrad && r.BwdFactor == 2 && len(in) >= 2 {
+		// A matmul's backward computes one product per operand that needs a
+		// gradient: dX = dY·Wᵀ and dW = dYᵀ·X. A frozen weight (LoRA base)
+		// halves it.
+		k := 0
+		for _, t := range in[:2] {
+			if b.g.Tensors[t].RequiresGrad {
+				k++
+			}
+		}
+		n.BwdFLOPs = flops * float64(k)
+	}
 	n.GradAliases = r.View
 	if b.cfg.Training && rg {
 		for _, i := range r.SaveIn {
