@@ -1,0 +1,989 @@
+package strategy
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// ZeRO rewrites a single-GPU training program into the program of one of DP
+// data-parallel ranks under ZeRO (Rajbhandari et al., "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models", SC'20, §5) as
+// DeepSpeed implements it (deepspeed/runtime/zero/stage_1_and_2.py,
+// stage3.py). Stage 3 follows PyTorch FSDP's FULL_SHARD unit by unit (FSDP is
+// the same transform under its own name).
+//
+// Sharding is per tensor: a rank holds ceil(numel/DP) elements of each
+// sharded tensor, so padding is at most DP−1 elements per tensor. DeepSpeed
+// flattens a parameter group into one buffer and pads that to a multiple of
+// DP (at most DP−1 elements per group, plus alignment) and FSDP2 pads each
+// parameter's dim 0 to a multiple of DP; the difference is a few elements
+// per tensor, far below anything a plan resolves. Sharded tensors get the
+// shape of the rank's flat shard, [ceil(numel/DP)], so sim's parameter count
+// of a stage-3 program is the rank's share.
+//
+// What each stage emits:
+//
+//   - Stage 1: every optimizer-state storage (Cat OptimizerState: moments,
+//     fp32 master weights, lazily created state) shrinks to its shard; the
+//     optimizer-phase ops run on the partition, so their workspaces and the
+//     temporaries they create (the fp32 gradient upcast, foreach's sqrt of
+//     the second moment) shrink to 1/DP too. Full gradients stay; one
+//     "zero.reduce_scatter(grads)" (Comm ReduceScatter, group "dp") follows
+//     the last micro-step's backward, at the gradient-accumulation boundary
+//     as DeepSpeed reduces stage-1 gradients. Before zero_grad a
+//     "zero.all_gather(params)" (Comm AllGather) redistributes the updated
+//     16-bit parameters. Its buffer is the parameter storage itself: DeepSpeed
+//     gathers into the flat 16-bit group in place
+//     (deepspeed/runtime/utils.py all_gather_into_tensor_dp_groups), so it
+//     allocates nothing.
+//   - Stage 2: as stage 1, and gradients are sharded. Backward still produces
+//     each parameter gradient full-size; gradients are grouped in the order
+//     they become ready into buckets of BucketElems elements (DeepSpeed's
+//     reduce_bucket_size, default 5e8), and when a bucket fills, a
+//     "zero.reduce_scatter(bucket k)" reads its full gradients (their last
+//     use, so they are freed) and writes one persistent shard per gradient
+//     (Cat Gradient, ceil(numel/DP) elements, freed by zero_grad); a partial
+//     bucket is reduced at the end of each micro-step's backward (DeepSpeed's
+//     reduction epilogue). The full gradients of a bucket stand for
+//     DeepSpeed's ipg bucket buffer, which holds the same bytes while the
+//     bucket fills (DeepSpeed keeps that buffer allocated between steps; we
+//     do not). Under gradient accumulation DeepSpeed reduces every
+//     micro-step and adds into the partition, so every micro-step's backward
+//     creates fresh full gradients, and micro-steps after the first
+//     accumulate into the existing shards. The optimizer and zero_grad read
+//     the shards.
+//   - Stage 3 (FSDP FULL_SHARD): as stage 2, and parameters are sharded
+//     (resident bytes /DP). Parameters are grouped into units: the block
+//     (ir.BlockOf) of the ops that read them, as FSDP's transformer
+//     auto-wrap makes each layer a unit; other modules (embeddings, final
+//     norm, head) are units of their own, and blocks that share a parameter
+//     (tied embeddings) are merged into one unit, as FSDP requires a shared
+//     parameter to live in one unit. In each micro-step's forward and
+//     backward, "zero3.all_gather(unit)" (Comm AllGather) writes a fresh
+//     unsharded flat buffer (Cat Parameter, the unit's full bytes, one view
+//     per parameter) that the unit's ops read instead of the parameters, and
+//     "zero3.reshard(unit)" after the unit's last op is its last use, so the
+//     lifetime analysis frees it there (reshard_after_forward, and after
+//     backward). The gather for a unit is issued Prefetch units ahead, at
+//     the start of an earlier unit (FSDP's forward_prefetch and
+//     BACKWARD_PRE), so the next unit's buffer coexists with the current
+//     one. Gradients are reduce-scattered per unit after its backward
+//     ("zero3.reduce_scatter(unit)", FSDP's post-backward hook) rather than
+//     in DeepSpeed's buckets. The optimizer step reads the sharded
+//     parameters.
+//
+// Apply refuses DP < 2 and unknown stages.
+type ZeRO struct {
+	Stage int
+	// DP is the data-parallel degree N_d.
+	DP int
+	// Prefetch is how many units ahead stage 3 issues its all-gathers: 0
+	// takes the default 1 (FSDP's BACKWARD_PRE and forward_prefetch,
+	// DeepSpeed's prefetch of the next module); negative disables it.
+	Prefetch int
+	// BucketElems is stage 2's reduce_bucket_size in elements; 0 takes
+	// DeepSpeed's default 5e8; 1 reduces each gradient as it is ready.
+	BucketElems int64
+
+	name string
+}
+
+// FSDP is PyTorch FullyShardedDataParallel with FULL_SHARD over DP ranks:
+// the stage-3 rewrite of ZeRO (see there) under FSDP's name.
+type FSDP struct {
+	DP       int
+	Prefetch int
+}
+
+// DefaultReduceBucketElems is DeepSpeed's reduce_bucket_size default
+// (deepspeed/runtime/zero/config.py: 5e8 elements).
+const DefaultReduceBucketElems = 500_000_000
+
+var (
+	_ Transform = (*ZeRO)(nil)
+	_ Transform = (*FSDP)(nil)
+)
+
+func init() {
+	for s := 1; s <= 3; s++ {
+		Register(fmt.Sprintf("zero%d", s), func() Transform { return &ZeRO{Stage: s} })
+	}
+	Register("fsdp", func() Transform { return &FSDP{} })
+}
+
+// Name implements Transform ("zero1", "zero2", "zero3").
+func (z *ZeRO) Name() string {
+	if z.name != "" {
+		return z.name
+	}
+	return fmt.Sprintf("zero%d", z.Stage)
+}
+
+// Name implements Transform.
+func (f *FSDP) Name() string { return "fsdp" }
+
+// SetDP sets the data-parallel degree (for callers holding a registered
+// Transform).
+func (z *ZeRO) SetDP(n int) { z.DP = n }
+
+// SetDP sets the data-parallel degree.
+func (f *FSDP) SetDP(n int) { f.DP = n }
+
+// DataParallel is implemented by transforms that take a data-parallel degree.
+type DataParallel interface {
+	SetDP(n int)
+}
+
+// Apply implements Transform.
+func (f *FSDP) Apply(p *ir.Program) (*ir.Program, error) {
+	if f.DP < 2 {
+		return nil, fmt.Errorf("strategy: FSDP needs --dp of at least 2; with --dp %d it changes nothing", max(f.DP, 1))
+	}
+	z := &ZeRO{Stage: 3, DP: f.DP, Prefetch: f.Prefetch, name: "fsdp"}
+	return z.Apply(p)
+}
+
+// Apply implements Transform.
+func (z *ZeRO) Apply(p *ir.Program) (*ir.Program, error) {
+	if z.Stage < 1 || z.Stage > 3 {
+		return nil, fmt.Errorf("strategy: unknown ZeRO stage %d (want 1, 2 or 3)", z.Stage)
+	}
+	if z.DP < 2 {
+		return nil, fmt.Errorf("strategy: ZeRO-%d needs --dp of at least 2; with --dp %d it changes nothing", z.Stage, max(z.DP, 1))
+	}
+	if z.Prefetch > 1<<20 {
+		return nil, fmt.Errorf("strategy: prefetch of %d units is out of range", z.Prefetch)
+	}
+	if z.BucketElems < 0 {
+		return nil, fmt.Errorf("strategy: reduce bucket of %d elements must not be negative", z.BucketElems)
+	}
+	q := Clone(p)
+	pg, err := pairGrads(q)
+	if err != nil {
+		return nil, err
+	}
+	if len(pg.grads) == 0 && z.Stage < 3 {
+		return nil, fmt.Errorf("strategy: ZeRO-%d needs a training program; this one has no parameter gradients", z.Stage)
+	}
+	e := newEditor(q)
+	N := z.DP
+	full := make([]ir.Tensor, len(q.Tensors)) // sizes before sharding
+	copy(full, q.Tensors)
+
+	// Optimizer state and the step itself run on the rank's partition.
+	for i := range q.Tensors {
+		t := &q.Tensors[i]
+		if t.Base == ir.NoTensor && t.Cat == ir.OptimizerState && !t.Host {
+			shardTensor(t, N)
+		}
+	}
+	firstWrite := e.firstWriters()
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase != ir.Optimizer {
+			continue
+		}
+		op.Workspace = ceilBytes(op.Workspace, N)
+		op.WorkspaceHost = ceilBytes(op.WorkspaceHost, N)
+		for _, t := range op.Out {
+			tt := &q.Tensors[t]
+			if firstWrite[t] == oi && tt.Base == ir.NoTensor && !tt.Resident && tt.Cat != ir.OptimizerState {
+				shardTensor(tt, N)
+			}
+		}
+	}
+	if z.Stage == 3 {
+		if err := z.shardParams(e, pg, full); err != nil {
+			return nil, err
+		}
+	}
+	var shards map[ir.TensorID]ir.TensorID
+	switch z.Stage {
+	case 1:
+		z.reduceAtBoundary(e, pg)
+	case 2:
+		shards = z.reduceBuckets(e, pg)
+	case 3:
+		shards = e.shardsOf
+	}
+	if shards != nil {
+		for oi := range q.Ops {
+			if q.Ops[oi].Phase == ir.Optimizer {
+				substitute(q.Ops[oi].In, shards)
+			}
+		}
+	}
+	if z.Stage < 3 {
+		z.gatherAfterStep(e, pg)
+	}
+	return e.finish(), nil
+}
+
+// reduceAtBoundary emits stage 1's reduce-scatter of the full gradients
+// after the last micro-step's backward.
+func (z *ZeRO) reduceAtBoundary(e *editor, pg *paramGrads) {
+	last := e.lastBackward(e.p.MicroBatches - 1)
+	if last < 0 {
+		return
+	}
+	var b units.Bytes
+	for _, g := range pg.grads {
+		b += e.p.Tensors[g].Bytes
+	}
+	op := e.p.Ops[last]
+	e.after[last] = append(e.after[last], ir.Op{Name: "zero.reduce_scatter(grads)", Phase: op.Phase, Micro: op.Micro, Node: -1,
+		In: append([]ir.TensorID(nil), pg.grads...), Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: "dp", Ranks: z.DP}})
+}
+
+// gatherAfterStep emits stages 1–2's all-gather of the updated parameters,
+// in place, before zero_grad (or after the last optimizer op).
+func (z *ZeRO) gatherAfterStep(e *editor, pg *paramGrads) {
+	q := e.p
+	at, before := -1, false
+	for oi := range q.Ops {
+		if q.Ops[oi].Phase != ir.Optimizer {
+			continue
+		}
+		at = oi
+		if strings.HasPrefix(q.Ops[oi].Name, "zero_grad") {
+			before = true
+			break
+		}
+	}
+	if at < 0 {
+		return
+	}
+	var params []ir.TensorID
+	var b units.Bytes
+	for _, g := range pg.grads {
+		params = append(params, pg.param[g])
+		b += q.Tensors[pg.param[g]].Bytes
+	}
+	op := ir.Op{Name: "zero.all_gather(params)", Phase: ir.Optimizer, Node: -1, In: params, Out: append([]ir.TensorID(nil), params...),
+		Comm: &ir.Comm{Kind: ir.AllGather, Bytes: b, Group: "dp", Ranks: z.DP}}
+	if before {
+		e.before[at] = append(e.before[at], op)
+	} else {
+		e.after[at] = append(e.after[at], op)
+	}
+}
+
+// freshGrads gives every micro-step after the first its own full gradients:
+// the backward op that used to accumulate into a parameter's gradient now
+// writes a new one (DeepSpeed stage 2 and FSDP free the full gradient after
+// reducing it). It returns, per micro-step, the gradient tensor that stands
+// for each original gradient.
+func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
+	q := e.p
+	per := make([]map[ir.TensorID]ir.TensorID, max(q.MicroBatches, 1))
+	for m := range per {
+		per[m] = map[ir.TensorID]ir.TensorID{}
+	}
+	for _, g := range pg.grads {
+		per[0][g] = g
+	}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Optimizer || op.Micro == 0 || op.Micro >= len(per) {
+			continue
+		}
+		cur := per[op.Micro]
+		in := op.In[:0]
+		for _, t := range op.In {
+			if _, isGrad := pg.param[t]; !isGrad {
+				in = append(in, t)
+				continue
+			}
+			if g, ok := cur[t]; ok {
+				in = append(in, g)
+				continue
+			}
+			nt := q.Tensors[t]
+			nt.Shape = append([]int64(nil), nt.Shape...)
+			nt.Name = fmt.Sprintf("%s@%d", nt.Name, op.Micro)
+			nt.Resident, nt.Keep = false, false
+			g := e.add(nt)
+			cur[t] = g
+			op.Out = append(op.Out, g)
+			op.Workspace = max(op.Workspace-nt.Bytes, 0) // no separate new gradient to add in
+		}
+		op.In = in
+	}
+	return per
+}
+
+// newShard adds the persistent shard of gradient g.
+func (e *editor) newShard(g ir.TensorID, n int) ir.TensorID {
+	t := e.p.Tensors[g]
+	t.Shape = append([]int64(nil), t.Shape...)
+	t.Name += ".shard"
+	t.Resident, t.Keep = false, false
+	shardTensor(&t, n)
+	id := e.add(t)
+	e.shardsOf[g] = id
+	return id
+}
+
+// reduceScatter builds the reduce-scatter of the full gradients fulls
+// (standing, in micro-step m, for the original gradients orig) into their
+// shards: the first micro-step creates the shards, later ones add into them.
+func (e *editor) reduceScatter(name string, orig []ir.TensorID, fulls []ir.TensorID, m int, phase ir.Phase, module string, n int) ir.Op {
+	op := ir.Op{Name: name, Module: module, Phase: phase, Micro: m, Node: -1, In: append([]ir.TensorID(nil), fulls...)}
+	var b units.Bytes
+	for i, g := range orig {
+		b += e.p.Tensors[fulls[i]].Bytes
+		if s, ok := e.shardsOf[g]; ok {
+			op.In = append(op.In, s)
+		} else {
+			op.Out = append(op.Out, e.newShard(g, n))
+		}
+	}
+	op.Comm = &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: "dp", Ranks: n}
+	return op
+}
+
+// reduceBuckets emits stage 2's bucketed reduce-scatters and returns the
+// shard of each gradient.
+func (z *ZeRO) reduceBuckets(e *editor, pg *paramGrads) map[ir.TensorID]ir.TensorID {
+	q := e.p
+	per := e.freshGrads(pg)
+	limit := z.BucketElems
+	if limit == 0 {
+		limit = DefaultReduceBucketElems
+	}
+	for m := range per {
+		end := e.lastBackward(m)
+		if end < 0 {
+			continue
+		}
+		rev := reverse(per[m])
+		// Ready = the last backward op of micro-step m touching the gradient.
+		ready := map[ir.TensorID]int{}
+		for oi := range q.Ops {
+			op := &q.Ops[oi]
+			if op.Phase != ir.Backward || op.Micro != m {
+				continue
+			}
+			for _, ts := range [][]ir.TensorID{op.In, op.Out} {
+				for _, t := range ts {
+					if g, ok := rev[t]; ok {
+						ready[g] = oi
+					}
+				}
+			}
+		}
+		var order []ir.TensorID
+		for _, g := range pg.grads {
+			if _, ok := ready[g]; ok {
+				order = append(order, g)
+			}
+		}
+		sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
+		var bucket []ir.TensorID
+		var elems int64
+		k := 0
+		flush := func(at int) {
+			if len(bucket) == 0 {
+				return
+			}
+			fulls := make([]ir.TensorID, len(bucket))
+			for i, g := range bucket {
+				fulls[i] = per[m][g]
+			}
+			op := e.reduceScatter(fmt.Sprintf("zero.reduce_scatter(bucket %d)", k), bucket, fulls, m, ir.Backward, "", z.DP)
+			e.after[at] = append(e.after[at], op)
+			bucket, elems = nil, 0
+			k++
+		}
+		for _, g := range order {
+			bucket = append(bucket, g)
+			elems += q.Tensors[g].Numel()
+			if elems >= limit {
+				flush(ready[g])
+			}
+		}
+		flush(end)
+	}
+	return e.shardsOf
+}
+
+// unit is one FSDP unit: the parameters gathered together.
+type unit struct {
+	name   string
+	params []ir.TensorID
+}
+
+// shardParams is stage 3: shard the parameters, gather them per unit around
+// each use, and reduce-scatter each unit's gradients after its backward.
+func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
+	q := e.p
+	N := z.DP
+	prefetch := z.Prefetch
+	if prefetch == 0 {
+		prefetch = 1
+	}
+	if prefetch < 0 {
+		prefetch = 0
+	}
+	us, unitOf := buildUnits(q)
+	for _, pid := range q.Params {
+		if q.Tensors[pid].Base == ir.NoTensor && !q.Tensors[pid].Host {
+			shardTensor(&q.Tensors[pid], N)
+		}
+	}
+	per := e.freshGrads(pg)
+	revs := make([]map[ir.TensorID]ir.TensorID, len(per))
+	for m := range per {
+		revs[m] = reverse(per[m])
+	}
+	gradUnit := map[ir.TensorID]int{}
+	for _, g := range pg.grads {
+		if u, ok := unitOf[pg.param[g]]; ok {
+			gradUnit[g] = u
+		}
+	}
+	// Intervals of each unit per (micro-step, phase).
+	type key struct {
+		m     int
+		phase ir.Phase
+		u     int
+	}
+	type span struct {
+		first, last int
+		reads       []int // ops that read the unit's parameters
+	}
+	spans := map[key]*span{}
+	var keys []key
+	note := func(k key, oi int, reads bool) {
+		s, ok := spans[k]
+		if !ok {
+			s = &span{first: oi}
+			spans[k] = s
+			keys = append(keys, k)
+		}
+		s.last = oi
+		if reads && (len(s.reads) == 0 || s.reads[len(s.reads)-1] != oi) {
+			s.reads = append(s.reads, oi)
+		}
+	}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Optimizer {
+			continue
+		}
+		for _, t := range op.In {
+			if u, ok := unitOf[e.owner(t)]; ok {
+				note(key{op.Micro, op.Phase, u}, oi, true)
+			}
+		}
+		if op.Phase != ir.Backward || op.Micro >= len(per) {
+			continue
+		}
+		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
+			for _, t := range ts {
+				if g, ok := revs[op.Micro][t]; ok {
+					if u, ok := gradUnit[g]; ok {
+						note(key{op.Micro, op.Phase, u}, oi, false)
+					}
+				}
+			}
+		}
+	}
+	// Order units within each (micro-step, phase) by first use.
+	type group struct {
+		m     int
+		phase ir.Phase
+	}
+	groups := map[group][]key{}
+	var gorder []group
+	for _, k := range keys {
+		g := group{k.m, k.phase}
+		if _, ok := groups[g]; !ok {
+			gorder = append(gorder, g)
+		}
+		groups[g] = append(groups[g], k)
+	}
+	for _, g := range gorder {
+		ks := groups[g]
+		sort.SliceStable(ks, func(i, j int) bool { return spans[ks[i]].first < spans[ks[j]].first })
+		suffix := g.phase.String()
+		if g.m > 0 {
+			suffix = fmt.Sprintf("%s@%d", g.phase, g.m)
+		}
+		for j, k := range ks {
+			u := &us[k.u]
+			s := spans[k]
+			gather, remap := e.gatherUnit(u, full, s.reads, suffix, g.m, g.phase, N)
+			at := spans[ks[max(j-prefetch, 0)]].first
+			e.before[at] = append(e.before[at], gather)
+			for _, oi := range s.reads {
+				substitute(q.Ops[oi].In, remap)
+			}
+			flat := gather.Out[0]
+			e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
+			if g.phase != ir.Backward || g.m >= len(per) {
+				continue
+			}
+			var orig, fulls []ir.TensorID
+			for _, gr := range pg.grads {
+				if gradUnit[gr] == k.u {
+					if gm, ok := per[g.m][gr]; ok {
+						orig, fulls = append(orig, gr), append(fulls, gm)
+					}
+				}
+			}
+			if len(orig) > 0 {
+				e.after[s.last] = append(e.after[s.last], e.reduceScatter("zero3.reduce_scatter("+u.name+")", orig, fulls, g.m, g.phase, u.name, N))
+			}
+		}
+	}
+	// Gradients of parameters no unit owns (never happens for lowered
+	// programs: a gradient comes from an op that reads its parameter).
+	for _, g := range pg.grads {
+		if _, ok := e.shardsOf[g]; !ok {
+			return fmt.Errorf("strategy: ZeRO-3 found no unit for the gradient %s", q.Tensors[g].Name)
+		}
+	}
+	return nil
+}
+
+// reverse inverts a one-to-one map.
+func reverse(m map[ir.TensorID]ir.TensorID) map[ir.TensorID]ir.TensorID {
+	r := make(map[ir.TensorID]ir.TensorID, len(m))
+	for k, v := range m {
+		r[v] = k
+	}
+	return r
+}
+
+// gatherUnit builds the all-gather of unit u for one (micro-step, phase):
+// the flat unsharded buffer, a view per parameter, and clones of any views
+// of parameters the ops read. It returns the op and the tensor remapping.
+func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix string, m int, phase ir.Phase, n int) (ir.Op, map[ir.TensorID]ir.TensorID) {
+	q := e.p
+	var bytes units.Bytes
+	var numel int64
+	for _, pid := range u.params {
+		bytes += full[pid].Bytes
+		numel += full[pid].Numel()
+	}
+	dt := full[u.params[0]].DType
+	flat := e.add(ir.Tensor{Name: u.name + ".unsharded." + suffix, Shape: []int64{numel}, DType: dt, Bytes: bytes, Base: ir.NoTensor, Cat: ir.Parameter})
+	op := ir.Op{Name: "zero3.all_gather(" + u.name + ")", Module: u.name, Phase: phase, Micro: m, Node: -1,
+		Out: []ir.TensorID{flat}, Comm: &ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: "dp", Ranks: n}}
+	remap := map[ir.TensorID]ir.TensorID{}
+	for _, pid := range u.params {
+		op.In = append(op.In, pid)
+		v := full[pid]
+		v.Shape = append([]int64(nil), v.Shape...)
+		v.Name += ".unsharded." + suffix
+		v.Base, v.Bytes, v.Resident, v.Keep, v.Host = flat, 0, false, false, false
+		id := e.add(v)
+		remap[pid] = id
+		op.Out = append(op.Out, id)
+	}
+	// Views of parameters read directly (rare): clone them onto the flat
+	// buffer, bases first (a base always has a smaller id).
+	var views []ir.TensorID
+	seen := map[ir.TensorID]bool{}
+	for _, oi := range reads {
+		for _, t := range q.Ops[oi].In {
+			if _, ok := remap[t]; !ok && !seen[t] && q.Tensors[t].Base != ir.NoTensor {
+				if _, in := remap[e.owner(t)]; in {
+					seen[t] = true
+					views = append(views, t)
+				}
+			}
+		}
+	}
+	sort.Slice(views, func(i, j int) bool { return views[i] < views[j] })
+	var clone func(t ir.TensorID) ir.TensorID
+	clone = func(t ir.TensorID) ir.TensorID {
+		if r, ok := remap[t]; ok {
+			return r
+		}
+		v := q.Tensors[t]
+		v.Shape = append([]int64(nil), v.Shape...)
+		v.Base = clone(v.Base)
+		v.Name += ".unsharded." + suffix
+		id := e.add(v)
+		remap[t] = id
+		op.Out = append(op.Out, id)
+		return id
+	}
+	for _, t := range views {
+		clone(t)
+	}
+	return op, remap
+}
+
+// buildUnits groups the parameters read by forward and backward ops into
+// units: one per block (ir.BlockOf of the reading op's module), merging
+// blocks that share a parameter. It returns the units in order of first use
+// and each parameter's unit.
+func buildUnits(q *ir.Program) ([]unit, map[ir.TensorID]int) {
+	isParam := map[ir.TensorID]bool{}
+	for _, pid := range q.Params {
+		isParam[pid] = true
+	}
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(b string) string {
+		if parent[b] == b {
+			return b
+		}
+		r := find(parent[b])
+		parent[b] = r
+		return r
+	}
+	var blockOrder []string
+	firstBlock := map[ir.TensorID]string{}
+	var paramOrder []ir.TensorID
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Optimizer {
+			continue
+		}
+		b := ir.BlockOf(op.Module)
+		for _, t := range op.In {
+			o := ir.Storage(q.Tensors, t)
+			if !isParam[o] || q.Tensors[o].Host {
+				continue
+			}
+			if _, ok := parent[b]; !ok {
+				parent[b] = b
+				blockOrder = append(blockOrder, b)
+			}
+			if fb, ok := firstBlock[o]; ok {
+				ra, rb := find(fb), find(b)
+				if ra != rb {
+					parent[rb] = ra
+				}
+			} else {
+				firstBlock[o] = b
+				paramOrder = append(paramOrder, o)
+			}
+		}
+	}
+	idx := map[string]int{}
+	var us []unit
+	for _, b := range blockOrder {
+		r := find(b)
+		if _, ok := idx[r]; !ok {
+			idx[r] = len(us)
+			us = append(us, unit{name: r})
+		}
+	}
+	unitOf := map[ir.TensorID]int{}
+	for _, pid := range paramOrder {
+		u := idx[find(firstBlock[pid])]
+		unitOf[pid] = u
+		us[u].params = append(us[u].params, pid)
+	}
+	for i := range us {
+		if us[i].name == "" {
+			us[i].name = "root"
+		}
+	}
+	return us, unitOf
+}
+
+// paramGrads pairs parameter gradients with their parameters.
+type paramGrads struct {
+	grads []ir.TensorID               // gradient storages in creation order
+	param map[ir.TensorID]ir.TensorID // gradient → parameter
+}
+
+// pairGrads finds each parameter's gradient: the backward op of a node
+// creates the gradients of the parameters its forward op reads that have
+// none yet, in input order (plan's lowering; accumulation into an existing
+// gradient reads it instead).
+func pairGrads(q *ir.Program) (*paramGrads, error) {
+	isParam := map[ir.TensorID]bool{}
+	for _, pid := range q.Params {
+		isParam[pid] = true
+	}
+	type nm struct{ node, micro int }
+	fwd := map[nm]int{}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Forward && !op.Recompute && op.Node >= 0 {
+			if _, ok := fwd[nm{int(op.Node), op.Micro}]; !ok {
+				fwd[nm{int(op.Node), op.Micro}] = oi
+			}
+		}
+	}
+	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}}
+	hasGrad := map[ir.TensorID]bool{}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase != ir.Backward {
+			continue
+		}
+		var fresh []ir.TensorID
+		for _, t := range op.Out {
+			tt := &q.Tensors[t]
+			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Host {
+				if _, known := pg.param[t]; !known {
+					fresh = append(fresh, t)
+				}
+			}
+		}
+		if len(fresh) == 0 {
+			continue
+		}
+		fi, ok := fwd[nm{int(op.Node), op.Micro}]
+		if op.Node < 0 || !ok {
+			return nil, fmt.Errorf("strategy: cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
+		}
+		var cands []ir.TensorID
+		for _, t := range q.Ops[fi].In {
+			if isParam[t] && q.Tensors[t].RequiresGrad && !hasGrad[t] && !containsTensor(cands, t) {
+				cands = append(cands, t)
+			}
+		}
+		if len(cands) != len(fresh) {
+			return nil, fmt.Errorf("strategy: op %d (%s) creates %d gradients for %d parameters", oi, op.Name, len(fresh), len(cands))
+		}
+		for i, g := range fresh {
+			pg.param[g] = cands[i]
+			hasGrad[cands[i]] = true
+			pg.grads = append(pg.grads, g)
+		}
+	}
+	return pg, nil
+}
+
+func containsTensor(ts []ir.TensorID, x ir.TensorID) bool {
+	for _, t := range ts {
+		if t == x {
+			return true
+		}
+	}
+	return false
+}
+
+// substitute rewrites ids in place through m.
+func substitute(ids []ir.TensorID, m map[ir.TensorID]ir.TensorID) {
+	for i, t := range ids {
+		if r, ok := m[t]; ok {
+			ids[i] = r
+		}
+	}
+}
+
+// shardTensor shrinks t to one rank's shard of n: ceil(numel/n) elements.
+func shardTensor(t *ir.Tensor, n int) {
+	numel := t.Numel()
+	if numel <= 0 || t.DType.Size(numel) != t.Bytes {
+		t.Bytes = ceilBytes(t.Bytes, n)
+		return
+	}
+	s := (numel + int64(n) - 1) / int64(n)
+	t.Shape = []int64{s}
+	t.Bytes = t.DType.Size(s)
+}
+
+func ceilBytes(b units.Bytes, n int) units.Bytes {
+	return (b + units.Bytes(n) - 1) / units.Bytes(n)
+}
+
+// editor collects insertions around the ops of a cloned program and new
+// tensors, then rebuilds the op list once.
+type editor struct {
+	p             *ir.Program
+	before, after [][]ir.Op
+	owners        []ir.TensorID
+	shardsOf      map[ir.TensorID]ir.TensorID // gradient → its shard
+}
+
+func newEditor(q *ir.Program) *editor {
+	e := &editor{p: q, before: make([][]ir.Op, len(q.Ops)), after: make([][]ir.Op, len(q.Ops)), shardsOf: map[ir.TensorID]ir.TensorID{}}
+	e.owners = make([]ir.TensorID, len(q.Tensors))
+	for i := range q.Tensors {
+		e.owners[i] = ir.Storage(q.Tensors, ir.TensorID(i))
+	}
+	return e
+}
+
+// owner returns the storage of t (tensors added later resolve on demand).
+func (e *editor) owner(t ir.TensorID) ir.TensorID {
+	if int(t) < len(e.owners) {
+		return e.owners[t]
+	}
+	return ir.Storage(e.p.Tensors, t)
+}
+
+func (e *editor) add(t ir.Tensor) ir.TensorID {
+	e.p.Tensors = append(e.p.Tensors, t)
+	return ir.TensorID(len(e.p.Tensors) - 1)
+}
+
+// firstWriters maps each tensor to the first op that writes it (-1: none).
+func (e *editor) firstWriters() []int {
+	fw := make([]int, len(e.p.Tensors))
+	for i := range fw {
+		fw[i] = -1
+	}
+	for oi := range e.p.Ops {
+		for _, t := range e.p.Ops[oi].Out {
+			if fw[t] < 0 {
+				fw[t] = oi
+			}
+		}
+	}
+	return fw
+}
+
+// lastBackward is the index of micro-step m's last backward op, or -1.
+func (e *editor) lastBackward(m int) int {
+	last := -1
+	for oi := range e.p.Ops {
+		if op := &e.p.Ops[oi]; op.Phase == ir.Backward && op.Micro == m {
+			last = oi
+		}
+	}
+	return last
+}
+
+// finish splices the insertions into the op list.
+func (e *editor) finish() *ir.Program {
+	n := len(e.p.Ops)
+	for i := range e.before {
+		n += len(e.before[i]) + len(e.after[i])
+	}
+	ops := make([]ir.Op, 0, n)
+	for i := range e.p.Ops {
+		ops = append(ops, e.before[i]...)
+		ops = append(ops, e.p.Ops[i])
+		ops = append(ops, e.after[i]...)
+	}
+	e.p.Ops = ops
+	return e.p
+}
+
+// DDP is PyTorch DistributedDataParallel over DP ranks (stage 0: nothing
+// sharded). The reducer keeps one flat buffer per gradient bucket, allocated
+// at construction (Reducer::initialize_buckets), so DDP holds the gradients'
+// bytes a second time: "ddp.bucket[k]" is resident (Cat Gradient). Buckets
+// are filled in the order gradients become ready (the order DDP rebuilds
+// its buckets in after the first iteration), the first capped at 1 MiB
+// (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) and the rest at
+// BucketMiB (bucket_cap_mb, default 25); a bucket closes once it reaches its
+// cap. When a bucket's last gradient is ready, "ddp.all_reduce(bucket k)"
+// (Comm AllReduce, group "dp") reads its gradients and buffer (copy in,
+// all-reduce, copy back). Under gradient accumulation the micro-steps before
+// the last run under no_sync() (as HF Trainer and Accelerate do), so only the
+// last one communicates. With GradientAsBucketView the gradients are views
+// into the bucket buffers: no second copy, but the gradients then persist
+// between iterations (resident) even under zero_grad(set_to_none=True).
+type DDP struct {
+	DP                   int
+	BucketMiB            float64
+	GradientAsBucketView bool
+}
+
+var _ Transform = (*DDP)(nil)
+
+func init() { Register("ddp", func() Transform { return &DDP{} }) }
+
+// Name implements Transform.
+func (d *DDP) Name() string { return "ddp" }
+
+// SetDP sets the data-parallel degree.
+func (d *DDP) SetDP(n int) { d.DP = n }
+
+// DDP bucket caps (torch/nn/parallel/distributed.py).
+const (
+	ddpFirstBucket   = units.MiB
+	DefaultBucketMiB = 25
+)
+
+// Apply implements Transform.
+func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) {
+	if d.DP < 2 {
+		return nil, fmt.Errorf("strategy: DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
+	}
+	if d.BucketMiB < 0 {
+		return nil, fmt.Errorf("strategy: DDP bucket of %g MiB must not be negative", d.BucketMiB)
+	}
+	capB := units.Bytes(float64(units.MiB) * d.BucketMiB)
+	if d.BucketMiB == 0 {
+		capB = DefaultBucketMiB * units.MiB
+	}
+	q := Clone(p)
+	pg, err := pairGrads(q)
+	if err != nil {
+		return nil, err
+	}
+	if len(pg.grads) == 0 {
+		return nil, fmt.Errorf("strategy: DDP needs a training program; this one has no parameter gradients")
+	}
+	e := newEditor(q)
+	m := max(q.MicroBatches, 1) - 1
+	isGrad := map[ir.TensorID]bool{}
+	for _, g := range pg.grads {
+		isGrad[g] = true
+	}
+	ready := map[ir.TensorID]int{}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase != ir.Backward || op.Micro != m {
+			continue
+		}
+		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
+			for _, t := range ts {
+				if isGrad[t] {
+					ready[t] = oi
+				}
+			}
+		}
+	}
+	var order []ir.TensorID
+	for _, g := range pg.grads {
+		if _, ok := ready[g]; ok {
+			order = append(order, g)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
+	var bucket []ir.TensorID
+	var size units.Bytes
+	k := 0
+	limit := ddpFirstBucket
+	flush := func(at int) {
+		if len(bucket) == 0 {
+			return
+		}
+		op := ir.Op{Name: fmt.Sprintf("ddp.all_reduce(bucket %d)", k), Phase: ir.Backward, Micro: m, Node: -1,
+			In: append([]ir.TensorID(nil), bucket...), Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: size, Group: "dp", Ranks: d.DP}}
+		if d.GradientAsBucketView {
+			for _, g := range bucket {
+				q.Tensors[g].Resident = true
+			}
+		} else {
+			dt := q.Tensors[bucket[0]].DType
+			buf := e.add(ir.Tensor{Name: fmt.Sprintf("ddp.bucket[%d]", k), Shape: []int64{int64(size) * 8 / int64(max(dt.Bits(), 1))},
+				DType: dt, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient, Resident: true})
+			op.In = append(op.In, buf)
+		}
+		e.after[at] = append(e.after[at], op)
+		bucket, size = nil, 0
+		k++
+		limit = capB
+	}
+	for _, g := range order {
+		bucket = append(bucket, g)
+		size += q.Tensors[g].Bytes
+		if size >= limit {
+			flush(ready[g])
+		}
+	}
+	if len(bucket) > 0 {
+		flush(e.lastBackward(m))
+	}
+	return e.finish(), nil
+}
