@@ -59,7 +59,9 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 
 type planFlags struct {
 	model, gpu, mode, precision, optimizer, impl, attention, kernels, budget, checkpoint, lora string
-	tp, ep                                                                                     int
+	tp, ep, dp, zero, pp, ppInterleave                                                         int
+	fsdp                                                                                       bool
+	offload, ppSchedule                                                                        string
 	sp, qlora                                                                                  bool
 	microBatch, seq, accum, genTokens                                                          int
 	jsonOut, noTimeline, noChart, firstStep                                                    bool
@@ -137,6 +139,13 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.tp, "tp", 1, "tensor-parallel degree (Megatron-LM); plans one GPU of the group")
 	fl.BoolVar(&f.sp, "sp", false, "sequence parallel (with --tp > 1)")
 	fl.IntVar(&f.ep, "ep", 1, "expert-parallel degree for mixture-of-experts models")
+	fl.IntVar(&f.dp, "dp", 1, "data-parallel degree (DDP gradient buckets, or the ZeRO/FSDP sharding degree)")
+	fl.IntVar(&f.zero, "zero", 0, "ZeRO stage over --dp ranks: 1 (optimizer state), 2 (+gradients), 3 (+parameters, = FSDP FULL_SHARD)")
+	fl.BoolVar(&f.fsdp, "fsdp", false, "FSDP FULL_SHARD over --dp ranks (same as --zero 3)")
+	fl.IntVar(&f.pp, "pp", 1, "pipeline-parallel stages (--accum is the number of micro-batches); every stage is planned, the worst reported")
+	fl.StringVar(&f.ppSchedule, "pp-schedule", "1f1b", "pipeline schedule: 1f1b or gpipe")
+	fl.IntVar(&f.ppInterleave, "pp-interleave", 1, "virtual pipeline stages per rank (interleaved 1F1B)")
+	fl.StringVar(&f.offload, "offload", "none", "move to host memory: activations (save_on_cpu), optimizer (ZeRO-Offload), params (with --zero 3); comma list")
 	fl.StringVar(&f.lora, "lora", "", "LoRA adapters, e.g. r=16,alpha=32,dropout=0.05,targets=q_proj,v_proj (targets=all-linear for every linear)")
 	fl.BoolVar(&f.qlora, "qlora", false, "QLoRA: NF4 base weights with double-quantized constants (needs --lora)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
@@ -198,6 +207,19 @@ func (f *planFlags) spec() (engine.Spec, error) {
 		return s, fmt.Errorf("--tp and --ep must be at least 1")
 	}
 	s.TP, s.SP, s.EP, s.QLoRA = f.tp, f.sp, f.ep, f.qlora
+	if f.dp < 1 || f.pp < 1 || f.ppInterleave < 1 {
+		return s, fmt.Errorf("--dp, --pp and --pp-interleave must be at least 1")
+	}
+	s.DP, s.ZeRO, s.PP, s.PPSchedule, s.PPInterleave = f.dp, f.zero, f.pp, f.ppSchedule, f.ppInterleave
+	if f.fsdp {
+		if f.zero != 0 && f.zero != 3 {
+			return s, fmt.Errorf("--fsdp is ZeRO-3; it cannot go with --zero %d", f.zero)
+		}
+		s.ZeRO = 3
+	}
+	if s.Offload, err = engine.ParseOffload(f.offload); err != nil {
+		return s, err
+	}
 	if f.lora != "" {
 		l, err := build.ParseLoRA(f.lora)
 		if err != nil {

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -35,4 +37,48 @@ func measuredPath() string {
 		return p
 	}
 	return "../testdata/torch/measured.json"
+}
+
+func TestValidateBeyondToleranceFails(t *testing.T) {
+	out, err := runValidate(t, measuredPath(), "--tolerance", "0.5%")
+	if !errors.Is(err, ErrValidation) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v", err)
+	}
+	if !strings.Contains(out, "beyond tolerance") || !strings.Contains(out, "FAIL at tolerance 0.50%") {
+		t.Errorf("output:\n%s", out)
+	}
+}
+
+func TestValidateJSON(t *testing.T) {
+	out, err := runValidate(t, measuredPath(), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Schema string `json:"schema"`
+		Pass   bool   `json:"pass"`
+		Rows   []any  `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Schema != "memplan.validation/v1" || !rep.Pass || len(rep.Rows) == 0 {
+		t.Errorf("%+v", rep)
+	}
+}
+
+func TestValidateBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope.json"}, "validate: nope.json: no such file or directory"},
+		{[]string{measuredPath(), "--tolerance", "three"}, `validate: --tolerance "three"`},
+		{[]string{measuredPath(), "--traces", "/nonexistent"}, "torchtrace: /nonexistent/"},
+	} {
+		_, err := runValidate(t, c.args...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
+		}
+	}
 }

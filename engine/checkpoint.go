@@ -218,8 +218,10 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		}
 		return r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total), nil
 	}
-	if r, err := sim.Run(base); err == nil && r.Peak.Total <= capacity {
-		return nil, nil // fits without checkpointing
+	if q, err := build(nil); err == nil {
+		if r, err := sim.Run(q); err == nil && r.Peak.Total <= capacity {
+			return nil, nil // fits without checkpointing
+		}
 	}
 	allPeak, allFB, err := peaks(blocks)
 	if err != nil {

@@ -80,6 +80,16 @@ type Spec struct {
 	// weights in NF4.
 	LoRA  *build.LoRA
 	QLoRA bool
+	// DP is the data-parallel degree (1: one replica); ZeRO the ZeRO stage
+	// (0: plain DDP over DP ranks; 3 is FSDP FULL_SHARD).
+	DP, ZeRO int
+	// PP is the pipeline-parallel degree (every stage is planned and the
+	// worst reported); PPSchedule "1f1b" (default) or "gpipe"; PPInterleave
+	// virtual stages per rank.
+	PP, PPInterleave int
+	PPSchedule       string
+	// Offload moves activations, optimizer state or parameters to host.
+	Offload Offload
 	// autoBlocks caches what --checkpoint auto chose for this spec.
 	autoBlocks *[]string
 }
@@ -127,6 +137,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.TP < 0 || s.EP < 0 {
 		return fmt.Errorf("%w: --tp and --ep must be positive", ErrSpec)
+	}
+	if err := s.validateParallel(); err != nil {
+		return err
 	}
 	if s.QLoRA && s.LoRA == nil {
 		return fmt.Errorf("%w: --qlora needs --lora (QLoRA trains LoRA adapters on a 4-bit base)", ErrSpec)
@@ -179,9 +192,14 @@ type Result struct {
 	// Timing is the priced step (roofline upper bound on speed), when a GPU
 	// is given.
 	Timing *cost.Timing
+	// Stage is the pipeline stage reported (the one with the highest peak);
+	// StagePeaks the peak of every stage (one entry without pipelining).
+	Stage      int
+	StagePeaks []units.Bytes
 }
 
-// TokensPerStep is the tokens one optimizer step consumes on this GPU.
+// TokensPerStep is the tokens one optimizer step consumes per data-parallel
+// replica.
 func (s *Spec) TokensPerStep() float64 {
 	seq := s.Seq
 	if s.Model.Family == models.FamilyViT {
@@ -203,12 +221,21 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 	if s.GPU == nil {
 		return nil, nil
 	}
-	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep(),
-		SamplesPerStep: float64(s.MicroBatch * s.Accum)})
+	dp := float64(max(s.DP, 1))
+	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep() * dp,
+		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp})
 }
 
-// Program builds the program of s (validated).
+// Program builds the program of s (validated); under pipeline parallelism,
+// the program of the first stage.
 func Program(s *Spec, first bool) (*ir.Program, error) {
+	p, _, err := stageProgram(s, first, 0)
+	return p, err
+}
+
+// stageProgram builds the program of pipeline stage stage and counts the
+// parameters of this GPU before data-parallel sharding.
+func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	if s.Mode == Infer && !s.Model.Encoder {
@@ -216,15 +243,20 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 	}
 	g, err := build.Graph(s.Model, o)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if s.Mode == Infer {
-		return plan.Infer(g)
+		p, err := plan.Infer(g)
+		if err != nil {
+			return nil, 0, err
+		}
+		return p, paramCount(p), nil
 	}
 	p, err := plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
 		var ts []strategy.Transform
 		ck, err := checkpointTransform(s.Checkpoint, p, chosen)
@@ -234,20 +266,30 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 		if ck != nil {
 			ts = append(ts, ck)
 		}
-		return strategy.Chain(p, ts...)
+		par := s.parallelTransforms(stage)
+		if s.PP > 1 {
+			ts, par = append(ts, par[0]), par[1:]
+		}
+		q, err := strategy.Chain(p, ts...)
+		if err != nil {
+			return nil, err
+		}
+		params = paramCount(q)
+		return strategy.Chain(q, par...)
 	}
 	var chosen []string
 	if s.Checkpoint.Kind == "auto" {
 		if s.autoBlocks == nil {
 			names, err := autoCheckpoint(s, p, transforms)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			s.autoBlocks = &names
 		}
 		chosen = *s.autoBlocks
 	}
-	return transforms(chosen)
+	q, err := transforms(chosen)
+	return q, params, err
 }
 
 // Plan validates s, builds and simulates it.
@@ -255,23 +297,39 @@ func Plan(s Spec) (*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := Program(&s, false)
-	if err != nil {
-		return nil, err
+	res := &Result{Spec: s, Capacity: s.CapacityBytes()}
+	// Under pipeline parallelism every stage is planned and the one with
+	// the highest peak is reported (stage 0 holds the most micro-batches in
+	// flight, the last one the loss).
+	for stage := 0; stage < max(s.PP, 1); stage++ {
+		p, params, err := stageProgram(&s, false, stage)
+		if err != nil {
+			return nil, err
+		}
+		r, err := sim.Run(p)
+		if err != nil {
+			return nil, err
+		}
+		r.Params = params
+		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
+		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
+			res.Program, res.Sim, res.Stage = p, r, stage
+		}
 	}
-	r, err := sim.Run(p)
-	if err != nil {
-		return nil, err
-	}
-	res := &Result{Spec: s, Program: p, Sim: r, Capacity: s.CapacityBytes()}
+	res.Spec = s
 	if s.FirstStep && s.Mode == Train {
-		if res.FirstProgram, err = Program(&s, true); err != nil {
+		var params int64
+		var err error
+		if res.FirstProgram, params, err = stageProgram(&s, true, res.Stage); err != nil {
 			return nil, err
 		}
 		if res.First, err = sim.Run(res.FirstProgram); err != nil {
 			return nil, err
 		}
+		res.First.Params = params
 	}
+	p, r := res.Program, res.Sim
+	var err error
 	if res.Timing, err = Price(&s, p); err != nil {
 		return nil, err
 	}

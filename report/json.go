@@ -62,41 +62,48 @@ type EventJSON struct {
 
 // PlanJSON is the machine form of `memplan plan`.
 type PlanJSON struct {
-	Schema        string      `json:"schema"`
-	Model         string      `json:"model"`
-	Family        string      `json:"family"`
-	Mode          string      `json:"mode"`
-	MicroBatch    int         `json:"micro_batch"`
-	Seq           int         `json:"seq"`
-	Accum         int         `json:"accum"`
-	GenTokens     int         `json:"gen_tokens,omitempty"`
-	Precision     string      `json:"precision"`
-	Optimizer     string      `json:"optimizer,omitempty"`
-	OptimizerImpl string      `json:"optimizer_impl,omitempty"`
-	Attention     string      `json:"attention"`
-	Checkpoint    string      `json:"checkpoint,omitempty"`
-	Checkpointed  []string    `json:"checkpointed_modules,omitempty"`
-	GPU           string      `json:"gpu,omitempty"`
-	TP            int         `json:"tp,omitempty"`
-	SP            bool        `json:"sp,omitempty"`
-	EP            int         `json:"ep,omitempty"`
-	LoRARank      int         `json:"lora_rank,omitempty"`
-	LoRATargets   []string    `json:"lora_targets,omitempty"`
-	QLoRA         bool        `json:"qlora,omitempty"`
-	Params        int64       `json:"params"`
-	Peak          PointJSON   `json:"peak"`
-	Phases        phasesJSON  `json:"phases"`
-	Ledger        LedgerJSON  `json:"ledger"`
-	ModelStates   statesJSON  `json:"model_states"`
-	Saved         savedJSON   `json:"saved_activations"`
-	Fits          bool        `json:"fits"`
-	CapacityBytes units.Bytes `json:"capacity_bytes"`
-	Shortfall     units.Bytes `json:"shortfall_bytes"`
-	Headroom      units.Bytes `json:"headroom_bytes"`
-	FirstStep     *firstJSON  `json:"first_step,omitempty"`
-	Time          *timeJSON   `json:"time,omitempty"`
-	Ops           int         `json:"ops"`
-	Timeline      []EventJSON `json:"timeline,omitempty"`
+	Schema        string        `json:"schema"`
+	Model         string        `json:"model"`
+	Family        string        `json:"family"`
+	Mode          string        `json:"mode"`
+	MicroBatch    int           `json:"micro_batch"`
+	Seq           int           `json:"seq"`
+	Accum         int           `json:"accum"`
+	GenTokens     int           `json:"gen_tokens,omitempty"`
+	Precision     string        `json:"precision"`
+	Optimizer     string        `json:"optimizer,omitempty"`
+	OptimizerImpl string        `json:"optimizer_impl,omitempty"`
+	Attention     string        `json:"attention"`
+	Checkpoint    string        `json:"checkpoint,omitempty"`
+	Checkpointed  []string      `json:"checkpointed_modules,omitempty"`
+	GPU           string        `json:"gpu,omitempty"`
+	TP            int           `json:"tp,omitempty"`
+	SP            bool          `json:"sp,omitempty"`
+	EP            int           `json:"ep,omitempty"`
+	LoRARank      int           `json:"lora_rank,omitempty"`
+	LoRATargets   []string      `json:"lora_targets,omitempty"`
+	QLoRA         bool          `json:"qlora,omitempty"`
+	DP            int           `json:"dp,omitempty"`
+	ZeRO          int           `json:"zero,omitempty"`
+	PP            int           `json:"pp,omitempty"`
+	PPStage       int           `json:"pp_stage"`
+	StagePeaks    []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
+	Offload       string        `json:"offload,omitempty"`
+	HostPeak      units.Bytes   `json:"host_peak_bytes"`
+	Params        int64         `json:"params"`
+	Peak          PointJSON     `json:"peak"`
+	Phases        phasesJSON    `json:"phases"`
+	Ledger        LedgerJSON    `json:"ledger"`
+	ModelStates   statesJSON    `json:"model_states"`
+	Saved         savedJSON     `json:"saved_activations"`
+	Fits          bool          `json:"fits"`
+	CapacityBytes units.Bytes   `json:"capacity_bytes"`
+	Shortfall     units.Bytes   `json:"shortfall_bytes"`
+	Headroom      units.Bytes   `json:"headroom_bytes"`
+	FirstStep     *firstJSON    `json:"first_step,omitempty"`
+	Time          *timeJSON     `json:"time,omitempty"`
+	Ops           int           `json:"ops"`
+	Timeline      []EventJSON   `json:"timeline,omitempty"`
 }
 
 // timeJSON is the priced step: a roofline upper bound on speed on the GPU,
@@ -193,6 +200,10 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		j.GPU = s.GPU.Name
 	}
 	j.TP, j.SP, j.EP, j.QLoRA = s.TP, s.SP, s.EP, s.QLoRA
+	j.DP, j.ZeRO, j.PP, j.PPStage, j.Offload, j.HostPeak = s.DP, s.ZeRO, s.PP, res.Stage, s.Offload.String(), r.HostPeak
+	if len(res.StagePeaks) > 1 {
+		j.StagePeaks = res.StagePeaks
+	}
 	if s.LoRA != nil {
 		j.LoRARank, j.LoRATargets = s.LoRA.Rank, s.LoRA.Targets
 	}

@@ -54,7 +54,7 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	var b strings.Builder
 	per := ""
-	if s.TP > 1 || s.EP > 1 {
+	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
 		per = " on this GPU"
 	}
 	head := fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
@@ -76,7 +76,17 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if p.MicroBatches > 1 {
 		fmt.Fprintf(&b, ", micro-step %d of %d", r.Peak.Micro+1, p.MicroBatches)
 	}
+	if len(res.StagePeaks) > 1 {
+		var sp []string
+		for _, v := range res.StagePeaks {
+			sp = append(sp, v.String())
+		}
+		fmt.Fprintf(&b, ", pipeline stage %d of %d (stage peaks %s)", res.Stage+1, len(res.StagePeaks), strings.Join(sp, ", "))
+	}
 	fmt.Fprintln(&b)
+	if r.HostPeak > 0 {
+		fmt.Fprintf(&b, "Host memory peak %s (offloaded state and activations, pinned)\n", r.HostPeak)
+	}
 	if res.Capacity > 0 {
 		gpu := "the budget"
 		if s.GPU != nil && s.Capacity == 0 {
@@ -192,6 +202,19 @@ func parallelism(s *engine.Spec) string {
 	if s.EP > 1 {
 		parts = append(parts, fmt.Sprintf("ep %d", s.EP))
 	}
+	if s.PP > 1 {
+		parts = append(parts, fmt.Sprintf("pp %d (%s)", s.PP, ppSchedule(s)))
+	}
+	if s.DP > 1 {
+		d := fmt.Sprintf("dp %d", s.DP)
+		if s.ZeRO > 0 {
+			d += fmt.Sprintf(" ZeRO-%d", s.ZeRO)
+		}
+		parts = append(parts, d)
+	}
+	if s.Offload.Any() {
+		parts = append(parts, "offload "+s.Offload.String())
+	}
 	if s.LoRA != nil {
 		l := fmt.Sprintf("lora r=%d", s.LoRA.Rank)
 		if s.QLoRA {
@@ -203,4 +226,15 @@ func parallelism(s *engine.Spec) string {
 		return ""
 	}
 	return " · " + strings.Join(parts, " · ")
+}
+
+func ppSchedule(s *engine.Spec) string {
+	sched := s.PPSchedule
+	if sched == "" {
+		sched = "1f1b"
+	}
+	if s.PPInterleave > 1 {
+		sched += fmt.Sprintf(", %d virtual", s.PPInterleave)
+	}
+	return sched
 }

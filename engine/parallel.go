@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/strategy"
+)
+
+// Offload is what --offload moves to host memory.
+type Offload struct {
+	Activations, Optimizer, Params bool
+}
+
+// ParseOffload reads a comma list of activations, optimizer, params.
+func ParseOffload(s string) (Offload, error) {
+	var o Offload
+	for _, f := range strings.Split(s, ",") {
+		switch strings.TrimSpace(f) {
+		case "", "none":
+		case "activations":
+			o.Activations = true
+		case "optimizer":
+			o.Optimizer = true
+		case "params", "parameters":
+			o.Params = true
+		default:
+			return o, fmt.Errorf("engine: unknown --offload %q (want activations, optimizer or params)", f)
+		}
+	}
+	return o, nil
+}
+
+func (o Offload) String() string {
+	var parts []string
+	if o.Activations {
+		parts = append(parts, "activations")
+	}
+	if o.Optimizer {
+		parts = append(parts, "optimizer")
+	}
+	if o.Params {
+		parts = append(parts, "params")
+	}
+	return strings.Join(parts, ",")
+}
+
+// Any reports whether anything is offloaded.
+func (o Offload) Any() bool { return o.Activations || o.Optimizer || o.Params }
+
+// validateParallel checks the data/pipeline-parallel and offload options.
+func (s *Spec) validateParallel() error {
+	if s.DP == 0 {
+		s.DP = 1
+	}
+	if s.PP == 0 {
+		s.PP = 1
+	}
+	switch {
+	case s.DP < 0 || s.PP < 0:
+		return fmt.Errorf("%w: --dp and --pp must be positive", ErrSpec)
+	case s.ZeRO < 0 || s.ZeRO > 3:
+		return fmt.Errorf("%w: unknown --zero %d (want 0, 1, 2 or 3)", ErrSpec, s.ZeRO)
+	case s.ZeRO > 0 && s.DP < 2:
+		return fmt.Errorf("%w: ZeRO-%d shards over data-parallel ranks: it needs --dp of at least 2; with --dp 1 it changes nothing", ErrSpec, s.ZeRO)
+	case s.Offload.Params && s.ZeRO != 3:
+		return fmt.Errorf("%w: --offload params offloads ZeRO-3/FSDP parameter shards: add --zero 3 --dp N", ErrSpec)
+	case s.Offload.Params && s.Offload.Optimizer:
+		return fmt.Errorf("%w: --offload params already offloads the optimizer (as FSDP CPUOffload does); drop optimizer", ErrSpec)
+	case s.Mode == Infer && (s.DP > 1 || s.PP > 1 || s.ZeRO > 0 || s.Offload.Any()):
+		return fmt.Errorf("%w: --dp, --pp, --zero and --offload apply to training only", ErrSpec)
+	}
+	return nil
+}
+
+// parallelTransforms are the data/pipeline-parallel and offload transforms
+// of s for pipeline stage stage, in the order they compose: pipeline (so
+// the rest sees only this rank's state), sharding, then offload.
+func (s *Spec) parallelTransforms(stage int) []strategy.Transform {
+	var ts []strategy.Transform
+	if s.PP > 1 {
+		ts = append(ts, &strategy.Pipeline{Stages: s.PP, Stage: stage, Schedule: s.PPSchedule, Interleave: s.PPInterleave})
+	}
+	switch {
+	case s.ZeRO > 0:
+		ts = append(ts, &strategy.ZeRO{Stage: s.ZeRO, DP: s.DP})
+	case s.DP > 1:
+		ts = append(ts, &strategy.DDP{DP: s.DP})
+	}
+	if s.Offload.Optimizer {
+		ts = append(ts, &strategy.OptimizerOffload{})
+	}
+	if s.Offload.Params {
+		ts = append(ts, &strategy.ParamOffload{})
+	}
+	if s.Offload.Activations {
+		ts = append(ts, &strategy.ActivationOffload{})
+	}
+	return ts
+}
+
+// paramCount is the parameter elements of p (before any sharding).
+func paramCount(p *ir.Program) int64 {
+	var n int64
+	for _, id := range p.Params {
+		n += p.Tensors[id].Numel()
+	}
+	return n
+}
