@@ -86,6 +86,28 @@ func Variants(base Spec, allow Allow) []Variant {
 		vs = append(vs, Variant{Name: "checkpoint auto (fits the GPU)", Changes: "activations of the blocks the DP picks; least recompute that fits",
 			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "auto"}; return nil }})
 	}
+	if !base.Offload.Activations {
+		vs = append(vs, Variant{Name: "offload activations (save_on_cpu)", Changes: "saved activations move to pinned host memory; PCIe copies both ways",
+			Keeps: "model states, working set of each op", apply: func(s *Spec) error { s.Offload.Activations = true; return nil }})
+	}
+	if !base.Offload.Optimizer && !base.Offload.Params {
+		vs = append(vs, Variant{Name: "offload optimizer (ZeRO-Offload)", Changes: "optimizer state and master weights on host; step on CPU; gradients/params over PCIe",
+			Keeps: "parameters, gradients, activations", apply: func(s *Spec) error { s.Offload.Optimizer = true; return nil }})
+	}
+	if base.DP > 1 {
+		for stage := base.ZeRO + 1; stage <= 3; stage++ {
+			stage := stage
+			what := map[int]string{1: "optimizer state ÷dp", 2: "optimizer state and gradients ÷dp", 3: "parameters, gradients and optimizer state ÷dp (FSDP)"}[stage]
+			vs = append(vs, Variant{Name: fmt.Sprintf("ZeRO-%d over dp %d", stage, base.DP), Changes: what + "; collectives over the data-parallel group",
+				Keeps: "activations", apply: func(s *Spec) error {
+					s.ZeRO = stage
+					if stage != 3 {
+						s.Offload.Params = false
+					}
+					return nil
+				}})
+		}
+	}
 	if base.Impl != plan.Fused {
 		vs = append(vs, Variant{Name: "fused optimizer step", Changes: "optimizer-step temporaries",
 			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = plan.Fused; return nil }})
