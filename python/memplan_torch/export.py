@@ -240,6 +240,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         mentioned.update(e["free"])
         mentioned.update(e["saved"])
         mentioned.update(o["storage"] for o in e["outputs"])
+        mentioned.update(e.get("inputs", ()))
     for sid in sorted(mentioned - steady_alloc_set - initial_set):
         if rec.storages[sid].sid >= 0:
             initial.append(sid)  # pre-existing storages first seen during the step
@@ -290,6 +291,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
                 "alloc": [dict(storage_obj(s), id=remap(s)) for s in e["alloc"]],
                 "free": ids(e["free"]),
                 "saved": ids(e["saved"]),
+                "inputs": ids(e.get("inputs", ())),
                 "outputs": [{"storage": remap(o["storage"]), "dtype": o["dtype"], "shape": o["shape"],
                              "alias": o["alias"], "inplace": o["inplace"]} for o in e["outputs"]]}
 

@@ -88,3 +88,123 @@ def mlp(batch_size, d_in=32, hidden=64, classes=4):
 def mlp_bn(batch_size, d_in=32, hidden=64, classes=4):
     m = nn.Sequential(nn.Linear(d_in, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, classes))
     return m, torch.randn(batch_size, d_in), _ce, torch.randint(0, classes, (batch_size,))
+
+
+# ---- a GPT-2 in plain PyTorch with Hugging Face's module structure (GPT2LMHeadModel, eager attention) ----
+# Used to check memplan's catalog path (the same config.json through `memplan plan --model`) against a trace.
+
+
+class Conv1D(nn.Module):
+    """transformers.pytorch_utils.Conv1D: y = x @ W + b with W of shape [in, out] (addmm)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        size_out = x.size()[:-1] + (self.nf,)
+        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return x.view(size_out)
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, n_embd, n_head, n_positions, pdrop):
+        super().__init__()
+        self.n_head, self.head_dim, self.embed_dim = n_head, n_embd // n_head, n_embd
+        self.register_buffer("bias", torch.tril(torch.ones((n_positions, n_positions), dtype=torch.bool))
+                             .view(1, 1, n_positions, n_positions), persistent=False)
+        self.c_attn = Conv1D(3 * n_embd, n_embd)
+        self.c_proj = Conv1D(n_embd, n_embd)
+        self.attn_dropout = nn.Dropout(pdrop)
+        self.resid_dropout = nn.Dropout(pdrop)
+
+    def _split_heads(self, t):
+        return t.view(t.size()[:-1] + (self.n_head, self.head_dim)).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = self.c_attn(x).split(self.embed_dim, dim=2)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype, device=w.device)
+        s = q.size(-2)
+        causal = self.bias[:, :, :s, :s]
+        mask_value = torch.full([], torch.finfo(w.dtype).min, dtype=w.dtype, device=w.device)
+        w = torch.where(causal, w.to(w.dtype), mask_value)
+        w = nn.functional.softmax(w, dim=-1).type(v.dtype)
+        w = self.attn_dropout(w)
+        o = torch.matmul(w, v)
+        o = o.permute(0, 2, 1, 3).contiguous()
+        o = o.view(o.size()[:-2] + (self.embed_dim,))
+        return self.resid_dropout(self.c_proj(o))
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, n_embd, pdrop):
+        super().__init__()
+        self.c_fc = Conv1D(4 * n_embd, n_embd)
+        self.c_proj = Conv1D(n_embd, 4 * n_embd)
+        self.act = nn.GELU(approximate="tanh")  # gelu_new
+        self.dropout = nn.Dropout(pdrop)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.act(self.c_fc(x))))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, n_embd, n_head, n_positions, pdrop, eps):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd, eps=eps)
+        self.attn = GPT2Attention(n_embd, n_head, n_positions, pdrop)
+        self.ln_2 = nn.LayerNorm(n_embd, eps=eps)
+        self.mlp = GPT2MLP(n_embd, pdrop)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2Model(nn.Module):
+    def __init__(self, vocab, n_embd, n_layer, n_head, n_positions, pdrop, eps):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, n_embd)
+        self.wpe = nn.Embedding(n_positions, n_embd)
+        self.drop = nn.Dropout(pdrop)
+        self.h = nn.ModuleList([GPT2Block(n_embd, n_head, n_positions, pdrop, eps) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(n_embd, eps=eps)
+
+    def forward(self, input_ids):
+        pos = torch.arange(0, input_ids.size(-1), dtype=torch.long, device=input_ids.device).unsqueeze(0)
+        x = self.drop(self.wte(input_ids) + self.wpe(pos))
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x)
+
+
+class GPT2LMHeadModel(nn.Module):
+    def __init__(self, vocab=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128, pdrop=0.1, eps=1e-5):
+        super().__init__()
+        self.transformer = GPT2Model(vocab, n_embd, n_layer, n_head, n_positions, pdrop, eps)
+        self.lm_head = nn.Linear(n_embd, vocab, bias=False)
+        self.lm_head.weight = self.transformer.wte.weight  # tied
+
+    def forward(self, input_ids):
+        return self.lm_head(self.transformer(input_ids))
+
+
+def _causal_lm_loss(logits, labels):
+    # transformers' ForCausalLMLoss with labels already shifted: logits.float(), cross-entropy over [B*S, V]
+    logits = logits.float()
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1))
+
+
+GPT2_TINY = dict(vocab=1000, n_embd=64, n_layer=2, n_head=4, n_positions=128)
+
+
+def gpt2_tiny(batch_size, seq_len=64):
+    """GPT-2 with testdata/torch/gpt2_tiny.config.json's shape."""
+    m = GPT2LMHeadModel(**GPT2_TINY)
+    x = torch.randint(0, GPT2_TINY["vocab"], (batch_size, seq_len))
+    y = torch.randint(0, GPT2_TINY["vocab"], (batch_size, seq_len))
+    return m, x, _causal_lm_loss, y

@@ -4,6 +4,8 @@ memplan's Go simulator is the real consumer of traces; this replay exists to che
 measurements in the suite and tests. It applies no strategy (no checkpointing, accumulation, offload).
 """
 
+import math
+
 
 def storage_bytes(s, batch, seq=None):
     b = s["bytes_const"] + s["bytes_per_batch"] * batch
@@ -14,16 +16,40 @@ def storage_bytes(s, batch, seq=None):
 
 
 def scratch_bytes(ev, batch, seq=None):
-    """In-kernel scratch of an event at `batch`: linear in the batch through the measured points
-    (at the trace sequence length), never negative."""
+    """In-kernel scratch of an event at `batch` (and `seq`): linear in the batch through the two points
+    recorded at each sequence length, then (with several sequence lengths and a `seq`) the Lagrange
+    polynomial through the three largest; never negative. memplan's Go importer
+    (importer/torchtrace.ScratchAt) is the same function."""
     sc = ev.get("scratch")
     if not sc:
         return 0
-    pts = [(p[0], p[2]) for p in sc["points"] if p[1] == sc["points"][0][1]]
-    if len(pts) < 2:
+    by_seq = {}
+    for b, s, y in sc["points"]:
+        by_seq.setdefault(s or 0, []).append((b, y))
+    if not by_seq:
         return sc["bytes"]
-    (b1, y1), (b2, y2) = pts[0], pts[1]
-    return max(0, int(round(y1 + (y2 - y1) * (batch - b1) / float(b2 - b1))))
+    seqs = sorted(by_seq)
+
+    def at_batch(pts):
+        if len(pts) < 2 or pts[0][0] == pts[1][0]:
+            return float(pts[0][1])
+        (b1, y1), (b2, y2) = pts[0], pts[1]
+        return y1 + (y2 - y1) * (batch - b1) / float(b2 - b1)
+
+    if len(seqs) == 1 or not seq:
+        y = at_batch(by_seq[seqs[-1]])
+    else:
+        seqs = seqs[-3:]
+        y = 0.0
+        for i, si in enumerate(seqs):
+            w = 1.0
+            for j, sj in enumerate(seqs):
+                if i != j:
+                    w *= float(seq - sj) / float(si - sj)
+            y += w * at_batch(by_seq[si])
+    if not y > 0:
+        return 0
+    return int(math.floor(y + 0.5))
 
 
 def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):

@@ -170,8 +170,11 @@ class Recorder(TorchDispatchMode):
         self.sweep()
         module = self.module_path()
         in_tensors = [a for a in compat.flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        in_sids = []
         for a in in_tensors:
-            self.lookup(a)
+            r = self.lookup(a)
+            if r is not None and r.sid not in in_sids:
+                in_sids.append(r.sid)
         c = self.counters
         if c is not None:
             live0 = c.aligned_live()
@@ -186,7 +189,7 @@ class Recorder(TorchDispatchMode):
             src = next((a for a in compat.flatten(args) if isinstance(a, torch.Tensor)), None)
             out = torch.tensor(out, dtype=src.dtype if src is not None else None)
         ev = {"op": str(func), "phase": self.phase, "module": module, "step": self.step,
-              "alloc": [], "free": [], "saved": [], "outputs": []}
+              "alloc": [], "free": [], "saved": [], "outputs": [], "inputs": in_sids}
         self.events.append(ev)
         for r in self.unseen:
             r.event = len(self.events) - 1

@@ -66,6 +66,12 @@ def preload_env(threshold=DEFAULT_THRESHOLD, env=None):
     if lib not in pre.split(":"):
         env["LD_PRELOAD"] = (lib + ":" + pre) if pre else lib
     env["MEMTRACK_THRESHOLD"] = str(int(threshold))
+    # oneDNN keeps every primitive it creates (and its kernel-owned buffers) in process-wide caches
+    # whose size depends on which kernels it picks for each shape; a trace at a small batch cannot see
+    # what it would pick at a larger one. With the caches off, those buffers are allocated per call,
+    # where the trace records them as the op's scratch. (LRU_CACHE_CAPACITY=0 crashes ideep in 1.13.)
+    env.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
+    env.setdefault("LRU_CACHE_CAPACITY", "1")
     env["MEMPLAN_TRACKER_CHILD"] = "1"
     return env
 

@@ -1,0 +1,429 @@
+package torchtrace
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+// Options say how to replay a trace. The zero value replays the recorded
+// steady step at the trace's batch and sequence, with the recorded optimizer
+// and in-kernel scratch.
+type Options struct {
+	// Batch is the micro-batch (0: the trace batch); Seq the sequence length
+	// (0: the trace's; only traces exported with a seq_dim can change it).
+	Batch, Seq int
+	// Accum micro-steps per optimizer step (0 means 1): forward and backward
+	// are replayed Accum times, the optimizer once.
+	Accum int
+	// FirstStep replays the first iteration: optimizer state does not exist
+	// at the start and the recorded first optimizer phase creates it.
+	FirstStep bool
+	// Optimizer, when set, replaces the recorded optimizer phase by
+	// plan.OptimizerStep for the trace's parameters and gradients (its
+	// FirstStep is taken from Options.FirstStep).
+	Optimizer *plan.TrainConfig
+	// NoScratch leaves out the recorded in-kernel scratch (oneDNN reorders,
+	// workspaces), which is otherwise the op's Workspace.
+	NoScratch bool
+	// MinBytes: storages smaller than this count 0 bytes (an allocator
+	// counter with a threshold, such as the CPU tracker's 1024 bytes).
+	MinBytes int64
+	// Granularity rounds every storage up to a multiple of it (the CUDA
+	// caching allocator's 512-byte blocks); 0 or 1 leaves sizes exact.
+	Granularity int64
+	// FullBatchInputs sizes the recorded inputs (category input) at
+	// Batch·Accum: the batch is built whole and split into micro-batch views,
+	// as memplan_torch's measurement does.
+	FullBatchInputs bool
+}
+
+// ErrOptions wraps invalid options.
+var ErrOptions = fmt.Errorf("torchtrace: invalid options")
+
+type builder struct {
+	t     *Trace
+	o     Options
+	b, s  int64
+	p     *ir.Program
+	err   error
+	grads map[int]ir.TensorID // gradient storages of micro-step 0, by trace id
+}
+
+// Program replays the trace as an ir.Program (see Options).
+func (t *Trace) Program(o Options) (*ir.Program, error) {
+	if o.Batch < 0 || o.Seq < 0 || o.Accum < 0 || o.MinBytes < 0 || o.Granularity < 0 {
+		return nil, fmt.Errorf("%w: negative batch, seq, accum, min bytes or granularity", ErrOptions)
+	}
+	if o.Accum == 0 {
+		o.Accum = 1
+	}
+	bd := &builder{t: t, o: o, b: t.TraceBatch, s: t.TraceSeq, p: &ir.Program{MicroBatches: o.Accum}, grads: map[int]ir.TensorID{}}
+	if o.Batch > 0 {
+		bd.b = int64(o.Batch)
+	}
+	if o.Seq > 0 {
+		if !t.HasSeq() {
+			if int64(o.Seq) != t.TraceSeq {
+				return nil, fmt.Errorf("%w: trace %s has no sequence size model (export it with --seq-dim) and cannot be replayed at sequence %d", ErrOptions, t.label(), o.Seq)
+			}
+		}
+		bd.s = int64(o.Seq)
+	}
+	if err := bd.build(); err != nil {
+		return nil, err
+	}
+	return bd.p, nil
+}
+
+func (t *Trace) label() string {
+	if t.Name != "" {
+		return t.Name
+	}
+	return t.file
+}
+
+// size is the modelled size of s, under the counter's threshold and rounding.
+func (bd *builder) size(s *Storage, b int64) units.Bytes {
+	n := s.Size(b, bd.s)
+	if n < 0 {
+		if bd.err == nil {
+			bd.err = fmt.Errorf("torchtrace: %s: storage %d (%s%s) has %d bytes at batch %d seq %d: its size model does not extrapolate there",
+				bd.t.label(), s.ID, s.DType, where(s.Module), n, b, bd.s)
+		}
+		return 0
+	}
+	if n < bd.o.MinBytes {
+		return 0
+	}
+	if g := bd.o.Granularity; g > 1 {
+		n = (n + g - 1) / g * g
+	}
+	return units.Bytes(n)
+}
+
+func where(m string) string {
+	if m == "" {
+		return ""
+	}
+	return " in " + m
+}
+
+var catOf = map[string]ir.Category{
+	CatParameter:      ir.Parameter,
+	CatGradient:       ir.Gradient,
+	CatOptimizerState: ir.OptimizerState,
+	CatInput:          ir.Other,
+	CatActivation:     ir.Activation,
+	CatTemporary:      ir.Temporary,
+}
+
+func (bd *builder) tensor(s *Storage, name string, b int64) ir.Tensor {
+	dt, err := units.ParseDType(s.DType)
+	if err != nil {
+		dt = units.Invalid
+	}
+	t := ir.Tensor{Name: name, DType: dt, Bytes: bd.size(s, b), Base: ir.NoTensor, Cat: catOf[s.Category], Batch: s.BatchScaled()}
+	if !t.Batch && s.PerSeq == 0 && s.PerSeq2 == 0 {
+		t.Shape = append([]int64(nil), s.Shape...) // shapes are at the trace size; keep only fixed ones
+	}
+	if s.Category == CatParameter && !s.Buffer {
+		t.RequiresGrad = true
+	}
+	return t
+}
+
+func (bd *builder) add(t ir.Tensor) ir.TensorID {
+	bd.p.Tensors = append(bd.p.Tensors, t)
+	return ir.TensorID(len(bd.p.Tensors) - 1)
+}
+
+func opShort(op string) string {
+	op = strings.TrimPrefix(op, "aten.")
+	if i := strings.IndexByte(op, '.'); i > 0 {
+		op = op[:i]
+	}
+	return op
+}
+
+// scratch is the in-kernel scratch of e at the replay size: linear in the
+// batch through the two points recorded at each sequence length, then (for
+// traces with a sequence model) through the sequence lengths, never
+// negative. memplan_torch.replay.scratch_bytes is the same function.
+func (bd *builder) scratch(e *Event) units.Bytes {
+	sc := e.Scratch
+	if sc == nil || bd.o.NoScratch {
+		return 0
+	}
+	return units.Bytes(ScratchAt(sc, bd.b, bd.s))
+}
+
+// ScratchAt evaluates recorded scratch points at batch b and sequence s.
+func ScratchAt(sc *Scratch, b, s int64) int64 {
+	bySeq := map[int64][]ScratchPoint{}
+	var seqs []int64
+	for _, p := range sc.Points {
+		if _, ok := bySeq[p.Seq]; !ok {
+			seqs = append(seqs, p.Seq)
+		}
+		bySeq[p.Seq] = append(bySeq[p.Seq], p)
+	}
+	if len(seqs) == 0 {
+		return sc.Bytes
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	atBatch := func(pts []ScratchPoint) float64 {
+		if len(pts) < 2 || pts[0].Batch == pts[1].Batch {
+			return float64(pts[0].Bytes)
+		}
+		p1, p2 := pts[0], pts[1]
+		return float64(p1.Bytes) + float64(p2.Bytes-p1.Bytes)*float64(b-p1.Batch)/float64(p2.Batch-p1.Batch)
+	}
+	var y float64
+	switch {
+	case len(seqs) == 1 || s == 0:
+		y = atBatch(bySeq[seqs[len(seqs)-1]])
+	default:
+		// Lagrange through (up to) the three largest sequence lengths.
+		if len(seqs) > 3 {
+			seqs = seqs[len(seqs)-3:]
+		}
+		for i, si := range seqs {
+			w := 1.0
+			for j, sj := range seqs {
+				if i != j {
+					w *= float64(s-sj) / float64(si-sj)
+				}
+			}
+			y += w * atBatch(bySeq[si])
+		}
+	}
+	if y < 0 || math.IsNaN(y) {
+		return 0
+	}
+	if y > math.MaxInt64/4 {
+		return math.MaxInt64 / 4
+	}
+	return int64(math.Round(y))
+}
+
+func (bd *builder) build() error {
+	t, o, p := bd.t, bd.o, bd.p
+	state := map[int]bool{}
+	for _, id := range t.First.OptimizerState {
+		state[id] = true
+	}
+	initial := map[int]ir.TensorID{}
+	for i := range t.Initial {
+		s := &t.Initial[i]
+		if s.Category == CatOptimizerState && (o.Optimizer != nil || (o.FirstStep && state[s.ID])) {
+			continue // created by the (first or replaced) optimizer step
+		}
+		b := bd.b
+		if s.Category == CatInput && o.FullBatchInputs {
+			b *= int64(o.Accum)
+		}
+		tt := bd.tensor(s, fmt.Sprintf("%s#%d", s.Category, s.ID), b)
+		tt.Resident = true
+		id := bd.add(tt)
+		initial[s.ID] = id
+		if s.Category == CatParameter && !s.Buffer {
+			p.Params = append(p.Params, id)
+		}
+	}
+	endLive := map[int]bool{}
+	for _, id := range t.EndLive {
+		endLive[id] = true
+	}
+	lookup := func(maps []map[int]ir.TensorID, id int) (ir.TensorID, bool) {
+		for _, m := range maps {
+			if v, ok := m[id]; ok {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	var last map[int]ir.TensorID
+	for m := 0; m < o.Accum; m++ {
+		local := map[int]ir.TensorID{}
+		maps := []map[int]ir.TensorID{local, initial}
+		if m > 0 {
+			maps = []map[int]ir.TensorID{local, bd.grads, initial}
+		}
+		for i := range t.Events {
+			e := &t.Events[i]
+			if e.Phase == PhaseOptimizer {
+				break
+			}
+			op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e)}
+			for j := range e.Alloc {
+				a := &e.Alloc[j]
+				name := fmt.Sprintf("%s#%d", opShort(e.Op), a.ID)
+				if m > 0 {
+					name += fmt.Sprintf("@%d", m)
+				}
+				tt := bd.tensor(a, name, bd.b)
+				if a.Category == CatGradient && m > 0 {
+					// AccumulateGrad: grad += new; the new gradient is a
+					// temporary of the same size, dropped right after.
+					tt.Cat = ir.Temporary
+					id := bd.add(tt)
+					op.Out = append(op.Out, id) // last used here: freed after the op
+					continue
+				}
+				if endLive[a.ID] {
+					tt.Keep = true
+				}
+				id := bd.add(tt)
+				local[a.ID] = id
+				if a.Category == CatGradient {
+					bd.grads[a.ID] = id
+				}
+				op.Out = append(op.Out, id)
+			}
+			for _, id := range e.Inputs {
+				if tid, ok := lookup(maps, id); ok {
+					op.In = addIn(op, tid)
+				}
+			}
+			for _, id := range e.Free {
+				if tid, ok := lookup(maps, id); ok {
+					op.In = addIn(op, tid)
+				}
+			}
+			p.Ops = append(p.Ops, op)
+		}
+		last = local
+	}
+	if bd.err != nil {
+		return bd.err
+	}
+	if o.Optimizer != nil {
+		return bd.replaceOptimizer(initial)
+	}
+	events := t.Events
+	if o.FirstStep {
+		events = t.First.OptimizerEvents
+	}
+	freed := map[int]bool{}
+	for i := range events {
+		for _, f := range events[i].Free {
+			freed[f] = true
+		}
+	}
+	local := map[int]ir.TensorID{}
+	maps := []map[int]ir.TensorID{local, bd.grads, initial, last}
+	for i := range events {
+		e := &events[i]
+		if e.Phase != PhaseOptimizer {
+			continue
+		}
+		op := ir.Op{Name: e.Op, Module: e.Module, Phase: ir.Optimizer, Node: -1, Workspace: bd.scratch(e)}
+		for j := range e.Alloc {
+			a := &e.Alloc[j]
+			tt := bd.tensor(a, fmt.Sprintf("%s#%d", opShort(e.Op), a.ID), bd.b)
+			if !freed[a.ID] {
+				tt.Keep = true // lazily created state outlives the step
+			}
+			id := bd.add(tt)
+			local[a.ID] = id
+			op.Out = append(op.Out, id)
+		}
+		for _, id := range e.Inputs {
+			if tid, ok := lookup(maps, id); ok {
+				op.In = addIn(op, tid)
+			}
+		}
+		for _, id := range e.Free {
+			if tid, ok := lookup(maps, id); ok {
+				op.In = addIn(op, tid)
+			}
+		}
+		p.Ops = append(p.Ops, op)
+	}
+	return bd.err
+}
+
+// addIn adds a read of tid to op unless op writes it (a storage allocated and
+// freed by the same op is already last used there).
+func addIn(op ir.Op, tid ir.TensorID) []ir.TensorID {
+	for _, o := range op.Out {
+		if o == tid {
+			return op.In
+		}
+	}
+	for _, i := range op.In {
+		if i == tid {
+			return op.In
+		}
+	}
+	return append(op.In, tid)
+}
+
+func phaseOf(s string) ir.Phase {
+	switch s {
+	case PhaseBackward:
+		return ir.Backward
+	case PhaseOptimizer:
+		return ir.Optimizer
+	}
+	return ir.Forward
+}
+
+// replaceOptimizer appends plan.OptimizerStep for the trace's parameters.
+// Gradients are matched to parameters by dtype and size (the trace does not
+// record which .grad belongs to which parameter, and a gradient's storage may
+// have been created with another shape, such as a bias gradient summed with
+// keepdim; any matching of equal-size tensors gives the same memory).
+func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
+	t := bd.t
+	type key struct {
+		dt    string
+		bytes int64
+	}
+	k := func(s *Storage) key { return key{s.DType, s.Bytes} }
+	pool := map[key][]ir.TensorID{}
+	var order []int
+	for id := range bd.grads {
+		order = append(order, id)
+	}
+	sort.Ints(order)
+	byID := map[int]*Storage{}
+	for i := range t.Events {
+		for j := range t.Events[i].Alloc {
+			a := &t.Events[i].Alloc[j]
+			byID[a.ID] = a
+		}
+	}
+	for _, id := range order {
+		s := byID[id]
+		pool[k(s)] = append(pool[k(s)], bd.grads[id])
+	}
+	grads := map[ir.TensorID]ir.TensorID{}
+	for i := range t.Initial {
+		s := &t.Initial[i]
+		if s.Category != CatParameter || s.Buffer {
+			continue
+		}
+		q := pool[k(s)]
+		if len(q) == 0 {
+			continue // frozen or unused parameter
+		}
+		grads[initial[s.ID]] = q[0]
+		pool[k(s)] = q[1:]
+	}
+	for kk, q := range pool {
+		if len(q) > 0 {
+			return fmt.Errorf("torchtrace: %s: %d gradient(s) of %d bytes (%s) match no parameter; cannot replace the optimizer", t.label(), len(q), kk.bytes, kk.dt)
+		}
+	}
+	c := *bd.o.Optimizer
+	c.FirstStep = bd.o.FirstStep
+	plan.OptimizerStep(bd.p, grads, c)
+	return nil
+}

@@ -1,0 +1,646 @@
+package torchtrace
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Schema is the trace version this package reads.
+const Schema = "memplan.trace/v1"
+
+const schemaPrefix = "memplan.trace/v"
+
+// Categories a storage may carry (docs/trace-format.md).
+const (
+	CatParameter      = "parameter"
+	CatGradient       = "gradient"
+	CatOptimizerState = "optimizer_state"
+	CatInput          = "input"
+	CatActivation     = "activation"
+	CatTemporary      = "temporary"
+)
+
+// Phases of an event.
+const (
+	PhaseForward   = "forward"
+	PhaseBackward  = "backward"
+	PhaseOptimizer = "optimizer"
+)
+
+// Storage is one StorageImpl: its size model and what it holds.
+type Storage struct {
+	ID    int
+	Bytes int64 // at the trace batch / sequence
+	// Size model: Const + PerBatch·b (+ PerSeq·s + PerSeq2·s² + PerBatchSeq·b·s + PerBatchSeq2·b·s²).
+	Const, PerBatch                            int64
+	PerSeq, PerSeq2, PerBatchSeq, PerBatchSeq2 int64
+	DType                                      string
+	Shape                                      []int64
+	Category                                   string
+	Saved                                      bool
+	Buffer                                     bool
+	Module                                     string
+}
+
+// BatchScaled reports whether the size depends on the batch.
+func (s *Storage) BatchScaled() bool {
+	return s.PerBatch != 0 || s.PerBatchSeq != 0 || s.PerBatchSeq2 != 0
+}
+
+// Size is the storage's bytes at batch b and sequence length seq.
+func (s *Storage) Size(b, seq int64) int64 {
+	return s.Const + s.PerBatch*b + s.PerSeq*seq + s.PerSeq2*seq*seq + s.PerBatchSeq*b*seq + s.PerBatchSeq2*b*seq*seq
+}
+
+// Output is one tensor an event returned.
+type Output struct {
+	Storage int
+	DType   string
+	Shape   []int64
+	Alias   bool // the storage existed before the op (view or in-place)
+	Inplace bool // the output is one of the op's inputs
+}
+
+// ScratchPoint is the in-kernel scratch an op took at one fit point.
+type ScratchPoint struct {
+	Batch, Seq int64 // Seq is 0 for traces without a sequence size model
+	Bytes      int64
+}
+
+// Scratch is the recorded in-kernel scratch of an event (CPU traces).
+type Scratch struct {
+	Bytes  int64 // at the trace batch / sequence
+	Points []ScratchPoint
+}
+
+// Event is one aten op.
+type Event struct {
+	Index   int
+	Op      string
+	Phase   string
+	Module  string
+	Alloc   []Storage
+	Free    []int
+	Saved   []int
+	Outputs []Output
+	// Inputs are the storages the op read (optional; exporters from
+	// memplan_torch 0.2 on).
+	Inputs  []int
+	Scratch *Scratch
+}
+
+// FirstStep is the first iteration's optimizer phase, which creates the
+// optimizer state.
+type FirstStep struct {
+	Exact           bool
+	OptimizerState  []int
+	OptimizerEvents []Event
+}
+
+// PhaseRange is the inclusive event range of a phase.
+type PhaseRange struct{ First, Last int }
+
+// Trace is a parsed memplan.trace/v1 document.
+type Trace struct {
+	Schema      string
+	Name        string
+	Source      string
+	Torch       string // producer.torch
+	TraceDevice string
+	Notes       []string
+	Optimizer   string
+	Foreach     *bool
+	BatchDim    int
+	SeqDim      *int // nil: no sequence size model
+	TraceBatch  int64
+	TraceSeq    int64 // 0 without a sequence size model
+	ScratchKind string
+	NParams     int64
+	ParamBytes  int64
+	Phases      map[string]PhaseRange
+	Initial     []Storage
+	Events      []Event
+	EndLive     []int
+	First       FirstStep
+
+	file string
+}
+
+// HasSeq reports whether sizes are modelled in the sequence length too.
+func (t *Trace) HasSeq() bool { return t.SeqDim != nil }
+
+// ErrSchema is wrapped by errors about the document's schema version.
+var ErrSchema = errors.New("torchtrace: unsupported schema")
+
+// Load reads and parses a trace file; errors name the file.
+func Load(path string) (*Trace, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("torchtrace: %s: %v", path, pe.Err)
+		}
+		return nil, fmt.Errorf("torchtrace: %w", err)
+	}
+	return parse(filepath.Base(path), data)
+}
+
+// Parse parses a trace document (named "trace" in errors).
+func Parse(data []byte) (*Trace, error) { return parse("trace", data) }
+
+// ParseNamed parses a trace document, naming it file in errors.
+func ParseNamed(file string, data []byte) (*Trace, error) { return parse(file, data) }
+
+type perr struct{ msg string }
+
+func (e *perr) Error() string { return e.msg }
+
+type parser struct {
+	file string
+}
+
+func (p *parser) fail(path, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	panic(&perr{fmt.Sprintf("torchtrace: %s: %s", p.file, msg)})
+}
+
+func parse(file string, data []byte) (t *Trace, err error) {
+	p := &parser{file: file}
+	defer func() {
+		if r := recover(); r != nil {
+			pe, ok := r.(*perr)
+			if !ok {
+				panic(r)
+			}
+			t, err = nil, pe
+		}
+	}()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var root any
+	if e := dec.Decode(&root); e != nil {
+		p.fail("", "%s", jsonError(data, e))
+	}
+	if dec.More() {
+		p.fail("", "invalid JSON: extra data after the document")
+	}
+	if _, e := dec.Token(); e == nil {
+		p.fail("", "invalid JSON: extra data after the document")
+	}
+	m, ok := root.(map[string]any)
+	if !ok {
+		p.fail("", "not a JSON object (a memplan trace is one object with \"schema\": %q)", Schema)
+	}
+	schema, ok := m["schema"].(string)
+	if !ok {
+		if _, has := m["schema"]; has {
+			p.fail("", "field \"schema\" must be a string")
+		}
+		p.fail("", "missing \"schema\": not a memplan trace (want %q)", Schema)
+	}
+	if schema != Schema {
+		if v, ok := strings.CutPrefix(schema, schemaPrefix); ok {
+			if n, e := strconv.Atoi(v); e == nil && n > 1 {
+				panic(&perr{fmt.Sprintf("torchtrace: %s is schema %s; this memplan reads v1 — upgrade memplan", file, schema)})
+			}
+		}
+		panic(&perr{fmt.Sprintf("torchtrace: %s: schema %q is not a memplan trace (want %q)", file, schema, Schema)})
+	}
+	t = p.trace(m)
+	t.file = file
+	p.check(t)
+	return t, nil
+}
+
+// jsonError turns a decoder error into one line with the line number.
+func jsonError(data []byte, err error) string {
+	if errors.Is(err, io.EOF) {
+		return "empty document"
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return "truncated JSON (the file ends inside the document)"
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		off := min(int(se.Offset), len(data))
+		line := 1 + bytes.Count(data[:off], []byte("\n"))
+		return fmt.Sprintf("invalid JSON at line %d (byte %d): %v", line, se.Offset, se)
+	}
+	return "invalid JSON: " + err.Error()
+}
+
+// ---- typed access with paths ----
+
+func (p *parser) get(m map[string]any, path, key string) any {
+	v, ok := m[key]
+	if !ok {
+		p.fail(path, "missing %q", key)
+	}
+	return v
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func (p *parser) obj(v any, path string) map[string]any {
+	m, ok := v.(map[string]any)
+	if !ok {
+		p.fail(path, "must be an object, got %s", kind(v))
+	}
+	return m
+}
+
+func (p *parser) list(v any, path string) []any {
+	l, ok := v.([]any)
+	if !ok {
+		p.fail(path, "must be a list, got %s", kind(v))
+	}
+	return l
+}
+
+func kind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "the number " + x.String()
+	case string:
+		return "a string"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func (p *parser) intv(v any, path string) int64 {
+	n, ok := v.(json.Number)
+	if !ok {
+		p.fail(path, "must be an integer, got %s", kind(v))
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		if f, e := strconv.ParseFloat(n.String(), 64); e == nil && f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+			return int64(f)
+		}
+		p.fail(path, "must be an integer, got %s", n)
+	}
+	return i
+}
+
+func (p *parser) strv(v any, path string) string {
+	s, ok := v.(string)
+	if !ok {
+		p.fail(path, "must be a string, got %s", kind(v))
+	}
+	return s
+}
+
+func (p *parser) boolv(v any, path string) bool {
+	b, ok := v.(bool)
+	if !ok {
+		p.fail(path, "must be a boolean, got %s", kind(v))
+	}
+	return b
+}
+
+func (p *parser) reqInt(m map[string]any, path, key string) int64 {
+	return p.intv(p.get(m, path, key), join(path, key))
+}
+
+func (p *parser) reqStr(m map[string]any, path, key string) string {
+	return p.strv(p.get(m, path, key), join(path, key))
+}
+
+func (p *parser) reqBool(m map[string]any, path, key string) bool {
+	return p.boolv(p.get(m, path, key), join(path, key))
+}
+
+func (p *parser) optStr(m map[string]any, path, key string) string {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return ""
+	}
+	return p.strv(v, join(path, key))
+}
+
+func (p *parser) optInt(m map[string]any, path, key string) (int64, bool) {
+	v, ok := m[key]
+	if !ok || v == nil {
+		return 0, false
+	}
+	return p.intv(v, join(path, key)), true
+}
+
+func (p *parser) ints(v any, path string) []int {
+	l := p.list(v, path)
+	out := make([]int, len(l))
+	for i, x := range l {
+		n := p.intv(x, fmt.Sprintf("%s[%d]", path, i))
+		if n < 0 || n > math.MaxInt32 {
+			p.fail(fmt.Sprintf("%s[%d]", path, i), "storage id %d out of range", n)
+		}
+		out[i] = int(n)
+	}
+	return out
+}
+
+func (p *parser) shape(v any, path string) []int64 {
+	l := p.list(v, path)
+	out := make([]int64, len(l))
+	for i, x := range l {
+		out[i] = p.intv(x, fmt.Sprintf("%s[%d]", path, i))
+		if out[i] < 0 {
+			p.fail(fmt.Sprintf("%s[%d]", path, i), "negative dimension %d", out[i])
+		}
+	}
+	return out
+}
+
+// ---- document ----
+
+func (p *parser) trace(m map[string]any) *Trace {
+	t := &Trace{Schema: Schema, Phases: map[string]PhaseRange{}}
+	t.Name = p.optStr(m, "", "name")
+	t.Source = p.optStr(m, "", "source")
+	if v, ok := m["producer"]; ok && v != nil {
+		pm := p.obj(v, "producer")
+		t.Torch = p.optStr(pm, "producer", "torch")
+	}
+	t.TraceDevice = p.reqStr(m, "", "trace_device")
+	if v, ok := m["notes"]; ok && v != nil {
+		for i, x := range p.list(v, "notes") {
+			t.Notes = append(t.Notes, p.strv(x, fmt.Sprintf("notes[%d]", i)))
+		}
+	}
+	t.Optimizer = p.optStr(m, "", "optimizer")
+	if v, ok := m["foreach"]; ok && v != nil {
+		b := p.boolv(v, "foreach")
+		t.Foreach = &b
+	}
+	if bd, ok := p.optInt(m, "", "batch_dim"); ok {
+		t.BatchDim = int(bd)
+	}
+	if sd, ok := p.optInt(m, "", "seq_dim"); ok {
+		d := int(sd)
+		t.SeqDim = &d
+	}
+	t.TraceBatch = p.reqInt(m, "", "trace_batch")
+	if t.TraceBatch < 1 {
+		p.fail("trace_batch", "must be at least 1, got %d", t.TraceBatch)
+	}
+	if t.SeqDim != nil {
+		t.TraceSeq = p.intv(p.get(m, "", "trace_seq"), "trace_seq")
+		if t.TraceSeq < 1 {
+			p.fail("trace_seq", "must be at least 1 when seq_dim is set, got %d", t.TraceSeq)
+		}
+	}
+	t.ScratchKind = p.optStr(m, "", "scratch")
+	if n, ok := p.optInt(m, "", "n_params"); ok {
+		t.NParams = n
+	}
+	if n, ok := p.optInt(m, "", "param_bytes"); ok {
+		t.ParamBytes = n
+	}
+	if v, ok := m["phases"]; ok && v != nil {
+		for k, x := range p.obj(v, "phases") {
+			pr := p.obj(x, "phases."+k)
+			t.Phases[k] = PhaseRange{int(p.reqInt(pr, "phases."+k, "first_event")), int(p.reqInt(pr, "phases."+k, "last_event"))}
+		}
+	}
+	for i, x := range p.list(p.get(m, "", "initial_storages"), "initial_storages") {
+		t.Initial = append(t.Initial, p.storage(x, fmt.Sprintf("initial_storages[%d]", i), t))
+	}
+	t.Events = p.events(p.get(m, "", "events"), "events", t)
+	t.EndLive = p.ints(p.get(m, "", "end_live"), "end_live")
+	fs := p.obj(p.get(m, "", "first_step"), "first_step")
+	t.First.Exact = p.reqBool(fs, "first_step", "exact")
+	t.First.OptimizerState = p.ints(p.get(fs, "first_step", "optimizer_state"), "first_step.optimizer_state")
+	t.First.OptimizerEvents = p.events(p.get(fs, "first_step", "optimizer_events"), "first_step.optimizer_events", t)
+	return t
+}
+
+var seqTerms = []string{"bytes_per_seq", "bytes_per_seq2", "bytes_per_batch_seq", "bytes_per_batch_seq2"}
+
+func (p *parser) storage(v any, path string, t *Trace) Storage {
+	m := p.obj(v, path)
+	s := Storage{}
+	id := p.reqInt(m, path, "id")
+	if id < 0 || id > math.MaxInt32 {
+		p.fail(join(path, "id"), "storage id %d out of range", id)
+	}
+	s.ID = int(id)
+	s.Bytes = p.reqInt(m, path, "bytes")
+	s.Const = p.reqInt(m, path, "bytes_const")
+	s.PerBatch = p.reqInt(m, path, "bytes_per_batch")
+	if t.HasSeq() {
+		terms := []*int64{&s.PerSeq, &s.PerSeq2, &s.PerBatchSeq, &s.PerBatchSeq2}
+		for i, k := range seqTerms {
+			*terms[i] = p.reqInt(m, path, k)
+		}
+	}
+	s.DType = p.reqStr(m, path, "dtype")
+	s.Shape = p.shape(p.get(m, path, "shape"), join(path, "shape"))
+	s.Category = p.reqStr(m, path, "category")
+	switch s.Category {
+	case CatParameter, CatGradient, CatOptimizerState, CatInput, CatActivation, CatTemporary:
+	default:
+		p.fail(join(path, "category"), "unknown category %q (want parameter, gradient, optimizer_state, input, activation or temporary)", s.Category)
+	}
+	s.Saved = p.reqBool(m, path, "saved")
+	if v, ok := m["buffer"]; ok && v != nil {
+		s.Buffer = p.boolv(v, join(path, "buffer"))
+	}
+	s.Module = p.optStr(m, path, "module")
+	if s.Bytes < 0 {
+		p.fail(join(path, "bytes"), "negative size %d", s.Bytes)
+	}
+	if got := s.Size(t.TraceBatch, t.TraceSeq); got != s.Bytes {
+		p.fail(path, "the size model gives %d bytes at the trace batch, but \"bytes\" is %d", got, s.Bytes)
+	}
+	return s
+}
+
+func (p *parser) events(v any, path string, t *Trace) []Event {
+	l := p.list(v, path)
+	out := make([]Event, len(l))
+	for i, x := range l {
+		out[i] = p.event(x, fmt.Sprintf("%s[%d]", path, i), i, t)
+	}
+	return out
+}
+
+func (p *parser) event(v any, path string, i int, t *Trace) Event {
+	m := p.obj(v, path)
+	e := Event{}
+	e.Index = int(p.reqInt(m, path, "index"))
+	if e.Index != i {
+		p.fail(join(path, "index"), "is %d, want %d (its position)", e.Index, i)
+	}
+	e.Op = p.reqStr(m, path, "op")
+	e.Phase = p.reqStr(m, path, "phase")
+	switch e.Phase {
+	case PhaseForward, PhaseBackward, PhaseOptimizer:
+	default:
+		p.fail(join(path, "phase"), "unknown phase %q (want forward, backward or optimizer)", e.Phase)
+	}
+	e.Module = p.reqStr(m, path, "module")
+	for j, x := range p.list(p.get(m, path, "alloc"), join(path, "alloc")) {
+		e.Alloc = append(e.Alloc, p.storage(x, fmt.Sprintf("%s.alloc[%d]", path, j), t))
+	}
+	e.Free = p.ints(p.get(m, path, "free"), join(path, "free"))
+	e.Saved = p.ints(p.get(m, path, "saved"), join(path, "saved"))
+	for j, x := range p.list(p.get(m, path, "outputs"), join(path, "outputs")) {
+		op := fmt.Sprintf("%s.outputs[%d]", path, j)
+		om := p.obj(x, op)
+		o := Output{}
+		sid := p.reqInt(om, op, "storage")
+		if sid < 0 || sid > math.MaxInt32 {
+			p.fail(join(op, "storage"), "storage id %d out of range", sid)
+		}
+		o.Storage = int(sid)
+		o.DType = p.optStr(om, op, "dtype")
+		if sv, ok := om["shape"]; ok && sv != nil {
+			o.Shape = p.shape(sv, join(op, "shape"))
+		}
+		if av, ok := om["alias"]; ok && av != nil {
+			o.Alias = p.boolv(av, join(op, "alias"))
+		}
+		if iv, ok := om["inplace"]; ok && iv != nil {
+			o.Inplace = p.boolv(iv, join(op, "inplace"))
+		}
+		e.Outputs = append(e.Outputs, o)
+	}
+	if iv, ok := m["inputs"]; ok && iv != nil {
+		e.Inputs = p.ints(iv, join(path, "inputs"))
+	}
+	if sv, ok := m["scratch"]; ok && sv != nil {
+		sp := join(path, "scratch")
+		sm := p.obj(sv, sp)
+		sc := &Scratch{Bytes: p.reqInt(sm, sp, "bytes")}
+		if sc.Bytes < 0 {
+			p.fail(join(sp, "bytes"), "negative scratch %d", sc.Bytes)
+		}
+		for k, x := range p.list(p.get(sm, sp, "points"), join(sp, "points")) {
+			pp := fmt.Sprintf("%s.points[%d]", sp, k)
+			pl := p.list(x, pp)
+			if len(pl) != 3 {
+				p.fail(pp, "must be [batch, seq, bytes], got %d numbers", len(pl))
+			}
+			pt := ScratchPoint{Batch: p.intv(pl[0], pp+"[0]"), Bytes: p.intv(pl[2], pp+"[2]")}
+			if pl[1] != nil {
+				pt.Seq = p.intv(pl[1], pp+"[1]")
+			}
+			if pt.Batch < 1 || pt.Bytes < 0 || pt.Seq < 0 {
+				p.fail(pp, "bad point [%d, %d, %d]", pt.Batch, pt.Seq, pt.Bytes)
+			}
+			sc.Points = append(sc.Points, pt)
+		}
+		e.Scratch = sc
+	}
+	return e
+}
+
+// check verifies the document's invariants: ids unique, frees and outputs
+// refer to live storages, phases in order.
+func (p *parser) check(t *Trace) {
+	live := map[int]bool{}
+	known := map[int]bool{}
+	for i, s := range t.Initial {
+		if known[s.ID] {
+			p.fail(fmt.Sprintf("initial_storages[%d]", i), "storage id %d listed twice", s.ID)
+		}
+		known[s.ID] = true
+		live[s.ID] = true
+	}
+	walk := func(events []Event, path string, live map[int]bool, firstStep bool) {
+		last := 0
+		order := map[string]int{PhaseForward: 0, PhaseBackward: 1, PhaseOptimizer: 2}
+		for i := range events {
+			e := &events[i]
+			ep := fmt.Sprintf("%s[%d]", path, i)
+			if order[e.Phase] < last {
+				p.fail(join(ep, "phase"), "%s after %s", e.Phase, []string{"forward", "backward", "optimizer"}[last])
+			}
+			last = order[e.Phase]
+			for j, a := range e.Alloc {
+				if live[a.ID] {
+					p.fail(fmt.Sprintf("%s.alloc[%d]", ep, j), "allocates storage %d, which is live", a.ID)
+				}
+				if known[a.ID] && !firstStep {
+					p.fail(fmt.Sprintf("%s.alloc[%d]", ep, j), "storage id %d is allocated twice", a.ID)
+				}
+				known[a.ID] = true
+				live[a.ID] = true
+			}
+			for j, o := range e.Outputs {
+				if !live[o.Storage] {
+					p.fail(fmt.Sprintf("%s.outputs[%d].storage", ep, j), "storage %d is not live", o.Storage)
+				}
+			}
+			for j, f := range e.Free {
+				if !live[f] {
+					p.fail(fmt.Sprintf("%s.free[%d]", ep, j), "frees storage %d, which is not live", f)
+				}
+				delete(live, f)
+			}
+		}
+	}
+	steady := map[int]bool{}
+	for k := range live {
+		steady[k] = true
+	}
+	walk(t.Events, "events", steady, false)
+	for i, id := range t.EndLive {
+		if !steady[id] {
+			p.fail(fmt.Sprintf("end_live[%d]", i), "storage %d is not live after the last event", id)
+		}
+	}
+	state := map[int]bool{}
+	for i, id := range t.First.OptimizerState {
+		if !live[id] {
+			p.fail(fmt.Sprintf("first_step.optimizer_state[%d]", i), "storage %d is not an initial storage", id)
+		}
+		state[id] = true
+	}
+	// The first step: initial storages minus the state, the steady forward
+	// and backward, then the recorded first optimizer phase.
+	first := map[int]bool{}
+	for k := range live {
+		if !state[k] {
+			first[k] = true
+		}
+	}
+	fb := make([]Event, 0, len(t.Events))
+	for _, e := range t.Events {
+		if e.Phase != PhaseOptimizer {
+			fb = append(fb, e)
+		}
+	}
+	walk(fb, "events", first, true)
+	for i := range t.First.OptimizerEvents {
+		e := &t.First.OptimizerEvents[i]
+		if e.Phase != PhaseOptimizer {
+			p.fail(fmt.Sprintf("first_step.optimizer_events[%d].phase", i), "is %q, want optimizer", e.Phase)
+		}
+	}
+	walk(t.First.OptimizerEvents, "first_step.optimizer_events", first, true)
+}

@@ -1,0 +1,143 @@
+package torchtrace
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const tiny = `{"schema": "memplan.trace/v1", "trace_device": "meta", "trace_batch": 2, "optimizer": "sgd",
+ "initial_storages": [
+  {"id": 0, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "parameter", "saved": true},
+  {"id": 1, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "input", "saved": false}],
+ "events": [
+  {"index": 0, "op": "aten.mm.default", "phase": "forward", "module": "fc", "alloc": [
+    {"id": 2, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation", "saved": true}],
+   "free": [], "saved": [2], "outputs": [{"storage": 2, "dtype": "float32", "shape": [2, 4], "alias": false, "inplace": false}]},
+  {"index": 1, "op": "aten.mm.default", "phase": "backward", "module": "fc", "alloc": [
+    {"id": 3, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "gradient", "saved": false}],
+   "free": [2], "saved": [], "outputs": [{"storage": 3, "dtype": "float32", "shape": [4, 4], "alias": false, "inplace": false}]},
+  {"index": 2, "op": "aten.add_.Tensor", "phase": "optimizer", "module": "", "alloc": [], "free": [3], "saved": [],
+   "outputs": [{"storage": 0, "dtype": "float32", "shape": [4, 4], "alias": true, "inplace": true}]}],
+ "end_live": [0, 1],
+ "first_step": {"exact": true, "optimizer_state": [], "optimizer_events": []}}`
+
+func TestParseTiny(t *testing.T) {
+	tr, err := Parse([]byte(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Events) != 3 || tr.TraceBatch != 2 || tr.HasSeq() {
+		t.Fatalf("unexpected %+v", tr)
+	}
+	// Accumulation: the second micro-step's gradient is a temporary, freed at once.
+	p, err := tr.Program(Options{Batch: 8, Accum: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := phasePeaks(t, p)
+	// params 64 + input 128 + activation 128 = 320 in forward; backward adds
+	// the gradient (64) while the activation is still live.
+	if got["forward"] != 64+128+128+64 || got["backward"] != 64+128+128+64+64 || got["optimizer"] != 64+128+64 {
+		t.Errorf("peaks %v", got)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	edit := func(old, new string) string {
+		if !strings.Contains(tiny, old) {
+			t.Fatalf("fixture lacks %q", old)
+		}
+		return strings.Replace(tiny, old, new, 1)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"", "torchtrace: trace: empty document"},
+		{tiny[:200], "torchtrace: trace: truncated JSON"},
+		{"{\"schema\": ", "torchtrace: trace: truncated JSON"},
+		{"[1, 2]", "torchtrace: trace: not a JSON object"},
+		{"{} {}", "extra data after the document"},
+		{"{\"a\": 1,}", "torchtrace: trace: invalid JSON at line 1"},
+		{"{}", `torchtrace: trace: missing "schema": not a memplan trace`},
+		{`{"schema": 2}`, `field "schema" must be a string`},
+		{edit("memplan.trace/v1", "memplan.trace/v2"), "torchtrace: trace is schema memplan.trace/v2; this memplan reads v1 — upgrade memplan"},
+		{edit("memplan.trace/v1", "memplan.plan/v1"), `schema "memplan.plan/v1" is not a memplan trace`},
+		{edit(`"trace_batch": 2`, `"trace_batch": "2"`), "torchtrace: trace: trace_batch: must be an integer, got a string"},
+		{edit(`"bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`, `"dtype": "float32", "shape": [2, 4], "category": "activation"`),
+			`torchtrace: trace: events[0].alloc[0]: missing "bytes_per_batch"`},
+		{edit(`"category": "gradient"`, `"category": "grad"`), `events[1].alloc[0].category: unknown category "grad"`},
+		{edit(`"phase": "backward"`, `"phase": "bwd"`), `events[1].phase: unknown phase "bwd"`},
+		{edit(`"free": [2]`, `"free": [7]`), "events[1].free[0]: frees storage 7, which is not live"},
+		{edit(`"free": [2]`, `"free": [2.5]`), "events[1].free[0]: must be an integer, got 2.5"},
+		{edit(`"index": 1,`, `"index": 5,`), "events[1].index: is 5, want 1"},
+		{edit(`"bytes": 32, "bytes_const": 0`, `"bytes": 33, "bytes_const": 0`), "initial_storages[1]: the size model gives 32 bytes at the trace batch, but \"bytes\" is 33"},
+		{edit(`"end_live": [0, 1]`, `"end_live": [0, 9]`), "end_live[1]: storage 9 is not live after the last event"},
+		{edit(`"shape": [4, 4], "category": "parameter"`, `"shape": [4, -4], "category": "parameter"`), "initial_storages[0].shape[1]: negative dimension"},
+		{edit(`"optimizer_events": []`, `"optimizer_events": {}`), "first_step.optimizer_events: must be a list, got an object"},
+		{edit(`"outputs": [{"storage": 2,`, `"outputs": [{"storage": 9,`), "events[0].outputs[0].storage: storage 9 is not live"},
+	} {
+		_, err := Parse([]byte(c.in))
+		if err == nil {
+			t.Errorf("no error for %.60q, want %q", c.in, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("got  %q\nwant %q", err, c.want)
+		}
+	}
+}
+
+func TestLoadNamesFile(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "trace.json")
+	if err := os.WriteFile(p, []byte(strings.Replace(tiny, `"bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`, `"dtype": "float32", "shape": [2, 4], "category": "activation"`, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p)
+	if err == nil || err.Error() != `torchtrace: trace.json: events[0].alloc[0]: missing "bytes_per_batch"` {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := Load(filepath.Join(dir, "none.json")); err == nil || !strings.HasPrefix(err.Error(), "torchtrace: ") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestProgramOptionErrors(t *testing.T) {
+	tr, err := Parse([]byte(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Program(Options{Seq: 128}); err == nil || !strings.Contains(err.Error(), "no sequence size model") {
+		t.Errorf("got %v", err)
+	}
+	if _, err := tr.Program(Options{Batch: -1}); err == nil {
+		t.Error("negative batch accepted")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(tiny))
+	for _, name := range []string{"lm_sgd.trace.json", "resnet18.trace.json"} {
+		if data, err := os.ReadFile(filepath.Join(testdata, name)); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr, err := Parse(data)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "torchtrace: ") {
+				t.Fatalf("bad error %q", err)
+			}
+			return
+		}
+		for _, o := range []Options{{}, {Batch: 3, Accum: 2}, {FirstStep: true, MinBytes: 1024}} {
+			p, err := tr.Program(o)
+			if err != nil {
+				continue
+			}
+			if err := p.Verify(); err != nil {
+				t.Fatalf("program of a parsed trace fails Verify: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The validation suite: measures every case for real (python/memplan_torch suite: traces at a small batch,
+# measurements at a larger one), then predicts each from its trace and compares per-phase peaks:
+#
+#   scripts/validate.sh                      # CPU, LD_PRELOAD allocation tracker (what CI runs)
+#   scripts/validate.sh --device cuda        # GPU: max_memory_allocated per phase (under 8 minutes)
+#   scripts/validate.sh --out DIR --tolerance 3%
+#
+# Exit status 1 when any phase peak is beyond the tolerance or a peak phase is wrong.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+device=cpu
+out=""
+tolerance=3%
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) device=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --tolerance) tolerance=$2; shift 2 ;;
+    *) echo "validate.sh: unknown argument $1 (want --device cpu|cuda, --out DIR, --tolerance 3%)" >&2; exit 2 ;;
+  esac
+done
+if [ -z "$out" ]; then
+  out=$(mktemp -d "${TMPDIR:-/tmp}/memplan-validate.XXXXXX")
+fi
+export PATH="/usr/local/go/bin:$PATH"
+PY=/usr/bin/python3
+if ! "$PY" -c 'import torch, torchvision, yaml' >/dev/null 2>&1 || ! command -v cc >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update
+  $SUDO apt-get install -y python3-torch python3-torchvision python3-yaml gcc
+fi
+
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+echo "== suite ($device) -> $out"
+PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m memplan_torch suite --out "$out" --device "$device"
+echo "== memplan validate"
+go run ./cmd/memplan validate "$out/measured.json" --traces "$out" --tolerance "$tolerance"

@@ -1,0 +1,180 @@
+package validate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/memplan/memplan/workload"
+)
+
+// MeasuredSchema is the measurement format this package reads.
+const MeasuredSchema = "memplan.measured/v1"
+
+// Phases is bytes per phase (forward, backward, optimizer).
+type Phases struct {
+	Forward   int64 `json:"forward"`
+	Backward  int64 `json:"backward"`
+	Optimizer int64 `json:"optimizer"`
+}
+
+// PhaseNames are the phases in execution order.
+var PhaseNames = []string{"forward", "backward", "optimizer"}
+
+// Get returns the bytes of a phase by name.
+func (p Phases) Get(name string) int64 {
+	switch name {
+	case "forward":
+		return p.Forward
+	case "backward":
+		return p.Backward
+	}
+	return p.Optimizer
+}
+
+// Peak is the largest phase and its bytes (the first phase wins a tie).
+func (p Phases) Peak() (string, int64) {
+	best, n := "forward", p.Forward
+	for _, ph := range PhaseNames[1:] {
+		if v := p.Get(ph); v > n {
+			best, n = ph, v
+		}
+	}
+	return best, n
+}
+
+// Memory is the counter a case was measured with (its "memory" object).
+type Memory struct {
+	Kind      string `json:"kind"` // memtrack | cuda_caching_allocator
+	Threshold int64  `json:"threshold_bytes"`
+	Overflow  int64  `json:"overflow"`
+}
+
+// Case is one measured workload.
+type Case struct {
+	Name       string
+	Workload   *workload.Workload
+	Device     string
+	MicroBatch int
+	SeqLen     int
+	Phases     Phases
+	First      Phases
+	Memory     Memory
+	Trace      string // trace file name, relative to the traces directory
+	TraceBatch int
+}
+
+// Measured is a memplan.measured/v1 document.
+type Measured struct {
+	Torch string
+	Cases []Case
+	file  string
+}
+
+type rawCase struct {
+	Name       *string         `json:"name"`
+	Workload   json.RawMessage `json:"workload"`
+	Device     string          `json:"device"`
+	MicroBatch *int            `json:"micro_batch"`
+	SeqLen     *int            `json:"seq_len"`
+	Phases     *Phases         `json:"phases"`
+	FirstStep  *struct {
+		Phases *Phases `json:"phases"`
+	} `json:"first_step"`
+	Memory     Memory `json:"memory"`
+	Trace      string `json:"trace"`
+	TraceBatch int    `json:"trace_batch"`
+}
+
+// LoadMeasured reads a memplan.measured/v1 file.
+func LoadMeasured(path string) (*Measured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("validate: %s: %v", path, pe.Err)
+		}
+		return nil, fmt.Errorf("validate: %w", err)
+	}
+	return ParseMeasured(filepath.Base(path), data)
+}
+
+// ParseMeasured parses a measured document; file names it in errors.
+func ParseMeasured(file string, data []byte) (*Measured, error) {
+	var doc struct {
+		Schema   *string `json:"schema"`
+		Producer struct {
+			Torch string `json:"torch"`
+		} `json:"producer"`
+		Cases []json.RawMessage `json:"cases"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("validate: %s: %s", file, jsonMsg(err))
+	}
+	if doc.Schema == nil {
+		return nil, fmt.Errorf("validate: %s: missing \"schema\" (want %q)", file, MeasuredSchema)
+	}
+	if *doc.Schema != MeasuredSchema {
+		return nil, fmt.Errorf("validate: %s: schema %q, this memplan reads %s", file, *doc.Schema, MeasuredSchema)
+	}
+	m := &Measured{Torch: doc.Producer.Torch, file: file}
+	for i, raw := range doc.Cases {
+		where := fmt.Sprintf("%s: cases[%d]", file, i)
+		var rc rawCase
+		if err := json.Unmarshal(raw, &rc); err != nil {
+			return nil, fmt.Errorf("validate: %s: %s", where, jsonMsg(err))
+		}
+		switch {
+		case rc.Name == nil:
+			return nil, fmt.Errorf("validate: %s: missing \"name\"", where)
+		case rc.Workload == nil:
+			return nil, fmt.Errorf("validate: %s: missing \"workload\"", where)
+		case rc.MicroBatch == nil:
+			return nil, fmt.Errorf("validate: %s: missing \"micro_batch\"", where)
+		case rc.Phases == nil:
+			return nil, fmt.Errorf("validate: %s: missing \"phases\"", where)
+		case rc.FirstStep == nil || rc.FirstStep.Phases == nil:
+			return nil, fmt.Errorf("validate: %s: missing \"first_step.phases\"", where)
+		}
+		var wobj any
+		dec := json.NewDecoder(bytesReader(rc.Workload))
+		dec.UseNumber()
+		if err := dec.Decode(&wobj); err != nil {
+			return nil, fmt.Errorf("validate: %s.workload: %s", where, jsonMsg(err))
+		}
+		w, err := workload.Validate(where+".workload", wobj)
+		if err != nil {
+			return nil, fmt.Errorf("validate: %w", err)
+		}
+		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: *rc.Phases,
+			First: *rc.FirstStep.Phases, Memory: rc.Memory, Trace: rc.Trace, TraceBatch: rc.TraceBatch}
+		if rc.SeqLen != nil {
+			c.SeqLen = *rc.SeqLen
+		}
+		m.Cases = append(m.Cases, c)
+	}
+	if len(m.Cases) == 0 {
+		return nil, fmt.Errorf("validate: %s: no cases", file)
+	}
+	return m, nil
+}
+
+func jsonMsg(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type, te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) && se.Error() == "unexpected end of JSON input" {
+		return "truncated JSON"
+	}
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)
+	}
+	if err.Error() == "unexpected end of JSON input" {
+		return "truncated JSON"
+	}
+	return err.Error()
+}

@@ -1,0 +1,127 @@
+package validate
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/workload"
+)
+
+const testdata = "../testdata/torch"
+
+// The suite's published accuracy: every compared phase peak within 3%
+// (issue 4), the peak phase right; checkpointed cases pending until
+// strategy.Checkpoint is wired.
+func TestSuiteWithinTolerance(t *testing.T) {
+	m, err := LoadMeasured(filepath.Join(testdata, "measured.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var preds []Prediction
+	for _, c := range m.Cases {
+		tr, err := torchtrace.Load(filepath.Join(testdata, c.Trace))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := PredictWith(c.Workload, tr, CounterFor(c.Memory, tr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		preds = append(preds, p)
+	}
+	rep := Compare(m, preds, 0.03)
+	t.Log(rep.Summary())
+	if !rep.Pass {
+		for _, r := range rep.Rows {
+			t.Logf("%-20s %-6s %-9s %+.2f%% %s", r.Case, r.Step, r.Phase, 100*r.Error, r.Pending)
+		}
+		t.Fatal("beyond tolerance")
+	}
+	if rep.Compared < 6 {
+		t.Errorf("only %d cases compared", rep.Compared)
+	}
+}
+
+func TestPredictUsesWorkloadDevice(t *testing.T) {
+	tr, err := torchtrace.Load(filepath.Join(testdata, "lm.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := workload.Load(filepath.Join(testdata, "workloads", "lm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := Predict(w, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Device = "cuda"
+	gpu, err := Predict(w, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 512-byte blocks and no threshold: never below the thresholded count.
+	if gpu.Steady.Forward < cpu.Steady.Forward {
+		t.Errorf("cuda %d < cpu %d", gpu.Steady.Forward, cpu.Steady.Forward)
+	}
+	// A different optimizer replaces the recorded one.
+	w.Optimizer = "sgd"
+	sgd, err := Predict(w, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sgd.Steady.Optimizer >= gpu.Steady.Optimizer {
+		t.Errorf("sgd optimizer peak %d not below adamw %d", sgd.Steady.Optimizer, gpu.Steady.Optimizer)
+	}
+}
+
+func TestCompare(t *testing.T) {
+	m := &Measured{Cases: []Case{
+		{Name: "a", Phases: Phases{100, 200, 50}, First: Phases{90, 190, 50}},
+		{Name: "b", Phases: Phases{100, 200, 50}, First: Phases{90, 190, 50}},
+		{Name: "c", Phases: Phases{100, 200, 50}, First: Phases{90, 190, 50}},
+	}}
+	preds := []Prediction{
+		{Case: "a", Steady: Phases{101, 202, 50}, First: Phases{90, 190, 50}},
+		{Case: "b", Steady: Phases{300, 200, 50}, First: Phases{90, 190, 50}}, // wrong peak phase, 200% off
+		{Case: "c", Pending: "checkpointing"},
+	}
+	rep := Compare(m, preds, 0.03)
+	if rep.Pass || rep.Compared != 2 || rep.Pending != 1 || rep.PeakRight != 1 || rep.Peaks != 12 {
+		t.Errorf("%+v", rep)
+	}
+	if rep.Worst != 2 || rep.WorstAt != "b steady forward" {
+		t.Errorf("worst %v at %q", rep.Worst, rep.WorstAt)
+	}
+	if !strings.Contains(rep.Summary(), "2 cases, 12 phase peaks: median 0.00%, worst 200.0% (b steady forward), peak phase right in 1/2; 1 pending; FAIL") {
+		t.Errorf("summary %q", rep.Summary())
+	}
+	ok := Compare(m, preds[:1], 0.03)
+	if ok.Pass {
+		t.Error("cases without prediction must not pass silently")
+	}
+	m.Cases = m.Cases[:1]
+	if ok = Compare(m, preds[:1], 0.03); !ok.Pass || ok.Worst != 0.01 {
+		t.Errorf("%+v", ok)
+	}
+}
+
+func TestParseMeasuredErrors(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`{"cases": []}`, `validate: m.json: missing "schema"`},
+		{`{"schema": "memplan.measured/v2", "cases": []}`, `schema "memplan.measured/v2"`},
+		{`{"schema": "memplan.measured/v1", "cases": []}`, "no cases"},
+		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x"}]}`, `cases[0]: missing "workload"`},
+		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "workload": {"model": "m:f", "batch": 2, "bacth": 1}, "micro_batch": 2, "phases": {}, "first_step": {"phases": {}}}]}`,
+			"validate: workload: m.json: cases[0].workload: unknown field 'bacth'"},
+		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "micro_batch": "2"}]}`, `cases[0]: field "micro_batch" must be int, got string`},
+		{`{"schema": "memplan.measured/v1", "cases": [`, "truncated JSON"},
+	} {
+		_, err := ParseMeasured("m.json", []byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%.50q: got %v, want %q", c.in, err, c.want)
+		}
+	}
+}
