@@ -18,6 +18,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
@@ -53,7 +54,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
 	})
-	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout))
+	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout))
 	return root
 }
 
@@ -66,6 +67,8 @@ type planFlags struct {
 	microBatch, seq, accum, genTokens                                                          int
 	jsonOut, noTimeline, noChart, firstStep                                                    bool
 	svg, png                                                                                   string
+	graph, workloadPath                                                                        string
+	changed                                                                                    func(string) bool
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
@@ -122,6 +125,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 // register adds the flags that describe a job, shared by plan, compare and
 // fit.
 func (f *planFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.graph, "graph", "", "a PyTorch training-step trace (python3 -m memplan_torch export ... --out trace.json) instead of --model")
+	fl.StringVar(&f.workloadPath, "workload", "", "a workload file (YAML/JSON, docs/measure-format.md) setting batch, accumulation, optimizer, checkpointing; with --graph")
+	f.changed = fl.Changed
 	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
@@ -154,7 +160,16 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 func (f *planFlags) spec() (engine.Spec, error) {
 	var s engine.Spec
 	var err error
-	if s.Model, err = models.Resolve(f.model); err != nil {
+	if f.graph != "" {
+		if f.changed("model") {
+			return s, fmt.Errorf("give --model or --graph, not both")
+		}
+		if s.Trace, err = torchtrace.Load(f.graph); err != nil {
+			return s, err
+		}
+	} else if f.workloadPath != "" {
+		return s, fmt.Errorf("--workload needs --graph: the trace of the workload's model (memplan_torch export)")
+	} else if s.Model, err = models.Resolve(f.model); err != nil {
 		return s, err
 	}
 	if s.Mode, err = engine.ParseMode(f.mode); err != nil {
@@ -228,6 +243,21 @@ func (f *planFlags) spec() (engine.Spec, error) {
 		s.LoRA = l
 	}
 	s.FirstStep = f.firstStep
+	if s.Trace != nil {
+		// A trace keeps its recorded optimizer step unless one is asked for.
+		s.TraceOptimizer = f.changed("optimizer") || f.changed("optimizer-impl")
+		if !f.changed("micro-batch") {
+			s.MicroBatch = 0
+		}
+		if f.changed("precision") {
+			return s, fmt.Errorf("--precision does not apply to a trace: it ran in the dtypes it recorded")
+		}
+	}
+	if f.workloadPath != "" {
+		if err := f.applyWorkload(&s); err != nil {
+			return s, err
+		}
+	}
 	for _, p := range []string{f.svg, f.png} {
 		if p == "" {
 			continue

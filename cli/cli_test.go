@@ -52,6 +52,14 @@ func TestBadInput(t *testing.T) {
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"plan", "--checkpoint", "every=0"}, "positive integer"},
 		{[]string{"plan", "--zero", "3"}, "needs --dp of at least 2"},
+		{[]string{"plan", "--graph", filepath.Join(dir, "none.json")}, "none.json"},
+		{[]string{"plan", "--graph", trunc}, "torchtrace"},
+		{[]string{"plan", "--workload", "../testdata/torch/workloads/lm.yaml"}, "--workload needs --graph"},
+		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--model", "gpt2"}, "not both"},
+		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--tp", "2"}, "rebuild the model's graph"},
+		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--precision", "bf16"}, "--precision does not apply"},
+		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--workload", "../testdata/torch/workloads/lm.yaml", "--accum", "3"}, "--accum disagrees"},
+		{[]string{"plan", "--graph", "../testdata/torch/resnet18.trace.json", "--seq", "99"}, "sequence dimension"},
 		{[]string{"plan", "--zero", "5", "--dp", "4"}, "unknown --zero 5"},
 		{[]string{"plan", "--dp", "0"}, "--dp"},
 		{[]string{"plan", "--offload", "disk"}, "unknown --offload"},
@@ -210,5 +218,27 @@ func TestCompare(t *testing.T) {
 	}
 	if code, _, errs := run("compare", "--allow", "everything"); code == 0 || !strings.Contains(errs, "unknown --allow") {
 		t.Errorf("bad --allow: exit %d, %q", code, errs)
+	}
+}
+
+// The trace path: replaying the committed lm trace with the workload the
+// suite measured gives the measured per-phase peaks (testdata/torch).
+func TestPlanGraphWorkload(t *testing.T) {
+	code, out, errs := run("plan", "--graph", "../testdata/torch/lm.trace.json", "--workload", "../testdata/torch/workloads/lm_ckpt.yaml", "--json", "--no-timeline")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Checkpoint string `json:"checkpoint"`
+		Peak       struct {
+			Bytes float64 `json:"bytes"`
+			Phase string  `json:"phase"`
+		} `json:"peak"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Checkpoint != "modules=layers.*" || j.Peak.Phase != "backward" || j.Peak.Bytes <= 0 {
+		t.Errorf("unexpected plan: %+v", j)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -90,6 +91,11 @@ type Spec struct {
 	PPSchedule       string
 	// Offload moves activations, optimizer state or parameters to host.
 	Offload Offload
+	// Trace, when set, is the job instead of Model: a recorded PyTorch
+	// training step (memplan_torch export) replayed at MicroBatch/Seq.
+	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
+	Trace          *torchtrace.Trace
+	TraceOptimizer bool
 	// autoBlocks caches what --checkpoint auto chose for this spec.
 	autoBlocks *[]string
 }
@@ -99,6 +105,24 @@ var ErrSpec = errors.New("engine: invalid spec")
 
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
+	if s.Trace != nil {
+		if s.Model != nil {
+			return fmt.Errorf("%w: give a model or a trace, not both", ErrSpec)
+		}
+		if s.MicroBatch == 0 {
+			s.MicroBatch = int(s.Trace.TraceBatch)
+		}
+		if s.Accum == 0 {
+			s.Accum = 1
+		}
+		if s.MicroBatch < 0 || s.Accum < 0 || s.Seq < 0 {
+			return fmt.Errorf("%w: --micro-batch, --accum and --seq must be positive", ErrSpec)
+		}
+		if err := s.validateParallel(); err != nil {
+			return err
+		}
+		return s.validateTrace()
+	}
 	if s.Model == nil {
 		return fmt.Errorf("%w: no model", ErrSpec)
 	}
@@ -153,6 +177,17 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
+// JobName names the job: the model's name or the trace's.
+func (s *Spec) JobName() string {
+	if s.Trace != nil {
+		if s.Trace.Name != "" {
+			return s.Trace.Name
+		}
+		return "trace"
+	}
+	return s.Model.Name
+}
+
 // AutoCheckpointed lists the blocks --checkpoint auto chose (nil otherwise
 // or before planning).
 func (s *Spec) AutoCheckpointed() []string {
@@ -199,8 +234,18 @@ type Result struct {
 }
 
 // TokensPerStep is the tokens one optimizer step consumes per data-parallel
-// replica.
+// replica (samples for a trace without a sequence dimension).
 func (s *Spec) TokensPerStep() float64 {
+	if s.Trace != nil {
+		seq := int64(1)
+		if s.Trace.HasSeq() {
+			seq = s.Trace.TraceSeq
+			if s.Seq > 0 {
+				seq = int64(s.Seq)
+			}
+		}
+		return float64(s.MicroBatch) * float64(seq) * float64(s.Accum)
+	}
 	seq := s.Seq
 	if s.Model.Family == models.FamilyViT {
 		seq = s.Model.NumPatches() + 1
@@ -236,6 +281,13 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 // stageProgram builds the program of pipeline stage stage and counts the
 // parameters of this GPU before data-parallel sharding.
 func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
+	if s.Trace != nil {
+		p, err := traceProgram(s, first)
+		if err != nil {
+			return nil, 0, err
+		}
+		return transform(s, p, first, stage)
+	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	if s.Mode == Infer && !s.Model.Encoder {
@@ -256,6 +308,12 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	return transform(s, p, first, stage)
+}
+
+// transform applies the spec's strategies to a lowered training program.
+func transform(s *Spec, p *ir.Program, first bool, stage int) (*ir.Program, int64, error) {
+	var err error
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
 		var ts []strategy.Transform

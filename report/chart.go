@@ -446,7 +446,7 @@ func chartTitle(r *engine.Result) string {
 	s := &r.Spec
 	var parts []string
 	if s.Model != nil && s.Model.Name != "" {
-		parts = append(parts, s.Model.Name)
+		parts = append(parts, s.JobName())
 	}
 	parts = append(parts, s.Mode.String())
 	if s.MicroBatch > 0 || s.Seq > 0 {

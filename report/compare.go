@@ -87,7 +87,7 @@ func WriteCompareText(w io.Writer, rows []engine.Row) error {
 	j := BuildCompare(rows, false)
 	base := rows[0].Result
 	s := &base.Spec
-	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.Model.Name, s.Mode, s.MicroBatch, s.Seq, s.Accum, s.Precision, s.Optimizer)
+	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.JobName(), s.Mode, s.MicroBatch, s.Seq, s.Accum, s.Precision, s.Optimizer)
 	if base.Capacity > 0 {
 		where := "budget"
 		if s.GPU != nil && s.Capacity == 0 {

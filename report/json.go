@@ -179,7 +179,7 @@ func phases(p *ir.Program, r *sim.Result) phasesJSON {
 func Build(res *engine.Result, timeline bool) *PlanJSON {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	j := &PlanJSON{
-		Schema: Schema, Model: s.Model.Name, Family: s.Model.Family, Mode: s.Mode.String(),
+		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
 		Checkpointed: s.AutoCheckpointed(),
@@ -192,6 +192,11 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 	if r.Params > 0 {
 		ms := r.ModelStates
 		j.ModelStates.BytesPerParam = float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Params)
+	}
+	if s.Model != nil {
+		j.Family = s.Model.Family
+	} else {
+		j.Family = "trace"
 	}
 	if s.Mode == engine.Train {
 		j.Optimizer, j.OptimizerImpl = s.Optimizer.String(), s.Impl.String()

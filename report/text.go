@@ -57,18 +57,34 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
 		per = " on this GPU"
 	}
-	head := fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.Model.Name, models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
-	if s.Mode == engine.Train {
-		head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
-		head += parallelism(s)
+	var head string
+	if s.Trace != nil {
+		head = fmt.Sprintf("memplan · %s (trace, %s params) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), s.MicroBatch)
+		if s.Trace.HasSeq() {
+			head += fmt.Sprintf(" × seq %d", max(s.Seq, int(s.Trace.TraceSeq)))
+		}
+		opt := "recorded optimizer step"
+		if s.TraceOptimizer {
+			opt = fmt.Sprintf("%s (%s)", s.Optimizer, s.Impl)
+		}
+		head += fmt.Sprintf(" · accum %d · %s", s.Accum, opt) + parallelism(s)
 		if s.Checkpoint.Kind != "" {
 			head += " · checkpoint " + s.Checkpoint.String()
-			if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
-				head += fmt.Sprintf(" (%d blocks)", len(auto))
-			}
 		}
 	} else {
-		head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
+		head = fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.JobName(), models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
+		if s.Mode == engine.Train {
+			head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+			head += parallelism(s)
+			if s.Checkpoint.Kind != "" {
+				head += " · checkpoint " + s.Checkpoint.String()
+				if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
+					head += fmt.Sprintf(" (%d blocks)", len(auto))
+				}
+			}
+		} else {
+			head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
+		}
 	}
 	fmt.Fprintln(&b, head)
 	name, module := res.PeakOp()

@@ -25,7 +25,8 @@ go vet ./...
 echo "== go test"
 go test -count=1 ./...
 
-if [ -x python/run_tests.sh ]; then
-  echo "== python (memplan_torch)"
-  python/run_tests.sh
-fi
+echo "== python (memplan_torch): installs Debian's PyTorch when missing"
+python/run_tests.sh
+
+echo "== validation suite: measure real CPU runs, predict each from its trace, compare"
+scripts/validate.sh --tolerance 3%

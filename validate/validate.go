@@ -29,7 +29,7 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 //	func(p []string) strategy.Transform { return strategy.Checkpoint{Patterns: p} }
 //
 // and checkpointed cases stop being pending.
-var CheckpointTransform func(patterns []string) strategy.Transform
+var CheckpointTransform = func(patterns []string) strategy.Transform { return &strategy.Checkpoint{Patterns: patterns} }
 
 // Counter says what the measurement counted, so the prediction counts the
 // same: the CPU tracker ignores allocations under its threshold and sees

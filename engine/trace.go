@@ -1,0 +1,39 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+)
+
+// validateTrace checks a spec whose job is a recorded PyTorch trace rather
+// than a model architecture: options that rebuild the graph do not apply.
+func (s *Spec) validateTrace() error {
+	switch {
+	case s.Mode != Train:
+		return fmt.Errorf("%w: a trace records a training step; --mode infer needs --model", ErrSpec)
+	case s.TP > 1 || s.SP || s.EP > 1 || s.LoRA != nil || s.QLoRA:
+		return fmt.Errorf("%w: --tp, --sp, --ep, --lora and --qlora rebuild the model's graph; they need --model (a catalog name or config.json), not --graph", ErrSpec)
+	case s.Seq != 0 && !s.Trace.HasSeq():
+		return fmt.Errorf("%w: this trace was exported without a sequence dimension; --seq cannot change it (export with seq_dim)", ErrSpec)
+	}
+	return nil
+}
+
+// traceProgram replays the trace at the spec's micro-batch. For CUDA
+// planning (the default) sizes round up to the caching allocator's 512-byte
+// blocks and CPU-only in-kernel scratch is left out; with CPU kernels the
+// recorded scratch is included.
+func traceProgram(s *Spec, first bool) (*ir.Program, error) {
+	o := torchtrace.Options{Batch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, FirstStep: first}
+	if s.Device == ops.CUDA {
+		o.NoScratch, o.Granularity = true, 512
+	}
+	if s.TraceOptimizer {
+		o.Optimizer = &plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1}
+	}
+	return s.Trace.Program(o)
+}
