@@ -1,15 +1,16 @@
-package torchtrace
+package engine
 
 import (
 	"path/filepath"
 	"testing"
 
-	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/sim"
 )
 
 // The catalog path and the trace path agree: a GPT-2 written in plain
@@ -17,21 +18,21 @@ import (
 // gpt2_tiny, traced on CPU) and the same config.json through memplan's
 // catalog builder predict the same per-phase peaks within 2% (issue 4).
 func TestCatalogMatchesTrace(t *testing.T) {
-	tr, err := Load(filepath.Join(testdata, "gpt2_tiny.trace.json"))
+	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_tiny.trace.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	arch, err := models.LoadFile(filepath.Join(testdata, "gpt2_tiny.config.json"))
+	arch, err := models.LoadFile(filepath.Join(catalogTestdata, "gpt2_tiny.config.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ batch, seq int }{{2, 64}, {8, 64}, {8, 128}, {32, 32}} {
-		p, err := tr.Program(Options{Batch: c.batch, Seq: c.seq, NoScratch: true})
+		p, err := tr.Program(torchtrace.Options{Batch: c.batch, Seq: c.seq, NoScratch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		got := phasePeaks(t, p)
-		res, err := engine.Plan(engine.Spec{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU,
+		res, err := Plan(Spec{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU,
 			Attention: build.Eager, Optimizer: plan.AdamW, Impl: plan.Single})
 		if err != nil {
 			t.Fatal(err)
@@ -46,4 +47,24 @@ func TestCatalogMatchesTrace(t *testing.T) {
 			}
 		}
 	}
+}
+
+const catalogTestdata = "../testdata/torch"
+
+func phasePeaks(t *testing.T, p *ir.Program) map[string]int64 {
+	t.Helper()
+	if err := p.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
+		if r.PhasePeak[ph].Op >= 0 {
+			out[ph.String()] = int64(r.PhasePeak[ph].Total)
+		}
+	}
+	return out
 }
