@@ -242,3 +242,35 @@ func TestPlanGraphWorkload(t *testing.T) {
 		t.Errorf("unexpected plan: %+v", j)
 	}
 }
+
+func TestFit(t *testing.T) {
+	code, out, errs := run("fit", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--global-batch", "16", "--seq", "1024", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Considered int `json:"considered"`
+		Winner     struct {
+			Plan      string  `json:"plan"`
+			PeakBytes float64 `json:"peak_bytes"`
+			Verified  bool    `json:"verified"`
+		} `json:"winner"`
+		Limit float64 `json:"limit_bytes"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if !j.Winner.Verified || j.Winner.PeakBytes > j.Limit || j.Considered == 0 {
+		t.Errorf("fit: %+v", j)
+	}
+	for _, bad := range [][]string{
+		{"fit", "--model", "gpt2"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--headroom", "2"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--allow", "everything"},
+		{"fit", "--graph", "../testdata/torch/lm.trace.json", "--gpu", "t4"},
+	} {
+		if code, out, errs := run(bad...); code == 0 || out != "" || !strings.HasPrefix(errs, "memplan: ") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", bad, code, out, errs)
+		}
+	}
+}

@@ -44,6 +44,9 @@ type PriceOptions struct {
 	// Megatron-LM's tensor-parallel all-reduces do without its
 	// communication-overlap options.
 	Overlap map[string]bool
+	// HostBandwidth is the host DRAM bandwidth that prices ops touching only
+	// host memory (a CPU optimizer step). Zero means DefaultHostBandwidth.
+	HostBandwidth float64
 	// HostLink prices Transfer ops. Zero means the GPU's PCIe link per
 	// direction (hw.GPU.HostLink.PerDirection, a wire rate) with zero
 	// latency.
@@ -96,6 +99,9 @@ type PhaseTime struct {
 
 // Timing is a priced program.
 type Timing struct {
+	// Idle is time the rank waits that its own ops do not show (AddIdle:
+	// the pipeline bubble); it is part of Step.
+	Idle time.Duration
 	// Ops is aligned with Program.Ops.
 	Ops    []OpTime
 	Phases [ir.NumPhases]PhaseTime
@@ -232,6 +238,9 @@ func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 	if o.DType == units.Invalid {
 		o.DType = inferDType(p)
 	}
+	if o.HostBandwidth <= 0 {
+		o.HostBandwidth = DefaultHostBandwidth
+	}
 	if o.HostLink == (Link{}) {
 		o.HostLink = Link{Bandwidth: g.HostLink.PerDirection}
 	}
@@ -247,6 +256,12 @@ func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 	}
 	return pr.run()
 }
+
+// DefaultHostBandwidth is the peak DRAM bandwidth of one server socket with
+// eight channels of DDR5-4800 (JEDEC JESD79-5: 4800 MT/s × 8 bytes × 8
+// channels = 307.2 GB/s), the memory of current GPU servers' hosts. Like
+// the GPU rooflines it is an upper bound on speed.
+const DefaultHostBandwidth = 4800e6 * 8 * 8
 
 // DefaultNetwork is the link Price uses for a group without an entry in
 // PriceOptions.Networks: NVLink per direction when the GPU has NVLink, else
@@ -347,26 +362,36 @@ func (pr *pricer) noKernel(oi int) (bool, error) {
 // estimateBytes is the bytes of the distinct device storages op oi reads or
 // writes.
 func (pr *pricer) estimateBytes(oi int) (float64, error) {
+	d, _, err := pr.estimateBytesHost(oi)
+	return d, err
+}
+
+// estimateBytesHost is estimateBytes plus the bytes of host storages.
+func (pr *pricer) estimateBytesHost(oi int) (float64, float64, error) {
 	if pr.mark == nil {
 		pr.mark = make([]int32, len(pr.p.Tensors))
 	}
 	op := &pr.p.Ops[oi]
 	stamp := int32(oi + 1)
-	var sum float64
+	var sum, host float64
 	for _, list := range [2][]ir.TensorID{op.In, op.Out} {
 		for _, t := range list {
 			s, err := pr.root(oi, t)
 			if err != nil {
-				return 0, err
+				return 0, 0, err
 			}
-			if pr.mark[s] == stamp || pr.p.Tensors[s].Host {
+			if pr.mark[s] == stamp {
 				continue
 			}
 			pr.mark[s] = stamp
-			sum += float64(pr.p.Tensors[s].Bytes)
+			if pr.p.Tensors[s].Host {
+				host += float64(pr.p.Tensors[s].Bytes)
+			} else {
+				sum += float64(pr.p.Tensors[s].Bytes)
+			}
 		}
 	}
-	return sum, nil
+	return sum, host, nil
 }
 
 // roofline is Roofline rounded up to the nanosecond.
@@ -528,13 +553,18 @@ func (pr *pricer) run() (*Timing, error) {
 			}
 			if !skip {
 				bytes := op.MemBytes
+				var host float64
 				if op.FLOPs == 0 && bytes == 0 {
-					if bytes, err = pr.estimateBytes(oi); err != nil {
+					if bytes, host, err = pr.estimateBytesHost(oi); err != nil {
 						return nil, err
 					}
 				}
-				d, err := pr.roofline(op.FLOPs, bytes)
-				if err != nil {
+				var d time.Duration
+				if bytes == 0 && host > 0 {
+					// An op on host memory only (the CPU optimizer step of
+					// ZeRO-Offload): memory-bound at the host's DRAM bandwidth.
+					d = time.Duration(math.Ceil(host / o.HostBandwidth * 1e9))
+				} else if d, err = pr.roofline(op.FLOPs, bytes); err != nil {
 					return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
 				}
 				h, err := pr.dep(oi, op.In, op.Out, hazard{})
@@ -651,4 +681,20 @@ func (pr *pricer) run() (*Timing, error) {
 		}
 	}
 	return t, nil
+}
+
+// AddIdle adds idle time the per-rank program cannot show — a pipeline's
+// bubble, when this rank waits for the other stages — to the step, and
+// scales the throughputs and utilisations to the longer step.
+func (t *Timing) AddIdle(d time.Duration) {
+	if d <= 0 || t.Step <= 0 {
+		return
+	}
+	f := float64(t.Step) / float64(t.Step+d)
+	t.Idle += d
+	t.Step += d
+	t.TokensPerSec *= f
+	t.SamplesPerSec *= f
+	t.MFU *= f
+	t.HFU *= f
 }

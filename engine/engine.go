@@ -6,6 +6,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/hw"
@@ -91,6 +92,11 @@ type Spec struct {
 	PPSchedule       string
 	// Offload moves activations, optimizer state or parameters to host.
 	Offload Offload
+	// PPEnds plans only the first and last pipeline stages. With identical
+	// layers they bound the others: a middle stage holds the same layers as
+	// the first with fewer micro-batches in flight and no embedding, and
+	// the same as the last without the head and loss. The search uses it.
+	PPEnds bool
 	// Trace, when set, is the job instead of Model: a recorded PyTorch
 	// training step (memplan_torch export) replayed at MicroBatch/Seq.
 	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
@@ -225,7 +231,7 @@ type Result struct {
 	// capacity − peak when it does.
 	Shortfall, Headroom units.Bytes
 	// Timing is the priced step (roofline upper bound on speed), when a GPU
-	// is given.
+	// is given; under pipeline parallelism, the slowest stage's.
 	Timing *cost.Timing
 	// Stage is the pipeline stage reported (the one with the highest peak);
 	// StagePeaks the peak of every stage (one entry without pipelining).
@@ -267,8 +273,18 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 		return nil, nil
 	}
 	dp := float64(max(s.DP, 1))
-	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep() * dp,
+	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep() * dp,
 		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp})
+	if err != nil || s.PP < 2 {
+		return t, err
+	}
+	// A pipeline rank idles for the bubble: with p stages, v virtual stages
+	// per rank and m micro-batches, (p−1)/(v·m) of the forward and backward
+	// time (Narayanan et al., SC'21, §2.2).
+	v := float64(max(s.PPInterleave, 1))
+	fb := t.Phases[ir.Forward].Wall + t.Phases[ir.Backward].Wall
+	t.AddIdle(time.Duration(float64(fb) * float64(s.PP-1) / (v * float64(max(s.Accum, 1)))))
+	return t, nil
 }
 
 // Program builds the program of s (validated); under pipeline parallelism,
@@ -359,7 +375,11 @@ func Plan(s Spec) (*Result, error) {
 	// Under pipeline parallelism every stage is planned and the one with
 	// the highest peak is reported (stage 0 holds the most micro-batches in
 	// flight, the last one the loss).
+	// The step takes as long as the slowest stage.
 	for stage := 0; stage < max(s.PP, 1); stage++ {
+		if s.PPEnds && stage != 0 && stage != s.PP-1 {
+			continue
+		}
 		p, params, err := stageProgram(&s, false, stage)
 		if err != nil {
 			return nil, err
@@ -372,6 +392,13 @@ func Plan(s Spec) (*Result, error) {
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage = p, r, stage
+		}
+		t, err := Price(&s, p)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil && (res.Timing == nil || t.Step > res.Timing.Step) {
+			res.Timing = t
 		}
 	}
 	res.Spec = s
@@ -386,11 +413,7 @@ func Plan(s Spec) (*Result, error) {
 		}
 		res.First.Params = params
 	}
-	p, r := res.Program, res.Sim
-	var err error
-	if res.Timing, err = Price(&s, p); err != nil {
-		return nil, err
-	}
+	r := res.Sim
 	if res.Capacity > 0 {
 		peak := r.Peak.Total
 		if res.First != nil && res.First.Peak.Total > peak {

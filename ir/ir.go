@@ -293,11 +293,18 @@ func (p *Program) Verify() error {
 // to and including the first numeric component ("model.layers.3.mlp" →
 // "model.layers.3"). Paths without an index are returned whole.
 func BlockOf(path string) string {
-	parts := strings.Split(path, ".")
-	for i, p := range parts {
-		if p != "" && strings.Trim(p, "0123456789") == "" {
-			return strings.Join(parts[:i+1], ".")
+	start := 0
+	for start <= len(path) {
+		end := strings.IndexByte(path[start:], '.')
+		if end < 0 {
+			end = len(path)
+		} else {
+			end += start
 		}
+		if end > start && strings.Trim(path[start:end], "0123456789") == "" {
+			return path[:end]
+		}
+		start = end + 1
 	}
 	return path
 }

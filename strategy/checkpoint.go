@@ -67,12 +67,17 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 	}
 	var segs []segment
+	keys := map[string]string{} // module path → segment key, memoised
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
 			continue
 		}
-		key := c.segmentKey(op.Module)
+		key, ok := keys[op.Module]
+		if !ok {
+			key = c.segmentKey(op.Module)
+			keys[op.Module] = key
+		}
 		if key == "" {
 			continue
 		}

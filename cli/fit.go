@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/report"
+	"github.com/memplan/memplan/search"
+)
+
+func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
+	f := &planFlags{}
+	var jsonOut bool
+	var allow string
+	var gpus, globalBatch int
+	var headroom float64
+	c := &cobra.Command{
+		Use:   "fit",
+		Short: "Find the fastest plan that fits the GPU: micro-batch × accumulation, checkpointing, offload, ZeRO, TP/PP/DP split",
+		Example: `  memplan fit --model llama-3-70b --gpu h100 --gpus 64 --global-batch 512 --seq 4096 --precision bf16
+  memplan fit --model llama-2-7b --gpu rtx-4090 --global-batch 32 --seq 2048 --allow qlora,8bit`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, err := f.spec()
+			if err != nil {
+				return err
+			}
+			a, err := engine.ParseAllow(allow)
+			if err != nil {
+				return err
+			}
+			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityBytes()}
+			if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
+				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
+					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+				o.Progress = func(done, total int) {
+					bar.ChangeMax(total)
+					_ = bar.Set(done)
+				}
+				defer bar.Finish()
+			}
+			start := time.Now()
+			res, err := search.Fit(spec, o)
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if jsonOut {
+				err = report.WriteFitJSON(&buf, res)
+			} else {
+				err = report.WriteFitText(&buf, res, time.Since(start))
+			}
+			if err != nil {
+				return err
+			}
+			_, err = stdout.Write(buf.Bytes())
+			return err
+		},
+	}
+	f.register(c.Flags())
+	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
+	c.Flags().StringVar(&allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
+	c.Flags().IntVar(&gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
+	c.Flags().IntVar(&globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
+	c.Flags().Float64Var(&headroom, "headroom", 0.05, "fraction of GPU memory kept free for allocator fragmentation and the CUDA context")
+	return c
+}

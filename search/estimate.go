@@ -1,0 +1,126 @@
+package search
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// estimator evaluates plans on shallow copies of the model.
+type estimator struct {
+	layers int
+}
+
+func newEstimator(layers int) *estimator { return &estimator{layers: layers} }
+
+// unit is the smallest layer count that keeps the plan's structure: every
+// pipeline stage (and virtual stage) gets the same whole number of periods
+// of the checkpoint pattern (every k-th block).
+func unit(s *engine.Spec) int {
+	u := max(s.PP, 1) * max(s.PPInterleave, 1)
+	if s.Checkpoint.Kind == "every" {
+		u *= s.Checkpoint.Every
+	}
+	return u
+}
+
+// simAccum is the number of micro-steps to simulate for a plan of accum
+// micro-steps: the same peak with fewer ops. Micro-steps after the first
+// hold the same memory (every gradient already exists), so two show the
+// peak of any k ≥ 2; a pipeline stage holds at most p micro-batches in
+// flight under 1F1B, so p show the peak of any k ≥ p (p is also a multiple
+// of p, as the interleaved schedule needs).
+func simAccum(s *engine.Spec) int {
+	return min(s.Accum, max(2, s.PP))
+}
+
+// stepAt extrapolates a step time simulated with sim micro-steps to accum
+// micro-steps: the optimizer step runs once, forward and backward once per
+// micro-step, and a pipeline rank idles (p−1)/v micro-steps' worth in the
+// bubble (Narayanan et al., SC'21).
+func stepAt(r *engine.Result, sim, accum int) time.Duration {
+	t := r.Timing
+	if t == nil {
+		return 0
+	}
+	s := &r.Spec
+	micro := float64(t.Phases[ir.Forward].Wall+t.Phases[ir.Backward].Wall) / float64(sim)
+	bubble := 0.0
+	if s.PP > 1 {
+		bubble = micro * float64(s.PP-1) / float64(max(s.PPInterleave, 1))
+	}
+	return t.Phases[ir.Optimizer].Wall + time.Duration(micro*float64(accum)+bubble)
+}
+
+// run plans s with its model cut to layers (0: full depth) and its
+// micro-steps cut to simAccum; it returns the result and the step time
+// extrapolated to s's micro-steps.
+func run(s engine.Spec, layers int) (*engine.Result, time.Duration, error) {
+	if layers > 0 {
+		a := s.Model.Clone()
+		a.Layers = layers
+		s.Model = a
+	}
+	accum := s.Accum
+	s.Accum = simAccum(&s)
+	r, err := engine.Plan(s)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r, stepAt(r, s.Accum, accum), nil
+}
+
+// shallow plans s on a copy of its model with the given number of layers.
+func shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+	r, t, err := run(s, layers)
+	if err != nil {
+		return 0, 0, err
+	}
+	return r.PeakBytes(), t, nil
+}
+
+// estimate sets c.EstPeak to a lower bound on the full model's peak and
+// c.EstStep to an estimate of its step time, from shallow models of 2u and 3u
+// layers: the peak is the maximum of functions affine in the layer count
+// (convex in it), so the line through two shallow points extended to the
+// full depth lies below it; the step time is a sum over layers, affine in it.
+// Models too shallow to shrink are planned in full.
+func (e *estimator) estimate(c *Plan) {
+	u := unit(&c.Spec)
+	L := e.layers
+	// Two and three units: with a single unit the first and the last layer
+	// are the same one, and boundary effects (a ZeRO-3 prefetch reaching
+	// the head, a pipeline stage holding only its ends) break the affine
+	// pattern the extrapolation relies on.
+	if 3*u >= L {
+		r, t, err := run(c.Spec, 0)
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		c.Result, c.EstPeak, c.EstStep, c.VerifiedStep = r, r.PeakBytes(), t, t
+		return
+	}
+	p1, t1, err := shallow(c.Spec, 2*u)
+	if err != nil {
+		c.Dropped = err.Error()
+		return
+	}
+	p2, t2, err := shallow(c.Spec, 3*u)
+	if err != nil {
+		c.Dropped = err.Error()
+		return
+	}
+	scale := float64(L-3*u) / float64(u)
+	c.EstPeak = p2 + units.Bytes(scale*float64(p2-p1))
+	if c.EstPeak < p2 {
+		c.EstPeak = p2
+	}
+	c.EstStep = t2 + time.Duration(scale*float64(t2-t1))
+	if c.EstPeak <= 0 {
+		c.Dropped = fmt.Sprintf("no estimate (shallow peaks %s, %s)", p1, p2)
+	}
+}

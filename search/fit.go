@@ -1,0 +1,581 @@
+// Package search finds the fastest training plan that fits a memory budget.
+// It enumerates plans over micro-batch (at a fixed effective batch),
+// checkpointing, offload, optimizer implementation, ZeRO stage and the
+// tensor/pipeline/data-parallel split of the GPUs — and, only when allowed,
+// options that change the training result (LoRA, QLoRA, 8-bit optimizers,
+// lower precision).
+//
+// Every reported number comes from the engine: the simulator and the cost
+// model on the full program. To stay fast the search first estimates each
+// plan on copies of the model with fewer layers: the peak of a stack of
+// identical layers is the maximum of functions affine in the layer count, so
+// it is convex in it, and extrapolating the line through two shallow models
+// gives a lower bound on the deep model's peak. Plans whose bound exceeds the
+// budget are dropped safely; the survivors are ranked by estimated step time
+// and the best are verified on the full model.
+package search
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+// Options of a search. Zero values take the defaults documented per field.
+type Options struct {
+	// Capacity is the device memory to fit; Headroom the fraction of it kept
+	// free for the allocator's fragmentation and the CUDA context (default
+	// 0.05: plans must peak at or under 95% of Capacity).
+	Capacity units.Bytes
+	Headroom float64
+	// GlobalBatch is the samples per optimizer step over all replicas
+	// (default: the base spec's micro-batch × accum × dp).
+	GlobalBatch int
+	// GPUs is how many GPUs the job may use (default: the base spec's
+	// dp × tp × pp). They are split into data, tensor and pipeline parallel.
+	GPUs int
+	// Allow lets options that change the training result into the search.
+	Allow engine.Allow
+	// Progress, when set, is called as estimates complete.
+	Progress func(done, total int)
+	// Workers evaluating in parallel (default GOMAXPROCS).
+	Workers int
+	// Keep is how many plans to verify and report besides the winner
+	// (default 5).
+	Keep int
+}
+
+// Plan is one candidate.
+type Plan struct {
+	Spec engine.Spec
+	// Estimated is true when only the shallow-model estimate exists.
+	EstPeak units.Bytes
+	EstStep time.Duration
+	// Result is the full-model verification (nil if not verified), simulated
+	// with SimAccum micro-steps, which peak exactly as Spec.Accum do;
+	// VerifiedStep is its step time extrapolated to Spec.Accum.
+	Result       *engine.Result
+	VerifiedStep time.Duration
+	// Why the candidate was dropped ("" if it was not).
+	Dropped string
+}
+
+// Peak is the verified peak, or the estimate.
+func (p *Plan) Peak() units.Bytes {
+	if p.Result != nil {
+		return p.Result.PeakBytes()
+	}
+	return p.EstPeak
+}
+
+// Step is the verified step time, or the estimate.
+func (p *Plan) Step() time.Duration {
+	if p.Result != nil && p.VerifiedStep > 0 {
+		return p.VerifiedStep
+	}
+	return p.EstStep
+}
+
+// Describe names the plan's choices.
+func (p *Plan) Describe() string {
+	s := &p.Spec
+	d := fmt.Sprintf("micro-batch %d × accum %d", s.MicroBatch, s.Accum)
+	if s.TP > 1 {
+		d += fmt.Sprintf(", tp %d", s.TP)
+		if s.SP {
+			d += "+sp"
+		}
+	}
+	if s.PP > 1 {
+		d += fmt.Sprintf(", pp %d", s.PP)
+	}
+	if s.DP > 1 {
+		d += fmt.Sprintf(", dp %d", s.DP)
+		if s.ZeRO > 0 {
+			d += fmt.Sprintf(" ZeRO-%d", s.ZeRO)
+		}
+	}
+	if s.Checkpoint.Kind != "" {
+		d += ", checkpoint " + s.Checkpoint.String()
+	}
+	if s.Offload.Any() {
+		d += ", offload " + s.Offload.String()
+	}
+	d += ", " + s.Impl.String() + " " + s.Optimizer.String()
+	if s.Precision != ops.AMPBF16 {
+		d += ", " + s.Precision.String()
+	}
+	if s.LoRA != nil {
+		if s.QLoRA {
+			d += ", qlora"
+		} else {
+			d += ", lora"
+		}
+	}
+	return d
+}
+
+// Result of a search.
+type Result struct {
+	Winner    *Plan
+	RunnersUp []*Plan
+	// Front is the memory/time Pareto front of the estimated plans that fit
+	// (no other fitting plan is both smaller and faster), fastest first.
+	Front []*Plan
+	// Considered counts every enumerated plan; Estimated those estimated on
+	// shallow models; Verified those simulated in full.
+	Considered, Estimated, Verified int
+	Limit                           units.Bytes
+}
+
+// ErrNothingFits is returned when no plan fits.
+var ErrNothingFits = errors.New("search: no plan fits")
+
+// Fit searches plans for base (a validated training spec with a model).
+func Fit(base engine.Spec, o Options) (*Result, error) {
+	if base.Model == nil {
+		return nil, errors.New("search: fit needs a model (catalog name or config.json), not a trace")
+	}
+	if base.Mode != engine.Train {
+		return nil, errors.New("search: fit plans training; use plan --mode infer for inference")
+	}
+	if err := base.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Capacity <= 0 {
+		o.Capacity = base.CapacityBytes()
+	}
+	if o.Capacity <= 0 || base.GPU == nil {
+		return nil, errors.New("search: fit needs --gpu (its speed ranks the plans; --budget may lower its memory)")
+	}
+	if o.Headroom == 0 {
+		o.Headroom = 0.05
+	}
+	if o.Headroom < 0 || o.Headroom >= 1 {
+		return nil, fmt.Errorf("search: headroom %.2f must be in [0, 1)", o.Headroom)
+	}
+	if o.GPUs == 0 {
+		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
+	}
+	if o.GlobalBatch == 0 {
+		o.GlobalBatch = base.MicroBatch * base.Accum * max(base.DP, 1)
+	}
+	if o.GPUs < 1 || o.GlobalBatch < 1 {
+		return nil, errors.New("search: --gpus and --global-batch must be positive")
+	}
+	if o.Workers == 0 {
+		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.Keep == 0 {
+		o.Keep = 5
+	}
+	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
+	cands := enumerate(base, o)
+	res := &Result{Considered: len(cands), Limit: limit}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
+	}
+	est := newEstimator(base.Model.Layers)
+	keys := groupByState(groupByAllButBatch(cands))
+	var mu sync.Mutex
+	done := 0
+	work := make(chan [][]*Plan)
+	var wg sync.WaitGroup
+	for w := 0; w < o.Workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range work {
+				n, size := searchState(est, k, limit)
+				mu.Lock()
+				res.Estimated += n
+				done += size
+				if o.Progress != nil {
+					o.Progress(done, len(cands))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, k := range keys {
+		work <- k
+	}
+	close(work)
+	wg.Wait()
+
+	var fits []*Plan
+	for _, c := range cands {
+		if c.Dropped == "" {
+			fits = append(fits, c)
+		}
+	}
+	sort.SliceStable(fits, func(i, j int) bool {
+		if fits[i].EstStep != fits[j].EstStep {
+			return fits[i].EstStep < fits[j].EstStep
+		}
+		return fits[i].EstPeak < fits[j].EstPeak
+	})
+	// Verify in order of estimated speed until Keep+1 plans fit for real.
+	var verified []*Plan
+	for _, c := range fits {
+		if len(verified) > o.Keep {
+			break
+		}
+		full := c.Spec
+		full.PPEnds = false // verification plans every stage
+		r, t, err := run(full, 0)
+		res.Verified++
+		if err != nil {
+			c.Dropped = err.Error()
+			continue
+		}
+		c.Result, c.VerifiedStep = r, t
+		if r.PeakBytes() > limit {
+			c.Dropped = fmt.Sprintf("peak %s over the limit %s", r.PeakBytes(), limit)
+			continue
+		}
+		verified = append(verified, c)
+	}
+	if len(verified) == 0 {
+		return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
+			ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), smallest(cands))
+	}
+	sort.SliceStable(verified, func(i, j int) bool { return verified[i].Step() < verified[j].Step() })
+	res.Winner, res.RunnersUp = verified[0], verified[1:]
+	res.Front = pareto(fits)
+	return res, nil
+}
+
+func smallest(cs []*Plan) units.Bytes {
+	m := units.Bytes(math.MaxInt64)
+	for _, c := range cs {
+		if c.EstPeak > 0 && c.EstPeak < m {
+			m = c.EstPeak
+		}
+	}
+	if m == math.MaxInt64 {
+		return 0
+	}
+	return m
+}
+
+// pareto returns the plans no other plan beats on both estimated peak and
+// estimated step time, fastest first.
+func pareto(ps []*Plan) []*Plan {
+	s := append([]*Plan(nil), ps...)
+	sort.SliceStable(s, func(i, j int) bool {
+		if s[i].EstStep != s[j].EstStep {
+			return s[i].EstStep < s[j].EstStep
+		}
+		return s[i].EstPeak < s[j].EstPeak
+	})
+	var front []*Plan
+	best := units.Bytes(math.MaxInt64)
+	for _, p := range s {
+		if p.EstPeak < best {
+			front = append(front, p)
+			best = p.EstPeak
+		}
+	}
+	return front
+}
+
+// enumerate lists the candidate plans.
+func enumerate(base engine.Spec, o Options) []*Plan {
+	a := base.Model
+	var out []*Plan
+	precisions := []ops.Precision{base.Precision}
+	if o.Allow.LowerPrecision && base.Precision != ops.BF16 {
+		precisions = append(precisions, ops.BF16)
+	}
+	optimizers := []plan.Optimizer{base.Optimizer}
+	if o.Allow.EightBit && (base.Optimizer == plan.Adam || base.Optimizer == plan.AdamW) {
+		optimizers = append(optimizers, plan.Adam8bit)
+	}
+	type adapter struct {
+		lora  *build.LoRA
+		qlora bool
+	}
+	adapters := []adapter{{base.LoRA, base.QLoRA}}
+	if base.LoRA == nil && o.Allow.LoRA {
+		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, false})
+	}
+	if !base.QLoRA && o.Allow.QLoRA {
+		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
+	}
+	impls := []plan.Impl{base.Impl}
+	if base.Impl != plan.Fused && base.Optimizer != plan.Adafactor {
+		impls = append(impls, plan.Fused)
+	}
+	ckpts := []engine.CheckpointPolicy{{}, {Kind: "every", Every: 2}, {Kind: "full"}}
+	if base.Attention == build.Eager {
+		ckpts = append(ckpts, engine.CheckpointPolicy{Kind: "selective"})
+	}
+	for _, tp := range []int{1, 2, 4, 8} {
+		if tp > o.GPUs || a.Heads%tp != 0 || a.KVHeads%tp != 0 || a.Intermediate%tp != 0 || (tp > 1 && a.Encoder) {
+			continue
+		}
+		for _, pp := range []int{1, 2, 4, 8} {
+			if tp*pp > o.GPUs || o.GPUs%(tp*pp) != 0 || pp > a.Layers {
+				continue
+			}
+			dp := o.GPUs / (tp * pp)
+			if o.GlobalBatch%dp != 0 {
+				continue
+			}
+			replica := o.GlobalBatch / dp
+			for _, sp := range []bool{false, true} {
+				if sp && (tp == 1 || base.Seq%tp != 0 || a.NumExperts > 0) {
+					continue
+				}
+				zeros := []int{0}
+				if dp > 1 {
+					zeros = []int{0, 1, 2, 3}
+				}
+				for _, zero := range zeros {
+					offloads := []engine.Offload{{}, {Activations: true}, {Optimizer: true}, {Activations: true, Optimizer: true}}
+					if zero == 3 {
+						offloads = append(offloads, engine.Offload{Params: true}, engine.Offload{Params: true, Activations: true})
+					}
+					for _, off := range offloads {
+						for _, ck := range ckpts {
+							for _, impl := range impls {
+								for _, prec := range precisions {
+									for _, opt := range optimizers {
+										for _, ad := range adapters {
+											for _, b := range divisors(replica) {
+												s := base
+												s.MicroBatch, s.Accum = b, replica/b
+												s.TP, s.SP, s.PP, s.DP, s.ZeRO = tp, sp, pp, dp, zero
+												s.Offload, s.Checkpoint, s.Impl = off, ck, impl
+												s.Precision, s.Optimizer, s.LoRA, s.QLoRA = prec, opt, ad.lora, ad.qlora
+												s.Capacity, s.FirstStep, s.PPEnds = o.Capacity, false, true
+												out = append(out, &Plan{Spec: s})
+											}
+										}
+									}
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func divisors(n int) []int {
+	var d []int
+	for i := 1; i <= n && len(d) < 16; i++ {
+		if n%i == 0 {
+			d = append(d, i)
+		}
+	}
+	return d
+}
+
+// groupByAllButBatch groups plans that differ only in micro-batch (and so
+// accumulation); each group is in increasing micro-batch order.
+func groupByAllButBatch(cs []*Plan) [][]*Plan {
+	var out [][]*Plan
+	for i := 0; i < len(cs); {
+		j := i + 1
+		for j < len(cs) && sameButBatch(&cs[i].Spec, &cs[j].Spec) {
+			j++
+		}
+		out = append(out, cs[i:j])
+		i = j
+	}
+	return out
+}
+
+func sameButBatch(a, b *engine.Spec) bool {
+	return a.TP == b.TP && a.SP == b.SP && a.PP == b.PP && a.DP == b.DP && a.ZeRO == b.ZeRO && a.Offload == b.Offload &&
+		a.Checkpoint.String() == b.Checkpoint.String() && a.Impl == b.Impl && a.Precision == b.Precision &&
+		a.Optimizer == b.Optimizer && a.LoRA == b.LoRA && a.QLoRA == b.QLoRA
+}
+
+// stateKey is what decides the memory that stays resident: everything but
+// the micro-batch, checkpointing, activation offload and the optimizer
+// implementation.
+type stateKey struct {
+	tp, pp, dp, zero      int
+	sp, offOpt, offParams bool
+	prec                  ops.Precision
+	opt                   plan.Optimizer
+	lora                  *build.LoRA
+	qlora                 bool
+}
+
+func keyOf(s *engine.Spec) stateKey {
+	return stateKey{s.TP, s.PP, s.DP, s.ZeRO, s.SP, s.Offload.Optimizer, s.Offload.Params, s.Precision, s.Optimizer, s.LoRA, s.QLoRA}
+}
+
+// groupByState collects the groups of each state key; in each, the group
+// that saves the most memory (full checkpointing, activations offloaded,
+// fused step) comes first.
+func groupByState(groups [][]*Plan) [][][]*Plan {
+	idx := map[stateKey]int{}
+	var out [][][]*Plan
+	for _, g := range groups {
+		k := keyOf(&g[0].Spec)
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], g)
+	}
+	for _, gs := range out {
+		sort.SliceStable(gs, func(i, j int) bool { return thrift(&gs[i][0].Spec) > thrift(&gs[j][0].Spec) })
+	}
+	return out
+}
+
+// thrift orders plans of one state by how much memory they save.
+func thrift(s *engine.Spec) int {
+	t := 0
+	switch s.Checkpoint.Kind {
+	case "full":
+		t += 4
+	case "every":
+		t += 2
+	case "selective":
+		t++
+	}
+	if s.Offload.Activations {
+		t += 8
+	}
+	if s.Impl == plan.Fused {
+		t++
+	}
+	return t
+}
+
+// searchState estimates the groups of one state. The thriftiest group is
+// tried first at its smallest micro-batch: when even that does not fit, the
+// state's model states and buffers leave no room for any of its plans, and
+// the rest are dropped unestimated. A foreach step is dropped when the
+// fused step of the same plan was estimated: fused holds no intermediates
+// and launches fewer kernels, so it is never larger or slower. It returns
+// how many plans it estimated and how many the state has.
+func searchState(est *estimator, groups [][]*Plan, limit units.Bytes) (int, int) {
+	size := 0
+	for _, g := range groups {
+		size += len(g)
+	}
+	first := groups[0][0]
+	est.estimate(first)
+	n := 1
+	if first.Dropped != "" || first.EstPeak > limit {
+		why := first.Dropped
+		if why == "" {
+			why = fmt.Sprintf("its thriftiest variant (%s) already peaks at %s", first.Describe(), first.EstPeak)
+		}
+		for _, g := range groups {
+			for _, c := range g {
+				if c.Dropped == "" || c == first {
+					c.Dropped = why
+				}
+			}
+		}
+		return n, size
+	}
+	fused := map[string]bool{}
+	for _, g := range groups {
+		if s := &g[0].Spec; s.Impl != plan.Fused && fused[variant(s)] {
+			for _, c := range g {
+				c.Dropped = "the fused optimizer step of the same plan is never larger or slower"
+			}
+			continue
+		} else if s.Impl == plan.Fused {
+			fused[variant(s)] = true
+		}
+		n += searchGroup(est, g, limit)
+	}
+	return n, size
+}
+
+func variant(s *engine.Spec) string {
+	return fmt.Sprintf("%s|%v", s.Checkpoint, s.Offload)
+}
+
+// searchGroup estimates a group's plans: the peak grows with the
+// micro-batch, so after checking the smallest micro-batch fits, a binary
+// search finds the largest that does; larger ones are dropped as too big,
+// smaller ones as slower (more micro-steps for the same work). It returns
+// how many plans it estimated.
+func searchGroup(est *estimator, g []*Plan, limit units.Bytes) int {
+	n := 0
+	probe := func(c *Plan) bool {
+		if c.EstPeak == 0 && c.Dropped == "" {
+			est.estimate(c)
+			n++
+		}
+		return c.Dropped == "" && c.EstPeak <= limit
+	}
+	if !probe(g[0]) {
+		why := g[0].Dropped
+		if why == "" {
+			why = fmt.Sprintf("estimated peak %s over the limit", g[0].EstPeak)
+			g[0].Dropped = why
+		}
+		for _, c := range g[1:] {
+			c.Dropped = "over the limit even at the smallest micro-batch: " + why
+		}
+		return n
+	}
+	fit, lo, hi := 0, 1, len(g)-1
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		if probe(g[mid]) {
+			fit, lo = mid, mid+1
+		} else {
+			hi = mid - 1
+		}
+	}
+	for i, c := range g {
+		switch {
+		case i == fit:
+		case i > fit:
+			if c.Dropped == "" {
+				c.Dropped = "a larger micro-batch than the largest that fits"
+			}
+		default:
+			c.Dropped = "same plan with a larger micro-batch fits and runs fewer micro-steps"
+		}
+	}
+	return n
+}
+
+// TokensPerSec is the job's throughput at the plan's step time.
+func (p *Plan) TokensPerSec() float64 {
+	st := p.Step()
+	if st <= 0 {
+		return 0
+	}
+	return p.Spec.TokensPerStep() * float64(max(p.Spec.DP, 1)) / st.Seconds()
+}
+
+// MFU is the model FLOPs utilisation at the plan's step time (the
+// simulated micro-steps' model FLOPs scaled to the plan's).
+func (p *Plan) MFU() float64 {
+	if p.Result == nil || p.Result.Timing == nil || p.Step() <= 0 {
+		return 0
+	}
+	t := p.Result.Timing
+	sim := p.Result.Spec.Accum
+	return t.MFU * float64(p.Spec.Accum) / float64(sim) * t.Step.Seconds() / p.Step().Seconds()
+}

@@ -1,0 +1,136 @@
+package search
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+func baseSpec(t testing.TB, name, gpu string, layers int) engine.Spec {
+	a, err := models.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if layers > 0 {
+		a = a.Clone()
+		a.Layers = layers
+	}
+	g, err := hw.Lookup(gpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.Spec{Model: a, MicroBatch: 1, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW, GPU: g}
+}
+
+// The shallow-model estimate is a lower bound on the full model's peak: the
+// search drops plans on it, so it must never overstate. Checked against the
+// full simulation on random plans.
+func TestPropertyEstimateIsLowerBound(t *testing.T) {
+	base := baseSpec(t, "llama-3.2-1b", "h100", 8)
+	rapid.Check(t, func(rt *rapid.T) {
+		s := base
+		s.MicroBatch = rapid.IntRange(1, 4).Draw(rt, "b")
+		s.Accum = rapid.IntRange(1, 8).Draw(rt, "accum")
+		s.TP = rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp")
+		s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
+		s.PP = rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp")
+		s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt")
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		s.PPEnds = true
+		if err := s.Validate(); err != nil {
+			rt.Fatal(err)
+		}
+		c := &Plan{Spec: s}
+		newEstimator(s.Model.Layers).estimate(c)
+		if c.Dropped != "" {
+			rt.Fatalf("estimate refused: %s", c.Dropped)
+		}
+		full := s
+		full.PPEnds = false
+		r, _, err := run(full, 0)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if c.EstPeak > r.PeakBytes() {
+			rt.Fatalf("%s: estimate %s above the full peak %s", c.Describe(), c.EstPeak, r.PeakBytes())
+		}
+	})
+}
+
+func TestFitSmallModel(t *testing.T) {
+	base := baseSpec(t, "llama-3.2-1b", "rtx-4090", 0)
+	r, err := Fit(base, Options{GlobalBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Winner == nil || r.Winner.Result == nil {
+		t.Fatal("no verified winner")
+	}
+	if p := r.Winner.Result.PeakBytes(); p > r.Limit {
+		t.Errorf("winner peaks at %s over the limit %s", p, r.Limit)
+	}
+	if s := r.Winner.Spec; s.MicroBatch*s.Accum*s.DP != 16 {
+		t.Errorf("winner changed the effective batch: %d × %d × %d", s.MicroBatch, s.Accum, s.DP)
+	}
+	if s := r.Winner.Spec; s.Precision != base.Precision || s.Optimizer != base.Optimizer || s.LoRA != nil {
+		t.Errorf("winner changed the training semantics without --allow: %s", r.Winner.Describe())
+	}
+	for _, p := range r.RunnersUp {
+		if p.Step() < r.Winner.Step() {
+			t.Errorf("runner-up %s is faster than the winner", p.Describe())
+		}
+	}
+	r2, err := Fit(base, Options{GlobalBatch: 16})
+	if err != nil || r2.Winner.Describe() != r.Winner.Describe() || r2.Considered != r.Considered {
+		t.Errorf("search is not deterministic: %v vs %v", r.Winner.Describe(), r2.Winner.Describe())
+	}
+	// Allowing QLoRA lets a 7B model fit a 24 GB card.
+	big := baseSpec(t, "llama-2-7b", "rtx-4090", 0)
+	big.Precision = ops.BF16
+	if _, err := Fit(big, Options{GlobalBatch: 8}); !errors.Is(err, ErrNothingFits) {
+		t.Errorf("full fine-tuning llama-2-7b on one 4090: %v, want ErrNothingFits", err)
+	}
+	rq, err := Fit(big, Options{GlobalBatch: 8, Allow: engine.Allow{QLoRA: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rq.Winner.Spec.QLoRA {
+		t.Errorf("with --allow qlora the winner is %s", rq.Winner.Describe())
+	}
+}
+
+func TestFitErrors(t *testing.T) {
+	base := baseSpec(t, "gpt2", "rtx-4090", 0)
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{GlobalBatch: 4, GPUs: 3}, "global batch"},
+		{Options{Headroom: 1.5}, "headroom"},
+		{Options{Capacity: units.Bytes(1 << 20)}, "no plan fits"},
+	} {
+		if _, err := Fit(base, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err %v, want %q", tc.o, err, tc.want)
+		}
+	}
+	noGPU := base
+	noGPU.GPU = nil
+	if _, err := Fit(noGPU, Options{Capacity: units.GiB}); err == nil {
+		t.Error("fit without a GPU: no error")
+	}
+}
