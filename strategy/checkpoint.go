@@ -190,25 +190,35 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 
 // recategorize sets the category of the touched storages that are
 // activations or temporaries: a storage produced by a forward or recompute
-// op is an activation (saved for backward) when a non-recompute backward op
-// reads it or a view of it, else a temporary.
+// op is an activation (saved for backward) when a backward op reads it or a
+// view of it — a checkpoint's recompute reading a forward tensor keeps it
+// saved too — else a temporary.
 func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
-	savedBy := map[ir.TensorID]bool{}
-	for i := range p.Ops {
-		op := &p.Ops[i]
-		if op.Phase != ir.Backward || op.Recompute {
-			continue
-		}
-		for _, t := range op.In {
-			savedBy[ir.Storage(p.Tensors, t)] = true
-		}
-	}
-	producedFwd := map[ir.TensorID]bool{}
+	producedFwd := map[ir.TensorID]bool{}  // by a forward or recompute op
+	producedOrig := map[ir.TensorID]bool{} // by a forward op (not recompute)
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase == ir.Forward || op.Recompute {
 			for _, t := range op.Out {
 				producedFwd[ir.Storage(p.Tensors, t)] = true
+				if !op.Recompute {
+					producedOrig[ir.Storage(p.Tensors, t)] = true
+				}
+			}
+		}
+	}
+	// Saved: read by a backward op, or kept by a checkpoint for its
+	// recompute (a forward tensor a recompute op reads).
+	saved := map[ir.TensorID]bool{}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Backward {
+			continue
+		}
+		for _, t := range op.In {
+			s := ir.Storage(p.Tensors, t)
+			if !op.Recompute || producedOrig[s] {
+				saved[s] = true
 			}
 		}
 	}
@@ -217,7 +227,7 @@ func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
 		if tt.Base != ir.NoTensor || tt.Resident || (tt.Cat != ir.Activation && tt.Cat != ir.Temporary) || !producedFwd[t] {
 			continue
 		}
-		if savedBy[t] {
+		if saved[t] {
 			tt.Cat = ir.Activation
 		} else {
 			tt.Cat = ir.Temporary
