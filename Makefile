@@ -10,8 +10,11 @@ demo:
 test:
 	./scripts/test.sh
 
+# Compare two runs with benchstat (go run golang.org/x/perf/cmd/benchstat old.txt new.txt).
+# The fit search over ~20,000 plans takes minutes, so it runs once.
 bench:
-	go test -run '^$$' -bench . -benchmem -count 6 ./... | tee bench.txt
+	go test -run '^$$' -bench . -benchmem -count 6 $$(go list ./... | grep -v '/search$$') | tee bench.txt
+	go test -run '^$$' -bench FitLlama3_70B -benchtime 1x ./search | tee -a bench.txt
 
 fuzz:
 	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s
