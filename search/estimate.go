@@ -6,6 +6,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -82,6 +83,17 @@ func shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
 	return r.PeakBytes(), t, nil
 }
 
+// bucketSlack is how far a plan's peak can stray from the affine-in-depth
+// pattern: ZeRO-2 reduces gradients in buckets of reduce_bucket_size
+// elements, and where the bucket boundaries fall depends on the depth, so up
+// to one bucket of full gradients may be live or not at the peak.
+func bucketSlack(s *engine.Spec) units.Bytes {
+	if s.ZeRO != 2 {
+		return 0
+	}
+	return units.Bytes(strategy.DefaultReduceBucketElems) * units.Bytes(s.Precision.ParamDType().Size(1))
+}
+
 // estimate sets c.EstPeak to a lower bound on the full model's peak and
 // c.EstStep to an estimate of its step time, from shallow models of 2u and 3u
 // layers: the peak is the maximum of functions affine in the layer count
@@ -114,8 +126,12 @@ func (e *estimator) estimate(c *Plan) {
 		c.Dropped = err.Error()
 		return
 	}
+	// Integer arithmetic rounds the extrapolation down, keeping it a bound.
+	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-3*u)/units.Bytes(u) - bucketSlack(&c.Spec)
+	if c.EstPeak < 1 {
+		c.EstPeak = 1
+	}
 	scale := float64(L-3*u) / float64(u)
-	c.EstPeak = p2 + units.Bytes(scale*float64(p2-p1))
 	if c.EstPeak < p2 {
 		c.EstPeak = p2
 	}

@@ -46,10 +46,6 @@ func (c *Checkpoint) segmentKey(module string) string {
 	return ""
 }
 
-func within(module, key string) bool {
-	return module == key || strings.HasPrefix(module, key+".")
-}
-
 type segment struct {
 	key   string
 	micro int
@@ -91,6 +87,46 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
 	}
 	q := Clone(p)
+	// Backward ops of each segment, found in one pass: a backward op belongs
+	// to the segment whose key prefixes its module, in the same micro-step.
+	type segID struct {
+		key   string
+		micro int
+	}
+	bwdOf := map[segID][]int{}
+	prefixKey := map[string]string{} // module → the segment key it falls under
+	segKeys := map[string]bool{}
+	for _, sg := range segs {
+		segKeys[sg.key] = true
+	}
+	keyUnder := func(module string) string {
+		if k, ok := prefixKey[module]; ok {
+			return k
+		}
+		k := ""
+		for m := module; ; {
+			if segKeys[m] {
+				k = m
+			}
+			i := strings.LastIndexByte(m, '.')
+			if i < 0 {
+				break
+			}
+			m = m[:i]
+		}
+		prefixKey[module] = k
+		return k
+	}
+	for j := range q.Ops {
+		op := &q.Ops[j]
+		if op.Phase != ir.Backward || op.Recompute {
+			continue
+		}
+		if k := keyUnder(op.Module); k != "" {
+			id := segID{k, op.Micro}
+			bwdOf[id] = append(bwdOf[id], j)
+		}
+	}
 	// insert[j] are recompute ops to place before original op j.
 	insert := map[int][]ir.Op{}
 	touched := map[ir.TensorID]bool{}
@@ -102,9 +138,8 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 			}
 		}
 		var bwd []int
-		for j := s.ops[len(s.ops)-1] + 1; j < len(q.Ops); j++ {
-			op := &q.Ops[j]
-			if op.Phase == ir.Backward && !op.Recompute && op.Micro == s.micro && within(op.Module, s.key) {
+		for _, j := range bwdOf[segID{s.key, s.micro}] {
+			if j > s.ops[len(s.ops)-1] {
 				bwd = append(bwd, j)
 			}
 		}
