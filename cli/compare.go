@@ -33,21 +33,28 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var buf bytes.Buffer
-			if jsonOut {
-				err = report.WriteCompareJSON(&buf, rows)
-			} else {
-				err = report.WriteCompareText(&buf, rows)
-			}
-			if err != nil {
-				return err
-			}
-			_, err = stdout.Write(buf.Bytes())
-			return err
+			return emit(stdout, jsonOut,
+				func(w io.Writer) error { return report.WriteCompareJSON(w, rows) },
+				func(w io.Writer) error { return report.WriteCompareText(w, rows) })
 		},
 	}
 	f.register(c.Flags())
 	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
 	c.Flags().StringVar(&allow, "allow", "", "also compare options that change the training result: lora, qlora, 8bit, precision")
 	return c
+}
+
+// emit renders the JSON or the text form into a buffer and writes it only
+// when rendering succeeded, so a failure prints nothing half-done.
+func emit(stdout io.Writer, jsonOut bool, asJSON, asText func(io.Writer) error) error {
+	var buf bytes.Buffer
+	render := asText
+	if jsonOut {
+		render = asJSON
+	}
+	if err := render(&buf); err != nil {
+		return err
+	}
+	_, err := stdout.Write(buf.Bytes())
+	return err
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"io"
 	"os"
 	"time"
@@ -51,17 +50,10 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var buf bytes.Buffer
-			if jsonOut {
-				err = report.WriteFitJSON(&buf, res)
-			} else {
-				err = report.WriteFitText(&buf, res, time.Since(start))
-			}
-			if err != nil {
-				return err
-			}
-			_, err = stdout.Write(buf.Bytes())
-			return err
+			elapsed := time.Since(start)
+			return emit(stdout, jsonOut,
+				func(w io.Writer) error { return report.WriteFitJSON(w, res) },
+				func(w io.Writer) error { return report.WriteFitText(w, res, elapsed) })
 		},
 	}
 	f.register(c.Flags())
