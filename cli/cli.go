@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -98,18 +97,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			// Render fully before writing so a failure prints nothing half-done.
-			var buf bytes.Buffer
-			if f.jsonOut {
-				err = report.WriteJSON(&buf, res, !f.noTimeline)
-			} else {
-				err = report.WriteText(&buf, res, report.TextOptions{Chart: !f.noChart})
-			}
-			if err != nil {
-				return err
-			}
-			_, err = stdout.Write(buf.Bytes())
-			return err
+			return emit(stdout, f.jsonOut,
+				func(w io.Writer) error { return report.WriteJSON(w, res, !f.noTimeline) },
+				func(w io.Writer) error { return report.WriteText(w, res, report.TextOptions{Chart: !f.noChart}) })
 		},
 	}
 	fl := c.Flags()
