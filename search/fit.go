@@ -493,17 +493,36 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes) (int, int)
 		}
 		return n, size
 	}
+	// A foreach step is dropped when the fused step of the same plan is
+	// searched: fused holds no intermediates and launches fewer kernels.
 	fused := map[string]bool{}
+	for _, g := range groups {
+		if g[0].Spec.Impl == plan.Fused {
+			fused[variant(&g[0].Spec)] = true
+		}
+	}
+	var live [][]*Plan
 	for _, g := range groups {
 		if s := &g[0].Spec; s.Impl != plan.Fused && fused[variant(s)] {
 			for _, c := range g {
-				c.Dropped = "the fused optimizer step of the same plan is never larger or slower"
+				if c != first {
+					c.Dropped = "the fused optimizer step of the same plan is never larger or slower"
+				}
 			}
 			continue
-		} else if s.Impl == plan.Fused {
-			fused[variant(s)] = true
 		}
-		n += searchGroup(est, g, limit)
+		live = append(live, g)
+	}
+	// Speed first: the least thrifty variant runs fastest at a given
+	// micro-batch (checkpointing adds recompute, offload adds copies), so a
+	// thriftier variant is only worth its cost at a micro-batch larger than
+	// every faster variant reached.
+	sort.SliceStable(live, func(i, j int) bool { return thrift(&live[i][0].Spec) < thrift(&live[j][0].Spec) })
+	best := -1
+	for _, g := range live {
+		k, used := searchGroupAbove(est, g, limit, best)
+		n += used
+		best = max(best, k)
 	}
 	return n, size
 }
@@ -512,12 +531,14 @@ func variant(s *engine.Spec) string {
 	return fmt.Sprintf("%s|%v", s.Checkpoint, s.Offload)
 }
 
-// searchGroup estimates a group's plans: the peak grows with the
-// micro-batch, so after checking the smallest micro-batch fits, a binary
-// search finds the largest that does; larger ones are dropped as too big,
-// smaller ones as slower (more micro-steps for the same work). It returns
-// how many plans it estimated.
-func searchGroup(est *estimator, g []*Plan, limit units.Bytes) int {
+// searchGroupAbove estimates a group's plans (in increasing micro-batch)
+// above index above: the peak grows with the micro-batch, so it checks the
+// first candidate fits and binary-searches the largest that does; larger
+// ones are dropped as too big, smaller ones as slower (a faster variant of
+// the state, or this one with a larger micro-batch, already fits them). It
+// returns the index of the largest fitting micro-batch (-1: none) and how
+// many plans it estimated.
+func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above int) (int, int) {
 	n := 0
 	probe := func(c *Plan) bool {
 		if c.EstPeak == 0 && c.Dropped == "" {
@@ -526,29 +547,38 @@ func searchGroup(est *estimator, g []*Plan, limit units.Bytes) int {
 		}
 		return c.Dropped == "" && c.EstPeak <= limit
 	}
-	if !probe(g[0]) {
-		why := g[0].Dropped
+	lo := above + 1
+	for i := 0; i < lo && i < len(g); i++ {
+		g[i].Dropped = "a faster variant of the same state fits at this micro-batch or a larger one"
+	}
+	if lo >= len(g) {
+		return -1, n
+	}
+	if !probe(g[lo]) {
+		why := g[lo].Dropped
 		if why == "" {
-			why = fmt.Sprintf("estimated peak %s over the limit", g[0].EstPeak)
-			g[0].Dropped = why
+			why = fmt.Sprintf("estimated peak %s over the limit", g[lo].EstPeak)
+			g[lo].Dropped = why
 		}
-		for _, c := range g[1:] {
-			c.Dropped = "over the limit even at the smallest micro-batch: " + why
+		for _, c := range g[lo+1:] {
+			c.Dropped = "a smaller micro-batch is already over the limit: " + why
 		}
-		return n
+		return -1, n
 	}
-	fit, lo, hi := 0, 1, len(g)-1
-	for lo <= hi {
-		mid := (lo + hi) / 2
+	fit, l, h := lo, lo+1, len(g)-1
+	for l <= h {
+		mid := (l + h) / 2
 		if probe(g[mid]) {
-			fit, lo = mid, mid+1
+			fit, l = mid, mid+1
 		} else {
-			hi = mid - 1
+			h = mid - 1
 		}
 	}
-	for i, c := range g {
+	for i := lo; i < len(g); i++ {
+		c := g[i]
 		switch {
 		case i == fit:
+			c.Dropped = ""
 		case i > fit:
 			if c.Dropped == "" {
 				c.Dropped = "a larger micro-batch than the largest that fits"
@@ -557,7 +587,7 @@ func searchGroup(est *estimator, g []*Plan, limit units.Bytes) int {
 			c.Dropped = "same plan with a larger micro-batch fits and runs fewer micro-steps"
 		}
 	}
-	return n
+	return fit, n
 }
 
 // TokensPerSec is the job's throughput at the plan's step time.
