@@ -172,10 +172,6 @@ type Op struct {
 	// simulator treats both as ordinary ops; the cost model prices them.
 	Comm     *Comm
 	Transfer *Transfer
-	// Free lists storages released explicitly at the end of this op even if
-	// used later (never needed by the lowering; kept for importers that
-	// record frees).
-	Free []TensorID
 }
 
 // CommKind is a collective.

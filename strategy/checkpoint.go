@@ -169,7 +169,6 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 			cl := op
 			cl.Phase = ir.Backward
 			cl.Recompute = true
-			cl.Free = nil
 			cl.In = make([]ir.TensorID, len(op.In))
 			for k, t := range op.In {
 				if r, ok := rmap[t]; ok {

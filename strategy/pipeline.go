@@ -496,13 +496,6 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 		op.In = filter(op.In, false)
 		op.Out = filter(op.Out, true)
-		var fr []ir.TensorID
-		for _, t := range op.Free {
-			if present(t) {
-				fr = append(fr, t)
-			}
-		}
-		op.Free = fr
 		if !ok || (allB > 0 && keptB == 0) {
 			continue
 		}
@@ -719,7 +712,7 @@ func ppContains(ts []ir.TensorID, x ir.TensorID) bool {
 // used, renumbered in their original order, and rewrites ops and Params.
 func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 	for oi := range ops {
-		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out, ops[oi].Free} {
+		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out} {
 			for _, t := range ts {
 				for s := t; s != ir.NoTensor && !used[s]; s = q.Tensors[s].Base {
 					used[s] = true
@@ -753,7 +746,7 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 	}
 	r.Ops = make([]ir.Op, len(ops))
 	for oi, op := range ops {
-		op.In, op.Out, op.Free = re(op.In), re(op.Out), re(op.Free)
+		op.In, op.Out = re(op.In), re(op.Out)
 		r.Ops[oi] = op
 	}
 	for _, id := range q.Params {

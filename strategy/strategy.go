@@ -49,7 +49,6 @@ func Clone(p *ir.Program) *ir.Program {
 	for i, op := range p.Ops {
 		op.In = append([]ir.TensorID(nil), op.In...)
 		op.Out = append([]ir.TensorID(nil), op.Out...)
-		op.Free = append([]ir.TensorID(nil), op.Free...)
 		if op.Comm != nil {
 			c := *op.Comm
 			op.Comm = &c
