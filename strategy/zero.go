@@ -360,29 +360,7 @@ func (z *ZeRO) reduceBuckets(e *editor, pg *paramGrads) map[ir.TensorID]ir.Tenso
 		if end < 0 {
 			continue
 		}
-		rev := reverse(per[m])
-		// Ready = the last backward op of micro-step m touching the gradient.
-		ready := map[ir.TensorID]int{}
-		for oi := range q.Ops {
-			op := &q.Ops[oi]
-			if op.Phase != ir.Backward || op.Micro != m {
-				continue
-			}
-			for _, ts := range [][]ir.TensorID{op.In, op.Out} {
-				for _, t := range ts {
-					if g, ok := rev[t]; ok {
-						ready[g] = oi
-					}
-				}
-			}
-		}
-		var order []ir.TensorID
-		for _, g := range pg.grads {
-			if _, ok := ready[g]; ok {
-				order = append(order, g)
-			}
-		}
-		sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
+		order, ready := readyOrder(q, m, pg.grads, reverse(per[m]))
 		var bucket []ir.TensorID
 		var elems int64
 		k := 0
@@ -925,31 +903,11 @@ func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) {
 	}
 	e := newEditor(q)
 	m := max(q.MicroBatches, 1) - 1
-	isGrad := map[ir.TensorID]bool{}
+	self := map[ir.TensorID]ir.TensorID{}
 	for _, g := range pg.grads {
-		isGrad[g] = true
+		self[g] = g
 	}
-	ready := map[ir.TensorID]int{}
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase != ir.Backward || op.Micro != m {
-			continue
-		}
-		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
-			for _, t := range ts {
-				if isGrad[t] {
-					ready[t] = oi
-				}
-			}
-		}
-	}
-	var order []ir.TensorID
-	for _, g := range pg.grads {
-		if _, ok := ready[g]; ok {
-			order = append(order, g)
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
+	order, ready := readyOrder(q, m, pg.grads, self)
 	var bucket []ir.TensorID
 	var size units.Bytes
 	k := 0
@@ -986,4 +944,34 @@ func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) {
 		flush(e.lastBackward(m))
 	}
 	return e.finish(), nil
+}
+
+// readyOrder lists the gradients of grads in the order they become ready in
+// micro-step m: by the last backward op of m that touches them. key maps a
+// touched tensor to the gradient it stands for (a micro-step's fresh copy,
+// or the gradient itself). Gradients m never touches are left out. It also
+// returns each gradient's ready op.
+func readyOrder(q *ir.Program, m int, grads []ir.TensorID, key map[ir.TensorID]ir.TensorID) ([]ir.TensorID, map[ir.TensorID]int) {
+	ready := map[ir.TensorID]int{}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase != ir.Backward || op.Micro != m {
+			continue
+		}
+		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
+			for _, t := range ts {
+				if g, ok := key[t]; ok {
+					ready[g] = oi
+				}
+			}
+		}
+	}
+	var order []ir.TensorID
+	for _, g := range grads {
+		if _, ok := ready[g]; ok {
+			order = append(order, g)
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
+	return order, ready
 }

@@ -240,14 +240,6 @@ func (bd *builder) build() error {
 	for _, id := range t.EndLive {
 		endLive[id] = true
 	}
-	lookup := func(maps []map[int]ir.TensorID, id int) (ir.TensorID, bool) {
-		for _, m := range maps {
-			if v, ok := m[id]; ok {
-				return v, true
-			}
-		}
-		return 0, false
-	}
 	var last map[int]ir.TensorID
 	for m := 0; m < o.Accum; m++ {
 		local := map[int]ir.TensorID{}
@@ -286,16 +278,7 @@ func (bd *builder) build() error {
 				}
 				op.Out = append(op.Out, id)
 			}
-			for _, id := range e.Inputs {
-				if tid, ok := lookup(maps, id); ok {
-					op.In = addIn(op, tid)
-				}
-			}
-			for _, id := range e.Free {
-				if tid, ok := lookup(maps, id); ok {
-					op.In = addIn(op, tid)
-				}
-			}
+			readsOf(&op, e, maps)
 			p.Ops = append(p.Ops, op)
 		}
 		last = local
@@ -334,16 +317,7 @@ func (bd *builder) build() error {
 			local[a.ID] = id
 			op.Out = append(op.Out, id)
 		}
-		for _, id := range e.Inputs {
-			if tid, ok := lookup(maps, id); ok {
-				op.In = addIn(op, tid)
-			}
-		}
-		for _, id := range e.Free {
-			if tid, ok := lookup(maps, id); ok {
-				op.In = addIn(op, tid)
-			}
-		}
+		readsOf(&op, e, maps)
 		p.Ops = append(p.Ops, op)
 	}
 	return bd.err
@@ -351,6 +325,29 @@ func (bd *builder) build() error {
 
 // addIn adds a read of tid to op unless op writes it (a storage allocated and
 // freed by the same op is already last used there).
+// readsOf adds to op the storages event e reads and those freed after it:
+// the simulator frees a storage after its last use, so a free becomes a
+// read by the op it follows.
+func readsOf(op *ir.Op, e *Event, maps []map[int]ir.TensorID) {
+	for _, ids := range [][]int{e.Inputs, e.Free} {
+		for _, id := range ids {
+			if tid, ok := lookup(maps, id); ok {
+				op.In = addIn(*op, tid)
+			}
+		}
+	}
+}
+
+// lookup finds trace storage id in the first of maps that has it.
+func lookup(maps []map[int]ir.TensorID, id int) (ir.TensorID, bool) {
+	for _, m := range maps {
+		if v, ok := m[id]; ok {
+			return v, true
+		}
+	}
+	return 0, false
+}
+
 func addIn(op ir.Op, tid ir.TensorID) []ir.TensorID {
 	for _, o := range op.Out {
 		if o == tid {

@@ -73,18 +73,12 @@ func chenGreedyRun(blocks []Block, b float64, p Policy) (x, y float64) {
 // least recompute whose peak fits budget (ties: lower peak). It returns an
 // error wrapping ErrInfeasible when budget is below MinPeak, or ErrInvalid.
 func ChenGreedy(blocks []Block, budget int64) (Policy, error) {
-	if err := Validate(blocks); err != nil {
+	if err := check(blocks, budget); err != nil {
 		return nil, err
-	}
-	if budget < 0 {
-		return nil, infeasible(blocks, budget)
 	}
 	n := len(blocks)
 	if n == 0 {
 		return Policy{}, nil
-	}
-	if MinPeak(blocks) > budget {
-		return nil, infeasible(blocks, budget)
 	}
 	var best Policy
 	var bestRC float64

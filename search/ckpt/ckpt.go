@@ -169,6 +169,19 @@ func All(n int) Policy {
 func None(n int) Policy { return make(Policy, n) }
 
 // infeasible builds the ErrInfeasible error for a budget below MinPeak.
+// check is the solvers' common entry: the chain must be valid and the
+// budget at least the peak with every block checkpointed. An empty chain
+// passes (its policy is empty).
+func check(blocks []Block, budget int64) error {
+	if err := Validate(blocks); err != nil {
+		return err
+	}
+	if budget < 0 || (len(blocks) > 0 && MinPeak(blocks) > budget) {
+		return infeasible(blocks, budget)
+	}
+	return nil
+}
+
 func infeasible(blocks []Block, budget int64) error {
 	return fmt.Errorf("%w: budget %d B is below the minimum achievable peak %d B (every block checkpointed)",
 		ErrInfeasible, budget, MinPeak(blocks))

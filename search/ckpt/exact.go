@@ -24,28 +24,14 @@ type paretoPoint struct {
 // for small chains and as the reference for Optimal. It returns the same
 // errors as Optimal.
 func OptimalExact(blocks []Block, budget int64) (Policy, error) {
-	if err := Validate(blocks); err != nil {
+	if err := check(blocks, budget); err != nil {
 		return nil, err
-	}
-	if budget < 0 {
-		return nil, infeasible(blocks, budget)
 	}
 	n := len(blocks)
 	if n == 0 {
 		return Policy{}, nil
 	}
-	if MinPeak(blocks) > budget {
-		return nil, infeasible(blocks, budget)
-	}
-	lim := make([]int64, n)
-	var base int64
-	for i, b := range blocks {
-		lim[i] = budget - base - b.Saved - b.Peak
-		base += b.Input
-	}
-	for i := n - 2; i >= 0; i-- {
-		lim[i] = min(lim[i], lim[i+1])
-	}
+	lim := staircase(blocks, budget)
 
 	layers := make([][]paretoPoint, n)
 	layers[0] = []paretoPoint{{e: 0, cost: 0, parent: -1}}

@@ -90,18 +90,12 @@ func Optimal(blocks []Block, budget int64) (Policy, error) {
 // never checkpointed: its Saved is rematerialised at once, so
 // checkpointing it saves nothing and costs its forward.
 func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
-	if err := Validate(blocks); err != nil {
+	if err := check(blocks, budget); err != nil {
 		return Plan{}, err
-	}
-	if budget < 0 {
-		return Plan{}, infeasible(blocks, budget)
 	}
 	n := len(blocks)
 	if n == 0 {
 		return Plan{Policy: Policy{}, Resolution: 1, Exact: true, Slots: 1}, nil
-	}
-	if MinPeak(blocks) > budget {
-		return Plan{}, infeasible(blocks, budget)
 	}
 	if peak, _ := Evaluate(blocks, None(n)); peak <= budget {
 		return Plan{Policy: None(n), Peak: peak, Resolution: 1, Exact: true, Slots: 1}, nil
@@ -111,17 +105,9 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 		maxCells = defaultMaxCells
 	}
 
-	// lim[i] in bytes: the suffix minimum of cap_i; non-decreasing, and ≥ 0
-	// since checkpointing everything fits.
-	lim := make([]int64, n)
-	var base int64
-	for i, b := range blocks {
-		lim[i] = budget - base - b.Saved - b.Peak
-		base += b.Input
-	}
-	for i := n - 2; i >= 0; i-- {
-		lim[i] = min(lim[i], lim[i+1])
-	}
+	// lim[i] in bytes: non-decreasing, and ≥ 0 since checkpointing
+	// everything fits.
+	lim := staircase(blocks, budget)
 	items := n - 1 // the last block is always kept
 	var sumExtra int64
 	for _, b := range blocks[:items] {
@@ -366,4 +352,23 @@ func (t *minTree) minRec(x, l, r, ql, qr int) int64 {
 	a := t.minRec(2*x, l, mid, ql, qr)
 	b := t.minRec(2*x+1, mid+1, r, ql, qr)
 	return min(a, b) + t.lz[x]
+}
+
+// staircase is the bound on the extra bytes held before each block: block
+// i fits when the bytes kept by earlier un-checkpointed blocks beyond their
+// inputs are at most budget − Σ_{j<i} Input_j − Saved_i − Peak_i, and since
+// those extra bytes only grow along the chain, each limit is the minimum of
+// its own and every later one (the suffix minimum).
+func staircase(blocks []Block, budget int64) []int64 {
+	n := len(blocks)
+	lim := make([]int64, n)
+	var base int64
+	for i, b := range blocks {
+		lim[i] = budget - base - b.Saved - b.Peak
+		base += b.Input
+	}
+	for i := n - 2; i >= 0; i-- {
+		lim[i] = min(lim[i], lim[i+1])
+	}
+	return lim
 }
