@@ -98,7 +98,9 @@ func lastPart(p string) string {
 
 // checkpointTransform turns a policy into the transform for program p; nil
 // when the policy checkpoints nothing.
-func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []string) (*strategy.Checkpoint, error) {
+// The program's first block is block first of the model (a pipeline stage's
+// slice), which "every" counts from.
+func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []string, first int) (*strategy.Checkpoint, error) {
 	switch c.Kind {
 	case "":
 		return nil, nil
@@ -118,9 +120,12 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 	}
 	var pats []string
 	for i, b := range blocks {
-		if c.Kind == "full" || i%c.Every == 0 {
+		if c.Kind == "full" || (first+i)%c.Every == 0 {
 			pats = append(pats, b)
 		}
+	}
+	if len(pats) == 0 {
+		return nil, nil // a stage's slice between two checkpointed blocks
 	}
 	sort.Strings(pats)
 	return &strategy.Checkpoint{Patterns: pats}, nil

@@ -6,6 +6,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/memplan/memplan/cost"
@@ -104,6 +105,9 @@ type Spec struct {
 	TraceOptimizer bool
 	// autoBlocks caches what --checkpoint auto chose for this spec.
 	autoBlocks *[]string
+	// wholeStages builds the whole model for every pipeline stage (the
+	// reference stageSlice is tested against).
+	wholeStages bool
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -302,10 +306,12 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		return transform(s, p, first, stage)
+		return transform(s, p, first, stage, slice{})
 	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
+	sl := s.stageSlice(stage)
+	o.Layers = sl.layers
 	if s.Mode == Infer && !s.Model.Encoder {
 		o.KVContext = s.Seq + s.GenTokens
 	}
@@ -324,16 +330,53 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	return transform(s, p, first, stage)
+	return transform(s, p, first, stage, sl)
+}
+
+// slice is the part of the model a pipeline stage's program is built from:
+// layers [layers[0], layers[1]) (zero: the whole model) and the pipeline
+// layout that gives them all to the stage.
+type slice struct {
+	layers [2]int
+	layout []int
+}
+
+// stageSlice is the slice stage stage is built from. A stage's program
+// depends only on its own blocks, the model's ends and the schedule, so
+// building the whole model for each stage (and cutting the rest away)
+// would do pp times the work. It slices catalog decoders trained without
+// interleaving or auto checkpointing (which plans over the whole chain);
+// TestStageSliceEqualsWholeModel checks the sliced stage equals the cut.
+func (s *Spec) stageSlice(stage int) slice {
+	a := s.Model
+	if s.PP < 2 || s.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
+		s.Checkpoint.Kind == "auto" || s.PP > a.Layers || stage < 0 || stage >= s.PP {
+		return slice{}
+	}
+	if s.LoRA != nil {
+		// A target naming one layer ("model.layers.3.q_proj") makes the
+		// layers differ.
+		for _, t := range s.LoRA.Targets {
+			for _, part := range strings.Split(t, ".") {
+				if part != "" && strings.Trim(part, "0123456789") == "" {
+					return slice{}
+				}
+			}
+		}
+	}
+	lo, hi := stage*a.Layers/s.PP, (stage+1)*a.Layers/s.PP
+	layout := make([]int, s.PP)
+	layout[stage] = hi - lo
+	return slice{layers: [2]int{lo, hi}, layout: layout}
 }
 
 // transform applies the spec's strategies to a lowered training program.
-func transform(s *Spec, p *ir.Program, first bool, stage int) (*ir.Program, int64, error) {
+func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Program, int64, error) {
 	var err error
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
 		var ts []strategy.Transform
-		ck, err := checkpointTransform(s.Checkpoint, p, chosen)
+		ck, err := checkpointTransform(s.Checkpoint, p, chosen, sl.layers[0])
 		if err != nil {
 			return nil, err
 		}
@@ -341,6 +384,9 @@ func transform(s *Spec, p *ir.Program, first bool, stage int) (*ir.Program, int6
 			ts = append(ts, ck)
 		}
 		par := s.parallelTransforms(stage)
+		if sl.layout != nil {
+			par[0].(*strategy.Pipeline).Layout = sl.layout
+		}
 		if s.PP > 1 {
 			ts, par = append(ts, par[0]), par[1:]
 		}

@@ -83,6 +83,14 @@ type Pipeline struct {
 	// Interleave is the number of model chunks (virtual stages) per rank;
 	// 0 or 1 is the plain schedule.
 	Interleave int
+	// Layout, when set, is the number of blocks in each of the
+	// Stages×Interleave chunks, in order, instead of the even split; chunks
+	// may be empty. Ops after the last block always go to the last chunk
+	// and ops before the first to the first. With a layout that gives
+	// every block to this rank's chunk, a program holding only that
+	// stage's blocks (build.Options.Layers) becomes the same stage program
+	// as the whole model's would, at a fraction of the work.
+	Layout []int
 }
 
 var _ Transform = (*Pipeline)(nil)
@@ -162,21 +170,49 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 	}
 	nChunks := pp.Stages * v
-	if len(blocks) < nChunks {
-		if v > 1 {
-			return nil, fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
-		}
-		return nil, fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
-	}
 	chunkOfBlock := make([]int, len(blocks))
-	for c := 0; c < nChunks; c++ {
-		for b := c * len(blocks) / nChunks; b < (c+1)*len(blocks)/nChunks; b++ {
-			chunkOfBlock[b] = c
+	if pp.Layout != nil {
+		if len(pp.Layout) != nChunks {
+			return nil, fmt.Errorf("strategy: pipeline layout has %d chunks, want %d stages × %d", len(pp.Layout), pp.Stages, v)
+		}
+		b := 0
+		for c, n := range pp.Layout {
+			if n < 0 || b+n > len(blocks) {
+				return nil, fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+			}
+			for ; n > 0; n-- {
+				chunkOfBlock[b] = c
+				b++
+			}
+		}
+		if b != len(blocks) {
+			return nil, fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+		}
+	} else {
+		if len(blocks) < nChunks {
+			if v > 1 {
+				return nil, fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
+			}
+			return nil, fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
+		}
+		for c := 0; c < nChunks; c++ {
+			for b := c * len(blocks) / nChunks; b < (c+1)*len(blocks)/nChunks; b++ {
+				chunkOfBlock[b] = c
+			}
 		}
 	}
 
 	a := newPPAnalysis(p)
 	// Chunk of each forward node: its block's, or the preceding block's.
+	// Ops after the last block's in their micro-step go to the last chunk.
+	lastBlockOp := map[int]int{}
+	for i := range p.Ops {
+		if op := &p.Ops[i]; op.Phase == ir.Forward && !op.Recompute {
+			if _, ok := ppBlock(op.Module); ok {
+				lastBlockOp[op.Micro] = i
+			}
+		}
+	}
 	nodeChunk := map[int32]int{}
 	cur := 0
 	for i := range p.Ops {
@@ -186,6 +222,8 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 		if b, ok := ppBlock(op.Module); ok {
 			cur = chunkOfBlock[blockIdx[b]]
+		} else if last, ok := lastBlockOp[op.Micro]; ok && i > last {
+			cur = nChunks - 1
 		}
 		if op.Node >= 0 {
 			if _, ok := nodeChunk[op.Node]; !ok {

@@ -97,6 +97,13 @@ type Options struct {
 	// transformers' load_in_4bit, which leaves the LM head and classifier
 	// alone); norms and embeddings stay in the parameter dtype.
 	QLoRA bool
+	// Layers, when set, builds only the decoder layers [Layers[0],
+	// Layers[1]) of the stack (named by their index in the whole model),
+	// with the embeddings before them and the final norm, head and loss
+	// after: the part of the model a pipeline stage runs, plus the ends
+	// that strategy.Pipeline places on the first and last stages. The zero
+	// value builds every layer. Decoder families only.
+	Layers [2]int
 }
 
 // ErrBadOptions wraps option errors.
@@ -130,6 +137,16 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	if err := checkParallel(a, &o); err != nil {
 		return nil, err
 	}
+	if o.Layers != [2]int{} {
+		if a.Encoder {
+			return nil, fmt.Errorf("%w: a layer range is for decoder families, not %s", ErrBadOptions, a.Family)
+		}
+		if o.Layers[0] < 0 || o.Layers[0] >= o.Layers[1] || o.Layers[1] > a.Layers {
+			return nil, fmt.Errorf("%w: layer range [%d, %d) is not inside %s's %d layers", ErrBadOptions, o.Layers[0], o.Layers[1], a.Name, a.Layers)
+		}
+	} else {
+		o.Layers = [2]int{0, a.Layers}
+	}
 	m := &builder{a: a, o: o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training}),
 		tp: max(o.TP, 1), ep: max(o.EP, 1), vocab: a.Vocab, shardOf: map[ir.TensorID]ir.TensorID{}}
 	if m.tp > 1 {
@@ -144,6 +161,11 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	case models.FamilyViT:
 		m.vit()
 	default:
+		m.decoder()
+	}
+	if m.retry {
+		m = &builder{a: m.a, o: m.o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training}),
+			tp: m.tp, ep: m.ep, vocab: m.vocab, shardOf: map[ir.TensorID]ir.TensorID{}, lora: m.lora, frozenPrefix: true}
 		m.decoder()
 	}
 	if m.lora != nil {
@@ -167,6 +189,10 @@ type builder struct {
 	// linearNames are the leaf names of the linears LoRA can target, in
 	// first-seen order.
 	linearNames []string
+	// A layer slice's input was assumed to require grad (assumedGrad);
+	// retry when its layers turned out frozen, building again with
+	// frozenPrefix.
+	assumedGrad, retry, frozenPrefix bool
 }
 
 func (m *builder) bs() (int64, int64) { return int64(m.o.MicroBatch), int64(m.o.Seq) }
@@ -288,11 +314,29 @@ func (m *builder) decoder() {
 			}
 		}()
 	}
-	for i := 0; i < a.Layers; i++ {
+	// The layers before a slice are like its own: when the slice trains
+	// parameters, so do they, and the hidden state entering the slice
+	// requires grad even over frozen embeddings (LoRA). Graph builds again
+	// without the assumption when the slice trains none.
+	firstParam := len(b.Graph().Params)
+	if m.o.Layers[0] > 0 && m.o.Training && !b.Tensor(x).RequiresGrad && !m.frozenPrefix {
+		b.Tensor(x).RequiresGrad = true
+		m.assumedGrad = true
+	}
+	for i := m.o.Layers[0]; i < m.o.Layers[1]; i++ {
 		func() {
 			defer b.Enter(layers + "." + strconv.Itoa(i))()
 			x = m.decoderLayer(i, x, cos, sin, mask)
 		}()
+	}
+	if m.assumedGrad {
+		m.retry = true
+		for _, id := range b.Graph().Params[firstParam:] {
+			if b.Tensor(id).RequiresGrad {
+				m.retry = false
+				break
+			}
+		}
 	}
 	func() {
 		defer b.Enter(root)()

@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+)
+
+// A pipeline stage built from its own layers (stageSlice) is the stage cut
+// from the whole model's program: the same peak, phase peaks, host peak,
+// parameter count and step time on every stage, under any mix of the
+// options the slice allows (uneven splits, every-k checkpointing that
+// starts mid-stage, tied embeddings, ZeRO, offload, TP/SP, LoRA).
+func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
+	names := []string{"llama-3.2-1b", "gpt2", "mixtral-8x7b", "gemma-2-9b", "pythia-160m"}
+	rapid.Check(t, func(rt *rapid.T) {
+		name := rapid.SampledFrom(names).Draw(rt, "model")
+		a := lookup(t, name).Clone()
+		a.Layers = rapid.IntRange(2, 7).Draw(rt, "layers")
+		pp := rapid.IntRange(2, a.Layers).Draw(rt, "pp")
+		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64,
+			Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.FP32}).Draw(rt, "prec"),
+			Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused, plan.Single}).Draw(rt, "impl"),
+			Accum: rapid.IntRange(1, 4).Draw(rt, "accum"), PP: pp, DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp"),
+			PPSchedule: rapid.SampledFrom([]string{"", "gpipe"}).Draw(rt, "sched")}
+		if a.NumExperts == 0 && a.Family != "gpt2" {
+			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
+			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
+		}
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
+			s.Offload.Params = true
+		} else {
+			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+		}
+		switch rapid.IntRange(0, 3).Draw(rt, "ckpt") {
+		case 1:
+			s.Checkpoint = CheckpointPolicy{Kind: "full"}
+		case 2:
+			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: rapid.IntRange(2, 3).Draw(rt, "every")}
+		case 3:
+			s.Checkpoint = CheckpointPolicy{Kind: "selective"}
+			s.Attention = build.Eager // selective recomputes the eager attention core
+		}
+		if rapid.Bool().Draw(rt, "lora") {
+			s.LoRA = &build.LoRA{Rank: 4, Alpha: 8, Targets: []string{"all-linear"}}
+		}
+		s.GPU, _ = hw.Lookup("h100")
+		whole := s
+		whole.wholeStages = true
+		rs, err := Plan(s)
+		if err != nil {
+			rt.Fatalf("sliced: %v", err)
+		}
+		rw, err := Plan(whole)
+		if err != nil {
+			rt.Fatalf("whole: %v", err)
+		}
+		for st := range rw.StagePeaks {
+			if rs.StagePeaks[st] != rw.StagePeaks[st] {
+				rt.Fatalf("stage %d peaks at %s sliced, %s cut from the whole model", st, rs.StagePeaks[st], rw.StagePeaks[st])
+			}
+		}
+		if rs.Stage != rw.Stage {
+			rt.Fatalf("worst stage %d sliced, %d whole", rs.Stage, rw.Stage)
+		}
+		for ph := range rw.Sim.PhasePeak {
+			if a, b := rs.Sim.PhasePeak[ph].Total, rw.Sim.PhasePeak[ph].Total; a != b {
+				rt.Fatalf("%s peak %s sliced, %s whole", ir.Phase(ph), a, b)
+			}
+		}
+		if rs.Sim.HostPeak != rw.Sim.HostPeak || rs.Sim.Params != rw.Sim.Params || rs.Sim.SavedTotal != rw.Sim.SavedTotal {
+			rt.Fatalf("host %s/%s, params %d/%d, saved %s/%s (sliced/whole)", rs.Sim.HostPeak, rw.Sim.HostPeak,
+				rs.Sim.Params, rw.Sim.Params, rs.Sim.SavedTotal, rw.Sim.SavedTotal)
+		}
+		if rs.Timing.Step != rw.Timing.Step {
+			rt.Fatalf("step %v sliced, %v whole", rs.Timing.Step, rw.Timing.Step)
+		}
+		if rs.Program.Ops[rs.Sim.Peak.Op].Module != rw.Program.Ops[rw.Sim.Peak.Op].Module {
+			rt.Fatalf("peak in %q sliced, %q whole", rs.Program.Ops[rs.Sim.Peak.Op].Module, rw.Program.Ops[rw.Sim.Peak.Op].Module)
+		}
+	})
+}
