@@ -105,6 +105,8 @@ type Spec struct {
 	TraceOptimizer bool
 	// autoBlocks caches what --checkpoint auto chose for this spec.
 	autoBlocks *[]string
+	// Cache, when set, memoizes programs across plans (a search's).
+	Cache *Cache
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
 	wholeStages bool
@@ -308,6 +310,13 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		}
 		return transform(s, p, first, stage, slice{})
 	}
+	key, cacheable := s.cacheKey(first, stage)
+	if cacheable {
+		if e := s.Cache.get(key); e != nil {
+			q, err := strategy.Chain(e.prog, s.postTransforms()...)
+			return q, e.params, err
+		}
+	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	sl := s.stageSlice(stage)
@@ -329,6 +338,9 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	p, err := plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
 	if err != nil {
 		return nil, 0, err
+	}
+	if cacheable {
+		return s.Cache.transform(key, s, p, stage, sl)
 	}
 	return transform(s, p, first, stage, sl)
 }
@@ -383,19 +395,12 @@ func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Pro
 		if ck != nil {
 			ts = append(ts, ck)
 		}
-		par := s.parallelTransforms(stage)
-		if sl.layout != nil {
-			par[0].(*strategy.Pipeline).Layout = sl.layout
-		}
-		if s.PP > 1 {
-			ts, par = append(ts, par[0]), par[1:]
-		}
-		q, err := strategy.Chain(p, ts...)
+		q, err := strategy.Chain(p, append(ts, s.preTransforms(stage, sl)...)...)
 		if err != nil {
 			return nil, err
 		}
 		params = paramCount(q)
-		return strategy.Chain(q, par...)
+		return strategy.Chain(q, s.postTransforms()...)
 	}
 	var chosen []string
 	if s.Checkpoint.Kind == "auto" {

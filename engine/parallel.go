@@ -74,14 +74,21 @@ func (s *Spec) validateParallel() error {
 	return nil
 }
 
-// parallelTransforms are the data/pipeline-parallel and offload transforms
-// of s for pipeline stage stage, in the order they compose: pipeline (so
-// the rest sees only this rank's state), sharding, then offload.
-func (s *Spec) parallelTransforms(stage int) []strategy.Transform {
-	var ts []strategy.Transform
-	if s.PP > 1 {
-		ts = append(ts, &strategy.Pipeline{Stages: s.PP, Stage: stage, Schedule: s.PPSchedule, Interleave: s.PPInterleave})
+// The data/pipeline-parallel and offload transforms of s for pipeline stage
+// stage compose in this order: pipeline (so the rest sees only this rank's
+// state; checkpointing comes before it), sharding, then offload.
+
+// preTransforms is the pipeline transform (none without pipelining).
+func (s *Spec) preTransforms(stage int, sl slice) []strategy.Transform {
+	if s.PP < 2 {
+		return nil
 	}
+	return []strategy.Transform{&strategy.Pipeline{Stages: s.PP, Stage: stage, Schedule: s.PPSchedule, Interleave: s.PPInterleave, Layout: sl.layout}}
+}
+
+// postTransforms are the sharding and offload transforms.
+func (s *Spec) postTransforms() []strategy.Transform {
+	var ts []strategy.Transform
 	switch {
 	case s.ZeRO > 0:
 		ts = append(ts, &strategy.ZeRO{Stage: s.ZeRO, DP: s.DP})

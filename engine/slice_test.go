@@ -90,3 +90,49 @@ func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
 		}
 	})
 }
+
+// Plans sharing a Cache equal plans without one, whatever order specs
+// that share (or do not share) cached programs come in.
+func TestPropertyCacheChangesNothing(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b").Clone()
+	a.Layers = 4
+	c := &Cache{Limit: 5000}
+	rapid.Check(t, func(rt *rapid.T) {
+		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW,
+			Impl:  rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
+			Accum: rapid.IntRange(1, 3).Draw(rt, "accum"), PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"),
+			DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp"), FirstStep: rapid.Bool().Draw(rt, "first")}
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
+			s.Offload.Params = true
+		} else {
+			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+		}
+		if rapid.Bool().Draw(rt, "ckpt") {
+			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}
+		}
+		s.GPU, _ = hw.Lookup("h100")
+		want, err := Plan(s)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		s.Cache = c
+		for i := 0; i < 2; i++ {
+			got, err := Plan(s)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if len(got.StagePeaks) != len(want.StagePeaks) || got.Sim.Peak.Total != want.Sim.Peak.Total ||
+				got.Sim.HostPeak != want.Sim.HostPeak || got.Timing.Step != want.Timing.Step || len(got.Program.Ops) != len(want.Program.Ops) ||
+				(want.First != nil && got.First.Peak.Total != want.First.Peak.Total) {
+				rt.Fatalf("pass %d: cached plan differs: peak %s/%s, step %v/%v", i, got.Sim.Peak.Total, want.Sim.Peak.Total, got.Timing.Step, want.Timing.Step)
+			}
+		}
+	})
+	if hits, _ := c.Stats(); hits < 100 {
+		t.Errorf("%d cache hits in 100 repeated plans", hits)
+	}
+}

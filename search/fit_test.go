@@ -56,13 +56,13 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 			rt.Fatal(err)
 		}
 		c := &Plan{Spec: s}
-		newEstimator(s.Model.Layers).estimate(c)
+		newEstimator(s.Model).estimate(c)
 		if c.Dropped != "" {
 			rt.Fatalf("estimate refused: %s", c.Dropped)
 		}
 		full := s
 		full.PPEnds = false
-		r, _, err := run(full, 0)
+		r, _, err := newEstimator(s.Model).run(full, 0)
 		if err != nil {
 			rt.Fatal(err)
 		}

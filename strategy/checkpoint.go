@@ -53,7 +53,9 @@ type segment struct {
 }
 
 // Apply implements Transform.
-func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
+func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) { return c.apply(p, false) }
+
+func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if len(c.Patterns) == 0 {
 		return nil, fmt.Errorf("strategy: checkpoint needs at least one module pattern")
 	}
@@ -86,7 +88,10 @@ func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) {
 	if len(segs) == 0 {
 		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
 	}
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	// Backward ops of each segment, found in one pass: a backward op belongs
 	// to the segment whose key prefixes its module, in the same micro-step.
 	type segID struct {

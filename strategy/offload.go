@@ -73,8 +73,13 @@ func (*OptimizerOffload) Name() string { return "offload-optimizer" }
 func (*ParamOffload) Name() string { return "offload-params" }
 
 // Apply implements Transform.
-func (*ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) {
-	q := Clone(p)
+func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.apply(p, false) }
+
+func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	e := newEditor(q)
 	nt := len(q.Tensors)
 	// Which storages qualify: saved activations written only by forward ops
@@ -177,13 +182,18 @@ func (*ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) {
 }
 
 // Apply implements Transform.
-func (*OptimizerOffload) Apply(p *ir.Program) (*ir.Program, error) {
+func (x *OptimizerOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.apply(p, false) }
+
+func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for i := range p.Ops {
 		if p.Ops[i].Name == paramsToDevice {
 			return nil, fmt.Errorf("strategy: the optimizer is already offloaded")
 		}
 	}
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	if err := offloadOptimizer(q); err != nil {
 		return nil, err
 	}
@@ -328,7 +338,9 @@ func appendTransfer(ops []ir.Op, tr ir.Op) []ir.Op {
 }
 
 // Apply implements Transform.
-func (*ParamOffload) Apply(p *ir.Program) (*ir.Program, error) {
+func (x *ParamOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.apply(p, false) }
+
+func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	var gathers []int
 	for i := range p.Ops {
 		op := &p.Ops[i]
@@ -342,7 +354,10 @@ func (*ParamOffload) Apply(p *ir.Program) (*ir.Program, error) {
 	if len(gathers) == 0 {
 		return nil, fmt.Errorf("strategy: offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first")
 	}
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	onHost := map[ir.TensorID]bool{}
 	for _, pid := range q.Params {
 		if t := &q.Tensors[pid]; t.Base == ir.NoTensor && !t.Host {

@@ -22,10 +22,24 @@ type Transform interface {
 	Apply(p *ir.Program) (*ir.Program, error)
 }
 
+// rewriter is a Transform that can also rewrite a program it owns in place
+// (own), sparing the copy.
+type rewriter interface {
+	apply(p *ir.Program, own bool) (*ir.Program, error)
+}
+
 // Chain applies transforms in order and verifies the program after each.
+// p is not modified; the programs between transforms are Chain's own, so
+// transforms after the first rewrite them in place where they can.
 func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
-	for _, t := range ts {
-		q, err := t.Apply(p)
+	for i, t := range ts {
+		var q *ir.Program
+		var err error
+		if r, ok := t.(rewriter); ok && i > 0 {
+			q, err = r.apply(p, true)
+		} else {
+			q, err = t.Apply(p)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -37,18 +51,43 @@ func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 	return p, nil
 }
 
-// Clone deep-copies a program so a transform can edit it freely.
+// Clone deep-copies a program so a transform can edit it freely. Shapes
+// and operand lists are carved from two shared backing arrays (each slice
+// capped at its length, so appending to one reallocates it instead of
+// overwriting its neighbour): a handful of allocations instead of three per
+// op and tensor.
 func Clone(p *ir.Program) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
 	q.Tensors = make([]ir.Tensor, len(p.Tensors))
+	dims := 0
+	for i := range p.Tensors {
+		dims += len(p.Tensors[i].Shape)
+	}
+	shapes := make([]int64, dims)
 	for i, t := range p.Tensors {
-		t.Shape = append([]int64(nil), t.Shape...)
+		if t.Shape != nil {
+			n := copy(shapes, t.Shape)
+			t.Shape, shapes = shapes[:n:n], shapes[n:]
+		}
 		q.Tensors[i] = t
 	}
 	q.Ops = make([]ir.Op, len(p.Ops))
+	ids := 0
+	for i := range p.Ops {
+		ids += len(p.Ops[i].In) + len(p.Ops[i].Out)
+	}
+	operands := make([]ir.TensorID, ids)
+	carve := func(s []ir.TensorID) []ir.TensorID {
+		if s == nil {
+			return nil
+		}
+		n := copy(operands, s)
+		s, operands = operands[:n:n], operands[n:]
+		return s
+	}
 	for i, op := range p.Ops {
-		op.In = append([]ir.TensorID(nil), op.In...)
-		op.Out = append([]ir.TensorID(nil), op.Out...)
+		op.In = carve(op.In)
+		op.Out = carve(op.Out)
 		if op.Comm != nil {
 			c := *op.Comm
 			op.Comm = &c

@@ -148,7 +148,9 @@ func (f *FSDP) Apply(p *ir.Program) (*ir.Program, error) {
 }
 
 // Apply implements Transform.
-func (z *ZeRO) Apply(p *ir.Program) (*ir.Program, error) {
+func (z *ZeRO) Apply(p *ir.Program) (*ir.Program, error) { return z.apply(p, false) }
+
+func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if z.Stage < 1 || z.Stage > 3 {
 		return nil, fmt.Errorf("strategy: unknown ZeRO stage %d (want 1, 2 or 3)", z.Stage)
 	}
@@ -161,7 +163,10 @@ func (z *ZeRO) Apply(p *ir.Program) (*ir.Program, error) {
 	if z.BucketElems < 0 {
 		return nil, fmt.Errorf("strategy: reduce bucket of %d elements must not be negative", z.BucketElems)
 	}
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	pg, err := pairGrads(q)
 	if err != nil {
 		return nil, err
@@ -882,7 +887,9 @@ const (
 )
 
 // Apply implements Transform.
-func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) {
+func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) { return d.apply(p, false) }
+
+func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if d.DP < 2 {
 		return nil, fmt.Errorf("strategy: DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
 	}
@@ -893,7 +900,10 @@ func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) {
 	if d.BucketMiB == 0 {
 		capB = DefaultBucketMiB * units.MiB
 	}
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	pg, err := pairGrads(q)
 	if err != nil {
 		return nil, err

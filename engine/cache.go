@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/strategy"
+)
+
+// Cache memoizes the part of planning that sharding and offload do not
+// change: a stage's program after lowering, checkpointing and the pipeline
+// schedule. Searches that vary ZeRO stage, data-parallel degree or offload
+// over the same model, micro-batch and schedule then build, lower and
+// schedule each stage once. A Cache is safe for concurrent use; cached
+// programs are never modified (strategy.Transform must not modify its
+// input), so a plan with a Cache equals one without. It holds at most
+// about Limit ops' worth of programs (default 512Ki), and empties when full.
+type Cache struct {
+	Limit int
+
+	mu           sync.Mutex
+	m            map[cacheKey]*cacheEntry
+	size         int
+	hits, misses int
+}
+
+// Stats counts the lookups that found a program and those that did not.
+func (c *Cache) Stats() (hits, misses int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits, c.misses
+}
+
+type cacheEntry struct {
+	prog   *ir.Program
+	params int64
+}
+
+// cacheKey is every Spec field the program before sharding depends on.
+type cacheKey struct {
+	model              *models.Arch
+	micro, seq, accum  int
+	prec               ops.Precision
+	opt                plan.Optimizer
+	impl               plan.Impl
+	attn               build.Attention
+	dev                ops.Device
+	first              bool
+	ckpt               string
+	tp, ep             int
+	sp                 bool
+	lora               *build.LoRA
+	qlora              bool
+	pp, interleave, st int
+	sched              string
+	wholeStages        bool
+}
+
+// cacheKey is s's key for stage stage, and whether its program may be
+// cached (catalog training without auto checkpointing, whose choice
+// depends on more than the key).
+func (s *Spec) cacheKey(first bool, stage int) (cacheKey, bool) {
+	if s.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind == "auto" {
+		return cacheKey{}, false
+	}
+	return cacheKey{model: s.Model, micro: s.MicroBatch, seq: s.Seq, accum: s.Accum, prec: s.Precision, opt: s.Optimizer,
+		impl: s.Impl, attn: s.Attention, dev: s.Device, first: first, ckpt: s.Checkpoint.String(), tp: s.TP, ep: s.EP,
+		sp: s.SP, lora: s.LoRA, qlora: s.QLoRA, pp: s.PP, interleave: s.PPInterleave, st: stage, sched: s.PPSchedule,
+		wholeStages: s.wholeStages}, true
+}
+
+func (c *Cache) get(k cacheKey) *cacheEntry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[k]
+	if e != nil {
+		c.hits++
+	} else {
+		c.misses++
+	}
+	return e
+}
+
+func (c *Cache) put(k cacheKey, e *cacheEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit := c.Limit
+	if limit <= 0 {
+		limit = 512 << 10
+	}
+	if c.m == nil || c.size+len(e.prog.Ops) > limit {
+		c.m, c.size = map[cacheKey]*cacheEntry{}, 0
+	}
+	c.m[k] = e
+	c.size += len(e.prog.Ops)
+}
+
+// transform is transform for a cacheable spec: it caches the program
+// before sharding and offload.
+func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
+	ck, err := checkpointTransform(s.Checkpoint, p, nil, sl.layers[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	ts := s.preTransforms(stage, sl)
+	if ck != nil {
+		ts = append([]strategy.Transform{ck}, ts...)
+	}
+	q, err := strategy.Chain(p, ts...)
+	if err != nil {
+		return nil, 0, err
+	}
+	e := &cacheEntry{prog: q, params: paramCount(q)}
+	c.put(k, e)
+	q, err = strategy.Chain(q, s.postTransforms()...)
+	return q, e.params, err
+}
