@@ -2,20 +2,47 @@ package search
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
-// estimator evaluates plans on shallow copies of the model.
+// estimator evaluates plans on shallow copies of the model. Plans share
+// one engine.Cache, so those that differ only in sharding or offload build,
+// lower and schedule each shallow program once; the copies of each depth
+// are made once, as the cache keys on the model.
 type estimator struct {
-	layers int
+	model *models.Arch
+	cache *engine.Cache
+
+	mu     sync.Mutex
+	copies map[int]*models.Arch
 }
 
-func newEstimator(layers int) *estimator { return &estimator{layers: layers} }
+func newEstimator(a *models.Arch) *estimator {
+	return &estimator{model: a, cache: &engine.Cache{}, copies: map[int]*models.Arch{}}
+}
+
+// depth is the model cut to layers (0: the model).
+func (e *estimator) depth(layers int) *models.Arch {
+	if layers <= 0 || layers == e.model.Layers {
+		return e.model
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	a := e.copies[layers]
+	if a == nil {
+		a = e.model.Clone()
+		a.Layers = layers
+		e.copies[layers] = a
+	}
+	return a
+}
 
 // unit is the smallest layer count that keeps the plan's structure: every
 // pipeline stage (and virtual stage) gets the same whole number of periods
@@ -59,24 +86,21 @@ func stepAt(r *engine.Result, sim, accum int) time.Duration {
 // run plans s with its model cut to layers (0: full depth) and its
 // micro-steps cut to simAccum; it returns the result and the step time
 // extrapolated to s's micro-steps.
-func run(s engine.Spec, layers int) (*engine.Result, time.Duration, error) {
-	if layers > 0 {
-		a := s.Model.Clone()
-		a.Layers = layers
-		s.Model = a
-	}
+func (e *estimator) run(s engine.Spec, layers int) (*engine.Result, time.Duration, error) {
+	s.Model, s.Cache = e.depth(layers), e.cache
 	accum := s.Accum
 	s.Accum = simAccum(&s)
 	r, err := engine.Plan(s)
 	if err != nil {
 		return nil, 0, err
 	}
+	r.Spec.Cache = nil // a kept result must not keep the cache alive
 	return r, stepAt(r, s.Accum, accum), nil
 }
 
 // shallow plans s on a copy of its model with the given number of layers.
-func shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
-	r, t, err := run(s, layers)
+func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+	r, t, err := e.run(s, layers)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -102,13 +126,13 @@ func bucketSlack(s *engine.Spec) units.Bytes {
 // Models too shallow to shrink are planned in full.
 func (e *estimator) estimate(c *Plan) {
 	u := unit(&c.Spec)
-	L := e.layers
+	L := e.model.Layers
 	// Two and three units: with a single unit the first and the last layer
 	// are the same one, and boundary effects (a ZeRO-3 prefetch reaching
 	// the head, a pipeline stage holding only its ends) break the affine
 	// pattern the extrapolation relies on.
 	if 3*u >= L {
-		r, t, err := run(c.Spec, 0)
+		r, t, err := e.run(c.Spec, 0)
 		if err != nil {
 			c.Dropped = err.Error()
 			return
@@ -116,12 +140,12 @@ func (e *estimator) estimate(c *Plan) {
 		c.Result, c.EstPeak, c.EstStep, c.VerifiedStep = r, r.PeakBytes(), t, t
 		return
 	}
-	p1, t1, err := shallow(c.Spec, 2*u)
+	p1, t1, err := e.shallow(c.Spec, 2*u)
 	if err != nil {
 		c.Dropped = err.Error()
 		return
 	}
-	p2, t2, err := shallow(c.Spec, 3*u)
+	p2, t2, err := e.shallow(c.Spec, 3*u)
 	if err != nil {
 		c.Dropped = err.Error()
 		return

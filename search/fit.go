@@ -185,7 +185,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
 	}
-	est := newEstimator(base.Model.Layers)
+	est := newEstimator(base.Model)
 	keys := groupByState(groupByAllButBatch(cands))
 	var mu sync.Mutex
 	done := 0
@@ -233,7 +233,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		}
 		full := c.Spec
 		full.PPEnds = false // verification plans every stage
-		r, t, err := run(full, 0)
+		r, t, err := est.run(full, 0)
 		res.Verified++
 		if err != nil {
 			c.Dropped = err.Error()
