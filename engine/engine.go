@@ -6,6 +6,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,11 +94,12 @@ type Spec struct {
 	PPSchedule       string
 	// Offload moves activations, optimizer state or parameters to host.
 	Offload Offload
-	// PPEnds plans only the first and last pipeline stages. With identical
-	// layers they bound the others: a middle stage holds the same layers as
-	// the first with fewer micro-batches in flight and no embedding, and
-	// the same as the last without the head and loss. The search uses it.
-	PPEnds bool
+	// PPStages, when set, plans only these pipeline stages. The search
+	// plans the first and the last: with identical layers they bound the
+	// others (a middle stage holds the same layers as the first with fewer
+	// micro-batches in flight and no embedding, and the same as the last
+	// without the head and loss).
+	PPStages []int
 	// Trace, when set, is the job instead of Model: a recorded PyTorch
 	// training step (memplan_torch export) replayed at MicroBatch/Seq.
 	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
@@ -428,7 +430,7 @@ func Plan(s Spec) (*Result, error) {
 	// flight, the last one the loss).
 	// The step takes as long as the slowest stage.
 	for stage := 0; stage < max(s.PP, 1); stage++ {
-		if s.PPEnds && stage != 0 && stage != s.PP-1 {
+		if s.PPStages != nil && !slices.Contains(s.PPStages, stage) {
 			continue
 		}
 		p, params, err := stageProgram(&s, false, stage)

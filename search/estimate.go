@@ -87,9 +87,14 @@ func stepAt(r *engine.Result, sim, accum int) time.Duration {
 // micro-steps cut to simAccum; it returns the result and the step time
 // extrapolated to s's micro-steps.
 func (e *estimator) run(s engine.Spec, layers int) (*engine.Result, time.Duration, error) {
+	return e.runWith(s, layers, simAccum(&s))
+}
+
+// runWith is run simulating sim micro-steps.
+func (e *estimator) runWith(s engine.Spec, layers, sim int) (*engine.Result, time.Duration, error) {
 	s.Model, s.Cache = e.depth(layers), e.cache
 	accum := s.Accum
-	s.Accum = simAccum(&s)
+	s.Accum = sim
 	r, err := engine.Plan(s)
 	if err != nil {
 		return nil, 0, err
@@ -99,12 +104,30 @@ func (e *estimator) run(s engine.Spec, layers int) (*engine.Result, time.Duratio
 }
 
 // shallow plans s on a copy of its model with the given number of layers.
+// Under a 1F1B pipeline it plans only the first and the last stage, which
+// bound the others (engine.Spec.PPStages), each with the fewest micro-steps
+// that show its peak: the first holds p micro-batches in flight, the last
+// one, so two micro-steps show the last stage's peak of any k ≥ 2.
 func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
-	r, t, err := e.run(s, layers)
-	if err != nil {
-		return 0, 0, err
+	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
+		r, t, err := e.run(s, layers)
+		if err != nil {
+			return 0, 0, err
+		}
+		return r.PeakBytes(), t, nil
 	}
-	return r.PeakBytes(), t, nil
+	var peak units.Bytes
+	var step time.Duration
+	for _, st := range []struct{ stage, inFlight int }{{0, s.PP}, {s.PP - 1, 2}} {
+		q := s
+		q.PPStages = []int{st.stage}
+		r, t, err := e.runWith(q, layers, min(s.Accum, st.inFlight))
+		if err != nil {
+			return 0, 0, err
+		}
+		peak, step = max(peak, r.PeakBytes()), max(step, t)
+	}
+	return peak, step, nil
 }
 
 // bucketSlack is how far a plan's peak can stray from the affine-in-depth

@@ -232,7 +232,6 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 			break
 		}
 		full := c.Spec
-		full.PPEnds = false // verification plans every stage
 		r, t, err := est.run(full, 0)
 		res.Verified++
 		if err != nil {
@@ -359,7 +358,7 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 												s.TP, s.SP, s.PP, s.DP, s.ZeRO = tp, sp, pp, dp, zero
 												s.Offload, s.Checkpoint, s.Impl = off, ck, impl
 												s.Precision, s.Optimizer, s.LoRA, s.QLoRA = prec, opt, ad.lora, ad.qlora
-												s.Capacity, s.FirstStep, s.PPEnds = o.Capacity, false, true
+												s.Capacity, s.FirstStep = o.Capacity, false
 												out = append(out, &Plan{Spec: s})
 											}
 										}

@@ -51,7 +51,6 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
-		s.PPEnds = true
 		if err := s.Validate(); err != nil {
 			rt.Fatal(err)
 		}
@@ -61,7 +60,6 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 			rt.Fatalf("estimate refused: %s", c.Dropped)
 		}
 		full := s
-		full.PPEnds = false
 		r, _, err := newEstimator(s.Model).run(full, 0)
 		if err != nil {
 			rt.Fatal(err)
