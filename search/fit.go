@@ -186,29 +186,36 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
 	}
 	est := newEstimator(base.Model)
-	keys := groupByState(groupByAllButBatch(cands))
+	bundles := bundleStates(groupByState(groupByAllButBatch(cands)))
 	var mu sync.Mutex
 	done := 0
-	work := make(chan [][]*Plan)
+	work := make(chan [][][]*Plan)
 	var wg sync.WaitGroup
 	for w := 0; w < o.Workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := range work {
-				n, size := searchState(est, k, limit)
-				mu.Lock()
-				res.Estimated += n
-				done += size
-				if o.Progress != nil {
-					o.Progress(done, len(cands))
+			for b := range work {
+				// The states of a bundle differ only in sharding and
+				// offload: each starts its variants' searches where the
+				// previous state's ended (hints), and their shallow
+				// programs before sharding come from the cache.
+				hints := map[string]int{}
+				for _, k := range b {
+					n, size := searchState(est, k, limit, hints)
+					mu.Lock()
+					res.Estimated += n
+					done += size
+					if o.Progress != nil {
+						o.Progress(done, len(cands))
+					}
+					mu.Unlock()
 				}
-				mu.Unlock()
 			}
 		}()
 	}
-	for _, k := range keys {
-		work <- k
+	for _, b := range bundles {
+		work <- b
 	}
 	close(work)
 	wg.Wait()
@@ -443,6 +450,25 @@ func groupByState(groups [][]*Plan) [][][]*Plan {
 	return out
 }
 
+// bundleStates collects states that differ only in ZeRO stage and
+// optimizer or parameter offload, in order.
+func bundleStates(states [][][]*Plan) [][][][]*Plan {
+	idx := map[stateKey]int{}
+	var out [][][][]*Plan
+	for _, st := range states {
+		k := keyOf(&st[0][0].Spec)
+		k.zero, k.offOpt, k.offParams = 0, false, false
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], st)
+	}
+	return out
+}
+
 // thrift orders plans of one state by how much memory they save.
 func thrift(s *engine.Spec) int {
 	t := 0
@@ -470,7 +496,11 @@ func thrift(s *engine.Spec) int {
 // fused step of the same plan was estimated: fused holds no intermediates
 // and launches fewer kernels, so it is never larger or slower. It returns
 // how many plans it estimated and how many the state has.
-func searchState(est *estimator, groups [][]*Plan, limit units.Bytes) (int, int) {
+//
+// hints maps a variant to the index of the largest micro-batch that fitted
+// in the last state searched (-1: none); searchState updates it. Hints
+// only decide where each search starts.
+func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[string]int) (int, int) {
 	size := 0
 	for _, g := range groups {
 		size += len(g)
@@ -519,9 +549,15 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes) (int, int)
 	sort.SliceStable(live, func(i, j int) bool { return thrift(&live[i][0].Spec) < thrift(&live[j][0].Spec) })
 	best := -1
 	for _, g := range live {
-		k, used := searchGroupAbove(est, g, limit, best)
+		v := variant(&g[0].Spec) + "|" + g[0].Spec.Impl.String()
+		h, ok := hints[v]
+		if !ok {
+			h = -1
+		}
+		k, used := searchGroupAbove(est, g, limit, best, h)
 		n += used
 		best = max(best, k)
+		hints[v] = k
 	}
 	return n, size
 }
@@ -531,13 +567,15 @@ func variant(s *engine.Spec) string {
 }
 
 // searchGroupAbove estimates a group's plans (in increasing micro-batch)
-// above index above: the peak grows with the micro-batch, so it checks the
-// first candidate fits and binary-searches the largest that does; larger
-// ones are dropped as too big, smaller ones as slower (a faster variant of
-// the state, or this one with a larger micro-batch, already fits them). It
-// returns the index of the largest fitting micro-batch (-1: none) and how
-// many plans it estimated.
-func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above int) (int, int) {
+// above index above: the peak grows with the micro-batch, so it looks for
+// the largest micro-batch that fits, starting at index hint (or the first
+// candidate when the hint is out of range): when that fits it searches
+// upward, checking the next one first; when it does not, it binary-searches
+// below. Larger ones are dropped as too big, smaller ones as slower (a
+// faster variant of the state, or this one with a larger micro-batch,
+// already fits them). It returns the index of the largest fitting
+// micro-batch (-1: none) and how many plans it estimated.
+func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint int) (int, int) {
 	n := 0
 	probe := func(c *Plan) bool {
 		if c.EstPeak == 0 && c.Dropped == "" {
@@ -553,25 +591,54 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above int) (
 	if lo >= len(g) {
 		return -1, n
 	}
-	if !probe(g[lo]) {
+	start := lo
+	if hint > lo && hint < len(g) {
+		start = hint
+	}
+	fit := -1
+	if probe(g[start]) {
+		// Upward: the next candidate first (the hint is usually right).
+		fit = start
+		l, h := start+1, len(g)-1
+		if l <= h {
+			if probe(g[l]) {
+				fit, l = l, l+1
+				for l <= h {
+					mid := (l + h) / 2
+					if probe(g[mid]) {
+						fit, l = mid, mid+1
+					} else {
+						h = mid - 1
+					}
+				}
+			}
+		}
+	} else {
+		l, h := lo, start-1
+		for l <= h {
+			mid := (l + h) / 2
+			if probe(g[mid]) {
+				fit, l = mid, mid+1
+			} else {
+				h = mid - 1
+			}
+		}
+	}
+	if fit < 0 {
 		why := g[lo].Dropped
 		if why == "" {
 			why = fmt.Sprintf("estimated peak %s over the limit", g[lo].EstPeak)
+			if g[lo].EstPeak == 0 {
+				why = "a smaller micro-batch is already over the limit"
+			}
 			g[lo].Dropped = why
 		}
 		for _, c := range g[lo+1:] {
-			c.Dropped = "a smaller micro-batch is already over the limit: " + why
+			if c.Dropped == "" {
+				c.Dropped = "a smaller micro-batch is already over the limit: " + why
+			}
 		}
 		return -1, n
-	}
-	fit, l, h := lo, lo+1, len(g)-1
-	for l <= h {
-		mid := (l + h) / 2
-		if probe(g[mid]) {
-			fit, l = mid, mid+1
-		} else {
-			h = mid - 1
-		}
 	}
 	for i := lo; i < len(g); i++ {
 		c := g[i]
