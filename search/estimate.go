@@ -116,18 +116,91 @@ func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Durati
 		}
 		return r.PeakBytes(), t, nil
 	}
-	var peak units.Bytes
-	var step time.Duration
-	for _, st := range []struct{ stage, inFlight int }{{0, s.PP}, {s.PP - 1, 2}} {
-		q := s
-		q.PPStages = []int{st.stage}
-		r, t, err := e.runWith(q, layers, min(s.Accum, st.inFlight))
+	first := s
+	first.PPStages = []int{0}
+	peak, step, err := e.firstStage(first, layers, min(s.Accum, s.PP))
+	if err != nil {
+		return 0, 0, err
+	}
+	last := s
+	last.PPStages = []int{s.PP - 1}
+	r, t, err := e.runWith(last, layers, min(s.Accum, 2))
+	if err != nil {
+		return 0, 0, err
+	}
+	return max(peak, r.PeakBytes()), max(step, t), nil
+}
+
+// firstStage is the peak and step time of pipeline stage 0 (s.PPStages
+// [0]) holding m micro-batches in flight. For m > 3 it simulates three
+// micro-steps and adds the m−3 micro-batches the real schedule holds
+// besides them (inFlight); TestPropertyInFlightIsExact checks the result
+// equals the simulation of all m.
+func (e *estimator) firstStage(s engine.Spec, layers, m int) (units.Bytes, time.Duration, error) {
+	if m <= 3 {
+		r, t, err := e.runWith(s, layers, m)
 		if err != nil {
 			return 0, 0, err
 		}
-		peak, step = max(peak, r.PeakBytes()), max(step, t)
+		return r.PeakBytes(), t, nil
 	}
-	return peak, step, nil
+	r, t, err := e.runWith(s, layers, 3)
+	if err != nil {
+		return 0, 0, err
+	}
+	peak, ok := inFlight(r, m-3)
+	if !ok {
+		r, t, err = e.runWith(s, layers, m)
+		if err != nil {
+			return 0, 0, err
+		}
+		peak = r.PeakBytes()
+	}
+	return peak, t, nil
+}
+
+// inFlight is the peak of the first pipeline stage's three-micro-step
+// program r with extra more micro-batches in flight. Under 1F1B with m ≥ 4
+// micro-steps (m ≤ stages) the first stage runs m forwards, then m
+// backwards; three micro-steps run F0 F1 F2 B0 B1 B2. From F2 (the last
+// forward, real F(m−1)) to the end of B1 (a backward before the last) the
+// real stage holds m−3 more micro-batches than the three-step program,
+// each retaining what one micro-batch's forward leaves live (S: the rise
+// between the first ops of F1 and F2); before, it runs the same first two
+// forwards (later ones hold less than F(m−1)), and after, B2 plays the last
+// backward, holding one micro-batch. So the peak is the three-step
+// timeline with extra·S added over that window. ok is false when the
+// program does not have that shape.
+func inFlight(r *engine.Result, extra int) (units.Bytes, bool) {
+	p, tl := r.Program, r.Sim.Timeline
+	if len(tl) != len(p.Ops) {
+		return 0, false
+	}
+	first := func(ph ir.Phase, micro int) int {
+		for i := range p.Ops {
+			if p.Ops[i].Phase == ph && p.Ops[i].Micro == micro {
+				return i
+			}
+		}
+		return -1
+	}
+	f1, f2, b0, b2 := first(ir.Forward, 1), first(ir.Forward, 2), first(ir.Backward, 0), first(ir.Backward, 2)
+	if f1 < 0 || f2 <= f1 || b0 <= f2 || b2 <= b0 || p.Ops[f1].Name != p.Ops[f2].Name {
+		return 0, false
+	}
+	per := tl[f2].Total - tl[f1].Total
+	if per < 0 {
+		return 0, false
+	}
+	var peak units.Bytes
+	for i := range tl {
+		v := tl[i].Total
+		if i >= f2 && i < b2 {
+			v += units.Bytes(extra) * per
+		}
+		peak = max(peak, v)
+	}
+	return peak, true
 }
 
 // bucketSlack is how far a plan's peak can stray from the affine-in-depth

@@ -132,3 +132,53 @@ func TestFitErrors(t *testing.T) {
 		t.Error("fit without a GPU: no error")
 	}
 }
+
+// The first pipeline stage's peak from three micro-steps plus the
+// micro-batches in flight (inFlight) equals the simulation of all of them.
+func TestPropertyInFlightIsExact(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		name := rapid.SampledFrom([]string{"llama-3.2-1b", "gpt2", "qwen2.5-0.5b"}).Draw(rt, "model")
+		base := baseSpec(t, name, "h100", 0)
+		s := base
+		s.MicroBatch = rapid.IntRange(1, 2).Draw(rt, "b")
+		s.PP = rapid.SampledFrom([]int{4, 8}).Draw(rt, "pp")
+		m := rapid.IntRange(4, s.PP).Draw(rt, "m")
+		s.Accum = m
+		if name != "gpt2" {
+			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
+			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
+		}
+		s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt")
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
+			s.Offload.Params = true
+		} else {
+			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+		}
+		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		s.PPStages = []int{0}
+		if err := s.Validate(); err != nil {
+			rt.Fatal(err)
+		}
+		layers := s.PP * rapid.IntRange(2, 3).Draw(rt, "per stage")
+		if s.Checkpoint.Kind == "every" {
+			layers *= 2
+		}
+		e := newEstimator(s.Model)
+		got, _, err := e.firstStage(s, layers, m)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		r, _, err := e.runWith(s, layers, m)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if got != r.PeakBytes() {
+			rt.Fatalf("three micro-steps plus %d in flight: %s, all %d simulated: %s", m-3, got, m, r.PeakBytes())
+		}
+	})
+}
