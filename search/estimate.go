@@ -56,13 +56,23 @@ func unit(s *engine.Spec) int {
 }
 
 // simAccum is the number of micro-steps to simulate for a plan of accum
-// micro-steps: the same peak with fewer ops. Micro-steps after the first
-// hold the same memory (every gradient already exists), so two show the
-// peak of any k ≥ 2; a pipeline stage holds at most p micro-batches in
-// flight under 1F1B, so p show the peak of any k ≥ p (p is also a multiple
-// of p, as the interleaved schedule needs).
+// micro-steps: the same peak with fewer ops. Without pipelining three show
+// the peak of any k ≥ 3: the first (gradients created), one between (every
+// gradient accumulating, nothing reduced yet) and the last (where ZeRO,
+// DDP and offload reduce or move gradients); the micro-steps between hold
+// the same memory. The first stage of a 1F1B pipeline holds p micro-batches
+// in flight, and from micro-step p+1 on it runs a backward with p in flight
+// and every gradient existing, so p+1 show the peak of any k ≥ p+1. GPipe
+// holds every micro-batch and interleaving needs multiples of p: those
+// simulate all. TestPropertySimAccumShowsPeak checks the claim.
 func simAccum(s *engine.Spec) int {
-	return min(s.Accum, max(2, s.PP))
+	if s.PP > 1 {
+		if max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
+			return s.Accum
+		}
+		return min(s.Accum, s.PP+1)
+	}
+	return min(s.Accum, 3)
 }
 
 // stepAt extrapolates a step time simulated with sim micro-steps to accum
@@ -105,9 +115,9 @@ func (e *estimator) runWith(s engine.Spec, layers, sim int) (*engine.Result, tim
 
 // shallow plans s on a copy of its model with the given number of layers.
 // Under a 1F1B pipeline it plans only the first and the last stage, which
-// bound the others (engine.Spec.PPStages), each with the fewest micro-steps
-// that show its peak: the first holds p micro-batches in flight, the last
-// one, so two micro-steps show the last stage's peak of any k ≥ 2.
+// bound the others (engine.Spec.PPStages): the first holds the most
+// micro-batches in flight (firstStage), the last one, so three micro-steps
+// show its peak (as without pipelining).
 func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
 	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
 		r, t, err := e.run(s, layers)
@@ -116,62 +126,79 @@ func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Durati
 		}
 		return r.PeakBytes(), t, nil
 	}
-	first := s
-	first.PPStages = []int{0}
-	peak, step, err := e.firstStage(first, layers, min(s.Accum, s.PP))
+	peak, step, err := e.firstStage(s, layers)
 	if err != nil {
 		return 0, 0, err
 	}
 	last := s
 	last.PPStages = []int{s.PP - 1}
-	r, t, err := e.runWith(last, layers, min(s.Accum, 2))
+	r, t, err := e.runWith(last, layers, min(s.Accum, 3))
 	if err != nil {
 		return 0, 0, err
 	}
 	return max(peak, r.PeakBytes()), max(step, t), nil
 }
 
-// firstStage is the peak and step time of pipeline stage 0 (s.PPStages
-// [0]) holding m micro-batches in flight. For m > 3 it simulates three
-// micro-steps and adds the m−3 micro-batches the real schedule holds
-// besides them (inFlight); TestPropertyInFlightIsExact checks the result
-// equals the simulation of all m.
-func (e *estimator) firstStage(s engine.Spec, layers, m int) (units.Bytes, time.Duration, error) {
-	if m <= 3 {
+// firstStage is the peak and step time of the first stage of s's 1F1B
+// pipeline over layers (a multiple of s.PP), holding m = min(accum, p+1)
+// micro-batches' worth of schedule (simAccum). With p ≤ 3 or m ≤ 3 it
+// simulates them; otherwise it simulates a smaller schedule of the same
+// shape and adds the micro-batches the real one holds besides (inFlight):
+//
+//   - m ≤ p: the stage runs m forwards, then m backwards. Three micro-steps
+//     (F0 F1 F2 B0 B1 B2) match it from F2 (real F(m−1)) to the end of B1
+//     with m−3 micro-batches fewer in flight; before, they run the same
+//     first forwards (later ones hold less than F(m−1)), and B2 plays the
+//     last backward, holding one micro-batch.
+//   - m = p+1: p−1 warm-up forwards, then F(p−1) B0 F(p) B1 with p in
+//     flight (B1 and F(p) with every gradient), then the rest backward.
+//     A 3-stage pipeline over four micro-steps (F0 F1 F2 B0 F3 B1 B2 B3)
+//     has that shape with p−3 micro-batches fewer in flight from F2 to the
+//     end of B2.
+//
+// TestPropertyInFlightIsExact checks the result equals the simulation of
+// all m micro-steps on p stages.
+func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+	p := s.PP
+	m := min(s.Accum, p+1)
+	s.PPStages = []int{0}
+	direct := func() (units.Bytes, time.Duration, error) {
 		r, t, err := e.runWith(s, layers, m)
 		if err != nil {
 			return 0, 0, err
 		}
 		return r.PeakBytes(), t, nil
 	}
-	r, t, err := e.runWith(s, layers, 3)
+	if p <= 3 || m <= 3 {
+		return direct()
+	}
+	k, extra, depth, endMicro := 3, m-3, layers, 2
+	q := s
+	if m == p+1 {
+		q.PP = 3
+		k, extra, depth, endMicro = 4, p-3, 3*layers/p, 3
+	}
+	r, _, err := e.runWith(q, depth, k)
 	if err != nil {
 		return 0, 0, err
 	}
-	peak, ok := inFlight(r, m-3)
+	peak, ok := inFlight(r, extra, endMicro)
 	if !ok {
-		r, t, err = e.runWith(s, layers, m)
-		if err != nil {
-			return 0, 0, err
-		}
-		peak = r.PeakBytes()
+		return direct()
 	}
-	return peak, t, nil
+	// The step time is the real schedule's: per micro-step from the small
+	// program, the bubble from the real stage count.
+	r.Spec.PP = p
+	return peak, stepAt(r, k, s.Accum), nil
 }
 
-// inFlight is the peak of the first pipeline stage's three-micro-step
-// program r with extra more micro-batches in flight. Under 1F1B with m ≥ 4
-// micro-steps (m ≤ stages) the first stage runs m forwards, then m
-// backwards; three micro-steps run F0 F1 F2 B0 B1 B2. From F2 (the last
-// forward, real F(m−1)) to the end of B1 (a backward before the last) the
-// real stage holds m−3 more micro-batches than the three-step program,
-// each retaining what one micro-batch's forward leaves live (S: the rise
-// between the first ops of F1 and F2); before, it runs the same first two
-// forwards (later ones hold less than F(m−1)), and after, B2 plays the last
-// backward, holding one micro-batch. So the peak is the three-step
-// timeline with extra·S added over that window. ok is false when the
-// program does not have that shape.
-func inFlight(r *engine.Result, extra int) (units.Bytes, bool) {
+// inFlight is the peak of a first pipeline stage's program r with extra
+// more micro-batches in flight from the first op of micro-step 2's forward
+// up to the first op of micro-step endMicro's backward. What one
+// micro-batch keeps in flight is the rise between the first ops of the
+// forwards of micro-steps 1 and 2. ok is false when the program does not
+// have that shape.
+func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 	p, tl := r.Program, r.Sim.Timeline
 	if len(tl) != len(p.Ops) {
 		return 0, false
@@ -184,8 +211,8 @@ func inFlight(r *engine.Result, extra int) (units.Bytes, bool) {
 		}
 		return -1
 	}
-	f1, f2, b0, b2 := first(ir.Forward, 1), first(ir.Forward, 2), first(ir.Backward, 0), first(ir.Backward, 2)
-	if f1 < 0 || f2 <= f1 || b0 <= f2 || b2 <= b0 || p.Ops[f1].Name != p.Ops[f2].Name {
+	f1, f2, end := first(ir.Forward, 1), first(ir.Forward, 2), first(ir.Backward, endMicro)
+	if f1 < 0 || f2 <= f1 || end <= f2 || p.Ops[f1].Name != p.Ops[f2].Name {
 		return 0, false
 	}
 	per := tl[f2].Total - tl[f1].Total
@@ -195,7 +222,7 @@ func inFlight(r *engine.Result, extra int) (units.Bytes, bool) {
 	var peak units.Bytes
 	for i := range tl {
 		v := tl[i].Total
-		if i >= f2 && i < b2 {
+		if i >= f2 && i < end {
 			v += units.Bytes(extra) * per
 		}
 		peak = max(peak, v)

@@ -133,17 +133,17 @@ func TestFitErrors(t *testing.T) {
 	}
 }
 
-// The first pipeline stage's peak from three micro-steps plus the
-// micro-batches in flight (inFlight) equals the simulation of all of them.
+// The first pipeline stage's peak from a smaller schedule plus the
+// micro-batches in flight (firstStage) equals the simulation of all
+// simAccum micro-steps on every stage count.
 func TestPropertyInFlightIsExact(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		name := rapid.SampledFrom([]string{"llama-3.2-1b", "gpt2", "qwen2.5-0.5b"}).Draw(rt, "model")
 		base := baseSpec(t, name, "h100", 0)
 		s := base
 		s.MicroBatch = rapid.IntRange(1, 2).Draw(rt, "b")
-		s.PP = rapid.SampledFrom([]int{4, 8}).Draw(rt, "pp")
-		m := rapid.IntRange(4, s.PP).Draw(rt, "m")
-		s.Accum = m
+		s.PP = rapid.SampledFrom([]int{4, 5, 8}).Draw(rt, "pp")
+		s.Accum = rapid.IntRange(4, s.PP+3).Draw(rt, "accum")
 		if name != "gpt2" {
 			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
 			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
@@ -160,7 +160,6 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		}
 		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
-		s.PPStages = []int{0}
 		if err := s.Validate(); err != nil {
 			rt.Fatal(err)
 		}
@@ -169,16 +168,57 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 			layers *= 2
 		}
 		e := newEstimator(s.Model)
-		got, _, err := e.firstStage(s, layers, m)
+		got, _, err := e.firstStage(s, layers)
 		if err != nil {
 			rt.Fatal(err)
 		}
-		r, _, err := e.runWith(s, layers, m)
+		s.PPStages = []int{0}
+		r, _, err := e.runWith(s, layers, simAccum(&s))
 		if err != nil {
 			rt.Fatal(err)
 		}
 		if got != r.PeakBytes() {
-			rt.Fatalf("three micro-steps plus %d in flight: %s, all %d simulated: %s", m-3, got, m, r.PeakBytes())
+			rt.Fatalf("smaller schedule plus micro-batches in flight: %s, all %d simulated: %s", got, simAccum(&s), r.PeakBytes())
+		}
+	})
+}
+
+// Simulating simAccum micro-steps shows the peak of any larger
+// accumulation (micro-steps between the first and the last hold the same
+// memory), as the search and its verification assume.
+func TestPropertySimAccumShowsPeak(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		base := baseSpec(t, rapid.SampledFrom([]string{"llama-3.2-1b", "gpt2"}).Draw(rt, "model"), "h100", 0)
+		s := base
+		s.MicroBatch = rapid.IntRange(1, 2).Draw(rt, "b")
+		s.PP = rapid.SampledFrom([]int{1, 2, 3}).Draw(rt, "pp")
+		s.Accum = rapid.IntRange(simAccum(&engine.Spec{PP: s.PP, Accum: 100})+1, 7).Draw(rt, "accum")
+		s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}}).Draw(rt, "ckpt")
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		if err := s.Validate(); err != nil {
+			rt.Fatal(err)
+		}
+		e := newEstimator(s.Model)
+		layers := 2 * s.PP
+		if s.PP > 1 {
+			s.PPStages = []int{0} // the stage holding the most in flight
+		}
+		short, _, err := e.runWith(s, layers, simAccum(&s))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		long, _, err := e.runWith(s, layers, s.Accum)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if short.PeakBytes() != long.PeakBytes() {
+			rt.Fatalf("%d micro-steps peak at %s, %d at %s", simAccum(&s), short.PeakBytes(), s.Accum, long.PeakBytes())
 		}
 	})
 }

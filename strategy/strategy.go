@@ -58,7 +58,9 @@ func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 // op and tensor.
 func Clone(p *ir.Program) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
-	q.Tensors = make([]ir.Tensor, len(p.Tensors))
+	// Room for the tensors a transform adds, so its first add does not copy
+	// them all.
+	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+len(p.Tensors)/4+16)
 	dims := 0
 	for i := range p.Tensors {
 		dims += len(p.Tensors[i].Shape)

@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -778,14 +779,16 @@ func ceilBytes(b units.Bytes, n int) units.Bytes {
 // editor collects insertions around the ops of a cloned program and new
 // tensors, then rebuilds the op list once.
 type editor struct {
-	p             *ir.Program
-	before, after [][]ir.Op
+	p *ir.Program
+	// before and after hold the ops to insert around an op index (sparse:
+	// transforms insert around few ops of many).
+	before, after map[int][]ir.Op
 	owners        []ir.TensorID
 	shardsOf      map[ir.TensorID]ir.TensorID // gradient → its shard
 }
 
 func newEditor(q *ir.Program) *editor {
-	e := &editor{p: q, before: make([][]ir.Op, len(q.Ops)), after: make([][]ir.Op, len(q.Ops)), shardsOf: map[ir.TensorID]ir.TensorID{}}
+	e := &editor{p: q, before: map[int][]ir.Op{}, after: map[int][]ir.Op{}, shardsOf: map[ir.TensorID]ir.TensorID{}}
 	e.owners = make([]ir.TensorID, len(q.Tensors))
 	for i := range q.Tensors {
 		e.owners[i] = ir.Storage(q.Tensors, ir.TensorID(i))
@@ -836,16 +839,31 @@ func (e *editor) lastBackward(m int) int {
 // finish splices the insertions into the op list.
 func (e *editor) finish() *ir.Program {
 	n := len(e.p.Ops)
-	for i := range e.before {
-		n += len(e.before[i]) + len(e.after[i])
+	at := make([]int, 0, len(e.before)+len(e.after))
+	for i, ops := range e.before {
+		n += len(ops)
+		at = append(at, i)
 	}
+	for i, ops := range e.after {
+		n += len(ops)
+		if _, dup := e.before[i]; !dup {
+			at = append(at, i)
+		}
+	}
+	if n == len(e.p.Ops) {
+		return e.p
+	}
+	slices.Sort(at)
 	ops := make([]ir.Op, 0, n)
-	for i := range e.p.Ops {
+	next := 0 // first op not yet copied
+	for _, i := range at {
+		ops = append(ops, e.p.Ops[next:i]...)
 		ops = append(ops, e.before[i]...)
 		ops = append(ops, e.p.Ops[i])
 		ops = append(ops, e.after[i]...)
+		next = i + 1
 	}
-	e.p.Ops = ops
+	e.p.Ops = append(ops, e.p.Ops[next:]...)
 	return e.p
 }
 
