@@ -232,25 +232,37 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		}
 		return fits[i].EstPeak < fits[j].EstPeak
 	})
-	// Verify in order of estimated speed until Keep+1 plans fit for real.
+	// Verify in order of estimated speed until Keep+1 plans fit for real,
+	// Workers at a time (the same plans as one at a time, in order).
 	var verified []*Plan
-	for _, c := range fits {
-		if len(verified) > o.Keep {
-			break
+	for next := 0; next < len(fits) && len(verified) <= o.Keep; {
+		batch := fits[next:min(next+o.Workers, len(fits))]
+		next += len(batch)
+		errs := make([]error, len(batch))
+		var vg sync.WaitGroup
+		for i, c := range batch {
+			vg.Add(1)
+			go func() {
+				defer vg.Done()
+				c.Result, c.VerifiedStep, errs[i] = est.run(c.Spec, 0)
+			}()
 		}
-		full := c.Spec
-		r, t, err := est.run(full, 0)
-		res.Verified++
-		if err != nil {
-			c.Dropped = err.Error()
-			continue
+		vg.Wait()
+		for i, c := range batch {
+			if len(verified) > o.Keep {
+				c.Result, c.VerifiedStep = nil, 0 // verified past the need
+				continue
+			}
+			res.Verified++
+			switch {
+			case errs[i] != nil:
+				c.Dropped = errs[i].Error()
+			case c.Result.PeakBytes() > limit:
+				c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), limit)
+			default:
+				verified = append(verified, c)
+			}
 		}
-		c.Result, c.VerifiedStep = r, t
-		if r.PeakBytes() > limit {
-			c.Dropped = fmt.Sprintf("peak %s over the limit %s", r.PeakBytes(), limit)
-			continue
-		}
-		verified = append(verified, c)
 	}
 	if len(verified) == 0 {
 		return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
@@ -506,9 +518,15 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[
 		size += len(g)
 	}
 	first := groups[0][0]
-	est.estimate(first)
-	n := 1
-	if first.Dropped != "" || first.EstPeak > limit {
+	n := 0
+	// The thriftiest probe prunes states that cannot fit; after a state of
+	// the bundle that fitted, this one most likely fits too (it differs
+	// only in sharding or offload), and the probe would be spent.
+	if hints[stateFitted] != 1 {
+		est.estimate(first)
+		n++
+	}
+	if first.Dropped != "" || (first.EstPeak > 0 && first.EstPeak > limit) {
 		why := first.Dropped
 		if why == "" {
 			why = fmt.Sprintf("its thriftiest variant (%s) already peaks at %s", first.Describe(), first.EstPeak)
@@ -559,8 +577,16 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[
 		best = max(best, k)
 		hints[v] = k
 	}
+	hints[stateFitted] = -1
+	if best >= 0 {
+		hints[stateFitted] = 1
+	}
 	return n, size
 }
+
+// stateFitted is the hints key that says whether the last state searched
+// had a plan that fits (1) or not (-1).
+const stateFitted = "state fitted"
 
 func variant(s *engine.Spec) string {
 	return fmt.Sprintf("%s|%v", s.Checkpoint, s.Offload)
