@@ -87,6 +87,10 @@ type Spec struct {
 	// DP is the data-parallel degree (1: one replica); ZeRO the ZeRO stage
 	// (0: plain DDP over DP ranks; 3 is FSDP FULL_SHARD).
 	DP, ZeRO int
+	// ZeROBucketElems is stage 2's reduce_bucket_size in elements (0:
+	// DeepSpeed's default, strategy.DefaultReduceBucketElems; 1 reduces each
+	// gradient as it is ready).
+	ZeROBucketElems int64
 	// PP is the pipeline-parallel degree (every stage is planned and the
 	// worst reported); PPSchedule "1f1b" (default) or "gpipe"; PPInterleave
 	// virtual stages per rank.

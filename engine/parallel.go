@@ -61,6 +61,8 @@ func (s *Spec) validateParallel() error {
 	switch {
 	case s.DP < 0 || s.PP < 0:
 		return fmt.Errorf("%w: --dp and --pp must be positive", ErrSpec)
+	case s.ZeROBucketElems < 0:
+		return fmt.Errorf("%w: ZeRO reduce bucket of %d elements must not be negative", ErrSpec, s.ZeROBucketElems)
 	case s.ZeRO < 0 || s.ZeRO > 3:
 		return fmt.Errorf("%w: unknown --zero %d (want 0, 1, 2 or 3)", ErrSpec, s.ZeRO)
 	case s.ZeRO > 0 && s.DP < 2:
@@ -94,7 +96,7 @@ func (s *Spec) postTransforms() []strategy.Transform {
 	var ts []strategy.Transform
 	switch {
 	case s.ZeRO > 0:
-		ts = append(ts, &strategy.ZeRO{Stage: s.ZeRO, DP: s.DP})
+		ts = append(ts, &strategy.ZeRO{Stage: s.ZeRO, DP: s.DP, BucketElems: s.ZeROBucketElems})
 	case s.DP > 1:
 		ts = append(ts, &strategy.DDP{DP: s.DP})
 	}

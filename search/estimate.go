@@ -8,7 +8,6 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
-	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -230,16 +229,6 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 	return peak, true
 }
 
-// bucketSlack is how far a plan's peak can stray from the affine-in-depth
-// pattern: ZeRO-2 reduces gradients in buckets of reduce_bucket_size
-// elements, and where the bucket boundaries fall depends on the depth, so up
-// to one bucket of full gradients may be live or not at the peak.
-func bucketSlack(s *engine.Spec) units.Bytes {
-	if s.ZeRO != 2 {
-		return 0
-	}
-	return units.Bytes(strategy.DefaultReduceBucketElems) * units.Bytes(s.Precision.ParamDType().Size(1))
-}
 
 // estimate sets c.EstPeak to a lower bound on the full model's peak and
 // c.EstStep to an estimate of its step time, from shallow models of 2u and 3u
@@ -263,18 +252,27 @@ func (e *estimator) estimate(c *Plan) {
 		c.Result, c.EstPeak, c.EstStep, c.VerifiedStep = r, r.PeakBytes(), t, t
 		return
 	}
-	p1, t1, err := e.shallow(c.Spec, 2*u)
+	// ZeRO-2 reduces gradients in buckets of reduce_bucket_size elements,
+	// and where their boundaries fall depends on the depth: the peak is a
+	// sawtooth in it, not convex. Reducing each gradient as it is ready
+	// never holds more, and is affine in depth, so shallow models with
+	// one-element buckets give a lower bound.
+	sh := c.Spec
+	if sh.ZeRO == 2 {
+		sh.ZeROBucketElems = 1
+	}
+	p1, t1, err := e.shallow(sh, 2*u)
 	if err != nil {
 		c.Dropped = err.Error()
 		return
 	}
-	p2, t2, err := e.shallow(c.Spec, 3*u)
+	p2, t2, err := e.shallow(sh, 3*u)
 	if err != nil {
 		c.Dropped = err.Error()
 		return
 	}
 	// Integer arithmetic rounds the extrapolation down, keeping it a bound.
-	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-3*u)/units.Bytes(u) - bucketSlack(&c.Spec)
+	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-3*u)/units.Bytes(u)
 	if c.EstPeak < 1 {
 		c.EstPeak = 1
 	}

@@ -35,9 +35,9 @@ func baseSpec(t testing.TB, name, gpu string, layers int) engine.Spec {
 // search drops plans on it, so it must never overstate. Checked against the
 // full simulation on random plans.
 func TestPropertyEstimateIsLowerBound(t *testing.T) {
-	base := baseSpec(t, "llama-3.2-1b", "h100", 8)
+	bases := []engine.Spec{baseSpec(t, "llama-3.2-1b", "h100", 24), baseSpec(t, "gpt2", "h100", 12), baseSpec(t, "pythia-160m", "h100", 12)}
 	rapid.Check(t, func(rt *rapid.T) {
-		s := base
+		s := rapid.SampledFrom(bases).Draw(rt, "model")
 		s.MicroBatch = rapid.IntRange(1, 4).Draw(rt, "b")
 		s.Accum = rapid.IntRange(1, 8).Draw(rt, "accum")
 		s.TP = rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp")
@@ -65,7 +65,7 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 			rt.Fatal(err)
 		}
 		if c.EstPeak > r.PeakBytes() {
-			rt.Fatalf("%s: estimate %s above the full peak %s", c.Describe(), c.EstPeak, r.PeakBytes())
+			rt.Fatalf("%s %s: estimate %s above the full peak %s", s.Model.Name, c.Describe(), c.EstPeak, r.PeakBytes())
 		}
 	})
 }
