@@ -229,7 +229,6 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 	return peak, true
 }
 
-
 // estimate sets c.EstPeak to a lower bound on the full model's peak and
 // c.EstStep to an estimate of its step time, from shallow models of 2u and 3u
 // layers: the peak is the maximum of functions affine in the layer count
