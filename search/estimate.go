@@ -260,22 +260,26 @@ func (e *estimator) estimate(c *Plan) {
 	if sh.ZeRO == 2 {
 		sh.ZeROBucketElems = 1
 	}
-	p1, t1, err := e.shallow(sh, 2*u)
+	lo := 2 * u
+	if sh.ZeRO != 3 {
+		lo = u
+	}
+	p1, t1, err := e.shallow(sh, lo)
 	if err != nil {
 		c.Dropped = err.Error()
 		return
 	}
-	p2, t2, err := e.shallow(sh, 3*u)
+	p2, t2, err := e.shallow(sh, lo+u)
 	if err != nil {
 		c.Dropped = err.Error()
 		return
 	}
 	// Integer arithmetic rounds the extrapolation down, keeping it a bound.
-	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-3*u)/units.Bytes(u)
+	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u)
 	if c.EstPeak < 1 {
 		c.EstPeak = 1
 	}
-	scale := float64(L-3*u) / float64(u)
+	scale := float64(L-lo-u) / float64(u)
 	if c.EstPeak < p2 {
 		c.EstPeak = p2
 	}

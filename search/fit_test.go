@@ -10,6 +10,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
@@ -51,6 +52,9 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		if rapid.IntRange(0, 3).Draw(rt, "lora") == 0 {
+			s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
+		}
 		if err := s.Validate(); err != nil {
 			rt.Fatal(err)
 		}
