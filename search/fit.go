@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"time"
@@ -178,6 +180,14 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	if o.Keep == 0 {
 		o.Keep = 5
+	}
+	// A search allocates gigabytes of short-lived programs while its cache
+	// keeps a few hundred megabytes live; collecting at 100% heap growth
+	// spends a quarter of the time rescanning the cache. Unless GOGC says
+	// otherwise, collect at 200% while searching (BenchmarkFitLlama3_70B:
+	// 4.6-5.9 s -> 3.5-4.1 s, about 800 MB peak).
+	if os.Getenv("GOGC") == "" {
+		defer debug.SetGCPercent(debug.SetGCPercent(200))
 	}
 	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
 	cands := enumerate(base, o)
