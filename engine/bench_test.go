@@ -24,3 +24,21 @@ func BenchmarkPlanLlama3_70B(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanLlama3_70BPipeline plans every stage of llama-3-70b over
+// tp 8 × pp 8 with 16 micro-steps of 4096 tokens: each stage is built from
+// its own 10 layers (stageSlice).
+func BenchmarkPlanLlama3_70BPipeline(b *testing.B) {
+	a := lookup(b, "llama-3-70b")
+	s := Spec{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: plan.AdamW, TP: 8, PP: 8, Accum: 16}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := Plan(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(r.StagePeaks) != 8 {
+			b.Fatalf("%d stages planned", len(r.StagePeaks))
+		}
+	}
+}
