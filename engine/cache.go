@@ -110,7 +110,7 @@ func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slic
 	if ck != nil {
 		ts = append([]strategy.Transform{ck}, ts...)
 	}
-	q, err := strategy.Chain(p, ts...)
+	q, err := strategy.ChainOwned(p, ts...) // p was lowered for this call alone
 	if err != nil {
 		return nil, 0, err
 	}

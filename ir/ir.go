@@ -297,10 +297,20 @@ func BlockOf(path string) string {
 		} else {
 			end += start
 		}
-		if end > start && strings.Trim(path[start:end], "0123456789") == "" {
+		if end > start && allDigits(path[start:end]) {
 			return path[:end]
 		}
 		start = end + 1
 	}
 	return path
+}
+
+// allDigits reports whether s is non-empty ASCII digits.
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return len(s) > 0
 }

@@ -593,8 +593,13 @@ func ppBlock(module string) (string, bool) {
 	}
 	b := ir.BlockOf(module)
 	last := b[strings.LastIndexByte(b, '.')+1:]
-	if last == "" || strings.Trim(last, "0123456789") != "" {
+	if last == "" {
 		return "", false
+	}
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return "", false
+		}
 	}
 	return b, true
 }

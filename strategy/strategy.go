@@ -31,11 +31,17 @@ type rewriter interface {
 // Chain applies transforms in order and verifies the program after each.
 // p is not modified; the programs between transforms are Chain's own, so
 // transforms after the first rewrite them in place where they can.
-func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
+func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) { return chain(p, false, ts) }
+
+// ChainOwned is Chain for a program the caller hands over: the first
+// transform may rewrite p itself, which must not be used afterwards.
+func ChainOwned(p *ir.Program, ts ...Transform) (*ir.Program, error) { return chain(p, true, ts) }
+
+func chain(p *ir.Program, own bool, ts []Transform) (*ir.Program, error) {
 	for i, t := range ts {
 		var q *ir.Program
 		var err error
-		if r, ok := t.(rewriter); ok && i > 0 {
+		if r, ok := t.(rewriter); ok && (i > 0 || own) {
 			q, err = r.apply(p, true)
 		} else {
 			q, err = t.Apply(p)
