@@ -3,7 +3,6 @@ package strategy
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -269,10 +268,13 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 
 	// Kept fwd/bwd ops and their units.
 	q := Clone(p)
-	unitOf := map[int]ppUnit{} // original op index → unit
+	unitOf := make([]ppUnit, len(q.Ops)) // original op index → unit, where isKept
+	isKept := make([]bool, len(q.Ops))
+	nKept := 0
 	for i := range q.Ops {
 		if mine(opChunk[i]) {
-			unitOf[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, opChunk[i]}
+			unitOf[i], isKept[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, opChunk[i]}, true
+			nKept++
 		}
 	}
 	// used: tensors the rank's ops touch (with their bases).
@@ -284,6 +286,9 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 	}
 	for i := range unitOf {
+		if !isKept[i] {
+			continue
+		}
 		for _, t := range q.Ops[i].In {
 			markUsed(t)
 		}
@@ -293,11 +298,17 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 	}
 	// Source ops: keep outputs kept ops use; run in the unit of the earliest
 	// chunk reading them (same phase and micro-step).
-	minReader := map[ir.TensorID]int{}
+	minReader := make([]int, len(q.Tensors)) // -1: no kept op reads it
+	for i := range minReader {
+		minReader[i] = -1
+	}
 	for i, u := range unitOf {
+		if !isKept[i] {
+			continue
+		}
 		for _, t := range q.Ops[i].In {
 			for s := t; s != ir.NoTensor; s = q.Tensors[s].Base {
-				if c, ok := minReader[s]; !ok || u.chunk < c {
+				if c := minReader[s]; c < 0 || u.chunk < c {
 					minReader[s] = u.chunk
 				}
 			}
@@ -313,7 +324,7 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		for _, t := range op.Out {
 			if used[t] {
 				outs = append(outs, t)
-				if c, ok := minReader[t]; ok && (chunk < 0 || c < chunk) {
+				if c := minReader[t]; c >= 0 && (chunk < 0 || c < chunk) {
 					chunk = c
 				}
 			}
@@ -328,9 +339,10 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		for _, t := range op.In {
 			markUsed(t)
 		}
-		unitOf[i] = ppUnit{op.Phase, op.Micro, chunk}
+		unitOf[i], isKept[i] = ppUnit{op.Phase, op.Micro, chunk}, true
+		nKept++
 	}
-	kept := func(i int32) bool { _, ok := unitOf[int(i)]; return ok }
+	kept := func(i int32) bool { return isKept[i] }
 
 	// Boundary tensors.
 	type xfer struct {
@@ -340,11 +352,12 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 	}
 	var recvs, sends []xfer
 	recvSeen := map[ir.TensorID]bool{}
-	keptIdx := make([]int, 0, len(unitOf))
+	keptIdx := make([]int, 0, nKept)
 	for i := range unitOf {
-		keptIdx = append(keptIdx, i)
+		if isKept[i] {
+			keptIdx = append(keptIdx, i)
+		}
 	}
-	sort.Ints(keptIdx)
 	for _, i := range keptIdx {
 		u := unitOf[i]
 		for _, t := range q.Ops[i].In {
@@ -387,9 +400,9 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 	// Saved for backward here: received inputs the backward reads become
 	// activations, and activations only another rank's backward reads
 	// (the output sent on) become temporaries.
-	savedHere := map[ir.TensorID]bool{}
+	savedHere := make([]bool, len(q.Tensors))
 	for i, u := range unitOf {
-		if u.phase == ir.Backward {
+		if isKept[i] && u.phase == ir.Backward {
 			for _, t := range q.Ops[i].In {
 				savedHere[ir.Storage(q.Tensors, t)] = true
 			}
@@ -401,7 +414,7 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 		}
 	}
 	for i, u := range unitOf {
-		if u.phase != ir.Forward {
+		if !isKept[i] || u.phase != ir.Forward {
 			continue
 		}
 		for _, t := range q.Ops[i].Out {
