@@ -635,6 +635,21 @@ func newPPAnalysis(p *ir.Program) *ppAnalysis {
 	for i := range a.writer {
 		a.writer[i] = -1
 	}
+	// Readers are carved from one array: count, then fill.
+	count := make([]int32, n)
+	total := 0
+	for i := range p.Ops {
+		if op := &p.Ops[i]; op.Phase != ir.Optimizer {
+			for _, t := range op.In {
+				count[t]++
+			}
+			total += len(op.In)
+		}
+	}
+	flat := make([]int32, total)
+	for t, c := range count {
+		a.readers[t], flat = flat[:0:c], flat[c:]
+	}
 	touched := make([]bool, n)
 	for i := range p.Ops {
 		op := &p.Ops[i]
