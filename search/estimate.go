@@ -1,7 +1,6 @@
 package search
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -18,6 +17,8 @@ import (
 type estimator struct {
 	model *models.Arch
 	cache *engine.Cache
+	// limit, when set, lets an estimate stop once its bound exceeds it.
+	limit units.Bytes
 
 	mu     sync.Mutex
 	copies map[int]*models.Arch
@@ -112,30 +113,33 @@ func (e *estimator) runWith(s engine.Spec, layers, sim int) (*engine.Result, tim
 	return r, stepAt(r, s.Accum, accum), nil
 }
 
-// shallow plans s on a copy of its model with the given number of layers.
-// Under a 1F1B pipeline it plans only the first and the last stage, which
-// bound the others (engine.Spec.PPStages): the first holds the most
+// part is what a plan's estimate is made of: its peak and step time on a
+// model of the given depth. Without pipelining there is one part, the
+// whole program; under a 1F1B pipeline two, the first and the last stage,
+// which bound the others (engine.Spec.PPStages): the first holds the most
 // micro-batches in flight (firstStage), the last one, so three micro-steps
 // show its peak (as without pipelining).
-func (e *estimator) shallow(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+type part func(s engine.Spec, layers int) (units.Bytes, time.Duration, error)
+
+func (e *estimator) parts(s *engine.Spec) []part {
 	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
-		r, t, err := e.run(s, layers)
+		return []part{func(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+			r, t, err := e.run(s, layers)
+			if err != nil {
+				return 0, 0, err
+			}
+			return r.PeakBytes(), t, nil
+		}}
+	}
+	last := func(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+		s.PPStages = []int{s.PP - 1}
+		r, t, err := e.runWith(s, layers, min(s.Accum, 3))
 		if err != nil {
 			return 0, 0, err
 		}
 		return r.PeakBytes(), t, nil
 	}
-	peak, step, err := e.firstStage(s, layers)
-	if err != nil {
-		return 0, 0, err
-	}
-	last := s
-	last.PPStages = []int{s.PP - 1}
-	r, t, err := e.runWith(last, layers, min(s.Accum, 3))
-	if err != nil {
-		return 0, 0, err
-	}
-	return max(peak, r.PeakBytes()), max(step, t), nil
+	return []part{e.firstStage, last}
 }
 
 // firstStage is the peak and step time of the first stage of s's 1F1B
@@ -230,19 +234,24 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 }
 
 // estimate sets c.EstPeak to a lower bound on the full model's peak and
-// c.EstStep to an estimate of its step time, from shallow models of 2u and 3u
-// layers: the peak is the maximum of functions affine in the layer count
-// (convex in it), so the line through two shallow points extended to the
-// full depth lies below it; the step time is a sum over layers, affine in it.
-// Models too shallow to shrink are planned in full.
+// c.EstStep to an estimate of its step time, from shallow models of a few
+// units u of layers: the peak is the maximum of functions affine in the
+// layer count (convex in it), so the line through two shallow points
+// extended to the full depth lies below it; the step time is a sum over
+// layers, affine in it. With a limit set it may stop at a bound over the
+// limit without estimating the step.
 func (e *estimator) estimate(c *Plan) {
 	u := unit(&c.Spec)
 	L := e.model.Layers
-	// Two and three units: with a single unit the first and the last layer
-	// are the same one, and boundary effects (a ZeRO-3 prefetch reaching
-	// the head, a pipeline stage holding only its ends) break the affine
-	// pattern the extrapolation relies on.
-	if 3*u >= L {
+	// One and two units; two and three under ZeRO-3, whose prefetch
+	// reaches the head from a single unit and breaks the affine pattern
+	// the extrapolation relies on (TestPropertyEstimateIsLowerBound finds
+	// it). Models too shallow to shrink are planned in full.
+	lo := u
+	if c.Spec.ZeRO == 3 {
+		lo = 2 * u
+	}
+	if lo+u >= L {
 		r, t, err := e.run(c.Spec, 0)
 		if err != nil {
 			c.Dropped = err.Error()
@@ -260,31 +269,30 @@ func (e *estimator) estimate(c *Plan) {
 	if sh.ZeRO == 2 {
 		sh.ZeROBucketElems = 1
 	}
-	lo := 2 * u
-	if sh.ZeRO != 3 {
-		lo = u
+	// Each part is extrapolated on its own (each is a maximum of functions
+	// affine in the depth, and so is their maximum); once one part's bound
+	// is over the limit the plan is dropped without the rest.
+	for _, pt := range e.parts(&sh) {
+		p1, t1, err := pt(sh, lo)
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		p2, t2, err := pt(sh, lo+u)
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		// Integer arithmetic rounds the extrapolation down, keeping it a
+		// bound.
+		peak := max(p2+(p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u), p2)
+		step := t2 + time.Duration(float64(L-lo-u)/float64(u)*float64(t2-t1))
+		c.EstPeak, c.EstStep = max(c.EstPeak, peak), max(c.EstStep, step)
+		if e.limit > 0 && c.EstPeak > e.limit {
+			break
+		}
 	}
-	p1, t1, err := e.shallow(sh, lo)
-	if err != nil {
-		c.Dropped = err.Error()
-		return
-	}
-	p2, t2, err := e.shallow(sh, lo+u)
-	if err != nil {
-		c.Dropped = err.Error()
-		return
-	}
-	// Integer arithmetic rounds the extrapolation down, keeping it a bound.
-	c.EstPeak = p2 + (p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u)
-	if c.EstPeak < 1 {
-		c.EstPeak = 1
-	}
-	scale := float64(L-lo-u) / float64(u)
-	if c.EstPeak < p2 {
-		c.EstPeak = p2
-	}
-	c.EstStep = t2 + time.Duration(scale*float64(t2-t1))
 	if c.EstPeak <= 0 {
-		c.Dropped = fmt.Sprintf("no estimate (shallow peaks %s, %s)", p1, p2)
+		c.Dropped = "no estimate (the shallow models hold nothing)"
 	}
 }

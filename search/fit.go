@@ -196,6 +196,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
 	}
 	est := newEstimator(base.Model)
+	est.limit = limit
 	bundles := bundleStates(groupByState(groupByAllButBatch(cands)))
 	var mu sync.Mutex
 	done := 0
