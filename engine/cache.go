@@ -58,6 +58,10 @@ type cacheKey struct {
 	pp, interleave, st int
 	sched              string
 	wholeStages        bool
+	// Set for a sharded program: the ZeRO stage (-1: DDP), the
+	// data-parallel degree and ZeRO-2's bucket.
+	zero, dp int
+	bucket   int64
 }
 
 // cacheKey is s's key for stage stage, and whether its program may be
@@ -116,6 +120,30 @@ func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slic
 	}
 	e := &cacheEntry{prog: q, params: paramCount(q)}
 	c.put(k, e)
-	q, err = strategy.Chain(q, s.postTransforms()...)
+	q, err = c.post(k, e, s)
 	return q, e.params, err
+}
+
+// post applies s's sharding and offload to the cached program of e (key
+// k). The sharded program is cached too (keyed by k and the sharding), so
+// the offload variants of one sharding shard once.
+func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
+	shard := s.shardTransforms()
+	if len(shard) == 0 {
+		return strategy.Chain(e.prog, s.offloadTransforms()...)
+	}
+	k.zero, k.dp, k.bucket = s.ZeRO, s.DP, s.ZeROBucketElems
+	if k.zero == 0 {
+		k.zero = -1 // DDP, distinct from the unsharded key
+	}
+	sharded := c.get(k)
+	if sharded == nil {
+		q, err := strategy.Chain(e.prog, shard...)
+		if err != nil {
+			return nil, err
+		}
+		sharded = &cacheEntry{prog: q, params: e.params}
+		c.put(k, sharded)
+	}
+	return strategy.Chain(sharded.prog, s.offloadTransforms()...)
 }

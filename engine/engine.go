@@ -319,7 +319,7 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	key, cacheable := s.cacheKey(first, stage)
 	if cacheable {
 		if e := s.Cache.get(key); e != nil {
-			q, err := strategy.Chain(e.prog, s.postTransforms()...)
+			q, err := s.Cache.post(key, e, s)
 			return q, e.params, err
 		}
 	}

@@ -93,13 +93,23 @@ func (s *Spec) preTransforms(stage int, sl slice) []strategy.Transform {
 
 // postTransforms are the sharding and offload transforms.
 func (s *Spec) postTransforms() []strategy.Transform {
-	var ts []strategy.Transform
+	return append(s.shardTransforms(), s.offloadTransforms()...)
+}
+
+// shardTransforms is ZeRO or DDP (none for one replica).
+func (s *Spec) shardTransforms() []strategy.Transform {
 	switch {
 	case s.ZeRO > 0:
-		ts = append(ts, &strategy.ZeRO{Stage: s.ZeRO, DP: s.DP, BucketElems: s.ZeROBucketElems})
+		return []strategy.Transform{&strategy.ZeRO{Stage: s.ZeRO, DP: s.DP, BucketElems: s.ZeROBucketElems}}
 	case s.DP > 1:
-		ts = append(ts, &strategy.DDP{DP: s.DP})
+		return []strategy.Transform{&strategy.DDP{DP: s.DP}}
 	}
+	return nil
+}
+
+// offloadTransforms are the offload transforms.
+func (s *Spec) offloadTransforms() []strategy.Transform {
+	var ts []strategy.Transform
 	if s.Offload.Optimizer {
 		ts = append(ts, &strategy.OptimizerOffload{})
 	}
