@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/units"
@@ -113,31 +114,70 @@ func (e *estimator) runWith(s engine.Spec, layers, sim int) (*engine.Result, tim
 	return r, stepAt(r, s.Accum, accum), nil
 }
 
-// part is what a plan's estimate is made of: its peak and step time on a
-// model of the given depth. Without pipelining there is one part, the
-// whole program; under a 1F1B pipeline two, the first and the last stage,
-// which bound the others (engine.Spec.PPStages): the first holds the most
-// micro-batches in flight (firstStage), the last one, so three micro-steps
-// show its peak (as without pipelining).
-type part func(s engine.Spec, layers int) (units.Bytes, time.Duration, error)
+// part is what a plan's estimate is made of: its peak and (priced on
+// demand) step time on a model of the given depth. Without pipelining there
+// is one part, the whole program; under a 1F1B pipeline two, the first and
+// the last stage, which bound the others (engine.Spec.PPStages): the first
+// holds the most micro-batches in flight (firstStage), the last one, so
+// three micro-steps show its peak (as without pipelining).
+type part func(s engine.Spec, layers int) (units.Bytes, *shot, error)
+
+// shot is an unpriced shallow plan: pricing waits until the plan's peak is
+// known to fit (most estimates do not).
+type shot struct {
+	r          *engine.Result
+	gpu        *hw.GPU
+	sim, accum int
+	pp         int // the real schedule's stages (the bubble)
+}
+
+// step prices the shot and extrapolates it to the real micro-steps.
+func (sh *shot) step() (time.Duration, error) {
+	if sh.gpu == nil {
+		return 0, nil
+	}
+	s := sh.r.Spec
+	s.GPU = sh.gpu
+	t, err := engine.Price(&s, sh.r.Program)
+	if err != nil {
+		return 0, err
+	}
+	r := *sh.r
+	r.Spec, r.Timing = s, t
+	r.Spec.PP = sh.pp
+	return stepAt(&r, sh.sim, sh.accum), nil
+}
+
+// shoot plans s (its GPU left out, so unpriced) at depth layers with sim
+// micro-steps.
+func (e *estimator) shoot(s engine.Spec, layers, sim int) (*shot, error) {
+	sh := &shot{gpu: s.GPU, sim: sim, accum: s.Accum, pp: s.PP}
+	s.GPU = nil
+	r, _, err := e.runWith(s, layers, sim)
+	if err != nil {
+		return nil, err
+	}
+	sh.r = r
+	return sh, nil
+}
 
 func (e *estimator) parts(s *engine.Spec) []part {
 	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
-		return []part{func(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
-			r, t, err := e.run(s, layers)
+		return []part{func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
+			sh, err := e.shoot(s, layers, simAccum(&s))
 			if err != nil {
-				return 0, 0, err
+				return 0, nil, err
 			}
-			return r.PeakBytes(), t, nil
+			return sh.r.PeakBytes(), sh, nil
 		}}
 	}
-	last := func(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+	last := func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
 		s.PPStages = []int{s.PP - 1}
-		r, t, err := e.runWith(s, layers, min(s.Accum, 3))
+		sh, err := e.shoot(s, layers, min(s.Accum, 3))
 		if err != nil {
-			return 0, 0, err
+			return 0, nil, err
 		}
-		return r.PeakBytes(), t, nil
+		return sh.r.PeakBytes(), sh, nil
 	}
 	return []part{e.firstStage, last}
 }
@@ -161,16 +201,16 @@ func (e *estimator) parts(s *engine.Spec) []part {
 //
 // TestPropertyInFlightIsExact checks the result equals the simulation of
 // all m micro-steps on p stages.
-func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, time.Duration, error) {
+func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, error) {
 	p := s.PP
 	m := min(s.Accum, p+1)
 	s.PPStages = []int{0}
-	direct := func() (units.Bytes, time.Duration, error) {
-		r, t, err := e.runWith(s, layers, m)
+	direct := func() (units.Bytes, *shot, error) {
+		sh, err := e.shoot(s, layers, m)
 		if err != nil {
-			return 0, 0, err
+			return 0, nil, err
 		}
-		return r.PeakBytes(), t, nil
+		return sh.r.PeakBytes(), sh, nil
 	}
 	if p <= 3 || m <= 3 {
 		return direct()
@@ -181,18 +221,18 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, time.Dur
 		q.PP = 3
 		k, extra, depth, endMicro = 4, p-3, 3*layers/p, 3
 	}
-	r, _, err := e.runWith(q, depth, k)
+	sh, err := e.shoot(q, depth, k)
 	if err != nil {
-		return 0, 0, err
+		return 0, nil, err
 	}
-	peak, ok := inFlight(r, extra, endMicro)
+	peak, ok := inFlight(sh.r, extra, endMicro)
 	if !ok {
 		return direct()
 	}
 	// The step time is the real schedule's: per micro-step from the small
 	// program, the bubble from the real stage count.
-	r.Spec.PP = p
-	return peak, stepAt(r, k, s.Accum), nil
+	sh.accum, sh.pp = s.Accum, p
+	return peak, sh, nil
 }
 
 // inFlight is the peak of a first pipeline stage's program r with extra
@@ -271,26 +311,41 @@ func (e *estimator) estimate(c *Plan) {
 	}
 	// Each part is extrapolated on its own (each is a maximum of functions
 	// affine in the depth, and so is their maximum); once one part's bound
-	// is over the limit the plan is dropped without the rest.
+	// is over the limit the plan is dropped without the rest, and the step
+	// is priced only for plans that fit.
+	type pair struct{ lo, hi *shot }
+	var shots []pair
 	for _, pt := range e.parts(&sh) {
-		p1, t1, err := pt(sh, lo)
+		p1, s1, err := pt(sh, lo)
 		if err != nil {
 			c.Dropped = err.Error()
 			return
 		}
-		p2, t2, err := pt(sh, lo+u)
+		p2, s2, err := pt(sh, lo+u)
 		if err != nil {
 			c.Dropped = err.Error()
 			return
 		}
 		// Integer arithmetic rounds the extrapolation down, keeping it a
 		// bound.
-		peak := max(p2+(p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u), p2)
-		step := t2 + time.Duration(float64(L-lo-u)/float64(u)*float64(t2-t1))
-		c.EstPeak, c.EstStep = max(c.EstPeak, peak), max(c.EstStep, step)
+		c.EstPeak = max(c.EstPeak, p2+(p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u), p2)
+		shots = append(shots, pair{s1, s2})
 		if e.limit > 0 && c.EstPeak > e.limit {
-			break
+			return
 		}
+	}
+	for _, pr := range shots {
+		t1, err := pr.lo.step()
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		t2, err := pr.hi.step()
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		c.EstStep = max(c.EstStep, t2+time.Duration(float64(L-lo-u)/float64(u)*float64(t2-t1)))
 	}
 	if c.EstPeak <= 0 {
 		c.Dropped = "no estimate (the shallow models hold nothing)"
