@@ -113,6 +113,9 @@ type Spec struct {
 	autoBlocks *[]string
 	// Cache, when set, memoizes programs across plans (a search's).
 	Cache *Cache
+	// NoTimeline leaves Result.Sim.Timeline empty (sim.Options): for
+	// searches that only need peaks.
+	NoTimeline bool
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
 	wholeStages bool
@@ -441,7 +444,7 @@ func Plan(s Spec) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		r, err := sim.Run(p)
+		r, err := sim.RunWith(p, sim.Options{NoTimeline: s.NoTimeline})
 		if err != nil {
 			return nil, err
 		}
@@ -465,7 +468,7 @@ func Plan(s Spec) (*Result, error) {
 		if res.FirstProgram, params, err = stageProgram(&s, true, res.Stage); err != nil {
 			return nil, err
 		}
-		if res.First, err = sim.Run(res.FirstProgram); err != nil {
+		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: s.NoTimeline}); err != nil {
 			return nil, err
 		}
 		res.First.Params = params

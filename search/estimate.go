@@ -148,11 +148,11 @@ func (sh *shot) step() (time.Duration, error) {
 	return stepAt(&r, sh.sim, sh.accum), nil
 }
 
-// shoot plans s (its GPU left out, so unpriced) at depth layers with sim
-// micro-steps.
-func (e *estimator) shoot(s engine.Spec, layers, sim int) (*shot, error) {
+// shoot plans s (its GPU left out, so unpriced, and without a timeline
+// unless asked) at depth layers with sim micro-steps.
+func (e *estimator) shoot(s engine.Spec, layers, sim int, timeline bool) (*shot, error) {
 	sh := &shot{gpu: s.GPU, sim: sim, accum: s.Accum, pp: s.PP}
-	s.GPU = nil
+	s.GPU, s.NoTimeline = nil, !timeline
 	r, _, err := e.runWith(s, layers, sim)
 	if err != nil {
 		return nil, err
@@ -164,7 +164,7 @@ func (e *estimator) shoot(s engine.Spec, layers, sim int) (*shot, error) {
 func (e *estimator) parts(s *engine.Spec) []part {
 	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
 		return []part{func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
-			sh, err := e.shoot(s, layers, simAccum(&s))
+			sh, err := e.shoot(s, layers, simAccum(&s), false)
 			if err != nil {
 				return 0, nil, err
 			}
@@ -173,7 +173,7 @@ func (e *estimator) parts(s *engine.Spec) []part {
 	}
 	last := func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
 		s.PPStages = []int{s.PP - 1}
-		sh, err := e.shoot(s, layers, min(s.Accum, 3))
+		sh, err := e.shoot(s, layers, min(s.Accum, 3), false)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -206,7 +206,7 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 	m := min(s.Accum, p+1)
 	s.PPStages = []int{0}
 	direct := func() (units.Bytes, *shot, error) {
-		sh, err := e.shoot(s, layers, m)
+		sh, err := e.shoot(s, layers, m, false)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -221,7 +221,7 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 		q.PP = 3
 		k, extra, depth, endMicro = 4, p-3, 3*layers/p, 3
 	}
-	sh, err := e.shoot(q, depth, k)
+	sh, err := e.shoot(q, depth, k, true)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -64,8 +64,18 @@ type Result struct {
 	EndLive units.Bytes
 }
 
+// Options of RunWith.
+type Options struct {
+	// NoTimeline leaves Result.Timeline empty (the peaks are still
+	// found): for callers that only need the peak, such as a search.
+	NoTimeline bool
+}
+
 // Run simulates p. It fails only on a malformed program.
-func Run(p *ir.Program) (*Result, error) {
+func Run(p *ir.Program) (*Result, error) { return RunWith(p, Options{}) }
+
+// RunWith is Run with options.
+func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	nt := len(p.Tensors)
 	owner := make([]ir.TensorID, nt)
 	for i := range p.Tensors {
@@ -99,17 +109,34 @@ func Run(p *ir.Program) (*Result, error) {
 			last[owner[t]] = int32(oi)
 		}
 	}
-	// Storages freed at each op, bucketed (counting sort keeps it O(n)).
-	freeAt := make([][]ir.TensorID, len(p.Ops))
-	for i := range p.Tensors {
+	// Storages freed at each op, bucketed by a counting sort into one
+	// array: op oi frees frees[freeStart[oi]:freeStart[oi+1]].
+	freed := func(i int) bool {
 		t := &p.Tensors[i]
-		if t.Base != ir.NoTensor || t.Resident || t.Keep || last[i] < 0 {
-			continue
+		return t.Base == ir.NoTensor && !t.Resident && !t.Keep && last[i] >= 0
+	}
+	freeStart := make([]int32, len(p.Ops)+1)
+	for i := range p.Tensors {
+		if freed(i) {
+			freeStart[last[i]+1]++
 		}
-		freeAt[last[i]] = append(freeAt[last[i]], ir.TensorID(i))
+	}
+	for oi := range p.Ops {
+		freeStart[oi+1] += freeStart[oi]
+	}
+	frees := make([]ir.TensorID, freeStart[len(p.Ops)])
+	fill := append([]int32(nil), freeStart[:len(p.Ops)]...)
+	for i := range p.Tensors {
+		if freed(i) {
+			frees[fill[last[i]]] = ir.TensorID(i)
+			fill[last[i]]++
+		}
 	}
 
-	r := &Result{Timeline: make([]Point, 0, len(p.Ops)), SavedByModule: map[string]units.Bytes{}}
+	r := &Result{SavedByModule: map[string]units.Bytes{}}
+	if !opt.NoTimeline {
+		r.Timeline = make([]Point, 0, len(p.Ops))
+	}
 	for i := range r.PhasePeak {
 		r.PhasePeak[i].Op = -1
 	}
@@ -154,7 +181,9 @@ func Run(p *ir.Program) (*Result, error) {
 		pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: dev, Host: host + op.WorkspaceHost}
 		pt.Cat[ir.Temporary] += op.Workspace
 		pt.Total = pt.Cat.Total()
-		r.Timeline = append(r.Timeline, pt)
+		if !opt.NoTimeline {
+			r.Timeline = append(r.Timeline, pt)
+		}
 		if pt.Total > r.Peak.Total || r.Peak.Op < 0 {
 			r.Peak = pt
 		}
@@ -182,7 +211,7 @@ func Run(p *ir.Program) (*Result, error) {
 				}
 			}
 		}
-		for _, o := range freeAt[oi] {
+		for _, o := range frees[freeStart[oi]:freeStart[oi+1]] {
 			if !live[o] {
 				continue
 			}
