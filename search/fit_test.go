@@ -2,6 +2,7 @@ package search
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -225,4 +226,33 @@ func TestPropertySimAccumShowsPeak(t *testing.T) {
 			rt.Fatalf("%d micro-steps peak at %s, %d at %s", simAccum(&s), short.PeakBytes(), s.Accum, long.PeakBytes())
 		}
 	})
+}
+
+// The search's answer does not depend on how many workers run it or on
+// what the cache held: same winner, runners-up, front and estimates.
+func TestFitDeterministicAcrossWorkers(t *testing.T) {
+	base := baseSpec(t, "llama-3.2-1b", "rtx-4090", 0)
+	base.Seq = 2048
+	describe := func(r *Result) string {
+		d := fmt.Sprintf("estimated %d verified-winner %s %v %v\n", r.Estimated, r.Winner.Describe(), r.Winner.Peak(), r.Winner.Step())
+		for _, p := range r.RunnersUp {
+			d += fmt.Sprintf("runner-up %s %v %v\n", p.Describe(), p.Peak(), p.Step())
+		}
+		for _, p := range r.Front {
+			d += fmt.Sprintf("front %s %v %v\n", p.Describe(), p.EstPeak, p.EstStep)
+		}
+		return d
+	}
+	var want string
+	for _, w := range []int{1, 2, 3} {
+		r, err := Fit(base, Options{GPUs: 8, GlobalBatch: 64, Workers: w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := describe(r); want == "" {
+			want = got
+		} else if got != want {
+			t.Fatalf("%d workers:\n%s\nwant (1 worker):\n%s", w, got, want)
+		}
+	}
 }
