@@ -114,7 +114,11 @@ type ppUnit struct {
 }
 
 // Apply implements Transform.
-func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
+func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) { return pp.apply(p, false) }
+
+// apply may rewrite p when it owns it: after the copy, p is read only where
+// nothing has been written yet (the analysis and the parameter lists).
+func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	sched := pp.Schedule
 	if sched == "" {
 		sched = "1f1b"
@@ -267,7 +271,10 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) {
 	mine := func(c int) bool { return c >= 0 && c%pp.Stages == pp.Stage }
 
 	// Kept fwd/bwd ops and their units.
-	q := Clone(p)
+	q := p
+	if !own {
+		q = Clone(p)
+	}
 	unitOf := make([]ppUnit, len(q.Ops)) // original op index → unit, where isKept
 	isKept := make([]bool, len(q.Ops))
 	nKept := 0
