@@ -575,7 +575,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 					continue
 				}
 				if len(tt.Shape) == 1 {
-					tt.Shape[0] = int64(math.Round(float64(tt.Shape[0]) * frac))
+					tt.Shape = []int64{int64(math.Round(float64(tt.Shape[0]) * frac))}
 					tt.Bytes = tt.DType.Size(tt.Shape[0])
 				} else {
 					tt.Bytes = ppScale(tt.Bytes, frac)

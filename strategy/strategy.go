@@ -57,28 +57,17 @@ func chain(p *ir.Program, own bool, ts []Transform) (*ir.Program, error) {
 	return p, nil
 }
 
-// Clone deep-copies a program so a transform can edit it freely. Shapes
-// and operand lists are carved from two shared backing arrays (each slice
-// capped at its length, so appending to one reallocates it instead of
-// overwriting its neighbour): a handful of allocations instead of three per
-// op and tensor.
+// Clone copies a program so a transform can edit it freely. Shapes are
+// shared: transforms replace a tensor's Shape, never write into it.
+// Operand lists are carved from one backing array (each capped at its
+// length, so appending to one reallocates it instead of overwriting its
+// neighbour): a handful of allocations instead of two per op.
 func Clone(p *ir.Program) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
 	// Room for the tensors a transform adds, so its first add does not copy
 	// them all.
 	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+len(p.Tensors)/4+16)
-	dims := 0
-	for i := range p.Tensors {
-		dims += len(p.Tensors[i].Shape)
-	}
-	shapes := make([]int64, dims)
-	for i, t := range p.Tensors {
-		if t.Shape != nil {
-			n := copy(shapes, t.Shape)
-			t.Shape, shapes = shapes[:n:n], shapes[n:]
-		}
-		q.Tensors[i] = t
-	}
+	copy(q.Tensors, p.Tensors)
 	q.Ops = make([]ir.Op, len(p.Ops))
 	ids := 0
 	for i := range p.Ops {
