@@ -16,12 +16,14 @@
 package search
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -197,7 +199,14 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	est := newEstimator(base.Model)
 	est.limit = limit
-	bundles := bundleStates(groupByState(groupByAllButBatch(cands)))
+	groups := groupByAllButBatch(cands)
+	groupOf := make(map[*Plan][]*Plan, len(cands))
+	for _, g := range groups {
+		for _, c := range g {
+			groupOf[c] = g
+		}
+	}
+	bundles := bundleStates(groupByState(groups))
 	var mu sync.Mutex
 	done := 0
 	work := make(chan [][][]*Plan)
@@ -237,18 +246,14 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 			fits = append(fits, c)
 		}
 	}
-	sort.SliceStable(fits, func(i, j int) bool {
-		if fits[i].EstStep != fits[j].EstStep {
-			return fits[i].EstStep < fits[j].EstStep
-		}
-		return fits[i].EstPeak < fits[j].EstPeak
-	})
+	slices.SortStableFunc(fits, byEstimate)
 	// Verify in order of estimated speed until Keep+1 plans fit for real,
 	// Workers at a time (the same plans as one at a time, in order).
 	var verified []*Plan
-	for next := 0; next < len(fits) && len(verified) <= o.Keep; {
-		batch := fits[next:min(next+o.Workers, len(fits))]
-		next += len(batch)
+	queue := append([]*Plan(nil), fits...)
+	for len(queue) > 0 && len(verified) <= o.Keep {
+		batch := queue[:min(o.Workers, len(queue))]
+		queue = queue[len(batch):]
 		errs := make([]error, len(batch))
 		var vg sync.WaitGroup
 		for i, c := range batch {
@@ -270,6 +275,13 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 				c.Dropped = errs[i].Error()
 			case c.Result.PeakBytes() > limit:
 				c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), limit)
+				// The estimate is a lower bound, not the peak: the same plan
+				// with a smaller micro-batch, dropped for this one, may fit.
+				if d := smallerFallback(est, groupOf[c], c, limit); d != nil {
+					fits = append(fits, d)
+					at, _ := slices.BinarySearchFunc(queue, d, byEstimate)
+					queue = slices.Insert(queue, at, d)
+				}
 			default:
 				verified = append(verified, c)
 			}
@@ -281,8 +293,51 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	sort.SliceStable(verified, func(i, j int) bool { return verified[i].Step() < verified[j].Step() })
 	res.Winner, res.RunnersUp = verified[0], verified[1:]
-	res.Front = pareto(fits)
+	var front []*Plan
+	for _, c := range fits {
+		if c.Dropped == "" {
+			front = append(front, c)
+		}
+	}
+	res.Front = pareto(front)
 	return res, nil
+}
+
+// byEstimate orders plans by estimated step time, then estimated peak.
+func byEstimate(a, b *Plan) int {
+	if a.EstStep != b.EstStep {
+		return cmp.Compare(a.EstStep, b.EstStep)
+	}
+	return cmp.Compare(a.EstPeak, b.EstPeak)
+}
+
+// droppedForLarger is why a plan is dropped when the same plan with a
+// larger micro-batch fits.
+const droppedForLarger = "same plan with a larger micro-batch fits and runs fewer micro-steps"
+
+// smallerFallback is the plan to try when c, estimated to fit, does not:
+// the next smaller micro-batch of its group that was dropped for c (or for
+// one of the micro-batches between) and whose estimate fits; nil when
+// there is none.
+func smallerFallback(est *estimator, g []*Plan, c *Plan, limit units.Bytes) *Plan {
+	for j := slices.Index(g, c) - 1; j >= 0; j-- {
+		d := g[j]
+		if d.Dropped != droppedForLarger {
+			return nil
+		}
+		d.Dropped = ""
+		if d.EstPeak == 0 || d.EstStep == 0 {
+			d.EstPeak, d.EstStep = 0, 0
+			est.estimate(d)
+		}
+		if d.Dropped == "" && d.EstPeak <= limit {
+			return d
+		}
+		if d.Dropped == "" {
+			d.Dropped = fmt.Sprintf("estimated peak %s over the limit", d.EstPeak)
+		}
+	}
+	return nil
 }
 
 func smallest(cs []*Plan) units.Bytes {
@@ -687,7 +742,7 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 				c.Dropped = "a larger micro-batch than the largest that fits"
 			}
 		default:
-			c.Dropped = "same plan with a larger micro-batch fits and runs fewer micro-steps"
+			c.Dropped = droppedForLarger
 		}
 	}
 	return fit, n

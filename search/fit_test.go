@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -254,5 +255,27 @@ func TestFitDeterministicAcrossWorkers(t *testing.T) {
 		} else if got != want {
 			t.Fatalf("%d workers:\n%s\nwant (1 worker):\n%s", w, got, want)
 		}
+	}
+}
+
+// When a plan estimated to fit does not, the search falls back to the same
+// plan with the next smaller micro-batch that was dropped for it, skipping
+// those whose estimate is over the limit, and stops at a plan dropped for
+// another reason.
+func TestSmallerFallback(t *testing.T) {
+	mk := func(peak units.Bytes, why string) *Plan {
+		return &Plan{EstPeak: peak, EstStep: time.Second, Dropped: why}
+	}
+	const limit = 100
+	g := []*Plan{mk(50, "a faster variant of the same state fits at this micro-batch or a larger one"),
+		mk(80, droppedForLarger), mk(120, droppedForLarger), mk(90, "")}
+	if d := smallerFallback(nil, g, g[3], limit); d != g[1] {
+		t.Fatalf("fell back to %v, want the 80-byte plan", d)
+	}
+	if g[1].Dropped != "" || g[2].Dropped == "" {
+		t.Errorf("dropped reasons after the fallback: %q, %q", g[1].Dropped, g[2].Dropped)
+	}
+	if d := smallerFallback(nil, g, g[1], limit); d != nil {
+		t.Errorf("fell back past a plan dropped for another reason: %v", d)
 	}
 }
