@@ -106,15 +106,7 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) {
 // transform is transform for a cacheable spec: it caches the program
 // before sharding and offload.
 func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
-	ck, err := checkpointTransform(s.Checkpoint, p, nil, sl.layers[0])
-	if err != nil {
-		return nil, 0, err
-	}
-	ts := s.preTransforms(stage, sl)
-	if ck != nil {
-		ts = append([]strategy.Transform{ck}, ts...)
-	}
-	q, err := strategy.ChainOwned(p, ts...) // p was lowered for this call alone
+	q, err := s.preChain(p, true, nil, stage, sl) // p was lowered for this call alone
 	if err != nil {
 		return nil, 0, err
 	}

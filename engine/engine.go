@@ -367,7 +367,8 @@ type slice struct {
 // building the whole model for each stage (and cutting the rest away)
 // would do pp times the work. It slices catalog decoders trained without
 // interleaving or auto checkpointing (which plans over the whole chain);
-// TestStageSliceEqualsWholeModel checks the sliced stage equals the cut.
+// TestPropertyStageSliceEqualsWholeModel checks the sliced stage equals the
+// cut.
 func (s *Spec) stageSlice(stage int) slice {
 	a := s.Model
 	if s.PP < 2 || s.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
@@ -379,7 +380,7 @@ func (s *Spec) stageSlice(stage int) slice {
 		// layers differ.
 		for _, t := range s.LoRA.Targets {
 			for _, part := range strings.Split(t, ".") {
-				if part != "" && strings.Trim(part, "0123456789") == "" {
+				if ir.IsIndex(part) {
 					return slice{}
 				}
 			}
@@ -391,20 +392,31 @@ func (s *Spec) stageSlice(stage int) slice {
 	return slice{layers: [2]int{lo, hi}, layout: layout}
 }
 
+// preChain applies checkpointing (chosen: the blocks --checkpoint auto
+// picked) and the pipeline schedule to lowered program p, which it may
+// rewrite when own.
+func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl slice) (*ir.Program, error) {
+	var ts []strategy.Transform
+	ck, err := checkpointTransform(s.Checkpoint, p, chosen, sl.layers[0])
+	if err != nil {
+		return nil, err
+	}
+	if ck != nil {
+		ts = append(ts, ck)
+	}
+	ts = append(ts, s.preTransforms(stage, sl)...)
+	if own {
+		return strategy.ChainOwned(p, ts...)
+	}
+	return strategy.Chain(p, ts...)
+}
+
 // transform applies the spec's strategies to a lowered training program.
 func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Program, int64, error) {
 	var err error
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
-		var ts []strategy.Transform
-		ck, err := checkpointTransform(s.Checkpoint, p, chosen, sl.layers[0])
-		if err != nil {
-			return nil, err
-		}
-		if ck != nil {
-			ts = append(ts, ck)
-		}
-		q, err := strategy.Chain(p, append(ts, s.preTransforms(stage, sl)...)...)
+		q, err := s.preChain(p, false, chosen, stage, sl)
 		if err != nil {
 			return nil, err
 		}

@@ -42,6 +42,20 @@ func TestZeROStagesThroughEngine(t *testing.T) {
 	}
 }
 
+// drawSharding draws s's ZeRO stage (with DP > 1) and what it offloads
+// (parameters only under ZeRO-3, else maybe the optimizer).
+func drawSharding(rt *rapid.T, s *Spec) {
+	if s.DP > 1 {
+		s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+	}
+	s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+	if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
+		s.Offload.Params = true
+	} else {
+		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+	}
+}
+
 // Any combination of the parallel and offload options gives a program that
 // verifies, keeps the simulator's invariants, and never holds more model
 // state per GPU at a higher ZeRO stage.
@@ -53,15 +67,7 @@ func TestPropertyParallelCombinations(t *testing.T) {
 			Accum: rapid.IntRange(1, 4).Draw(rt, "accum"), TP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp"),
 			PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), DP: rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")}
 		s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
-		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
-			s.Offload.Params = true
-		} else {
-			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		}
+		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
 			s.Checkpoint = CheckpointPolicy{Kind: "full"}
 		}

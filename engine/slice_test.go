@@ -33,15 +33,7 @@ func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
 			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
 			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
 		}
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
-		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
-			s.Offload.Params = true
-		} else {
-			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		}
+		drawSharding(rt, &s)
 		switch rapid.IntRange(0, 3).Draw(rt, "ckpt") {
 		case 1:
 			s.Checkpoint = CheckpointPolicy{Kind: "full"}
@@ -102,15 +94,7 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 			Impl:  rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
 			Accum: rapid.IntRange(1, 3).Draw(rt, "accum"), PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"),
 			DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp"), FirstStep: rapid.Bool().Draw(rt, "first")}
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
-		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
-			s.Offload.Params = true
-		} else {
-			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		}
+		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
 			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}
 		}

@@ -297,7 +297,7 @@ func BlockOf(path string) string {
 		} else {
 			end += start
 		}
-		if end > start && allDigits(path[start:end]) {
+		if IsIndex(path[start:end]) {
 			return path[:end]
 		}
 		start = end + 1
@@ -305,8 +305,9 @@ func BlockOf(path string) string {
 	return path
 }
 
-// allDigits reports whether s is non-empty ASCII digits.
-func allDigits(s string) bool {
+// IsIndex reports whether a module path component is a list index: one or
+// more ASCII digits ("3" in "model.layers.3").
+func IsIndex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return false

@@ -510,18 +510,7 @@ func keyOf(s *engine.Spec) stateKey {
 // that saves the most memory (full checkpointing, activations offloaded,
 // fused step) comes first.
 func groupByState(groups [][]*Plan) [][][]*Plan {
-	idx := map[stateKey]int{}
-	var out [][][]*Plan
-	for _, g := range groups {
-		k := keyOf(&g[0].Spec)
-		i, ok := idx[k]
-		if !ok {
-			i = len(out)
-			idx[k] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], g)
-	}
+	out := collect(groups, func(g []*Plan) stateKey { return keyOf(&g[0].Spec) })
 	for _, gs := range out {
 		sort.SliceStable(gs, func(i, j int) bool { return thrift(&gs[i][0].Spec) > thrift(&gs[j][0].Spec) })
 	}
@@ -531,18 +520,26 @@ func groupByState(groups [][]*Plan) [][][]*Plan {
 // bundleStates collects states that differ only in ZeRO stage and
 // optimizer or parameter offload, in order.
 func bundleStates(states [][][]*Plan) [][][][]*Plan {
-	idx := map[stateKey]int{}
-	var out [][][][]*Plan
-	for _, st := range states {
+	return collect(states, func(st [][]*Plan) stateKey {
 		k := keyOf(&st[0][0].Spec)
 		k.zero, k.offOpt, k.offParams = 0, false, false
+		return k
+	})
+}
+
+// collect gathers items with equal keys, in order of first appearance.
+func collect[T any, K comparable](items []T, key func(T) K) [][]T {
+	idx := map[K]int{}
+	var out [][]T
+	for _, it := range items {
+		k := key(it)
 		i, ok := idx[k]
 		if !ok {
 			i = len(out)
 			idx[k] = i
 			out = append(out, nil)
 		}
-		out[i] = append(out[i], st)
+		out[i] = append(out[i], it)
 	}
 	return out
 }

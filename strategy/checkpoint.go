@@ -88,10 +88,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if len(segs) == 0 {
 		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
 	}
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	// Backward ops of each segment, found in one pass: a backward op belongs
 	// to the segment whose key prefixes its module, in the same micro-step.
 	type segID struct {

@@ -76,10 +76,7 @@ func (*ParamOffload) Name() string { return "offload-params" }
 func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.apply(p, false) }
 
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	e := newEditor(q)
 	nt := len(q.Tensors)
 	// Which storages qualify: saved activations written only by forward ops
@@ -190,10 +187,7 @@ func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			return nil, fmt.Errorf("strategy: the optimizer is already offloaded")
 		}
 	}
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	if err := offloadOptimizer(q); err != nil {
 		return nil, err
 	}
@@ -354,10 +348,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if len(gathers) == 0 {
 		return nil, fmt.Errorf("strategy: offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first")
 	}
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	onHost := map[ir.TensorID]bool{}
 	for _, pid := range q.Params {
 		if t := &q.Tensors[pid]; t.Base == ir.NoTensor && !t.Host {

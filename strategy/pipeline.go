@@ -271,10 +271,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	mine := func(c int) bool { return c >= 0 && c%pp.Stages == pp.Stage }
 
 	// Kept fwd/bwd ops and their units.
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	unitOf := make([]ppUnit, len(q.Ops)) // original op index → unit, where isKept
 	isKept := make([]bool, len(q.Ops))
 	nKept := 0
@@ -612,14 +609,8 @@ func ppBlock(module string) (string, bool) {
 		return "", false
 	}
 	b := ir.BlockOf(module)
-	last := b[strings.LastIndexByte(b, '.')+1:]
-	if last == "" {
+	if !ir.IsIndex(b[strings.LastIndexByte(b, '.')+1:]) {
 		return "", false
-	}
-	for i := 0; i < len(last); i++ {
-		if last[i] < '0' || last[i] > '9' {
-			return "", false
-		}
 	}
 	return b, true
 }

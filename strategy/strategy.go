@@ -28,6 +28,14 @@ type rewriter interface {
 	apply(p *ir.Program, own bool) (*ir.Program, error)
 }
 
+// editable is p itself when the transform owns it, else a Clone.
+func editable(p *ir.Program, own bool) *ir.Program {
+	if own {
+		return p
+	}
+	return Clone(p)
+}
+
 // Chain applies transforms in order and verifies the program after each.
 // p is not modified; the programs between transforms are Chain's own, so
 // transforms after the first rewrite them in place where they can.

@@ -164,10 +164,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if z.BucketElems < 0 {
 		return nil, fmt.Errorf("strategy: reduce bucket of %d elements must not be negative", z.BucketElems)
 	}
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	pg, err := pairGrads(q)
 	if err != nil {
 		return nil, err
@@ -918,10 +915,7 @@ func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if d.BucketMiB == 0 {
 		capB = DefaultBucketMiB * units.MiB
 	}
-	q := p
-	if !own {
-		q = Clone(p)
-	}
+	q := editable(p, own)
 	pg, err := pairGrads(q)
 	if err != nil {
 		return nil, err
