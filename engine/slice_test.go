@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -119,4 +121,65 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 	if hits, _ := c.Stats(); hits < 100 {
 		t.Errorf("%d cache hits in 100 repeated plans", hits)
 	}
+}
+
+// Transforms share tensor shapes, operand lists and the Comm and Transfer of
+// ops with their input (strategy.Clone) and must never write into them: a
+// cached program stays exactly as it was while every sharding and offload
+// variant of its spec is planned from it.
+func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b").Clone()
+	a.Layers = 4
+	snapshot := func(c *Cache) map[cacheKey]string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		out := map[cacheKey]string{}
+		for k, e := range c.m {
+			var b strings.Builder
+			for _, op := range e.prog.Ops {
+				fmt.Fprintf(&b, "%+v %v %v", op, op.In, op.Out)
+				if op.Comm != nil {
+					fmt.Fprintf(&b, " %+v", *op.Comm)
+				}
+				if op.Transfer != nil {
+					fmt.Fprintf(&b, " %+v", *op.Transfer)
+				}
+				b.WriteByte('\n')
+			}
+			for _, t := range e.prog.Tensors {
+				fmt.Fprintf(&b, "%+v\n", t)
+			}
+			out[k] = b.String()
+		}
+		return out
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		c := &Cache{}
+		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW,
+			Impl:  rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
+			Accum: rapid.IntRange(1, 3).Draw(rt, "accum"), PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"),
+			DP: rapid.SampledFrom([]int{2, 4}).Draw(rt, "dp"), Cache: c}
+		if rapid.Bool().Draw(rt, "ckpt") {
+			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}
+		}
+		drawSharding(rt, &s)
+		if _, err := Plan(s); err != nil {
+			rt.Fatal(err)
+		}
+		before := snapshot(c)
+		for i := 0; i < 3; i++ {
+			v := s
+			v.Offload = Offload{}
+			drawSharding(rt, &v)
+			if _, err := Plan(v); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		after := snapshot(c)
+		for k, want := range before {
+			if after[k] != want {
+				rt.Fatalf("cached program %+v changed while planning its variants", k)
+			}
+		}
+	})
 }

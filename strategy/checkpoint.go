@@ -204,11 +204,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			touched[ir.Storage(q.Tensors, t)] = true
 		}
 		for _, j := range bwd {
-			for k, t := range q.Ops[j].In {
-				if r, ok := rmap[t]; ok {
-					q.Ops[j].In[k] = r
-				}
-			}
+			substitute(&q.Ops[j], rmap)
 		}
 		insert[bwd[0]] = append(insert[bwd[0]], clones...)
 	}

@@ -166,11 +166,12 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 			unpack.Out = append(unpack.Out, id)
 			return id
 		}
-		for i, t := range op.In {
+		rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
 			if _, moved := host[e.owner(t)]; moved {
-				op.In[i] = clone(t)
+				return clone(t)
 			}
-		}
+			return t
+		})
 		if unpack != nil {
 			e.before[oi] = append(e.before[oi], *unpack)
 		}
@@ -262,11 +263,11 @@ func offloadOptimizer(q *ir.Program) error {
 				tt.Host = true
 			}
 		}
-		for i, t := range op.In {
+		rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
 			o := e.owner(t)
 			ot := &q.Tensors[o]
 			if ot.Host || o != t {
-				continue
+				return t
 			}
 			switch {
 			case ot.Cat == ir.Gradient:
@@ -288,7 +289,7 @@ func offloadOptimizer(q *ir.Program) error {
 						e.after[at] = appendTransfer(e.after[at], tr)
 					}
 				}
-				op.In[i] = h
+				return h
 			case isParam[o] || ot.Cat == ir.Parameter:
 				h, ok := mirror[o]
 				if !ok {
@@ -305,10 +306,11 @@ func offloadOptimizer(q *ir.Program) error {
 					devParams = append(devParams, o)
 					copyBack += nt.Bytes
 				}
-				op.In[i] = h
 				lastMirror = oi
+				return h
 			}
-		}
+			return t
+		})
 	}
 	if len(mirrors) > 0 {
 		e.after[lastMirror] = append(e.after[lastMirror], ir.Op{Name: paramsToDevice, Phase: ir.Optimizer, Node: -1, In: mirrors, Out: devParams,
@@ -360,9 +362,9 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for _, gi := range gathers {
 		g := &q.Ops[gi]
 		tr := ir.Op{Name: "offload.param_to_device", Module: g.Module, Phase: g.Phase, Micro: g.Micro, Node: -1, Transfer: &ir.Transfer{}}
-		for i, t := range g.In {
+		rewriteIn(g, func(_ int, t ir.TensorID) ir.TensorID {
 			if !onHost[t] {
-				continue
+				return t
 			}
 			d := q.Tensors[t]
 			d.Shape = append([]int64(nil), d.Shape...)
@@ -372,8 +374,8 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			tr.In = append(tr.In, t)
 			tr.Out = append(tr.Out, id)
 			tr.Transfer.Bytes += d.Bytes
-			g.In[i] = id
-		}
+			return id
+		})
 		if len(tr.In) > 0 {
 			e.before[gi] = append(e.before[gi], tr)
 		}

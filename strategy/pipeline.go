@@ -560,11 +560,16 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			op.WorkspaceHost = ppScale(op.WorkspaceHost, frac)
 			op.FLOPs *= frac
 			op.MemBytes *= frac
+			// Comm and Transfer may be shared with the input (Clone).
 			if op.Comm != nil {
-				op.Comm.Bytes = ppScale(op.Comm.Bytes, frac)
+				c := *op.Comm
+				c.Bytes = ppScale(c.Bytes, frac)
+				op.Comm = &c
 			}
 			if op.Transfer != nil {
-				op.Transfer.Bytes = ppScale(op.Transfer.Bytes, frac)
+				tr := *op.Transfer
+				tr.Bytes = ppScale(tr.Bytes, frac)
+				op.Transfer = &tr
 			}
 			for _, t := range op.Out {
 				tt := &q.Tensors[t]

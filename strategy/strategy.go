@@ -9,6 +9,7 @@ package strategy
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/memplan/memplan/ir"
@@ -65,11 +66,12 @@ func chain(p *ir.Program, own bool, ts []Transform) (*ir.Program, error) {
 	return p, nil
 }
 
-// Clone copies a program so a transform can edit it freely. Shapes are
-// shared: transforms replace a tensor's Shape, never write into it.
-// Operand lists are carved from one backing array (each capped at its
-// length, so appending to one reallocates it instead of overwriting its
-// neighbour): a handful of allocations instead of two per op.
+// Clone copies a program so a transform can edit it: its tensors and ops
+// are its own, but tensor shapes, operand lists (In, Out) and the Comm and
+// Transfer of ops are shared with p. Transforms replace those, never write
+// into them (rewriteIn copies an operand list at its first change); each
+// shared operand list is capped at its length, so an append reallocates
+// instead of writing into p's spare capacity.
 func Clone(p *ir.Program) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
 	// Room for the tensors a transform adds, so its first add does not copy
@@ -77,34 +79,30 @@ func Clone(p *ir.Program) *ir.Program {
 	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+len(p.Tensors)/4+16)
 	copy(q.Tensors, p.Tensors)
 	q.Ops = make([]ir.Op, len(p.Ops))
-	ids := 0
-	for i := range p.Ops {
-		ids += len(p.Ops[i].In) + len(p.Ops[i].Out)
-	}
-	operands := make([]ir.TensorID, ids)
-	carve := func(s []ir.TensorID) []ir.TensorID {
-		if s == nil {
-			return nil
-		}
-		n := copy(operands, s)
-		s, operands = operands[:n:n], operands[n:]
-		return s
-	}
-	for i, op := range p.Ops {
-		op.In = carve(op.In)
-		op.Out = carve(op.Out)
-		if op.Comm != nil {
-			c := *op.Comm
-			op.Comm = &c
-		}
-		if op.Transfer != nil {
-			tr := *op.Transfer
-			op.Transfer = &tr
-		}
-		q.Ops[i] = op
+	copy(q.Ops, p.Ops)
+	for i := range q.Ops {
+		op := &q.Ops[i]
+		op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
 	}
 	q.Params = append([]ir.TensorID(nil), p.Params...)
 	return q
+}
+
+// rewriteIn replaces each operand t of op.In (at position i) by f(i, t).
+// Operand lists are shared between programs (Clone), so the list is copied
+// at its first change instead of written into.
+func rewriteIn(op *ir.Op, f func(i int, t ir.TensorID) ir.TensorID) {
+	in := op.In
+	copied := false
+	for i, t := range in {
+		if r := f(i, t); r != t {
+			if !copied {
+				op.In = slices.Clone(in)
+				copied = true
+			}
+			op.In[i] = r
+		}
+	}
 }
 
 var registry = map[string]func() Transform{}

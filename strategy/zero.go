@@ -216,7 +216,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if shards != nil {
 		for oi := range q.Ops {
 			if q.Ops[oi].Phase == ir.Optimizer {
-				substitute(q.Ops[oi].In, shards)
+				substitute(&q.Ops[oi], shards)
 			}
 		}
 	}
@@ -295,7 +295,7 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 			continue
 		}
 		cur := per[op.Micro]
-		in := op.In[:0]
+		in := make([]ir.TensorID, 0, len(op.In)) // op.In may be shared (Clone)
 		for _, t := range op.In {
 			if _, isGrad := pg.param[t]; !isGrad {
 				in = append(in, t)
@@ -502,7 +502,7 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 			at := spans[ks[max(j-prefetch, 0)]].first
 			e.before[at] = append(e.before[at], gather)
 			for _, oi := range s.reads {
-				substitute(q.Ops[oi].In, remap)
+				substitute(&q.Ops[oi], remap)
 			}
 			flat := gather.Out[0]
 			e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
@@ -748,13 +748,14 @@ func containsTensor(ts []ir.TensorID, x ir.TensorID) bool {
 	return false
 }
 
-// substitute rewrites ids in place through m.
-func substitute(ids []ir.TensorID, m map[ir.TensorID]ir.TensorID) {
-	for i, t := range ids {
+// substitute rewrites op's inputs through m.
+func substitute(op *ir.Op, m map[ir.TensorID]ir.TensorID) {
+	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
 		if r, ok := m[t]; ok {
-			ids[i] = r
+			return r
 		}
-	}
+		return t
+	})
 }
 
 // shardTensor shrinks t to one rank's shard of n: ceil(numel/n) elements.
