@@ -15,7 +15,8 @@ import (
 // change: a stage's program after lowering, checkpointing and the pipeline
 // schedule. Searches that vary ZeRO stage, data-parallel degree or offload
 // over the same model, micro-batch and schedule then build, lower and
-// schedule each stage once. A Cache is safe for concurrent use; cached
+// schedule each stage once. The lowered program itself is cached too, so
+// the checkpoint policies of one micro-batch lower it once. A Cache is safe for concurrent use; cached
 // programs are never modified (strategy.Transform must not modify its
 // input), so a plan with a Cache equals one without. It holds at most
 // about Limit ops' worth of programs (default 512Ki), and empties when full.
@@ -58,6 +59,9 @@ type cacheKey struct {
 	pp, interleave, st int
 	sched              string
 	wholeStages        bool
+	// lowered marks the lowered program, before checkpointing (ckpt is
+	// empty).
+	lowered bool
 	// Set for a sharded program: the ZeRO stage (-1: DDP), the
 	// data-parallel degree and ZeRO-2's bucket.
 	zero, dp int
@@ -103,10 +107,17 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	c.size += len(e.prog.Ops)
 }
 
-// transform is transform for a cacheable spec: it caches the program
-// before sharding and offload.
+// lowering is the key of k's lowered program.
+func (k cacheKey) lowering() cacheKey {
+	k.ckpt, k.lowered = "", true
+	return k
+}
+
+// transform is transform for a cacheable spec and its lowered program p
+// (cached under k.lowering()): it caches the program before sharding and
+// offload.
 func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
-	q, err := s.preChain(p, true, nil, stage, sl) // p was lowered for this call alone
+	q, err := s.preChain(p, false, nil, stage, sl)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -325,6 +325,9 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 			q, err := s.Cache.post(key, e, s)
 			return q, e.params, err
 		}
+		if e := s.Cache.get(key.lowering()); e != nil {
+			return s.Cache.transform(key, s, e.prog, stage, s.stageSlice(stage))
+		}
 	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
@@ -349,6 +352,7 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		return nil, 0, err
 	}
 	if cacheable {
+		s.Cache.put(key.lowering(), &cacheEntry{prog: p})
 		return s.Cache.transform(key, s, p, stage, sl)
 	}
 	return transform(s, p, first, stage, sl)

@@ -125,8 +125,8 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 
 // Transforms share tensor shapes, operand lists and the Comm and Transfer of
 // ops with their input (strategy.Clone) and must never write into them: a
-// cached program stays exactly as it was while every sharding and offload
-// variant of its spec is planned from it.
+// cached program stays exactly as it was while the checkpoint, sharding
+// and offload variants of its spec are planned from it.
 func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b").Clone()
 	a.Layers = 4
@@ -171,6 +171,7 @@ func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
 			v := s
 			v.Offload = Offload{}
 			drawSharding(rt, &v)
+			v.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt variant")
 			if _, err := Plan(v); err != nil {
 				rt.Fatal(err)
 			}
