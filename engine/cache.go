@@ -117,7 +117,7 @@ func (k cacheKey) lowering() cacheKey {
 // (cached under k.lowering()): it caches the program before sharding and
 // offload.
 func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
-	q, err := s.preChain(p, false, nil, stage, sl)
+	q, err := s.preChain(p, nil, stage, sl)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -397,9 +397,8 @@ func (s *Spec) stageSlice(stage int) slice {
 }
 
 // preChain applies checkpointing (chosen: the blocks --checkpoint auto
-// picked) and the pipeline schedule to lowered program p, which it may
-// rewrite when own.
-func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl slice) (*ir.Program, error) {
+// picked) and the pipeline schedule to lowered program p.
+func (s *Spec) preChain(p *ir.Program, chosen []string, stage int, sl slice) (*ir.Program, error) {
 	var ts []strategy.Transform
 	ck, err := checkpointTransform(s.Checkpoint, p, chosen, sl.layers[0])
 	if err != nil {
@@ -409,9 +408,6 @@ func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl 
 		ts = append(ts, ck)
 	}
 	ts = append(ts, s.preTransforms(stage, sl)...)
-	if own {
-		return strategy.ChainOwned(p, ts...)
-	}
 	return strategy.Chain(p, ts...)
 }
 
@@ -420,7 +416,7 @@ func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Pro
 	var err error
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
-		q, err := s.preChain(p, false, chosen, stage, sl)
+		q, err := s.preChain(p, chosen, stage, sl)
 		if err != nil {
 			return nil, err
 		}

@@ -40,17 +40,11 @@ func editable(p *ir.Program, own bool) *ir.Program {
 // Chain applies transforms in order and verifies the program after each.
 // p is not modified; the programs between transforms are Chain's own, so
 // transforms after the first rewrite them in place where they can.
-func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) { return chain(p, false, ts) }
-
-// ChainOwned is Chain for a program the caller hands over: the first
-// transform may rewrite p itself, which must not be used afterwards.
-func ChainOwned(p *ir.Program, ts ...Transform) (*ir.Program, error) { return chain(p, true, ts) }
-
-func chain(p *ir.Program, own bool, ts []Transform) (*ir.Program, error) {
+func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 	for i, t := range ts {
 		var q *ir.Program
 		var err error
-		if r, ok := t.(rewriter); ok && (i > 0 || own) {
+		if r, ok := t.(rewriter); ok && i > 0 {
 			q, err = r.apply(p, true)
 		} else {
 			q, err = t.Apply(p)
@@ -78,7 +72,9 @@ func Clone(p *ir.Program) *ir.Program {
 	// them all.
 	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+len(p.Tensors)/4+16)
 	copy(q.Tensors, p.Tensors)
-	q.Ops = make([]ir.Op, len(p.Ops))
+	// Room for the ops a transform inserts, so editor.finish can insert
+	// them in place.
+	q.Ops = make([]ir.Op, len(p.Ops), len(p.Ops)+len(p.Ops)/4+16)
 	copy(q.Ops, p.Ops)
 	for i := range q.Ops {
 		op := &q.Ops[i]

@@ -852,16 +852,35 @@ func (e *editor) finish() *ir.Program {
 		return e.p
 	}
 	slices.Sort(at)
+	old := e.p.Ops
+	if cap(old) >= n {
+		// In place (Clone leaves room): from the back, each op moves right
+		// by the insertions before it, which never overwrites an op not
+		// yet moved.
+		ops := old[:n]
+		w, r := n, len(old) // ops[w:] is final; old[:r] not yet moved
+		for j := len(at) - 1; j >= 0; j-- {
+			i := at[j]
+			w -= copy(ops[w-(r-i-1):w], old[i+1:r])
+			w -= copy(ops[w-len(e.after[i]):w], e.after[i])
+			w--
+			ops[w] = old[i]
+			w -= copy(ops[w-len(e.before[i]):w], e.before[i])
+			r = i
+		}
+		e.p.Ops = ops
+		return e.p
+	}
 	ops := make([]ir.Op, 0, n)
 	next := 0 // first op not yet copied
 	for _, i := range at {
-		ops = append(ops, e.p.Ops[next:i]...)
+		ops = append(ops, old[next:i]...)
 		ops = append(ops, e.before[i]...)
-		ops = append(ops, e.p.Ops[i])
+		ops = append(ops, old[i])
 		ops = append(ops, e.after[i]...)
 		next = i + 1
 	}
-	e.p.Ops = append(ops, e.p.Ops[next:]...)
+	e.p.Ops = append(ops, old[next:]...)
 	return e.p
 }
 
