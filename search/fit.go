@@ -193,6 +193,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
 	cands := enumerate(base, o)
+	lastCands = cands
 	res := &Result{Considered: len(cands), Limit: limit}
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
@@ -764,3 +765,4 @@ func (p *Plan) MFU() float64 {
 	sim := p.Result.Spec.Accum
 	return t.MFU * float64(p.Spec.Accum) / float64(sim) * t.Step.Seconds() / p.Step().Seconds()
 }
+var lastCands []*Plan

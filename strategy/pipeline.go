@@ -447,7 +447,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		sendBy[x.unit] = append(sendBy[x.unit], x)
 	}
 	placed := 0
-	var out []ir.Op
+	out := make([]ir.Op, 0, len(keptIdx)+len(recvs)+len(sends))
 	// Point-to-point ops belong to no module (as load_batch), so module
 	// patterns (checkpointing) never take them for part of a block.
 	p2p := func(name string, x xfer, in, outT []ir.TensorID) ir.Op {
@@ -783,7 +783,8 @@ func ppContains(ts []ir.TensorID, x ir.TensorID) bool {
 }
 
 // ppCompact keeps the tensors ops touch (with their bases) and those marked in
-// used, renumbered in their original order, and rewrites ops and Params.
+// used, renumbered in their original order, and rewrites ops (the caller's
+// own, which the result keeps) and Params.
 func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 	for oi := range ops {
 		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out} {
@@ -796,6 +797,13 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 	}
 	remap := make([]ir.TensorID, len(q.Tensors))
 	r := &ir.Program{MicroBatches: q.MicroBatches}
+	kept, ids := 0, 0
+	for i := range q.Tensors {
+		if used[i] {
+			kept++
+		}
+	}
+	r.Tensors = make([]ir.Tensor, 0, kept)
 	for i := range q.Tensors {
 		remap[i] = ir.NoTensor
 		if !used[i] {
@@ -808,21 +816,28 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 		remap[i] = ir.TensorID(len(r.Tensors))
 		r.Tensors = append(r.Tensors, t)
 	}
+	// ops is the caller's own: its operand lists are replaced by ones
+	// carved from a single array (each capped, as in Clone).
+	for oi := range ops {
+		ids += len(ops[oi].In) + len(ops[oi].Out)
+	}
+	operands := make([]ir.TensorID, ids)
 	re := func(ts []ir.TensorID) []ir.TensorID {
 		if ts == nil {
 			return nil
 		}
-		o := make([]ir.TensorID, len(ts))
+		o := operands[:len(ts):len(ts)]
+		operands = operands[len(ts):]
 		for k, t := range ts {
 			o[k] = remap[t]
 		}
 		return o
 	}
-	r.Ops = make([]ir.Op, len(ops))
-	for oi, op := range ops {
+	for oi := range ops {
+		op := &ops[oi]
 		op.In, op.Out = re(op.In), re(op.Out)
-		r.Ops[oi] = op
 	}
+	r.Ops = ops
 	for _, id := range q.Params {
 		if used[id] {
 			r.Params = append(r.Params, remap[id])
