@@ -270,8 +270,15 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	}
 	mine := func(c int) bool { return c >= 0 && c%pp.Stages == pp.Stage }
 
-	// Kept fwd/bwd ops and their units.
-	q := editable(p, own)
+	// Kept fwd/bwd ops and their units. The ops are rebuilt into out, so
+	// only the tensors are copied: q.Ops is p's and is never written (a
+	// source op's trimmed outputs go to srcOut).
+	q := p
+	if !own {
+		q = &ir.Program{MicroBatches: p.MicroBatches, Ops: p.Ops, Params: p.Params,
+			Tensors: append(make([]ir.Tensor, 0, len(p.Tensors)+len(p.Tensors)/4+16), p.Tensors...)}
+	}
+	srcOut := map[int][]ir.TensorID{}
 	unitOf := make([]ppUnit, len(q.Ops)) // original op index → unit, where isKept
 	isKept := make([]bool, len(q.Ops))
 	nKept := 0
@@ -339,7 +346,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		if chunk < 0 {
 			chunk = pp.Stage // written as a view's base only
 		}
-		op.Out = outs
+		srcOut[i] = outs
 		for _, t := range op.In {
 			markUsed(t)
 		}
@@ -446,8 +453,13 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for _, x := range sends {
 		sendBy[x.unit] = append(sendBy[x.unit], x)
 	}
-	placed := 0
-	out := make([]ir.Op, 0, len(keptIdx)+len(recvs)+len(sends))
+	placed, nOptim := 0, 0
+	for i := range q.Ops {
+		if opChunk[i] == chunkOptim {
+			nOptim++
+		}
+	}
+	out := make([]ir.Op, 0, len(keptIdx)+len(recvs)+len(sends)+nOptim+8)
 	// Point-to-point ops belong to no module (as load_batch), so module
 	// patterns (checkpointing) never take them for part of a block.
 	p2p := func(name string, x xfer, in, outT []ir.TensorID) ir.Op {
@@ -466,7 +478,11 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			out = append(out, p2p("pp.recv_"+dir(u.phase), x, nil, []ir.TensorID{x.t}))
 		}
 		for _, i := range byUnit[u] {
-			out = append(out, q.Ops[i])
+			op := q.Ops[i]
+			if outs, ok := srcOut[i]; ok {
+				op.Out = outs
+			}
+			out = append(out, op)
 			placed++
 		}
 		for _, x := range sendBy[u] {
