@@ -208,18 +208,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 		insert[bwd[0]] = append(insert[bwd[0]], clones...)
 	}
-	if len(insert) > 0 {
-		n := len(q.Ops)
-		for _, ins := range insert {
-			n += len(ins)
-		}
-		ops := make([]ir.Op, 0, n)
-		for j := range q.Ops {
-			ops = append(ops, insert[j]...)
-			ops = append(ops, q.Ops[j])
-		}
-		q.Ops = ops
-	}
+	q.Ops = splice(q.Ops, insert, nil)
 	recategorize(q, touched)
 	return q, nil
 }

@@ -836,52 +836,55 @@ func (e *editor) lastBackward(m int) int {
 
 // finish splices the insertions into the op list.
 func (e *editor) finish() *ir.Program {
-	n := len(e.p.Ops)
-	at := make([]int, 0, len(e.before)+len(e.after))
-	for i, ops := range e.before {
+	e.p.Ops = splice(e.p.Ops, e.before, e.after)
+	return e.p
+}
+
+// splice inserts before[i] before and after[i] after op i of ops. It
+// works in place when ops has the room (Clone leaves some).
+func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
+	n := len(old)
+	at := make([]int, 0, len(before)+len(after))
+	for i, ops := range before {
 		n += len(ops)
 		at = append(at, i)
 	}
-	for i, ops := range e.after {
+	for i, ops := range after {
 		n += len(ops)
-		if _, dup := e.before[i]; !dup {
+		if _, dup := before[i]; !dup {
 			at = append(at, i)
 		}
 	}
-	if n == len(e.p.Ops) {
-		return e.p
+	if n == len(old) {
+		return old
 	}
 	slices.Sort(at)
-	old := e.p.Ops
 	if cap(old) >= n {
-		// In place (Clone leaves room): from the back, each op moves right
-		// by the insertions before it, which never overwrites an op not
-		// yet moved.
+		// From the back, each op moves right by the insertions before it,
+		// which never overwrites an op not yet moved.
 		ops := old[:n]
 		w, r := n, len(old) // ops[w:] is final; old[:r] not yet moved
 		for j := len(at) - 1; j >= 0; j-- {
 			i := at[j]
 			w -= copy(ops[w-(r-i-1):w], old[i+1:r])
-			w -= copy(ops[w-len(e.after[i]):w], e.after[i])
+			w -= copy(ops[w-len(after[i]):w], after[i])
 			w--
 			ops[w] = old[i]
-			w -= copy(ops[w-len(e.before[i]):w], e.before[i])
+			w -= copy(ops[w-len(before[i]):w], before[i])
 			r = i
 		}
-		e.p.Ops = ops
-		return e.p
+		return ops
 	}
 	ops := make([]ir.Op, 0, n)
 	next := 0 // first op not yet copied
 	for _, i := range at {
 		ops = append(ops, old[next:i]...)
-		ops = append(ops, e.before[i]...)
+		ops = append(ops, before[i]...)
 		ops = append(ops, old[i])
-		ops = append(ops, e.after[i]...)
+		ops = append(ops, after[i]...)
 		next = i + 1
 	}
-	e.p.Ops = append(ops, old[next:]...)
-	return e.p
+	return append(ops, old[next:]...)
 }
 
 // DDP is PyTorch DistributedDataParallel over DP ranks (stage 0: nothing
