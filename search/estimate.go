@@ -20,13 +20,27 @@ type estimator struct {
 	cache *engine.Cache
 	// limit, when set, lets an estimate stop once its bound exceeds it.
 	limit units.Bytes
+	// depths are the model's shallow copies, shared by every estimator
+	// derived from this one (withCache), so their cache keys agree.
+	depths *depths
+}
 
+type depths struct {
 	mu     sync.Mutex
 	copies map[int]*models.Arch
 }
 
 func newEstimator(a *models.Arch) *estimator {
-	return &estimator{model: a, cache: &engine.Cache{}, copies: map[int]*models.Arch{}}
+	return &estimator{model: a, cache: &engine.Cache{}, depths: &depths{copies: map[int]*models.Arch{}}}
+}
+
+// withCache is e planning through c. A search gives each bundle of states
+// its own cache, as no two bundles share a program: what a bundle cached
+// is garbage once it is searched, not live heap the collector rescans.
+func (e *estimator) withCache(c *engine.Cache) *estimator {
+	f := *e
+	f.cache = c
+	return &f
 }
 
 // depth is the model cut to layers (0: the model).
@@ -34,13 +48,14 @@ func (e *estimator) depth(layers int) *models.Arch {
 	if layers <= 0 || layers == e.model.Layers {
 		return e.model
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	a := e.copies[layers]
+	d := e.depths
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.copies[layers]
 	if a == nil {
 		a = e.model.Clone()
 		a.Layers = layers
-		e.copies[layers] = a
+		d.copies[layers] = a
 	}
 	return a
 }

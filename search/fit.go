@@ -193,7 +193,6 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
 	cands := enumerate(base, o)
-	lastCands = cands
 	res := &Result{Considered: len(cands), Limit: limit}
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
@@ -222,8 +221,9 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 				// previous state's ended (hints), and their shallow
 				// programs before sharding come from the cache.
 				hints := map[string]int{}
+				be := est.withCache(&engine.Cache{})
 				for _, k := range b {
-					n, size := searchState(est, k, limit, hints)
+					n, size := searchState(be, k, limit, hints)
 					mu.Lock()
 					res.Estimated += n
 					done += size
@@ -765,4 +765,3 @@ func (p *Plan) MFU() float64 {
 	sim := p.Result.Spec.Accum
 	return t.MFU * float64(p.Spec.Accum) / float64(sim) * t.Step.Seconds() / p.Step().Seconds()
 }
-var lastCands []*Plan
