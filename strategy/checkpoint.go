@@ -219,8 +219,8 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 // view of it — a checkpoint's recompute reading a forward tensor keeps it
 // saved too — else a temporary.
 func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
-	producedFwd := map[ir.TensorID]bool{}  // by a forward or recompute op
-	producedOrig := map[ir.TensorID]bool{} // by a forward op (not recompute)
+	producedFwd := make([]bool, len(p.Tensors))  // by a forward or recompute op
+	producedOrig := make([]bool, len(p.Tensors)) // by a forward op (not recompute)
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase == ir.Forward || op.Recompute {
@@ -234,7 +234,7 @@ func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
 	}
 	// Saved: read by a backward op, or kept by a checkpoint for its
 	// recompute (a forward tensor a recompute op reads).
-	saved := map[ir.TensorID]bool{}
+	saved := make([]bool, len(p.Tensors))
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase != ir.Backward {

@@ -223,10 +223,7 @@ func offloadOptimizer(q *ir.Program) error {
 		}
 	}
 	firstWrite := e.firstWriters()
-	isParam := map[ir.TensorID]bool{}
-	for _, pid := range q.Params {
-		isParam[pid] = true
-	}
+	isParam := paramSet(q)
 	// Last op outside the step that touches each storage.
 	lastDev := make([]int, len(q.Tensors))
 	for i := range lastDev {
@@ -290,7 +287,7 @@ func offloadOptimizer(q *ir.Program) error {
 					}
 				}
 				return h
-			case isParam[o] || ot.Cat == ir.Parameter:
+			case isParam.has(o) || ot.Cat == ir.Parameter:
 				h, ok := mirror[o]
 				if !ok {
 					nt := *ot

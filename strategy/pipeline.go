@@ -479,6 +479,9 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 		for _, i := range byUnit[u] {
 			op := q.Ops[i]
+			// Capped, so ppFixGradCreation's appends never write into
+			// p's spare capacity.
+			op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
 			if outs, ok := srcOut[i]; ok {
 				op.Out = outs
 			}
@@ -495,14 +498,11 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 
 	// Parameters on this rank and on others.
 	paramRanks := map[ir.TensorID]map[int]bool{}
-	isParam := map[ir.TensorID]bool{}
-	for _, id := range p.Params {
-		isParam[id] = true
-	}
+	isParam := paramSet(p)
 	for i := range p.Ops {
 		if c := opChunk[i]; c >= 0 {
 			for _, t := range p.Ops[i].In {
-				if isParam[t] {
+				if isParam.has(t) {
 					if paramRanks[t] == nil {
 						paramRanks[t] = map[int]bool{}
 					}
@@ -544,10 +544,10 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 				tt := &q.Tensors[t]
 				owner := a.assoc[t]
 				switch {
-				case isParam[t] || owner != ir.NoTensor || tt.Cat == ir.Gradient:
+				case isParam.has(t) || owner != ir.NoTensor || tt.Cat == ir.Gradient:
 					allB += float64(tt.Bytes)
 					keep := present(t)
-					if !keep && owner != ir.NoTensor && !isParam[t] && tt.Cat != ir.Gradient {
+					if !keep && owner != ir.NoTensor && !isParam.has(t) && tt.Cat != ir.Gradient {
 						keep = used[owner]
 					}
 					if keep {
@@ -589,7 +589,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			}
 			for _, t := range op.Out {
 				tt := &q.Tensors[t]
-				if used[t] || tt.Resident || tt.Keep || tt.Base != ir.NoTensor || isParam[t] || a.assoc[t] != ir.NoTensor || tt.Cat == ir.Gradient {
+				if used[t] || tt.Resident || tt.Keep || tt.Base != ir.NoTensor || isParam.has(t) || a.assoc[t] != ir.NoTensor || tt.Cat == ir.Gradient {
 					continue
 				}
 				if len(tt.Shape) == 1 {
@@ -689,14 +689,20 @@ func newPPAnalysis(p *ir.Program) *ppAnalysis {
 		a.untouched[i] = p.Tensors[i].Resident && p.Tensors[i].Base == ir.NoTensor && !touched[i]
 	}
 	byName := map[string]ir.TensorID{}
+	var isLen []bool // isLen[k]: some parameter's name has length k
 	for _, id := range p.Params {
-		byName[p.Tensors[id].Name] = id
+		name := p.Tensors[id].Name
+		byName[name] = id
+		if len(name) >= len(isLen) {
+			isLen = append(isLen, make([]bool, len(name)+1-len(isLen))...)
+		}
+		isLen[len(name)] = true
 	}
 	for i := range p.Tensors {
 		a.assoc[i] = ir.NoTensor
 		name := p.Tensors[i].Name
-		for j := len(name) - 1; j > 0; j-- {
-			if name[j] != '.' {
+		for j := min(len(name), len(isLen)) - 1; j > 0; j-- {
+			if name[j] != '.' || !isLen[j] {
 				continue
 			}
 			if id, ok := byName[name[:j]]; ok && id != ir.TensorID(i) {
@@ -741,15 +747,13 @@ func (a *ppAnalysis) local(t ir.TensorID) bool {
 // parameter gradient create it (write it, without the accumulation
 // workspace) and later ones accumulate into it.
 func ppFixGradCreation(q *ir.Program, ops []ir.Op) {
-	written := map[ir.TensorID]bool{}
+	written := make([]bool, len(q.Tensors))
 	for oi := range ops {
 		op := &ops[oi]
 		var fixIn, fixOut []ir.TensorID
-		seen := map[ir.TensorID]bool{}
 		for _, t := range op.In {
 			tt := &q.Tensors[t]
-			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && !written[t] && !seen[t] {
-				seen[t] = true
+			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && !written[t] && !ppContains(fixIn, t) {
 				fixIn = append(fixIn, t)
 			}
 		}

@@ -84,6 +84,21 @@ func Clone(p *ir.Program) *ir.Program {
 	return q
 }
 
+// tensorSet is a set of tensor IDs as a dense bitmap over a program's
+// tensors (IDs past its end are not members).
+type tensorSet []bool
+
+func (s tensorSet) has(t ir.TensorID) bool { return t >= 0 && int(t) < len(s) && s[t] }
+
+// paramSet is the set of p's parameters.
+func paramSet(p *ir.Program) tensorSet {
+	s := make(tensorSet, len(p.Tensors))
+	for _, id := range p.Params {
+		s[id] = true
+	}
+	return s
+}
+
 // rewriteIn replaces each operand t of op.In (at position i) by f(i, t).
 // Operand lists are shared between programs (Clone), so the list is copied
 // at its first change instead of written into.

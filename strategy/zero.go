@@ -423,8 +423,8 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 	}
 	gradUnit := map[ir.TensorID]int{}
 	for _, g := range pg.grads {
-		if u, ok := unitOf[pg.param[g]]; ok {
-			gradUnit[g] = u
+		if u := unitOf[pg.param[g]]; u >= 0 {
+			gradUnit[g] = int(u)
 		}
 	}
 	// Intervals of each unit per (micro-step, phase).
@@ -457,7 +457,8 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 			continue
 		}
 		for _, t := range op.In {
-			if u, ok := unitOf[e.owner(t)]; ok {
+			if o := e.owner(t); int(o) < len(unitOf) && unitOf[o] >= 0 {
+				u := int(unitOf[o])
 				note(key{op.Micro, op.Phase, u}, oi, true)
 			}
 		}
@@ -605,12 +606,9 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 // buildUnits groups the parameters read by forward and backward ops into
 // units: one per block (ir.BlockOf of the reading op's module), merging
 // blocks that share a parameter. It returns the units in order of first use
-// and each parameter's unit.
-func buildUnits(q *ir.Program) ([]unit, map[ir.TensorID]int) {
-	isParam := map[ir.TensorID]bool{}
-	for _, pid := range q.Params {
-		isParam[pid] = true
-	}
+// and each tensor's unit (-1: none).
+func buildUnits(q *ir.Program) ([]unit, []int32) {
+	isParam := paramSet(q)
 	parent := map[string]string{}
 	var find func(string) string
 	find = func(b string) string {
@@ -622,30 +620,34 @@ func buildUnits(q *ir.Program) ([]unit, map[ir.TensorID]int) {
 		return r
 	}
 	var blockOrder []string
-	firstBlock := map[ir.TensorID]string{}
+	firstBlock := make([]string, len(q.Tensors))
+	seen := make([]bool, len(q.Tensors))
 	var paramOrder []ir.TensorID
+	module, b := "", ""
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
 		if op.Phase == ir.Optimizer {
 			continue
 		}
-		b := ir.BlockOf(op.Module)
+		if op.Module != module || oi == 0 {
+			module, b = op.Module, ir.BlockOf(op.Module)
+		}
 		for _, t := range op.In {
 			o := ir.Storage(q.Tensors, t)
-			if !isParam[o] || q.Tensors[o].Host {
+			if !isParam.has(o) || q.Tensors[o].Host {
 				continue
 			}
 			if _, ok := parent[b]; !ok {
 				parent[b] = b
 				blockOrder = append(blockOrder, b)
 			}
-			if fb, ok := firstBlock[o]; ok {
-				ra, rb := find(fb), find(b)
+			if seen[o] {
+				ra, rb := find(firstBlock[o]), find(b)
 				if ra != rb {
 					parent[rb] = ra
 				}
 			} else {
-				firstBlock[o] = b
+				seen[o], firstBlock[o] = true, b
 				paramOrder = append(paramOrder, o)
 			}
 		}
@@ -659,10 +661,13 @@ func buildUnits(q *ir.Program) ([]unit, map[ir.TensorID]int) {
 			us = append(us, unit{name: r})
 		}
 	}
-	unitOf := map[ir.TensorID]int{}
+	unitOf := make([]int32, len(q.Tensors))
+	for i := range unitOf {
+		unitOf[i] = -1
+	}
 	for _, pid := range paramOrder {
 		u := idx[find(firstBlock[pid])]
-		unitOf[pid] = u
+		unitOf[pid] = int32(u)
 		us[u].params = append(us[u].params, pid)
 	}
 	for i := range us {
@@ -684,22 +689,27 @@ type paramGrads struct {
 // none yet, in input order (plan's lowering; accumulation into an existing
 // gradient reads it instead).
 func pairGrads(q *ir.Program) (*paramGrads, error) {
-	isParam := map[ir.TensorID]bool{}
-	for _, pid := range q.Params {
-		isParam[pid] = true
+	isParam := paramSet(q)
+	// fwd[node*micros+micro] is the first forward op of a node in a
+	// micro-step (-1: none).
+	nodes, micros := 0, 1
+	for oi := range q.Ops {
+		nodes, micros = max(nodes, int(q.Ops[oi].Node)+1), max(micros, q.Ops[oi].Micro+1)
 	}
-	type nm struct{ node, micro int }
-	fwd := map[nm]int{}
+	fwd := make([]int32, nodes*micros)
+	for i := range fwd {
+		fwd[i] = -1
+	}
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
 		if op.Phase == ir.Forward && !op.Recompute && op.Node >= 0 {
-			if _, ok := fwd[nm{int(op.Node), op.Micro}]; !ok {
-				fwd[nm{int(op.Node), op.Micro}] = oi
+			if k := int(op.Node)*micros + op.Micro; fwd[k] < 0 {
+				fwd[k] = int32(oi)
 			}
 		}
 	}
 	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}}
-	hasGrad := map[ir.TensorID]bool{}
+	hasGrad := make([]bool, len(q.Tensors))
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
 		if op.Phase != ir.Backward {
@@ -717,13 +727,16 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		if len(fresh) == 0 {
 			continue
 		}
-		fi, ok := fwd[nm{int(op.Node), op.Micro}]
-		if op.Node < 0 || !ok {
+		fi := int32(-1)
+		if op.Node >= 0 && op.Micro >= 0 {
+			fi = fwd[int(op.Node)*micros+op.Micro]
+		}
+		if fi < 0 {
 			return nil, fmt.Errorf("strategy: cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
 		}
 		var cands []ir.TensorID
 		for _, t := range q.Ops[fi].In {
-			if isParam[t] && q.Tensors[t].RequiresGrad && !hasGrad[t] && !containsTensor(cands, t) {
+			if isParam.has(t) && q.Tensors[t].RequiresGrad && !hasGrad[t] && !containsTensor(cands, t) {
 				cands = append(cands, t)
 			}
 		}
