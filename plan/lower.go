@@ -10,6 +10,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/ops"
@@ -207,6 +208,9 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	}
 	l := newLowerer(g)
 	l.p.MicroBatches = c.Accum
+	// Room for every micro-step's forward and backward and the step.
+	l.p.Ops = make([]ir.Op, 0, 2*c.Accum*len(g.Nodes)+4*len(g.Params)+16)
+	l.p.Tensors = slices.Grow(l.p.Tensors, 7*c.Accum*len(g.Tensors)/5+4*len(g.Params))
 	pgrad := map[ir.TensorID]ir.TensorID{}
 	for m := 0; m < c.Accum; m++ {
 		idm := l.instance(m)

@@ -88,7 +88,19 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if len(segs) == 0 {
 		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
 	}
-	q := editable(p, own)
+	q := p
+	if !own {
+		// Room for the recompute ops and their outputs: at most one per
+		// segment op and output.
+		ops, outs := 0, 0
+		for _, sg := range segs {
+			ops += len(sg.ops)
+			for _, oi := range sg.ops {
+				outs += len(p.Ops[oi].Out)
+			}
+		}
+		q = cloneWithRoom(p, ops, outs)
+	}
 	// Backward ops of each segment, found in one pass: a backward op belongs
 	// to the segment whose key prefixes its module, in the same micro-step.
 	type segID struct {

@@ -67,14 +67,18 @@ func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 // shared operand list is capped at its length, so an append reallocates
 // instead of writing into p's spare capacity.
 func Clone(p *ir.Program) *ir.Program {
+	// Room for the tensors and ops a transform adds, so its first add does
+	// not copy them all and editor.finish can insert in place.
+	return cloneWithRoom(p, len(p.Ops)/4+16, len(p.Tensors)/4+16)
+}
+
+// cloneWithRoom is Clone with room for ops more ops and tensors more
+// tensors.
+func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
-	// Room for the tensors a transform adds, so its first add does not copy
-	// them all.
-	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+len(p.Tensors)/4+16)
+	q.Tensors = make([]ir.Tensor, len(p.Tensors), len(p.Tensors)+tensors)
 	copy(q.Tensors, p.Tensors)
-	// Room for the ops a transform inserts, so editor.finish can insert
-	// them in place.
-	q.Ops = make([]ir.Op, len(p.Ops), len(p.Ops)+len(p.Ops)/4+16)
+	q.Ops = make([]ir.Op, len(p.Ops), len(p.Ops)+ops)
 	copy(q.Ops, p.Ops)
 	for i := range q.Ops {
 		op := &q.Ops[i]
