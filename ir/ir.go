@@ -72,13 +72,14 @@ func (p Phase) String() string {
 
 // Tensor is a value in the graph. A tensor either owns a storage of Bytes
 // bytes (Base == NoTensor) or aliases the storage of Base (a view or the
-// result of an in-place op; its Bytes are 0).
+// result of an in-place op; its Bytes are 0). (Fields are ordered to pack:
+// programs copy tensors by the thousand.)
 type Tensor struct {
 	Name  string
 	Shape []int64
-	DType units.DType
 	Bytes units.Bytes
 	Base  TensorID
+	DType units.DType
 	Cat   Category
 	// Resident storages exist before the iteration starts and are never
 	// freed by it (parameters, steady-state optimizer state, inputs).
@@ -149,11 +150,11 @@ type Graph struct {
 	Buffers []TensorID
 }
 
-// Op is one step of a Program.
+// Op is one step of a Program. (Fields are ordered to pack: programs copy
+// ops by the thousand.)
 type Op struct {
 	Name   string
 	Module string
-	Phase  Phase
 	Micro  int // micro-step index under gradient accumulation
 	In     []TensorID
 	Out    []TensorID
@@ -163,15 +164,16 @@ type Op struct {
 	WorkspaceHost units.Bytes
 	FLOPs         float64
 	MemBytes      float64
-	// Recompute marks re-forward ops run inside backward (checkpointing).
-	Recompute bool
-	// Node is the forward node this op was lowered from, or -1.
-	Node int32
 	// Comm is set on collective ops (data/tensor/pipeline/expert parallel
 	// communication); Transfer on host↔device copies (offload). The
 	// simulator treats both as ordinary ops; the cost model prices them.
 	Comm     *Comm
 	Transfer *Transfer
+	// Node is the forward node this op was lowered from, or -1.
+	Node  int32
+	Phase Phase
+	// Recompute marks re-forward ops run inside backward (checkpointing).
+	Recompute bool
 }
 
 // CommKind is a collective.
