@@ -6,6 +6,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
@@ -92,6 +93,49 @@ func TestPropertyParallelCombinations(t *testing.T) {
 			}
 			if statesAtStep(r) > statesAtStep(rl) {
 				rt.Fatalf("ZeRO-%d holds %s of model states, ZeRO-%d %s", s.ZeRO, statesAtStep(r), lower.ZeRO, statesAtStep(rl))
+			}
+		}
+	})
+}
+
+// Offloading more model state never raises the device peak of a whole
+// plan: optimizer offload none, and parameter offload (which moves the
+// optimizer state too) the optimizer offload alone, with any schedule,
+// checkpointing, activation offload and accumulation. fit relies on it to
+// stop a state's search where one that offloads more was over the limit.
+func TestPropertyOffloadOrder(t *testing.T) {
+	var archs []*models.Arch
+	for _, name := range []string{"llama-3.2-1b", "gpt2", "qwen2.5-0.5b"} {
+		a := lookup(t, name).Clone()
+		a.Layers = 4
+		archs = append(archs, a)
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		a := rapid.SampledFrom(archs).Draw(rt, "model")
+		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16}).Draw(rt, "prec"),
+			Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
+			Accum: rapid.IntRange(1, 4).Draw(rt, "accum"), TP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp"),
+			PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), DP: rapid.SampledFrom([]int{2, 4, 8}).Draw(rt, "dp"),
+			ZeRO: rapid.IntRange(0, 3).Draw(rt, "zero")}
+		s.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt")
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+		peak := func(o Offload) units.Bytes {
+			v := s
+			v.Offload = o
+			v.Offload.Activations = s.Offload.Activations
+			r, err := Plan(v)
+			if err != nil {
+				rt.Fatalf("%+v: %v", v, err)
+			}
+			return r.PeakBytes()
+		}
+		none, opt := peak(Offload{}), peak(Offload{Optimizer: true})
+		if opt > none {
+			rt.Fatalf("optimizer offload raised the peak: %s > %s", opt, none)
+		}
+		if s.ZeRO == 3 {
+			if params := peak(Offload{Params: true}); params > opt {
+				rt.Fatalf("parameter offload raised the peak over optimizer offload: %s > %s", params, opt)
 			}
 		}
 	})

@@ -221,10 +221,10 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 				// offload: each starts its variants' searches where the
 				// previous state's ended (hints), and their shallow
 				// programs before sharding come from the cache.
-				hints := map[string]int{}
+				m := newMemo()
 				be := est.withCache(&engine.Cache{})
 				for _, k := range b {
-					n, size := searchState(be, k, limit, hints)
+					n, size := searchState(be, k, limit, m)
 					mu.Lock()
 					res.Estimated += n
 					done += size
@@ -520,14 +520,92 @@ func groupByState(groups [][]*Plan) [][][]*Plan {
 }
 
 // bundleStates collects states that differ only in ZeRO stage and
-// optimizer or parameter offload, in order.
+// optimizer or parameter offload: by ZeRO stage, and for each the one that
+// offloads the most first (its failures bound the others', see memo).
 func bundleStates(states [][][]*Plan) [][][][]*Plan {
-	return collect(states, func(st [][]*Plan) stateKey {
+	bs := collect(states, func(st [][]*Plan) stateKey {
 		k := keyOf(&st[0][0].Spec)
 		k.zero, k.offOpt, k.offParams = 0, false, false
 		return k
 	})
+	for _, b := range bs {
+		slices.SortStableFunc(b, func(x, y [][]*Plan) int {
+			a, c := &x[0][0].Spec, &y[0][0].Spec
+			if a.ZeRO != c.ZeRO {
+				return cmp.Compare(a.ZeRO, c.ZeRO)
+			}
+			return cmp.Compare(offloaded(c), offloaded(a))
+		})
+	}
+	return bs
 }
+
+// offloaded ranks a state's model-state offload: parameter offload moves
+// the optimizer state too, so each rank offloads what the ones below do.
+func offloaded(s *engine.Spec) int {
+	switch {
+	case s.Offload.Params:
+		return 2
+	case s.Offload.Optimizer:
+		return 1
+	}
+	return 0
+}
+
+// memo is what the search of a bundle carries from one state to the next.
+type memo struct {
+	// hints maps a variant to the index of the largest micro-batch that
+	// fitted in the last state searched (-1: none). Hints only decide
+	// where each search starts.
+	hints map[string]int
+	// fitted says whether the last state searched had a plan that fits.
+	fitted bool
+	// over maps a ZeRO stage and variant (checkpointing, activation
+	// offload, optimizer step) to the smallest micro-batch whose estimate
+	// was over the limit in a state of the bundle that offloads at least as
+	// much model state. Offload never raises the device peak
+	// (strategy.TestPropertyOffload, engine.TestPropertyOffloadOrder), so
+	// the same plan that offloads less does not fit either: its search
+	// stops below that micro-batch.
+	over map[string]int
+}
+
+func newMemo() *memo { return &memo{hints: map[string]int{}, over: map[string]int{}} }
+
+func overKey(s *engine.Spec) string {
+	return fmt.Sprintf("%d|%s|%t|%s", s.ZeRO, s.Checkpoint, s.Offload.Activations, s.Impl)
+}
+
+// bound is the largest index of g (in increasing micro-batch) not known
+// to be over the limit.
+func (m *memo) bound(g []*Plan) int {
+	over, ok := m.over[overKey(&g[0].Spec)]
+	if !ok {
+		return len(g) - 1
+	}
+	i := len(g) - 1
+	for i >= 0 && g[i].Spec.MicroBatch >= over {
+		i--
+	}
+	return i
+}
+
+// record notes the smallest micro-batch of g whose estimate is over the
+// limit.
+func (m *memo) record(g []*Plan, limit units.Bytes) {
+	for _, c := range g {
+		if c.EstPeak > limit {
+			k := overKey(&c.Spec)
+			if v, ok := m.over[k]; !ok || c.Spec.MicroBatch < v {
+				m.over[k] = c.Spec.MicroBatch
+			}
+			return
+		}
+	}
+}
+
+// overDrop is why a plan is dropped on memo.over.
+const overDrop = "the same plan with more model state offloaded is already over the limit at this micro-batch or a smaller one"
 
 // collect gathers items with equal keys, in order of first appearance.
 func collect[T any, K comparable](items []T, key func(T) K) [][]T {
@@ -574,10 +652,9 @@ func thrift(s *engine.Spec) int {
 // and launches fewer kernels, so it is never larger or slower. It returns
 // how many plans it estimated and how many the state has.
 //
-// hints maps a variant to the index of the largest micro-batch that fitted
-// in the last state searched (-1: none); searchState updates it. Hints
-// only decide where each search starts.
-func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[string]int) (int, int) {
+// m carries hints and bounds between the states of a bundle;
+// searchState updates it.
+func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (int, int) {
 	size := 0
 	for _, g := range groups {
 		size += len(g)
@@ -587,9 +664,13 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[
 	// The thriftiest probe prunes states that cannot fit; after a state of
 	// the bundle that fitted, this one most likely fits too (it differs
 	// only in sharding or offload), and the probe would be spent.
-	if hints[stateFitted] != 1 {
+	switch {
+	case m.bound(groups[0]) < 0:
+		first.Dropped = overDrop
+	case !m.fitted:
 		est.estimate(first)
 		n++
+		m.record(groups[0], limit)
 	}
 	if first.Dropped != "" || (first.EstPeak > 0 && first.EstPeak > limit) {
 		why := first.Dropped
@@ -633,25 +714,25 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, hints map[
 	best := -1
 	for _, g := range live {
 		v := variant(&g[0].Spec) + "|" + g[0].Spec.Impl.String()
-		h, ok := hints[v]
+		h, ok := m.hints[v]
 		if !ok {
 			h = -1
 		}
-		k, used := searchGroupAbove(est, g, limit, best, h)
+		top := m.bound(g)
+		for _, c := range g[top+1:] {
+			if c.Dropped == "" {
+				c.Dropped = overDrop
+			}
+		}
+		k, used := searchGroupAbove(est, g[:top+1], limit, best, h)
+		m.record(g, limit)
 		n += used
 		best = max(best, k)
-		hints[v] = k
+		m.hints[v] = k
 	}
-	hints[stateFitted] = -1
-	if best >= 0 {
-		hints[stateFitted] = 1
-	}
+	m.fitted = best >= 0
 	return n, size
 }
-
-// stateFitted is the hints key that says whether the last state searched
-// had a plan that fits (1) or not (-1).
-const stateFitted = "state fitted"
 
 func variant(s *engine.Spec) string {
 	return fmt.Sprintf("%s|%v", s.Checkpoint, s.Offload)
@@ -683,8 +764,8 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 		return -1, n
 	}
 	start := lo
-	if hint > lo && hint < len(g) {
-		start = hint
+	if hint > lo {
+		start = min(hint, len(g)-1)
 	}
 	fit := -1
 	if probe(g[start]) {

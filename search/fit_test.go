@@ -3,6 +3,7 @@ package search
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,5 +278,70 @@ func TestSmallerFallback(t *testing.T) {
 	}
 	if d := smallerFallback(nil, g, g[1], limit); d != nil {
 		t.Errorf("fell back past a plan dropped for another reason: %v", d)
+	}
+}
+
+// The search prunes on monotonicity (a thriftier variant or more offload
+// never peaks higher, a fused step is never larger or slower than foreach,
+// a less thrifty variant is never slower at the same micro-batch). Checked
+// against estimating every candidate and verifying in the same order: the
+// winner's step time is the same.
+func TestFitMatchesExhaustiveSearch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("estimates every candidate")
+	}
+	cases := []struct {
+		model, gpu string
+		seq        int
+		o          Options
+	}{
+		{"llama-3.2-1b", "rtx-4090", 2048, Options{GPUs: 8, GlobalBatch: 64}},
+		{"qwen2.5-0.5b", "rtx-4090", 4096, Options{GPUs: 4, GlobalBatch: 32, Headroom: 0.5}},
+		// Tight: the winner offloads model state.
+		{"llama-2-7b", "rtx-4090", 1024, Options{GPUs: 8, GlobalBatch: 16}},
+	}
+	for _, tc := range cases {
+		base := baseSpec(t, tc.model, tc.gpu, 0)
+		base.Seq = tc.seq
+		r, err := Fit(base, tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := tc.o
+		o.Capacity, o.Keep = base.CapacityBytes(), 5
+		cands := enumerate(base, o)
+		est := newEstimator(base.Model)
+		var fits []*Plan
+		for _, c := range cands {
+			est.estimate(c)
+			if c.Dropped == "" && c.EstPeak <= r.Limit {
+				fits = append(fits, c)
+			}
+		}
+		slices.SortStableFunc(fits, byEstimate)
+		var best *Plan
+		verified := 0
+		for _, c := range fits {
+			if verified > o.Keep {
+				break
+			}
+			res, step, err := est.run(c.Spec, 0)
+			if err != nil || res.PeakBytes() > r.Limit {
+				continue
+			}
+			verified++
+			c.Result, c.VerifiedStep = res, step
+			if best == nil || step < best.VerifiedStep {
+				best = c
+			}
+		}
+		if best == nil {
+			t.Fatalf("%s: exhaustive search found nothing that fits; fit found %s", tc.model, r.Winner.Describe())
+		}
+		if best.VerifiedStep < r.Winner.Step() {
+			t.Errorf("%s: fit chose %s (%v) but %s is faster (%v); fit estimated %d of %d plans",
+				tc.model, r.Winner.Describe(), r.Winner.Step(), best.Describe(), best.VerifiedStep, r.Estimated, len(cands))
+		}
+		t.Logf("%s: %d candidates, fit estimated %d; winner %s %v", tc.model, len(cands), r.Estimated, r.Winner.Describe(), r.Winner.Step())
 	}
 }
