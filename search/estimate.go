@@ -144,6 +144,7 @@ type shot struct {
 	gpu        *hw.GPU
 	sim, accum int
 	pp         int // the real schedule's stages (the bubble)
+	layers     int // the shallow model's depth
 }
 
 // step prices the shot and extrapolates it to the real micro-steps.
@@ -289,13 +290,45 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 }
 
 // estimate sets c.EstPeak to a lower bound on the full model's peak and
-// c.EstStep to an estimate of its step time, from shallow models of a few
-// units u of layers: the peak is the maximum of functions affine in the
-// layer count (convex in it), so the line through two shallow points
-// extended to the full depth lies below it; the step time is a sum over
-// layers, affine in it. With a limit set it may stop at a bound over the
-// limit without estimating the step.
+// c.EstStep to an estimate of its step time (peak, then price).
 func (e *estimator) estimate(c *Plan) {
+	e.peak(c)
+	e.price(c)
+}
+
+// shots are the shallow plans a plan's step time is extrapolated from.
+type shots []struct{ lo, hi *shot }
+
+// price sets c.EstStep from the shallow plans peak kept (pricing waits
+// until a plan is known to be worth it: most that fit are dropped for a
+// larger micro-batch that fits too).
+func (e *estimator) price(c *Plan) {
+	sh := c.unpriced
+	c.unpriced = nil
+	L := e.model.Layers
+	for _, pr := range sh {
+		u := pr.hi.layers - pr.lo.layers
+		t1, err := pr.lo.step()
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		t2, err := pr.hi.step()
+		if err != nil {
+			c.Dropped = err.Error()
+			return
+		}
+		c.EstStep = max(c.EstStep, t2+time.Duration(float64(L-pr.hi.layers)/float64(u)*float64(t2-t1)))
+	}
+}
+
+// peak sets c.EstPeak to a lower bound on the full model's peak, from
+// shallow models of a few units u of layers: the peak is the maximum of
+// functions affine in the layer count (convex in it), so the line through
+// two shallow points extended to the full depth lies below it. The step
+// time is a sum over layers, affine in it: the shallow plans are kept in
+// c for price. With a limit set it may stop at a bound over the limit.
+func (e *estimator) peak(c *Plan) {
 	u := unit(&c.Spec)
 	L := e.model.Layers
 	// One and two units; two and three under ZeRO-3, whose prefetch
@@ -328,8 +361,7 @@ func (e *estimator) estimate(c *Plan) {
 	// affine in the depth, and so is their maximum); once one part's bound
 	// is over the limit the plan is dropped without the rest, and the step
 	// is priced only for plans that fit.
-	type pair struct{ lo, hi *shot }
-	var shots []pair
+	var kept shots
 	for _, pt := range e.parts(&sh) {
 		p1, s1, err := pt(sh, lo)
 		if err != nil {
@@ -344,25 +376,15 @@ func (e *estimator) estimate(c *Plan) {
 		// Integer arithmetic rounds the extrapolation down, keeping it a
 		// bound.
 		c.EstPeak = max(c.EstPeak, p2+(p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u), p2)
-		shots = append(shots, pair{s1, s2})
+		s1.layers, s2.layers = lo, lo+u
+		kept = append(kept, struct{ lo, hi *shot }{s1, s2})
 		if e.limit > 0 && c.EstPeak > e.limit {
 			return
 		}
 	}
-	for _, pr := range shots {
-		t1, err := pr.lo.step()
-		if err != nil {
-			c.Dropped = err.Error()
-			return
-		}
-		t2, err := pr.hi.step()
-		if err != nil {
-			c.Dropped = err.Error()
-			return
-		}
-		c.EstStep = max(c.EstStep, t2+time.Duration(float64(L-lo-u)/float64(u)*float64(t2-t1)))
-	}
 	if c.EstPeak <= 0 {
 		c.Dropped = "no estimate (the shallow models hold nothing)"
+		return
 	}
+	c.unpriced = kept
 }

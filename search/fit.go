@@ -62,7 +62,8 @@ type Options struct {
 // Plan is one candidate.
 type Plan struct {
 	Spec engine.Spec
-	// Estimated is true when only the shallow-model estimate exists.
+	// EstPeak is a lower bound on the peak from shallow models, EstStep an
+	// estimate of the step time (zero: not estimated).
 	EstPeak units.Bytes
 	EstStep time.Duration
 	// Result is the full-model verification (nil if not verified), simulated
@@ -72,6 +73,8 @@ type Plan struct {
 	VerifiedStep time.Duration
 	// Why the candidate was dropped ("" if it was not).
 	Dropped string
+
+	unpriced shots // estimated peak, step not priced yet (estimator.price)
 }
 
 // Peak is the verified peak, or the estimate.
@@ -659,6 +662,17 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	for _, g := range groups {
 		size += len(g)
 	}
+	// Only the plans that survive the state's search are priced.
+	defer func() {
+		for _, g := range groups {
+			for _, c := range g {
+				if c.Dropped == "" {
+					est.price(c)
+				}
+				c.unpriced = nil
+			}
+		}
+	}()
 	first := groups[0][0]
 	n := 0
 	// The thriftiest probe prunes states that cannot fit; after a state of
@@ -668,7 +682,7 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	case m.bound(groups[0]) < 0:
 		first.Dropped = overDrop
 	case !m.fitted:
-		est.estimate(first)
+		est.peak(first)
 		n++
 		m.record(groups[0], limit)
 	}
@@ -751,7 +765,7 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 	n := 0
 	probe := func(c *Plan) bool {
 		if c.EstPeak == 0 && c.Dropped == "" {
-			est.estimate(c)
+			est.peak(c)
 			n++
 		}
 		return c.Dropped == "" && c.EstPeak <= limit
