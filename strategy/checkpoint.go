@@ -197,7 +197,6 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			cl.Out = make([]ir.TensorID, len(op.Out))
 			for k, t := range op.Out {
 				nt := q.Tensors[t]
-				nt.Shape = append([]int64(nil), nt.Shape...)
 				nt.Name += "@recompute"
 				if nt.Base != ir.NoTensor {
 					if r, ok := rmap[nt.Base]; ok {

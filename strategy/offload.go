@@ -116,7 +116,6 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 			continue
 		}
 		t := q.Tensors[i]
-		t.Shape = append([]int64(nil), t.Shape...)
 		t.Name += ".cpu"
 		t.Host = true
 		h := e.add(t)
@@ -150,7 +149,6 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 				return r
 			}
 			v := q.Tensors[t]
-			v.Shape = append([]int64(nil), v.Shape...)
 			v.Name += ".gpu"
 			if v.Base == ir.NoTensor {
 				if unpack == nil {
@@ -271,7 +269,6 @@ func offloadOptimizer(q *ir.Program) error {
 				h, ok := gradHost[o]
 				if !ok {
 					nt := *ot
-					nt.Shape = append([]int64(nil), nt.Shape...)
 					nt.Name += ".cpu"
 					nt.Host, nt.Resident, nt.Keep = true, false, false
 					h = e.add(nt)
@@ -291,7 +288,6 @@ func offloadOptimizer(q *ir.Program) error {
 				h, ok := mirror[o]
 				if !ok {
 					nt := *ot
-					nt.Shape = append([]int64(nil), nt.Shape...)
 					nt.Name += ".cpu"
 					nt.Host, nt.Resident = true, true
 					if ranks > 1 {
@@ -364,7 +360,6 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 				return t
 			}
 			d := q.Tensors[t]
-			d.Shape = append([]int64(nil), d.Shape...)
 			d.Name += ".h2d"
 			d.Host, d.Resident, d.Keep = false, false, false
 			id := e.add(d)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -294,10 +295,20 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 		if op.Phase == ir.Optimizer || op.Micro == 0 || op.Micro >= len(per) {
 			continue
 		}
+		reads := false
+		for _, t := range op.In {
+			if pg.isGrad(t) {
+				reads = true
+				break
+			}
+		}
+		if !reads {
+			continue
+		}
 		cur := per[op.Micro]
 		in := make([]ir.TensorID, 0, len(op.In)) // op.In may be shared (Clone)
 		for _, t := range op.In {
-			if _, isGrad := pg.param[t]; !isGrad {
+			if !pg.isGrad(t) {
 				in = append(in, t)
 				continue
 			}
@@ -306,8 +317,7 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 				continue
 			}
 			nt := q.Tensors[t]
-			nt.Shape = append([]int64(nil), nt.Shape...)
-			nt.Name = fmt.Sprintf("%s@%d", nt.Name, op.Micro)
+			nt.Name += "@" + strconv.Itoa(op.Micro)
 			nt.Resident, nt.Keep = false, false
 			g := e.add(nt)
 			cur[t] = g
@@ -322,7 +332,6 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 // newShard adds the persistent shard of gradient g.
 func (e *editor) newShard(g ir.TensorID, n int) ir.TensorID {
 	t := e.p.Tensors[g]
-	t.Shape = append([]int64(nil), t.Shape...)
 	t.Name += ".shard"
 	t.Resident, t.Keep = false, false
 	shardTensor(&t, n)
@@ -561,7 +570,6 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 	for _, pid := range u.params {
 		op.In = append(op.In, pid)
 		v := full[pid]
-		v.Shape = append([]int64(nil), v.Shape...)
 		v.Name += ".unsharded." + suffix
 		v.Base, v.Bytes, v.Resident, v.Keep, v.Host = flat, 0, false, false, false
 		id := e.add(v)
@@ -589,7 +597,6 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 			return r
 		}
 		v := q.Tensors[t]
-		v.Shape = append([]int64(nil), v.Shape...)
 		v.Base = clone(v.Base)
 		v.Name += ".unsharded." + suffix
 		id := e.add(v)
@@ -682,7 +689,10 @@ func buildUnits(q *ir.Program) ([]unit, []int32) {
 type paramGrads struct {
 	grads []ir.TensorID               // gradient storages in creation order
 	param map[ir.TensorID]ir.TensorID // gradient → parameter
+	grad  tensorSet                   // the gradients
 }
+
+func (pg *paramGrads) isGrad(t ir.TensorID) bool { return pg.grad.has(t) }
 
 // pairGrads finds each parameter's gradient: the backward op of a node
 // creates the gradients of the parameters its forward op reads that have
@@ -708,7 +718,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 			}
 		}
 	}
-	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}}
+	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}, grad: make(tensorSet, len(q.Tensors))}
 	hasGrad := make([]bool, len(q.Tensors))
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
@@ -719,7 +729,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		for _, t := range op.Out {
 			tt := &q.Tensors[t]
 			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Host {
-				if _, known := pg.param[t]; !known {
+				if !pg.grad[t] {
 					fresh = append(fresh, t)
 				}
 			}
@@ -745,6 +755,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		}
 		for i, g := range fresh {
 			pg.param[g] = cands[i]
+			pg.grad[g] = true
 			hasGrad[cands[i]] = true
 			pg.grads = append(pg.grads, g)
 		}
