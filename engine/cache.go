@@ -81,6 +81,20 @@ func (s *Spec) cacheKey(first bool, stage int) (cacheKey, bool) {
 		wholeStages: s.wholeStages}, true
 }
 
+// DropSharded forgets the sharded programs (keeping those before
+// sharding): a search that has moved on to another ZeRO stage or
+// data-parallel degree will not ask for them again.
+func (c *Cache) DropSharded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		if k.zero != 0 {
+			delete(c.m, k)
+			c.size -= len(e.prog.Ops)
+		}
+	}
+}
+
 func (c *Cache) get(k cacheKey) *cacheEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()

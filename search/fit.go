@@ -226,7 +226,12 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 				// programs before sharding come from the cache.
 				m := newMemo()
 				be := est.withCache(&engine.Cache{})
-				for _, k := range b {
+				for i, k := range b {
+					if i > 0 && k[0][0].Spec.ZeRO != b[i-1][0][0].Spec.ZeRO {
+						// Sharded programs of the last stage are done
+						// with (states come by ZeRO stage).
+						be.cache.DropSharded()
+					}
 					n, size := searchState(be, k, limit, m)
 					mu.Lock()
 					res.Estimated += n
