@@ -6,6 +6,7 @@ package sim
 import (
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/units"
@@ -74,10 +75,34 @@ type Options struct {
 // Run simulates p. It fails only on a malformed program.
 func Run(p *ir.Program) (*Result, error) { return RunWith(p, Options{}) }
 
+// scratch holds RunWith's working arrays, reused across calls (a search
+// simulates thousands of programs).
+type scratch struct {
+	owner, frees          []ir.TensorID
+	last, freeStart, fill []int32
+	producer              []int32
+	live                  []bool
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// sized is s resized to n zeroed elements, reusing its array when it can.
+func sized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	s = s[:n]
+	clear(s)
+	return s
+}
+
 // RunWith is Run with options.
 func RunWith(p *ir.Program, opt Options) (*Result, error) {
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
 	nt := len(p.Tensors)
-	owner := make([]ir.TensorID, nt)
+	sc.owner = sized(sc.owner, nt)
+	owner := sc.owner
 	for i := range p.Tensors {
 		b := p.Tensors[i].Base
 		if b == ir.NoTensor {
@@ -90,7 +115,8 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 		}
 	}
 	// Last op touching each storage.
-	last := make([]int32, nt)
+	sc.last = sized(sc.last, nt)
+	last := sc.last
 	for i := range last {
 		last[i] = -1
 	}
@@ -115,7 +141,8 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 		t := &p.Tensors[i]
 		return t.Base == ir.NoTensor && !t.Resident && !t.Keep && last[i] >= 0
 	}
-	freeStart := make([]int32, len(p.Ops)+1)
+	sc.freeStart = sized(sc.freeStart, len(p.Ops)+1)
+	freeStart := sc.freeStart
 	for i := range p.Tensors {
 		if freed(i) {
 			freeStart[last[i]+1]++
@@ -124,8 +151,10 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	for oi := range p.Ops {
 		freeStart[oi+1] += freeStart[oi]
 	}
-	frees := make([]ir.TensorID, freeStart[len(p.Ops)])
-	fill := append([]int32(nil), freeStart[:len(p.Ops)]...)
+	sc.frees = sized(sc.frees, int(freeStart[len(p.Ops)]))
+	frees := sc.frees
+	sc.fill = append(sc.fill[:0], freeStart[:len(p.Ops)]...)
+	fill := sc.fill
 	for i := range p.Tensors {
 		if freed(i) {
 			frees[fill[last[i]]] = ir.TensorID(i)
@@ -142,8 +171,8 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	}
 	var dev Ledger
 	var host units.Bytes
-	live := make([]bool, nt)
-	producer := make([]int32, nt)
+	sc.live, sc.producer = sized(sc.live, nt), sized(sc.producer, nt)
+	live, producer := sc.live, sc.producer
 	for i := range p.Tensors {
 		t := &p.Tensors[i]
 		if t.Resident && t.Base == ir.NoTensor {
