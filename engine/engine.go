@@ -252,6 +252,20 @@ type Result struct {
 	// StagePeaks the peak of every stage (one entry without pipelining).
 	Stage      int
 	StagePeaks []units.Bytes
+
+	// owned: Program was made for this result alone (Release may recycle
+	// it), not taken from a Cache.
+	owned bool
+}
+
+// Release recycles r's program (strategy.Release) when planning made it for
+// r alone; r.Program is nil afterwards. For callers that plan thousands of
+// results and keep only their numbers, such as a search.
+func (r *Result) Release() {
+	if r.owned {
+		strategy.Release(r.Program)
+	}
+	r.Program, r.owned = nil, false
 }
 
 // TokensPerStep is the tokens one optimizer step consumes per data-parallel
@@ -464,6 +478,10 @@ func Plan(s Spec) (*Result, error) {
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage = p, r, stage
+			// A cached stage's offload transforms made p for this call
+			// alone (without them it is the cached program itself).
+			_, cached := s.cacheKey(false, stage)
+			res.owned = cached && len(s.offloadTransforms()) > 0
 		}
 		t, err := Price(&s, p)
 		if err != nil {

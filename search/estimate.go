@@ -243,6 +243,7 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 	}
 	peak, ok := inFlight(sh.r, extra, endMicro)
 	if !ok {
+		sh.release()
 		return direct()
 	}
 	// The step time is the real schedule's: per micro-step from the small
@@ -299,12 +300,28 @@ func (e *estimator) estimate(c *Plan) {
 // shots are the shallow plans a plan's step time is extrapolated from.
 type shots []struct{ lo, hi *shot }
 
+// release recycles the shots' programs (each is planned for its shot
+// alone); their numbers stay.
+func (s shots) release() {
+	for _, p := range s {
+		p.lo.release()
+		p.hi.release()
+	}
+}
+
+func (sh *shot) release() {
+	if sh != nil && sh.r != nil {
+		sh.r.Release()
+	}
+}
+
 // price sets c.EstStep from the shallow plans peak kept (pricing waits
 // until a plan is known to be worth it: most that fit are dropped for a
 // larger micro-batch that fits too).
 func (e *estimator) price(c *Plan) {
 	sh := c.unpriced
 	c.unpriced = nil
+	defer sh.release()
 	L := e.model.Layers
 	for _, pr := range sh {
 		u := pr.hi.layers - pr.lo.layers
@@ -365,11 +382,14 @@ func (e *estimator) peak(c *Plan) {
 	for _, pt := range e.parts(&sh) {
 		p1, s1, err := pt(sh, lo)
 		if err != nil {
+			kept.release()
 			c.Dropped = err.Error()
 			return
 		}
 		p2, s2, err := pt(sh, lo+u)
 		if err != nil {
+			s1.release()
+			kept.release()
 			c.Dropped = err.Error()
 			return
 		}
@@ -379,10 +399,12 @@ func (e *estimator) peak(c *Plan) {
 		s1.layers, s2.layers = lo, lo+u
 		kept = append(kept, struct{ lo, hi *shot }{s1, s2})
 		if e.limit > 0 && c.EstPeak > e.limit {
+			kept.release()
 			return
 		}
 	}
 	if c.EstPeak <= 0 {
+		kept.release()
 		c.Dropped = "no estimate (the shallow models hold nothing)"
 		return
 	}

@@ -674,6 +674,7 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 				if c.Dropped == "" {
 					est.price(c)
 				}
+				c.unpriced.release()
 				c.unpriced = nil
 			}
 		}
