@@ -12,7 +12,8 @@ import (
 // arrays back (Release), and the next Clone reuses them instead of
 // allocating (and faulting in) fresh memory.
 //
-// Pool k holds zeroed arrays of capacity at least 1<<k.
+// Pool k holds zeroed arrays of capacity at least 1<<k (a request for
+// capacity c takes from pool ⌈log2 c⌉).
 var (
 	opPools     [40]sync.Pool
 	tensorPools [40]sync.Pool
@@ -27,7 +28,7 @@ func getArray[T any](pools *[40]sync.Pool, n, c int) []T {
 			return (*a)[:n]
 		}
 	}
-	return make([]T, n, 1<<k)
+	return make([]T, n, c)
 }
 
 // putArray zeroes a (dropping what it points to) and pools it.
