@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -110,7 +111,11 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 			}
 		}
 	}
-	host := map[ir.TensorID]ir.TensorID{}
+	host := make([]ir.TensorID, nt) // storage → its host copy (NoTensor: stays)
+	moved := 0
+	for i := range host {
+		host[i] = ir.NoTensor
+	}
 	for i := 0; i < nt; i++ {
 		if !ok[i] || !bwdRead[i] || lastFwdWrite[i] < 0 {
 			continue
@@ -119,7 +124,8 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 		t.Name += ".cpu"
 		t.Host = true
 		h := e.add(t)
-		host[ir.TensorID(i)] = h
+		host[i] = h
+		moved++
 		at := lastFwdWrite[i]
 		anchor := &q.Ops[at]
 		// One pack op per producing op.
@@ -133,12 +139,16 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 		pk.Out = append(pk.Out, h)
 		pk.Transfer.Bytes += t.Bytes
 	}
-	if len(host) == 0 {
+	if moved == 0 {
 		return q, nil
+	}
+	isMoved := func(t ir.TensorID) bool {
+		o := e.owner(t)
+		return int(o) < nt && host[o] != ir.NoTensor
 	}
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
-		if op.Phase != ir.Backward {
+		if op.Phase != ir.Backward || !slices.ContainsFunc(op.In, isMoved) {
 			continue
 		}
 		var unpack *ir.Op
@@ -165,7 +175,7 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 			return id
 		}
 		rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
-			if _, moved := host[e.owner(t)]; moved {
+			if isMoved(t) {
 				return clone(t)
 			}
 			return t
@@ -344,7 +354,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, fmt.Errorf("strategy: offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first")
 	}
 	q := editable(p, own)
-	onHost := map[ir.TensorID]bool{}
+	onHost := make(tensorSet, len(q.Tensors))
 	for _, pid := range q.Params {
 		if t := &q.Tensors[pid]; t.Base == ir.NoTensor && !t.Host {
 			t.Host = true
@@ -356,7 +366,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		g := &q.Ops[gi]
 		tr := ir.Op{Name: "offload.param_to_device", Module: g.Module, Phase: g.Phase, Micro: g.Micro, Node: -1, Transfer: &ir.Transfer{}}
 		rewriteIn(g, func(_ int, t ir.TensorID) ir.TensorID {
-			if !onHost[t] {
+			if !onHost.has(t) {
 				return t
 			}
 			d := q.Tensors[t]
