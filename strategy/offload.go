@@ -388,7 +388,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			continue
 		}
 		for _, t := range op.In {
-			if onHost[e.owner(t)] {
+			if onHost.has(e.owner(t)) {
 				return nil, fmt.Errorf("strategy: op %d (%s) reads parameter %s outside its unit's all-gather", oi, op.Name, q.Tensors[t].Name)
 			}
 		}
