@@ -426,15 +426,26 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 		}
 	}
 	per := e.freshGrads(pg)
-	revs := make([]map[ir.TensorID]ir.TensorID, len(per))
-	for m := range per {
-		revs[m] = reverse(per[m])
+	// gradUnitAt[m][t]: the unit whose gradient tensor t stands for in
+	// micro-step m (-1: none).
+	nt := len(q.Tensors)
+	gradUnit := make([]int32, nt) // by original gradient
+	for i := range gradUnit {
+		gradUnit[i] = -1
 	}
-	gradUnit := map[ir.TensorID]int{}
 	for _, g := range pg.grads {
-		if u := unitOf[pg.param[g]]; u >= 0 {
-			gradUnit[g] = int(u)
+		gradUnit[g] = unitOf[pg.param[g]]
+	}
+	gradUnitAt := make([][]int32, len(per))
+	for m := range per {
+		at := make([]int32, nt)
+		for i := range at {
+			at[i] = -1
 		}
+		for g, gm := range per[m] {
+			at[gm] = gradUnit[g]
+		}
+		gradUnitAt[m] = at
 	}
 	// Intervals of each unit per (micro-step, phase).
 	type key struct {
@@ -474,12 +485,11 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 		if op.Phase != ir.Backward || op.Micro >= len(per) {
 			continue
 		}
-		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
+		at := gradUnitAt[op.Micro]
+		for _, ts := range [2][]ir.TensorID{op.In, op.Out} {
 			for _, t := range ts {
-				if g, ok := revs[op.Micro][t]; ok {
-					if u, ok := gradUnit[g]; ok {
-						note(key{op.Micro, op.Phase, u}, oi, false)
-					}
+				if int(t) < len(at) && at[t] >= 0 {
+					note(key{op.Micro, op.Phase, int(at[t])}, oi, false)
 				}
 			}
 		}
@@ -521,7 +531,7 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 			}
 			var orig, fulls []ir.TensorID
 			for _, gr := range pg.grads {
-				if gradUnit[gr] == k.u {
+				if int(gradUnit[gr]) == k.u {
 					if gm, ok := per[g.m][gr]; ok {
 						orig, fulls = append(orig, gr), append(fulls, gm)
 					}
