@@ -29,15 +29,39 @@ func init() { Register("checkpoint", func() Transform { return &Checkpoint{} }) 
 // Name implements Transform.
 func (c *Checkpoint) Name() string { return "checkpoint" }
 
-// segmentKey is the shortest dotted prefix of module that matches a pattern.
-func (c *Checkpoint) segmentKey(module string) string {
+// segmenter finds segment keys: the shortest dotted prefix of a module
+// path that matches one of the patterns. Literal patterns (block names, as
+// the engine's policies give) are looked up; only globs are matched.
+type segmenter struct {
+	literal map[string]bool
+	globs   []string
+}
+
+func (c *Checkpoint) segmenter() *segmenter {
+	sg := &segmenter{literal: map[string]bool{}}
+	for _, pat := range c.Patterns {
+		if strings.ContainsAny(pat, `*?[\`) {
+			sg.globs = append(sg.globs, pat)
+		} else {
+			sg.literal[pat] = true
+		}
+	}
+	return sg
+}
+
+func (sg *segmenter) key(module string) string {
 	if module == "" {
 		return ""
 	}
-	parts := strings.Split(module, ".")
-	for i := 1; i <= len(parts); i++ {
-		prefix := strings.Join(parts[:i], ".")
-		for _, pat := range c.Patterns {
+	for i := 0; i <= len(module); i++ {
+		if i < len(module) && module[i] != '.' {
+			continue
+		}
+		prefix := module[:i]
+		if sg.literal[prefix] {
+			return prefix
+		}
+		for _, pat := range sg.globs {
 			if ok, _ := path.Match(pat, prefix); ok {
 				return prefix
 			}
@@ -65,6 +89,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 	}
 	var segs []segment
+	sgm := c.segmenter()
 	keys := map[string]string{} // module path → segment key, memoised
 	for i := range p.Ops {
 		op := &p.Ops[i]
@@ -73,7 +98,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 		key, ok := keys[op.Module]
 		if !ok {
-			key = c.segmentKey(op.Module)
+			key = sgm.key(op.Module)
 			keys[op.Module] = key
 		}
 		if key == "" {
