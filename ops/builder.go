@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -102,6 +103,14 @@ type Builder struct {
 // NewBuilder starts an empty graph.
 func NewBuilder(cfg Config) *Builder {
 	return &Builder{cfg: cfg, g: &ir.Graph{Loss: ir.NoTensor}, castMemo: map[ir.TensorID]ir.TensorID{}, isParam: map[ir.TensorID]bool{}}
+}
+
+// Reserve makes room for about nodes more nodes and tensors more tensors,
+// so a builder that knows its model's size does not grow its lists by
+// doubling.
+func (b *Builder) Reserve(nodes, tensors int) {
+	b.g.Nodes = slices.Grow(b.g.Nodes, nodes)
+	b.g.Tensors = slices.Grow(b.g.Tensors, tensors)
 }
 
 // Config returns the builder's configuration.
