@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/ops"
@@ -89,7 +90,7 @@ func (l *lowerer) instance(m int) []ir.TensorID {
 			t.Resident = false
 		}
 		if m > 0 {
-			t.Name = fmt.Sprintf("%s@%d", t.Name, m)
+			t.Name += "@" + strconv.Itoa(m)
 		}
 		idm[i] = l.add(t)
 	}
@@ -178,7 +179,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 				accumulate(gt)
 				continue
 			}
-			gt := ir.Tensor{Name: "grad(" + xt.Name + ")", Shape: append([]int64(nil), xt.Shape...), DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
+			gt := ir.Tensor{Name: "grad(" + xt.Name + ")", Shape: xt.Shape, DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
 			if n.GradAliases && pos == 0 {
 				gt.Base = gout[0]
 			} else {
