@@ -12,32 +12,33 @@ import (
 // arrays back (Release), and the next Clone reuses them instead of
 // allocating (and faulting in) fresh memory.
 //
-// Pool k holds zeroed arrays of capacity at least 1<<k (a request for
-// capacity c takes from pool ⌈log2 c⌉).
+// Pool k holds arrays of capacity at least 1<<k (a request for capacity c
+// takes from pool ⌈log2 c⌉).
 var (
 	opPools     [40]sync.Pool
 	tensorPools [40]sync.Pool
 )
 
 // getArray is an array of length n and capacity at least c (≥ n), zeroed
-// past n, from pools or new.
+// past n, from pools or new. The caller overwrites the first n elements
+// (they may hold a released program's values).
 func getArray[T any](pools *[40]sync.Pool, n, c int) []T {
 	k := bits.Len(uint(c - 1)) // 1<<k ≥ c
 	if k < len(pools) {
 		if a, ok := pools[k].Get().(*[]T); ok {
+			clear((*a)[n:cap(*a)])
 			return (*a)[:n]
 		}
 	}
 	return make([]T, n, c)
 }
 
-// putArray zeroes a (dropping what it points to) and pools it.
+// putArray pools a.
 func putArray[T any](pools *[40]sync.Pool, a []T) {
 	if cap(a) == 0 {
 		return
 	}
 	a = a[:cap(a)]
-	clear(a)
 	k := bits.Len(uint(cap(a))) - 1 // 1<<k ≤ cap
 	if k < len(pools) {
 		pools[k].Put(&a)
