@@ -364,7 +364,11 @@ func (e *estimator) peak(c *Plan) {
 		lo = 2 * u
 	}
 	if lo+u >= L {
-		r, t, err := e.run(c.Spec, 0)
+		// Without the cache: the result is kept, and a search recycles
+		// its caches' programs.
+		f := *e
+		f.cache = nil
+		r, t, err := f.run(c.Spec, 0)
 		if err != nil {
 			c.Dropped = err.Error()
 			return
