@@ -187,13 +187,13 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		o.Keep = 5
 	}
 	// A search allocates gigabytes of short-lived programs and keeps
-	// little live (each bundle's cache and the recycled arrays), so the
+	// little live (each bundle's cache and a few recycled arrays), so the
 	// collector runs often for little. Unless GOGC says otherwise, collect
 	// at 200% heap growth while searching (one cold fit on the
-	// BenchmarkFitLlama3_70B plan, 4 runs each: at 100% 2.14-2.20 s and
-	// 230-290 MB peak RSS; at 200% 1.73-2.11 s, 440-510 MB; at 400%
-	// 1.94-2.19 s, 790-940 MB, as the page faults of a larger heap
-	// outweigh the collections saved).
+	// BenchmarkFitLlama3_70B plan, 3 runs each: at 100% 1.75-2.26 s and
+	// 190-210 MB peak RSS; at 200% 1.55-1.86 s, 300-350 MB; at 400%
+	// 1.46-1.84 s, 440-470 MB: a larger heap saves collections but pays
+	// page faults).
 	if os.Getenv("GOGC") == "" {
 		defer debug.SetGCPercent(debug.SetGCPercent(200))
 	}

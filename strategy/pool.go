@@ -12,37 +12,58 @@ import (
 // arrays back (Release), and the next Clone reuses them instead of
 // allocating (and faulting in) fresh memory.
 //
-// Pool k holds arrays of capacity at least 1<<k (a request for capacity c
-// takes from pool ⌈log2 c⌉).
+// Each pool keeps a few arrays per capacity class: class k holds arrays of
+// capacity at least 1<<k, and a request for capacity c takes from class
+// ⌈log2 c⌉. A bounded free list, not a sync.Pool: what it holds counts as
+// live heap, and an unbounded pool raised the collector's goal (and the
+// page faults of a larger heap) more than it saved.
+type pool[T any] struct {
+	mu   sync.Mutex
+	free [40][][]T
+}
+
+// poolDepth is how many arrays a class keeps: a few per worker.
+const poolDepth = 8
+
 var (
-	opPools     [40]sync.Pool
-	tensorPools [40]sync.Pool
+	opPool     pool[ir.Op]
+	tensorPool pool[ir.Tensor]
 )
 
-// getArray is an array of length n and capacity at least c (≥ n), zeroed
-// past n, from pools or new. The caller overwrites the first n elements
-// (they may hold a released program's values).
-func getArray[T any](pools *[40]sync.Pool, n, c int) []T {
+// get is an array of length n and capacity at least c (≥ n), zeroed past
+// n. The caller overwrites the first n elements (they may hold a released
+// program's values).
+func (p *pool[T]) get(n, c int) []T {
 	k := bits.Len(uint(c - 1)) // 1<<k ≥ c
-	if k < len(pools) {
-		if a, ok := pools[k].Get().(*[]T); ok {
-			clear((*a)[n:cap(*a)])
-			return (*a)[:n]
+	if k < len(p.free) {
+		p.mu.Lock()
+		if l := len(p.free[k]); l > 0 {
+			a := p.free[k][l-1]
+			p.free[k][l-1] = nil
+			p.free[k] = p.free[k][:l-1]
+			p.mu.Unlock()
+			clear(a[n:cap(a)])
+			return a[:n]
 		}
+		p.mu.Unlock()
 	}
 	return make([]T, n, c)
 }
 
-// putArray pools a.
-func putArray[T any](pools *[40]sync.Pool, a []T) {
+// put keeps a for reuse if its class has room.
+func (p *pool[T]) put(a []T) {
 	if cap(a) == 0 {
 		return
 	}
-	a = a[:cap(a)]
 	k := bits.Len(uint(cap(a))) - 1 // 1<<k ≤ cap
-	if k < len(pools) {
-		pools[k].Put(&a)
+	if k >= len(p.free) {
+		return
 	}
+	p.mu.Lock()
+	if len(p.free[k]) < poolDepth {
+		p.free[k] = append(p.free[k], a[:cap(a)])
+	}
+	p.mu.Unlock()
 }
 
 // Release hands p's op and tensor arrays back for reuse by Clone and
@@ -53,7 +74,7 @@ func Release(p *ir.Program) {
 	if p == nil {
 		return
 	}
-	putArray(&opPools, p.Ops)
-	putArray(&tensorPools, p.Tensors)
+	opPool.put(p.Ops)
+	tensorPool.put(p.Tensors)
 	p.Ops, p.Tensors = nil, nil
 }

@@ -76,9 +76,9 @@ func Clone(p *ir.Program) *ir.Program {
 // tensors.
 func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
-	q.Tensors = getArray[ir.Tensor](&tensorPools, len(p.Tensors), len(p.Tensors)+tensors)
+	q.Tensors = tensorPool.get(len(p.Tensors), len(p.Tensors)+tensors)
 	copy(q.Tensors, p.Tensors)
-	q.Ops = getArray[ir.Op](&opPools, len(p.Ops), len(p.Ops)+ops)
+	q.Ops = opPool.get(len(p.Ops), len(p.Ops)+ops)
 	copy(q.Ops, p.Ops)
 	for i := range q.Ops {
 		op := &q.Ops[i]
