@@ -459,7 +459,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			nOptim++
 		}
 	}
-	out := make([]ir.Op, 0, len(keptIdx)+len(recvs)+len(sends)+nOptim+8)
+	out := opPool.get(0, len(keptIdx)+len(recvs)+len(sends)+nOptim+8)
 	// Point-to-point ops belong to no module (as load_batch), so module
 	// patterns (checkpointing) never take them for part of a block.
 	p2p := func(name string, x xfer, in, outT []ir.TensorID) ir.Op {
@@ -823,7 +823,7 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 			kept++
 		}
 	}
-	r.Tensors = make([]ir.Tensor, 0, kept)
+	r.Tensors = tensorPool.get(0, kept)
 	for i := range q.Tensors {
 		remap[i] = ir.NoTensor
 		if !used[i] {

@@ -874,8 +874,9 @@ func (e *editor) finish() *ir.Program {
 	return e.p
 }
 
-// splice inserts before[i] before and after[i] after op i of ops. It
-// works in place when ops has the room (Clone leaves some).
+// splice inserts before[i] before and after[i] after op i of old, which
+// the caller owns (a transform's copy) and must not use afterwards. It
+// works in place when old has the room (Clone leaves some).
 func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 	n := len(old)
 	at := make([]int, 0, len(before)+len(after))
@@ -909,7 +910,7 @@ func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 		}
 		return ops
 	}
-	ops := make([]ir.Op, 0, n)
+	ops := opPool.get(0, n)
 	next := 0 // first op not yet copied
 	for _, i := range at {
 		ops = append(ops, old[next:i]...)
@@ -918,7 +919,9 @@ func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 		ops = append(ops, after[i]...)
 		next = i + 1
 	}
-	return append(ops, old[next:]...)
+	ops = append(ops, old[next:]...)
+	opPool.put(old) // the caller's own (a transform's copy), now replaced
+	return ops
 }
 
 // DDP is PyTorch DistributedDataParallel over DP ranks (stage 0: nothing
