@@ -82,9 +82,8 @@ func (s *Spec) cacheKey(first bool, stage int) (cacheKey, bool) {
 }
 
 // DropSharded forgets the sharded programs (keeping those before
-// sharding) and recycles them (strategy.Release): a search that has moved
-// on to another ZeRO stage or data-parallel degree will not ask for them
-// again. The caller guarantees no Result it keeps came from them.
+// sharding): a search that has moved on to another ZeRO stage or
+// data-parallel degree will not ask for them again.
 func (c *Cache) DropSharded() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -92,24 +91,8 @@ func (c *Cache) DropSharded() {
 		if k.zero != 0 {
 			delete(c.m, k)
 			c.size -= len(e.prog.Ops)
-			strategy.Release(e.prog) // a sharding's own clone
 		}
 	}
-}
-
-// Release empties the cache and recycles its programs (strategy.Release).
-// The caller guarantees no Result it keeps came from the cache.
-func (c *Cache) Release() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	seen := map[*ir.Program]bool{} // a stage without checkpointing or pipelining caches its lowered program twice
-	for _, e := range c.m {
-		if !seen[e.prog] {
-			seen[e.prog] = true
-			strategy.Release(e.prog)
-		}
-	}
-	c.m, c.size = nil, 0
 }
 
 func (c *Cache) get(k cacheKey) *cacheEntry {

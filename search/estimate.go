@@ -364,11 +364,7 @@ func (e *estimator) peak(c *Plan) {
 		lo = 2 * u
 	}
 	if lo+u >= L {
-		// Without the cache: the result is kept, and a search recycles
-		// its caches' programs.
-		f := *e
-		f.cache = nil
-		r, t, err := f.run(c.Spec, 0)
+		r, t, err := e.run(c.Spec, 0)
 		if err != nil {
 			c.Dropped = err.Error()
 			return

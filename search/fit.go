@@ -231,8 +231,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 				for i, k := range b {
 					if i > 0 && k[0][0].Spec.ZeRO != b[i-1][0][0].Spec.ZeRO {
 						// Sharded programs of the last stage are done
-						// with (states come by ZeRO stage; each state
-						// prices or releases its shallow plans).
+						// with (states come by ZeRO stage).
 						be.cache.DropSharded()
 					}
 					n, size := searchState(be, k, limit, m)
@@ -244,10 +243,6 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 					}
 					mu.Unlock()
 				}
-				// Nothing kept refers to the bundle's programs (shallow
-				// plans are released as they are priced or dropped, and
-				// plans of full depth are planned without the cache).
-				be.cache.Release()
 			}
 		}()
 	}
