@@ -189,13 +189,13 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	// A search allocates gigabytes of short-lived programs and keeps
 	// little live (each bundle's cache and a few recycled arrays), so the
 	// collector runs often for little. Unless GOGC says otherwise, collect
-	// at 200% heap growth while searching (one cold fit on the
-	// BenchmarkFitLlama3_70B plan, 3 runs each: at 100% 1.75-2.26 s and
-	// 190-210 MB peak RSS; at 200% 1.55-1.86 s, 300-350 MB; at 400%
-	// 1.46-1.84 s, 440-470 MB: a larger heap saves collections but pays
-	// page faults).
+	// at 400% heap growth while searching (one cold fit on the
+	// BenchmarkFitLlama3_70B plan, 8 interleaved runs each: median 1.89 s
+	// and 400-570 MB peak RSS at 400%, 1.98 s and 300-390 MB at 200%; at
+	// 100%, 1.75-2.26 s in 3 runs: a larger heap saves collections but
+	// pays page faults).
 	if os.Getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(200))
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
 	}
 	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
 	cands := enumerate(base, o)
