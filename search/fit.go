@@ -790,25 +790,24 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 		start = min(hint, len(g)-1)
 	}
 	fit := -1
-	if probe(g[start]) {
-		// Upward: the next candidate first (the hint is usually right).
-		fit = start
-		l, h := start+1, len(g)-1
-		if l <= h {
-			if probe(g[l]) {
-				fit, l = l, l+1
-				for l <= h {
-					mid := (l + h) / 2
-					if probe(g[mid]) {
-						fit, l = mid, mid+1
-					} else {
-						h = mid - 1
-					}
+	// up finds the largest fitting micro-batch from g[from], which fits:
+	// the next one first, then binary search.
+	up := func(from int) {
+		fit = from
+		l, h := from+1, len(g)-1
+		if l <= h && probe(g[l]) {
+			fit, l = l, l+1
+			for l <= h {
+				mid := (l + h) / 2
+				if probe(g[mid]) {
+					fit, l = mid, mid+1
+				} else {
+					h = mid - 1
 				}
 			}
 		}
-	} else {
-		l, h := lo, start-1
+	}
+	down := func(l, h int) {
 		for l <= h {
 			mid := (l + h) / 2
 			if probe(g[mid]) {
@@ -817,6 +816,23 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 				h = mid - 1
 			}
 		}
+	}
+	switch {
+	case start > lo && start+1 < len(g):
+		// A hint: the micro-batch above it first, as the last state's
+		// fit is more often exceeded than missed.
+		switch {
+		case probe(g[start+1]):
+			up(start + 1)
+		case probe(g[start]):
+			fit = start
+		default:
+			down(lo, start-1)
+		}
+	case probe(g[start]):
+		up(start)
+	default:
+		down(lo, start-1)
 	}
 	if fit < 0 {
 		why := g[lo].Dropped
