@@ -206,7 +206,8 @@ func (e *estimator) parts(s *engine.Spec) []part {
 }
 
 // firstStage is the peak and step time of the first stage of s's 1F1B
-// pipeline over layers (a multiple of s.PP), holding m = min(accum, p+1)
+// pipeline over layers (stage 0 holds ⌊layers/p⌋ of them; the smaller
+// schedule below gives its own first stage as many), holding m = min(accum, p+1)
 // micro-batches' worth of schedule (simAccum). With p ≤ 3 or m ≤ 3 it
 // simulates them; otherwise it simulates a smaller schedule of the same
 // shape and adds the micro-batches the real one holds besides (inFlight):
@@ -242,7 +243,7 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 	q := s
 	if m == p+1 {
 		q.PP = 3
-		k, extra, depth, endMicro = 4, p-3, 3*layers/p, 3
+		k, extra, depth, endMicro = 4, p-3, 3*(layers/p), 3
 	}
 	sh, err := e.shoot(q, depth, k, true)
 	if err != nil {
@@ -358,10 +359,14 @@ func (e *estimator) peak(c *Plan) {
 	// One and two units; two and three under ZeRO-3, whose prefetch
 	// reaches the head from a single unit and breaks the affine pattern
 	// the extrapolation relies on (TestPropertyEstimateIsLowerBound finds
-	// it). Models too shallow to shrink are planned in full.
-	lo := u
+	// it). Both keep the full model's remainder of layers past whole units
+	// (an odd layer count under every-other-layer checkpointing, pipeline
+	// stages of unequal sizes), so the full model is the shallow ones plus
+	// whole units: L = lo + k·u. Models too shallow to shrink are planned
+	// in full.
+	lo := u + L%u
 	if c.Spec.ZeRO == 3 {
-		lo = 2 * u
+		lo += u
 	}
 	if lo+u >= L {
 		r, t, err := e.run(c.Spec, 0)
