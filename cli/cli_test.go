@@ -274,3 +274,22 @@ func TestFit(t *testing.T) {
 		}
 	}
 }
+
+// A GPU without the precision's arithmetic (the T4 predates bfloat16) is
+// refused up front, naming the precisions it runs.
+func TestPrecisionTheGPULacks(t *testing.T) {
+	for _, cmd := range [][]string{
+		{"plan", "--model", "gpt2", "--gpu", "t4", "--seq", "256"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--gpus", "2", "--global-batch", "8", "--seq", "256"},
+		{"compare", "--model", "gpt2", "--gpu", "t4", "--seq", "256"},
+	} {
+		code, out, errs := run(cmd...)
+		want := "memplan: engine: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16\n"
+		if code == 0 || out != "" || errs != want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", cmd, code, out, errs, want)
+		}
+	}
+	if code, _, errs := run("plan", "--model", "gpt2", "--gpu", "t4", "--seq", "256", "--precision", "amp-fp16"); code != 0 {
+		t.Errorf("amp-fp16 on a t4: exit %d: %s", code, errs)
+	}
+}

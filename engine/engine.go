@@ -195,6 +195,17 @@ func (s *Spec) Validate() error {
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
 		return fmt.Errorf("%w: %s is an encoder; it has no KV cache to generate with", ErrSpec, s.Model.Name)
 	}
+	if g := s.GPU; g != nil && g.PeakFLOPs(s.ComputeDType()) <= 0 {
+		var ok []string
+		for p := ops.FP32; p <= ops.FP16; p++ {
+			q := *s
+			q.Precision = p
+			if g.PeakFLOPs(q.ComputeDType()) > 0 {
+				ok = append(ok, p.String())
+			}
+		}
+		return fmt.Errorf("%w: the %s has no %s arithmetic (--precision %s); it runs --precision %s", ErrSpec, g.Name, s.ComputeDType(), s.Precision, strings.Join(ok, ", "))
+	}
 	return nil
 }
 

@@ -300,8 +300,19 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		}
 	}
 	if len(verified) == 0 {
-		return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
-			ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), smallest(cands))
+		if m := smallest(cands); m > limit || m == 0 {
+			return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
+				ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), m)
+		}
+		// Plans estimated under the limit were dropped for another reason
+		// (one that did not plan, or did not fit in full): say which.
+		for _, c := range cands {
+			if c.EstPeak > 0 && c.EstPeak <= limit && c.Dropped != "" {
+				return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; %s, estimated at %s, was dropped: %s",
+					ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), c.Describe(), c.EstPeak, c.Dropped)
+			}
+		}
+		return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans", ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands))
 	}
 	sort.SliceStable(verified, func(i, j int) bool { return verified[i].Step() < verified[j].Step() })
 	res.Winner, res.RunnersUp = verified[0], verified[1:]
