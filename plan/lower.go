@@ -42,14 +42,25 @@ const bwdMemFactor = 2
 var ErrNoLoss = errors.New("plan: graph has no loss to differentiate")
 
 type lowerer struct {
-	g      *ir.Graph
-	p      *ir.Program
-	shared map[ir.TensorID]ir.TensorID
+	g *ir.Graph
+	p *ir.Program
+	// shared maps a graph parameter or buffer to its one program tensor
+	// (NoTensor: a per-micro-step tensor).
+	shared []ir.TensorID
 	saved  []bool // graph storages saved for backward
 }
 
+// sharedOf is the program tensor of graph parameter or buffer x.
+func (l *lowerer) sharedOf(x ir.TensorID) (ir.TensorID, bool) {
+	s := l.shared[x]
+	return s, s != ir.NoTensor
+}
+
 func newLowerer(g *ir.Graph) *lowerer {
-	l := &lowerer{g: g, p: &ir.Program{}, shared: map[ir.TensorID]ir.TensorID{}, saved: make([]bool, len(g.Tensors))}
+	l := &lowerer{g: g, p: &ir.Program{}, shared: make([]ir.TensorID, len(g.Tensors)), saved: make([]bool, len(g.Tensors))}
+	for i := range l.shared {
+		l.shared[i] = ir.NoTensor
+	}
 	for i := range g.Nodes {
 		for _, t := range g.Nodes[i].Saved {
 			l.saved[ir.Storage(g.Tensors, t)] = true
@@ -76,7 +87,7 @@ func (l *lowerer) add(t ir.Tensor) ir.TensorID {
 func (l *lowerer) instance(m int) []ir.TensorID {
 	idm := make([]ir.TensorID, len(l.g.Tensors))
 	for i := range l.g.Tensors {
-		if s, ok := l.shared[ir.TensorID(i)]; ok {
+		if s, ok := l.sharedOf(ir.TensorID(i)); ok {
 			idm[i] = s
 			continue
 		}
@@ -165,7 +176,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 				op.In = append(op.In, gt)
 				op.Workspace += size
 			}
-			if px, isShared := l.shared[x]; isShared {
+			if px, isShared := l.sharedOf(x); isShared {
 				if gt, ok := pgrad[px]; ok {
 					accumulate(gt)
 					continue
