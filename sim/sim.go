@@ -170,7 +170,7 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 		r.PhasePeak[i].Op = -1
 	}
 	var dev Ledger
-	var host units.Bytes
+	var devTotal, host units.Bytes // devTotal is dev.Total(), kept as dev changes
 	sc.live, sc.producer = sized(sc.live, nt), sized(sc.producer, nt)
 	live, producer := sc.live, sc.producer
 	for i := range p.Tensors {
@@ -182,6 +182,7 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 				host += t.Bytes
 			} else {
 				dev[t.Cat] += t.Bytes
+				devTotal += t.Bytes
 			}
 		}
 	}
@@ -205,22 +206,28 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 				host += ts.Bytes
 			} else {
 				dev[ts.Cat] += ts.Bytes
+				devTotal += ts.Bytes
 			}
 		}
-		pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: dev, Host: host + op.WorkspaceHost}
-		pt.Cat[ir.Temporary] += op.Workspace
-		pt.Total = pt.Cat.Total()
+		// The point is built in full only where it is kept (the timeline, a
+		// new peak); its total is the running one plus the workspace.
+		total, hostNow := devTotal+op.Workspace, host+op.WorkspaceHost
+		point := func() Point {
+			pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: dev, Host: hostNow, Total: total}
+			pt.Cat[ir.Temporary] += op.Workspace
+			return pt
+		}
 		if !opt.NoTimeline {
-			r.Timeline = append(r.Timeline, pt)
+			r.Timeline = append(r.Timeline, point())
 		}
-		if pt.Total > r.Peak.Total || r.Peak.Op < 0 {
-			r.Peak = pt
+		if total > r.Peak.Total || r.Peak.Op < 0 {
+			r.Peak = point()
 		}
-		if pp := &r.PhasePeak[op.Phase]; pp.Op < 0 || pt.Total > pp.Total {
-			*pp = pt
+		if pp := &r.PhasePeak[op.Phase]; pp.Op < 0 || total > pp.Total {
+			*pp = point()
 		}
-		if pt.Host > r.HostPeak {
-			r.HostPeak = pt.Host
+		if hostNow > r.HostPeak {
+			r.HostPeak = hostNow
 		}
 		if dev[ir.Parameter] > r.ModelStates.Parameters {
 			r.ModelStates.Parameters = dev[ir.Parameter]
@@ -251,6 +258,7 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 				host -= ts.Bytes
 			} else {
 				dev[ts.Cat] -= ts.Bytes
+				devTotal -= ts.Bytes
 			}
 		}
 	}
