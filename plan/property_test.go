@@ -99,35 +99,8 @@ func TestPropertyLedgerInvariants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, pt := range r.Timeline {
-			if pt.Cat.Total() != pt.Total {
-				t.Fatalf("event %d: categories sum to %d, total %d", i, pt.Cat.Total(), pt.Total)
-			}
-			for c, v := range pt.Cat {
-				if v < 0 {
-					t.Fatalf("event %d: %s is negative (%d)", i, ir.Category(c), v)
-				}
-			}
-		}
-		var keep, resident units.Bytes
-		keepN := 0
-		for _, tt := range p.Tensors {
-			if tt.Base != ir.NoTensor {
-				continue
-			}
-			if tt.Keep {
-				keep += tt.Bytes
-				keepN++
-			}
-			if tt.Resident {
-				resident += tt.Bytes
-			}
-		}
-		if r.Allocs != r.Frees+keepN {
-			t.Fatalf("%d allocations, %d frees, %d persistent", r.Allocs, r.Frees, keepN)
-		}
-		if r.EndLive != resident+keep {
-			t.Fatalf("iteration ends with %d live, want resident %d + persistent %d", r.EndLive, resident, keep)
+		if err := sim.Check(p, r); err != nil {
+			t.Fatal(err)
 		}
 		r2, _ := sim.Run(p)
 		if !reflect.DeepEqual(r, r2) {

@@ -801,24 +801,8 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 		start = min(hint, len(g)-1)
 	}
 	fit := -1
-	// up finds the largest fitting micro-batch from g[from], which fits:
-	// the next one first, then binary search.
-	up := func(from int) {
-		fit = from
-		l, h := from+1, len(g)-1
-		if l <= h && probe(g[l]) {
-			fit, l = l, l+1
-			for l <= h {
-				mid := (l + h) / 2
-				if probe(g[mid]) {
-					fit, l = mid, mid+1
-				} else {
-					h = mid - 1
-				}
-			}
-		}
-	}
-	down := func(l, h int) {
+	// between binary-searches g[l..h] for the largest fitting micro-batch.
+	between := func(l, h int) {
 		for l <= h {
 			mid := (l + h) / 2
 			if probe(g[mid]) {
@@ -826,6 +810,15 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 			} else {
 				h = mid - 1
 			}
+		}
+	}
+	// up finds the largest fitting micro-batch from g[from], which fits:
+	// the next one first, then binary search.
+	up := func(from int) {
+		fit = from
+		if next := from + 1; next < len(g) && probe(g[next]) {
+			fit = next
+			between(next+1, len(g)-1)
 		}
 	}
 	switch {
@@ -838,12 +831,12 @@ func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint 
 		case probe(g[start]):
 			fit = start
 		default:
-			down(lo, start-1)
+			between(lo, start-1)
 		}
 	case probe(g[start]):
 		up(start)
 	default:
-		down(lo, start-1)
+		between(lo, start-1)
 	}
 	if fit < 0 {
 		why := g[lo].Dropped

@@ -314,3 +314,45 @@ func (r *Result) SortedSaved(p *ir.Program) []ModuleBytes {
 	})
 	return out
 }
+
+// Check verifies r, the simulation of p with its timeline, against the
+// ledger's invariants: categories add up at every event and none (nor the
+// host total) goes negative; every storage allocated during the iteration
+// is freed once unless it is kept; the iteration ends with only resident
+// and kept device memory live. Property tests call it on every program they
+// draw.
+func Check(p *ir.Program, r *Result) error {
+	for i, pt := range r.Timeline {
+		if pt.Cat.Total() != pt.Total {
+			return fmt.Errorf("sim: event %d: categories sum to %d, total %d", i, pt.Cat.Total(), pt.Total)
+		}
+		for c, v := range pt.Cat {
+			if v < 0 {
+				return fmt.Errorf("sim: event %d: %s is negative (%d)", i, ir.Category(c), v)
+			}
+		}
+		if pt.Host < 0 {
+			return fmt.Errorf("sim: event %d: host memory is negative", i)
+		}
+	}
+	keepN := 0
+	var end units.Bytes
+	for _, t := range p.Tensors {
+		if t.Base != ir.NoTensor {
+			continue
+		}
+		if t.Keep {
+			keepN++
+		}
+		if (t.Keep || t.Resident) && !t.Host {
+			end += t.Bytes
+		}
+	}
+	if r.Allocs != r.Frees+keepN {
+		return fmt.Errorf("sim: %d allocations, %d frees, %d kept", r.Allocs, r.Frees, keepN)
+	}
+	if r.EndLive != end {
+		return fmt.Errorf("sim: the iteration ends with %d live, want resident + kept %d", r.EndLive, end)
+	}
+	return nil
+}

@@ -61,6 +61,23 @@ func TestRunHandBuilt(t *testing.T) {
 	if r.ModelStates.Parameters != 100 || r.ModelStates.Gradients != 100 || r.Params != 25 {
 		t.Errorf("model states %+v params %d", r.ModelStates, r.Params)
 	}
+	// Check accepts the simulation and refuses each broken invariant.
+	if err := Check(p, r); err != nil {
+		t.Errorf("Check: %v", err)
+	}
+	for name, breakIt := range map[string]func(r *Result){
+		"categories":  func(r *Result) { r.Timeline[1].Total++ },
+		"negative":    func(r *Result) { r.Timeline[1].Cat[ir.Gradient] = -1; r.Timeline[1].Total-- },
+		"host":        func(r *Result) { r.Timeline[0].Host = -1 },
+		"frees":       func(r *Result) { r.Frees-- },
+		"end of step": func(r *Result) { r.EndLive += 8 },
+	} {
+		b, _ := Run(p)
+		breakIt(b)
+		if err := Check(p, b); err == nil {
+			t.Errorf("Check accepts a result with broken %s", name)
+		}
+	}
 }
 
 func TestRunRejectsBadPrograms(t *testing.T) {

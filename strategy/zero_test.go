@@ -12,6 +12,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/models/modeltest"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
@@ -64,10 +65,7 @@ func zApply(t zTB, p *ir.Program, tr ...strategy.Transform) *ir.Program {
 	return q
 }
 
-// zSim simulates p and checks the simulator's invariants: categories add up
-// at every event and none goes negative, every storage allocated during the
-// iteration is freed once unless it is kept, and the iteration ends with
-// only resident and kept device memory.
+// zSim simulates p and checks the simulator's invariants (sim.Check).
 func zSim(t zTB, p *ir.Program) *sim.Result {
 	t.Helper()
 	if err := p.Verify(); err != nil {
@@ -77,37 +75,8 @@ func zSim(t zTB, p *ir.Program) *sim.Result {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, pt := range r.Timeline {
-		if pt.Cat.Total() != pt.Total {
-			t.Fatalf("event %d: categories sum to %d, total %d", i, pt.Cat.Total(), pt.Total)
-		}
-		for c, v := range pt.Cat {
-			if v < 0 {
-				t.Fatalf("event %d: %s is negative", i, ir.Category(c))
-			}
-		}
-		if pt.Host < 0 {
-			t.Fatalf("event %d: host memory is negative", i)
-		}
-	}
-	keepN := 0
-	var end units.Bytes
-	for _, tt := range p.Tensors {
-		if tt.Base != ir.NoTensor {
-			continue
-		}
-		if tt.Keep {
-			keepN++
-		}
-		if (tt.Keep || tt.Resident) && !tt.Host {
-			end += tt.Bytes
-		}
-	}
-	if r.Allocs != r.Frees+keepN {
-		t.Fatalf("%d allocations, %d frees, %d kept", r.Allocs, r.Frees, keepN)
-	}
-	if r.EndLive != end {
-		t.Fatalf("iteration ends with %d live, want resident + kept %d", r.EndLive, end)
+	if err := sim.Check(p, r); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }
@@ -439,47 +408,9 @@ func TestZeROErrors(t *testing.T) {
 	}
 }
 
-// zGenArch shrinks a random catalog family to a size that simulates fast.
-func zGenArch(t *rapid.T) *models.Arch {
-	names := []string{"gpt2", "llama-3.2-1b", "mistral-7b", "qwen3-8b", "gemma-2-9b", "phi-3-mini", "pythia-160m", "mixtral-8x7b", "bert-base", "vit-base"}
-	a, err := models.Lookup(rapid.SampledFrom(names).Draw(t, "family"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a = a.Clone()
-	hd := rapid.IntRange(1, 4).Draw(t, "headdim") * 8
-	a.KVHeads = rapid.IntRange(1, 2).Draw(t, "kvheads")
-	a.Heads = a.KVHeads * rapid.IntRange(1, 3).Draw(t, "groups")
-	a.HeadDim = hd
-	a.Hidden = a.Heads * hd
-	if a.Family == models.FamilyGPT2 || a.Family == models.FamilyBERT || a.Family == models.FamilyViT || a.Family == models.FamilyGPTNeoX {
-		a.KVHeads = a.Heads
-	}
-	a.Intermediate = rapid.IntRange(1, 4).Draw(t, "ffn") * 16
-	a.Layers = rapid.IntRange(1, 3).Draw(t, "layers")
-	if a.Vocab > 0 {
-		a.Vocab = rapid.IntRange(8, 300).Draw(t, "vocab")
-	}
-	if a.MaxPositions > 0 && a.PosEmbedding == "learned" && a.Family != models.FamilyViT {
-		a.MaxPositions = 64
-	}
-	if a.Family == models.FamilyViT {
-		a.ImageSize, a.PatchSize = 32, 8
-		a.MaxPositions = a.NumPatches() + 1
-	}
-	if a.NumExperts > 0 {
-		a.NumExperts = 4
-		a.ExpertsPerToken = 2
-	}
-	if err := a.Validate(); err != nil {
-		t.Fatalf("generated arch invalid: %v", err)
-	}
-	return a
-}
-
 // zGenProgram draws a random small training program.
 func zGenProgram(t *rapid.T) *ir.Program {
-	a := zGenArch(t)
+	a := modeltest.Arch(t)
 	prec := ops.Precision(rapid.IntRange(0, 4).Draw(t, "precision"))
 	g, err := build.Graph(a, build.Options{MicroBatch: rapid.IntRange(1, 2).Draw(t, "batch"), Seq: rapid.IntRange(1, 4).Draw(t, "seq8") * 8,
 		Precision: prec, Attention: build.Attention(rapid.IntRange(0, 1).Draw(t, "attention")), Training: true})
