@@ -12,17 +12,12 @@ import (
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
-	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 )
 
 // tb is what the helpers need of testing.TB and *rapid.T.
-type tb interface {
-	Helper()
-	Fatal(args ...any)
-}
-
-func program(t tb, s engine.Spec) *ir.Program {
+// program is the engine's program of s (validated).
+func program(t zTB, s engine.Spec) *ir.Program {
 	t.Helper()
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -32,18 +27,6 @@ func program(t tb, s engine.Spec) *ir.Program {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func simulate(t tb, p *ir.Program) *sim.Result {
-	t.Helper()
-	if err := p.Verify(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := sim.Run(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func gpt2Style(t testing.TB, s, h, a, layers int) *models.Arch {
@@ -68,13 +51,13 @@ func TestFullRecomputeKeepsLayerInput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := simulate(t, q)
+		r := zSim(t, q)
 		want := 2.0 * float64(tc.s) * 2 * float64(tc.h)
 		got := float64(r.SavedByModule["transformer.h.1"])
 		if math.Abs(got-want)/want > 0.02 {
 			t.Errorf("s=%d h=%d: checkpointed layer keeps %.0f bytes, Table 2 gives 2sbh = %.0f", tc.s, tc.h, got, want)
 		}
-		base := simulate(t, p)
+		base := zSim(t, p)
 		if r.Peak.Total >= base.Peak.Total {
 			t.Errorf("checkpointing did not lower the peak: %s vs %s", r.Peak.Total, base.Peak.Total)
 		}
@@ -127,7 +110,7 @@ func TestPropertyCheckpointNeverRaisesSaved(t *testing.T) {
 		if err := q.Verify(); err != nil {
 			rt.Fatal(err)
 		}
-		base, ck := simulate(rt, p), simulate(rt, q)
+		base, ck := zSim(rt, p), zSim(rt, q)
 		if ck.SavedTotal > base.SavedTotal {
 			rt.Fatalf("checkpoint %v raised saved activations %d → %d", pats, base.SavedTotal, ck.SavedTotal)
 		}
@@ -143,7 +126,7 @@ func TestPropertyCheckpointNeverRaisesSaved(t *testing.T) {
 			rt.Fatalf("checkpoint leaks: %d allocs, %d frees", ck.Allocs, ck.Frees)
 		}
 		q2, _ := (&strategy.Checkpoint{Patterns: pats}).Apply(p)
-		if len(q2.Ops) != len(q.Ops) || simulate(rt, q2).Peak != ck.Peak {
+		if len(q2.Ops) != len(q.Ops) || zSim(rt, q2).Peak != ck.Peak {
 			rt.Fatal("checkpoint is not deterministic")
 		}
 	})

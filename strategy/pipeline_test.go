@@ -31,18 +31,6 @@ func ppLlama(t testing.TB, layers int) *models.Arch {
 	return a
 }
 
-func ppProgram(t testing.TB, s engine.Spec) *ir.Program {
-	t.Helper()
-	if err := s.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := engine.Program(&s, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func ppStage(t testing.TB, p *ir.Program, pl strategy.Pipeline) (*ir.Program, *sim.Result) {
 	t.Helper()
 	q, err := strategy.Chain(p, &pl)
@@ -95,7 +83,7 @@ func nonBatchSaved(q *ir.Program) units.Bytes {
 func TestPipelineInFlightActivations(t *testing.T) {
 	const L, m = 8, 8
 	s := engine.Spec{Model: ppLlama(t, L), Seq: 256, MicroBatch: 2, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}
-	p := ppProgram(t, s)
+	p := program(t, s)
 	whole, err := sim.Run(p)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +162,7 @@ func unitSeq(q *ir.Program) string {
 }
 
 func TestPipelineScheduleOrder(t *testing.T) {
-	p := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: plan.AdamW})
 	for _, tc := range []struct {
 		pl   strategy.Pipeline
 		want string
@@ -193,7 +181,7 @@ func TestPipelineScheduleOrder(t *testing.T) {
 		}
 	}
 	// m < p is allowed (a bigger bubble): every forward first on stage 0.
-	p2 := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: plan.AdamW})
+	p2 := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: plan.AdamW})
 	q, _ := ppStage(t, p2, strategy.Pipeline{Stages: 4, Stage: 0})
 	if got, want := unitSeq(q), "F0 F1 B0 B1"; got != want {
 		t.Errorf("m=2 p=4: got %s, want %s", got, want)
@@ -212,7 +200,7 @@ func countOps(q *ir.Program, pred func(*ir.Op) bool) int {
 
 func TestPipelineBoundaries(t *testing.T) {
 	const m, P = 3, 3
-	p := ppProgram(t, engine.Spec{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW})
 	for st := 0; st < P; st++ {
 		q, _ := ppStage(t, p, strategy.Pipeline{Stages: P, Stage: st})
 		named := func(n string) int {
@@ -286,7 +274,7 @@ func TestPipelineModelStatesSum(t *testing.T) {
 		opt  plan.Optimizer
 		impl plan.Impl
 	}{{ops.BF16, plan.AdamW, plan.Foreach}, {ops.FP32, plan.AdamW, plan.Single}, {ops.BF16, plan.SGDMomentum, plan.Fused}, {ops.FP32, plan.Adafactor, plan.Foreach}} {
-		p := ppProgram(t, engine.Spec{Model: ppLlama(t, 6), Seq: 32, Accum: 2, Precision: tc.prec, Optimizer: tc.opt, Impl: tc.impl})
+		p := program(t, engine.Spec{Model: ppLlama(t, 6), Seq: 32, Accum: 2, Precision: tc.prec, Optimizer: tc.opt, Impl: tc.impl})
 		whole, err := sim.Run(p)
 		if err != nil {
 			t.Fatal(err)
@@ -331,7 +319,7 @@ func TestPipelineTiedEmbeddings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, att := range []build.Attention{build.SDPA, build.Eager} {
-		p := ppProgram(t, engine.Spec{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: plan.AdamW})
+		p := program(t, engine.Spec{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: plan.AdamW})
 		whole, _ := sim.Run(p)
 		var wte int64
 		for _, id := range p.Params {
@@ -382,7 +370,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 			}
 		}
 	}
-	p := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
 	ck := &strategy.Checkpoint{Patterns: []string{"model.layers.*"}}
 	for st := 0; st < 2; st++ {
 		pl := &strategy.Pipeline{Stages: 2, Stage: st}
@@ -404,7 +392,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 }
 
 func TestPipelineDeterministicAndPure(t *testing.T) {
-	p := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
 	before := strategy.Clone(p)
 	pl := &strategy.Pipeline{Stages: 2, Stage: 1, Interleave: 2}
 	a, err := pl.Apply(p)
@@ -424,10 +412,10 @@ func TestPipelineDeterministicAndPure(t *testing.T) {
 }
 
 func TestPipelineRefuses(t *testing.T) {
-	p := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: plan.AdamW})
-	p4 := ppProgram(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: plan.AdamW})
+	p4 := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: plan.AdamW})
 	s := engine.Spec{Model: ppLlama(t, 4), Seq: 32, Mode: engine.Infer}
-	inf := ppProgram(t, s)
+	inf := program(t, s)
 	for _, tc := range []struct {
 		pl   strategy.Pipeline
 		prog *ir.Program
