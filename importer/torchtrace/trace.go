@@ -354,13 +354,18 @@ func (p *parser) ints(v any, path string) []int {
 	l := p.list(v, path)
 	out := make([]int, len(l))
 	for i, x := range l {
-		n := p.intv(x, fmt.Sprintf("%s[%d]", path, i))
-		if n < 0 || n > math.MaxInt32 {
-			p.fail(fmt.Sprintf("%s[%d]", path, i), "storage id %d out of range", n)
-		}
-		out[i] = int(n)
+		out[i] = p.storageID(x, fmt.Sprintf("%s[%d]", path, i))
 	}
 	return out
+}
+
+// storageID reads a storage id at path: an integer in [0, 2^31).
+func (p *parser) storageID(v any, path string) int {
+	n := p.intv(v, path)
+	if n < 0 || n > math.MaxInt32 {
+		p.fail(path, "storage id %d out of range", n)
+	}
+	return int(n)
 }
 
 func (p *parser) shape(v any, path string) []int64 {
@@ -443,11 +448,7 @@ var seqTerms = []string{"bytes_per_seq", "bytes_per_seq2", "bytes_per_batch_seq"
 func (p *parser) storage(v any, path string, t *Trace) Storage {
 	m := p.obj(v, path)
 	s := Storage{}
-	id := p.reqInt(m, path, "id")
-	if id < 0 || id > math.MaxInt32 {
-		p.fail(join(path, "id"), "storage id %d out of range", id)
-	}
-	s.ID = int(id)
+	s.ID = p.storageID(p.get(m, path, "id"), join(path, "id"))
 	s.Bytes = p.reqInt(m, path, "bytes")
 	s.Const = p.reqInt(m, path, "bytes_const")
 	s.PerBatch = p.reqInt(m, path, "bytes_per_batch")
@@ -512,11 +513,7 @@ func (p *parser) event(v any, path string, i int, t *Trace) Event {
 		op := fmt.Sprintf("%s.outputs[%d]", path, j)
 		om := p.obj(x, op)
 		o := Output{}
-		sid := p.reqInt(om, op, "storage")
-		if sid < 0 || sid > math.MaxInt32 {
-			p.fail(join(op, "storage"), "storage id %d out of range", sid)
-		}
-		o.Storage = int(sid)
+		o.Storage = p.storageID(p.get(om, op, "storage"), join(op, "storage"))
 		o.DType = p.optStr(om, op, "dtype")
 		if sv, ok := om["shape"]; ok && sv != nil {
 			o.Shape = p.shape(sv, join(op, "shape"))
