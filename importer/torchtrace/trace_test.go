@@ -75,6 +75,9 @@ func TestParseErrors(t *testing.T) {
 		{edit(`"shape": [4, 4], "category": "parameter"`, `"shape": [4, -4], "category": "parameter"`), "initial_storages[0].shape[1]: negative dimension"},
 		{edit(`"optimizer_events": []`, `"optimizer_events": {}`), "first_step.optimizer_events: must be a list, got an object"},
 		{edit(`"outputs": [{"storage": 2,`, `"outputs": [{"storage": 9,`), "events[0].outputs[0].storage: storage 9 is not live"},
+		{edit(`"outputs": [{"storage": 2,`, `"outputs": [{"storage": -2,`), "events[0].outputs[0].storage: storage id -2 out of range"},
+		{edit(`"free": [2]`, `"free": [4294967296]`), "events[1].free[0]: storage id 4294967296 out of range"},
+		{strings.Replace(tiny, `"id": 1`, `"id": -1`, 1), "initial_storages[1].id: storage id -1 out of range"},
 	} {
 		_, err := Parse([]byte(c.in))
 		if err == nil {
