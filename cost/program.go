@@ -178,7 +178,7 @@ type pricer struct {
 	o     PriceOptions
 	peak  float64
 	roots []ir.TensorID
-	mark  []int32 // storage dedup stamp per op (estimateBytes)
+	mark  []int32 // storage dedup stamp per op (estimateBytesHost)
 
 	// Hazards of overlapped ops, by storage (nil until the first one).
 	writeEnd, readEnd []hazard
@@ -359,14 +359,8 @@ func (pr *pricer) noKernel(oi int) (bool, error) {
 	return true, nil
 }
 
-// estimateBytes is the bytes of the distinct device storages op oi reads or
-// writes.
-func (pr *pricer) estimateBytes(oi int) (float64, error) {
-	d, _, err := pr.estimateBytesHost(oi)
-	return d, err
-}
-
-// estimateBytesHost is estimateBytes plus the bytes of host storages.
+// estimateBytesHost is the bytes of the distinct device storages op oi
+// reads or writes, and of the host storages.
 func (pr *pricer) estimateBytesHost(oi int) (float64, float64, error) {
 	if pr.mark == nil {
 		pr.mark = make([]int32, len(pr.p.Tensors))

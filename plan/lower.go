@@ -305,8 +305,7 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	var params, grads, masters, allState []ir.TensorID
 	var lowPrec, lowGrads, master32 []ir.TensorID // parameters with a float32 master, their gradients, the masters
 	perParamState := map[ir.TensorID][]ir.TensorID{}
-	var init ir.Op
-	init = ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
+	init := ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
 	var gradBytes32, stateBytes units.Bytes
 	for _, pid := range l.p.Params {
 		gid, ok := pgrad[pid]

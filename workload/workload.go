@@ -343,7 +343,7 @@ func typed(v any, k kind) (any, bool) {
 		case int64:
 			return x, true
 		case float64:
-			if x == float64(int64(x)) && strings.IndexAny(strconv.FormatFloat(x, 'g', -1, 64), ".e") < 0 {
+			if x == float64(int64(x)) && !strings.ContainsAny(strconv.FormatFloat(x, 'g', -1, 64), ".e") {
 				return int64(x), true
 			}
 		}
