@@ -35,7 +35,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--seq", "-1"}, "--seq"},
 		{[]string{"plan", "--accum", "0"}, "--accum"},
 		{[]string{"plan", "--precision", "fp8"}, "unknown precision \"fp8\""},
-		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer \"lion\""},
+		{[]string{"plan", "--optimizer", "lamb"}, "unknown optimizer \"lamb\""},
 		{[]string{"plan", "--optimizer-impl", "turbo"}, "unknown optimizer implementation"},
 		{[]string{"plan", "--attention", "linear"}, "unknown attention"},
 		{[]string{"plan", "--gpu", "h1000"}, "unknown GPU \"h1000\""},
@@ -284,7 +284,7 @@ func TestPrecisionTheGPULacks(t *testing.T) {
 		{"compare", "--model", "gpt2", "--gpu", "t4", "--seq", "256"},
 	} {
 		code, out, errs := run(cmd...)
-		want := "memplan: engine: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16\n"
+		want := "memplan: engine: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16, pure-fp16\n"
 		if code == 0 || out != "" || errs != want {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", cmd, code, out, errs, want)
 		}

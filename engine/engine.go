@@ -197,7 +197,7 @@ func (s *Spec) Validate() error {
 	}
 	if g := s.GPU; g != nil && g.PeakFLOPs(s.ComputeDType()) <= 0 {
 		var ok []string
-		for p := ops.FP32; p <= ops.FP16; p++ {
+		for _, p := range ops.Precisions() {
 			q := *s
 			q.Precision = p
 			if g.PeakFLOPs(q.ComputeDType()) > 0 {

@@ -9,7 +9,9 @@ import (
 	"github.com/memplan/memplan/units"
 )
 
-// Precision is the numeric recipe of a run.
+// Precision is the numeric recipe of a run: an index into the precisions
+// table, whose rows say where parameters, gradients and optimizer state live
+// and what autocast computes in. Adding a precision policy is one row.
 type Precision uint8
 
 const (
@@ -22,55 +24,88 @@ const (
 	// weights kept by the optimizer (Megatron-LM / DeepSpeed style).
 	BF16
 	FP16
+	// PureBF16 / PureFP16: parameters, gradients and optimizer state all in
+	// 16 bits, no master copy (litgpt bf16-true, torchtune dtype: bf16).
+	PureBF16
+	PureFP16
 )
 
-var precisionNames = []string{"fp32", "amp-bf16", "amp-fp16", "bf16", "fp16"}
-
-func (p Precision) String() string {
-	if int(p) < len(precisionNames) {
-		return precisionNames[p]
-	}
-	return fmt.Sprintf("precision(%d)", p)
+// precisionRow is one precision policy.
+type precisionRow struct {
+	name     string
+	param    units.DType // parameters (and so gradients) are stored in
+	autocast units.DType // torch.autocast's lower dtype, or Invalid
+	master   bool        // the optimizer keeps float32 master weights (and state)
+	doc      string
 }
 
-// ParsePrecision reads fp32, amp-bf16, amp-fp16, bf16, fp16.
+var precisions = []precisionRow{
+	FP32:     {"fp32", units.F32, units.Invalid, false, "float32 parameters, activations, gradients and optimizer state"},
+	AMPBF16:  {"amp-bf16", units.F32, units.BF16, false, "torch.autocast(bfloat16): float32 parameters and state, per-op casts"},
+	AMPFP16:  {"amp-fp16", units.F32, units.F16, false, "torch.autocast(float16) + GradScaler: float32 parameters and state, per-op casts"},
+	BF16:     {"bf16", units.BF16, units.Invalid, true, "bfloat16 parameters and activations, float32 master weights and optimizer state (Megatron-LM, DeepSpeed)"},
+	FP16:     {"fp16", units.F16, units.Invalid, true, "float16 parameters and activations, float32 master weights and optimizer state"},
+	PureBF16: {"pure-bf16", units.BF16, units.Invalid, false, "bfloat16 parameters, gradients and optimizer state, no master copy (litgpt bf16-true, torchtune dtype: bf16)"},
+	PureFP16: {"pure-fp16", units.F16, units.Invalid, false, "float16 parameters, gradients and optimizer state, no master copy (litgpt 16-true)"},
+}
+
+// precisionAliases are the frameworks' own names for rows above.
+var precisionAliases = map[string]Precision{"bf16-true": PureBF16, "16-true": PureFP16, "fp16-true": PureFP16, "bf16-mixed": AMPBF16, "16-mixed": AMPFP16, "32-true": FP32, "32": FP32}
+
+func (p Precision) row() precisionRow {
+	if int(p) < len(precisions) {
+		return precisions[p]
+	}
+	return precisionRow{name: fmt.Sprintf("precision(%d)", p), param: units.F32, autocast: units.Invalid}
+}
+
+func (p Precision) String() string { return p.row().name }
+
+// Doc says what the precision keeps where.
+func (p Precision) Doc() string { return p.row().doc }
+
+// ParsePrecision reads a precision name (PrecisionNames) or a framework's
+// alias for one (litgpt's bf16-true, bf16-mixed, 16-true, ...).
 func ParsePrecision(s string) (Precision, error) {
-	for i, n := range precisionNames {
-		if strings.EqualFold(s, n) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	for i, r := range precisions {
+		if t == r.name {
 			return Precision(i), nil
 		}
 	}
-	return 0, fmt.Errorf("ops: unknown precision %q (want one of %s)", s, strings.Join(precisionNames, ", "))
+	if p, ok := precisionAliases[t]; ok {
+		return p, nil
+	}
+	return 0, fmt.Errorf("ops: unknown precision %q (want one of %s)", s, strings.Join(PrecisionNames(), ", "))
 }
 
 // PrecisionNames lists the accepted precision names.
-func PrecisionNames() []string { return append([]string(nil), precisionNames...) }
+func PrecisionNames() []string {
+	out := make([]string, len(precisions))
+	for i, r := range precisions {
+		out[i] = r.name
+	}
+	return out
+}
+
+// Precisions lists every precision policy.
+func Precisions() []Precision {
+	out := make([]Precision, len(precisions))
+	for i := range precisions {
+		out[i] = Precision(i)
+	}
+	return out
+}
 
 // ParamDType is the dtype parameters are stored in.
-func (p Precision) ParamDType() units.DType {
-	switch p {
-	case BF16:
-		return units.BF16
-	case FP16:
-		return units.F16
-	}
-	return units.F32
-}
+func (p Precision) ParamDType() units.DType { return p.row().param }
 
 // AutocastDType is the lower-precision dtype of autocast, or Invalid when the
 // precision does not autocast.
-func (p Precision) AutocastDType() units.DType {
-	switch p {
-	case AMPBF16:
-		return units.BF16
-	case AMPFP16:
-		return units.F16
-	}
-	return units.Invalid
-}
+func (p Precision) AutocastDType() units.DType { return p.row().autocast }
 
 // MasterWeights reports whether the optimizer keeps float32 master copies.
-func (p Precision) MasterWeights() bool { return p == BF16 || p == FP16 }
+func (p Precision) MasterWeights() bool { return p.row().master }
 
 // Device selects device-specific kernel behaviour.
 type Device uint8

@@ -31,6 +31,10 @@ type TrainConfig struct {
 	FirstStep bool
 	// WeightDecay < 0 takes the optimizer's default (AdamW 0.01, others 0).
 	WeightDecay float64
+	// PagedState keeps the optimizer state in CUDA unified memory
+	// (bitsandbytes paged optimizers, cudaMallocManaged): outside PyTorch's
+	// caching allocator, so it counts in the host ledger, not the device's.
+	PagedState bool
 }
 
 // bwdMemFactor scales a node's forward memory traffic to its backward's: an
@@ -209,15 +213,7 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	if g.Loss == ir.NoTensor {
 		return nil, ErrNoLoss
 	}
-	if c.Accum <= 0 {
-		c.Accum = 1
-	}
-	if c.WeightDecay < 0 {
-		c.WeightDecay = 0
-		if c.Optimizer == AdamW || c.Optimizer == Adam8bit {
-			c.WeightDecay = 0.01
-		}
-	}
+	c.defaults()
 	l := newLowerer(g)
 	l.p.MicroBatches = c.Accum
 	// Room for every micro-step's forward and backward and the step.
@@ -254,196 +250,122 @@ type state struct {
 	shape []int64
 }
 
-func (l *lowerer) states(c TrainConfig, p *ir.Tensor) []state {
-	n := p.Numel()
-	dt := p.DType
-	if c.Precision.MasterWeights() {
-		dt = units.F32
-	}
-	full := func(name string) state { return state{name, dt, n, append([]int64(nil), p.Shape...)} }
-	switch c.Optimizer {
-	case SGDMomentum:
-		return []state{full("momentum_buffer")}
-	case Adam, AdamW:
-		return []state{full("exp_avg"), full("exp_avg_sq")}
-	case Adafactor:
-		// transformers.Adafactor defaults (beta1=None): factored second
-		// moment for matrices, full for vectors; float32.
-		if len(p.Shape) >= 2 {
-			r := n / p.Shape[len(p.Shape)-1]
-			cc := n / p.Shape[len(p.Shape)-2]
-			return []state{{"exp_avg_sq_row", units.F32, r, []int64{r}}, {"exp_avg_sq_col", units.F32, cc, []int64{cc}}}
-		}
-		return []state{{"exp_avg_sq", units.F32, n, []int64{n}}}
-	case Adam8bit:
-		if n < bnbMin8bitNum {
-			return []state{{"state1", units.F32, n, []int64{n}}, {"state2", units.F32, n, []int64{n}}}
-		}
-		blocks := (n + bnbBlock - 1) / bnbBlock
-		return []state{{"state1", units.U8, n, []int64{n}}, {"state2", units.U8, n, []int64{n}},
-			{"absmax1", units.F32, blocks, []int64{blocks}}, {"absmax2", units.F32, blocks, []int64{blocks}}}
-	}
-	return nil
-}
-
 // OptimizerStep appends the optimizer step and zero_grad of c to p, for the
 // parameters in p.Params whose gradient is in grads (parameter → gradient
 // tensor). Importers of recorded traces use it to swap the optimizer.
 func OptimizerStep(p *ir.Program, grads map[ir.TensorID]ir.TensorID, c TrainConfig) {
-	if c.WeightDecay < 0 {
-		c.WeightDecay = 0
-		if c.Optimizer == AdamW || c.Optimizer == Adam8bit {
-			c.WeightDecay = 0.01
-		}
-	}
+	c.defaults()
 	l := &lowerer{p: p}
 	l.optimizer(c, grads)
 }
 
+func (c *TrainConfig) defaults() {
+	if c.Accum <= 0 {
+		c.Accum = 1
+	}
+	if c.WeightDecay < 0 {
+		c.WeightDecay = c.Optimizer.DefaultWeightDecay()
+	}
+	if only, ok := c.Optimizer.OnlyImpl(); ok {
+		c.Impl = only
+	}
+}
+
 // optimizer appends the optimizer step and zero_grad.
 func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
-	var params, grads, masters, allState []ir.TensorID
+	row := c.Optimizer.row()
+	s := &step{l: l, row: row, wd: c.WeightDecay, perParam: map[ir.TensorID][]ir.TensorID{}}
 	var lowPrec, lowGrads, master32 []ir.TensorID // parameters with a float32 master, their gradients, the masters
-	perParamState := map[ir.TensorID][]ir.TensorID{}
 	init := ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
-	var gradBytes32, stateBytes units.Bytes
+	var gradBytes32 units.Bytes
+	lazy := c.FirstStep && !row.eager
 	for _, pid := range l.p.Params {
 		gid, ok := pgrad[pid]
 		if !ok {
 			continue // frozen or unused
 		}
 		pt := l.p.Tensors[pid]
-		params = append(params, pid)
-		grads = append(grads, gid)
+		s.params = append(s.params, pid)
+		s.grads = append(s.grads, gid)
+		dt := pt.DType
 		if c.Precision.MasterWeights() && pt.DType != units.F32 {
 			// Master weights exist from the optimizer's construction.
 			// Parameters already in float32 (LoRA adapters) are their own
 			// master and need no upcast gradient.
+			dt = units.F32
 			gradBytes32 += units.F32.Size(pt.Numel())
 			mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
 				Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
-			masters = append(masters, mid)
+			s.weights = append(s.weights, mid)
 			lowPrec = append(lowPrec, pid)
 			lowGrads = append(lowGrads, gid)
 			master32 = append(master32, mid)
 		} else {
-			masters = append(masters, pid)
+			s.weights = append(s.weights, pid)
 		}
-		for _, s := range l.states(c, &pt) {
-			t := ir.Tensor{Name: pt.Name + "." + s.name, Shape: s.shape, DType: s.dt, Bytes: s.dt.Size(s.numel), Base: ir.NoTensor, Cat: ir.OptimizerState}
-			if c.FirstStep {
+		for _, st := range row.states(&pt, dt) {
+			t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: c.PagedState}
+			if lazy {
 				t.Keep = true
 			} else {
 				t.Resident = true
 			}
 			id := l.add(t)
-			perParamState[pid] = append(perParamState[pid], id)
-			allState = append(allState, id)
-			stateBytes += t.Bytes
-			if c.FirstStep {
+			s.perParam[pid] = append(s.perParam[pid], id)
+			s.all = append(s.all, id)
+			if lazy {
 				init.Out = append(init.Out, id)
 			}
 		}
 	}
-	if len(params) == 0 {
+	if len(s.params) == 0 {
 		return
 	}
 	if len(init.Out) > 0 {
 		l.p.Ops = append(l.p.Ops, init)
 	}
-	emit := func(name string, in []ir.TensorID, out []ir.TensorID, ws units.Bytes, module string) {
-		l.p.Ops = append(l.p.Ops, ir.Op{Name: name, Module: module, Phase: ir.Optimizer, In: in, Out: out, Workspace: ws, Node: -1})
-	}
-	cat := func(xs ...[]ir.TensorID) []ir.TensorID {
-		var o []ir.TensorID
-		for _, x := range xs {
-			o = append(o, x...)
-		}
-		return o
-	}
-	weights := masters
 	impl := c.Impl
-	if c.Optimizer == Adafactor {
-		impl = Single // transformers.Adafactor is a per-parameter loop
-	}
-	if c.Optimizer == Adam8bit {
-		impl = Fused // bitsandbytes updates each tensor in one kernel
+	if impl == Foreach && row.foreach == nil {
+		impl = Single
 	}
 	name := c.Optimizer.String()
 	switch impl {
 	case Foreach, Fused:
-		g := grads
+		s.g = s.grads
 		if gradBytes32 > 0 {
 			// Gradients are upcast to float32 for the update of the
 			// master weights, all at once for a multi-tensor step.
 			g32 := l.add(ir.Tensor{Name: "grads.float32", Shape: []int64{int64(gradBytes32 / 4)}, DType: units.F32, Bytes: gradBytes32, Base: ir.NoTensor, Cat: ir.Temporary})
-			emit("_foreach_copy_(grads_fp32, grads)", lowGrads, []ir.TensorID{g32}, 0, "")
-			g = []ir.TensorID{g32}
-			for i, pid := range params {
-				if masters[i] == pid {
-					g = append(g, grads[i])
+			s.emit("_foreach_copy_(grads_fp32, grads)", lowGrads, []ir.TensorID{g32}, 0)
+			s.g = []ir.TensorID{g32}
+			for i, pid := range s.params {
+				if s.weights[i] == pid {
+					s.g = append(s.g, s.grads[i])
 				}
 			}
 		}
 		if impl == Fused {
-			emit("_fused_"+name+"_", cat(weights, g, allState), nil, 0, "")
+			s.emit("_fused_"+name+"_", cat(s.weights, s.g, s.all), nil, 0)
 			break
 		}
-		switch c.Optimizer {
-		case SGD:
-			if c.WeightDecay > 0 {
-				emit("_foreach_add(grads, params, alpha=weight_decay)", cat(g, weights), nil, gradBytes32, "")
-			}
-			emit("_foreach_add_(params, grads, alpha=-lr)", cat(weights, g), nil, 0, "")
-		case SGDMomentum:
-			emit("_foreach_mul_/_foreach_add_(momentum_buffers, grads)", cat(allState, g), nil, 0, "")
-			emit("_foreach_add_(params, momentum_buffers, alpha=-lr)", cat(weights, allState), nil, 0, "")
-		case Adam, AdamW:
-			var ms, vs []ir.TensorID
-			for _, pid := range params {
-				s := perParamState[pid]
-				ms, vs = append(ms, s[0]), append(vs, s[1])
-			}
-			if c.Optimizer == AdamW && c.WeightDecay > 0 {
-				emit("_foreach_mul_(params, 1-lr*weight_decay)", weights, nil, 0, "")
-			}
-			if c.Optimizer == Adam && c.WeightDecay > 0 {
-				emit("_foreach_add(grads, params, alpha=weight_decay)", cat(g, weights), nil, stateBytes/2, "")
-			}
-			emit("_foreach_lerp_(exp_avgs, grads, 1-beta1)", cat(ms, g), nil, 0, "")
-			emit("_foreach_mul_/_foreach_addcmul_(exp_avg_sqs, grads, grads)", cat(vs, g), nil, 0, "")
-			denom := l.add(ir.Tensor{Name: "exp_avg_sq_sqrt", Shape: []int64{int64(stateBytes / 8)}, DType: units.F32, Bytes: stateBytes / 2, Base: ir.NoTensor, Cat: ir.Temporary})
-			emit("_foreach_sqrt(exp_avg_sqs)", vs, []ir.TensorID{denom}, 0, "")
-			emit("_foreach_addcdiv_(params, exp_avgs, denom, step_size)", cat(weights, ms, []ir.TensorID{denom}), nil, 0, "")
-		}
+		row.foreach(s)
 	case Single:
-		for i, pid := range params {
+		for i, pid := range s.params {
 			pt := &l.p.Tensors[pid]
-			w := weights[i]
-			in := cat([]ir.TensorID{w, grads[i]}, perParamState[pid])
+			w := s.weights[i]
+			in := cat([]ir.TensorID{w, s.grads[i]}, s.perParam[pid])
 			var ws units.Bytes
 			if w != pid {
 				ws += units.F32.Size(pt.Numel()) // grad.float()
 			}
-			switch c.Optimizer {
-			case Adam, AdamW:
-				// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
-				// the sqrt and the quotient are both alive for a moment.
-				ws += 2 * l.p.Tensors[perParamState[pid][1]].Bytes
-			case Adafactor:
-				// update = grad**2 + eps, then _approx_sq_grad makes a new
-				// full-size update before the old one is dropped.
-				ws += 2 * units.F32.Size(pt.Numel())
-			case SGD:
-				if c.WeightDecay > 0 {
-					ws += l.p.Tensors[grads[i]].Bytes
-				}
+			if row.single != nil {
+				ws += row.single(s, i)
 			}
-			emit(name+".step", in, nil, ws, pt.Name)
+			l.p.Ops = append(l.p.Ops, ir.Op{Name: name + ".step", Module: pt.Name, Phase: ir.Optimizer, In: in, Workspace: ws, Node: -1})
 		}
 	}
 	if len(lowPrec) > 0 {
-		emit("_foreach_copy_(params, master_params)", cat(lowPrec, master32), nil, 0, "")
+		s.emit("_foreach_copy_(params, master_params)", cat(lowPrec, master32), nil, 0)
 	}
-	emit("zero_grad(set_to_none=True)", grads, nil, 0, "")
+	s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
 }

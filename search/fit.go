@@ -421,7 +421,7 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
 	}
 	impls := []plan.Impl{base.Impl}
-	if base.Impl != plan.Fused && base.Optimizer != plan.Adafactor {
+	if _, only := base.Optimizer.OnlyImpl(); base.Impl != plan.Fused && !only {
 		impls = append(impls, plan.Fused)
 	}
 	ckpts := []engine.CheckpointPolicy{{}, {Kind: "every", Every: 2}, {Kind: "full"}}
