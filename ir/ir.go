@@ -148,6 +148,9 @@ type Graph struct {
 	Loss TensorID
 	// Buffers are resident non-parameter tensors (masks, rotary tables).
 	Buffers []TensorID
+	// Outputs are what the model returns (logits): a training loop that
+	// keeps them in a variable holds them through backward.
+	Outputs []TensorID
 }
 
 // Op is one step of a Program. (Fields are ordered to pack: programs copy

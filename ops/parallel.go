@@ -91,21 +91,35 @@ func (b *Builder) SaveShard(shard ir.TensorID, gather *ir.Comm) {
 // workspace, freed after the matmul) and multiplied. Backward dequantises the
 // weight again (a backward workspace of the same size) to form the input
 // gradient; the frozen weight takes no gradient. bias may be NoTensor.
-func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID, cdt units.DType) ir.TensorID {
+//
+// savesInput follows bitsandbytes up to 0.43.2, whose MatMul4Bit also saved
+// its input x for backward though it never needs it for a frozen weight.
+// nested may be NoTensor (no double quantisation).
+func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID, cdt units.DType, savesInput bool) ir.TensorID {
 	x = b.To(x, cdt)
-	ins := []ir.TensorID{x, w, absmax, nested}
+	ins := []ir.TensorID{x, w, absmax}
+	if nested != ir.NoTensor {
+		ins = append(ins, nested)
+	}
 	if bias != ir.NoTensor {
 		ins = append(ins, b.cast(bias, cdt))
+	}
+	kind := "linear_4bit"
+	if savesInput {
+		kind = "linear_4bit_saves_input"
 	}
 	xs, ws := b.g.Tensors[x].Shape, b.g.Tensors[w].Shape
 	rows := numel(xs) / lastDim(xs)
 	flops := 2 * float64(rows) * float64(ws[0]) * float64(ws[1])
-	y := b.node("linear_4bit", ins, []out{{name: name, dt: cdt, shape: withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
+	y := b.node(kind, ins, []out{{name: name, dt: cdt, shape: withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
 	n := b.last()
 	deq := cdt.Size(numel(ws))
 	n.Workspace = deq
 	n.BwdWorkspace = deq
-	n.NoGrad = []int{1, 2, 3}
+	n.NoGrad = []int{1, 2}
+	if nested != ir.NoTensor {
+		n.NoGrad = append(n.NoGrad, 3)
+	}
 	n.MemBytes += float64(deq)
 	return y
 }

@@ -76,6 +76,7 @@ func init() {
 		{Name: "matmul", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Lower, BwdFactor: 2, Source: dy + ": bmm: self if mat2 requires grad, mat2 if self does"},
 		{Name: "conv2d", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": convolution: one formula for input, weight, bias, so both are saved whenever any needs grad"},
 		{Name: "linear_4bit", SaveIn: []int{1}, BwdFactor: 1, Source: "bitsandbytes MatMul4Bit: ctx.tensors = (None, B) saves the packed 4-bit weight only (never the input); backward dequantises B again for grad_A"},
+		{Name: "linear_4bit_saves_input", SaveIn: []int{0, 1}, BwdFactor: 1, Source: "bitsandbytes <= 0.43.2 MatMul4Bit: ctx.tensors = (A, B) whenever an input needs grad; bitsandbytes #1270 (0.43.3) stopped saving A for a frozen weight"},
 		{Name: "layer_norm", SaveIn: []int{0, 1}, SaveOut: []int{1, 2}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": native_layer_norm: input, weight, mean, rstd"},
 		{Name: "rms_norm", SaveIn: []int{0, 1}, SaveOut: []int{1}, Cast: CastFP32, BwdFactor: 2, Source: "fused RMSNorm (torch.nn.RMSNorm / apex): input, weight, rstd"},
 		{Name: "gelu", SaveIn: []int{0}, BwdFactor: 2, Source: dy + ": gelu: self"},

@@ -35,6 +35,11 @@ type TrainConfig struct {
 	// (bitsandbytes paged optimizers, cudaMallocManaged): outside PyTorch's
 	// caching allocator, so it counts in the host ledger, not the device's.
 	PagedState bool
+	// HoldOutputs keeps the model's outputs (logits) alive until the
+	// backward of their micro-step has finished, as a loop that keeps them
+	// in a variable does (litgpt, most hand-written loops); transformers'
+	// Trainer drops them once the loss is computed.
+	HoldOutputs bool
 }
 
 // bwdMemFactor scales a node's forward memory traffic to its backward's: an
@@ -224,6 +229,9 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		idm := l.instance(m)
 		l.forward(idm, m)
 		l.backward(idm, m, pgrad)
+		if c.HoldOutputs && len(g.Outputs) > 0 {
+			l.p.Ops = append(l.p.Ops, ir.Op{Name: "del outputs", Phase: ir.Backward, Micro: m, In: mapIDs(g.Outputs, idm), Node: -1})
+		}
 	}
 	l.optimizer(c, pgrad)
 	return l.p, nil

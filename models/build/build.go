@@ -92,11 +92,17 @@ type Options struct {
 	// LoRA, when set, freezes every base parameter and adds trainable
 	// low-rank adapters to the target linears (peft semantics and names).
 	LoRA *LoRA
+	// Loss is how a causal LM's loss is computed (the zero value:
+	// transformers' float32 logits).
+	Loss Loss
 	// QLoRA (with LoRA) stores every linear weight of the transformer body
 	// as NF4 with double-quantised constants (bitsandbytes 4-bit, as
 	// transformers' load_in_4bit, which leaves the LM head and classifier
 	// alone); norms and embeddings stay in the parameter dtype.
 	QLoRA bool
+	// Quant says how the 4-bit base behaves (the zero value: bitsandbytes
+	// >= 0.43.3 with double quantisation).
+	Quant Quant
 	// Layers, when set, builds only the decoder layers [Layers[0],
 	// Layers[1]) of the stack (named by their index in the whole model),
 	// with the embeddings before them and the final norm, head and loss
@@ -362,19 +368,29 @@ func (m *builder) decoder() {
 		headName = "embed_out"
 	}
 	var logits ir.TensorID
+	w := wte
+	// A chunked loss runs the head chunk by chunk (litgpt's
+	// lm_head_chunk_size, torchtune's num_output_chunks).
+	chunked := m.o.Training && m.o.Loss.Kind == LossChunked && m.tp <= 1 && a.FinalLogitSoftcap == 0
 	func() {
 		defer b.Enter(headName)()
-		w := wte
 		if !a.TieEmbeddings {
 			w = m.param("weight", int64(m.vocab/m.tp), H)
 		}
-		logits = m.lmHead(x, w)
+		if !chunked {
+			logits = m.lmHead(x, w)
+		}
 	}()
+	if chunked {
+		m.chunkedLoss(headName, x, w, labels)
+		return
+	}
 	if a.FinalLogitSoftcap > 0 {
 		logits = b.Scale("softcap.div", logits)
 		logits = b.Unary("tanh", "softcap.tanh", logits)
 		logits = b.Scale("softcap.mul", logits)
 	}
+	b.Graph().Outputs = append(b.Graph().Outputs, logits)
 	if !m.o.Training {
 		return
 	}
@@ -384,8 +400,11 @@ func (m *builder) decoder() {
 		return
 	}
 	// transformers' ForCausalLMLoss: logits.float(), labels shifted by
-	// padding, cross_entropy over [B*S, V].
-	lf := b.To(logits, units.F32)
+	// padding, cross_entropy over [B*S, V]; LossNative keeps the dtype.
+	lf := logits
+	if m.o.Loss.Kind == LossFP32Logits {
+		lf = b.To(logits, units.F32)
+	}
 	flat := b.View("logits_flat", lf, B*S, int64(a.Vocab))
 	lab := b.View("labels_flat", labels, B*S)
 	b.CrossEntropy("cross_entropy", flat, lab)

@@ -37,6 +37,13 @@ type LoRA struct {
 	// Empty takes peft's default for the family
 	// (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
 	Targets []string
+	// ModelDType keeps the adapters in the model's parameter dtype, as
+	// litgpt and torchtune do, instead of peft's float32 over a 16-bit model.
+	ModelDType bool
+	// SharedDropout applies lora_dropout once per input, shared by every
+	// adapter that reads it (litgpt's LoRAQKVLinear: one dropout on the
+	// fused qkv input for query and value), instead of once per target.
+	SharedDropout bool
 }
 
 // AllLinear is the Targets value that selects every linear but the head.
@@ -159,10 +166,12 @@ type loraState struct {
 	all     bool
 	targets []string
 	matched map[string]bool
+	// dropped is the shared dropout of each adapter input (SharedDropout).
+	dropped map[ir.TensorID]ir.TensorID
 }
 
 func newLoRAState(a *models.Arch, l *LoRA) *loraState {
-	s := &loraState{cfg: l, matched: map[string]bool{}}
+	s := &loraState{cfg: l, matched: map[string]bool{}, dropped: map[ir.TensorID]ir.TensorID{}}
 	ts := l.Targets
 	if len(ts) == 0 {
 		ts = defaultTargets(a.Family)
@@ -215,6 +224,9 @@ func (m *builder) noteLinear(name string) {
 // model (get_peft_model's autocast_adapter_dtype=True), else the model's.
 func (m *builder) adapterDType() units.DType {
 	dt := m.o.Precision.ParamDType()
+	if m.lora.cfg.ModelDType {
+		return dt
+	}
 	if dt == units.BF16 || dt == units.F16 {
 		return units.F32
 	}
@@ -245,10 +257,16 @@ func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
 		xa = b.ToAs("lora_input", x, adt)
 	}
 	r := int64(cfg.Rank)
-	d := func() ir.TensorID {
-		defer b.Enter("lora_dropout.default")()
-		return b.Dropout("out", xa, cfg.Dropout)
-	}()
+	d, shared := m.lora.dropped[xa]
+	if !shared {
+		d = func() ir.TensorID {
+			defer b.Enter("lora_dropout.default")()
+			return b.Dropout("out", xa, cfg.Dropout)
+		}()
+		if cfg.SharedDropout {
+			m.lora.dropped[xa] = d
+		}
+	}
 	a := func() ir.TensorID {
 		defer b.Enter("lora_A.default")()
 		w := b.TypedParam("weight", adt, r, in)

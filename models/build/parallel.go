@@ -277,7 +277,7 @@ func (m *builder) baseLinear(x ir.TensorID, in, out int64, bias bool) ir.TensorI
 		if bias {
 			bi = m.param("bias", out)
 		}
-		return b.LinearNF4("out", x, w, absmax, nested, bi, m.computeDType())
+		return b.LinearNF4("out", x, w, absmax, nested, bi, m.computeDType(), m.o.Quant.SavesInput)
 	}
 	w := m.param("weight", out, in)
 	bi := ir.NoTensor
@@ -301,8 +301,14 @@ const (
 	nf4NestedBlock = 256
 )
 
+//
+// Without double quantisation (bnb.nf4, compress_statistics=False) each
+// block keeps a float32 absmax: 32/64 = 0.5 bits per parameter.
 func (m *builder) nf4Constants(n int64) (absmax, nested ir.TensorID) {
 	blocks := (n + nf4Block - 1) / nf4Block
+	if m.o.Quant.NoDoubleQuant {
+		return m.b.QuantState("weight.absmax", units.F32, blocks), ir.NoTensor
+	}
 	nb := (blocks + nf4NestedBlock - 1) / nf4NestedBlock
 	return m.b.QuantState("weight.absmax", units.U8, blocks), m.b.QuantState("weight.nested_absmax", units.F32, nb)
 }
