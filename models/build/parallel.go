@@ -301,7 +301,6 @@ const (
 	nf4NestedBlock = 256
 )
 
-//
 // Without double quantisation (bnb.nf4, compress_statistics=False) each
 // block keeps a float32 absmax: 32/64 = 0.5 bits per parameter.
 func (m *builder) nf4Constants(n int64) (absmax, nested ir.TensorID) {
