@@ -49,6 +49,16 @@ import (
 //     partial rotary (rotary_pct of each head, no parameters); parallel residual
 //     (attention and MLP read the same input) when use_parallel_residual;
 //     separate embed_out (no bias) unless tie_word_embeddings.
+//   - phi (phi-1, phi-1.5, phi-2): one LayerNorm with bias per layer
+//     (input_layernorm) whose output feeds attention and MLP in parallel
+//     (x + attn(ln(x)) + mlp(ln(x))), plus final_layernorm; separate
+//     q_proj/k_proj/v_proj and a dense output projection, all with bias;
+//     partial rotary (partial_rotary_factor of each head, no parameters);
+//     non-gated gelu_new MLP fc1/fc2 with bias; lm_head untied unless
+//     tie_word_embeddings, always with a bias of vocab_size (PhiForCausalLM
+//     nn.Linear(hidden, vocab, bias=True)); resid_pdrop after attention and
+//     after the MLP, embd_pdrop after the embeddings. qk_layernorm=true is
+//     refused.
 //   - bert: bidirectional post-LN encoder; embeddings = word, learned position
 //     and token_type tables summed, then a LayerNorm; q/k/v/o with bias; LayerNorm
 //     after attention and after the MLP; counted as BertModel with its pooler
@@ -70,6 +80,7 @@ const (
 	FamilyGemma2  = "gemma2"
 	FamilyPhi3    = "phi3"
 	FamilyGPTNeoX = "gpt_neox"
+	FamilyPhi     = "phi"
 	FamilyBERT    = "bert"
 	FamilyViT     = "vit"
 )
@@ -78,8 +89,8 @@ const (
 func Families() []string {
 	return []string{
 		FamilyBERT, FamilyGemma, FamilyGemma2, FamilyGPT2, FamilyGPTNeoX,
-		FamilyLlama, FamilyMistral, FamilyMixtral, FamilyPhi3, FamilyQwen2,
-		FamilyQwen3, FamilyViT,
+		FamilyLlama, FamilyMistral, FamilyMixtral, FamilyPhi, FamilyPhi3,
+		FamilyQwen2, FamilyQwen3, FamilyViT,
 	}
 }
 
@@ -130,7 +141,7 @@ type Arch struct {
 	MaxPositions int // learned table rows for gpt2/bert; context limit for rotary; num_patches+1 for vit
 
 	PosEmbedding string  // "learned" (gpt2/bert/vit absolute position table) or "rotary"
-	RotaryPct    float64 // fraction of each head that is rotated (gpt_neox rotary_pct); 1 for rotary families, 0 for learned
+	RotaryPct    float64 // fraction of each head that is rotated (gpt_neox rotary_pct, phi partial_rotary_factor); 1 for rotary families, 0 for learned
 	RopeTheta    float64 // rotary base; 0 for learned positions
 
 	Norm     string // "layernorm" or "rmsnorm"
@@ -148,7 +159,9 @@ type Arch struct {
 	QKNorm  bool // Qwen3 q_norm/k_norm (RMSNorm over head_dim)
 
 	TieEmbeddings    bool // LM head shares the token embedding matrix
-	ParallelResidual bool // gpt_neox use_parallel_residual
+	ParallelResidual bool // gpt_neox use_parallel_residual; phi always
+	SharedNorm       bool // phi: one input_layernorm feeds attention and MLP (1 norm per layer; needs ParallelResidual)
+	LMHeadBias       bool // phi: lm_head carries a bias of Vocab (also when the weight is tied)
 	PostNorms        bool // gemma2: post_attention_layernorm + pre/post_feedforward_layernorm (4 norms per layer)
 	EmbedScale       bool // gemma/gemma2 multiply embeddings by sqrt(Hidden)
 
@@ -323,6 +336,15 @@ func (a *Arch) Validate() error {
 	if a.FusedGateUp && !a.GatedMLP {
 		return fail("FusedGateUp requires GatedMLP")
 	}
+	if a.SharedNorm && (!a.ParallelResidual || a.PostNorms) {
+		return fail("SharedNorm requires ParallelResidual and no PostNorms")
+	}
+	if a.LMHeadBias && a.Encoder {
+		return fail("LMHeadBias is for causal LM heads, not encoders")
+	}
+	if a.Family == FamilyPhi && a.QKNorm {
+		return fail("phi qk_layernorm is not modelled")
+	}
 	if a.SlidingWindow < 0 {
 		return fail("SlidingWindow must be >= 0, got %d", a.SlidingWindow)
 	}
@@ -435,12 +457,16 @@ func breakdown[T int64 | float64](a *Arch) []group[T] {
 		mlp = T(a.NumExperts)*mlp + H*T(a.NumExperts)
 	}
 
-	// Norms: 2 per layer (4 with gemma2 post-norms), Qwen3 q/k norms over
-	// head_dim, plus one more: the final norm, or BERT's embedding LayerNorm
-	// (BERT is post-LN and has no final norm).
+	// Norms: 2 per layer (4 with gemma2 post-norms, 1 with phi's shared
+	// input_layernorm), Qwen3 q/k norms over head_dim, plus one more: the
+	// final norm, or BERT's embedding LayerNorm (BERT is post-LN and has no
+	// final norm).
 	perNorms := 2 * norm(H)
-	if a.PostNorms {
+	switch {
+	case a.PostNorms:
 		perNorms = 4 * norm(H)
+	case a.SharedNorm:
+		perNorms = norm(H)
 	}
 	if a.QKNorm {
 		perNorms += 2 * T(a.HeadDim)
@@ -450,6 +476,9 @@ func breakdown[T int64 | float64](a *Arch) []group[T] {
 	var lmHead T
 	if !a.Encoder && !a.TieEmbeddings {
 		lmHead = T(a.Vocab) * H
+	}
+	if a.LMHeadBias {
+		lmHead += T(a.Vocab) // phi: nn.Linear(hidden, vocab, bias=True), not tied
 	}
 
 	gs := []group[T]{
@@ -473,9 +502,9 @@ func breakdown[T int64 | float64](a *Arch) []group[T] {
 // position, token-type, patch and CLS tables), attention and mlp (all layers;
 // PerLayer gives one layer's share; MoE routers count under mlp), norms (every
 // norm including Qwen3 q/k norms, BERT's embedding LayerNorm and the final
-// norm), lm_head (0 when tied), and pooler / classifier when present. The
-// totals sum to ParamCount. Call Validate first; the result of an invalid
-// Arch is unspecified.
+// norm), lm_head (0 when tied, plus phi's bias), and pooler / classifier
+// when present. The totals sum to ParamCount. Call Validate first; the
+// result of an invalid Arch is unspecified.
 func (a *Arch) ParamBreakdown() []ParamGroup {
 	gs := breakdown[int64](a)
 	out := make([]ParamGroup, len(gs))

@@ -11,7 +11,7 @@ var requiredCatalog = []string{
 	"llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.2-1b",
 	"mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b", "gemma-2b", "gemma-7b",
 	"gemma-2-9b", "phi-3-mini", "pythia-160m", "pythia-1.4b", "mixtral-8x7b",
-	"bert-base", "bert-large", "vit-base", "tinyllama-1.1b",
+	"bert-base", "bert-large", "vit-base", "tinyllama-1.1b", "phi-1.5",
 }
 
 func TestCatalogComplete(t *testing.T) {

@@ -88,6 +88,8 @@ func (p *parser) parse(data []byte) (*Arch, error) {
 		err = p.decoder(a)
 	case FamilyGPTNeoX:
 		err = p.neox(a)
+	case FamilyPhi:
+		err = p.phi(a)
 	case FamilyBERT:
 		err = p.bert(a)
 	case FamilyViT:
@@ -365,6 +367,66 @@ func (p *parser) neox(a *Arch) error {
 		return err
 	}
 	a.EmbdDropout = a.HiddenDropout // GPTNeoXModel.emb_dropout uses hidden_dropout
+	return nil
+}
+
+// phi: PhiConfig (phi-1, phi-1.5, phi-2), counted as PhiForCausalLM.
+func (p *parser) phi(a *Arch) error {
+	var err error
+	if err = p.coreSizes(a); err != nil {
+		return err
+	}
+	if err = p.headDim(a, 0); err != nil {
+		return err
+	}
+	if a.KVHeads, err = p.optPos(a.Heads, maxHeads, "num_key_value_heads"); err != nil {
+		return err
+	}
+	if a.Heads%a.KVHeads != 0 {
+		return p.errf("\"num_key_value_heads\" (%d) must divide \"num_attention_heads\" (%d)", a.KVHeads, a.Heads)
+	}
+	if a.MaxPositions, err = p.optPos(2048, maxPositions, "max_position_embeddings"); err != nil {
+		return err
+	}
+	a.PosEmbedding = "rotary"
+	if a.RotaryPct, err = p.frac(0.5, "partial_rotary_factor"); err != nil {
+		return err
+	}
+	// PhiAttention: rotary_ndims = int(head_dim * partial_rotary_factor).
+	if int(float64(a.HeadDim)*a.RotaryPct) < 2 {
+		return p.errf("\"partial_rotary_factor\" %g rotates %d of %d head dimensions, want at least 2", a.RotaryPct, int(float64(a.HeadDim)*a.RotaryPct), a.HeadDim)
+	}
+	if a.RopeTheta, err = p.posFloat(10000, "rope_theta"); err != nil {
+		return err
+	}
+	qkNorm, err := p.boolDef(false, "qk_layernorm")
+	if err != nil {
+		return err
+	}
+	if qkNorm {
+		return p.errf("\"qk_layernorm\": true is not supported for phi (q_layernorm/k_layernorm are not modelled)")
+	}
+	a.Norm, a.NormBias = "layernorm", true
+	if a.NormEps, err = p.eps(1e-5, "layer_norm_eps"); err != nil {
+		return err
+	}
+	if a.Act, err = p.act("gelu_new", "hidden_act"); err != nil {
+		return err
+	}
+	a.QKVBias, a.OutBias, a.MLPBias = true, true, true
+	a.ParallelResidual, a.SharedNorm, a.LMHeadBias = true, true, true
+	if a.TieEmbeddings, err = p.boolDef(false, "tie_word_embeddings"); err != nil {
+		return err
+	}
+	if a.AttnDropout, err = p.prob(0, "attention_dropout"); err != nil {
+		return err
+	}
+	if a.HiddenDropout, err = p.prob(0, "resid_pdrop"); err != nil {
+		return err
+	}
+	if a.EmbdDropout, err = p.prob(0, "embd_pdrop"); err != nil {
+		return err
+	}
 	return nil
 }
 

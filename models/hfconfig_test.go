@@ -72,6 +72,8 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"gpt2 missing positions", "gpt2", del("n_positions", "n_ctx"), "", []string{`missing "n_positions"`}},
 		{"gpt2 missing vocab", "gpt2", del("vocab_size"), "", []string{`missing "vocab_size"`}},
 		{"neox missing ffn", "pythia-160m", del("intermediate_size"), "", []string{`missing "intermediate_size"`}},
+		{"phi missing vocab", "phi-1.5", del("vocab_size"), "", []string{`missing "vocab_size"`}},
+		{"phi missing ffn", "phi-1.5", del("intermediate_size"), "", []string{`missing "intermediate_size"`}},
 		{"bert missing positions", "bert-base", del("max_position_embeddings"), "", []string{`missing "max_position_embeddings"`}},
 		{"vit missing image_size", "vit-base", del("image_size"), "", []string{`missing "image_size"`}},
 		{"vit missing patch_size", "vit-base", del("patch_size"), "", []string{`missing "patch_size"`}},
@@ -107,6 +109,16 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"string eps", "llama-2-7b", map[string]any{"rms_norm_eps": "tiny"}, "", []string{`"rms_norm_eps" must be a number, got string "tiny"`}},
 		{"dropout above one", "gpt2", map[string]any{"attn_pdrop": 1.5}, "", []string{`"attn_pdrop" must be in [0, 1], got 1.5`}},
 		{"rotary pct zero", "pythia-160m", map[string]any{"rotary_pct": 0}, "", []string{`"rotary_pct" must be in (0, 1], got 0`}},
+		{"phi rotary factor zero", "phi-1.5", map[string]any{"partial_rotary_factor": 0}, "", []string{`"partial_rotary_factor" must be in (0, 1], got 0`}},
+		{"phi rotary factor above one", "phi-1.5", map[string]any{"partial_rotary_factor": 1.5}, "", []string{`"partial_rotary_factor" must be in (0, 1], got 1.5`}},
+		{"phi rotary factor string", "phi-1.5", map[string]any{"partial_rotary_factor": "half"}, "", []string{`"partial_rotary_factor" must be a number, got string "half"`}},
+		{"phi rotary under two dims", "phi-1.5", map[string]any{"partial_rotary_factor": 0.01}, "", []string{`"partial_rotary_factor" 0.01 rotates 0 of 64 head dimensions`}},
+		{"phi qk_layernorm", "phi-1.5", map[string]any{"qk_layernorm": true}, "", []string{`"qk_layernorm": true is not supported for phi`}},
+		{"phi qk_layernorm string", "phi-1.5", map[string]any{"qk_layernorm": "yes"}, "", []string{`"qk_layernorm" must be true or false`}},
+		{"phi resid dropout", "phi-1.5", map[string]any{"resid_pdrop": 1.5}, "", []string{`"resid_pdrop" must be in [0, 1], got 1.5`}},
+		{"phi layer_norm_eps", "phi-1.5", map[string]any{"layer_norm_eps": 1}, "", []string{`"layer_norm_eps" must be in [0, 1), got 1`}},
+		{"phi kv heads do not divide", "phi-1.5", map[string]any{"num_key_value_heads": 5}, "", []string{`"num_key_value_heads" (5) must divide "num_attention_heads" (32)`}},
+		{"phi heads do not divide", "phi-1.5", map[string]any{"num_attention_heads": 30}, "", []string{`"num_attention_heads" (30) must divide "hidden_size" (2048)`}},
 		{"unknown activation", "llama-2-7b", map[string]any{"hidden_act": "swiglu9"}, "", []string{`"hidden_act": unsupported activation "swiglu9"`}},
 		{"relative bert", "bert-base", map[string]any{"position_embedding_type": "relative_key"}, "", []string{`"position_embedding_type" "relative_key" is not supported`}},
 		{"id2label not object", "vit-base", map[string]any{"id2label": []string{"a"}}, "", []string{`"id2label" must be an object, got array`}},
@@ -199,6 +211,24 @@ func TestParseHFConfigDefaults(t *testing.T) {
 	if err != nil || !a.Pooler || a.NumLabels != 0 || a.ParamCount() != 86_389_248 {
 		t.Errorf("ViTModel: %v %+v", err, a)
 	}
+	// phi without the optional fields falls back to PhiConfig defaults
+	// (partial_rotary_factor 0.5, gelu_new, layer_norm_eps 1e-5, MHA,
+	// untied head, no dropout); explicit values are read.
+	a, err = ParseHFConfig(mutate(t, "phi-1.5", del("partial_rotary_factor", "hidden_act", "layer_norm_eps",
+		"num_key_value_heads", "tie_word_embeddings", "resid_pdrop", "embd_pdrop", "qk_layernorm", "rope_theta")), "x")
+	if err != nil || a.RotaryPct != 0.5 || a.Act != "gelu_new" || a.NormEps != 1e-5 || a.KVHeads != 32 ||
+		a.TieEmbeddings || a.HiddenDropout != 0 || a.EmbdDropout != 0 || a.RopeTheta != 10000 || a.ParamCount() != 1_418_270_720 {
+		t.Errorf("phi defaults: %v %+v", err, a)
+	}
+	a, err = ParseHFConfig(mutate(t, "phi-1.5", map[string]any{"partial_rotary_factor": 0.4, "resid_pdrop": 0.1, "embd_pdrop": 0.05}), "x")
+	if err != nil || a.RotaryPct != 0.4 || a.HiddenDropout != 0.1 || a.EmbdDropout != 0.05 {
+		t.Errorf("phi values: %v %+v", err, a)
+	}
+	// A tied phi head keeps its bias: the count drops by the weight only.
+	a, err = ParseHFConfig(mutate(t, "phi-1.5", map[string]any{"tie_word_embeddings": true}), "x")
+	if err != nil || !a.TieEmbeddings || a.ParamCount() != 1_418_270_720-51200*2048 {
+		t.Errorf("phi tied: %v %+v", err, a)
+	}
 	// id2label sizes the classifier.
 	a, err = ParseHFConfig(mutate(t, "vit-base", map[string]any{"num_labels": nil, "id2label": map[string]string{"0": "cat", "1": "dog", "2": "emu"}}), "x")
 	if err != nil || a.NumLabels != 3 {
@@ -231,6 +261,10 @@ func TestFamilyFlags(t *testing.T) {
 	}
 	if a := get("pythia-160m"); !a.ParallelResidual || a.RotaryPct != 0.25 || !a.QKVBias || !a.MLPBias || a.TieEmbeddings {
 		t.Errorf("neox: %+v", a)
+	}
+	if a := get("phi-1.5"); !a.ParallelResidual || !a.SharedNorm || !a.LMHeadBias || a.FusedQKV || a.GatedMLP ||
+		a.RotaryPct != 0.5 || !a.QKVBias || !a.OutBias || !a.MLPBias || a.TieEmbeddings || a.Norm != "layernorm" || !a.NormBias || a.Act != "gelu_new" {
+		t.Errorf("phi: %+v", a)
 	}
 	if a := get("mixtral-8x7b"); a.NumExperts != 8 || a.ExpertsPerToken != 2 || a.RopeTheta != 1e6 {
 		t.Errorf("mixtral: %+v", a)
@@ -296,6 +330,8 @@ func TestValidateRejects(t *testing.T) {
 		"fused gate dense":    func(a *Arch) { a.GatedMLP = false; a.FusedGateUp = true },
 		"head dim mismatch":   func(a *Arch) { a.Family = FamilyGPTNeoX; a.HeadDim = 64 },
 		"type vocab non-bert": func(a *Arch) { a.TypeVocab = 2 },
+		"shared norm serial":  func(a *Arch) { a.SharedNorm = true },
+		"phi qk norm":         func(a *Arch) { a.Family, a.QKNorm = FamilyPhi, true },
 	}
 	for name, f := range cases {
 		a := base.Clone()

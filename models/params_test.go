@@ -73,6 +73,13 @@ var realParamCounts = map[string]int64{
 	// keras-hub phi3_mini_4k_instruct_en preset "params": 3821079552; HF
 	// NumWeights 3821079552 for microsoft/Phi-3-mini-4k-instruct.
 	"phi-3-mini": 3_821_079_552,
+	// HF safetensors total 1418270720 for microsoft/phi-1_5 (Hub metadata
+	// "safetensors_total_params: 1418270720"), also a printed
+	// sum(p.numel()) 1418270720 of a phi-1.5 reimplementation. Derived:
+	// embed 51200*2048 + 24*(LN 2*2048 + q,k,v,dense 4*(2048*2048+2048)
+	// + fc1,fc2 2*2048*8192+8192+2048) + final LN 2*2048 + lm_head
+	// 51200*2048+51200 = 104857600 + 24*50354176 + 4096 + 104908800.
+	"phi-1.5": 1_418_270_720,
 	// GPTNeoXForCausalLM sizes with embeddings, Pythia size tables:
 	// '160m': 162322944, '1.4b': 1414647808.
 	"pythia-160m": 162_322_944,
@@ -193,6 +200,10 @@ func TestParamBreakdownGroups(t *testing.T) {
 		{"bert-base", "embeddings", 0, 30522*768 + 512*768 + 2*768},
 		// vit-base: classifier 768x1000+1000.
 		{"vit-base", "classifier", 0, 768*1000 + 1000},
+		// phi-1.5: one shared input_layernorm per layer; lm_head has a bias.
+		{"phi-1.5", "norms", 2 * 2048, 24*2*2048 + 2*2048},
+		{"phi-1.5", "lm_head", 0, 51200*2048 + 51200},
+		{"phi-1.5", "attention", 4 * (2048*2048 + 2048), 24 * 4 * (2048*2048 + 2048)},
 		// phi-3-mini: fused qkv 3072 -> 9216, gate_up 3072 -> 16384.
 		{"phi-3-mini", "mlp", 3072*16384 + 8192*3072, 32 * (3072*16384 + 8192*3072)},
 	}

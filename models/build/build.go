@@ -298,7 +298,7 @@ func (m *builder) decoder() {
 		if a.EmbedScale {
 			x = b.Scale("embed_scale", x)
 		}
-		x = b.Dropout("drop", x, a.EmbdDropout)
+		x = b.Dropout(m.embedDropoutName(), x, a.EmbdDropout)
 	}()
 	var cos, sin ir.TensorID
 	if a.PosEmbedding == "rotary" {
@@ -355,6 +355,8 @@ func (m *builder) decoder() {
 			x = m.norm("ln_f", x, a.Hidden)
 		case models.FamilyGPTNeoX:
 			x = m.norm("final_layer_norm", x, a.Hidden)
+		case models.FamilyPhi:
+			x = m.norm("final_layernorm", x, a.Hidden)
 		default:
 			x = m.norm("norm", x, a.Hidden)
 		}
@@ -435,6 +437,8 @@ func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID
 		h = m.norm("ln_2", x, a.Hidden)
 		mlp := func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h) }()
 		return b.Binary("add", "residual2", x, mlp)
+	case models.FamilyPhi:
+		return m.phiLayer(i, x, cos, sin, mask)
 	case models.FamilyGPTNeoX:
 		h1 := m.norm("input_layernorm", x, a.Hidden)
 		att := func() ir.TensorID { defer b.Enter("attention")(); return m.attention(i, h1, cos, sin, mask) }()
@@ -593,7 +597,7 @@ func (m *builder) attentionOut(o ir.TensorID) ir.TensorID {
 	switch a.Family {
 	case models.FamilyGPT2:
 		outName = "c_proj"
-	case models.FamilyGPTNeoX:
+	case models.FamilyGPTNeoX, models.FamilyPhi:
 		outName = "dense"
 	case models.FamilyBERT, models.FamilyViT:
 		outName = "output.dense"

@@ -155,6 +155,8 @@ func defaultTargets(family string) []string {
 		return []string{"query_key_value"}
 	case models.FamilyPhi3:
 		return []string{"qkv_proj"}
+	case models.FamilyPhi:
+		return []string{"q_proj", "v_proj", "fc1", "fc2"}
 	case models.FamilyBERT, models.FamilyViT:
 		return []string{"query", "value"}
 	}

@@ -119,13 +119,14 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 		step = (S + n - 1) / n // torch.chunk: equal chunks, the last smaller
 	}
 	var total ir.TensorID = ir.NoTensor
+	bias := func() ir.TensorID { defer b.Enter(head)(); return m.headBias() }()
 	for i, start := 0, int64(0); start < S; i, start = i+1, start+step {
 		n := min(step, S-start)
 		xs := b.View(fmt.Sprintf("hidden_chunk%d", i), x, B, n, H)
 		var lg ir.TensorID
 		func() {
 			defer b.Enter(head)()
-			lg = b.Linear(fmt.Sprintf("logits_chunk%d", i), xs, w, ir.NoTensor)
+			lg = b.Linear(fmt.Sprintf("logits_chunk%d", i), xs, w, bias)
 		}()
 		b.Graph().Outputs = append(b.Graph().Outputs, lg)
 		func() {

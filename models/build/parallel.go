@@ -192,11 +192,12 @@ func (m *builder) tokenEmbedding(ids ir.TensorID, scatter bool) (w, x ir.TensorI
 // sharded ([B, S, V/t]); inference gathers them for sampling.
 func (m *builder) lmHead(x, w ir.TensorID) ir.TensorID {
 	b := m.b
+	bias := m.headBias()
 	if m.tp <= 1 {
-		return b.Linear("logits", x, w, ir.NoTensor)
+		return b.Linear("logits", x, w, bias)
 	}
 	xin := m.colIn(x)
-	logits := b.Linear("logits", xin, w, ir.NoTensor)
+	logits := b.Linear("logits", xin, w, bias)
 	if shard, ok := m.shardOf[xin]; ok {
 		b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, xin))
 	}
