@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/jedib0t/go-pretty/v6/table"
@@ -22,6 +23,7 @@ import (
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/units"
 )
@@ -67,6 +69,8 @@ type planFlags struct {
 	jsonOut, noTimeline, noChart, firstStep                                                    bool
 	svg, png                                                                                   string
 	graph, workloadPath                                                                        string
+	recipe                                                                                     string
+	sets                                                                                       []string
 	changed                                                                                    func(string) bool
 }
 
@@ -145,6 +149,8 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.lora, "lora", "", "LoRA adapters, e.g. r=16,alpha=32,dropout=0.05,targets=q_proj,v_proj (targets=all-linear for every linear)")
 	fl.BoolVar(&f.qlora, "qlora", false, "QLoRA: NF4 base weights with double-quantized constants (needs --lora)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
+	fl.StringVar(&f.recipe, "recipe", "hf", "how the framework runs the job: "+strings.Join(recipe.Names(), ", ")+", or a recipe file (see 'memplan recipes')")
+	fl.StringArrayVar(&f.sets, "set", nil, "override one recipe switch, key=value (repeatable; see 'memplan recipes NAME')")
 }
 
 func (f *planFlags) spec() (engine.Spec, error) {
@@ -233,6 +239,9 @@ func (f *planFlags) spec() (engine.Spec, error) {
 		s.LoRA = l
 	}
 	s.FirstStep = f.firstStep
+	if err := f.applyRecipe(&s); err != nil {
+		return s, err
+	}
 	if s.Trace != nil {
 		// A trace keeps its recorded optimizer step unless one is asked for.
 		s.TraceOptimizer = f.changed("optimizer") || f.changed("optimizer-impl")
@@ -257,6 +266,33 @@ func (f *planFlags) spec() (engine.Spec, error) {
 		}
 	}
 	return s, nil
+}
+
+// applyRecipe applies --recipe and --set: a recipe's value for a switch that
+// mirrors a flag yields to that flag when it was given. A trace keeps the
+// dtypes it recorded.
+func (f *planFlags) applyRecipe(s *engine.Spec) error {
+	r, err := recipe.Load(f.recipe)
+	if err != nil {
+		return err
+	}
+	r = r.Clone()
+	for _, kv := range f.sets {
+		if err := r.Set(kv); err != nil {
+			return err
+		}
+	}
+	prec := s.Precision
+	if err := r.Apply(s, f.changed); err != nil {
+		return err
+	}
+	if s.Trace != nil {
+		if s.Precision != prec && r.Value("precision") != "" && slices.ContainsFunc(f.sets, func(kv string) bool { return strings.HasPrefix(kv, "precision=") }) {
+			return fmt.Errorf("--set precision does not apply to a trace: it ran in the dtypes it recorded")
+		}
+		s.Precision = prec
+	}
+	return nil
 }
 
 func dirOf(p string) string {

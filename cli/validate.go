@@ -23,8 +23,8 @@ import (
 var ErrValidation = errors.New("validate: predictions beyond tolerance")
 
 type validateFlags struct {
-	traces, tolerance string
-	jsonOut           bool
+	traces, tolerance, published string
+	jsonOut                      bool
 }
 
 func newValidateCmd(stdout io.Writer) *cobra.Command {
@@ -36,12 +36,22 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 			"from its trace at the measured micro-batch, accumulation and strategy, and compares the per-phase\n" +
 			"peaks of the steady and the first step. It exits 1 when an error exceeds --tolerance or a peak\n" +
 			"phase is wrong.",
-		Example: "  memplan validate testdata/torch/measured.json --tolerance 3%",
-		Args:    cobra.ExactArgs(1),
+		Example: "  memplan validate testdata/torch/measured.json --tolerance 3%\n" +
+			"  memplan validate --published ../shared/published/published.jsonl",
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tol, err := parseTolerance(f.tolerance)
 			if err != nil {
 				return err
+			}
+			if f.published != "" {
+				if len(args) > 0 {
+					return fmt.Errorf("validate: give a measured file or --published, not both")
+				}
+				return runPublished(stdout, cmd.ErrOrStderr(), f.published, tol, cmd.Flags().Changed("tolerance"), f.jsonOut)
+			}
+			if len(args) == 0 {
+				return fmt.Errorf("validate: give a measured file (memplan.measured/v1) or --published FILE")
 			}
 			m, err := validate.LoadMeasured(args[0])
 			if err != nil {
@@ -78,7 +88,8 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&f.traces, "traces", "", "directory of the cases' trace files (default: the measured file's directory)")
 	fl.StringVar(&f.tolerance, "tolerance", "3%", "largest accepted relative error of a phase peak, e.g. 3% or 0.03")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON (memplan.validation/v1)")
+	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON (memplan.validation/v1, or memplan.published-validation/v1 with --published)")
+	fl.StringVar(&f.published, "published", "", "compare with published GPU measurements in the frameworks' own terms (memplan.published/v1 JSON Lines)")
 	return c
 }
 

@@ -104,6 +104,9 @@ type Spec struct {
 	// micro-batches in flight and no embedding, and the same as the last
 	// without the head and loss).
 	PPStages []int
+	// Sem are the running framework's semantics (recipe); the zero value
+	// is transformers/peft on PyTorch 2 with no overhead counted.
+	Sem Semantics
 	// Trace, when set, is the job instead of Model: a recorded PyTorch
 	// training step (memplan_torch export) replayed at MicroBatch/Seq.
 	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
@@ -126,6 +129,10 @@ var ErrSpec = errors.New("engine: invalid spec")
 
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
+	s.Sem.resolve(s.GPU)
+	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 {
+		return fmt.Errorf("%w: workspace and overhead must not be negative", ErrSpec)
+	}
 	if s.Trace != nil {
 		if s.Model != nil {
 			return fmt.Errorf("%w: give a model or a trace, not both", ErrSpec)
@@ -230,15 +237,22 @@ func (s *Spec) AutoCheckpointed() []string {
 }
 
 // CapacityBytes is the memory the job may use: Capacity, else the GPU's
-// usable memory, else 0 (unknown).
+// memory less what lives outside the caching allocator (Sem.Overhead), else
+// 0 (unknown). plan, compare and fit all decide "fits" against it.
 func (s *Spec) CapacityBytes() units.Bytes {
 	if s.Capacity > 0 {
 		return s.Capacity
 	}
 	if s.GPU != nil {
-		return s.GPU.Capacity()
+		return max(s.GPU.Capacity()-s.Sem.Overhead, 0)
 	}
 	return 0
+}
+
+// trainConfig is how the spec's iteration is lowered.
+func (s *Spec) trainConfig(first bool) plan.TrainConfig {
+	return plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
+		PagedState: s.Sem.PagedOptimizer, HoldOutputs: s.Sem.HoldOutputs, Workspace: s.Sem.Workspace}
 }
 
 // Result of planning one job.
@@ -358,6 +372,7 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	sl := s.stageSlice(stage)
 	o.Layers = sl.layers
+	s.Sem.buildOptions(&o)
 	if s.Mode == Infer && !s.Model.Encoder {
 		o.KVContext = s.Seq + s.GenTokens
 	}
@@ -366,13 +381,13 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		return nil, 0, err
 	}
 	if s.Mode == Infer {
-		p, err := plan.Infer(g)
+		p, err := plan.InferWith(g, s.Sem.Workspace)
 		if err != nil {
 			return nil, 0, err
 		}
 		return p, paramCount(p), nil
 	}
-	p, err := plan.Train(g, plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1})
+	p, err := plan.Train(g, s.trainConfig(first))
 	if err != nil {
 		return nil, 0, err
 	}

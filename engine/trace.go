@@ -33,7 +33,7 @@ func traceProgram(s *Spec, first bool) (*ir.Program, error) {
 		o.NoScratch, o.Granularity = true, 512
 	}
 	if s.TraceOptimizer {
-		o.Optimizer = &plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1}
+		o.Optimizer = &plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1, PagedState: s.Sem.PagedOptimizer}
 	}
 	return s.Trace.Program(o)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +46,8 @@ type GPU struct {
 	Name    string
 	Vendor  string
 	Aliases []string
+	// ComputeCapability is the CUDA compute capability, e.g. "9.0".
+	ComputeCapability string
 
 	// Memory is the marketing capacity as printed on the datasheet.
 	Memory units.Bytes
@@ -66,6 +69,20 @@ type GPU struct {
 	NVLink float64
 
 	Source string
+}
+
+var ccRE = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]$`)
+
+// CublasWorkspace is the workspace PyTorch 2.x's cuBLAS handle takes from
+// the caching allocator per handle and stream by default: 32 MiB on
+// compute capability 9.0 (Hopper), else 4096 KiB × 2 + 16 KiB × 8 =
+// 8,519,680 bytes (aten/src/ATen/cuda/CublasHandlePool.cpp
+// getChosenWorkspaceSize, PyTorch #91564, since 2.0).
+func (g *GPU) CublasWorkspace() units.Bytes {
+	if g.ComputeCapability == "9.0" {
+		return 32 << 20
+	}
+	return 4096<<10*2 + 16<<10*8
 }
 
 // NVLinkPerDirection is half of the bidirectional NVLink figure.
@@ -97,6 +114,7 @@ func (g *GPU) PeakFLOPs(dtype units.DType) float64 {
 type rawGPU struct {
 	Name              string   `json:"name"`
 	Vendor            string   `json:"vendor"`
+	ComputeCapability string   `json:"compute_capability"`
 	Aliases           []string `json:"aliases"`
 	Memory            string   `json:"memory"`
 	TotalMemory       string   `json:"total_memory"`
@@ -150,6 +168,9 @@ func (r rawGPU) toGPU() (GPU, error) {
 	if r.Name == "" || r.Name != normalize(r.Name) {
 		return GPU{}, fmt.Errorf("name must be non-empty, lower-case, dash-separated")
 	}
+	if r.Vendor == "nvidia" && !ccRE.MatchString(r.ComputeCapability) {
+		return GPU{}, fmt.Errorf("hw: %s: compute_capability %q is not major.minor", r.Name, r.ComputeCapability)
+	}
 	if r.Vendor == "" || r.Source == "" || r.TotalMemorySource == "" {
 		return GPU{}, fmt.Errorf("vendor, source and total_memory_source are required")
 	}
@@ -186,6 +207,7 @@ func (r rawGPU) toGPU() (GPU, error) {
 	return GPU{
 		Name:              r.Name,
 		Vendor:            r.Vendor,
+		ComputeCapability: r.ComputeCapability,
 		Aliases:           r.Aliases,
 		Memory:            mem,
 		TotalMemory:       total,

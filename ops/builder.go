@@ -599,6 +599,25 @@ func (b *Builder) IndexAdd(name string, acc, index, src ir.TensorID) ir.TensorID
 	return n[0]
 }
 
+// IndexCopy is zeros.index_copy(dim, index, src) out of place: a new tensor
+// of shape with src's columns scattered in. Autograd saves src.
+func (b *Builder) IndexCopy(name string, src ir.TensorID, shape ...int64) ir.TensorID {
+	z := b.Zeros(name+".zeros", b.g.Tensors[src].DType, shape...)
+	n := b.node("index_copy", []ir.TensorID{z, src}, []out{{name: name, dt: b.g.Tensors[src].DType, shape: shape, view: ir.NoTensor}}, float64(b.g.Tensors[src].Numel()))
+	return n[0]
+}
+
+// MeanLast is x.mean(-1, keepdim=True); savesInput follows PyTorch versions
+// whose autograd keeps mean.dim's input.
+func (b *Builder) MeanLast(name string, x ir.TensorID, savesInput bool) ir.TensorID {
+	kind := "mean"
+	if savesInput {
+		kind = "mean_saves_input"
+	}
+	xs := b.g.Tensors[x].Shape
+	return b.node(kind, []ir.TensorID{x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: withLast(xs, 1), view: ir.NoTensor}}, float64(numel(xs)))[0]
+}
+
 // Zeros is torch.zeros of the given shape in the activation dtype.
 func (b *Builder) Zeros(name string, dt units.DType, shape ...int64) ir.TensorID {
 	return b.node("zeros", nil, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]

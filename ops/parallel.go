@@ -91,11 +91,9 @@ func (b *Builder) SaveShard(shard ir.TensorID, gather *ir.Comm) {
 // workspace, freed after the matmul) and multiplied. Backward dequantises the
 // weight again (a backward workspace of the same size) to form the input
 // gradient; the frozen weight takes no gradient. bias may be NoTensor.
-//
-// savesInput follows bitsandbytes up to 0.43.2, whose MatMul4Bit also saved
-// its input x for backward though it never needs it for a frozen weight.
-// nested may be NoTensor (no double quantisation).
-func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID, cdt units.DType, savesInput bool) ir.TensorID {
+// nested may be NoTensor (no double quantisation). o says how the installed
+// bitsandbytes behaves.
+func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID, cdt units.DType, o NF4) ir.TensorID {
 	x = b.To(x, cdt)
 	ins := []ir.TensorID{x, w, absmax}
 	if nested != ir.NoTensor {
@@ -105,7 +103,7 @@ func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID,
 		ins = append(ins, b.cast(bias, cdt))
 	}
 	kind := "linear_4bit"
-	if savesInput {
+	if o.SavesInput {
 		kind = "linear_4bit_saves_input"
 	}
 	xs, ws := b.g.Tensors[x].Shape, b.g.Tensors[w].Shape
@@ -114,6 +112,9 @@ func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID,
 	y := b.node(kind, ins, []out{{name: name, dt: cdt, shape: withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
 	n := b.last()
 	deq := cdt.Size(numel(ws))
+	if o.DequantCopy {
+		deq *= 2
+	}
 	n.Workspace = deq
 	n.BwdWorkspace = deq
 	n.NoGrad = []int{1, 2}
@@ -122,6 +123,20 @@ func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID,
 	}
 	n.MemBytes += float64(deq)
 	return y
+}
+
+// NF4 is how a bitsandbytes 4-bit linear behaves.
+type NF4 struct {
+	// SavesInput: bitsandbytes <= 0.43.2 saved every 4-bit linear's input
+	// for backward (MatMul4Bit ctx.tensors = (A, B) whenever an input needs
+	// grad; fixed by bitsandbytes #1270 in 0.43.3).
+	SavesInput bool
+	// DequantCopy: the weight was quantised from a float16 copy, so
+	// dequantize_4bit returns float16 and .to(A.dtype) makes a second full
+	// copy in the compute dtype (Lightning's BitsandbytesPrecision: weight
+	// .to(torch.half) before quantize_4bit; MatMul4Bit.forward
+	// dequantize_4bit(B, state).to(A.dtype)).
+	DequantCopy bool
 }
 
 // VocabParallelCrossEntropy is Megatron's vocab_parallel_cross_entropy over

@@ -100,9 +100,12 @@ func init() {
 		{Name: "router_topk", SaveOut: []int{1}, BwdFactor: 1, Source: dy + ": topk: indices"},
 		{Name: "index_select", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_select/index: index"},
 		{Name: "index_add", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_add: index"},
+		{Name: "index_copy", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_copy: source: grad.index_select(dim, index).expand_as(source) saves the source (IndexCopyBackward0 source_)"},
 		{Name: "zeros", Source: "torch.zeros: no inputs, saves nothing"},
 		{Name: "kv_cache_update", Source: "inference only: copy k/v into a static cache"},
 		{Name: "mean", BwdFactor: 1, Source: dy + ": mean saves sizes"},
+		{Name: "mean_saves_input", SaveIn: []int{0}, BwdFactor: 1, Source: dy + ": mean.dim: mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim); PyTorch 2.1.0's generated MeanBackward1 holds SavedVariable self_ (torch/include/torch/csrc/autograd/generated/Functions.h in the 2.1.0 wheel)"},
+		{Name: "rsqrt", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": rsqrt: -0.5 * grad * result.pow(3) saves the result"},
 		// Collectives (Megatron-LM megatron/core/tensor_parallel/mappings.py,
 		// token dispatchers): they save nothing; Node.Comm / BwdComm say
 		// which collective runs in forward and backward.

@@ -40,6 +40,11 @@ type TrainConfig struct {
 	// in a variable does (litgpt, most hand-written loops); transformers'
 	// Trainer drops them once the loss is computed.
 	HoldOutputs bool
+	// Workspace is the library workspace each thread's first matmul
+	// allocates through the caching allocator and keeps (cuBLAS: 8,519,680
+	// bytes per handle and stream by default); a training step has two
+	// threads, the caller's (forward) and autograd's (backward).
+	Workspace units.Bytes
 }
 
 // bwdMemFactor scales a node's forward memory traffic to its backward's: an
@@ -227,7 +232,13 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	pgrad := map[ir.TensorID]ir.TensorID{}
 	for m := 0; m < c.Accum; m++ {
 		idm := l.instance(m)
+		if m == 0 {
+			l.workspace(c.Workspace, ir.Forward, "main thread", c.FirstStep)
+		}
 		l.forward(idm, m)
+		if m == 0 {
+			l.workspace(c.Workspace, ir.Backward, "autograd thread", c.FirstStep)
+		}
 		l.backward(idm, m, pgrad)
 		if c.HoldOutputs && len(g.Outputs) > 0 {
 			l.p.Ops = append(l.p.Ops, ir.Op{Name: "del outputs", Phase: ir.Backward, Micro: m, In: mapIDs(g.Outputs, idm), Node: -1})
@@ -237,8 +248,27 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	return l.p, nil
 }
 
+// workspace adds a thread's library workspace: resident in steady state,
+// allocated where the thread first runs a matmul in the first iteration.
+func (l *lowerer) workspace(size units.Bytes, phase ir.Phase, thread string, first bool) {
+	if size <= 0 {
+		return
+	}
+	t := ir.Tensor{Name: "cublas_workspace(" + thread + ")", Shape: []int64{int64(size)}, DType: units.U8, Bytes: size, Base: ir.NoTensor, Cat: ir.Other}
+	if !first {
+		t.Resident = true
+		l.add(t)
+		return
+	}
+	t.Keep = true
+	l.p.Ops = append(l.p.Ops, ir.Op{Name: "cublas_workspace", Phase: phase, Out: []ir.TensorID{l.add(t)}, Node: -1})
+}
+
 // Infer lowers g into one forward pass without autograd.
-func Infer(g *ir.Graph) (*ir.Program, error) {
+func Infer(g *ir.Graph) (*ir.Program, error) { return InferWith(g, 0) }
+
+// InferWith is Infer with the main thread's library workspace (resident).
+func InferWith(g *ir.Graph, workspace units.Bytes) (*ir.Program, error) {
 	for i := range g.Nodes {
 		if len(g.Nodes[i].Saved) > 0 {
 			return nil, fmt.Errorf("plan: inference graph node %d (%s) saves tensors; build it with Training=false", i, g.Nodes[i].Kind)
@@ -246,6 +276,7 @@ func Infer(g *ir.Graph) (*ir.Program, error) {
 	}
 	l := newLowerer(g)
 	l.p.MicroBatches = 1
+	l.workspace(workspace, ir.Forward, "main thread", false)
 	l.forward(l.instance(0), 0)
 	return l.p, nil
 }
@@ -312,7 +343,11 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 			s.weights = append(s.weights, pid)
 		}
 		for _, st := range row.states(&pt, dt) {
-			t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: c.PagedState}
+			// bitsandbytes pages only tensors of at least 1e5 values
+			// (optim/optimizer.py @0.41.1 get_state_buffer); smaller
+			// state is an ordinary torch allocation.
+			paged := c.PagedState && pt.Numel() >= 100000
+			t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: paged}
 			if lazy {
 				t.Keep = true
 			} else {

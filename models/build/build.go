@@ -95,6 +95,12 @@ type Options struct {
 	// Loss is how a causal LM's loss is computed (the zero value:
 	// transformers' float32 logits).
 	Loss Loss
+	// Code is whose modeling code runs the decoder (the zero value:
+	// transformers').
+	Code Code
+	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1), which
+	// unfused RMSNorms (litgpt's) pay for with an x*x per norm.
+	MeanSavesInput bool
 	// QLoRA (with LoRA) stores every linear weight of the transformer body
 	// as NF4 with double-quantised constants (bitsandbytes 4-bit, as
 	// transformers' load_in_4bit, which leaves the LM head and classifier
@@ -196,6 +202,12 @@ type builder struct {
 	// shardOf maps a sequence-parallel all-gather's output to its shard.
 	shardOf map[ir.TensorID]ir.TensorID
 	lora    *loraState
+	// qkvParts are the adapted parts of the fused qkv being built
+	// (fusedQKVParts), nil otherwise.
+	qkvParts []int64
+	// headNF4 holds the LM head's 4-bit constants when the head is
+	// quantised (Quant.Head).
+	headNF4 *[2]ir.TensorID
 	// linearNames are the leaf names of the linears LoRA can target, in
 	// first-seen order.
 	linearNames []string
@@ -225,6 +237,9 @@ func (m *builder) param(name string, shape ...int64) ir.TensorID {
 func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 	defer m.b.Enter(name)()
 	w := m.param("weight", int64(dim))
+	if m.a.Norm == "rmsnorm" && m.o.Code == CodeLitGPT {
+		return m.litgptRMSNorm(x, w)
+	}
 	if m.a.Norm == "rmsnorm" {
 		return m.b.RMSNorm("out", x, w)
 	}
@@ -377,7 +392,13 @@ func (m *builder) decoder() {
 	func() {
 		defer b.Enter(headName)()
 		if !a.TieEmbeddings {
-			w = m.param("weight", int64(m.vocab/m.tp), H)
+			if m.o.QLoRA && m.o.Quant.Head && m.tp <= 1 {
+				w = b.TypedFrozenParam("weight", units.NF4, int64(m.vocab), H)
+				absmax, nested := m.nf4Constants(int64(m.vocab) * H)
+				m.headNF4 = &[2]ir.TensorID{absmax, nested}
+			} else {
+				w = m.param("weight", int64(m.vocab/m.tp), H)
+			}
 		}
 		if !chunked {
 			logits = m.lmHead(x, w)
@@ -500,7 +521,7 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 		vo := m.linear(pre+"value", h, a.Hidden, kd, true)
 		return b.View("q", qo, B, A, S, D), b.View("k", ko, B, KV, S, D), b.View("v", vo, B, KV, S, D)
 	}
-	if a.FusedQKV {
+	if a.FusedQKV || m.o.Code == CodeLitGPT {
 		name := "qkv_proj"
 		switch a.Family {
 		case models.FamilyGPT2:
@@ -508,7 +529,9 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 		case models.FamilyGPTNeoX:
 			name = "query_key_value"
 		}
+		m.qkvParts = m.fusedQKVParts(qd, kd)
 		y := m.dense(name, h, a.Hidden, qd+2*kd, a.QKVBias, colPar)
+		m.qkvParts = nil
 		q = b.View("q", y, B, A, S, D)
 		k = b.View("k", y, B, KV, S, D)
 		v = b.View("v", y, B, KV, S, D)

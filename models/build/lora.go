@@ -44,6 +44,12 @@ type LoRA struct {
 	// adapter that reads it (litgpt's LoRAQKVLinear: one dropout on the
 	// fused qkv input for query and value), instead of once per target.
 	SharedDropout bool
+	// QKV, when set, adapts only the enabled parts (query, key, value) of a
+	// fused qkv target, as litgpt's LoRAQKVLinear does: lora_A is
+	// [r·parts, in], lora_B [enabled widths, r], and the adapter output is
+	// scattered into the full qkv width by zero_pad's index_copy, which
+	// saves its source for backward.
+	QKV *[3]bool
 }
 
 // AllLinear is the Targets value that selects every linear but the head.
@@ -172,6 +178,23 @@ type loraState struct {
 	dropped map[ir.TensorID]ir.TensorID
 }
 
+// fusedQKVParts is the widths of the parts of a fused qkv linear that LoRA
+// adapts (0: not adapted), or nil when the adapter covers the whole linear.
+func (m *builder) fusedQKVParts(qd, kd int) []int64 {
+	if m.lora == nil || m.lora.cfg.QKV == nil {
+		return nil
+	}
+	e := m.lora.cfg.QKV
+	w := []int64{int64(qd), int64(kd), int64(kd)}
+	for i := range w {
+		if !e[i] {
+			w[i] = 0
+		}
+		w[i] /= int64(m.tp)
+	}
+	return w
+}
+
 func newLoRAState(a *models.Arch, l *LoRA) *loraState {
 	s := &loraState{cfg: l, matched: map[string]bool{}, dropped: map[ir.TensorID]ir.TensorID{}}
 	ts := l.Targets
@@ -249,9 +272,20 @@ func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
 	adt := m.adapterDType()
 	resDT := b.Tensor(y).DType
 	autocast := m.o.Precision.AutocastDType() != units.Invalid
-	if m.o.QLoRA {
+	if m.o.QLoRA && m.o.Code == CodeHF {
 		// "As per Tim Dettmers, for 4bit, we need to defensively clone here."
 		y = b.Copy("base_clone", y)
+	}
+	// A fused qkv whose enabled parts alone are adapted (litgpt).
+	parts, width := int64(1), out
+	if w := m.qkvParts; w != nil {
+		parts, width = 0, 0
+		for _, x := range w {
+			if x > 0 {
+				parts++
+				width += x
+			}
+		}
 	}
 	castIn := !m.o.QLoRA || !autocast
 	xa := x
@@ -271,7 +305,7 @@ func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
 	}
 	a := func() ir.TensorID {
 		defer b.Enter("lora_A.default")()
-		w := b.TypedParam("weight", adt, r, in)
+		w := b.TypedParam("weight", adt, r*parts, in)
 		o := b.Linear("out", d, w, ir.NoTensor)
 		if shard, ok := m.shardOf[d]; ok {
 			b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, d))
@@ -280,9 +314,15 @@ func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
 	}()
 	lo := func() ir.TensorID {
 		defer b.Enter("lora_B.default")()
-		w := b.TypedParam("weight", adt, out, r)
+		w := b.TypedParam("weight", adt, width, r)
 		return b.Linear("out", a, w, ir.NoTensor)
 	}()
+	if width != out {
+		// zero_pad: index_copy into zeros of the full width keeps its source.
+		sh := b.Shape(lo)
+		sh[len(sh)-1] = out
+		lo = b.IndexCopy("zero_pad", lo, sh...)
+	}
 	lo = b.Scale("scaling", lo)
 	if m.o.QLoRA {
 		if castIn {

@@ -26,6 +26,21 @@ const (
 	LossChunked
 )
 
+// Upcast says where a chunked loss's logits become float32.
+type Upcast uint8
+
+const (
+	// UpcastNone: cross_entropy on the logits in their dtype.
+	UpcastNone Upcast = iota
+	// UpcastChunk: each chunk is cast inside the loss, right before its
+	// cross_entropy (torchtune's CEWithChunkedOutputLoss).
+	UpcastChunk
+	// UpcastOutputs: every chunk is cast when the model returns, before the
+	// loss runs (Lightning Fabric's precision.convert_output casts every
+	// floating output to float32), so all float32 chunks exist together.
+	UpcastOutputs
+)
+
 // Loss configures the loss of a causal LM.
 type Loss struct {
 	Kind LossKind
@@ -33,9 +48,8 @@ type Loss struct {
 	// lm_head_chunk_size=128); when 0, Chunks splits the sequence into that
 	// many chunks (torchtune's num_output_chunks=8).
 	ChunkTokens, Chunks int
-	// Upcast casts each chunk's logits to float32 before cross_entropy
-	// (torchtune's CEWithChunkedOutputLoss); litgpt does not.
-	Upcast bool
+	// Upcast is where chunks become float32.
+	Upcast Upcast
 }
 
 // String is the form ParseLoss reads.
@@ -51,16 +65,20 @@ func (l Loss) String() string {
 		} else {
 			fmt.Fprintf(&sb, ":chunks=%d", l.Chunks)
 		}
-		if l.Upcast {
+		switch l.Upcast {
+		case UpcastChunk:
 			sb.WriteString(",fp32")
+		case UpcastOutputs:
+			sb.WriteString(",fp32-outputs")
 		}
 		return sb.String()
 	}
 	return "fp32-logits"
 }
 
-// ParseLoss reads fp32-logits, native, or chunked:tokens=N[,fp32] /
-// chunked:chunks=N[,fp32].
+// ParseLoss reads fp32-logits, native, or chunked:tokens=N / chunked:chunks=N
+// followed by ",fp32" (each chunk upcast in the loss) or ",fp32-outputs"
+// (every chunk upcast when the model returns).
 func ParseLoss(s string) (Loss, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	switch t {
@@ -71,16 +89,19 @@ func ParseLoss(s string) (Loss, error) {
 	}
 	rest, ok := strings.CutPrefix(t, "chunked")
 	if !ok {
-		return Loss{}, fmt.Errorf("build: unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32] or chunked:chunks=N[,fp32])", s)
+		return Loss{}, fmt.Errorf("build: unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs] or chunked:chunks=N[,...])", s)
 	}
 	l := Loss{Kind: LossChunked, Chunks: 8}
 	rest = strings.TrimPrefix(rest, ":")
 	for _, kv := range strings.Split(rest, ",") {
-		if kv == "" {
+		switch kv {
+		case "":
 			continue
-		}
-		if kv == "fp32" {
-			l.Upcast = true
+		case "fp32":
+			l.Upcast = UpcastChunk
+			continue
+		case "fp32-outputs":
+			l.Upcast = UpcastOutputs
 			continue
 		}
 		k, v, _ := strings.Cut(kv, "=")
@@ -94,19 +115,22 @@ func ParseLoss(s string) (Loss, error) {
 		case "chunks":
 			l.Chunks, l.ChunkTokens = n, 0
 		default:
-			return Loss{}, fmt.Errorf("build: loss %q: unknown key %q (want tokens, chunks or fp32)", s, k)
+			return Loss{}, fmt.Errorf("build: loss %q: unknown key %q (want tokens, chunks, fp32 or fp32-outputs)", s, k)
 		}
 	}
 	return l, nil
 }
 
 // chunkedLoss applies the head weight w to x [B, S, H] chunk by chunk of
-// the sequence and sums the chunks' cross_entropy. Each chunk's head saves
-// its slice of x (a view) and its log_softmax saves its output; the chunk's
-// logits (and float32 copy) die when its log_softmax has run. The labels
-// are shifted by one: the last chunk loses a position, and its logits slice
-// [..., :-1, :] is not contiguous, so reshape copies it (litgpt finetune
-// lora.py: logits[-1] = logits[-1][..., :-1, :]).
+// the sequence, then cross_entropy per chunk, and sums the chunks' losses.
+// The model returns the list of chunk logits before the loss runs, so every
+// chunk's logits exist together (and, with UpcastOutputs, their float32
+// copies); each chunk's log_softmax saves its output. The list is the
+// model's output (Graph.Outputs): a loop that keeps it holds it through
+// backward. The labels are shifted by one: the last chunk loses a position,
+// and its logits slice [..., :-1, :] is not contiguous for B > 1, so
+// reshape copies it (litgpt finetune/lora.py: logits[-1] =
+// logits[-1][..., :-1, :]).
 func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 	b := m.b
 	B, S := m.bs()
@@ -118,56 +142,50 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 	} else if n := int64(m.o.Loss.Chunks); n > 0 {
 		step = (S + n - 1) / n // torch.chunk: equal chunks, the last smaller
 	}
-	var total ir.TensorID = ir.NoTensor
-	bias := func() ir.TensorID { defer b.Enter(head)(); return m.headBias() }()
-	for i, start := 0, int64(0); start < S; i, start = i+1, start+step {
-		n := min(step, S-start)
-		xs := b.View(fmt.Sprintf("hidden_chunk%d", i), x, B, n, H)
-		var lg ir.TensorID
-		func() {
-			defer b.Enter(head)()
-			lg = b.Linear(fmt.Sprintf("logits_chunk%d", i), xs, w, bias)
-		}()
-		b.Graph().Outputs = append(b.Graph().Outputs, lg)
-		func() {
-			defer b.Enter("loss")()
-			rows := B * n
-			if start+n == S && n > 1 {
-				// One sequence's slice is contiguous: reshape is a view.
-				lg = b.View(fmt.Sprintf("logits_chunk%d_shifted", i), lg, B, n-1, V)
-				rows = B * (n - 1)
-				if B > 1 {
-					lg = b.Copy(fmt.Sprintf("logits_chunk%d_flat", i), lg, rows, V)
-				} else {
-					lg = b.View(fmt.Sprintf("logits_chunk%d_flat", i), lg, rows, V)
-				}
-			} else {
+	var chunks []ir.TensorID
+	var lens []int64
+	func() {
+		defer b.Enter(head)()
+		bias := m.headBias()
+		for i, start := 0, int64(0); start < S; i, start = i+1, start+step {
+			n := min(step, S-start)
+			xs := b.View(fmt.Sprintf("hidden_chunk%d", i), x, B, n, H)
+			chunks = append(chunks, m.headLinear(fmt.Sprintf("logits_chunk%d", i), xs, w, bias))
+			lens = append(lens, n)
+		}
+	}()
+	if m.o.Loss.Upcast == UpcastOutputs {
+		for i := range chunks {
+			chunks[i] = b.To(chunks[i], units.F32)
+		}
+	}
+	b.Graph().Outputs = append(b.Graph().Outputs, chunks...)
+	defer b.Enter("loss")()
+	total := ir.NoTensor
+	for i, lg := range chunks {
+		n := lens[i]
+		rows := B * n
+		if i == len(chunks)-1 && n > 1 {
+			lg = b.View(fmt.Sprintf("logits_chunk%d_shifted", i), lg, B, n-1, V)
+			rows = B * (n - 1)
+			if B > 1 {
+				lg = b.Copy(fmt.Sprintf("logits_chunk%d_flat", i), lg, rows, V)
+			} else { // one sequence's slice is contiguous: reshape is a view
 				lg = b.View(fmt.Sprintf("logits_chunk%d_flat", i), lg, rows, V)
 			}
-			if m.o.Loss.Upcast {
-				lg = b.To(lg, units.F32)
-			}
-			lab := b.View(fmt.Sprintf("labels_chunk%d", i), labels, rows)
-			l := b.CrossEntropy(fmt.Sprintf("cross_entropy_chunk%d", i), lg, lab)
-			if total == ir.NoTensor {
-				total = l
-			} else {
-				total = b.Binary("add", fmt.Sprintf("loss_sum%d", i), total, l)
-			}
-		}()
+		} else {
+			lg = b.View(fmt.Sprintf("logits_chunk%d_flat", i), lg, rows, V)
+		}
+		if m.o.Loss.Upcast == UpcastChunk {
+			lg = b.To(lg, units.F32)
+		}
+		lab := b.View(fmt.Sprintf("labels_chunk%d", i), labels, rows)
+		l := b.CrossEntropy(fmt.Sprintf("cross_entropy_chunk%d", i), lg, lab)
+		if total == ir.NoTensor {
+			total = l
+		} else {
+			total = b.Binary("add", fmt.Sprintf("loss_sum%d", i), total, l)
+		}
 	}
 	b.Graph().Loss = total
-}
-
-// Quant is how QLoRA's 4-bit base layers behave, where bitsandbytes versions
-// and framework options differ.
-type Quant struct {
-	// SavesInput: bitsandbytes <= 0.43.2 saved every 4-bit linear's input
-	// for backward (MatMul4Bit ctx.tensors = (A, B); fixed by
-	// bitsandbytes #1270 in 0.43.3).
-	SavesInput bool
-	// NoDoubleQuant keeps one float32 absmax per 64-value block
-	// (bnb.nf4, compress_statistics=False) instead of 8-bit absmax with
-	// float32 constants per 256 blocks (bnb.nf4-dq).
-	NoDoubleQuant bool
 }

@@ -194,7 +194,7 @@ func (m *builder) lmHead(x, w ir.TensorID) ir.TensorID {
 	b := m.b
 	bias := m.headBias()
 	if m.tp <= 1 {
-		return b.Linear("logits", x, w, bias)
+		return m.headLinear("logits", x, w, bias)
 	}
 	xin := m.colIn(x)
 	logits := b.Linear("logits", xin, w, bias)
@@ -208,6 +208,14 @@ func (m *builder) lmHead(x, w ir.TensorID) ir.TensorID {
 			Bytes: b.Tensor(logits).DType.Size(numelOf(full)), Group: "tp", Ranks: m.tp}, nil)
 	}
 	return logits
+}
+
+// headLinear applies the LM head (4-bit when Quant.Head quantised it).
+func (m *builder) headLinear(name string, x, w, bias ir.TensorID) ir.TensorID {
+	if q := m.headNF4; q != nil {
+		return m.b.LinearNF4(name, x, w, q[0], q[1], bias, m.computeDType(), m.o.Quant.NF4)
+	}
+	return m.b.Linear(name, x, w, bias)
 }
 
 // vocabParallelLoss is Megatron's vocab_parallel_cross_entropy over the
@@ -278,7 +286,7 @@ func (m *builder) baseLinear(x ir.TensorID, in, out int64, bias bool) ir.TensorI
 		if bias {
 			bi = m.param("bias", out)
 		}
-		return b.LinearNF4("out", x, w, absmax, nested, bi, m.computeDType(), m.o.Quant.SavesInput)
+		return b.LinearNF4("out", x, w, absmax, nested, bi, m.computeDType(), m.o.Quant.NF4)
 	}
 	w := m.param("weight", out, in)
 	bi := ir.NoTensor

@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/units"
+)
+
+// Semantics are the behaviours of the framework that runs a job, where
+// frameworks differ in what decides memory. Recipes (package recipe) set
+// them; the zero value is transformers and peft on plain PyTorch 2 with
+// nothing outside the caching allocator counted. Semantics is comparable,
+// so cache keys carry it whole.
+type Semantics struct {
+	// Code is whose modeling code runs the model (transformers', litgpt's).
+	Code build.Code
+	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1).
+	MeanSavesInput bool
+	// Loss is how a causal LM's loss is computed.
+	Loss build.Loss
+	// LoRAModelDType keeps LoRA adapters in the model's dtype (litgpt,
+	// torchtune) instead of peft's float32; LoRASharedDropout applies
+	// lora_dropout once per input (litgpt's fused qkv) instead of once per
+	// target.
+	LoRAModelDType, LoRASharedDropout bool
+	// Quant is how QLoRA's 4-bit base layers behave (bitsandbytes version,
+	// double quantisation).
+	Quant build.Quant
+	// PagedOptimizer keeps the optimizer state in CUDA unified memory
+	// (bitsandbytes paged optimizers): outside the caching allocator.
+	PagedOptimizer bool
+	// HoldOutputs keeps the model's outputs alive through backward, as a
+	// loop that keeps the logits in a variable does.
+	HoldOutputs bool
+	// Workspace is the cuBLAS workspace each thread allocates through the
+	// caching allocator (counted in the allocated peak); AutoWorkspace takes
+	// the GPU's default (hw.GPU.CublasWorkspace).
+	Workspace units.Bytes
+	// Overhead is device memory outside the caching allocator (the CUDA
+	// context and kernel images, communicator buffers): subtracted from the
+	// GPU's memory before "fits" is decided.
+	Overhead units.Bytes
+}
+
+// AutoWorkspace asks for the GPU's default cuBLAS workspace.
+const AutoWorkspace units.Bytes = -1
+
+// resolve fills what depends on the GPU.
+func (m *Semantics) resolve(g *hw.GPU) {
+	if m.Workspace == AutoWorkspace {
+		m.Workspace = (&hw.GPU{}).CublasWorkspace()
+		if g != nil {
+			m.Workspace = g.CublasWorkspace()
+		}
+	}
+}
+
+// buildOptions applies the semantics to a graph's options.
+func (m Semantics) buildOptions(o *build.Options) {
+	o.Loss = m.Loss
+	o.Quant = m.Quant
+	o.Code = m.Code
+	o.MeanSavesInput = m.MeanSavesInput
+	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
+		l := *o.LoRA
+		l.ModelDType, l.SharedDropout = m.LoRAModelDType, m.LoRASharedDropout
+		o.LoRA = &l
+	}
+}

@@ -1,0 +1,451 @@
+package published
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/recipe"
+	"github.com/memplan/memplan/units"
+)
+
+// Lack is a capability memplan lacks to express a row, with the field that
+// needs it.
+type Lack struct {
+	Field      string `json:"field"`
+	Capability string `json:"capability"`
+}
+
+func (l Lack) String() string { return l.Field + ": " + l.Capability }
+
+// frameworks maps a row's framework to the recipe that follows it.
+var frameworks = map[string]string{
+	"litgpt": "litgpt", "lit-gpt": "litgpt",
+	"hf-trainer": "hf", "transformers": "hf", "peft": "hf", "accelerate": "hf", "trl": "hf",
+	"torchtune": "torchtune", "torchtitan": "torchtitan",
+	"deepspeed": "deepspeed", "megatron-lm": "megatron", "megatron": "megatron", "nemo": "megatron",
+	"pytorch": "pytorch", "torch": "pytorch",
+}
+
+// Job maps a row to a recipe and a job. dir is the published file's
+// directory (model configs are relative to it). A row memplan cannot
+// express returns the capabilities it lacks (and a nil spec).
+func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
+	var lacks []Lack
+	lack := func(field, f string, a ...any) { lacks = append(lacks, Lack{field, fmt.Sprintf(f, a...)}) }
+	name, ok := frameworks[strings.ToLower(strings.TrimSpace(r.Framework))]
+	if !ok {
+		lack("framework", "no recipe for framework %q (recipes: %s)", r.Framework, strings.Join(recipe.Names(), ", "))
+		return nil, nil, lacks
+	}
+	rec, err := recipe.Load(name)
+	if err != nil {
+		lack("framework", "%v", err)
+		return nil, nil, lacks
+	}
+	rec = rec.Clone()
+	var s engine.Spec
+	s.FirstStep = true
+	s.NoTimeline = true
+
+	// The measured metric: allocated bytes are what memplan predicts.
+	switch {
+	case r.Allocated():
+	case r.Metric == UnknownMetric:
+		lack("metric", "the source names no statistic; allocated and nvidia-smi readings only bracket it")
+	default:
+		lack("metric", "%s counts the caching allocator's cached and fragmented blocks (and the CUDA context for nvidia-smi); memplan predicts allocated bytes only until the allocator is modelled", r.Metric)
+	}
+
+	// Model.
+	switch {
+	case r.Model.Name != nil:
+		if s.Model, err = models.Lookup(*r.Model.Name); err != nil {
+			lack("model.name", "%v", err)
+		}
+	default:
+		p := *r.Model.Config
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if s.Model, err = models.LoadFile(p); err != nil {
+			lack("model.config", "%v", err)
+		}
+	}
+
+	// GPU.
+	if r.GPU != nil {
+		if s.GPU, err = hw.Lookup(*r.GPU); err != nil {
+			lack("gpu", "%v", err)
+		}
+	} else if r.Outcome == OutcomeOOM {
+		lack("gpu", "an oom row needs the GPU to decide it does not fit, and the row names none")
+	}
+
+	// Mode, sizes.
+	s.MicroBatch, s.Seq = r.MicroBatch, r.Seq
+	s.Accum = 1
+	if r.Accum != nil {
+		s.Accum = *r.Accum
+	}
+	if r.Mode == "generate" {
+		s.Mode = engine.Infer
+		s.FirstStep = false
+		s.Accum = 1
+		m := newTokensRE.FindStringSubmatch(r.Notes)
+		if m == nil {
+			lack("notes", "a generate row needs max_new_tokens=N in its notes to size the KV cache")
+		} else {
+			s.GenTokens, _ = strconv.Atoi(m[1])
+		}
+	}
+
+	// Libraries whose version decides memory.
+	for lib, v := range r.Libraries {
+		if strings.EqualFold(lib, "bitsandbytes") {
+			if err := rec.Set("bitsandbytes=" + strings.Fields(v + " x")[0]); err != nil {
+				lack("libraries.bitsandbytes", "%v", err)
+			}
+		}
+	}
+
+	// Precision, in the framework's terms.
+	if p, ok := precisionOf(r.Precision); ok {
+		mustSet(rec, "precision="+p.String())
+	} else {
+		lack("precision", "%q is not a precision policy memplan models (it has %s)", r.Precision, strings.Join(ops.PrecisionNames(), ", "))
+	}
+
+	// Optimizer.
+	if s.Mode == engine.Train {
+		if r.Optimizer == nil {
+			lack("optimizer", "a training row needs an optimizer")
+		} else {
+			for _, kv := range optimizerOf(*r.Optimizer, &lacks) {
+				mustSet(rec, kv)
+			}
+		}
+		switch ck := strings.ToLower(strings.TrimSpace(r.Checkpointing)); ck {
+		case "", "none":
+		case "full":
+			mustSet(rec, "checkpoint=full")
+		case "unknown":
+			lack("activation_checkpointing", "the source does not say whether activations were checkpointed")
+		default:
+			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full)", r.Checkpointing)
+		}
+	}
+
+	// Parallel layout.
+	switch st := strings.ToLower(r.Parallel.Strategy); st {
+	case "", "none":
+		if r.GPUs > 1 {
+			lack("parallel", "%d GPUs without a parallel strategy", r.GPUs)
+		}
+	case "ddp":
+		s.DP = max(r.Parallel.Degree, 1)
+	case "fsdp":
+		lack("parallel", "FSDP as %s runs it (%s) is not modelled: FSDP1 keeps frozen and trainable weights of a unit in one FlatParameter whose gradient covers both, and leaves the root unit unsharded", r.Framework, firstClause(r.Parallel.Details))
+	default:
+		lack("parallel", "strategy %q is not mapped (none, ddp)", r.Parallel.Strategy)
+	}
+
+	// PEFT and quantization.
+	if p := r.PEFT; p != nil {
+		if !strings.EqualFold(p.Method, "lora") {
+			lack("peft", "method %q is not modelled (lora)", p.Method)
+		} else if s.Model != nil {
+			l := &build.LoRA{Rank: p.R, Alpha: p.Alpha, Dropout: p.Dropout}
+			if l.Alpha <= 0 {
+				l.Alpha = float64(p.R)
+			}
+			if name == "litgpt" {
+				for _, m := range litgptLoRA(s.Model.Family, l, p.Targets) {
+					lack("peft.targets", "%s", m)
+				}
+			} else {
+				l.Targets = p.Targets
+			}
+			s.LoRA = l
+		}
+	}
+	if q := r.Quantization; q != nil {
+		switch strings.ToLower(strings.TrimSpace(*q)) {
+		case "bnb.nf4":
+			s.QLoRA = true
+			mustSet(rec, "qlora.double-quant=false")
+		case "bnb.nf4-dq":
+			s.QLoRA = true
+			mustSet(rec, "qlora.double-quant=true")
+		default:
+			lack("quantization", "%q is not modelled (bnb.nf4, bnb.nf4-dq)", *q)
+		}
+		if s.QLoRA && s.LoRA == nil {
+			lack("quantization", "4-bit base weights without LoRA adapters are not modelled")
+		}
+	}
+	if len(lacks) > 0 {
+		return nil, rec, lacks
+	}
+	if err := rec.Apply(&s, nil); err != nil {
+		return nil, rec, []Lack{{"framework", err.Error()}}
+	}
+	return &s, rec, nil
+}
+
+var newTokensRE = regexp.MustCompile(`max_new_tokens\s*=\s*(\d{1,7})`)
+
+func mustSet(r *recipe.Recipe, kv string) {
+	if err := r.Set(kv); err != nil {
+		panic("published: " + err.Error()) // every value set here is valid
+	}
+}
+
+func firstClause(s string) string {
+	if i := strings.IndexAny(s, ";."); i > 0 {
+		s = s[:i]
+	}
+	if len(s) > 120 {
+		s = s[:120] + "…"
+	}
+	return strings.TrimSpace(s)
+}
+
+// precisionOf reads a precision in the framework's terms.
+func precisionOf(s string) (ops.Precision, bool) {
+	t := strings.ToLower(s)
+	for _, c := range []struct {
+		has string
+		p   ops.Precision
+	}{
+		{"mixedprecisionpolicy", 255}, // FSDP2's bf16 compute over fp32 shards: not a row yet
+		{"bf16-true", ops.PureBF16}, {"16-true", ops.PureFP16},
+		{"bf16-mixed", ops.AMPBF16}, {"16-mixed", ops.AMPFP16},
+		{"dtype: bf16", ops.PureBF16}, {"dtype: fp16", ops.PureFP16}, {"dtype: fp32", ops.FP32},
+		{"fp16=true", ops.AMPFP16}, {"bf16=true", ops.AMPBF16},
+		{"amp-bf16", ops.AMPBF16}, {"amp-fp16", ops.AMPFP16},
+		{"fp32", ops.FP32}, {"32-true", ops.FP32},
+	} {
+		if strings.Contains(t, c.has) {
+			return c.p, c.p != 255
+		}
+	}
+	p, err := ops.ParsePrecision(s)
+	return p, err == nil
+}
+
+// optimizerOf reads an optimizer description ("torch.optim.AdamW (...)",
+// "bitsandbytes.optim.PagedAdamW", "adamw_hf", ...) into switch settings.
+func optimizerOf(s string, lacks *[]Lack) []string {
+	t := strings.ToLower(s)
+	t = strings.NewReplacer(" ", "", "_", "").Replace(t)
+	has := func(x string) bool { return strings.Contains(t, x) }
+	var out []string
+	switch {
+	case has("optimizerinbwd") || has("optimizerinbackward"):
+		*lacks = append(*lacks, Lack{"optimizer", "the optimizer step inside backward (optimizer_in_bwd) is not modelled"})
+		return nil
+	case has("pagedadamw8bit") || has("pagedadam8bit"):
+		out = append(out, "optimizer=adamw8bit", "optimizer.paged=true")
+	case has("pagedadamw") || has("pagedadam"):
+		out = append(out, "optimizer=adamw", "optimizer.paged=true")
+	case has("adam8bit") || has("adamw8bit") || has("adamwbnb8bit"):
+		out = append(out, "optimizer=adamw8bit")
+	case has("adafactor"):
+		out = append(out, "optimizer=adafactor")
+	case has("adamwhf") || has("transformers.adamw"):
+		// transformers.AdamW is a per-parameter loop.
+		out = append(out, "optimizer=adamw", "optimizer.impl=single")
+	case has("adamw"):
+		out = append(out, "optimizer=adamw")
+	case has("adam"):
+		out = append(out, "optimizer=adam")
+	case has("sgd") && has("momentum"):
+		out = append(out, "optimizer=sgd-momentum")
+	case has("sgd"):
+		out = append(out, "optimizer=sgd")
+	default:
+		*lacks = append(*lacks, Lack{"optimizer", fmt.Sprintf("%q is not an optimizer memplan models (%s)", firstClause(s), strings.Join(plan.OptimizerNames(), ", "))})
+		return nil
+	}
+	switch {
+	case has("fused=true") || has("adamwtorchfused"):
+		out = append(out, "optimizer.impl=fused")
+	case has("foreach=false"):
+		out = append(out, "optimizer.impl=single")
+	case has("foreach=true"):
+		out = append(out, "optimizer.impl=foreach")
+	}
+	return out
+}
+
+// litgptTargets maps litgpt's LoRA switches (lora_projection, lora_mlp)
+// to each family's module names under litgpt's model code; lora_query,
+// lora_key and lora_value adapt parts of the fused qkv linear (LoRA.QKV).
+var litgptTargets = map[string]map[string][]string{
+	models.FamilyGPTNeoX: {"projection": {"dense"}, "mlp": {"dense_h_to_4h", "dense_4h_to_h"}},
+	models.FamilyGPT2:    {"projection": {"attn.c_proj"}, "mlp": {"c_fc", "mlp.c_proj"}},
+	models.FamilyPhi:     {"projection": {"dense"}, "mlp": {"fc1", "fc2"}},
+	"":                   {"projection": {"o_proj"}, "mlp": {"gate_proj", "up_proj", "down_proj"}},
+}
+
+// fusedQKVName is the fused qkv linear of a family under litgpt's code.
+func fusedQKVName(family string) string {
+	switch family {
+	case models.FamilyGPTNeoX:
+		return "query_key_value"
+	case models.FamilyGPT2:
+		return "c_attn"
+	}
+	return "qkv_proj"
+}
+
+func litgptLoRA(family string, l *build.LoRA, ts []string) (missing []string) {
+	m, ok := litgptTargets[family]
+	if !ok {
+		m = litgptTargets[""]
+	}
+	var qkv [3]bool
+	for _, t := range ts {
+		switch k := strings.ToLower(t); k {
+		case "query", "key", "value":
+			qkv[slices.Index([]string{"query", "key", "value"}, k)] = true
+			continue
+		case "head":
+			missing = append(missing, "LoRA on the LM head (litgpt lora_head) is not modelled")
+			continue
+		}
+		names, ok := m[strings.ToLower(t)]
+		if !ok {
+			missing = append(missing, fmt.Sprintf("litgpt LoRA target %q is not mapped (query, key, value, projection, mlp)", t))
+			continue
+		}
+		l.Targets = append(l.Targets, names...)
+	}
+	if qkv != [3]bool{} {
+		l.Targets = append(l.Targets, fusedQKVName(family))
+		l.QKV = &qkv
+	}
+	return missing
+}
+
+// Result is one row's prediction.
+type Result struct {
+	ID       string      `json:"id"`
+	Metric   string      `json:"metric"`
+	Outcome  string      `json:"outcome"`
+	Measured units.Bytes `json:"measured_bytes"`
+	// Predicted is the allocated peak over the first and the steady steps
+	// (0 when the row is not expressible).
+	Predicted units.Bytes `json:"predicted_bytes"`
+	// RelError is (predicted − measured) / measured (ok rows only).
+	RelError *float64 `json:"rel_error,omitempty"`
+	// Fits is whether the job fits its GPU (nil without a GPU).
+	Fits *bool `json:"fits,omitempty"`
+	// Recipe is the recipe the row was mapped to.
+	Recipe string `json:"recipe,omitempty"`
+	// Lacks lists what memplan cannot express (the row is not predicted).
+	Lacks []Lack `json:"lacks,omitempty"`
+	// Err is a planning error.
+	Err        string `json:"error,omitempty"`
+	Confidence string `json:"confidence"`
+}
+
+// Compared reports whether the row has a measured number to compare with.
+func (r *Result) Compared() bool { return r.RelError != nil }
+
+// Predict maps and plans one row.
+func Predict(row *Row, dir string) Result {
+	res := Result{ID: row.ID, Metric: row.Metric, Outcome: row.Outcome, Measured: row.MeasuredBytes(), Confidence: row.Confidence}
+	spec, rec, lacks := row.Job(dir)
+	if rec != nil {
+		res.Recipe = rec.Name
+	}
+	if len(lacks) > 0 {
+		res.Lacks = lacks
+		return res
+	}
+	pr, err := engine.Plan(*spec)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	peak := pr.Sim.Peak.Total
+	if pr.First != nil && pr.First.Peak.Total > peak {
+		peak = pr.First.Peak.Total
+	}
+	res.Predicted = peak
+	if pr.Capacity > 0 {
+		f := pr.Fits
+		res.Fits = &f
+	}
+	if row.Outcome == OutcomeOK && res.Measured > 0 {
+		e := float64(peak-res.Measured) / float64(res.Measured)
+		res.RelError = &e
+	}
+	return res
+}
+
+// Summary aggregates compared rows.
+type Summary struct {
+	Rows int `json:"rows"`
+	// Compared, Median and Worst cover allocated-type ok rows.
+	Compared int     `json:"compared"`
+	Median   float64 `json:"median_abs_rel_error"`
+	Worst    float64 `json:"worst_abs_rel_error"`
+	WorstID  string  `json:"worst_id,omitempty"`
+	// OOM rows predicted not to fit, of those predicted.
+	OOMRight     int `json:"oom_right"`
+	OOMPredicted int `json:"oom_predicted"`
+	// Lacking rows and planning errors.
+	Lacking int `json:"lacking"`
+	Errors  int `json:"errors"`
+}
+
+// Summarize computes the summary of results.
+func Summarize(rs []Result) Summary {
+	s := Summary{Rows: len(rs)}
+	var errs []float64
+	for i := range rs {
+		r := &rs[i]
+		switch {
+		case len(r.Lacks) > 0:
+			s.Lacking++
+		case r.Err != "":
+			s.Errors++
+		case r.Outcome == OutcomeOOM:
+			s.OOMPredicted++
+			if r.Fits != nil && !*r.Fits {
+				s.OOMRight++
+			}
+		case r.Compared():
+			e := math.Abs(*r.RelError)
+			errs = append(errs, e)
+			if e > s.Worst {
+				s.Worst, s.WorstID = e, r.ID
+			}
+		}
+	}
+	s.Compared = len(errs)
+	if len(errs) > 0 {
+		sort.Float64s(errs)
+		n := len(errs)
+		if n%2 == 1 {
+			s.Median = errs[n/2]
+		} else {
+			s.Median = (errs[n/2-1] + errs[n/2]) / 2
+		}
+	}
+	return s
+}

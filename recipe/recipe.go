@@ -1,0 +1,198 @@
+// Package recipe describes how the frameworks people train with run a job,
+// where they differ in what decides memory: precision policy, optimizer
+// state, loss, LoRA and 4-bit semantics, training-loop habits, and the
+// device memory that lives outside PyTorch's allocator. A recipe is data
+// (recipes/*.yaml, embedded): a value for each switch, with the framework
+// source it follows. Switches are rows of one table (switches.go).
+package recipe
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/memplan/memplan/engine"
+)
+
+//go:embed recipes/*.yaml
+var embedded embed.FS
+
+// Recipe is one framework's way of running a job.
+type Recipe struct {
+	// Name is how --recipe names it.
+	Name string `json:"name"`
+	// Framework and Version say what it follows.
+	Framework string `json:"framework"`
+	Version   string `json:"version"`
+	Doc       string `json:"doc"`
+	// Settings are its switch values, in order; a later one wins.
+	Settings []Setting `json:"switches"`
+}
+
+// Setting is one switch value and where it comes from.
+type Setting struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// ErrRecipe wraps every recipe error.
+var ErrRecipe = errors.New("recipe")
+
+// maxFileBytes bounds a recipe file.
+const maxFileBytes = 1 << 20
+
+// Parse reads a recipe file (YAML or JSON) and checks every setting.
+func Parse(data []byte, name string) (*Recipe, error) {
+	var r Recipe
+	if err := yaml.UnmarshalStrict(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrRecipe, name, oneLine(err.Error()))
+	}
+	if strings.TrimSpace(r.Name) == "" {
+		return nil, fmt.Errorf("%w: %s: no name", ErrRecipe, name)
+	}
+	for i, st := range r.Settings {
+		if err := check(st.Key, st.Value); err != nil {
+			return nil, fmt.Errorf("%w: %s: switch %d: %v", ErrRecipe, name, i+1, err)
+		}
+	}
+	return &r, nil
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// check validates key=value by applying it to a scratch spec.
+func check(key, value string) error {
+	sw, err := lookup(key)
+	if err != nil {
+		return errors.Unwrap(err)
+	}
+	var s engine.Spec
+	if err := sw.apply(&s, strings.TrimSpace(value)); err != nil {
+		return fmt.Errorf("%s=%q: %v (allowed: %s)", key, value, err, sw.Values)
+	}
+	return nil
+}
+
+// List returns the embedded recipes, sorted by name.
+func List() ([]*Recipe, error) {
+	entries, err := embedded.ReadDir("recipes")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Recipe
+	for _, e := range entries {
+		data, err := embedded.ReadFile(path.Join("recipes", e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		r, err := Parse(data, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b *Recipe) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Names lists the embedded recipes' names.
+func Names() []string {
+	rs, _ := List()
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// Load finds an embedded recipe by name, or reads a recipe file.
+func Load(nameOrPath string) (*Recipe, error) {
+	rs, err := List()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs {
+		if r.Name == nameOrPath {
+			return r, nil
+		}
+	}
+	if !strings.ContainsAny(nameOrPath, "/.") {
+		return nil, fmt.Errorf("%w: unknown recipe %q (recipes: %s; or give a recipe file)", ErrRecipe, nameOrPath, strings.Join(Names(), ", "))
+	}
+	f, err := os.Open(nameOrPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrRecipe, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrRecipe, nameOrPath)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrRecipe, nameOrPath, err)
+	}
+	if len(data) > maxFileBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrRecipe, nameOrPath, maxFileBytes)
+	}
+	return Parse(bytes.TrimSpace(data), nameOrPath)
+}
+
+// Set adds a key=value override (the --set flag), after the recipe's own.
+func (r *Recipe) Set(kv string) error {
+	key, value, ok := strings.Cut(kv, "=")
+	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+	if !ok || key == "" {
+		return fmt.Errorf("%w: --set %q is not key=value", ErrRecipe, kv)
+	}
+	if err := check(key, value); err != nil {
+		return fmt.Errorf("%w: --set %v", ErrRecipe, err)
+	}
+	r.Settings = append(r.Settings, Setting{Key: key, Value: value, Source: "--set"})
+	return nil
+}
+
+// Value is the value the recipe gives key ("" when it sets none).
+func (r *Recipe) Value(key string) string {
+	v := ""
+	for _, st := range r.Settings {
+		if st.Key == key {
+			v = st.Value
+		}
+	}
+	return v
+}
+
+// Apply sets the spec's fields from the recipe. A setting whose switch
+// mirrors a flag is skipped when explicit(flag) reports that the user gave
+// that flag (--set settings always apply). explicit may be nil.
+func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
+	for _, st := range r.Settings {
+		sw, err := lookup(st.Key)
+		if err != nil {
+			return err
+		}
+		if sw.Flag != "" && st.Source != "--set" && explicit != nil && explicit(sw.Flag) {
+			continue
+		}
+		if err := sw.apply(s, st.Value); err != nil {
+			return fmt.Errorf("%w: %s: %s=%q: %v", ErrRecipe, r.Name, st.Key, st.Value, err)
+		}
+	}
+	return nil
+}
+
+// Clone is a copy that Set does not share.
+func (r *Recipe) Clone() *Recipe {
+	c := *r
+	c.Settings = slices.Clone(r.Settings)
+	return &c
+}

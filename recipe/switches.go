@@ -1,0 +1,213 @@
+package recipe
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+// Switch is one behaviour a recipe sets: a key, the values it takes, and
+// what it does to a job. Adding a switch is one row of the switches table.
+type Switch struct {
+	Key string
+	// Values describes the allowed values (shown in errors and listings).
+	Values string
+	// Doc says what the switch changes in memory.
+	Doc string
+	// Flag is the plan flag that sets the same thing, if any: a flag given
+	// on the command line wins over the recipe's value.
+	Flag  string
+	apply func(s *engine.Spec, v string) error
+}
+
+var switches = []Switch{
+	{Key: "precision", Flag: "precision", Values: strings.Join(ops.PrecisionNames(), ", ") + " (or a framework's name: bf16-true, bf16-mixed, 16-true, 16-mixed, 32-true)",
+		Doc: "where parameters, gradients and optimizer state live and what autocast computes in",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Precision, err = ops.ParsePrecision(v)
+			return err
+		}},
+	{Key: "optimizer", Flag: "optimizer", Values: strings.Join(plan.OptimizerNames(), ", "),
+		Doc: "the optimizer family: which state it keeps per parameter",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Optimizer, err = plan.ParseOptimizer(v)
+			return err
+		}},
+	{Key: "optimizer.impl", Flag: "optimizer-impl", Values: "foreach, single, fused",
+		Doc: "how the step runs: foreach (multi-tensor temporaries as large as the state), single (per-parameter), fused (no temporaries)",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Impl, err = plan.ParseImpl(v)
+			return err
+		}},
+	{Key: "optimizer.paged", Values: "true, false",
+		Doc:   "optimizer state in CUDA unified memory (bitsandbytes paged optimizers): outside the caching allocator and max_memory_allocated",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.PagedOptimizer = b })},
+	{Key: "model.code", Values: "hf, litgpt",
+		Doc: "whose modeling code runs the model: transformers' per-family classes, or lit-gpt's one GPT class (fused qkv kept alive through attention, LoRA on parts of the fused qkv with zero_pad's index_copy)",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Sem.Code, err = build.ParseCode(v)
+			return err
+		}},
+	{Key: "autograd.mean-saves-input", Values: "true, false",
+		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.MeanSavesInput = b })},
+	{Key: "loss", Values: "fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,fp32|,fp32-outputs]",
+		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric)",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Sem.Loss, err = build.ParseLoss(v)
+			return err
+		}},
+	{Key: "lora.adapter-dtype", Values: "float32, model",
+		Doc: "float32: peft keeps adapters over a 16-bit model in float32 (autocast_adapter_dtype=True); model: adapters in the model's dtype",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "float32", "fp32":
+				s.Sem.LoRAModelDType = false
+			case "model":
+				s.Sem.LoRAModelDType = true
+			default:
+				return fmt.Errorf("want float32 or model")
+			}
+			return nil
+		}},
+	{Key: "lora.dropout", Values: "per-target, shared",
+		Doc: "per-target: one dropout (mask and output) per adapted linear (peft); shared: one per input, shared by the adapters that read it (litgpt's fused qkv)",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "per-target":
+				s.Sem.LoRASharedDropout = false
+			case "shared":
+				s.Sem.LoRASharedDropout = true
+			default:
+				return fmt.Errorf("want per-target or shared")
+			}
+			return nil
+		}},
+	{Key: "bitsandbytes", Values: "a version, e.g. 0.41.1",
+		Doc: "bitsandbytes up to 0.43.2 saves every 4-bit linear's input for backward (fixed by bitsandbytes #1270 in 0.43.3)",
+		apply: func(s *engine.Spec, v string) error {
+			old, err := versionBefore(v, [3]int{0, 43, 3})
+			if err != nil {
+				return err
+			}
+			s.Sem.Quant.SavesInput = old
+			return nil
+		}},
+	{Key: "qlora.head", Values: "true, false",
+		Doc:   "the LM head is a 4-bit linear too (Lightning's bitsandbytes plugin swaps every torch.nn.Linear; transformers' load_in_4bit keeps the head)",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.Head = b })},
+	{Key: "qlora.quant-state-dtype", Values: "compute, float16",
+		Doc: "float16: weights were quantised from a float16 copy, so each dequantisation returns float16 and a second copy in the compute dtype (4 bytes per weight, transient); compute: one copy",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "compute":
+				s.Sem.Quant.DequantCopy = false
+			case "float16", "fp16":
+				s.Sem.Quant.DequantCopy = true
+			default:
+				return fmt.Errorf("want compute or float16")
+			}
+			return nil
+		}},
+	{Key: "qlora.double-quant", Values: "true, false",
+		Doc:   "NF4 absmax constants quantised again to 8 bits (bnb.nf4-dq) or kept in float32 (bnb.nf4)",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.NoDoubleQuant = !b })},
+	{Key: "loop.hold-outputs", Values: "true, false",
+		Doc:   "the training loop keeps the model's output (logits) in a variable through backward (litgpt, hand-written loops) or drops it once the loss exists (transformers Trainer, torchtune)",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.HoldOutputs = b })},
+	{Key: "cuda.cublas-workspace", Values: "auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0",
+		Doc: "cuBLAS workspace the caching allocator hands each thread's handle (main and autograd) since PyTorch 2.0: counted in the allocated peak",
+		apply: func(s *engine.Spec, v string) error {
+			if v == "auto" {
+				s.Sem.Workspace = engine.AutoWorkspace
+				return nil
+			}
+			return bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.Workspace = b })(s, v)
+		}},
+	{Key: "cuda.overhead", Values: "bytes, e.g. 1343MiB or 0",
+		Doc:   "device memory outside the caching allocator (CUDA context, kernels, communicators): subtracted from the GPU before fits is decided",
+		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.Overhead = b })},
+	{Key: "attention", Flag: "attention", Values: "sdpa, eager",
+		Doc: "attention kernel: sdpa (flash/memory-efficient, no score matrix saved) or eager (softmax scores saved)",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Attention, err = build.ParseAttention(v)
+			return err
+		}},
+	{Key: "checkpoint", Flag: "checkpoint", Values: "none, full, every=K, modules=GLOB, selective",
+		Doc: "activation checkpointing as the framework applies it",
+		apply: func(s *engine.Spec, v string) (err error) {
+			s.Checkpoint, err = engine.ParseCheckpoint(v)
+			return err
+		}},
+}
+
+// Switches lists every switch.
+func Switches() []Switch { return append([]Switch(nil), switches...) }
+
+func lookup(key string) (*Switch, error) {
+	for i := range switches {
+		if switches[i].Key == key {
+			return &switches[i], nil
+		}
+	}
+	keys := make([]string, len(switches))
+	for i, s := range switches {
+		keys[i] = s.Key
+	}
+	return nil, fmt.Errorf("recipe: unknown switch %q (switches: %s)", key, strings.Join(keys, ", "))
+}
+
+func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {
+	return func(s *engine.Spec, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false")
+		}
+		f(s, b)
+		return nil
+	}
+}
+
+func bytesSwitch(f func(*engine.Spec, units.Bytes)) func(*engine.Spec, string) error {
+	return func(s *engine.Spec, v string) error {
+		b, err := units.ParseBytes(v)
+		if err != nil || b < 0 {
+			return fmt.Errorf("want a byte size such as 8519680, 8MiB or 0")
+		}
+		f(s, b)
+		return nil
+	}
+}
+
+// versionBefore reports whether version v (major.minor.patch, a suffix
+// after the numbers ignored) is older than ref.
+func versionBefore(v string, ref [3]int) (bool, error) {
+	t := strings.TrimPrefix(strings.TrimSpace(v), "v")
+	parts := strings.SplitN(t, ".", 3)
+	var n [3]int
+	for i, p := range parts {
+		end := 0
+		for end < len(p) && p[end] >= '0' && p[end] <= '9' {
+			end++
+		}
+		if end == 0 || end > 6 {
+			return false, fmt.Errorf("want a version such as 0.41.1, got %q", v)
+		}
+		n[i], _ = strconv.Atoi(p[:end])
+	}
+	if len(parts) < 2 {
+		return false, fmt.Errorf("want a version such as 0.41.1, got %q", v)
+	}
+	for i := range n {
+		if n[i] != ref[i] {
+			return n[i] < ref[i], nil
+		}
+	}
+	return false, nil
+}
