@@ -36,6 +36,13 @@ type Semantics struct {
 	// caching allocator (counted in the allocated peak); AutoWorkspace takes
 	// the GPU's default (hw.GPU.CublasWorkspace).
 	Workspace units.Bytes
+	// FSDPFlat shards with FSDP1's FlatParameters (use_orig_params=True):
+	// a wrapped unit's frozen and trainable weights share one flat
+	// parameter, so frozen weights get gradients too, gradient accumulation
+	// under no_sync keeps each unit's unsharded gradient, and the root unit
+	// is not resharded after forward. Without it, ZeRO-3 shards per
+	// parameter and skips frozen ones (FSDP2, DeepSpeed).
+	FSDPFlat bool
 	// Overhead is device memory outside the caching allocator (the CUDA
 	// context and kernel images, communicator buffers): subtracted from the
 	// GPU's memory before "fits" is decided.
