@@ -29,6 +29,10 @@ type Semantics struct {
 	// PagedOptimizer keeps the optimizer state in CUDA unified memory
 	// (bitsandbytes paged optimizers): outside the caching allocator.
 	PagedOptimizer bool
+	// OptimizerInBackward steps each parameter inside backward as soon as
+	// its gradient is complete and frees the gradient (torchtune's
+	// optimizer_in_bwd).
+	OptimizerInBackward bool
 	// HoldOutputs keeps the model's outputs alive through backward, as a
 	// loop that keeps the logits in a variable does.
 	HoldOutputs bool

@@ -40,6 +40,11 @@ type TrainConfig struct {
 	// in a variable does (litgpt, most hand-written loops); transformers'
 	// Trainer drops them once the loss is computed.
 	HoldOutputs bool
+	// InBackward runs each parameter's optimizer step inside backward, as
+	// soon as its gradient is complete, and frees the gradient right after
+	// (torchtune's optimizer_in_bwd: a per-parameter optimizer stepped from
+	// register_post_accumulate_grad_hook, then zero_grad). It needs Accum 1.
+	InBackward bool
 	// Workspace is the library workspace each thread's first matmul
 	// allocates through the caching allocator and keeps (cuBLAS: 8,519,680
 	// bytes per handle and stream by default); a training step has two
@@ -224,6 +229,9 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		return nil, ErrNoLoss
 	}
 	c.defaults()
+	if c.InBackward && c.Accum > 1 {
+		return nil, ErrInBackwardAccum
+	}
 	l := newLowerer(g)
 	l.p.MicroBatches = c.Accum
 	// Room for every micro-step's forward and backward and the step.
@@ -239,13 +247,58 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		if m == 0 {
 			l.workspace(c.Workspace, ir.Backward, "autograd thread", c.FirstStep)
 		}
+		start := len(l.p.Ops)
 		l.backward(idm, m, pgrad)
+		if c.InBackward {
+			l.stepsInBackward(c, start, pgrad)
+		}
 		if c.HoldOutputs && len(g.Outputs) > 0 {
 			l.p.Ops = append(l.p.Ops, ir.Op{Name: "del outputs", Phase: ir.Backward, Micro: m, In: mapIDs(g.Outputs, idm), Node: -1})
 		}
 	}
-	l.optimizer(c, pgrad)
+	if !c.InBackward {
+		l.optimizer(c, pgrad)
+	}
 	return l.p, nil
+}
+
+// ErrInBackwardAccum refuses an optimizer step inside backward with
+// gradient accumulation (torchtune raises the same: the step would run
+// before the accumulated gradient exists).
+var ErrInBackwardAccum = errors.New("plan: an optimizer step inside backward cannot accumulate gradients (accumulation must be 1)")
+
+// stepsInBackward moves each parameter's optimizer step (and the zero_grad
+// that frees its gradient) to right after the last backward op, from start
+// on, that writes or accumulates its gradient: the post-accumulate-grad hook
+// fires once autograd has summed every contribution to the leaf.
+func (l *lowerer) stepsInBackward(c TrainConfig, start int, pgrad map[ir.TensorID]ir.TensorID) {
+	bwd := slices.Clone(l.p.Ops[start:])
+	l.p.Ops = l.p.Ops[:start]
+	last := map[ir.TensorID]int{} // gradient → index in bwd of its last writer or reader
+	for i := range bwd {
+		for _, t := range append(slices.Clone(bwd[i].In), bwd[i].Out...) {
+			last[t] = i
+		}
+	}
+	after := map[int][]ir.TensorID{} // bwd index → parameters stepped after it
+	for _, pid := range l.p.Params {
+		if g, ok := pgrad[pid]; ok {
+			if i, seen := last[g]; seen {
+				after[i] = append(after[i], pid)
+			}
+		}
+	}
+	for i := range bwd {
+		l.p.Ops = append(l.p.Ops, bwd[i])
+		for _, pid := range after[i] {
+			n := len(l.p.Ops)
+			l.optimizer(c, map[ir.TensorID]ir.TensorID{pid: pgrad[pid]})
+			for j := n; j < len(l.p.Ops); j++ {
+				l.p.Ops[j].Phase = ir.Backward
+				l.p.Ops[j].Micro = bwd[i].Micro
+			}
+		}
+	}
 }
 
 // workspace adds a thread's library workspace: resident in steady state,

@@ -253,9 +253,6 @@ func optimizerOf(s string, lacks *[]Lack) []string {
 	has := func(x string) bool { return strings.Contains(t, x) }
 	var out []string
 	switch {
-	case has("optimizerinbwd") || has("optimizerinbackward"):
-		*lacks = append(*lacks, Lack{"optimizer", "the optimizer step inside backward (optimizer_in_bwd) is not modelled"})
-		return nil
 	case has("pagedadamw8bit") || has("pagedadam8bit"):
 		out = append(out, "optimizer=adamw8bit", "optimizer.paged=true")
 	case has("pagedadamw") || has("pagedadam"):
@@ -278,6 +275,9 @@ func optimizerOf(s string, lacks *[]Lack) []string {
 	default:
 		*lacks = append(*lacks, Lack{"optimizer", fmt.Sprintf("%q is not an optimizer memplan models (%s)", firstClause(s), strings.Join(plan.OptimizerNames(), ", "))})
 		return nil
+	}
+	if has("optimizerinbwd") || has("optimizerinbackward") {
+		out = append(out, "optimizer.in-backward=true")
 	}
 	switch {
 	case has("fused=true") || has("adamwtorchfused"):

@@ -15,6 +15,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/memplan/memplan/units"
@@ -175,7 +176,14 @@ func parseRow(data []byte) (Row, error) {
 	if err := dec.Decode(&r); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return r, fmt.Errorf("field %s: want %s, got a JSON %s", te.Field, te.Type, te.Value)
+			if te.Field == "" {
+				return r, fmt.Errorf("not a JSON object (got a JSON %s)", te.Value)
+			}
+			ty := te.Type
+			for ty.Kind() == reflect.Pointer {
+				ty = ty.Elem()
+			}
+			return r, fmt.Errorf("field %s: want %s, got a JSON %s", te.Field, jsonKind(ty.Kind()), te.Value)
 		}
 		return r, fmt.Errorf("not a JSON object: %v", err)
 	}
@@ -183,6 +191,25 @@ func parseRow(data []byte) (Row, error) {
 		return r, fmt.Errorf("more than one JSON value on the line")
 	}
 	return r, r.check()
+}
+
+// jsonKind names a Go kind in JSON's words.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "another type"
 }
 
 func (r *Row) check() error {

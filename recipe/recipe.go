@@ -73,7 +73,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func check(key, value string) error {
 	sw, err := lookup(key)
 	if err != nil {
-		return errors.Unwrap(err)
+		return err
 	}
 	var s engine.Spec
 	if err := sw.apply(&s, strings.TrimSpace(value)); err != nil {

@@ -57,6 +57,9 @@ var switches = []Switch{
 	{Key: "autograd.mean-saves-input", Values: "true, false",
 		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.MeanSavesInput = b })},
+	{Key: "optimizer.in-backward", Values: "true, false",
+		Doc: "each parameter's optimizer step runs inside backward as soon as its gradient is complete, and the gradient is freed (torchtune optimizer_in_bwd); needs --accum 1",
+		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.OptimizerInBackward = b })},
 	{Key: "loss", Values: "fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,fp32|,fp32-outputs]",
 		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric)",
 		apply: func(s *engine.Spec, v string) (err error) {
@@ -163,7 +166,7 @@ func lookup(key string) (*Switch, error) {
 	for i, s := range switches {
 		keys[i] = s.Key
 	}
-	return nil, fmt.Errorf("recipe: unknown switch %q (switches: %s)", key, strings.Join(keys, ", "))
+	return nil, fmt.Errorf("unknown switch %q (switches: %s)", key, strings.Join(keys, ", "))
 }
 
 func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {

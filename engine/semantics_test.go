@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+func semPlan(t *testing.T, s Spec) *Result {
+	t.Helper()
+	r, err := Plan(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func catalog(t *testing.T, name string) *models.Arch {
+	t.Helper()
+	a, err := models.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// Pure bf16 with AdamW holds 8 bytes per parameter of model state:
+// parameters, gradients, exp_avg and exp_avg_sq all bfloat16 (litgpt
+// bf16-true: lightning fabric/plugins/precision/half.py @71aed751 converts
+// the module to bfloat16 and torch.optim.AdamW creates its state with
+// torch.zeros_like(p), torch/optim/adamw.py @v2.1.0 L112-127). Megatron's
+// bf16 with float32 main weights holds 16.
+func TestPureBF16HoldsEightBytesPerParam(t *testing.T) {
+	for _, c := range []struct {
+		p    ops.Precision
+		want float64
+	}{{ops.PureBF16, 8}, {ops.BF16, 16}} {
+		r := semPlan(t, Spec{Model: catalog(t, "gpt2"), Seq: 128, Precision: c.p, Optimizer: plan.AdamW, Impl: plan.Fused})
+		ms := r.Sim.ModelStates
+		got := float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Sim.Params)
+		if got != c.want {
+			t.Errorf("%v: %.3f bytes/param of model state, want %g", c.p, got, c.want)
+		}
+	}
+}
+
+// Optimizer-in-backward never holds every gradient at once: torchtune's
+// optimizer_in_bwd steps each parameter from its post-accumulate-grad hook
+// and zeroes its gradient (torchtune/training/memory.py @v0.4.0
+// register_optim_in_bwd_hooks), so at most the gradients of the parameters
+// whose backward is running are alive.
+func TestOptimizerInBackwardNeverHoldsAllGradients(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	base := Spec{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	all := semPlan(t, base)
+	inb := base
+	inb.Sem.OptimizerInBackward = true
+	r := semPlan(t, inb)
+	var maxGrad units.Bytes
+	for _, p := range r.Sim.Timeline {
+		maxGrad = max(maxGrad, p.Cat[ir.Gradient])
+	}
+	total := all.Sim.ModelStates.Gradients
+	// The tied embedding's gradient (128k x 2048) is made by the head's
+	// backward and completed by the embedding's, so it lives through the
+	// whole backward; besides it, at most one layer's gradients exist.
+	embedding := units.BF16.Size(int64(a.Vocab) * int64(a.Hidden))
+	layer := units.BF16.Size((int64(total)/2 - int64(a.Vocab)*int64(a.Hidden)) / int64(a.Layers))
+	if maxGrad > embedding+layer || maxGrad >= total/2 {
+		t.Errorf("gradients alive at once %v (all gradients %v, embedding %v, one layer %v)", maxGrad, total, embedding, layer)
+	}
+	if r.Sim.Peak.Total >= all.Sim.Peak.Total {
+		t.Errorf("peak %v not below the step after backward's %v", r.Sim.Peak.Total, all.Sim.Peak.Total)
+	}
+	acc := inb
+	acc.Accum = 2
+	if _, err := Plan(acc); err == nil || !strings.Contains(err.Error(), "cannot accumulate") {
+		t.Errorf("optimizer in backward with accumulation: %v", err)
+	}
+}
+
+// bitsandbytes up to 0.43.2 keeps every 4-bit linear's input for backward
+// (bitsandbytes/autograd/_functions.py @0.41.1 L522-525: ctx.tensors = (A, B)
+// whenever an input needs grad; #1270 stopped it in 0.43.3). Every 4-bit
+// linear whose input requires grad then saves that input, and the saved
+// activations grow.
+func TestOldBitsandbytesKeepsFourBitInputs(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	s := Spec{Model: a, Seq: 256, Precision: ops.PureBF16, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}, QLoRA: true}
+	s.Sem.Quant.SavesInput = true
+	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: 256, Precision: ops.PureBF16, Training: true, LoRA: s.LoRA, QLoRA: true, Quant: s.Sem.Quant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4 := 0
+	for _, n := range g.Nodes {
+		if n.Kind != "linear_4bit_saves_input" {
+			continue
+		}
+		n4++
+		if g.Tensors[n.In[0]].RequiresGrad && (len(n.Saved) == 0 || n.Saved[0] != n.In[0]) {
+			t.Errorf("%s: a 4-bit linear whose input requires grad does not save it", n.Module)
+		}
+	}
+	if n4 != 7*a.Layers {
+		t.Errorf("%d 4-bit linears, want %d", n4, 7*a.Layers)
+	}
+	newer := s
+	newer.Sem.Quant.SavesInput = false
+	rOld, rNew := semPlan(t, s), semPlan(t, newer)
+	if rOld.Sim.SavedTotal <= rNew.Sim.SavedTotal {
+		t.Errorf("saved %v with bitsandbytes 0.41, %v with 0.43.3: want more", rOld.Sim.SavedTotal, rNew.Sim.SavedTotal)
+	}
+}
+
+// A chunked cross-entropy that upcasts each chunk in the loss never holds
+// more than one chunk's float32 logits (torchtune
+// torchtune/modules/loss/ce_chunked_output_loss.py @v0.4.0:
+// compute_cross_entropy(logits.float(), ...) chunk by chunk): each float32
+// copy dies at its chunk's log_softmax, before the next chunk's is made.
+func TestChunkedLossHoldsOneFloat32Chunk(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	s := Spec{Model: a, Seq: 1024, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	s.Sem.Loss = build.Loss{Kind: build.LossChunked, Chunks: 8, Upcast: build.UpcastChunk}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Program(&s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := map[ir.TensorID]int{}, map[ir.TensorID]int{}
+	for i, op := range p.Ops {
+		for _, x := range op.Out {
+			if _, ok := first[x]; !ok {
+				first[x] = i
+			}
+		}
+		for _, x := range append(append([]ir.TensorID(nil), op.In...), op.Out...) {
+			last[x] = i
+		}
+	}
+	var f32 []ir.TensorID
+	for id, t := range p.Tensors {
+		if t.DType == units.F32 && t.Base == ir.NoTensor && len(t.Shape) == 2 && t.Shape[1] == int64(a.Vocab) && p.Ops[first[ir.TensorID(id)]].Name == "to_copy" {
+			f32 = append(f32, ir.TensorID(id))
+		}
+	}
+	if len(f32) != 8 {
+		t.Fatalf("%d float32 logit chunks, want 8", len(f32))
+	}
+	for i := range f32 {
+		for j := range f32 {
+			if i != j && first[f32[j]] > first[f32[i]] && first[f32[j]] <= last[f32[i]] {
+				t.Errorf("float32 chunks %s and %s are alive together", p.Tensors[f32[i]].Name, p.Tensors[f32[j]].Name)
+			}
+		}
+	}
+	full := s
+	full.Sem.Loss = build.Loss{}
+	if rc, rf := semPlan(t, s), semPlan(t, full); rc.Sim.Peak.Total >= rf.Sim.Peak.Total {
+		t.Errorf("chunked loss peak %v, float32 logits %v: want lower", rc.Sim.Peak.Total, rf.Sim.Peak.Total)
+	}
+}
+
+// bitsandbytes' paged optimizers page only state of at least 1e5 values
+// (bitsandbytes/optim/optimizer.py @0.41.1 get_state_buffer): smaller state
+// is an ordinary allocation and counts on the device.
+func TestPagedOptimizerThreshold(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	s := Spec{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}
+	s.Sem.PagedOptimizer = true
+	r := semPlan(t, s)
+	// lora_A of q_proj: 8 x 2048 = 16,384 values; every adapter is under 1e5.
+	if r.Sim.ModelStates.OptimizerState == 0 {
+		t.Error("small LoRA state was paged out of the device")
+	}
+	full := Spec{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	full.Sem.PagedOptimizer = true
+	rf := semPlan(t, full)
+	// Two norms per layer and the final norm, two bfloat16 states each.
+	if rf.Sim.ModelStates.OptimizerState > units.BF16.Size(int64(2*a.Layers+1)*2*int64(a.Hidden)) {
+		t.Errorf("paged full fine-tune keeps %v of optimizer state on the device; want only the norms'", rf.Sim.ModelStates.OptimizerState)
+	}
+}

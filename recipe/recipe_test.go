@@ -1,0 +1,130 @@
+package recipe
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/ops"
+)
+
+// Every embedded recipe parses, names a framework and a version, and cites
+// a source for every switch it sets.
+func TestEmbeddedRecipes(t *testing.T) {
+	rs, err := List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"deepspeed", "hf", "litgpt", "megatron", "pytorch", "torchtitan", "torchtune"}
+	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("recipes %v, want %v", got, want)
+	}
+	for _, r := range rs {
+		if r.Framework == "" || r.Version == "" || r.Doc == "" {
+			t.Errorf("%s: framework, version and doc are required", r.Name)
+		}
+		for _, st := range r.Settings {
+			if len(st.Source) < 20 {
+				t.Errorf("%s: %s=%s cites no source", r.Name, st.Key, st.Value)
+			}
+		}
+		var s engine.Spec
+		if err := r.Apply(&s, nil); err != nil {
+			t.Errorf("%s: %v", r.Name, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	r, err := Load("litgpt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ kv, want string }{
+		{"nonsense", `--set "nonsense" is not key=value`},
+		{"=true", "is not key=value"},
+		{"lora.drop=shared", `unknown switch "lora.drop" (switches: precision, optimizer`},
+		{"lora.dropout=twice", `lora.dropout="twice": want per-target or shared (allowed: per-target, shared)`},
+		{"precision=fp8", `precision="fp8"`},
+		{"bitsandbytes=latest", "want a version such as 0.41.1"},
+		{"cuda.overhead=-5", "want a byte size"},
+		{"loss=chunked:tokens=0", "tokens must be a positive integer"},
+		{"optimizer.paged=maybe", "want true or false"},
+	} {
+		err := r.Clone().Set(c.kv)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: error %v, want it to contain %q", c.kv, err, c.want)
+		}
+	}
+	if _, err := Load("litgtp"); err == nil || !strings.Contains(err.Error(), "recipes: deepspeed, hf, litgpt") {
+		t.Errorf("unknown recipe: %v", err)
+	}
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"noname.yaml":  "framework: x\n",
+		"badkey.yaml":  "name: x\nswitches:\n- key: lora.rank\n  value: \"8\"\n",
+		"badval.yaml":  "name: x\nswitches:\n- key: precision\n  value: fp4\n",
+		"unknown.yaml": "name: x\nflavour: y\n",
+		"notyaml.yaml": "name: [x\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(p)
+		if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: want a one-line error naming the file, got %v", name, err)
+		}
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("a directory: %v", err)
+	}
+}
+
+// A flag the user gave wins over the recipe; --set wins over the flag.
+func TestApplyOrder(t *testing.T) {
+	r, _ := Load("litgpt")
+	r = r.Clone()
+	s := engine.Spec{Precision: ops.AMPBF16}
+	if err := r.Apply(&s, func(flag string) bool { return flag == "precision" }); err != nil {
+		t.Fatal(err)
+	}
+	if s.Precision != ops.AMPBF16 {
+		t.Errorf("explicit --precision overridden by the recipe: %v", s.Precision)
+	}
+	if err := r.Set("precision=fp32"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Apply(&s, func(flag string) bool { return flag == "precision" }); err != nil {
+		t.Fatal(err)
+	}
+	if s.Precision != ops.FP32 {
+		t.Errorf("--set precision lost to the flag: %v", s.Precision)
+	}
+	s = engine.Spec{}
+	if err := r.Apply(&s, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Sem.HoldOutputs || !s.Sem.LoRAModelDType || !s.Sem.Quant.SavesInput || !s.Sem.FSDPFlat {
+		t.Errorf("litgpt semantics not applied: %+v", s.Sem)
+	}
+}
+
+func TestVersionBefore(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+	}{{"0.41.1", true}, {"0.43.2", true}, {"0.43.3", false}, {"0.44", false}, {"v0.42.0", true}, {"1.0.0", false}, {"0.43.3.dev0", false}, {"0.43.2+cu121", true}} {
+		got, err := versionBefore(c.v, [3]int{0, 43, 3})
+		if err != nil || got != c.want {
+			t.Errorf("%s: %v, %v; want %v", c.v, got, err, c.want)
+		}
+	}
+	for _, v := range []string{"", "x.y", "1", "0.1234567.0"} {
+		if _, err := versionBefore(v, [3]int{0, 43, 3}); err == nil {
+			t.Errorf("%q accepted", v)
+		}
+	}
+}
