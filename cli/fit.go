@@ -61,6 +61,6 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.Flags().StringVar(&allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
 	c.Flags().IntVar(&gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	c.Flags().IntVar(&globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
-	c.Flags().Float64Var(&headroom, "headroom", 0.05, "fraction of GPU memory kept free for allocator fragmentation and the CUDA context")
+	c.Flags().Float64Var(&headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
 	return c
 }

@@ -37,9 +37,10 @@ import (
 
 // Options of a search. Zero values take the defaults documented per field.
 type Options struct {
-	// Capacity is the device memory to fit; Headroom the fraction of it kept
-	// free for the allocator's fragmentation and the CUDA context (default
-	// 0.05: plans must peak at or under 95% of Capacity).
+	// Capacity is the device memory to fit (default: the base spec's
+	// CapacityBytes, the GPU's memory less the recipe's overhead, as plan
+	// and compare decide); Headroom the fraction of it kept free besides
+	// (default 0).
 	Capacity units.Bytes
 	Headroom float64
 	// GlobalBatch is the samples per optimizer step over all replicas
@@ -164,9 +165,6 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	if o.Capacity <= 0 || base.GPU == nil {
 		return nil, errors.New("search: fit needs --gpu (its speed ranks the plans; --budget may lower its memory)")
-	}
-	if o.Headroom == 0 {
-		o.Headroom = 0.05
 	}
 	if o.Headroom < 0 || o.Headroom >= 1 {
 		return nil, fmt.Errorf("search: headroom %.2f must be in [0, 1)", o.Headroom)

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/units"
+)
+
+// plan, compare and fit decide "fits" against the same usable memory: the
+// GPU's total less the recipe's cuda.overhead.
+func TestSameUsableMemory(t *testing.T) {
+	g, err := hw.Lookup("rtx-4090")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, recipe := range []string{"hf", "litgpt"} {
+		var p struct {
+			Capacity units.Bytes `json:"capacity_bytes"`
+		}
+		var c struct {
+			Capacity units.Bytes `json:"capacity_bytes"`
+		}
+		var f struct {
+			Limit units.Bytes `json:"limit_bytes"`
+		}
+		args := []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--seq", "512", "--recipe", recipe, "--json"}
+		for _, x := range []struct {
+			cmd string
+			v   any
+		}{{"plan", &p}, {"compare", &c}, {"fit", &f}} {
+			a := append([]string{x.cmd}, args...)
+			if x.cmd == "fit" {
+				a = append(a, "--global-batch", "4")
+			}
+			code, out, errs := run(a...)
+			if code != 0 {
+				t.Fatalf("%v: exit %d: %s", a, code, errs)
+			}
+			if err := json.Unmarshal([]byte(out), x.v); err != nil {
+				t.Fatalf("%v: %v", a, err)
+			}
+		}
+		want := g.Capacity() - 400_000_000 // every recipe's cuda.overhead
+		if p.Capacity != want || c.Capacity != want || f.Limit != want {
+			t.Errorf("%s: plan %d, compare %d, fit %d bytes usable; want %d", recipe, p.Capacity, c.Capacity, f.Limit, want)
+		}
+	}
+}
+
+func TestRecipeFlags(t *testing.T) {
+	code, out, errs := run("recipes")
+	if code != 0 || !strings.Contains(out, "litgpt") || !strings.Contains(out, "lora.dropout") {
+		t.Errorf("recipes: exit %d %s %s", code, out, errs)
+	}
+	code, out, _ = run("recipes", "torchtune")
+	if code != 0 || !strings.Contains(out, "chunked:chunks=8,fp32") || !strings.Contains(out, "ce_chunked_output_loss.py") {
+		t.Errorf("recipes torchtune: %s", out)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--recipe", "nemo"}, `unknown recipe "nemo" (recipes: deepspeed, hf, litgpt, megatron, pytorch, torchtitan, torchtune`},
+		{[]string{"plan", "--set", "loss=chunky"}, `unknown loss "chunky"`},
+		{[]string{"plan", "--set", "lora.dropout=both"}, "lora.dropout=\"both\": want per-target or shared"},
+		{[]string{"plan", "--set", "colour=blue"}, `unknown switch "colour" (switches: precision`},
+		{[]string{"plan", "--recipe", "/nonexistent/r.yaml"}, "no such file"},
+		{[]string{"recipes", "nothing"}, `unknown recipe "nothing"`},
+		{[]string{"plan", "--recipe", "torchtune", "--set", "optimizer.in-backward=true", "--accum", "2"}, "cannot accumulate"},
+	} {
+		code, out, errs := run(c.args...)
+		if code == 0 || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line containing %q", c.args, code, out, errs, c.want)
+		}
+	}
+	// A flag the user gives wins over the recipe's value.
+	code, out, errs = run("plan", "--model", "gpt2", "--seq", "128", "--recipe", "litgpt", "--precision", "fp32", "--json", "--no-timeline")
+	if code != 0 || !strings.Contains(out, `"precision": "fp32"`) {
+		t.Errorf("explicit --precision under --recipe litgpt: exit %d %s %.300s", code, errs, out)
+	}
+}
+
+func TestValidatePublished(t *testing.T) {
+	code, out, errs := run("validate", "--published", "../testdata/published/published.jsonl", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Rows []struct {
+			ID        string   `json:"id"`
+			Measured  float64  `json:"measured_bytes"`
+			Predicted float64  `json:"predicted_bytes"`
+			RelError  *float64 `json:"rel_error"`
+			Fits      *bool    `json:"fits"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Rows) != 43 || j.Rows[0].ID == "" {
+		t.Fatalf("%d rows", len(j.Rows))
+	}
+	// A tight tolerance fails with a non-zero exit, after printing.
+	code, out, errs = run("validate", "--published", "../testdata/published/published.jsonl", "--tolerance", "0.01%")
+	if code == 0 || !strings.Contains(out, "median |error|") || !strings.Contains(errs, "rows beyond 0.01%") {
+		t.Errorf("tolerance 0.01%%: exit %d, stderr %q", code, errs)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"validate", "--published", "/nonexistent.jsonl"}, "no such file"},
+		{[]string{"validate", "--published", "../testdata/published/FORMAT.md"}, "FORMAT.md:1: not a JSON object"},
+		{[]string{"validate", "--published", "../testdata/published"}, "not a regular file"},
+		{[]string{"validate", "--published", "../testdata/published/published.jsonl", "x.json"}, "not both"},
+		{[]string{"validate"}, "give a measured file"},
+	} {
+		code, out, errs := run(c.args...)
+		if code == 0 || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line containing %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
