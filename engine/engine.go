@@ -252,7 +252,7 @@ func (s *Spec) CapacityBytes() units.Bytes {
 // trainConfig is how the spec's iteration is lowered.
 func (s *Spec) trainConfig(first bool) plan.TrainConfig {
 	return plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
-		PagedState: s.Sem.PagedOptimizer, HoldOutputs: s.Sem.HoldOutputs, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward}
+		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward}
 }
 
 // Result of planning one job.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/units"
 )
@@ -33,9 +34,10 @@ type Semantics struct {
 	// its gradient is complete and frees the gradient (torchtune's
 	// optimizer_in_bwd).
 	OptimizerInBackward bool
-	// HoldOutputs keeps the model's outputs alive through backward, as a
-	// loop that keeps the logits in a variable does.
-	HoldOutputs bool
+	// Hold is how long the loop keeps the model's outputs (logits) in a
+	// variable; ZeroGrad when and how it clears gradients.
+	Hold     plan.Hold
+	ZeroGrad plan.ZeroGrad
 	// Workspace is the cuBLAS workspace each thread allocates through the
 	// caching allocator (counted in the allocated peak); AutoWorkspace takes
 	// the GPU's default (hw.GPU.CublasWorkspace).

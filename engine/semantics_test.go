@@ -189,3 +189,38 @@ func TestPagedOptimizerThreshold(t *testing.T) {
 		t.Errorf("paged full fine-tune keeps %v of optimizer state on the device; want only the norms'", rf.Sim.ModelStates.OptimizerState)
 	}
 }
+
+// Loop habits move real peaks: gradients zeroed in place (PyTorch < 2.0's
+// zero_grad default, torch/optim/optimizer.py @v1.13.0 set_to_none=False)
+// are alive through the next forward, as are gradients cleared only after
+// the forward; logits kept in the loop's variable are alive through the
+// optimizer step and into the next forward.
+func TestLoopHabits(t *testing.T) {
+	base := Spec{Model: catalog(t, "gpt2"), Seq: 512, MicroBatch: 2, Precision: ops.FP32, Optimizer: plan.AdamW, FirstStep: true}
+	r0 := semPlan(t, base)
+	grads := r0.Sim.ModelStates.Gradients
+	fwd := func(r *Result) units.Bytes { return r.Sim.PhasePeak[ir.Forward].Total }
+	opt := func(r *Result) units.Bytes { return r.Sim.PhasePeak[ir.Optimizer].Total }
+	for _, z := range []plan.ZeroGrad{plan.ZeroInPlace, plan.ZeroAfterForward} {
+		s := base
+		s.Sem.ZeroGrad = z
+		r := semPlan(t, s)
+		if fwd(r) < fwd(r0)+grads {
+			t.Errorf("zero-grad %d: forward peak %v, want at least %v + gradients %v", z, fwd(r), fwd(r0), grads)
+		}
+		if fp := r.First.PhasePeak[ir.Forward].Total; fp != r0.First.PhasePeak[ir.Forward].Total {
+			t.Errorf("zero-grad %d: the first step's forward has no gradients yet, peak %v vs %v", z, fp, r0.First.PhasePeak[ir.Forward].Total)
+		}
+	}
+	s := base
+	s.Sem.Hold = plan.HoldNextForward
+	r := semPlan(t, s)
+	logits := units.F32.Size(2 * 512 * int64(base.Model.Vocab))
+	if opt(r) < opt(r0)+logits {
+		t.Errorf("held logits: optimizer peak %v, want at least %v + logits %v", opt(r), opt(r0), logits)
+	}
+	s.Sem.Hold = plan.HoldBackward
+	if rb := semPlan(t, s); opt(rb) != opt(r0) || rb.Sim.PhasePeak[ir.Backward].Total <= r0.Sim.PhasePeak[ir.Backward].Total {
+		t.Errorf("logits held through backward only: optimizer %v (want %v), backward %v (want above %v)", opt(rb), opt(r0), rb.Sim.PhasePeak[ir.Backward].Total, r0.Sim.PhasePeak[ir.Backward].Total)
+	}
+}

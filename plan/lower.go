@@ -35,11 +35,11 @@ type TrainConfig struct {
 	// (bitsandbytes paged optimizers, cudaMallocManaged): outside PyTorch's
 	// caching allocator, so it counts in the host ledger, not the device's.
 	PagedState bool
-	// HoldOutputs keeps the model's outputs (logits) alive until the
-	// backward of their micro-step has finished, as a loop that keeps them
-	// in a variable does (litgpt, most hand-written loops); transformers'
-	// Trainer drops them once the loss is computed.
-	HoldOutputs bool
+	// Hold is how long the training loop keeps the model's outputs
+	// (logits) in a variable.
+	Hold Hold
+	// ZeroGrad is when and how the loop clears gradients.
+	ZeroGrad ZeroGrad
 	// InBackward runs each parameter's optimizer step inside backward, as
 	// soon as its gradient is complete, and frees the gradient right after
 	// (torchtune's optimizer_in_bwd: a per-parameter optimizer stepped from
@@ -51,6 +51,38 @@ type TrainConfig struct {
 	// threads, the caller's (forward) and autograd's (backward).
 	Workspace units.Bytes
 }
+
+// Hold is how long a training loop keeps the model's outputs.
+type Hold uint8
+
+const (
+	// HoldNone drops them once the loss exists (transformers' Trainer
+	// returns only the loss from compute_loss; torchtune and torchtitan
+	// del them before backward).
+	HoldNone Hold = iota
+	// HoldBackward keeps them until their micro-step's backward is done.
+	HoldBackward
+	// HoldNextForward keeps them in the variable until the next forward
+	// returns and rebinds it: through backward, the optimizer step and the
+	// next micro-step's forward (litgpt, hand-written loops).
+	HoldNextForward
+)
+
+// ZeroGrad is how a training loop clears gradients.
+type ZeroGrad uint8
+
+const (
+	// ZeroToNone: optimizer.zero_grad(set_to_none=True) after the step,
+	// PyTorch 2's default: gradients exist from backward to the step.
+	ZeroToNone ZeroGrad = iota
+	// ZeroInPlace: zero_grad(set_to_none=False) (PyTorch < 2.0's default):
+	// gradients stay allocated across iterations.
+	ZeroInPlace
+	// ZeroAfterForward: zero_grad(set_to_none=True) called between the
+	// forward and backward: the previous step's gradients are alive during
+	// the forward.
+	ZeroAfterForward
+)
 
 // bwdMemFactor scales a node's forward memory traffic to its backward's: an
 // elementwise backward reads the output gradient and the saved tensors and
@@ -238,12 +270,31 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	l.p.Ops = make([]ir.Op, 0, 2*c.Accum*len(g.Nodes)+4*len(g.Params)+16)
 	l.p.Tensors = slices.Grow(l.p.Tensors, 7*c.Accum*len(g.Tensors)/5+4*len(g.Params))
 	pgrad := map[ir.TensorID]ir.TensorID{}
+	// Steady state of a loop that holds its outputs into the next forward,
+	// or zeroes gradients after it: last iteration's outputs (gradients)
+	// are alive when this one starts.
+	var prevOut, prevGrads []ir.TensorID
+	if !c.FirstStep && c.Hold == HoldNextForward && len(g.Outputs) > 0 {
+		prevOut = []ir.TensorID{l.carried("previous outputs", g.Outputs, ir.Temporary)}
+	}
+	if !c.FirstStep && c.ZeroGrad == ZeroAfterForward {
+		prevGrads = []ir.TensorID{l.carried("previous gradients", l.trainable(), ir.Gradient)}
+	}
 	for m := 0; m < c.Accum; m++ {
 		idm := l.instance(m)
 		if m == 0 {
 			l.workspace(c.Workspace, ir.Forward, "main thread", c.FirstStep)
 		}
+		fwd := len(l.p.Ops)
 		l.forward(idm, m)
+		if len(prevOut) > 0 {
+			// The variable is rebound when the model returns.
+			l.insertAfterLastWrite(fwd, mapIDs(g.Outputs, idm), ir.Op{Name: "logits = model(...) (rebinds)", Phase: ir.Forward, Micro: m, In: prevOut, Node: -1})
+			prevOut = nil
+		}
+		if m == 0 && len(prevGrads) > 0 {
+			l.p.Ops = append(l.p.Ops, ir.Op{Name: "zero_grad(set_to_none=True)", Phase: ir.Forward, In: prevGrads, Node: -1})
+		}
 		if m == 0 {
 			l.workspace(c.Workspace, ir.Backward, "autograd thread", c.FirstStep)
 		}
@@ -252,14 +303,71 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		if c.InBackward {
 			l.stepsInBackward(c, start, pgrad)
 		}
-		if c.HoldOutputs && len(g.Outputs) > 0 {
+		switch {
+		case len(g.Outputs) == 0:
+		case c.Hold == HoldBackward:
 			l.p.Ops = append(l.p.Ops, ir.Op{Name: "del outputs", Phase: ir.Backward, Micro: m, In: mapIDs(g.Outputs, idm), Node: -1})
+		case c.Hold == HoldNextForward:
+			prevOut = mapIDs(g.Outputs, idm)
 		}
 	}
 	if !c.InBackward {
 		l.optimizer(c, pgrad)
 	}
+	if len(prevOut) > 0 {
+		// Still bound when the iteration ends.
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: "outputs still bound", Phase: ir.Optimizer, In: prevOut, Node: -1})
+	}
+	if c.ZeroGrad != ZeroToNone {
+		// Gradients outlive the iteration: kept and zeroed in place, or
+		// cleared only after the next forward.
+		for _, gt := range pgrad {
+			t := &l.p.Tensors[gt]
+			if c.ZeroGrad == ZeroInPlace && !c.FirstStep {
+				t.Resident = true
+			} else {
+				t.Keep = true
+			}
+		}
+	}
 	return l.p, nil
+}
+
+// carried adds a tensor as large as the graph tensors like that the
+// previous iteration left alive; an op at the start of the program makes
+// it.
+func (l *lowerer) carried(name string, like []ir.TensorID, cat ir.Category) ir.TensorID {
+	var b units.Bytes
+	for _, t := range like {
+		b += l.g.Tensors[t].Bytes
+	}
+	id := l.add(ir.Tensor{Name: name, Shape: []int64{int64(b)}, DType: units.U8, Bytes: b, Base: ir.NoTensor, Cat: cat})
+	l.p.Ops = append(l.p.Ops, ir.Op{Name: name, Phase: ir.Forward, Out: []ir.TensorID{id}, Node: -1})
+	return id
+}
+
+// trainable lists the graph's parameters that take a gradient.
+func (l *lowerer) trainable() []ir.TensorID {
+	var out []ir.TensorID
+	for _, p := range l.g.Params {
+		if l.g.Tensors[p].RequiresGrad {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// insertAfterLastWrite inserts op after the last op from start on that
+// writes any of ts (at the end when none does).
+func (l *lowerer) insertAfterLastWrite(start int, ts []ir.TensorID, op ir.Op) {
+	at := len(l.p.Ops)
+	for i := len(l.p.Ops) - 1; i >= start; i-- {
+		if slices.ContainsFunc(l.p.Ops[i].Out, func(t ir.TensorID) bool { return slices.Contains(ts, t) }) {
+			at = i + 1
+			break
+		}
+	}
+	l.p.Ops = slices.Insert(l.p.Ops, at, op)
 }
 
 // ErrInBackwardAccum refuses an optimizer step inside backward with
@@ -463,5 +571,7 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	if len(lowPrec) > 0 {
 		s.emit("_foreach_copy_(params, master_params)", cat(lowPrec, master32), nil, 0)
 	}
-	s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
+	if c.ZeroGrad == ZeroToNone {
+		s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
 )
 
 // Every embedded recipe parses, names a framework and a version, and cites
@@ -107,7 +108,7 @@ func TestApplyOrder(t *testing.T) {
 	if err := r.Apply(&s, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !s.Sem.HoldOutputs || !s.Sem.LoRAModelDType || !s.Sem.Quant.SavesInput || !s.Sem.FSDPFlat {
+	if s.Sem.Hold != plan.HoldNextForward || !s.Sem.LoRAModelDType || !s.Sem.Quant.SavesInput || !s.Sem.FSDPFlat {
 		t.Errorf("litgpt semantics not applied: %+v", s.Sem)
 	}
 }

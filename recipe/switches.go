@@ -124,9 +124,36 @@ var switches = []Switch{
 	{Key: "fsdp.flat-params", Values: "true, false",
 		Doc:   "FSDP1 FlatParameters (use_orig_params=True): frozen and trainable weights of a wrapped unit share one flat gradient, no_sync accumulation keeps unsharded gradients, the root unit stays unsharded between forward and backward; false: per-parameter sharding that skips frozen weights (FSDP2, DeepSpeed ZeRO-3)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.FSDPFlat = b })},
-	{Key: "loop.hold-outputs", Values: "true, false",
-		Doc:   "the training loop keeps the model's output (logits) in a variable through backward (litgpt, hand-written loops) or drops it once the loss exists (transformers Trainer, torchtune)",
-		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.HoldOutputs = b })},
+	{Key: "loop.hold-outputs", Values: "false, backward, true (until the next forward returns)",
+		Doc: "how long the loop keeps the model's output (logits) in a variable: false drops it once the loss exists (transformers Trainer, torchtune, torchtitan); backward keeps it through backward; true keeps it until the next forward rebinds it, through the optimizer step (litgpt, hand-written loops)",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "false", "none":
+				s.Sem.Hold = plan.HoldNone
+			case "backward":
+				s.Sem.Hold = plan.HoldBackward
+			case "true", "next-forward":
+				s.Sem.Hold = plan.HoldNextForward
+			default:
+				return fmt.Errorf("want false, backward or true")
+			}
+			return nil
+		}},
+	{Key: "loop.zero-grad", Values: "set-to-none, in-place, after-forward",
+		Doc: "set-to-none: zero_grad(set_to_none=True) after the step (PyTorch 2's default); in-place: set_to_none=False, gradients stay allocated across iterations (PyTorch < 2.0's default); after-forward: zero_grad between forward and backward, so the previous step's gradients are alive during the forward",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "set-to-none":
+				s.Sem.ZeroGrad = plan.ZeroToNone
+			case "in-place":
+				s.Sem.ZeroGrad = plan.ZeroInPlace
+			case "after-forward":
+				s.Sem.ZeroGrad = plan.ZeroAfterForward
+			default:
+				return fmt.Errorf("want set-to-none, in-place or after-forward")
+			}
+			return nil
+		}},
 	{Key: "cuda.cublas-workspace", Values: "auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0",
 		Doc: "cuBLAS workspace the caching allocator hands each thread's handle (main and autograd) since PyTorch 2.0: counted in the allocated peak",
 		apply: func(s *engine.Spec, v string) error {
