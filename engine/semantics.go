@@ -2,8 +2,8 @@ package engine
 
 import (
 	"github.com/memplan/memplan/hw"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
