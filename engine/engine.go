@@ -130,7 +130,7 @@ var ErrSpec = errors.New("engine: invalid spec")
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
 	s.Sem.resolve(s.GPU)
-	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 {
+	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 || s.Sem.CommOverhead < 0 {
 		return fmt.Errorf("%w: workspace and overhead must not be negative", ErrSpec)
 	}
 	if s.Trace != nil {
@@ -244,9 +244,21 @@ func (s *Spec) CapacityBytes() units.Bytes {
 		return s.Capacity
 	}
 	if s.GPU != nil {
-		return max(s.GPU.Capacity()-s.Sem.Overhead, 0)
+		return max(s.GPU.Capacity()-s.Sem.Overhead-units.Bytes(s.groups())*s.Sem.CommOverhead, 0)
 	}
 	return 0
+}
+
+// groups counts the parallel groups of more than one GPU (one NCCL
+// communicator each).
+func (s *Spec) groups() int {
+	n := 0
+	for _, d := range []int{s.DP, s.TP, s.PP, s.EP} {
+		if d > 1 {
+			n++
+		}
+	}
+	return n
 }
 
 // trainConfig is how the spec's iteration is lowered.

@@ -49,6 +49,10 @@ type Semantics struct {
 	// is not resharded after forward. Without it, ZeRO-3 shards per
 	// parameter and skips frozen ones (FSDP2, DeepSpeed).
 	FSDPFlat bool
+	// CommOverhead is the device memory NCCL takes per communicator
+	// (buffers per channel and peer, outside the caching allocator), added
+	// to Overhead for each parallel group of more than one GPU.
+	CommOverhead units.Bytes
 	// Overhead is device memory outside the caching allocator (the CUDA
 	// context and kernel images, communicator buffers): subtracted from the
 	// GPU's memory before "fits" is decided.

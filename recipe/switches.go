@@ -166,6 +166,9 @@ var switches = []Switch{
 	{Key: "cuda.overhead", Values: "bytes, e.g. 1343MiB or 0",
 		Doc:   "device memory outside the caching allocator (CUDA context, kernels, communicators): subtracted from the GPU before fits is decided",
 		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.Overhead = b })},
+	{Key: "nccl.overhead", Values: "bytes per communicator, e.g. 544MB or 0",
+		Doc: "device memory NCCL allocates outside the caching allocator for each parallel group of more than one GPU (data, tensor, pipeline, expert): subtracted before fits is decided",
+		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.CommOverhead = b })},
 	{Key: "attention", Flag: "attention", Values: "sdpa, eager",
 		Doc: "attention kernel: sdpa (flash/memory-efficient, no score matrix saved) or eager (softmax scores saved)",
 		apply: func(s *engine.Spec, v string) (err error) {
