@@ -224,3 +224,31 @@ func TestLoopHabits(t *testing.T) {
 		t.Errorf("logits held through backward only: optimizer %v (want %v), backward %v (want above %v)", opt(rb), opt(r0), rb.Sim.PhasePeak[ir.Backward].Total, r0.Sim.PhasePeak[ir.Backward].Total)
 	}
 }
+
+// A fused linear cross-entropy never holds the logits of the batch: Liger's
+// kernel makes them a chunk of about N·H values at a time and keeps only
+// grad_input [N, H] and grad_weight [V, H] (Liger-Kernel
+// src/liger_kernel/ops/fused_linear_cross_entropy.py).
+func TestFusedLinearLossNeverHoldsLogits(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	s := Spec{Model: a, Seq: 2048, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	s.Sem.Loss = build.Loss{Kind: build.LossFusedLinear}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Program(&s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := int64(2) * 2047 * int64(a.Vocab)
+	for _, x := range p.Tensors {
+		if x.Base == ir.NoTensor && len(x.Shape) > 0 && x.Shape[len(x.Shape)-1] == int64(a.Vocab) && x.Numel() >= logits/8 {
+			t.Errorf("%s holds %d values (logits of the batch: %d)", x.Name, x.Numel(), logits)
+		}
+	}
+	full := s
+	full.Sem.Loss = build.Loss{}
+	if rf, rc := semPlan(t, full), semPlan(t, s); rc.Sim.Peak.Total >= rf.Sim.Peak.Total {
+		t.Errorf("fused loss peak %v, float32 logits %v", rc.Sim.Peak.Total, rf.Sim.Peak.Total)
+	}
+}

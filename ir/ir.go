@@ -127,6 +127,11 @@ type Node struct {
 	// GradAliases marks view-like nodes whose input gradient is a view of the
 	// output gradient (no new storage).
 	GradAliases bool
+	// GradSaved maps input positions to the index in Saved of the tensor
+	// that already is their gradient (kernels that compute gradients in
+	// forward, such as a fused linear cross-entropy); backward returns it
+	// without a new allocation.
+	GradSaved map[int]int
 	// NoGrad lists input positions that never get a gradient even if they
 	// require one (integer indices, masks).
 	NoGrad []int

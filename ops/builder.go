@@ -607,6 +607,44 @@ func (b *Builder) IndexCopy(name string, src ir.TensorID, shape ...int64) ir.Ten
 	return n[0]
 }
 
+// FusedLinearCrossEntropy is Liger's fused linear cross-entropy over x
+// [N, H] and the head weight w [V, H]: the logits exist one chunk at a time
+// (chunk = next_pow2(ceil(N / ceil(V/H))) rows, so about N·H values, in x's
+// dtype; the node's workspace), and the forward computes the gradients of x
+// and w (when w is trained) into grad_input [N, H] and grad_weight [V, H],
+// which it saves and backward returns as they are. Liger-Kernel
+// src/liger_kernel/ops/fused_linear_cross_entropy.py
+// fused_linear_cross_entropy_forward (grad_input = zeros_like(_input),
+// grad_weight = zeros_like(weight), loss_1d float32 [N]).
+func (b *Builder) FusedLinearCrossEntropy(name string, x, w, labels ir.TensorID) ir.TensorID {
+	xs, ws := b.g.Tensors[x].Shape, b.g.Tensors[w].Shape
+	N, H, V := xs[0], xs[1], ws[0]
+	xt, wt := b.g.Tensors[x].DType, b.g.Tensors[w].DType
+	outs := []out{
+		{name: name, dt: units.F32, shape: []int64{}, view: ir.NoTensor},
+		{name: name + ".grad_input", dt: xt, shape: []int64{N, H}, view: ir.NoTensor, noGrad: true},
+	}
+	if b.g.Tensors[w].RequiresGrad {
+		outs = append(outs, out{name: name + ".grad_weight", dt: wt, shape: []int64{V, H}, view: ir.NoTensor, noGrad: true})
+	}
+	inc := (V + H - 1) / H
+	chunk := int64(1)
+	for chunk < (N+inc-1)/inc {
+		chunk *= 2
+	}
+	chunk = min(chunk, N)
+	o := b.node("fused_linear_cross_entropy", []ir.TensorID{x, w, labels}, outs, 4*float64(N)*float64(H)*float64(V))
+	n := b.last()
+	n.Workspace = xt.Size(chunk*V) + units.F32.Size(N)
+	n.NoGrad = []int{2}
+	n.GradSaved = map[int]int{0: 0}
+	if len(outs) == 3 {
+		n.GradSaved[1] = 1
+	}
+	b.g.Loss = o[0]
+	return o[0]
+}
+
 // MeanLast is x.mean(-1, keepdim=True); savesInput follows PyTorch versions
 // whose autograd keeps mean.dim's input.
 func (b *Builder) MeanLast(name string, x ir.TensorID, savesInput bool) ir.TensorID {

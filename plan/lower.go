@@ -227,12 +227,21 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 				op.In = append(op.In, gt)
 				op.Workspace += size
 			}
+			// A gradient the forward already computed and saved is
+			// returned as it is (a view of the saved storage).
+			savedGrad := ir.NoTensor
+			if k, ok := n.GradSaved[pos]; ok {
+				savedGrad = idm[n.Saved[k]]
+			}
 			if px, isShared := l.sharedOf(x); isShared {
 				if gt, ok := pgrad[px]; ok {
 					accumulate(gt)
 					continue
 				}
 				gt := l.add(ir.Tensor{Name: xt.Name + ".grad", Shape: append([]int64(nil), xt.Shape...), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient})
+				if savedGrad != ir.NoTensor {
+					l.p.Tensors[gt].Base, l.p.Tensors[gt].Bytes = savedGrad, 0
+				}
 				pgrad[px] = gt
 				op.Out = append(op.Out, gt)
 				continue
@@ -242,7 +251,9 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 				continue
 			}
 			gt := ir.Tensor{Name: "grad(" + xt.Name + ")", Shape: xt.Shape, DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
-			if n.GradAliases && pos == 0 {
+			if savedGrad != ir.NoTensor {
+				gt.Base = savedGrad
+			} else if n.GradAliases && pos == 0 {
 				gt.Base = gout[0]
 			} else {
 				gt.Bytes = size

@@ -60,8 +60,8 @@ var switches = []Switch{
 	{Key: "optimizer.in-backward", Values: "true, false",
 		Doc:   "each parameter's optimizer step runs inside backward as soon as its gradient is complete, and the gradient is freed (torchtune optimizer_in_bwd); needs --accum 1",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.OptimizerInBackward = b })},
-	{Key: "loss", Values: "fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,fp32|,fp32-outputs]",
-		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric)",
+	{Key: "loss", Values: "fp32-logits, native, fused-linear, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,fp32|,fp32-outputs]",
+		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric); fused-linear: Liger's fused linear cross-entropy, logits one chunk of about N·H values at a time, only the gradients of the hidden states and head kept",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Sem.Loss, err = build.ParseLoss(v)
 			return err
@@ -167,7 +167,7 @@ var switches = []Switch{
 		Doc:   "device memory outside the caching allocator (CUDA context, kernels, communicators): subtracted from the GPU before fits is decided",
 		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.Overhead = b })},
 	{Key: "nccl.overhead", Values: "bytes per communicator, e.g. 544MB or 0",
-		Doc: "device memory NCCL allocates outside the caching allocator for each parallel group of more than one GPU (data, tensor, pipeline, expert): subtracted before fits is decided",
+		Doc:   "device memory NCCL allocates outside the caching allocator for each parallel group of more than one GPU (data, tensor, pipeline, expert): subtracted before fits is decided",
 		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.CommOverhead = b })},
 	{Key: "attention", Flag: "attention", Values: "sdpa, eager",
 		Doc: "attention kernel: sdpa (flash/memory-efficient, no score matrix saved) or eager (softmax scores saved)",

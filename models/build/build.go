@@ -388,7 +388,8 @@ func (m *builder) decoder() {
 	w := wte
 	// A chunked loss runs the head chunk by chunk (litgpt's
 	// lm_head_chunk_size, torchtune's num_output_chunks).
-	chunked := m.o.Training && m.o.Loss.Kind == LossChunked && m.tp <= 1 && a.FinalLogitSoftcap == 0
+	chunked := m.o.Training && m.tp <= 1 && a.FinalLogitSoftcap == 0 &&
+		(m.o.Loss.Kind == LossChunked || m.o.Loss.Kind == LossFusedLinear && !a.LMHeadBias && !(m.o.QLoRA && m.o.Quant.Head))
 	func() {
 		defer b.Enter(headName)()
 		if !a.TieEmbeddings {
@@ -404,6 +405,10 @@ func (m *builder) decoder() {
 			logits = m.lmHead(x, w)
 		}
 	}()
+	if chunked && m.o.Loss.Kind == LossFusedLinear {
+		m.fusedLinearLoss(headName, x, w, labels)
+		return
+	}
 	if chunked {
 		m.chunkedLoss(headName, x, w, labels)
 		return

@@ -24,6 +24,10 @@ const (
 	// sequence, so the logits of the whole batch never exist at once; each
 	// chunk's log_softmax output is still saved for backward.
 	LossChunked
+	// LossFusedLinear is a fused linear cross-entropy (Liger-Kernel's
+	// LigerFusedLinearCrossEntropy): the logits exist one chunk of tokens at a
+	// time and only the gradients of the hidden states and the head are kept.
+	LossFusedLinear
 )
 
 // Upcast says where a chunked loss's logits become float32.
@@ -57,6 +61,8 @@ func (l Loss) String() string {
 	switch l.Kind {
 	case LossNative:
 		return "native"
+	case LossFusedLinear:
+		return "fused-linear"
 	case LossChunked:
 		var sb strings.Builder
 		sb.WriteString("chunked")
@@ -86,6 +92,8 @@ func ParseLoss(s string) (Loss, error) {
 		return Loss{}, nil
 	case "native":
 		return Loss{Kind: LossNative}, nil
+	case "fused-linear", "liger":
+		return Loss{Kind: LossFusedLinear}, nil
 	}
 	rest, ok := strings.CutPrefix(t, "chunked")
 	if !ok {
@@ -119,6 +127,22 @@ func ParseLoss(s string) (Loss, error) {
 		}
 	}
 	return l, nil
+}
+
+// fusedLinearLoss is Liger's lce_forward for a causal LM: the hidden states
+// of all but the last position are made contiguous (hidden_states[..., :-1,
+// :].contiguous(), a copy) and flattened, and the fused kernel takes them
+// with the head weight (liger_kernel/transformers/model/llama.py lce_forward,
+// v0.4).
+func (m *builder) fusedLinearLoss(head string, x, w, labels ir.TensorID) {
+	b := m.b
+	B, S := m.bs()
+	H := b.Shape(x)[2]
+	defer b.Enter("loss")()
+	xs := b.View("shift_hidden_states", x, B, S-1, H)
+	xs = b.Copy("shift_hidden_states_contiguous", xs, B*(S-1), H)
+	lab := b.View("shift_labels", labels, B*(S-1))
+	b.FusedLinearCrossEntropy("fused_linear_cross_entropy", xs, w, lab)
 }
 
 // chunkedLoss applies the head weight w to x [B, S, H] chunk by chunk of
