@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/units"
+)
+
+// loraSpec is llama-3.2-1b with LoRA on q_proj and v_proj, pure bf16.
+func loraSpec(t *testing.T) Spec {
+	return Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW,
+		LoRA: &build.LoRA{Rank: 8, Alpha: 16, Dropout: 0.05, Targets: []string{"q_proj", "v_proj"}}}
+}
+
+// lit-gpt's attention keeps the whole fused qkv output alive: SDPA saves v,
+// a view of it (lit_gpt/model.py @8641822 CausalSelfAttention.forward), where
+// transformers' separate v_proj keeps only v. Per layer that is q and k's
+// columns more: (heads + kv heads) x head_dim values per token.
+func TestLitGPTCodeKeepsFusedQKV(t *testing.T) {
+	hf := loraSpec(t)
+	hf.LoRA = &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"o_proj"}}
+	lit := hf
+	lit.Sem.Code = build.CodeLitGPT
+	a := hf.Model
+	rh, rl := semPlan(t, hf), semPlan(t, lit)
+	tokens := int64(hf.MicroBatch * hf.Seq)
+	// The first layer's attention reads the frozen embedding's output and
+	// saves nothing; the rest keep q and k's columns.
+	qk := units.BF16.Size(tokens * int64((a.Heads+a.KVHeads)*a.HeadDim) * int64(a.Layers-1))
+	// lit-gpt's RMSNorm saves a bfloat16 rsqrt where the fused kernel saves
+	// a float32 rstd: two bytes less per token and norm (every norm but the
+	// first layer's input norm).
+	norms := units.Bytes(2 * tokens * int64(2*a.Layers))
+	if got := rl.Sim.SavedTotal - rh.Sim.SavedTotal; got != qk-norms {
+		t.Errorf("lit-gpt saves %v more than transformers, want %v (q and k columns) less %v (rstd)", got, qk, norms)
+	}
+}
+
+// PyTorch 2.1's MeanBackward1 keeps mean.dim's input (Functions.h in the
+// 2.1.0 wheel), so lit-gpt's unfused RMSNorm saves x*x: one [tokens, hidden]
+// bfloat16 tensor per norm whose input requires grad (not the first
+// layer's, whose input comes from the frozen embedding).
+func TestMeanSavesInput(t *testing.T) {
+	s := loraSpec(t)
+	s.LoRA = &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"qkv_proj"}}
+	s.Sem.Code = build.CodeLitGPT
+	with := s
+	with.Sem.MeanSavesInput = true
+	a := s.Model
+	r0, r1 := semPlan(t, s), semPlan(t, with)
+	norms := int64(2*a.Layers+1) - 1
+	want := units.BF16.Size(norms * int64(s.MicroBatch*s.Seq) * int64(a.Hidden))
+	if got := r1.Sim.SavedTotal - r0.Sim.SavedTotal; got != want {
+		t.Errorf("mean keeping its input saves %v more, want %v (%d norms)", got, want, norms)
+	}
+}
+
+// peft keeps adapters over a 16-bit model in float32 and casts their input
+// (peft tuners_utils.py @v0.13.0 _cast_adapter_dtype); litgpt and torchtune
+// keep them in the model's dtype. One dropout per input instead of per
+// target (litgpt's LoRAQKVLinear) saves one mask and output per shared
+// input.
+func TestLoRASemantics(t *testing.T) {
+	peft := loraSpec(t)
+	model := peft
+	model.Sem.LoRAModelDType = true
+	shared := model
+	shared.Sem.LoRASharedDropout = true
+	rp, rm, rs := semPlan(t, peft), semPlan(t, model), semPlan(t, shared)
+	a := peft.Model
+	adapters := int64(a.Layers) * 8 * int64(2*a.Hidden+a.Heads*a.HeadDim+a.KVHeads*a.HeadDim)
+	if d := rp.Sim.ModelStates.Parameters - rm.Sim.ModelStates.Parameters; d != units.Bytes(2*adapters) {
+		t.Errorf("float32 adapters hold %v more than bfloat16 ones, want %v", d, 2*adapters)
+	}
+	if rm.Sim.SavedTotal >= rp.Sim.SavedTotal {
+		t.Errorf("model-dtype adapters save %v, float32 ones %v: want less", rm.Sim.SavedTotal, rp.Sim.SavedTotal)
+	}
+	tokens := int64(peft.MicroBatch * peft.Seq)
+	// q_proj and v_proj read the same input: one dropout (bf16 output and
+	// bool mask) less per layer; the first layer's mask is never kept (its
+	// input does not require grad).
+	want := units.Bytes(int64(a.Layers)*tokens*int64(a.Hidden)*3 - tokens*int64(a.Hidden))
+	if d := rm.Sim.SavedTotal - rs.Sim.SavedTotal; d != want {
+		t.Errorf("a shared dropout saves %v less, want %v", d, want)
+	}
+}
+
+// Lightning's bitsandbytes plugin swaps every torch.nn.Linear, the head
+// too (fabric/plugins/precision/bitsandbytes.py @71aed751 L119-134), and
+// quantises from a float16 copy, so each dequantisation makes a float16 and
+// a compute-dtype copy (L205-229; bitsandbytes _functions.py @0.41.1
+// MatMul4Bit.forward).
+func TestQuantizedHeadAndFloat16State(t *testing.T) {
+	s := loraSpec(t)
+	s.QLoRA = true
+	head := s
+	head.Sem.Quant.Head = true
+	a := s.Model
+	r0, rh := semPlan(t, s), semPlan(t, head)
+	if a.TieEmbeddings {
+		if r0.Sim.ModelStates.Parameters != rh.Sim.ModelStates.Parameters {
+			t.Errorf("a tied head is the embedding and stays as it is")
+		}
+	}
+	untied := catalog(t, "llama-2-7b")
+	s.Model, head.Model = untied, untied
+	r0, rh = semPlan(t, s), semPlan(t, head)
+	vh := int64(untied.Vocab) * int64(untied.Hidden)
+	// bfloat16 (2 bytes) -> NF4 with double quantisation (0.5 + 1/64 + 4/16384).
+	want := units.Bytes(2*vh) - units.Bytes(vh/2+vh/64+(vh/64+255)/256*4)
+	if d := r0.Sim.ModelStates.Parameters - rh.Sim.ModelStates.Parameters; d < want-64 || d > want+64 {
+		t.Errorf("a 4-bit head holds %v less, want about %v", d, want)
+	}
+	f16 := head
+	f16.Sem.Quant.DequantCopy = true
+	g0, err := build.Graph(untied, build.Options{MicroBatch: 1, Seq: 64, Precision: ops.PureBF16, Training: true, LoRA: s.LoRA, QLoRA: true, Quant: head.Sem.Quant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g1, err := build.Graph(untied, build.Options{MicroBatch: 1, Seq: 64, Precision: ops.PureBF16, Training: true, LoRA: s.LoRA, QLoRA: true, Quant: f16.Sem.Quant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range g0.Nodes {
+		if k := g0.Nodes[i].Kind; k == "linear_4bit" && g1.Nodes[i].Workspace != 2*g0.Nodes[i].Workspace {
+			t.Errorf("%s: dequantisation through float16 holds %v, want twice %v", g0.Nodes[i].Module, g1.Nodes[i].Workspace, g0.Nodes[i].Workspace)
+		}
+	}
+}
+
+// PyTorch 2.x's cuBLAS handle takes its workspace from the caching
+// allocator, one per handle and stream, and backward runs on autograd's own
+// thread (aten/src/ATen/cuda/CublasHandlePool.cpp; PyTorch #83461/#86645,
+// #91564): a training step holds two, inference one; 32 MiB each on
+// compute capability 9.0, else 8,519,680 bytes.
+func TestCublasWorkspace(t *testing.T) {
+	for _, c := range []struct {
+		gpu  string
+		each units.Bytes
+	}{{"a100-40gb", 8519680}, {"h100-sxm", 32 << 20}} {
+		g, err := hw.Lookup(c.gpu)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := Spec{Model: catalog(t, "gpt2"), Seq: 128, GPU: g, FirstStep: true}
+		s.Sem.Workspace = AutoWorkspace
+		r := semPlan(t, s)
+		if got := r.Sim.Peak.Cat[ir.Other] - semPlan(t, Spec{Model: s.Model, Seq: 128, GPU: g}).Sim.Peak.Cat[ir.Other]; got != 2*c.each {
+			t.Errorf("%s training: workspaces %v, want 2 x %v", c.gpu, got, c.each)
+		}
+		if fw := r.First.PhasePeak[ir.Forward].Cat[ir.Other] - semPlan(t, Spec{Model: s.Model, Seq: 128, GPU: g, FirstStep: true}).First.PhasePeak[ir.Forward].Cat[ir.Other]; fw != c.each {
+			t.Errorf("%s first forward: %v, want one workspace %v (autograd's thread has not run yet)", c.gpu, fw, c.each)
+		}
+		inf := s
+		inf.Mode = Infer
+		base := inf
+		base.Sem.Workspace = 0
+		if got := semPlan(t, inf).Sim.Peak.Cat[ir.Other] - semPlan(t, base).Sim.Peak.Cat[ir.Other]; got != c.each {
+			t.Errorf("%s inference: workspaces %v, want one %v", c.gpu, got, c.each)
+		}
+	}
+}
+
+// Each parallel group of more than one GPU costs one NCCL communicator's
+// device memory (NVIDIA/nccl #964).
+func TestCommOverhead(t *testing.T) {
+	g, _ := hw.Lookup("h100-sxm")
+	s := Spec{Model: catalog(t, "gpt2"), GPU: g, DP: 8, TP: 2}
+	s.Sem.Overhead, s.Sem.CommOverhead = 400e6, 544e6
+	if got, want := s.CapacityBytes(), g.Capacity()-400e6-2*544e6; got != want {
+		t.Errorf("usable %v, want %v", got, want)
+	}
+}
