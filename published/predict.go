@@ -136,14 +136,17 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 				mustSet(rec, kv)
 			}
 		}
-		switch ck := strings.ToLower(strings.TrimSpace(r.Checkpointing)); ck {
-		case "", "none":
+		switch ck := checkpointingOf(r.Checkpointing); ck {
+		case "none":
 		case "full":
 			mustSet(rec, "checkpoint=full")
 		case "unknown":
 			lack("activation_checkpointing", "the source does not say whether activations were checkpointed")
 		default:
-			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full)", r.Checkpointing)
+			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full: every block)", r.Checkpointing)
+		}
+		if l := lossOf(r.Loss); l != "" {
+			mustSet(rec, "loss="+l)
 		}
 	}
 
@@ -157,8 +160,24 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 		s.DP = max(r.Parallel.Degree, 1)
 	case "fsdp":
 		lack("parallel", "FSDP as %s runs it (%s) is not modelled: FSDP1 keeps frozen and trainable weights of a unit in one FlatParameter whose gradient covers both, and leaves the root unit unsharded", r.Framework, firstClause(r.Parallel.Details))
+	case "zero", "deepspeed":
+		m := zeroStageRE.FindStringSubmatch(strings.ToLower(r.Parallel.Details))
+		if m == nil {
+			lack("parallel", "ZeRO without a stage in its details (want e.g. \"stage 2\")")
+			break
+		}
+		s.DP = max(r.Parallel.Degree, r.GPUs, 1)
+		if s.DP > 1 {
+			s.ZeRO = int(m[1][0] - '0')
+		}
+		d := strings.ToLower(r.Parallel.Details)
+		s.Offload.Optimizer = strings.Contains(d, "offload_optimizer") || strings.Contains(d, "optimizer offload")
+		s.Offload.Params = strings.Contains(d, "offload_param") || strings.Contains(d, "parameter offload")
+		if s.Offload.Params {
+			s.Offload.Optimizer = false // parameter offload moves the optimizer too
+		}
 	default:
-		lack("parallel", "strategy %q is not mapped (none, ddp)", r.Parallel.Strategy)
+		lack("parallel", "strategy %q is not mapped (none, ddp, fsdp, zero)", r.Parallel.Strategy)
 	}
 
 	// PEFT and quantization.
@@ -175,21 +194,18 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 					lack("peft.targets", "%s", m)
 				}
 			} else {
-				l.Targets = p.Targets
+				l.Targets = hfTargets(p.Targets)
 			}
 			s.LoRA = l
 		}
 	}
 	if q := r.Quantization; q != nil {
-		switch strings.ToLower(strings.TrimSpace(*q)) {
-		case "bnb.nf4":
-			s.QLoRA = true
-			mustSet(rec, "qlora.double-quant=false")
-		case "bnb.nf4-dq":
-			s.QLoRA = true
-			mustSet(rec, "qlora.double-quant=true")
+		switch dq, ok := nf4Of(*q); {
+		case !ok:
+			lack("quantization", "%q is not modelled (NF4 4-bit base weights: bnb.nf4, bnb.nf4-dq, torchao NF4)", *q)
 		default:
-			lack("quantization", "%q is not modelled (bnb.nf4, bnb.nf4-dq)", *q)
+			s.QLoRA = true
+			mustSet(rec, fmt.Sprintf("qlora.double-quant=%t", dq))
 		}
 		if s.QLoRA && s.LoRA == nil {
 			lack("quantization", "4-bit base weights without LoRA adapters are not modelled")
@@ -204,7 +220,66 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	return &s, rec, nil
 }
 
-var newTokensRE = regexp.MustCompile(`max_new_tokens\s*=\s*(\d{1,7})`)
+var (
+	newTokensRE = regexp.MustCompile(`max_new_tokens\s*=\s*(\d{1,7})`)
+	zeroStageRE = regexp.MustCompile(`(?:stage|zero)[\s_:=-]*([0-3])`)
+)
+
+// checkpointingOf reads activation checkpointing in the framework's words:
+// none, full (every block), unknown, or the text itself.
+func checkpointingOf(s string) string {
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch t {
+	case "", "none", "false", "off", "no", "disabled":
+		return "none"
+	case "full", "true", "on", "yes", "enabled", "gradient_checkpointing=true", "enable_activation_checkpointing: true":
+		return "full"
+	case "unknown":
+		return "unknown"
+	}
+	return t
+}
+
+// lossOf reads a loss the row names that the recipe does not imply.
+func lossOf(s *string) string {
+	if s == nil {
+		return ""
+	}
+	t := strings.ToLower(*s)
+	if strings.Contains(t, "liger") || strings.Contains(t, "fused linear cross") || strings.Contains(t, "fused_linear_cross") {
+		return "fused-linear"
+	}
+	return ""
+}
+
+// nf4Of reads a 4-bit NF4 quantisation and whether its constants are
+// double-quantised (bnb.nf4-dq, bnb_4bit_use_double_quant, torchao's
+// NF4Tensor with its int8 scalers).
+func nf4Of(s string) (dq, ok bool) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if !strings.Contains(t, "nf4") {
+		return false, false
+	}
+	return strings.Contains(t, "-dq") || strings.Contains(t, "double") || strings.Contains(t, "torchao"), true
+}
+
+// torchtuneTargets maps torchtune's module names to transformers' (the
+// names memplan's builders use).
+var torchtuneTargets = map[string]string{"output_proj": "o_proj", "w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+
+func hfTargets(ts []string) []string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		if n, ok := torchtuneTargets[t]; ok {
+			t = n
+		}
+		if strings.EqualFold(t, "all") || strings.EqualFold(t, "all_linear") {
+			t = "all-linear"
+		}
+		out = append(out, t)
+	}
+	return out
+}
 
 func mustSet(r *recipe.Recipe, kv string) {
 	if err := r.Set(kv); err != nil {
@@ -224,7 +299,9 @@ func firstClause(s string) string {
 
 // precisionOf reads a precision in the framework's terms.
 func precisionOf(s string) (ops.Precision, bool) {
-	t := strings.ToLower(s)
+	t := strings.NewReplacer(" ", "", "\"", "", "'", "", "--", "").Replace(strings.ToLower(s))
+	t = strings.ReplaceAll(t, ":", "=")
+	t = strings.ReplaceAll(t, "dtype=", "dtype: ")
 	for _, c := range []struct {
 		has string
 		p   ops.Precision
@@ -233,7 +310,8 @@ func precisionOf(s string) (ops.Precision, bool) {
 		{"bf16-true", ops.PureBF16}, {"16-true", ops.PureFP16},
 		{"bf16-mixed", ops.AMPBF16}, {"16-mixed", ops.AMPFP16},
 		{"dtype: bf16", ops.PureBF16}, {"dtype: fp16", ops.PureFP16}, {"dtype: fp32", ops.FP32},
-		{"fp16=true", ops.AMPFP16}, {"bf16=true", ops.AMPBF16},
+		{"fp16=true", ops.AMPFP16}, {"bf16=true", ops.AMPBF16}, {"fp16true", ops.AMPFP16}, {"bf16true", ops.AMPBF16},
+		{"autocast(dtype: torch.bfloat16)", ops.AMPBF16}, {"autocast(dtype: torch.float16)", ops.AMPFP16},
 		{"amp-bf16", ops.AMPBF16}, {"amp-fp16", ops.AMPFP16},
 		{"fp32", ops.FP32}, {"32-true", ops.FP32},
 	} {

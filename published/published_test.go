@@ -154,3 +154,62 @@ func TestTypeErrorsSpeakJSON(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// Framework terms map to memplan's rows the way the frameworks mean them.
+func TestFrameworkTerms(t *testing.T) {
+	for in, want := range map[string]string{
+		"bf16-true":                            "pure-bf16",
+		"dtype: bf16":                          "pure-bf16",
+		"dtype: fp32":                          "fp32",
+		"bf16=True (autocast)":                 "amp-bf16",
+		"--bf16 true":                          "amp-bf16",
+		"bf16: true":                           "amp-bf16",
+		"fp16=True (GradScaler)":               "amp-fp16",
+		"16-mixed":                             "amp-fp16",
+		"fp32 (Trainer default)":               "fp32",
+		"torch.autocast(dtype=torch.bfloat16)": "amp-bf16",
+	} {
+		p, ok := precisionOf(in)
+		if !ok || p.String() != want {
+			t.Errorf("precision %q: %v %v, want %s", in, p, ok, want)
+		}
+	}
+	if _, ok := precisionOf("FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)"); ok {
+		t.Error("FSDP2's mixed precision over float32 shards is no precision row yet")
+	}
+	for in, want := range map[string]string{"none": "none", "False": "none", "full": "full", "True": "full", "gradient_checkpointing=True": "full", "unknown": "unknown", "selective op": "selective op"} {
+		if got := checkpointingOf(in); got != want {
+			t.Errorf("checkpointing %q: %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string][2]bool{"bnb.nf4": {false, true}, "bnb.nf4-dq": {true, true}, "bitsandbytes nf4, double quant": {true, true}, "torchao NF4": {true, true}, "int8": {false, false}, "gptq": {false, false}} {
+		dq, ok := nf4Of(in)
+		if [2]bool{dq, ok} != want {
+			t.Errorf("quantization %q: dq %v ok %v, want %v", in, dq, ok, want)
+		}
+	}
+	for in, want := range map[string]string{"ZeRO stage 2, overlap_comm": "2", "zero-3 with offload_param": "3", "stage: 1": "1"} {
+		if m := zeroStageRE.FindStringSubmatch(strings.ToLower(in)); m == nil || m[1] != want {
+			t.Errorf("zero details %q: %v, want stage %s", in, m, want)
+		}
+	}
+	if got := strings.Join(hfTargets([]string{"q_proj", "output_proj", "w1", "w2", "w3", "all"}), ","); got != "q_proj,o_proj,gate_proj,down_proj,up_proj,all-linear" {
+		t.Errorf("torchtune targets: %s", got)
+	}
+	var lacks []Lack
+	for in, want := range map[string]string{
+		"torch.optim.AdamW (fused=True)":           "optimizer=adamw,optimizer.impl=fused",
+		"bitsandbytes.optim.PagedAdamW8bit":        "optimizer=adamw8bit,optimizer.paged=true",
+		"adamw_hf":                                 "optimizer=adamw,optimizer.impl=single",
+		"torch.optim.AdamW, optimizer_in_bwd=True": "optimizer=adamw,optimizer.in-backward=true",
+		"torch.optim.SGD(momentum=0.9)":            "optimizer=sgd-momentum",
+		"adafactor (Trainer optim='adafactor')":    "optimizer=adafactor",
+	} {
+		if got := strings.Join(optimizerOf(in, &lacks), ","); got != want {
+			t.Errorf("optimizer %q: %s, want %s", in, got, want)
+		}
+	}
+	if len(lacks) > 0 {
+		t.Errorf("lacks %v", lacks)
+	}
+}

@@ -102,6 +102,19 @@ var switches = []Switch{
 			s.Sem.Quant.SavesInput = old
 			return nil
 		}},
+	{Key: "qlora.quantize", Values: "all-linear, targets",
+		Doc: "which base linears QLoRA stores in 4 bits: every linear of the body (transformers' load_in_4bit, Lightning's plugin) or only the ones LoRA adapts (torchtune's LoRALinear(quantize_base=True))",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "all-linear":
+				s.Sem.Quant.TargetsOnly = false
+			case "targets":
+				s.Sem.Quant.TargetsOnly = true
+			default:
+				return fmt.Errorf("want all-linear or targets")
+			}
+			return nil
+		}},
 	{Key: "qlora.head", Values: "true, false",
 		Doc:   "the LM head is a 4-bit linear too (Lightning's bitsandbytes plugin swaps every torch.nn.Linear; transformers' load_in_4bit keeps the head)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.Head = b })},

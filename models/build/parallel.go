@@ -256,7 +256,7 @@ func (m *builder) dense(name string, x ir.TensorID, in, out int, bias bool, p pa
 			if target {
 				defer b.Enter("base_layer")()
 			}
-			y = m.baseLinear(x, inL, outL, bias && !lateBias)
+			y = m.baseLinear(x, inL, outL, bias && !lateBias, !m.o.Quant.TargetsOnly || target)
 		}()
 		if target {
 			y = m.loraBranch(x, y, inL, outL)
@@ -277,9 +277,11 @@ func (m *builder) dense(name string, x ir.TensorID, in, out int, bias bool, p pa
 
 // baseLinear registers and applies the weight of a linear in the current
 // scope.
-func (m *builder) baseLinear(x ir.TensorID, in, out int64, bias bool) ir.TensorID {
+// quantised says whether QLoRA makes this one 4-bit (Quant.TargetsOnly
+// quantises only the adapted linears).
+func (m *builder) baseLinear(x ir.TensorID, in, out int64, bias, quantised bool) ir.TensorID {
 	b := m.b
-	if m.o.QLoRA {
+	if m.o.QLoRA && quantised {
 		w := b.TypedFrozenParam("weight", units.NF4, out, in)
 		absmax, nested := m.nf4Constants(out * in)
 		bi := ir.NoTensor

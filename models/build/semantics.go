@@ -50,6 +50,10 @@ type Quant struct {
 	// (bnb.nf4, compress_statistics=False) instead of 8-bit absmax with
 	// float32 constants per 256 blocks (bnb.nf4-dq).
 	NoDoubleQuant bool
+	// TargetsOnly quantises only the linears LoRA adapts (torchtune's
+	// LoRALinear(quantize_base=True); the others stay in the model dtype),
+	// instead of every linear of the body (transformers' load_in_4bit).
+	TargetsOnly bool
 	// Head quantises the LM head too (litgpt's bitsandbytes plugin swaps
 	// every torch.nn.Linear, lm_head included; transformers' load_in_4bit
 	// leaves it alone). A tied head stays as it is.
