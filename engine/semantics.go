@@ -15,6 +15,9 @@ import (
 type Semantics struct {
 	// Code is whose modeling code runs the model (transformers', litgpt's).
 	Code build.Code
+	// EagerRMSNorm runs RMSNorm as transformers' eager ops rather than one
+	// fused kernel.
+	EagerRMSNorm bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1).
 	MeanSavesInput bool
 	// Loss is how a causal LM's loss is computed.
@@ -78,6 +81,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.Quant = m.Quant
 	o.Code = m.Code
 	o.MeanSavesInput = m.MeanSavesInput
+	o.EagerRMSNorm = m.EagerRMSNorm
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
 		l := *o.LoRA
 		l.ModelDType, l.SharedDropout = m.LoRAModelDType, m.LoRASharedDropout

@@ -54,6 +54,19 @@ var switches = []Switch{
 			s.Sem.Code, err = build.ParseCode(v)
 			return err
 		}},
+	{Key: "kernels.rms-norm", Values: "eager, fused",
+		Doc: "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). litgpt's own RMSNorm follows model.code",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "eager":
+				s.Sem.EagerRMSNorm = true
+			case "fused":
+				s.Sem.EagerRMSNorm = false
+			default:
+				return fmt.Errorf("want eager or fused")
+			}
+			return nil
+		}},
 	{Key: "autograd.mean-saves-input", Values: "true, false",
 		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.MeanSavesInput = b })},

@@ -98,6 +98,11 @@ type Options struct {
 	// Code is whose modeling code runs the decoder (the zero value:
 	// transformers').
 	Code Code
+	// EagerRMSNorm runs RMSNorm as the modeling code's own eager ops
+	// (transformers' LlamaRMSNorm: a float32 copy, pow, mean, rsqrt, two
+	// products), instead of one fused kernel that saves its input and a
+	// float32 rstd (apex FusedRMSNorm, Liger, Transformer Engine).
+	EagerRMSNorm bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1), which
 	// unfused RMSNorms (litgpt's) pay for with an x*x per norm.
 	MeanSavesInput bool
@@ -239,6 +244,9 @@ func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 	w := m.param("weight", int64(dim))
 	if m.a.Norm == "rmsnorm" && m.o.Code == CodeLitGPT {
 		return m.litgptRMSNorm(x, w)
+	}
+	if m.a.Norm == "rmsnorm" && m.o.EagerRMSNorm {
+		return m.hfRMSNorm(x, w)
 	}
 	if m.a.Norm == "rmsnorm" {
 		return m.b.RMSNorm("out", x, w)

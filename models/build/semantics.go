@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/units"
 
 	"github.com/memplan/memplan/ops"
 )
@@ -76,4 +78,31 @@ func (m *builder) litgptRMSNorm(x, w ir.TensorID) ir.TensorID {
 	r := b.Unary("rsqrt", "rsqrt", ms)
 	xn := b.Binary("mul", "x_normed", x, r)
 	return b.Binary("mul", "out", w, xn)
+}
+
+// hfRMSNorm is transformers' eager RMSNorm (LlamaRMSNorm, copied by
+// mistral, mixtral, qwen2/3, phi3; modeling_llama.py @v4.46.0):
+//
+//	hidden_states = hidden_states.to(torch.float32)
+//	variance = hidden_states.pow(2).mean(-1, keepdim=True)
+//	hidden_states = hidden_states * torch.rsqrt(variance + eps)
+//	return self.weight * hidden_states.to(input_dtype)
+//
+// It saves the float32 input (pow and the product keep it), the rsqrt, the
+// pow's output where mean.dim keeps its input, and the normalised states in
+// the input dtype when the weight is trained. Gemma's (modeling_gemma.py)
+// multiplies by (1 + weight) in float32 before casting back, so it keeps the
+// float32 normalised states instead.
+func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
+	b := m.b
+	dt := b.Tensor(x).DType
+	xf := b.To(x, units.F32)
+	sq := b.Unary("pow2", "pow", xf)
+	ms := b.MeanLast("variance", sq, m.o.MeanSavesInput)
+	r := b.Unary("rsqrt", "rsqrt", ms)
+	h := b.Binary("mul", "normed", xf, r)
+	if m.a.Family == models.FamilyGemma || m.a.Family == models.FamilyGemma2 {
+		return b.To(b.Binary("mul", "scaled", h, b.To(w, units.F32)), dt)
+	}
+	return b.Binary("mul", "out", w, b.To(h, dt))
 }
