@@ -8,6 +8,7 @@ import (
 )
 
 // Family names, equal to the HuggingFace config.json "model_type" values.
+// Each family's defaults and policies are its row of families (families.go).
 //
 // Per-family quirks that matter for parameter counts and op structure:
 //
@@ -84,34 +85,6 @@ const (
 	FamilyBERT    = "bert"
 	FamilyViT     = "vit"
 )
-
-// Families returns the supported model_type values, sorted.
-func Families() []string {
-	return []string{
-		FamilyBERT, FamilyGemma, FamilyGemma2, FamilyGPT2, FamilyGPTNeoX,
-		FamilyLlama, FamilyMistral, FamilyMixtral, FamilyPhi, FamilyPhi3,
-		FamilyQwen2, FamilyQwen3, FamilyViT,
-	}
-}
-
-func knownFamily(f string) bool {
-	for _, k := range Families() {
-		if k == f {
-			return true
-		}
-	}
-	return false
-}
-
-// explicitHeadDimFamily reports whether the family lets config.json set
-// head_dim independently of hidden_size/num_attention_heads.
-func explicitHeadDimFamily(f string) bool {
-	switch f {
-	case FamilyLlama, FamilyMistral, FamilyMixtral, FamilyQwen2, FamilyQwen3, FamilyGemma, FamilyGemma2:
-		return true
-	}
-	return false
-}
 
 // Activation names accepted in hidden_act / activation_function (the keys of
 // transformers' ACT2FN that are plain elementwise functions).

@@ -50,6 +50,7 @@ func LoadFile(path string) (*Arch, error) {
 type parser struct {
 	name string
 	m    map[string]json.RawMessage
+	fam  *family // the row of the config's model_type
 }
 
 func (p *parser) errf(format string, args ...any) error {
@@ -81,23 +82,10 @@ func (p *parser) parse(data []byte) (*Arch, error) {
 	if a.TorchDType, _, err = p.strDef("", "torch_dtype", "dtype"); err != nil {
 		return nil, err
 	}
-	switch mt {
-	case FamilyGPT2:
-		err = p.gpt2(a)
-	case FamilyLlama, FamilyMistral, FamilyMixtral, FamilyQwen2, FamilyQwen3, FamilyGemma, FamilyGemma2, FamilyPhi3:
-		err = p.decoder(a)
-	case FamilyGPTNeoX:
-		err = p.neox(a)
-	case FamilyPhi:
-		err = p.phi(a)
-	case FamilyBERT:
-		err = p.bert(a)
-	case FamilyViT:
-		err = p.vit(a)
-	default:
+	if p.fam = lookupFamily(mt); p.fam == nil {
 		return nil, p.errf("unsupported model_type %q (supported: %s)", mt, strings.Join(Families(), ", "))
 	}
-	if err != nil {
+	if err = p.fam.parse(p, a); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -155,10 +143,11 @@ func (p *parser) gpt2(a *Arch) error {
 	return nil
 }
 
-// decoder handles the Llama-style families: llama, mistral, mixtral, qwen2,
-// qwen3, gemma, gemma2, phi3.
+// decoder handles the llama-like families (llama, mistral, mixtral, qwen2,
+// qwen3, gemma, gemma2, phi3): RMSNorm, rotary positions, gated MLP, with
+// the defaults and policies of the config's row of families.
 func (p *parser) decoder(a *Arch) error {
-	f := a.Family
+	f := p.fam
 	var err error
 	if err = p.coreSizes(a); err != nil {
 		return err
@@ -166,41 +155,22 @@ func (p *parser) decoder(a *Arch) error {
 	if a.KVHeads, err = p.optPos(a.Heads, maxHeads, "num_key_value_heads"); err != nil {
 		return err
 	}
-	defHeadDim := 0
-	switch f {
-	case FamilyGemma, FamilyGemma2:
-		defHeadDim = 256 // GemmaConfig / Gemma2Config default
-	case FamilyQwen3:
-		defHeadDim = 128 // Qwen3Config default
-	}
-	if explicitHeadDimFamily(f) {
-		if err = p.headDim(a, defHeadDim); err != nil {
-			return err
-		}
-	} else if err = p.headDim(a, 0); err != nil {
+	if err = p.headDim(a, f.HeadDim); err != nil {
 		return err
 	}
 	if a.Heads%a.KVHeads != 0 {
 		return p.errf("\"num_key_value_heads\" (%d) must divide \"num_attention_heads\" (%d)", a.KVHeads, a.Heads)
 	}
 
-	defMaxPos := map[string]int{
-		FamilyLlama: 2048, FamilyMistral: 4096 * 32, FamilyMixtral: 4096 * 32,
-		FamilyQwen2: 32768, FamilyQwen3: 32768, FamilyGemma: 8192, FamilyGemma2: 8192, FamilyPhi3: 4096,
-	}[f]
-	if a.MaxPositions, err = p.optPos(defMaxPos, maxPositions, "max_position_embeddings"); err != nil {
+	if a.MaxPositions, err = p.optPos(f.MaxPositions, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
 	a.PosEmbedding = "rotary"
-	defTheta := 10000.0
-	if f == FamilyMixtral {
-		defTheta = 1e6
-	}
-	if a.RopeTheta, err = p.posFloat(defTheta, "rope_theta"); err != nil {
+	if a.RopeTheta, err = p.posFloat(f.RopeTheta, "rope_theta"); err != nil {
 		return err
 	}
 	a.RotaryPct = 1
-	if f == FamilyPhi3 {
+	if f.PartialRotary {
 		if a.RotaryPct, err = p.frac(1, "partial_rotary_factor"); err != nil {
 			return err
 		}
@@ -210,45 +180,31 @@ func (p *parser) decoder(a *Arch) error {
 		return err
 	}
 	a.GatedMLP = true
-
-	// Activation. Gemma reads hidden_activation; the legacy hidden_act
-	// ("gelu") is overridden to the tanh approximation by transformers.
-	switch f {
-	case FamilyGemma, FamilyGemma2:
-		if a.Act, err = p.act("gelu_pytorch_tanh", "hidden_activation"); err != nil {
-			return err
-		}
-		a.EmbedScale = true
-	default:
-		if a.Act, err = p.act("silu", "hidden_act"); err != nil {
-			return err
-		}
+	if a.Act, err = p.act(f.Act, f.ActKey); err != nil {
+		return err
 	}
+	a.EmbedScale = f.EmbedScale
 
-	// Biases.
-	switch f {
-	case FamilyLlama, FamilyQwen3, FamilyGemma, FamilyGemma2:
+	switch f.Bias {
+	case attentionBiasKey:
 		bias, err := p.boolDef(false, "attention_bias")
 		if err != nil {
 			return err
 		}
 		a.QKVBias, a.OutBias = bias, bias
-	case FamilyQwen2:
+	case qkvBiasOnly:
 		a.QKVBias, a.OutBias = true, false
 	}
-	if f == FamilyLlama {
+	if f.MLPBiasKey {
 		if a.MLPBias, err = p.boolDef(false, "mlp_bias"); err != nil {
 			return err
 		}
 	}
-	a.QKNorm = f == FamilyQwen3
-	a.PostNorms = f == FamilyGemma2
-	if f == FamilyPhi3 {
-		a.FusedQKV, a.FusedGateUp = true, true
-	}
+	a.QKNorm = f.QKNorm
+	a.PostNorms = f.PostNorms
+	a.FusedQKV, a.FusedGateUp = f.FusedQKV, f.FusedGateUp
 
-	defTie := f == FamilyGemma || f == FamilyGemma2
-	if a.TieEmbeddings, err = p.boolDef(defTie, "tie_word_embeddings"); err != nil {
+	if a.TieEmbeddings, err = p.boolDef(f.TieEmbeddings, "tie_word_embeddings"); err != nil {
 		return err
 	}
 
@@ -260,46 +216,45 @@ func (p *parser) decoder(a *Arch) error {
 		}
 		return p.optNonNeg(def, maxPositions, "sliding_window")
 	}
-	switch f {
-	case FamilyMistral, FamilyMixtral, FamilyPhi3:
-		def := 0
-		if f == FamilyMistral {
-			def = 4096
-		}
-		if a.SlidingWindow, err = window(def); err != nil {
+	switch f.Window {
+	case windowKey:
+		if a.SlidingWindow, err = window(f.SlidingWindow); err != nil {
 			return err
 		}
-	case FamilyQwen2, FamilyQwen3:
+	case windowIfUsed:
 		use, err := p.boolDef(false, "use_sliding_window")
 		if err != nil {
 			return err
 		}
 		if use {
-			if a.SlidingWindow, err = window(4096); err != nil {
+			if a.SlidingWindow, err = window(f.SlidingWindow); err != nil {
 				return err
 			}
 		}
-	case FamilyGemma2:
-		if a.SlidingWindow, err = window(4096); err != nil {
-			return err
+	}
+	a.SlidingWindowAlternating = f.WindowAlternating && a.SlidingWindow > 0
+	for _, c := range []struct {
+		v   *float64
+		def float64
+		key string
+	}{
+		{&a.AttnLogitSoftcap, f.AttnLogitSoftcap, "attn_logit_softcapping"},
+		{&a.FinalLogitSoftcap, f.FinalLogitSoftcap, "final_logit_softcapping"},
+		{&a.QueryPreAttnScalar, f.QueryPreAttnScalar, "query_pre_attn_scalar"},
+	} {
+		if c.def == 0 {
+			continue // the family has no such key
 		}
-		a.SlidingWindowAlternating = a.SlidingWindow > 0
-		if a.AttnLogitSoftcap, err = p.nonNegFloat(50, "attn_logit_softcapping"); err != nil {
-			return err
-		}
-		if a.FinalLogitSoftcap, err = p.nonNegFloat(30, "final_logit_softcapping"); err != nil {
-			return err
-		}
-		if a.QueryPreAttnScalar, err = p.nonNegFloat(256, "query_pre_attn_scalar"); err != nil {
+		if *c.v, err = p.nonNegFloat(c.def, c.key); err != nil {
 			return err
 		}
 	}
 
-	if f == FamilyMixtral {
+	if f.MoE {
 		if a.NumExperts, err = p.reqPos(maxExperts, "num_local_experts"); err != nil {
 			return err
 		}
-		if a.ExpertsPerToken, err = p.optPos(2, maxExperts, "num_experts_per_tok"); err != nil {
+		if a.ExpertsPerToken, err = p.optPos(f.ExpertsPerToken, maxExperts, "num_experts_per_tok"); err != nil {
 			return err
 		}
 		if a.ExpertsPerToken > a.NumExperts {
@@ -310,7 +265,7 @@ func (p *parser) decoder(a *Arch) error {
 	if a.AttnDropout, err = p.prob(0, "attention_dropout"); err != nil {
 		return err
 	}
-	if f == FamilyPhi3 {
+	if f.ResidEmbdDropout {
 		if a.HiddenDropout, err = p.prob(0, "resid_pdrop"); err != nil {
 			return err
 		}
@@ -567,7 +522,7 @@ func (p *parser) coreSizes(a *Arch) error {
 // (def > 0 is the class default, def == 0 means hidden/heads), otherwise
 // requires heads to divide hidden.
 func (p *parser) headDim(a *Arch, def int) error {
-	if explicitHeadDimFamily(a.Family) {
+	if p.fam.HeadDimKey {
 		if _, ok := p.get("head_dim"); ok || def > 0 {
 			hd, err := p.optPos(def, maxDim, "head_dim")
 			if err != nil {

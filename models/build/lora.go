@@ -152,21 +152,10 @@ func splitTargets(s string) []string {
 }
 
 // defaultTargets are peft's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
-// entries for the families memplan builds.
+// entries for the families memplan builds: the LoRATargets of the family's
+// row of the models family table.
 func defaultTargets(family string) []string {
-	switch family {
-	case models.FamilyGPT2:
-		return []string{"c_attn"}
-	case models.FamilyGPTNeoX:
-		return []string{"query_key_value"}
-	case models.FamilyPhi3:
-		return []string{"qkv_proj"}
-	case models.FamilyPhi:
-		return []string{"q_proj", "v_proj", "fc1", "fc2"}
-	case models.FamilyBERT, models.FamilyViT:
-		return []string{"query", "value"}
-	}
-	return []string{"q_proj", "v_proj"}
+	return models.DefaultLoRATargets(family)
 }
 
 type loraState struct {
