@@ -35,7 +35,7 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityBytes()}
+			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus)}
 			if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
 				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
 					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
