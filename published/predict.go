@@ -33,6 +33,8 @@ func (l Lack) String() string { return l.Field + ": " + l.Capability }
 var frameworks = map[string]string{
 	"litgpt": "litgpt", "lit-gpt": "litgpt",
 	"hf-trainer": "hf", "transformers": "hf", "peft": "hf", "accelerate": "hf", "trl": "hf",
+	// Fine-tuning tools that run transformers' Trainer and models with peft.
+	"axolotl": "hf", "llama-factory": "hf", "llamafactory": "hf", "hf": "hf", "huggingface": "hf",
 	"torchtune": "torchtune", "torchtitan": "torchtitan",
 	"deepspeed": "deepspeed", "megatron-lm": "megatron", "megatron": "megatron", "nemo": "megatron",
 	"pytorch": "pytorch", "torch": "pytorch",
