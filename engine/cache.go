@@ -60,6 +60,9 @@ type cacheKey struct {
 	sched              string
 	wholeStages        bool
 	sem                Semantics
+	// flat: the graph is built for FSDP1 FlatParameters (Spec.flatParams),
+	// which depends on the ZeRO stage.
+	flat bool
 	// lowered marks the lowered program, before checkpointing (ckpt is
 	// empty).
 	lowered bool
@@ -79,7 +82,7 @@ func (s *Spec) cacheKey(first bool, stage int) (cacheKey, bool) {
 	return cacheKey{model: s.Model, micro: s.MicroBatch, seq: s.Seq, accum: s.Accum, prec: s.Precision, opt: s.Optimizer,
 		impl: s.Impl, attn: s.Attention, dev: s.Device, first: first, ckpt: s.Checkpoint.String(), tp: s.TP, ep: s.EP,
 		sp: s.SP, lora: s.LoRA, qlora: s.QLoRA, pp: s.PP, interleave: s.PPInterleave, st: stage, sched: s.PPSchedule,
-		wholeStages: s.wholeStages, sem: s.Sem}, true
+		wholeStages: s.wholeStages, sem: s.Sem, flat: s.flatParams()}, true
 }
 
 // DropSharded forgets the sharded programs (keeping those before

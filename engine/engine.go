@@ -396,6 +396,7 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 	sl := s.stageSlice(stage)
 	o.Layers = sl.layers
 	s.Sem.buildOptions(&o)
+	o.FSDPFlat = s.flatParams()
 	if s.Mode == Infer && !s.Model.Encoder {
 		o.KVContext = s.Seq + s.GenTokens
 	}

@@ -100,11 +100,19 @@ func (s *Spec) postTransforms() []strategy.Transform {
 func (s *Spec) shardTransforms() []strategy.Transform {
 	switch {
 	case s.ZeRO > 0:
-		return []strategy.Transform{&strategy.ZeRO{Stage: s.ZeRO, DP: s.DP, BucketElems: s.ZeROBucketElems}}
+		return []strategy.Transform{&strategy.ZeRO{Stage: s.ZeRO, DP: s.DP, BucketElems: s.ZeROBucketElems, Flat: s.flatParams()}}
 	case s.DP > 1:
 		return []strategy.Transform{&strategy.DDP{DP: s.DP}}
 	}
 	return nil
+}
+
+// flatParams reports whether the job shards with FSDP1 FlatParameters
+// (Sem.FSDPFlat under ZeRO-3 training): then the graph is built with the
+// frozen weights of adapted layers read through views that require grad
+// (build.Options.FSDPFlat) and ZeRO-3 runs in its Flat mode.
+func (s *Spec) flatParams() bool {
+	return s.Sem.FSDPFlat && s.ZeRO == 3 && s.Mode == Train
 }
 
 // offloadTransforms are the offload transforms.

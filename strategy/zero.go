@@ -77,6 +77,15 @@ import (
 //     ("zero3.reduce_scatter(unit)", FSDP's post-backward hook) rather than
 //     in DeepSpeed's buckets. The optimizer step reads the sharded
 //     parameters.
+//   - Stage 3 with Flat is FSDP1 with FlatParameters (use_orig_params=True),
+//     as Lightning's FSDPStrategy runs it on torch 2.1 (fsdpflat.go): the
+//     modules outside the layers form one root unit, gathered at its
+//     forward and kept unsharded until the end of the micro-step's backward;
+//     a unit whose FlatParameter requires grad gets a gradient for every
+//     weight in it, frozen ones included, concatenated into one unsharded
+//     flat gradient that is kept across the micro-steps accumulated under
+//     no_sync and reduce-scattered into a sharded flat gradient on the last
+//     one, whose views are the gradients the optimizer reads.
 //
 // Apply refuses DP < 2 and unknown stages.
 type ZeRO struct {
@@ -90,6 +99,9 @@ type ZeRO struct {
 	// BucketElems is stage 2's reduce_bucket_size in elements; 0 takes
 	// DeepSpeed's default 5e8; 1 reduces each gradient as it is ready.
 	BucketElems int64
+	// Flat shards stage 3 with FSDP1 FlatParameters (see above); other
+	// stages ignore it.
+	Flat bool
 
 	name string
 }
@@ -419,13 +431,17 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 	if prefetch < 0 {
 		prefetch = 0
 	}
-	us, unitOf := buildUnits(q)
+	us, unitOf := buildUnits(q, z.Flat)
 	for _, pid := range q.Params {
 		if q.Tensors[pid].Base == ir.NoTensor && !q.Tensors[pid].Host {
 			shardTensor(&q.Tensors[pid], N)
 		}
 	}
 	per := e.freshGrads(pg)
+	var fl *flatUnits
+	if z.Flat {
+		fl = e.newFlatUnits(pg, us, unitOf, per, full, N)
+	}
 	// gradUnitAt[m][t]: the unit whose gradient tensor t stands for in
 	// micro-step m (-1: none).
 	nt := len(q.Tensors)
@@ -444,6 +460,11 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 		}
 		for g, gm := range per[m] {
 			at[gm] = gradUnit[g]
+		}
+		if fl != nil {
+			for g, u := range fl.frozen[m] {
+				at[g] = u
+			}
 		}
 		gradUnitAt[m] = at
 	}
@@ -518,6 +539,9 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 		for j, k := range ks {
 			u := &us[k.u]
 			s := spans[k]
+			if fl != nil && fl.keepRoot(e, unitOf, k.u, g.m, g.phase, s.reads, s.last) {
+				continue
+			}
 			gather, remap := e.gatherUnit(u, full, s.reads, suffix, g.m, g.phase, N)
 			at := spans[ks[max(j-prefetch, 0)]].first
 			e.before[at] = append(e.before[at], gather)
@@ -525,8 +549,18 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 				substitute(&q.Ops[oi], remap)
 			}
 			flat := gather.Out[0]
+			if fl != nil && fl.rootGathered(e, k.u, g.m, g.phase, remap, flat) {
+				continue
+			}
+			if fl != nil && g.phase == ir.Backward {
+				e.after[s.last] = append(e.after[s.last], fl.accumulate(e, k.u, g.m)...)
+			}
 			e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
 			if g.phase != ir.Backward || g.m >= len(per) {
+				continue
+			}
+			if fl != nil {
+				e.after[s.last] = append(e.after[s.last], fl.reduce(e, k.u, g.m)...)
 				continue
 			}
 			var orig, fulls []ir.TensorID
@@ -541,6 +575,9 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 				e.after[s.last] = append(e.after[s.last], e.reduceScatter("zero3.reduce_scatter("+u.name+")", orig, fulls, g.m, g.phase, u.name, N))
 			}
 		}
+	}
+	if fl != nil {
+		fl.finish(e)
 	}
 	// Gradients of parameters no unit owns (never happens for lowered
 	// programs: a gradient comes from an op that reads its parameter).
@@ -622,9 +659,11 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 
 // buildUnits groups the parameters read by forward and backward ops into
 // units: one per block (ir.BlockOf of the reading op's module), merging
-// blocks that share a parameter. It returns the units in order of first use
-// and each tensor's unit (-1: none).
-func buildUnits(q *ir.Program) ([]unit, []int32) {
+// blocks that share a parameter. With root, the modules outside any indexed
+// block form one unit, "root" (FSDP's root module under a wrap policy of
+// layers). It returns the units in order of first use and each tensor's
+// unit (-1: none).
+func buildUnits(q *ir.Program, root bool) ([]unit, []int32) {
 	isParam := paramSet(q)
 	parent := map[string]string{}
 	var find func(string) string
@@ -648,6 +687,9 @@ func buildUnits(q *ir.Program) ([]unit, []int32) {
 		}
 		if op.Module != module || oi == 0 {
 			module, b = op.Module, ir.BlockOf(op.Module)
+			if root && !indexedBlock(b) {
+				b = ""
+			}
 		}
 		for _, t := range op.In {
 			o := ir.Storage(q.Tensors, t)
@@ -710,24 +752,7 @@ func (pg *paramGrads) isGrad(t ir.TensorID) bool { return pg.grad.has(t) }
 // gradient reads it instead).
 func pairGrads(q *ir.Program) (*paramGrads, error) {
 	isParam := paramSet(q)
-	// fwd[node*micros+micro] is the first forward op of a node in a
-	// micro-step (-1: none).
-	nodes, micros := 0, 1
-	for oi := range q.Ops {
-		nodes, micros = max(nodes, int(q.Ops[oi].Node)+1), max(micros, q.Ops[oi].Micro+1)
-	}
-	fwd := make([]int32, nodes*micros)
-	for i := range fwd {
-		fwd[i] = -1
-	}
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase == ir.Forward && !op.Recompute && op.Node >= 0 {
-			if k := int(op.Node)*micros + op.Micro; fwd[k] < 0 {
-				fwd[k] = int32(oi)
-			}
-		}
-	}
+	fwd, micros := forwardOps(q)
 	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}, grad: make(tensorSet, len(q.Tensors))}
 	hasGrad := make([]bool, len(q.Tensors))
 	for oi := range q.Ops {
@@ -771,6 +796,29 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		}
 	}
 	return pg, nil
+}
+
+// forwardOps indexes the first forward op of each node in each micro-step:
+// fwd[node*micros+micro] (-1: none).
+func forwardOps(q *ir.Program) (fwd []int32, micros int) {
+	nodes := 0
+	micros = 1
+	for oi := range q.Ops {
+		nodes, micros = max(nodes, int(q.Ops[oi].Node)+1), max(micros, q.Ops[oi].Micro+1)
+	}
+	fwd = make([]int32, nodes*micros)
+	for i := range fwd {
+		fwd[i] = -1
+	}
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Forward && !op.Recompute && op.Node >= 0 {
+			if k := int(op.Node)*micros + op.Micro; fwd[k] < 0 {
+				fwd[k] = int32(oi)
+			}
+		}
+	}
+	return fwd, micros
 }
 
 func containsTensor(ts []ir.TensorID, x ir.TensorID) bool {

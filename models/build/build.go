@@ -121,6 +121,13 @@ type Options struct {
 	// that strategy.Pipeline places on the first and last stages. The zero
 	// value builds every layer. Decoder families only.
 	Layers [2]int
+	// FSDPFlat (training with LoRA) builds the graph FSDP1 runs with
+	// FlatParameters (use_orig_params=True): in every layer that holds a
+	// trainable adapter, the frozen base weights are read through views of
+	// the layer's FlatParameter, which requires grad, so autograd keeps
+	// what their weight gradients need (fsdp.go). The weights themselves
+	// stay frozen: strategy.ZeRO{Flat: true} adds their gradients.
+	FSDPFlat bool
 }
 
 // ErrBadOptions wraps option errors.
@@ -132,40 +139,50 @@ const maxTokens = 1 << 31
 
 // Graph builds the forward graph of a for one micro-batch.
 func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
+	g, m, err := graph(a, o, nil)
+	if err != nil || len(m.flatViews) == 0 {
+		return g, err
+	}
+	return flatGraph(a, o, g, m)
+}
+
+// graph builds the graph; flatSkip names the layers (FSDPFlat) whose
+// weights stay plain frozen parameters.
+func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *builder, error) {
 	if err := a.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if o.MicroBatch <= 0 {
-		return nil, fmt.Errorf("%w: micro-batch must be positive, got %d", ErrBadOptions, o.MicroBatch)
+		return nil, nil, fmt.Errorf("%w: micro-batch must be positive, got %d", ErrBadOptions, o.MicroBatch)
 	}
 	if a.Family != models.FamilyViT && o.Seq <= 0 {
-		return nil, fmt.Errorf("%w: sequence length must be positive, got %d", ErrBadOptions, o.Seq)
+		return nil, nil, fmt.Errorf("%w: sequence length must be positive, got %d", ErrBadOptions, o.Seq)
 	}
 	if int64(o.MicroBatch)*int64(max(o.Seq, o.KVContext, 1)) > maxTokens {
-		return nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
+		return nil, nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
 	}
 	ctx := int64(max(o.Seq, o.KVContext))
 	if o.Attention == Eager && int64(o.MicroBatch)*int64(a.Heads)*int64(max(o.Seq, 1))*ctx > 1<<56 {
-		return nil, fmt.Errorf("%w: eager attention scores of %d × %d heads × %d × %d elements are too large", ErrBadOptions, o.MicroBatch, a.Heads, o.Seq, ctx)
+		return nil, nil, fmt.Errorf("%w: eager attention scores of %d × %d heads × %d × %d elements are too large", ErrBadOptions, o.MicroBatch, a.Heads, o.Seq, ctx)
 	}
 	if o.KVContext < 0 || (o.KVContext > 0 && o.KVContext < o.Seq) {
-		return nil, fmt.Errorf("%w: KV-cache context %d must be at least the sequence %d", ErrBadOptions, o.KVContext, o.Seq)
+		return nil, nil, fmt.Errorf("%w: KV-cache context %d must be at least the sequence %d", ErrBadOptions, o.KVContext, o.Seq)
 	}
 	if err := checkParallel(a, &o); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if o.Layers != [2]int{} {
 		if a.Encoder {
-			return nil, fmt.Errorf("%w: a layer range is for decoder families, not %s", ErrBadOptions, a.Family)
+			return nil, nil, fmt.Errorf("%w: a layer range is for decoder families, not %s", ErrBadOptions, a.Family)
 		}
 		if o.Layers[0] < 0 || o.Layers[0] >= o.Layers[1] || o.Layers[1] > a.Layers {
-			return nil, fmt.Errorf("%w: layer range [%d, %d) is not inside %s's %d layers", ErrBadOptions, o.Layers[0], o.Layers[1], a.Name, a.Layers)
+			return nil, nil, fmt.Errorf("%w: layer range [%d, %d) is not inside %s's %d layers", ErrBadOptions, o.Layers[0], o.Layers[1], a.Name, a.Layers)
 		}
 	} else {
 		o.Layers = [2]int{0, a.Layers}
 	}
 	m := &builder{a: a, o: o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training}),
-		tp: max(o.TP, 1), ep: max(o.EP, 1), vocab: a.Vocab, shardOf: map[ir.TensorID]ir.TensorID{}}
+		tp: max(o.TP, 1), ep: max(o.EP, 1), vocab: a.Vocab, shardOf: map[ir.TensorID]ir.TensorID{}, flatSkip: flatSkip}
 	if m.tp > 1 {
 		m.vocab = paddedVocab(a.Vocab, m.tp, o.MakeVocabDivisibleBy)
 	}
@@ -186,15 +203,15 @@ func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
 	}
 	if m.retry {
 		m = &builder{a: m.a, o: m.o, b: ops.NewBuilder(ops.Config{Precision: o.Precision, Device: o.Device, Training: o.Training}),
-			tp: m.tp, ep: m.ep, vocab: m.vocab, shardOf: map[ir.TensorID]ir.TensorID{}, lora: m.lora, frozenPrefix: true}
+			tp: m.tp, ep: m.ep, vocab: m.vocab, shardOf: map[ir.TensorID]ir.TensorID{}, lora: m.lora, frozenPrefix: true, flatSkip: flatSkip}
 		m.decoder()
 	}
 	if m.lora != nil {
 		if err := m.lora.unmatched(a, m.linearNames); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return m.b.Graph(), nil
+	return m.b.Graph(), m, nil
 }
 
 type builder struct {
@@ -220,6 +237,10 @@ type builder struct {
 	// retry when its layers turned out frozen, building again with
 	// frozenPrefix.
 	assumedGrad, retry, frozenPrefix bool
+	// flatViews are the frozen weights built as views of a FlatParameter
+	// that requires grad (FSDPFlat); flatSkip the layers left out.
+	flatViews []ir.TensorID
+	flatSkip  map[string]bool
 }
 
 func (m *builder) bs() (int64, int64) { return int64(m.o.MicroBatch), int64(m.o.Seq) }
@@ -233,6 +254,11 @@ func (m *builder) linear(name string, x ir.TensorID, in, out int, bias bool) ir.
 // param registers a base-model parameter: trainable, or frozen under LoRA.
 func (m *builder) param(name string, shape ...int64) ir.TensorID {
 	if m.lora != nil {
+		if m.flatView() {
+			id := m.b.Param(name, shape...)
+			m.flatViews = append(m.flatViews, id)
+			return id
+		}
 		return m.b.FrozenParam(name, shape...)
 	}
 	return m.b.Param(name, shape...)
