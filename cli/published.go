@@ -76,8 +76,11 @@ func runPublished(stdout, stderr io.Writer, path string, tol float64, strict, js
 	var beyond, wrongOOM int
 	for i := range res {
 		r := &res[i]
-		if r.Compared() && rows[i].Allocated() && valAbs(*r.RelError) > tol {
+		if r.Compared() && r.Bound == "" && rows[i].Allocated() && valAbs(*r.RelError) > tol {
 			beyond++
+		}
+		if m := float64(r.Measured); r.Bound != "" && r.Compared() && (m > (1+tol)*float64(r.Predicted) || m < (1-tol)*float64(r.Lower)) {
+			beyond++ // outside its range
 		}
 		if r.Outcome == published.OutcomeOOM && r.Fits != nil && *r.Fits {
 			wrongOOM++
@@ -116,6 +119,8 @@ func writePublishedTable(w io.Writer, rows []published.Row, res []published.Resu
 				note = "oom: predicted not to fit"
 			}
 			t.AppendRow(table.Row{r.ID, r.Recipe, r.Metric, measured, r.Predicted.String(), "", note})
+		case r.Bound != "" && r.Compared():
+			t.AppendRow(table.Row{r.ID, r.Recipe, r.Metric, measured, r.Lower.String() + " … " + r.Predicted.String(), "", truncate("range: "+r.Bound, 160)})
 		default:
 			note := ""
 			if strict && valAbs(*r.RelError) > tol {
@@ -129,8 +134,8 @@ func writePublishedTable(w io.Writer, rows []published.Row, res []published.Resu
 	}
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 4, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight}, {Number: 6, Align: text.AlignRight}})
 	fmt.Fprintln(w, t.Render())
-	fmt.Fprintf(w, "%d rows: %d allocated-type rows compared, median |error| %s, worst %s (%s); %d of %d oom rows predicted not to fit; %d rows not expressible, %d errors\n",
-		sum.Rows, sum.Compared, validate.Pct(sum.Median), validate.Pct(sum.Worst), sum.WorstID, sum.OOMRight, sum.OOMPredicted, sum.Lacking, sum.Errors)
+	fmt.Fprintf(w, "%d rows: %d allocated-type rows compared, median |error| %s, worst %s (%s); %d of %d oom rows predicted not to fit; %d of %d ranges hold their measurement; %d rows not expressible, %d errors\n",
+		sum.Rows, sum.Compared, validate.Pct(sum.Median), validate.Pct(sum.Worst), sum.WorstID, sum.OOMRight, sum.OOMPredicted, sum.BoundsHold, sum.Bounds, sum.Lacking, sum.Errors)
 }
 
 func truncate(s string, n int) string {

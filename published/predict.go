@@ -161,7 +161,16 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	case "ddp":
 		s.DP = max(r.Parallel.Degree, 1)
 	case "fsdp":
-		lack("parallel", "FSDP as %s runs it (%s) is not modelled: FSDP1 keeps frozen and trainable weights of a unit in one FlatParameter whose gradient covers both, and leaves the root unit unsharded", r.Framework, firstClause(r.Parallel.Details))
+		// FULL_SHARD over the row's GPUs is ZeRO-3: with FSDP1 FlatParameters
+		// when the recipe says so (fsdp.flat-params: frozen weights in a
+		// trained unit get gradients, no_sync keeps unsharded gradients, the
+		// root unit stays gathered), else per-parameter sharding (FSDP2's
+		// fully_shard). The row's activation_checkpointing sets the
+		// checkpointing above.
+		s.DP, s.ZeRO = max(r.Parallel.Degree, r.GPUs, 1), 3
+		if s.DP < 2 {
+			lack("parallel", "FSDP over %d GPU shards nothing; the row names no degree", s.DP)
+		}
 	case "zero", "deepspeed":
 		m := zeroStageRE.FindStringSubmatch(strings.ToLower(r.Parallel.Details))
 		if m == nil {
@@ -437,6 +446,10 @@ type Result struct {
 	Recipe string `json:"recipe,omitempty"`
 	// Lacks lists what memplan cannot express (the row is not predicted).
 	Lacks []Lack `json:"lacks,omitempty"`
+	// Bound says why the prediction is a range, Lower to Predicted, rather
+	// than an estimate (such rows stay out of the headline).
+	Bound string      `json:"bound,omitempty"`
+	Lower units.Bytes `json:"lower_bytes,omitempty"`
 	// Err is a planning error.
 	Err        string `json:"error,omitempty"`
 	Confidence string `json:"confidence"`
@@ -466,6 +479,27 @@ func Predict(row *Row, dir string) Result {
 		peak = pr.First.Peak.Total
 	}
 	res.Predicted = peak
+	// A padded dataset of random samples has one batch of the longest
+	// sample (seq), which the source forces into the first micro-step; the
+	// rest are shorter, by how much the row does not say. Planning every
+	// micro-step at seq bounds the run from above; the first micro-step
+	// alone (the job with no accumulation) from below. Where the two differ
+	// by more than 1%, the peak depends on the unknown lengths: the row gets
+	// both bounds and stays out of the headline.
+	if spec.Accum > 1 && variableLength(row.Notes) {
+		one := *spec
+		one.Accum = 1
+		if p1, err := engine.Plan(one); err == nil {
+			low := p1.Sim.Peak.Total
+			if p1.First != nil && p1.First.Peak.Total > low {
+				low = p1.First.Peak.Total
+			}
+			if float64(peak-low) > 0.01*float64(peak) {
+				res.Lower = low
+				res.Bound = fmt.Sprintf("between the first micro-step alone (%s) and every micro-step at the longest sample (%s): the peak falls in a later micro-step, whose random batch is shorter than seq %d by an amount the row does not give", low, peak, row.Seq)
+			}
+		}
+	}
 	if pr.Capacity > 0 {
 		f := pr.Fits
 		res.Fits = &f
@@ -475,6 +509,13 @@ func Predict(row *Row, dir string) Result {
 		res.RelError = &e
 	}
 	return res
+}
+
+// variableLength reports whether the notes describe batches of random,
+// padded samples (so seq is the longest batch, not every batch).
+func variableLength(notes string) bool {
+	t := strings.ToLower(notes)
+	return strings.Contains(t, "random") && (strings.Contains(t, "padded") || strings.Contains(t, "longest"))
 }
 
 // Summary aggregates compared rows.
@@ -488,6 +529,10 @@ type Summary struct {
 	// OOM rows predicted not to fit, of those predicted.
 	OOMRight     int `json:"oom_right"`
 	OOMPredicted int `json:"oom_predicted"`
+	// Bounds are rows predicted as a range (Result.Bound); BoundsHold
+	// counts those whose measurement lies in it (within 1%).
+	Bounds     int `json:"bounds"`
+	BoundsHold int `json:"bounds_hold"`
 	// Lacking rows and planning errors.
 	Lacking int `json:"lacking"`
 	Errors  int `json:"errors"`
@@ -508,6 +553,11 @@ func Summarize(rs []Result) Summary {
 			s.OOMPredicted++
 			if r.Fits != nil && !*r.Fits {
 				s.OOMRight++
+			}
+		case r.Bound != "" && r.Compared():
+			s.Bounds++
+			if m := float64(r.Measured); m <= 1.01*float64(r.Predicted) && m >= 0.99*float64(r.Lower) {
+				s.BoundsHold++
 			}
 		case r.Compared():
 			e := math.Abs(*r.RelError)

@@ -49,6 +49,16 @@ func TestDevelopmentSet(t *testing.T) {
 	if s.OOMPredicted == 0 || s.OOMRight != s.OOMPredicted {
 		t.Errorf("%d of %d oom rows predicted not to fit", s.OOMRight, s.OOMPredicted)
 	}
+	// Rows whose peak depends on batch lengths the source does not give
+	// (litgpt's FSDP rows: the longest sample is forced into the first
+	// micro-step only) are predicted as a range that must hold the
+	// measurement.
+	if s.BoundsHold != s.Bounds {
+		t.Errorf("%d of %d ranges hold their measurement", s.BoundsHold, s.Bounds)
+	}
+	if s.Compared+s.Bounds+s.OOMPredicted+s.Lacking != s.Rows {
+		t.Errorf("rows unaccounted for: %+v", s)
+	}
 }
 
 func TestReadRefusesBadInput(t *testing.T) {
