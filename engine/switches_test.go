@@ -176,3 +176,19 @@ func TestCommOverhead(t *testing.T) {
 		t.Errorf("usable %v, want %v", got, want)
 	}
 }
+
+// torchao's low-bit AdamW keeps each moment in 8 or 4 bits with a float32
+// scale per block (torchao/prototype/low_bit_optim, v0.5.0): 2 + 8/256 and
+// 1 + 8/128 bytes per parameter of state for 4096-value tensors.
+func TestTorchaoLowBitAdam(t *testing.T) {
+	for _, c := range []struct {
+		o    plan.Optimizer
+		want float64
+	}{{plan.AdamW8bitAO, 2 + 8.0/256}, {plan.AdamW4bitAO, 1 + 8.0/128}} {
+		r := semPlan(t, Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 128, Precision: ops.PureBF16, Optimizer: c.o})
+		got := float64(r.Sim.ModelStates.OptimizerState) / float64(r.Sim.Params)
+		if got < c.want || got > c.want*1.001 {
+			t.Errorf("%v: %.4f bytes of state per parameter, want %.4f", c.o, got, c.want)
+		}
+	}
+}

@@ -24,6 +24,8 @@ const (
 	RMSprop
 	Adagrad
 	Lion
+	AdamW8bitAO
+	AdamW4bitAO
 )
 
 // optimizerRow describes one optimizer's memory: the state it keeps per
@@ -151,6 +153,29 @@ var optimizers = []optimizerRow{
 		states: func(p *ir.Tensor, dt units.DType) []state { return []state{full(p, dt, "exp_avg")} },
 		// the clone and the out-of-place add are alive together.
 		single: func(s *step, i int) units.Bytes { return 2 * s.stateBytes(i, 0) }},
+	AdamW8bitAO: {name: "adamw8bit-torchao", aliases: []string{"torchao.optim.adamw8bit", "torchao-adamw8bit"},
+		doc:    "torchao AdamW8bit: block-wise 8-bit exp_avg and exp_avg_sq with a float32 scale per 256 values; tensors under 4096 values (or not a multiple of the block) keep plain state",
+		source: "pytorch/ao torchao/prototype/low_bit_optim/adam.py @v0.5.0 _AdamBase._new_buffer (p.numel() >= 4096 and p.numel() % block_size == 0, else torch.zeros_like(p)); subclass_8bit.py OptimState8bit (uint8 codes, float32 scale per block of 256); the step is one compiled kernel per parameter",
+		decay:  0.01, impl: Fused,
+		states: func(p *ir.Tensor, dt units.DType) []state { return lowBitStates(p, dt, 256, 1) }},
+	AdamW4bitAO: {name: "adamw4bit-torchao", aliases: []string{"torchao.optim.adamw4bit", "adamw4bit"},
+		doc:    "torchao AdamW4bit (Li et al. 2023): 4-bit exp_avg and exp_avg_sq packed two per byte with a float32 scale per 128 values; tensors under 4096 values keep plain state",
+		source: "pytorch/ao torchao/prototype/low_bit_optim/adam.py @v0.5.0 _AdamBase._new_buffer; subclass_4bit.py OptimState4bit (codes packed two per uint8, float32 scale per block of 128)",
+		decay:  0.01, impl: Fused,
+		states: func(p *ir.Tensor, dt units.DType) []state { return lowBitStates(p, dt, 128, 2) }},
+}
+
+// lowBitStates are torchao's block-wise quantised Adam states: per moment,
+// numel/perByte bytes of codes and a float32 scale per block; small tensors
+// keep zeros_like(p).
+func lowBitStates(p *ir.Tensor, dt units.DType, block, perByte int64) []state {
+	n := p.Numel()
+	if n < 4096 || n%block != 0 {
+		return []state{full(p, dt, "exp_avg"), full(p, dt, "exp_avg_sq")}
+	}
+	codes, scales := n/perByte, n/block
+	return []state{{"exp_avg.codes", units.U8, codes, []int64{codes}}, {"exp_avg_sq.codes", units.U8, codes, []int64{codes}},
+		{"exp_avg.scale", units.F32, scales, []int64{scales}}, {"exp_avg_sq.scale", units.F32, scales, []int64{scales}}}
 }
 
 func adamStates(p *ir.Tensor, dt units.DType) []state {

@@ -342,6 +342,10 @@ func optimizerOf(s string, lacks *[]Lack) []string {
 	has := func(x string) bool { return strings.Contains(t, x) }
 	var out []string
 	switch {
+	case has("adamw4bit") || has("adam4bit"):
+		out = append(out, "optimizer=adamw4bit-torchao")
+	case has("torchao") && (has("adamw8bit") || has("adam8bit")):
+		out = append(out, "optimizer=adamw8bit-torchao")
 	case has("pagedadamw8bit") || has("pagedadam8bit"):
 		out = append(out, "optimizer=adamw8bit", "optimizer.paged=true")
 	case has("pagedadamw") || has("pagedadam"):
