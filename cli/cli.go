@@ -135,7 +135,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
-	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core)")
+	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core), selective-op (torchtitan: SDPA and every other matmul kept)")
 	fl.IntVar(&f.tp, "tp", 1, "tensor-parallel degree (Megatron-LM); plans one GPU of the group")
 	fl.BoolVar(&f.sp, "sp", false, "sequence parallel (with --tp > 1)")
 	fl.IntVar(&f.ep, "ep", 1, "expert-parallel degree for mixture-of-experts models")

@@ -17,7 +17,8 @@ import (
 
 // CheckpointPolicy is what --checkpoint asks for.
 type CheckpointPolicy struct {
-	// Kind is "", "full", "every", "modules", "selective" or "auto".
+	// Kind is "", "full", "every", "modules", "selective", "selective-op"
+	// or "auto".
 	Kind string
 	// Every is k for "every": checkpoint blocks 0, k, 2k, ...
 	Every int
@@ -32,7 +33,7 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 	switch {
 	case s == "" || s == "none":
 		return CheckpointPolicy{}, nil
-	case s == "full" || s == "selective" || s == "auto":
+	case s == "full" || s == "selective" || s == "selective-op" || s == "auto":
 		return CheckpointPolicy{Kind: s}, nil
 	case strings.HasPrefix(s, "every="):
 		k, err := strconv.Atoi(strings.TrimPrefix(s, "every="))
@@ -52,7 +53,7 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 		}
 		return CheckpointPolicy{Kind: "modules", Patterns: pats}, nil
 	}
-	return CheckpointPolicy{}, fmt.Errorf("engine: unknown --checkpoint %q (want none, full, every=K, modules=GLOB, selective or auto)", s)
+	return CheckpointPolicy{}, fmt.Errorf("engine: unknown --checkpoint %q (want none, full, every=K, modules=GLOB, selective, selective-op or auto)", s)
 }
 
 func (c CheckpointPolicy) String() string {
@@ -120,7 +121,7 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 	}
 	var pats []string
 	for i, b := range blocks {
-		if c.Kind == "full" || (first+i)%c.Every == 0 {
+		if c.Kind == "full" || c.Kind == "selective-op" || (first+i)%c.Every == 0 {
 			pats = append(pats, b)
 		}
 	}
@@ -128,8 +129,18 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 		return nil, nil // a stage's slice between two checkpointed blocks
 	}
 	sort.Strings(pats)
+	if c.Kind == "selective-op" {
+		return &strategy.Checkpoint{Patterns: pats, Save: &torchtitanSAC}, nil
+	}
 	return &strategy.Checkpoint{Patterns: pats}, nil
 }
+
+// torchtitanSAC is torchtitan's op-level selective activation
+// checkpointing of every transformer block (selective_ac_option="op",
+// pytorch/torchtitan torchtitan/models/llama/parallelize_llama.py
+// _save_list @2024-10): the outputs of SDPA (flash and efficient) and of
+// every other aten.mm are kept; the rest of the block is recomputed.
+var torchtitanSAC = strategy.SavePolicy{Kinds: []string{"sdpa_flash"}, Alternate: "linear"}
 
 // blockCosts measures the chain the DP plans over from program p: for each
 // block, the activations its backward reads (its input included), the

@@ -192,3 +192,35 @@ func TestTorchaoLowBitAdam(t *testing.T) {
 		}
 	}
 }
+
+// torchtitan's op-level selective checkpointing keeps SDPA's outputs and
+// every other matmul's and recomputes the rest of each block
+// (torchtitan/models/llama/parallelize_llama.py _save_list): its saved
+// activations lie between full checkpointing's and none's, and no SDPA is
+// replayed.
+func TestSelectiveOpCheckpoint(t *testing.T) {
+	base := Spec{Model: catalog(t, "llama-3.2-1b"), MicroBatch: 2, Seq: 512, Precision: ops.BF16, Optimizer: plan.AdamW}
+	full, sac := base, base
+	full.Checkpoint = CheckpointPolicy{Kind: "full"}
+	sac.Checkpoint = CheckpointPolicy{Kind: "selective-op"}
+	r0, rf, rs := semPlan(t, base), semPlan(t, full), semPlan(t, sac)
+	if !(rf.Sim.SavedTotal < rs.Sim.SavedTotal && rs.Sim.SavedTotal < r0.Sim.SavedTotal) {
+		t.Errorf("saved: full %v, selective-op %v, none %v", rf.Sim.SavedTotal, rs.Sim.SavedTotal, r0.Sim.SavedTotal)
+	}
+	var sdpa, linear, linearAll int
+	for _, op := range rs.Program.Ops {
+		switch {
+		case op.Recompute && op.Name == "sdpa_flash":
+			sdpa++
+		case op.Recompute && op.Name == "linear":
+			linear++
+		case op.Phase == ir.Forward && op.Name == "linear" && op.Micro == 0:
+			linearAll++
+		}
+	}
+	// Seven matmuls per layer, the head outside any block: a block keeps
+	// the 1st, 3rd, 5th and 7th and replays at most the other three.
+	if sdpa != 0 || linear == 0 || linear > 3*base.Model.Layers {
+		t.Errorf("replayed %d SDPA and %d of %d matmuls", sdpa, linear, linearAll)
+	}
+}

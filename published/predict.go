@@ -142,10 +142,12 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 		case "none":
 		case "full":
 			mustSet(rec, "checkpoint=full")
+		case "selective-op":
+			mustSet(rec, "checkpoint=selective-op")
 		case "unknown":
 			lack("activation_checkpointing", "the source does not say whether activations were checkpointed")
 		default:
-			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full: every block)", r.Checkpointing)
+			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full: every block, selective op: torchtitan's op-level policy)", r.Checkpointing)
 		}
 		if l := lossOf(r.Loss); l != "" {
 			mustSet(rec, "loss="+l)
@@ -247,6 +249,9 @@ func checkpointingOf(s string) string {
 		return "full"
 	case "unknown":
 		return "unknown"
+	}
+	if strings.HasPrefix(t, "selective op") || strings.Contains(t, "selective_ac_option='op'") || strings.Contains(t, "selective_ac_option=\"op\"") {
+		return "selective-op"
 	}
 	return t
 }

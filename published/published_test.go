@@ -187,7 +187,7 @@ func TestFrameworkTerms(t *testing.T) {
 	if _, ok := precisionOf("FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)"); ok {
 		t.Error("FSDP2's mixed precision over float32 shards is no precision row yet")
 	}
-	for in, want := range map[string]string{"none": "none", "False": "none", "full": "full", "True": "full", "gradient_checkpointing=True": "full", "unknown": "unknown", "selective op": "selective op"} {
+	for in, want := range map[string]string{"none": "none", "False": "none", "full": "full", "True": "full", "gradient_checkpointing=True": "full", "unknown": "unknown", "selective op (torchtitan selective_ac_option='op')": "selective-op", "every 2nd block": "every 2nd block"} {
 		if got := checkpointingOf(in); got != want {
 			t.Errorf("checkpointing %q: %q, want %q", in, got, want)
 		}

@@ -201,7 +201,7 @@ var switches = []Switch{
 			s.Attention, err = build.ParseAttention(v)
 			return err
 		}},
-	{Key: "checkpoint", Flag: "checkpoint", Values: "none, full, every=K, modules=GLOB, selective",
+	{Key: "checkpoint", Flag: "checkpoint", Values: "none, full, every=K, modules=GLOB, selective, selective-op",
 		Doc: "activation checkpointing as the framework applies it",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Checkpoint, err = engine.ParseCheckpoint(v)

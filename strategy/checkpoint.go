@@ -20,6 +20,45 @@ import (
 // read the recomputed tensors, which die as they are consumed.
 type Checkpoint struct {
 	Patterns []string
+	// Save, when set, makes the checkpoint selective at the op level
+	// (torch.utils.checkpoint's selective activation checkpointing, SAC):
+	// inside a segment, the ops it picks keep their outputs from the
+	// forward and are not replayed; the rest are recomputed as above.
+	Save *SavePolicy
+}
+
+// SavePolicy picks the ops whose outputs a selective checkpoint keeps:
+// every op of a kind in Kinds, and of the kind Alternate (a matmul) only
+// every other one in each segment, the first, third, ... (torchtitan's
+// _save_list policy: "recompute every other mm").
+type SavePolicy struct {
+	Kinds     []string
+	Alternate string
+}
+
+// saved lists the segment's ops (indices into ops) the policy keeps.
+func (sp *SavePolicy) saved(p *ir.Program, ops []int) map[int]bool {
+	out := map[int]bool{}
+	if sp == nil {
+		return out
+	}
+	n := 0
+	for _, oi := range ops {
+		name := p.Ops[oi].Name
+		if name == sp.Alternate {
+			n++
+			if n%2 == 1 {
+				out[oi] = true
+			}
+			continue
+		}
+		for _, k := range sp.Kinds {
+			if name == k {
+				out[oi] = true
+			}
+		}
+	}
+	return out
 }
 
 var _ Transform = (*Checkpoint)(nil)
@@ -203,7 +242,16 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 		rmap := map[ir.TensorID]ir.TensorID{}
 		var clones []ir.Op
+		keep := c.Save.saved(q, s.ops)
 		for _, oi := range s.ops[:lastNeeded+1] {
+			if keep[oi] {
+				// Saved by the policy: backward and the replay read the
+				// forward's outputs, which stay alive until then.
+				for _, t := range q.Ops[oi].Out {
+					touched[ir.Storage(q.Tensors, t)] = true
+				}
+				continue
+			}
 			op := q.Ops[oi]
 			cl := op
 			cl.Phase = ir.Backward
