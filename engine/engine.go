@@ -129,7 +129,7 @@ var ErrSpec = errors.New("engine: invalid spec")
 
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
-	s.Sem.resolve(s.GPU)
+	s.Sem.resolve(s.GPU, s.Device)
 	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 || s.Sem.CommOverhead < 0 {
 		return fmt.Errorf("%w: workspace and overhead must not be negative", ErrSpec)
 	}
@@ -275,7 +275,7 @@ func (s *Spec) groups() int {
 // trainConfig is how the spec's iteration is lowered.
 func (s *Spec) trainConfig(first bool) plan.TrainConfig {
 	return plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
-		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward}
+		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward, StateDType: s.Sem.StateDType}
 }
 
 // Result of planning one job.

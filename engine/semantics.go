@@ -3,6 +3,7 @@ package engine
 import (
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
@@ -37,6 +38,9 @@ type Semantics struct {
 	// its gradient is complete and frees the gradient (torchtune's
 	// optimizer_in_bwd).
 	OptimizerInBackward bool
+	// StateDType overrides the dtype of the optimizer's state (Invalid:
+	// the precision's, float32 with master weights).
+	StateDType units.DType
 	// Hold is how long the loop keeps the model's outputs (logits) in a
 	// variable; ZeroGrad when and how it clears gradients.
 	Hold     plan.Hold
@@ -66,7 +70,10 @@ type Semantics struct {
 const AutoWorkspace units.Bytes = -1
 
 // resolve fills what depends on the GPU.
-func (m *Semantics) resolve(g *hw.GPU) {
+func (m *Semantics) resolve(g *hw.GPU, d ops.Device) {
+	if d == ops.CPU {
+		m.Workspace = 0 // no cuBLAS handle on CPU kernels
+	}
 	if m.Workspace == AutoWorkspace {
 		m.Workspace = (&hw.GPU{}).CublasWorkspace()
 		if g != nil {

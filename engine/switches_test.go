@@ -224,3 +224,51 @@ func TestSelectiveOpCheckpoint(t *testing.T) {
 		t.Errorf("replayed %d SDPA and %d of %d matmuls", sdpa, linear, linearAll)
 	}
 }
+
+// LoRA can adapt the LM head when a target names it (peft target_modules
+// ["lm_head"]; all-linear leaves it out): r·(hidden + vocab) more trainable
+// values.
+func TestLoRAOnHead(t *testing.T) {
+	a := catalog(t, "llama-2-7b")
+	s := Spec{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}}
+	h := s
+	h.LoRA = &build.LoRA{Rank: 8, Targets: []string{"q_proj", "lm_head"}}
+	r0, rh := semPlan(t, s), semPlan(t, h)
+	if d, want := rh.Sim.ModelStates.Gradients-r0.Sim.ModelStates.Gradients, units.F32.Size(8*int64(a.Hidden+a.Vocab)); d != want {
+		t.Errorf("a LoRA head adds %v of gradients, want %v", d, want)
+	}
+	all := s
+	all.LoRA = &build.LoRA{Rank: 8, Targets: []string{"all-linear"}}
+	withHead := s
+	withHead.LoRA = &build.LoRA{Rank: 8, Targets: []string{"all-linear", "lm_head"}}
+	if semPlan(t, all).Sim.ModelStates.Gradients >= semPlan(t, withHead).Sim.ModelStates.Gradients {
+		t.Error("all-linear must leave the head out")
+	}
+	chunked := h
+	chunked.Sem.Loss = build.Loss{Kind: build.LossChunked, ChunkTokens: 128}
+	if _, err := Plan(chunked); err == nil {
+		t.Error("LoRA on a chunked head is not modelled and must be refused")
+	}
+}
+
+// optimizer.state-dtype: float32 moments over bfloat16 parameters without a
+// master copy hold 2 + 2 + 8 bytes per parameter.
+func TestOptimizerStateDType(t *testing.T) {
+	s := Spec{Model: catalog(t, "gpt2"), Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, Impl: plan.Fused}
+	s.Sem.StateDType = units.F32
+	r := semPlan(t, s)
+	ms := r.Sim.ModelStates
+	if got := float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Sim.Params); got != 12 {
+		t.Errorf("%.3f bytes/param, want 12", got)
+	}
+}
+
+// CPU kernels have no cuBLAS handle: the workspace switch adds nothing.
+func TestNoWorkspaceOnCPU(t *testing.T) {
+	s := Spec{Model: catalog(t, "gpt2"), Seq: 128, Device: ops.CPU}
+	base := semPlan(t, s)
+	s.Sem.Workspace = AutoWorkspace
+	if r := semPlan(t, s); r.Sim.Peak.Total != base.Sim.Peak.Total {
+		t.Errorf("CPU peak %v with a cuBLAS workspace, %v without", r.Sim.Peak.Total, base.Sim.Peak.Total)
+	}
+}

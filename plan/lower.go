@@ -40,6 +40,10 @@ type TrainConfig struct {
 	Hold Hold
 	// ZeroGrad is when and how the loop clears gradients.
 	ZeroGrad ZeroGrad
+	// StateDType, when valid, is the dtype of the optimizer's state (for
+	// the optimizers whose state follows the parameters'): float32 Adam
+	// state over bfloat16 parameters without master weights, say.
+	StateDType units.DType
 	// InBackward runs each parameter's optimizer step inside backward, as
 	// soon as its gradient is complete, and frees the gradient right after
 	// (torchtune's optimizer_in_bwd: a per-parameter optimizer stepped from
@@ -513,6 +517,9 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 			master32 = append(master32, mid)
 		} else {
 			s.weights = append(s.weights, pid)
+		}
+		if c.StateDType != units.Invalid {
+			dt = c.StateDType
 		}
 		for _, st := range row.states(&pt, dt) {
 			// bitsandbytes pages only tensors of at least 1e5 values

@@ -421,7 +421,7 @@ func litgptLoRA(family string, l *build.LoRA, ts []string) (missing []string) {
 			qkv[slices.Index([]string{"query", "key", "value"}, k)] = true
 			continue
 		case "head":
-			missing = append(missing, "LoRA on the LM head (litgpt lora_head) is not modelled")
+			missing = append(missing, "LoRA on the LM head under litgpt's chunked head (lora_head) is not modelled")
 			continue
 		}
 		names, ok := m[strings.ToLower(t)]

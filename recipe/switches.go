@@ -45,6 +45,23 @@ var switches = []Switch{
 			s.Impl, err = plan.ParseImpl(v)
 			return err
 		}},
+	{Key: "optimizer.state-dtype", Values: "auto, float32, bfloat16, float16",
+		Doc: "the dtype of the optimizer's state where it follows the parameters (Adam's moments, momentum): auto takes the precision's (float32 with master weights, else the parameters' dtype)",
+		apply: func(s *engine.Spec, v string) error {
+			switch v {
+			case "auto":
+				s.Sem.StateDType = units.Invalid
+			case "float32", "fp32":
+				s.Sem.StateDType = units.F32
+			case "bfloat16", "bf16":
+				s.Sem.StateDType = units.BF16
+			case "float16", "fp16":
+				s.Sem.StateDType = units.F16
+			default:
+				return fmt.Errorf("want auto, float32, bfloat16 or float16")
+			}
+			return nil
+		}},
 	{Key: "optimizer.paged", Values: "true, false",
 		Doc:   "optimizer state in CUDA unified memory (bitsandbytes paged optimizers): outside the caching allocator and max_memory_allocated",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.PagedOptimizer = b })},

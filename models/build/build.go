@@ -206,6 +206,9 @@ func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *bui
 			tp: m.tp, ep: m.ep, vocab: m.vocab, shardOf: map[ir.TensorID]ir.TensorID{}, lora: m.lora, frozenPrefix: true, flatSkip: flatSkip}
 		m.decoder()
 	}
+	if m.err != nil {
+		return nil, nil, m.err
+	}
 	if m.lora != nil {
 		if err := m.lora.unmatched(a, m.linearNames); err != nil {
 			return nil, nil, err
@@ -224,6 +227,8 @@ type builder struct {
 	// shardOf maps a sequence-parallel all-gather's output to its shard.
 	shardOf map[ir.TensorID]ir.TensorID
 	lora    *loraState
+	// err is an option the builder found it cannot honour.
+	err error
 	// qkvParts are the adapted parts of the fused qkv being built
 	// (fusedQKVParts), nil otherwise.
 	qkvParts []int64
@@ -419,6 +424,7 @@ func (m *builder) decoder() {
 		headName = "embed_out"
 	}
 	var logits ir.TensorID
+	var headErr error
 	w := wte
 	// A chunked loss runs the head chunk by chunk (litgpt's
 	// lm_head_chunk_size, torchtune's num_output_chunks).
@@ -435,10 +441,23 @@ func (m *builder) decoder() {
 				w = m.param("weight", int64(m.vocab/m.tp), H)
 			}
 		}
+		head := m.lora != nil && m.lora.matchesHead(b.Module())
+		if head && (chunked || m.tp > 1) {
+			headErr = fmt.Errorf("%w: LoRA on the LM head is modelled only with the whole-logits loss and no tensor parallelism", ErrBadOptions)
+			return
+		}
 		if !chunked {
 			logits = m.lmHead(x, w)
+			if head {
+				m.noteLinear(headName)
+				logits = m.loraBranch(x, logits, H, int64(m.vocab))
+			}
 		}
 	}()
+	if headErr != nil {
+		m.err = headErr
+		return
+	}
 	if chunked && m.o.Loss.Kind == LossFusedLinear {
 		m.fusedLinearLoss(headName, x, w, labels)
 		return

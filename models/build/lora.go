@@ -213,6 +213,19 @@ func (s *loraState) matches(path, leaf string) bool {
 	return hit
 }
 
+// matchesHead reports whether a target names the LM head at path (only
+// explicitly: peft's all-linear leaves the output layer out).
+func (s *loraState) matchesHead(path string) bool {
+	hit := false
+	for _, t := range s.targets {
+		if path == t || strings.HasSuffix(path, "."+t) {
+			s.matched[t] = true
+			hit = true
+		}
+	}
+	return hit
+}
+
 // unmatched fails on the first target no linear matched.
 func (s *loraState) unmatched(a *models.Arch, names []string) error {
 	for _, t := range s.targets {
