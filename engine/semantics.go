@@ -14,6 +14,8 @@ import (
 // nothing outside the caching allocator counted. Semantics is comparable,
 // so cache keys carry it whole.
 type Semantics struct {
+	// Recipe names the recipe the semantics came from, for reports.
+	Recipe string
 	// Code is whose modeling code runs the model (transformers', litgpt's).
 	Code build.Code
 	// EagerRMSNorm runs RMSNorm as transformers' eager ops rather than one

@@ -175,6 +175,7 @@ func (r *Recipe) Value(key string) string {
 // mirrors a flag is skipped when explicit(flag) reports that the user gave
 // that flag (--set settings always apply). explicit may be nil.
 func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
+	s.Sem.Recipe = r.Name
 	for _, st := range r.Settings {
 		sw, err := lookup(st.Key)
 		if err != nil {

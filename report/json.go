@@ -75,6 +75,7 @@ type PlanJSON struct {
 	OptimizerImpl string        `json:"optimizer_impl,omitempty"`
 	Attention     string        `json:"attention"`
 	Checkpoint    string        `json:"checkpoint,omitempty"`
+	Recipe        string        `json:"recipe,omitempty"`
 	Checkpointed  []string      `json:"checkpointed_modules,omitempty"`
 	GPU           string        `json:"gpu,omitempty"`
 	TP            int           `json:"tp,omitempty"`
@@ -182,8 +183,8 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
-		Checkpointed: s.AutoCheckpointed(),
-		Params:       r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
+		Recipe: s.Sem.Recipe, Checkpointed: s.AutoCheckpointed(),
+		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
 		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
 		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},
 		Fits:        res.Fits, CapacityBytes: res.Capacity, Shortfall: res.Shortfall, Headroom: res.Headroom,

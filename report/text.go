@@ -76,6 +76,9 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 		if s.Mode == engine.Train {
 			head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
 			head += parallelism(s)
+			if s.Sem.Recipe != "" {
+				head += " · recipe " + s.Sem.Recipe
+			}
 			if s.Checkpoint.Kind != "" {
 				head += " · checkpoint " + s.Checkpoint.String()
 				if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
