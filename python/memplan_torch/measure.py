@@ -205,6 +205,8 @@ def measure_workload(w, mem=None):
                                    "LD_PRELOAD) or call memplan_torch.measure()")
             mem = _CpuMem(c)
     dtype = compat.parse_dtype(w["dtype"])
+    compat.warm_up_optimizer(lambda ps: harness.make_optimizer(w["optimizer"], ps, foreach=w["foreach"]),
+                             device, dtype)
     gc.collect()
     floor = mem.live()  # bytes alive before the workload exists (process, libraries); subtracted below
     afloor = mem.all_live() or 0
