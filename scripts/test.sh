@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need when
 # it is missing, then checks formatting, vets, runs the Go tests (with the race
-# detector off to stay inside CI's time) and the PyTorch bridge's tests.
+# detector off to stay inside CI's time) and the PyTorch bridge's tests and the validation suite, on Debian's
+# PyTorch 1.13 and on PyTorch 2.x from PyPI (a virtual environment outside the repository, made on the first
+# run and reused by every clone on the machine: python/torch2_venv.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +13,10 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
-echo "== gofmt"
+# Each section says when it starts (seconds since this script started).
+section() { echo "== $* [${SECONDS}s]"; }
+
+section gofmt
 bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$bad" ]; then
   echo "gofmt would change:" >&2
@@ -19,14 +24,29 @@ if [ -n "$bad" ]; then
   exit 1
 fi
 
-echo "== go vet"
+section go vet
 go vet ./...
 
-echo "== go test"
+section go test
 go test -count=1 ./...
 
-echo "== python (memplan_torch): installs Debian's PyTorch when missing"
+section "python (memplan_torch) on Debian's PyTorch 1.13: installs it when missing"
 python/run_tests.sh
 
-echo "== validation suite: measure real CPU runs, predict each from its trace, compare"
+section "validation suite on torch 1.13: measure real CPU runs, predict each from its trace, compare"
 scripts/validate.sh --tolerance 3%
+
+# PyTorch 2.x from PyPI, in a virtual environment outside the repository that python/torch2_venv.sh makes on
+# the first run (about 4 minutes, 5.5 GB) and every later run and clone on the machine reuses.
+# MEMPLAN_TORCH2=0 skips these runs.
+if [ "${MEMPLAN_TORCH2:-1}" != 0 ]; then
+  section "PyTorch 2.x venv (python/torch2_venv.sh)"
+  python/torch2_venv.sh >/dev/null
+
+  section "python (memplan_torch) on PyTorch 2.x"
+  python/run_tests.sh --torch2
+
+  section "validation suite on PyTorch 2.x: the same cases, the same tolerance"
+  scripts/validate.sh --torch2 --tolerance 3%
+fi
+echo "test.sh: all passed in ${SECONDS}s"
