@@ -47,21 +47,9 @@ var switches = []Switch{
 		}},
 	{Key: "optimizer.state-dtype", Values: "auto, float32, bfloat16, float16",
 		Doc: "the dtype of the optimizer's state where it follows the parameters (Adam's moments, momentum): auto takes the precision's (float32 with master weights, else the parameters' dtype)",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "auto":
-				s.Sem.StateDType = units.Invalid
-			case "float32", "fp32":
-				s.Sem.StateDType = units.F32
-			case "bfloat16", "bf16":
-				s.Sem.StateDType = units.BF16
-			case "float16", "fp16":
-				s.Sem.StateDType = units.F16
-			default:
-				return fmt.Errorf("want auto, float32, bfloat16 or float16")
-			}
-			return nil
-		}},
+		apply: choice([]string{"auto", "float32|fp32", "bfloat16|bf16", "float16|fp16"}, func(s *engine.Spec, i int) {
+			s.Sem.StateDType = []units.DType{units.Invalid, units.F32, units.BF16, units.F16}[i]
+		})},
 	{Key: "optimizer.paged", Values: "true, false",
 		Doc:   "optimizer state in CUDA unified memory (bitsandbytes paged optimizers): outside the caching allocator and max_memory_allocated",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.PagedOptimizer = b })},
@@ -72,18 +60,8 @@ var switches = []Switch{
 			return err
 		}},
 	{Key: "kernels.rms-norm", Values: "eager, fused",
-		Doc: "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). litgpt's own RMSNorm follows model.code",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "eager":
-				s.Sem.EagerRMSNorm = true
-			case "fused":
-				s.Sem.EagerRMSNorm = false
-			default:
-				return fmt.Errorf("want eager or fused")
-			}
-			return nil
-		}},
+		Doc:   "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). litgpt's own RMSNorm follows model.code",
+		apply: choice([]string{"eager", "fused"}, func(s *engine.Spec, i int) { s.Sem.EagerRMSNorm = i == 0 })},
 	{Key: "autograd.mean-saves-input", Values: "true, false",
 		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.MeanSavesInput = b })},
@@ -97,31 +75,11 @@ var switches = []Switch{
 			return err
 		}},
 	{Key: "lora.adapter-dtype", Values: "float32, model",
-		Doc: "float32: peft keeps adapters over a 16-bit model in float32 (autocast_adapter_dtype=True); model: adapters in the model's dtype",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "float32", "fp32":
-				s.Sem.LoRAModelDType = false
-			case "model":
-				s.Sem.LoRAModelDType = true
-			default:
-				return fmt.Errorf("want float32 or model")
-			}
-			return nil
-		}},
+		Doc:   "float32: peft keeps adapters over a 16-bit model in float32 (autocast_adapter_dtype=True); model: adapters in the model's dtype",
+		apply: choice([]string{"float32|fp32", "model"}, func(s *engine.Spec, i int) { s.Sem.LoRAModelDType = i == 1 })},
 	{Key: "lora.dropout", Values: "per-target, shared",
-		Doc: "per-target: one dropout (mask and output) per adapted linear (peft); shared: one per input, shared by the adapters that read it (litgpt's fused qkv)",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "per-target":
-				s.Sem.LoRASharedDropout = false
-			case "shared":
-				s.Sem.LoRASharedDropout = true
-			default:
-				return fmt.Errorf("want per-target or shared")
-			}
-			return nil
-		}},
+		Doc:   "per-target: one dropout (mask and output) per adapted linear (peft); shared: one per input, shared by the adapters that read it (litgpt's fused qkv)",
+		apply: choice([]string{"per-target", "shared"}, func(s *engine.Spec, i int) { s.Sem.LoRASharedDropout = i == 1 })},
 	{Key: "bitsandbytes", Values: "a version, e.g. 0.41.1",
 		Doc: "bitsandbytes up to 0.43.2 saves every 4-bit linear's input for backward (fixed by bitsandbytes #1270 in 0.43.3)",
 		apply: func(s *engine.Spec, v string) error {
@@ -133,34 +91,14 @@ var switches = []Switch{
 			return nil
 		}},
 	{Key: "qlora.quantize", Values: "all-linear, targets",
-		Doc: "which base linears QLoRA stores in 4 bits: every linear of the body (transformers' load_in_4bit, Lightning's plugin) or only the ones LoRA adapts (torchtune's LoRALinear(quantize_base=True))",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "all-linear":
-				s.Sem.Quant.TargetsOnly = false
-			case "targets":
-				s.Sem.Quant.TargetsOnly = true
-			default:
-				return fmt.Errorf("want all-linear or targets")
-			}
-			return nil
-		}},
+		Doc:   "which base linears QLoRA stores in 4 bits: every linear of the body (transformers' load_in_4bit, Lightning's plugin) or only the ones LoRA adapts (torchtune's LoRALinear(quantize_base=True))",
+		apply: choice([]string{"all-linear", "targets"}, func(s *engine.Spec, i int) { s.Sem.Quant.TargetsOnly = i == 1 })},
 	{Key: "qlora.head", Values: "true, false",
 		Doc:   "the LM head is a 4-bit linear too (Lightning's bitsandbytes plugin swaps every torch.nn.Linear; transformers' load_in_4bit keeps the head)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.Head = b })},
 	{Key: "qlora.quant-state-dtype", Values: "compute, float16",
-		Doc: "float16: weights were quantised from a float16 copy, so each dequantisation returns float16 and a second copy in the compute dtype (4 bytes per weight, transient); compute: one copy",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "compute":
-				s.Sem.Quant.DequantCopy = false
-			case "float16", "fp16":
-				s.Sem.Quant.DequantCopy = true
-			default:
-				return fmt.Errorf("want compute or float16")
-			}
-			return nil
-		}},
+		Doc:   "float16: weights were quantised from a float16 copy, so each dequantisation returns float16 and a second copy in the compute dtype (4 bytes per weight, transient); compute: one copy",
+		apply: choice([]string{"compute", "float16|fp16"}, func(s *engine.Spec, i int) { s.Sem.Quant.DequantCopy = i == 1 })},
 	{Key: "qlora.double-quant", Values: "true, false",
 		Doc:   "NF4 absmax constants quantised again to 8 bits (bnb.nf4-dq) or kept in float32 (bnb.nf4)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.NoDoubleQuant = !b })},
@@ -169,34 +107,14 @@ var switches = []Switch{
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.FSDPFlat = b })},
 	{Key: "loop.hold-outputs", Values: "false, backward, true (until the next forward returns)",
 		Doc: "how long the loop keeps the model's output (logits) in a variable: false drops it once the loss exists (transformers Trainer, torchtune, torchtitan); backward keeps it through backward; true keeps it until the next forward rebinds it, through the optimizer step (litgpt, hand-written loops)",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "false", "none":
-				s.Sem.Hold = plan.HoldNone
-			case "backward":
-				s.Sem.Hold = plan.HoldBackward
-			case "true", "next-forward":
-				s.Sem.Hold = plan.HoldNextForward
-			default:
-				return fmt.Errorf("want false, backward or true")
-			}
-			return nil
-		}},
+		apply: choice([]string{"false|none", "backward", "true|next-forward"}, func(s *engine.Spec, i int) {
+			s.Sem.Hold = []plan.Hold{plan.HoldNone, plan.HoldBackward, plan.HoldNextForward}[i]
+		})},
 	{Key: "loop.zero-grad", Values: "set-to-none, in-place, after-forward",
 		Doc: "set-to-none: zero_grad(set_to_none=True) after the step (PyTorch 2's default); in-place: set_to_none=False, gradients stay allocated across iterations (PyTorch < 2.0's default); after-forward: zero_grad between forward and backward, so the previous step's gradients are alive during the forward",
-		apply: func(s *engine.Spec, v string) error {
-			switch v {
-			case "set-to-none":
-				s.Sem.ZeroGrad = plan.ZeroToNone
-			case "in-place":
-				s.Sem.ZeroGrad = plan.ZeroInPlace
-			case "after-forward":
-				s.Sem.ZeroGrad = plan.ZeroAfterForward
-			default:
-				return fmt.Errorf("want set-to-none, in-place or after-forward")
-			}
-			return nil
-		}},
+		apply: choice([]string{"set-to-none", "in-place", "after-forward"}, func(s *engine.Spec, i int) {
+			s.Sem.ZeroGrad = []plan.ZeroGrad{plan.ZeroToNone, plan.ZeroInPlace, plan.ZeroAfterForward}[i]
+		})},
 	{Key: "cuda.cublas-workspace", Values: "auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0",
 		Doc: "cuBLAS workspace the caching allocator hands each thread's handle (main and autograd) since PyTorch 2.0: counted in the allocated peak",
 		apply: func(s *engine.Spec, v string) error {
@@ -240,6 +158,26 @@ func lookup(key string) (*Switch, error) {
 		keys[i] = s.Key
 	}
 	return nil, fmt.Errorf("unknown switch %q (switches: %s)", key, strings.Join(keys, ", "))
+}
+
+// choice is a switch of named values; the error lists them in order.
+func choice(names []string, set func(s *engine.Spec, i int)) func(*engine.Spec, string) error {
+	return func(s *engine.Spec, v string) error {
+		for i, n := range names {
+			for _, alias := range strings.Split(n, "|") {
+				if v == alias {
+					set(s, i)
+					return nil
+				}
+			}
+		}
+		var first []string
+		for _, n := range names {
+			first = append(first, strings.Split(n, "|")[0])
+		}
+		last := len(first) - 1
+		return fmt.Errorf("want %s or %s", strings.Join(first[:last], ", "), first[last])
+	}
 }
 
 func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {
