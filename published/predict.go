@@ -478,6 +478,12 @@ func Predict(row *Row, dir string) Result {
 		res.Lacks = lacks
 		return res
 	}
+	// Without pipelining, three micro-steps (first, between, last) peak as
+	// any k >= 3 do (search.TestPropertySimAccumShowsPeak, and for FSDP1's
+	// flat gradients engine.TestPropertyFSDPFlat): plan with three.
+	if spec.PP < 2 && spec.Accum > 3 {
+		spec.Accum = 3
+	}
 	pr, err := engine.Plan(*spec)
 	if err != nil {
 		res.Err = err.Error()
