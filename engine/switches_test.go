@@ -272,3 +272,18 @@ func TestNoWorkspaceOnCPU(t *testing.T) {
 		t.Errorf("CPU peak %v with a cuBLAS workspace, %v without", r.Sim.Peak.Total, base.Sim.Peak.Total)
 	}
 }
+
+// transformers (before 4.48, and with a mask after) copies grouped k and v
+// to every query head before SDPA (modeling_llama.py @v4.46.0 repeat_kv),
+// and SDPA saves the copies: (heads - kv heads) x head_dim more per token,
+// for k and for v, in every layer.
+func TestRepeatKV(t *testing.T) {
+	s := Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	r := s
+	r.Sem.RepeatKV = true
+	a := s.Model
+	want := units.BF16.Size(int64(a.Layers) * 2 * int64((a.Heads-a.KVHeads)*a.HeadDim) * int64(s.MicroBatch*s.Seq))
+	if got := semPlan(t, r).Sim.SavedTotal - semPlan(t, s).Sim.SavedTotal; got != want {
+		t.Errorf("repeat_kv saves %v more, want %v", got, want)
+	}
+}

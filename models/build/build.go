@@ -98,6 +98,10 @@ type Options struct {
 	// Code is whose modeling code runs the decoder (the zero value:
 	// transformers').
 	Code Code
+	// RepeatKV copies grouped k and v to every query head before SDPA
+	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.48 on
+	// and only without an attention mask).
+	RepeatKV bool
 	// EagerRMSNorm runs RMSNorm as the modeling code's own eager ops
 	// (transformers' LlamaRMSNorm: a float32 copy, pow, mean, rsqrt, two
 	// products), instead of one fused kernel that saves its input and a
@@ -623,6 +627,13 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		v = b.CacheWrite(v, vc)
 	}
 	if m.o.Attention == SDPA {
+		if m.o.RepeatKV && KV != A {
+			// transformers' repeat_kv before SDPA: expand + reshape
+			// copies k and v to every query head, and SDPA saves the
+			// copies.
+			k = b.Copy("k_repeat", k, B, A, T, D)
+			v = b.Copy("v_repeat", v, B, A, T, D)
+		}
 		return m.attentionOut(b.SDPA("sdpa", q, k, v, !a.Encoder))
 	}
 	// Megatron's CoreAttention (from the q/k copies through the context
