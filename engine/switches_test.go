@@ -287,3 +287,18 @@ func TestRepeatKV(t *testing.T) {
 		t.Errorf("repeat_kv saves %v more, want %v", got, want)
 	}
 }
+
+// peft's prepare_model_for_kbit_training casts every parameter that is not
+// 4-bit to float32 (peft src/peft/utils/other.py @v0.13.0): the embedding
+// and the unquantised head double in size.
+func TestPrepareKbitFloat32(t *testing.T) {
+	a := catalog(t, "llama-2-7b")
+	s := Spec{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}, QLoRA: true}
+	p := s
+	p.Sem.Quant.FP32Rest = true
+	norms := int64(2*a.Layers+1) * int64(a.Hidden)
+	want := units.BF16.Size(2*int64(a.Vocab)*int64(a.Hidden) + norms)
+	if d := semPlan(t, p).Sim.ModelStates.Parameters - semPlan(t, s).Sim.ModelStates.Parameters; d != want {
+		t.Errorf("float32 non-4-bit parameters add %v, want %v", d, want)
+	}
+}

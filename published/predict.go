@@ -323,6 +323,11 @@ func precisionOf(s string) (ops.Precision, bool) {
 		p   ops.Precision
 	}{
 		{"mixedprecisionpolicy", 255}, // FSDP2's bf16 compute over fp32 shards: not a row yet
+		// A model loaded in 16 bits (from_pretrained torch_dtype) keeps its
+		// parameters, gradients and AdamW state there, whatever autocast
+		// the Trainer adds.
+		{"torch_dtype: torch.bfloat16", ops.PureBF16}, {"torch_dtype: bfloat16", ops.PureBF16},
+		{"torch_dtype: torch.float16", ops.PureFP16}, {"torch_dtype: float16", ops.PureFP16},
 		{"bf16-true", ops.PureBF16}, {"16-true", ops.PureFP16},
 		{"bf16-mixed", ops.AMPBF16}, {"16-mixed", ops.AMPFP16},
 		{"dtype: bf16", ops.PureBF16}, {"dtype: fp16", ops.PureFP16}, {"dtype: fp32", ops.FP32},

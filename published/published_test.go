@@ -168,16 +168,17 @@ func TestTypeErrorsSpeakJSON(t *testing.T) {
 // Framework terms map to memplan's rows the way the frameworks mean them.
 func TestFrameworkTerms(t *testing.T) {
 	for in, want := range map[string]string{
-		"bf16-true":                            "pure-bf16",
-		"dtype: bf16":                          "pure-bf16",
-		"dtype: fp32":                          "fp32",
-		"bf16=True (autocast)":                 "amp-bf16",
-		"--bf16 true":                          "amp-bf16",
-		"bf16: true":                           "amp-bf16",
-		"fp16=True (GradScaler)":               "amp-fp16",
-		"16-mixed":                             "amp-fp16",
-		"fp32 (Trainer default)":               "fp32",
-		"torch.autocast(dtype=torch.bfloat16)": "amp-bf16",
+		"bf16-true":                             "pure-bf16",
+		"dtype: bf16":                           "pure-bf16",
+		"dtype: fp32":                           "fp32",
+		"bf16=True (autocast)":                  "amp-bf16",
+		"--bf16 true":                           "amp-bf16",
+		"bf16: true":                            "amp-bf16",
+		"fp16=True (GradScaler)":                "amp-fp16",
+		"16-mixed":                              "amp-fp16",
+		"fp32 (Trainer default)":                "fp32",
+		"torch.autocast(dtype=torch.bfloat16)":  "amp-bf16",
+		"bf16=True, torch_dtype=torch.bfloat16": "pure-bf16",
 	} {
 		p, ok := precisionOf(in)
 		if !ok || p.String() != want {

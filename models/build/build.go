@@ -268,6 +268,11 @@ func (m *builder) param(name string, shape ...int64) ir.TensorID {
 			m.flatViews = append(m.flatViews, id)
 			return id
 		}
+		if m.o.QLoRA && m.o.Quant.FP32Rest {
+			// peft's prepare_model_for_kbit_training casts every
+			// parameter that is not 4-bit to float32.
+			return m.b.TypedFrozenParam(name, units.F32, shape...)
+		}
 		return m.b.FrozenParam(name, shape...)
 	}
 	return m.b.Param(name, shape...)

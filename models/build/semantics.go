@@ -56,6 +56,11 @@ type Quant struct {
 	// LoRALinear(quantize_base=True); the others stay in the model dtype),
 	// instead of every linear of the body (transformers' load_in_4bit).
 	TargetsOnly bool
+	// FP32Rest keeps every parameter that is not 4-bit (embeddings, norms,
+	// biases, an unquantised head) in float32, as peft's
+	// prepare_model_for_kbit_training casts them (peft
+	// src/peft/utils/other.py @v0.13.0).
+	FP32Rest bool
 	// Head quantises the LM head too (litgpt's bitsandbytes plugin swaps
 	// every torch.nn.Linear, lm_head included; transformers' load_in_4bit
 	// leaves it alone). A tied head stays as it is.
