@@ -18,3 +18,5 @@ bench:
 
 fuzz:
 	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s
+	go test ./published -run '^$$' -fuzz FuzzRead -fuzztime 60s
+	go test ./recipe -run '^$$' -fuzz FuzzParse -fuzztime 60s

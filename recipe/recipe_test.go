@@ -129,3 +129,27 @@ func TestVersionBefore(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	for _, n := range Names() {
+		data, err := embedded.ReadFile("recipes/" + n + ".yaml")
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("name: x\nswitches:\n- key: loss\n  value: chunked:tokens=99999999999\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := Parse(data, "f.yaml")
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			return
+		}
+		var s engine.Spec
+		if err := r.Apply(&s, nil); err != nil {
+			t.Fatalf("a parsed recipe does not apply: %v", err)
+		}
+	})
+}
