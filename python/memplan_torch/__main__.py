@@ -40,6 +40,12 @@ def main(argv=None):
     e.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
                    help="auto: meta, falling back to cpu when an op fails on meta")
     e.add_argument("--foreach", default=None, choices=["true", "false"])
+    x = e.add_mutually_exclusive_group()
+    x.add_argument("--fake", dest="fake", action="store_true", default=False,
+                   help="PyTorch 2.x: run the step on fake cpu tensors (FakeTensorMode): no compute, no memory; "
+                        "the same trace as --device cpu, without in-kernel scratch")
+    x.add_argument("--real", dest="fake", action="store_false",
+                   help="run the step for real on --device (the default)")
 
     m = sub.add_parser("measure", help="run workloads for real; write memplan.measured/v1")
     m.add_argument("workloads", nargs="+", help="workload files (YAML or JSON)")
@@ -85,9 +91,11 @@ def _run(args):
         from .export import export_builder
         doc = export_builder(args.builder, args.out, batch=args.batch, seq_len=args.seq_len,
                              optimizer=args.optimizer, batch_dim=args.batch_dim, seq_dim=args.seq_dim,
-                             device=args.device,
+                             device=args.device, fake=args.fake,
                              foreach=None if args.foreach is None else args.foreach == "true")
-        print("wrote %s: %d events, traced on %s%s" % (args.out, len(doc["events"]), doc["trace_device"],
+        print("wrote %s: %d events, traced on %s%s%s" % (args.out, len(doc["events"]),
+                                                         "fake " if doc["execution"] == "fake" else "",
+                                                         doc["trace_device"],
                                                        "".join("\n  note: " + n for n in doc["notes"])))
         return 0
     if args.cmd == "measure":

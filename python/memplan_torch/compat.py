@@ -30,6 +30,42 @@ def weak_storage(st):
     return StorageWeakRef(st)
 
 
+def _expired_fn():
+    """A function cdata -> bool telling whether a StorageWeakRef's storage died, without StorageWeakRef.expired's
+    two Python-level indirections (the recorder calls it for every live storage after every op)."""
+    for owner in (getattr(torch, "UntypedStorage", None), getattr(torch, "_UntypedStorage", None), torch.Storage):
+        f = getattr(owner, "_expired", None)
+        if f is None:
+            continue
+        try:
+            t = torch.zeros(1)
+            ref = StorageWeakRef(storage_of(t))
+            alive = f(ref.cdata)
+            del t
+            if alive is False and f(ref.cdata) is True:
+                return f
+        except Exception:  # pragma: no cover
+            continue
+    return None  # pragma: no cover
+
+
+_EXPIRED = _expired_fn()
+
+
+def storage_expired(ref):
+    if _EXPIRED is not None:
+        return _EXPIRED(ref.cdata)
+    return ref.expired()  # pragma: no cover
+
+
+def dead_storages(records):
+    """The records (objects with .ref, a StorageWeakRef) whose storage died."""
+    f = _EXPIRED
+    if f is not None:
+        return [r for r in records if f(r.ref.cdata)]
+    return [r for r in records if r.ref.expired()]  # pragma: no cover
+
+
 def flatten(obj):
     if tree_flatten is not None:
         return tree_flatten(obj)[0]
@@ -105,3 +141,30 @@ def parse_dtype(name):
     if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
         raise ValueError("dtype %r is not a floating-point torch dtype (float32, float16, bfloat16, float64)" % name)
     return dt
+
+
+# ---- fake tensors (torch 2.x): tracing without computing ----
+
+def fake_tensors_available():
+    """FakeTensorMode exists and is usable for a training step (PyTorch 2.x; 1.13's is too incomplete:
+    no saved_tensors_hooks on fake tensors, no fake storages to take weak references of)."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        return False
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: F401
+    except ImportError:  # pragma: no cover
+        return False
+    return True
+
+
+def new_fake_mode():
+    """A FakeTensorMode whose tensors report the device they were made on (cpu) while holding only
+    metadata: no data, no compute. Unsupported ops (no meta kernel, no decomposition) raise instead of
+    running the real kernel on zeros, so a fake trace never spends real memory on an op."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    return FakeTensorMode(allow_fallback_kernels=False)
+
+
+def is_fake(t):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return isinstance(t, FakeTensor)

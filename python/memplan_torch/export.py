@@ -160,6 +160,41 @@ def _traceable(job, optimizer, device, foreach):
     return trace_once(job, optimizer=optimizer, device=device, foreach=foreach)
 
 
+FAKE_NOTE = ("traced under FakeTensorMode (fake cpu tensors): nothing computed or allocated; in-kernel "
+             "scratch not measured")
+
+
+def _check_fake(device):
+    if not compat.fake_tensors_available():
+        raise ExportError("memplan_torch: fake execution needs PyTorch 2.x (this is torch %s); export with "
+                          "--real" % compat.TORCH_VERSION)
+    if device not in ("auto", "cpu"):
+        raise ExportError("memplan_torch: fake execution traces fake cpu tensors; --device %s does not apply "
+                          "(the meta device already computes nothing; use --device auto or cpu with --fake)"
+                          % device)
+
+
+def _run_fake_traces(make_fake_job, batches, seqs, optimizer, foreach):
+    """Traces at every (batch, seq) point on fake cpu tensors, one FakeTensorMode per point."""
+    raws = {}
+    notes = [FAKE_NOTE]
+    for s in (seqs or [None]):
+        for b in batches:
+            fm = compat.new_fake_mode()
+            job, note = make_fake_job(b, s, fm)
+            if note and note not in notes:
+                notes.append(note)
+            try:
+                raws[(b, s)] = trace_once(job, optimizer=optimizer, device="cpu", foreach=foreach, fake_mode=fm)
+            except ExportError:
+                raise
+            except (RuntimeError, NotImplementedError, TypeError) as e:
+                raise ExportError("memplan_torch: the training step failed under fake tensors: %s: %s; export "
+                                  "with --real (fake=False) to run it for real"
+                                  % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+    return raws, "cpu", notes
+
+
 def _run_traces(make_job, batches, seqs, optimizer, device, foreach):
     """Traces at every (batch, seq) point on `device` ('auto': meta, then cpu)."""
     devices = ["meta", "cpu"] if device == "auto" else [device]
@@ -188,8 +223,9 @@ def _run_traces(make_job, batches, seqs, optimizer, device, foreach):
 
 
 def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto", foreach=None,
-                batch_dim=0, seq_dim=None, name=None, source=None):
-    """Builds the trace document. make_job(batch, seq) returns a fresh harness.Job."""
+                batch_dim=0, seq_dim=None, name=None, source=None, make_fake_job=None):
+    """Builds the trace document. make_job(batch, seq) returns a fresh harness.Job; with make_fake_job
+    (batch, seq, fake_mode) -> (job of FakeTensors, note or None) the step runs under fake tensors."""
     t0 = time.time()
     batches = [batch, 2 * batch]
     seqs = None
@@ -198,7 +234,10 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
             raise ValueError("memplan_torch: seq_dim needs a sequence length >= 3 to fit sizes in the sequence")
         d = max(1, seq_len // 4)
         seqs = [seq_len, seq_len - d, seq_len - 2 * d]
-    raws, dev, notes = _run_traces(make_job, batches, seqs, optimizer, device, foreach)
+    if make_fake_job is not None:
+        raws, dev, notes = _run_fake_traces(make_fake_job, batches, seqs, optimizer, foreach)
+    else:
+        raws, dev, notes = _run_traces(make_job, batches, seqs, optimizer, device, foreach)
     base_key = (batch, seqs[0] if seqs else None)
     base = raws[base_key]
     base_events = _steady(base)
@@ -317,6 +356,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         "source": source,
         "producer": {"tool": "memplan_torch", "torch": compat.TORCH_VERSION, "elapsed_s": 0.0},
         "trace_device": dev,
+        "execution": "fake" if make_fake_job is not None else "real",
         "notes": notes,
         "optimizer": optimizer if isinstance(optimizer, str) else getattr(optimizer, "__name__", "custom"),
         "foreach": foreach,
@@ -365,11 +405,14 @@ def write_json(doc, path):
 
 
 def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, seq_dim=None, targets=None,
-           device="auto", foreach=None, name=None):
+           device="auto", foreach=None, name=None, fake=False):
     """Traces a training step of `model` on `inputs` (at their batch size) and writes a memplan.trace/v1
     file to `path`. Sizes are fitted from a second trace at twice the batch (inputs and targets are
     repeated along batch_dim); with seq_dim, also from traces at shorter sequences (inputs narrowed along
-    seq_dim). Returns the document."""
+    seq_dim). fake=True (PyTorch 2.x) runs the step on fake cpu tensors: a copy of the model is converted,
+    nothing is computed. Returns the document."""
+    if fake:
+        _check_fake(device)
     model.train()
     batch = harness.batch_size_of(inputs, batch_dim)
     seq_len = None
@@ -386,23 +429,42 @@ def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, se
             tgt = harness.narrow_seq(tgt, seq_dim, s) if tgt is not None else None
         return harness.Job(m, inp, loss_fn, tgt)
 
+    def make_fake_job(b, s, fm):
+        return harness.to_fake(make_job(b, s), fm), None
+
     doc = build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim,
-                      name=name or type(model).__name__, source="memplan_torch.export")
+                      name=name or type(model).__name__, source="memplan_torch.export",
+                      make_fake_job=make_fake_job if fake else None)
     write_json(doc, path)
     return doc
 
 
 def export_builder(spec, path, batch=2, seq_len=None, optimizer="adamw", batch_dim=0, seq_dim=None,
-                   device="auto", foreach=None, name=None, builder=None):
+                   device="auto", foreach=None, name=None, builder=None, fake=False):
     """Exports from a builder MODULE:FUNCTION; FUNCTION(batch_size[, seq_len=]) returns
-    (model, inputs, loss_fn[, targets])."""
+    (model, inputs, loss_fn[, targets]). fake=True (PyTorch 2.x): the builder runs under the FakeTensorMode
+    (no parameter memory; if it fails there, e.g. an initializer reads values, it runs for real and its
+    tensors are converted) and the step runs on fake cpu tensors, computing nothing."""
     fn = builder or harness.load_builder(spec)
+    if fake:
+        _check_fake(device)
 
     def make_job(b, s):
         torch.manual_seed(0)
         return harness.call_builder(fn, b, s if seq_dim is not None else seq_len)
 
+    def make_fake_job(b, s, fm):
+        try:
+            with fm:
+                job = make_job(b, s)
+            note = None
+        except Exception as e:  # an initializer that reads values, a real checkpoint loaded, ...
+            job = make_job(b, s)
+            note = ("the builder failed under fake tensors (%s: %s); it ran for real and its tensors were "
+                    "converted to fake ones" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200]))
+        return harness.to_fake(job, fm), note
+
     doc = build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim,
-                      name=name or spec, source=spec)
+                      name=name or spec, source=spec, make_fake_job=make_fake_job if fake else None)
     write_json(doc, path)
     return doc

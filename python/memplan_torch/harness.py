@@ -185,3 +185,33 @@ def chunk(obj, dim, k):
         return o
 
     return [rec(obj, i) for i in range(k)]
+
+
+def to_fake(job, fake_mode):
+    """Replaces the job's real parameters, buffers, inputs and targets by FakeTensors of `fake_mode` (same
+    shapes, dtypes, devices, requires_grad; tied parameters stay tied, views of one storage stay views).
+    Tensors already fake are kept."""
+    memo = {}
+
+    def conv(t):
+        if compat.is_fake(t):
+            return t
+        f = memo.get(id(t))
+        if f is None:
+            f = fake_mode.from_tensor(t)
+            memo[id(t)] = (f, t)  # keep t alive so its id is not reused
+            return f
+        return f[0]
+
+    for m in job.model.modules():
+        for k, p in list(m._parameters.items()):
+            if p is not None and not compat.is_fake(p):
+                if id(p) not in memo:
+                    memo[id(p)] = (torch.nn.Parameter(fake_mode.from_tensor(p.detach()), requires_grad=p.requires_grad), p)
+                m._parameters[k] = memo[id(p)][0]
+        for k, b in list(m._buffers.items()):
+            if b is not None:
+                m._buffers[k] = conv(b)
+    job.inputs = map_tensors(job.inputs, conv)
+    job.targets = map_tensors(job.targets, conv)
+    return job

@@ -208,3 +208,157 @@ def gpt2_tiny(batch_size, seq_len=64):
     x = torch.randint(0, GPT2_TINY["vocab"], (batch_size, seq_len))
     y = torch.randint(0, GPT2_TINY["vocab"], (batch_size, seq_len))
     return m, x, _causal_lm_loss, y
+
+
+# ---- a Llama in plain PyTorch with Hugging Face's module structure (LlamaForCausalLM, sdpa attention) ----
+# No transformers needed. llama_tiny is a test model; llama3_8b has Llama-3-8B's config.json numbers and is
+# only for fake export (python/bench_fake_export.py): built for real it would need 16 GB of bf16 weights.
+
+LLAMA3_8B = dict(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336,
+                 rope_theta=500000.0, eps=1e-5)
+LLAMA_TINY = dict(vocab=1000, hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, rope_theta=10000.0,
+                  eps=1e-5)
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, hidden, eps, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden, dtype=dtype))
+        self.eps = eps
+
+    def forward(self, x):
+        dt = x.dtype
+        h = x.to(torch.float32)
+        var = h.pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(var + self.eps)
+        return self.weight * h.to(dt)
+
+
+class LlamaRotaryEmbedding(nn.Module):
+    def __init__(self, head_dim, theta):
+        super().__init__()
+        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x, position_ids):
+        inv = self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+        pos = position_ids[:, None, :].float()
+        freqs = (inv @ pos).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hidden, heads, kv_heads, dtype=None):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False, dtype=dtype)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False, dtype=dtype)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False, dtype=dtype)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False, dtype=dtype)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        rep = self.heads // self.kv_heads
+        if rep > 1:  # transformers' repeat_kv
+            k = k[:, :, None].expand(b, self.kv_heads, rep, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+            v = v[:, :, None].expand(b, self.kv_heads, rep, s, self.head_dim).reshape(b, self.heads, s, self.head_dim)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hidden, intermediate, dtype=None):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False, dtype=dtype)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False, dtype=dtype)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False, dtype=dtype)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, c, dtype=None):
+        super().__init__()
+        self.self_attn = LlamaAttention(c["hidden"], c["heads"], c["kv_heads"], dtype)
+        self.mlp = LlamaMLP(c["hidden"], c["intermediate"], dtype)
+        self.input_layernorm = LlamaRMSNorm(c["hidden"], c["eps"], dtype)
+        self.post_attention_layernorm = LlamaRMSNorm(c["hidden"], c["eps"], dtype)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, c, dtype=None):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c["vocab"], c["hidden"], dtype=dtype)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(c, dtype) for _ in range(c["layers"])])
+        self.norm = LlamaRMSNorm(c["hidden"], c["eps"], dtype)
+        self.rotary_emb = LlamaRotaryEmbedding(c["hidden"] // c["heads"], c["rope_theta"])
+
+    def forward(self, input_ids):
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        x = self.embed_tokens(input_ids)
+        cos, sin = self.rotary_emb(x, pos)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.norm(x)
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, dtype=None, **config):
+        super().__init__()
+        c = dict(LLAMA_TINY, **config)
+        self.model = LlamaModel(c, dtype)
+        self.lm_head = nn.Linear(c["hidden"], c["vocab"], bias=False, dtype=dtype)
+
+    def forward(self, input_ids):
+        return self.lm_head(self.model(input_ids))
+
+
+def llama_tiny(batch_size, seq_len=32, dtype=torch.float32):
+    m = LlamaForCausalLM(dtype=dtype, **LLAMA_TINY)
+    x = torch.randint(0, LLAMA_TINY["vocab"], (batch_size, seq_len))
+    y = torch.randint(0, LLAMA_TINY["vocab"], (batch_size, seq_len))
+    return m, x, _causal_lm_loss, y
+
+
+def llama_tiny_bf16(batch_size, seq_len=32):
+    return llama_tiny(batch_size, seq_len, dtype=torch.bfloat16)
+
+
+def llama3_8b(batch_size, seq_len=2048, layers=None):
+    """Llama-3-8B's shape in bfloat16 (8.03B parameters). Export it with --fake only."""
+    c = dict(LLAMA3_8B)
+    if layers is not None:
+        c["layers"] = layers
+    m = LlamaForCausalLM(dtype=torch.bfloat16, **c)
+    x = torch.randint(0, c["vocab"], (batch_size, seq_len))
+    y = torch.randint(0, c["vocab"], (batch_size, seq_len))
+    return m, x, _causal_lm_loss, y
+
+
+LLAMA_MEDIUM = dict(vocab=32000, hidden=512, layers=8, heads=8, kv_heads=4, intermediate=1536, rope_theta=10000.0,
+                    eps=1e-5)
+
+
+def llama_medium(batch_size, seq_len=256):
+    """About 58M parameters in float32: big enough that computing the step costs more than recording it."""
+    m = LlamaForCausalLM(**LLAMA_MEDIUM)
+    x = torch.randint(0, LLAMA_MEDIUM["vocab"], (batch_size, seq_len))
+    y = torch.randint(0, LLAMA_MEDIUM["vocab"], (batch_size, seq_len))
+    return m, x, _causal_lm_loss, y

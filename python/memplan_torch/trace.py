@@ -6,7 +6,14 @@ every op), and the storages autograd saves for backward (a saved_tensors_hooks p
 
 Storages are identified by their StorageImpl (``storage._cdata``), which works on the meta device where
 every data pointer is 0; a weak reference to the StorageImpl tells when it is freed.
+
+Fake execution (PyTorch 2.x, ``fake=True``): the step runs on FakeTensors under a FakeTensorMode that sits
+below the recorder on the mode stack. A FakeTensor reports its device (cpu), so composite ops decompose as
+they do on that device, but it holds only a meta storage: StorageImpl identity, views, in-place writes, frees
+and saved_tensors_hooks work as for real tensors, and nothing is computed or allocated.
 """
+
+import contextlib
 
 import torch
 import torch.nn.modules.module as module_mod
@@ -51,10 +58,14 @@ class _Packed:
         self.module = module
 
 
+_LIFT = ("aten.lift_fresh.default",)
+
+
 class Recorder(TorchDispatchMode):
-    def __init__(self, device):
+    def __init__(self, device, fake=False):
         super().__init__()
         self.device = str(device)
+        self.fake = bool(fake)
         self.storages = []  # by sid
         self.live = {}  # key -> _Storage
         self.events = []
@@ -69,7 +80,7 @@ class Recorder(TorchDispatchMode):
         self.unseen = []  # storages first seen as inputs since the last event
         # in-kernel buffers (oneDNN scratch, ...) are only visible to the allocator tracker, on CPU
         self.counters = None
-        if self.device == "cpu":
+        if self.device == "cpu" and not self.fake:
             from . import tracker
             self.counters = tracker.counters()
 
@@ -85,6 +96,10 @@ class Recorder(TorchDispatchMode):
     def lookup(self, t, create=True):
         """The live _Storage of tensor t (registering it as pre-existing if unseen)."""
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return None
+        if self.fake and not compat.is_fake(t):
+            # a real tensor under fake execution: a constant (torch.tensor(...)) about to be lifted into the
+            # fake world by lift_fresh, which then counts it as created outside dispatch (see dispatch)
             return None
         st = compat.storage_of(t)
         key = compat.storage_key(st)
@@ -113,7 +128,7 @@ class Recorder(TorchDispatchMode):
             self.events[-1]["free"].append(rec.sid)
 
     def sweep(self):
-        dead = [r for r in self.live.values() if r.ref.expired()]
+        dead = compat.dead_storages(self.live.values())
         for r in dead:
             self._free(r)
 
@@ -165,7 +180,8 @@ class Recorder(TorchDispatchMode):
     # ---- dispatch ----
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.recording or str(func).startswith("profiler."):
+        if not self.recording or str(func).startswith(("profiler.", "prim.")):
+            # prim.device & co. are metadata queries FakeTensors route through the dispatcher
             return func(*args, **kwargs)
         self.sweep()
         module = self.module_path()
@@ -181,8 +197,18 @@ class Recorder(TorchDispatchMode):
             c.reset_peak()
         try:
             out = func(*args, **kwargs)
+        except ExportError:
+            raise
         except Exception as e:
-            raise ExportError(_op_failure(func, module, self.phase, self.device, e)) from e
+            raise ExportError(_op_failure(func, module, self.phase, self.device, e, self.fake)) from e
+        lifted = None
+        if self.fake and str(func) in _LIFT and in_tensors and not compat.is_fake(in_tensors[0]) \
+                and isinstance(out, torch.Tensor):
+            # torch.tensor(...) under fake execution: the real constant is lifted into a new fake tensor.
+            # Executed for real, lift_fresh returns its input, a storage made outside dispatch that is counted
+            # as allocated at this op; record the fake output the same way, so both traces are identical.
+            lifted = self.lookup(out)
+            in_sids = [lifted.sid]
         if isinstance(out, (float, int, bool)) and _returns_tensor(func):
             # torch 1.13: an op on a wrapped number (a 0-dim CPU double made from a Python scalar)
             # comes back as a Python scalar under a dispatch mode; give autograd the tensor it expects
@@ -205,6 +231,10 @@ class Recorder(TorchDispatchMode):
                 self._free(rec)
                 rec = None
             alias = rec is not None
+            if lifted is not None and rec is lifted:
+                ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
+                                      "shape": list(t.shape), "alias": True, "inplace": True})
+                continue
             if rec is None:
                 rec = self._new_storage(t, st, module, str(func), len(self.events) - 1)
                 ev["alloc"].append(rec.sid)
@@ -242,10 +272,20 @@ def _returns_tensor(func):
         return False
 
 
-def _op_failure(func, module, phase, device, e):
+def _op_failure(func, module, phase, device, e, fake=False):
     where = "module %r" % module if module else "outside any module"
+    first = str(e).splitlines()[0] if str(e) else ""
+    if fake:
+        why = {"DataDependentOutputException": "it reads tensor values (item(), bool(tensor), nonzero ...), "
+                                               "which fake tensors do not have",
+               "DynamicOutputShapeException": "its output shape depends on tensor values",
+               "UnsupportedOperatorException": "it has no fake (meta) implementation in this PyTorch"}.get(
+            type(e).__name__, "%s: %s" % (type(e).__name__, first))
+        where = "module %r" % module if module else "the root module (or outside any module)"
+        return ("memplan_torch: op %s failed under fake tensors in %s during %s: %s; export with --real "
+                "(fake=False) to run the step for real" % (func, where, phase, why.rstrip(".")))
     msg = "memplan_torch: op %s failed on device %s in %s during %s: %s: %s." % (
-        func, device, where, phase, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        func, device, where, phase, type(e).__name__, first)
     name = str(func)
     data_dep = any(s in name for s in ("_local_scalar_dense", "is_nonzero", "nonzero", "item", "equal",
                                        "unique", "masked_select"))
@@ -280,13 +320,14 @@ def _categorize(rec, params, buffers, grads, states, inputs):
     return "temporary"
 
 
-def trace_once(job, optimizer="adamw", device="meta", foreach=None):
-    """Runs two training steps of `job` on `device` under the recorder.
+def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=None):
+    """Runs two training steps of `job` on `device` under the recorder; with `fake_mode` (a FakeTensorMode
+    the job's tensors belong to), under that mode, without computing.
 
     Returns a raw trace dict (see export.py for the written form)."""
     model = job.model
     model.train()
-    rec = Recorder(device)
+    rec = Recorder(device, fake=fake_mode is not None)
     opt = harness.make_optimizer(optimizer, model.parameters(), foreach=foreach)
     params = [p for p in model.parameters()]
     buffers = [b for b in model.buffers()]
@@ -318,8 +359,9 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None):
 
     rec.install(model)
     marks = {}
+    outer = fake_mode if fake_mode is not None else contextlib.nullcontext()
     try:
-        with rec:
+        with outer, rec:
             # register what exists before the first step, so it is not mistaken for an op output
             for t in params + buffers + job.tensors():
                 rec.lookup(t)

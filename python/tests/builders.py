@@ -47,3 +47,22 @@ class PerSampleLoop(nn.Module):
 
 def per_sample_loop(batch_size):
     return PerSampleLoop(), torch.randn(batch_size, 8), None
+
+
+class Gate(nn.Module):
+    def forward(self, h):
+        return h[h > 0]  # output shape depends on values (nonzero)
+
+
+class ValueShaped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.gate = Gate()
+
+    def forward(self, x):
+        return self.gate(self.fc(x))
+
+
+def value_shaped(batch_size):
+    return ValueShaped(), torch.randn(batch_size, 8), None
