@@ -152,6 +152,10 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 		if l := lossOf(r.Loss); l != "" {
 			mustSet(rec, "loss="+l)
 		}
+		if ligerKernels(r) {
+			mustSet(rec, "loss=fused-linear")
+			mustSet(rec, "kernels.rms-norm=fused")
+		}
 	}
 
 	// Parallel layout.
@@ -266,6 +270,17 @@ func lossOf(s *string) string {
 		return "fused-linear"
 	}
 	return ""
+}
+
+// ligerKernels reports whether the row ran Liger's kernels through
+// transformers (use_liger_kernel=True): fused linear cross-entropy and a
+// fused RMSNorm among them.
+func ligerKernels(r *Row) bool {
+	t := strings.ToLower(r.Notes + " " + r.Precision + " " + r.FrameworkVersion)
+	if r.Loss != nil {
+		t += " " + strings.ToLower(*r.Loss)
+	}
+	return strings.Contains(t, "use_liger_kernel=true") || strings.Contains(t, "use_liger_kernel: true") || strings.Contains(t, "liger kernels")
 }
 
 // nf4Of reads a 4-bit NF4 quantisation and whether its constants are
@@ -383,7 +398,8 @@ func optimizerOf(s string, lacks *[]Lack) []string {
 		out = append(out, "optimizer.in-backward=true")
 	}
 	switch {
-	case has("fused=true") || has("adamwtorchfused"):
+	case has("fused=false"):
+	case has("fused"): // fused=True, adamw_torch_fused, apex FusedAdam
 		out = append(out, "optimizer.impl=fused")
 	case has("foreach=false"):
 		out = append(out, "optimizer.impl=single")
