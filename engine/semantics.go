@@ -18,6 +18,8 @@ type Semantics struct {
 	Recipe string
 	// Code is whose modeling code runs the model (transformers', litgpt's).
 	Code build.Code
+	// FusedSwiGLU keeps only gate and up for a gated MLP's backward.
+	FusedSwiGLU bool
 	// RepeatKV copies grouped k and v to every head before SDPA.
 	RepeatKV bool
 	// EagerRMSNorm runs RMSNorm as transformers' eager ops rather than one
@@ -94,6 +96,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.MeanSavesInput = m.MeanSavesInput
 	o.EagerRMSNorm = m.EagerRMSNorm
 	o.RepeatKV = m.RepeatKV
+	o.FusedSwiGLU = m.FusedSwiGLU
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
 		l := *o.LoRA
 		l.ModelDType, l.SharedDropout = m.LoRAModelDType, m.LoRASharedDropout

@@ -302,3 +302,17 @@ func TestPrepareKbitFloat32(t *testing.T) {
 		t.Errorf("float32 non-4-bit parameters add %v, want %v", d, want)
 	}
 }
+
+// Liger's SwiGLU keeps only gate and up for backward and recomputes silu
+// (Liger-Kernel src/liger_kernel/ops/swiglu.py): one intermediate-sized
+// tensor less per layer than silu then mul.
+func TestFusedSwiGLU(t *testing.T) {
+	s := Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	f := s
+	f.Sem.FusedSwiGLU = true
+	a := s.Model
+	want := units.BF16.Size(int64(a.Layers) * int64(a.Intermediate) * int64(s.MicroBatch*s.Seq))
+	if got := semPlan(t, s).Sim.SavedTotal - semPlan(t, f).Sim.SavedTotal; got != want {
+		t.Errorf("fused SwiGLU saves %v less, want %v", got, want)
+	}
+}

@@ -645,6 +645,14 @@ func (b *Builder) FusedLinearCrossEntropy(name string, x, w, labels ir.TensorID)
 	return o[0]
 }
 
+// FusedSwiGLU is silu(gate) * up in one kernel that saves only its two
+// inputs and recomputes silu in backward (Liger's LigerSiLUMulFunction).
+func (b *Builder) FusedSwiGLU(name string, gate, up ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast("swiglu_fused", gate, up)
+	xs := b.g.Tensors[ins[0]].Shape
+	return b.node("swiglu_fused", ins, []out{{name: name, dt: dt, shape: append([]int64(nil), xs...), view: ir.NoTensor}}, 5*float64(numel(xs)))[0]
+}
+
 // MeanLast is x.mean(-1, keepdim=True); savesInput follows PyTorch versions
 // whose autograd keeps mean.dim's input.
 func (b *Builder) MeanLast(name string, x ir.TensorID, savesInput bool) ir.TensorID {

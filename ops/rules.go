@@ -106,6 +106,7 @@ func init() {
 		{Name: "mean", BwdFactor: 1, Source: dy + ": mean saves sizes"},
 		{Name: "fused_linear_cross_entropy", SaveOut: []int{1, 2}, BwdFactor: 0, Source: "Liger-Kernel src/liger_kernel/ops/fused_linear_cross_entropy.py (LigerFusedLinearCrossEntropyFunction): the forward computes grad_input and grad_weight chunk by chunk and saves them; backward returns them"},
 		{Name: "mean_saves_input", SaveIn: []int{0}, BwdFactor: 1, Source: dy + ": mean.dim: mean_backward(grad, self.sym_sizes(), dim, self.sym_numel(), keepdim); PyTorch 2.1.0's generated MeanBackward1 holds SavedVariable self_ (torch/include/torch/csrc/autograd/generated/Functions.h in the 2.1.0 wheel)"},
+		{Name: "swiglu_fused", SaveIn: []int{0, 1}, BwdFactor: 2, Source: "Liger-Kernel src/liger_kernel/ops/swiglu.py LigerSiLUMulFunction: ctx.save_for_backward(a, b); backward recomputes silu(a)"},
 		{Name: "pow2", SaveIn: []int{0}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": pow.Tensor_Scalar: self: pow_backward(grad, self, exponent) saves self; autocast runs pow in float32"},
 		{Name: "rsqrt", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": rsqrt: -0.5 * grad * result.pow(3) saves the result"},
 		// Collectives (Megatron-LM megatron/core/tensor_parallel/mappings.py,

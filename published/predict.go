@@ -155,6 +155,7 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 		if ligerKernels(r) {
 			mustSet(rec, "loss=fused-linear")
 			mustSet(rec, "kernels.rms-norm=fused")
+			mustSet(rec, "kernels.swiglu=fused")
 		}
 	}
 

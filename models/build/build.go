@@ -98,6 +98,10 @@ type Options struct {
 	// Code is whose modeling code runs the decoder (the zero value:
 	// transformers').
 	Code Code
+	// FusedSwiGLU runs silu(gate) * up as one kernel that keeps only its
+	// inputs (Liger's SwiGLU), instead of eager ops that also keep silu's
+	// output.
+	FusedSwiGLU bool
 	// RepeatKV copies grouped k and v to every query head before SDPA
 	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.48 on
 	// and only without an attention mask).
@@ -725,7 +729,12 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 	case a.GatedMLP:
 		gate := m.dense("gate_proj", h, a.Hidden, I, a.MLPBias, colPar)
 		up := m.dense("up_proj", h, a.Hidden, I, a.MLPBias, colPar)
-		y := b.Binary("mul", "gated", m.act("act_fn", gate), up)
+		var y ir.TensorID
+		if m.o.FusedSwiGLU && a.Act == "silu" {
+			y = b.FusedSwiGLU("gated", gate, up)
+		} else {
+			y = b.Binary("mul", "gated", m.act("act_fn", gate), up)
+		}
 		return m.dense("down_proj", y, I, a.Hidden, a.MLPBias, rowPar)
 	}
 	fc, proj := "fc1", "fc2"
