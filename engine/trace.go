@@ -18,7 +18,10 @@ func (s *Spec) validateTrace() error {
 	case s.TP > 1 || s.SP || s.EP > 1 || s.LoRA != nil || s.QLoRA:
 		return fmt.Errorf("%w: --tp, --sp, --ep, --lora and --qlora rebuild the model's graph; they need --model (a catalog name or config.json), not --graph", ErrSpec)
 	case s.Seq != 0 && !s.Trace.HasSeq():
-		return fmt.Errorf("%w: this trace was exported without a sequence dimension; --seq cannot change it (export with seq_dim)", ErrSpec)
+		return fmt.Errorf("%w: --seq %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with --seq-dim)", ErrSpec, s.Seq, s.Trace.Name)
+	}
+	if s.Seq == 0 && s.Trace.HasSeq() {
+		s.Seq = int(s.Trace.TraceSeq) // the sequence planned, as reports show it
 	}
 	return nil
 }

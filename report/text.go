@@ -61,7 +61,7 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if s.Trace != nil {
 		head = fmt.Sprintf("memplan · %s (trace, %s params) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), s.MicroBatch)
 		if s.Trace.HasSeq() {
-			head += fmt.Sprintf(" × seq %d", max(s.Seq, int(s.Trace.TraceSeq)))
+			head += fmt.Sprintf(" × seq %d", s.Seq)
 		}
 		opt := "recorded optimizer step"
 		if s.TraceOptimizer {

@@ -214,14 +214,25 @@ func ScratchAt(sc *Scratch, b, s int64) int64 {
 
 func (bd *builder) build() error {
 	t, o, p := bd.t, bd.o, bd.p
-	state := map[int]bool{}
-	for _, id := range t.First.OptimizerState {
-		state[id] = true
+	created := t.FirstStepCreated()
+	freed := t.initialFrees(o)
+	// stateOf: an initial storage the recorded optimizer owns (its state),
+	// whatever the exporter categorised it as: created by the first
+	// optimizer step or freed by the steady one (a state-replacing optimizer).
+	stateOf := func(s *Storage) bool {
+		switch s.Category {
+		case CatOptimizerState:
+			return true
+		case CatParameter, CatGradient, CatInput:
+			return false
+		}
+		return created[s.ID] || freed.opt[s.ID]
 	}
 	initial := map[int]ir.TensorID{}
+	var dying []ir.TensorID // initial storages the replayed step frees
 	for i := range t.Initial {
 		s := &t.Initial[i]
-		if s.Category == CatOptimizerState && (o.Optimizer != nil || (o.FirstStep && state[s.ID])) {
+		if (o.Optimizer != nil && stateOf(s)) || (o.FirstStep && created[s.ID]) {
 			continue // created by the (first or replaced) optimizer step
 		}
 		b := bd.b
@@ -229,9 +240,19 @@ func (bd *builder) build() error {
 			b *= int64(o.Accum)
 		}
 		tt := bd.tensor(s, fmt.Sprintf("%s#%d", s.Category, s.ID), b)
-		tt.Resident = true
+		if stateOf(s) {
+			tt.Cat = ir.OptimizerState
+		}
+		// A storage the step frees (the old state of an optimizer that
+		// replaces it) is not resident: it is written by the first op, as
+		// if live from the start, and freed after the op the trace frees it
+		// at (its last read).
+		tt.Resident = !freed.replayed[s.ID]
 		id := bd.add(tt)
 		initial[s.ID] = id
+		if !tt.Resident {
+			dying = append(dying, id)
+		}
 		if s.Category == CatParameter && !s.Buffer {
 			p.Params = append(p.Params, id)
 		}
@@ -287,16 +308,19 @@ func (bd *builder) build() error {
 		return bd.err
 	}
 	if o.Optimizer != nil {
-		return bd.replaceOptimizer(initial)
+		if err := bd.replaceOptimizer(initial); err != nil {
+			return err
+		}
+		return bd.bornAtStart(dying)
 	}
 	events := t.Events
 	if o.FirstStep {
 		events = t.First.OptimizerEvents
 	}
-	freed := map[int]bool{}
+	freedBy := map[int]bool{}
 	for i := range events {
 		for _, f := range events[i].Free {
-			freed[f] = true
+			freedBy[f] = true
 		}
 	}
 	local := map[int]ir.TensorID{}
@@ -310,8 +334,11 @@ func (bd *builder) build() error {
 		for j := range e.Alloc {
 			a := &e.Alloc[j]
 			tt := bd.tensor(a, fmt.Sprintf("%s#%d", opShort(e.Op), a.ID), bd.b)
-			if !freed[a.ID] {
+			if !freedBy[a.ID] {
 				tt.Keep = true // lazily created state outlives the step
+			}
+			if created[a.ID] && a.Category != CatParameter && a.Category != CatInput {
+				tt.Cat = ir.OptimizerState // the first step creates an initial (state) storage
 			}
 			id := bd.add(tt)
 			local[a.ID] = id
@@ -320,7 +347,72 @@ func (bd *builder) build() error {
 		readsOf(&op, e, maps)
 		p.Ops = append(p.Ops, op)
 	}
-	return bd.err
+	if bd.err != nil {
+		return bd.err
+	}
+	return bd.bornAtStart(dying)
+}
+
+// initialFreeSets are the initial storages a replay frees: replayed, those
+// the replayed events free; opt, those the recorded steady optimizer phase
+// frees (the state a replacing optimizer drops).
+type initialFreeSets struct{ replayed, opt map[int]bool }
+
+func (t *Trace) initialFrees(o Options) initialFreeSets {
+	init := map[int]bool{}
+	for i := range t.Initial {
+		init[t.Initial[i].ID] = true
+	}
+	fs := initialFreeSets{replayed: map[int]bool{}, opt: map[int]bool{}}
+	add := func(events []Event, opt bool, into map[int]bool) {
+		for i := range events {
+			if (events[i].Phase == PhaseOptimizer) != opt {
+				continue
+			}
+			for _, f := range events[i].Free {
+				if init[f] {
+					into[f] = true
+				}
+			}
+		}
+	}
+	add(t.Events, true, fs.opt)
+	add(t.Events, false, fs.replayed)
+	switch {
+	case o.Optimizer != nil: // the recorded optimizer phase is not replayed
+	case o.FirstStep:
+		add(t.First.OptimizerEvents, true, fs.replayed)
+	default:
+		add(t.Events, true, fs.replayed)
+	}
+	return fs
+}
+
+// bornAtStart makes the first op write the initial storages that the step
+// frees: live from the start like a resident storage, but freed after their
+// last read (the op the trace frees them at).
+func (bd *builder) bornAtStart(dying []ir.TensorID) error {
+	if len(dying) == 0 {
+		return nil
+	}
+	p := bd.p
+	if len(p.Ops) == 0 {
+		return fmt.Errorf("torchtrace: %s: frees initial storages but replays no op", bd.t.label())
+	}
+	op := &p.Ops[0]
+	born := map[ir.TensorID]bool{}
+	for _, id := range dying {
+		born[id] = true
+	}
+	in := op.In[:0:0]
+	for _, id := range op.In {
+		if !born[id] {
+			in = append(in, id)
+		}
+	}
+	op.In = in
+	op.Out = append(append([]ir.TensorID(nil), dying...), op.Out...)
+	return nil
 }
 
 // addIn adds a read of tid to op unless op writes it (a storage allocated and

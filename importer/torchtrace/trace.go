@@ -137,6 +137,33 @@ type Trace struct {
 // HasSeq reports whether sizes are modelled in the sequence length too.
 func (t *Trace) HasSeq() bool { return t.SeqDim != nil }
 
+// FirstStepCreated returns the ids of the initial storages that do not exist
+// before the first step because its optimizer phase creates them:
+// first_step.optimizer_state and every initial storage that
+// first_step.optimizer_events allocates. An optimizer that replaces its state
+// each step (m = β·m + g stored back, rather than updated in place) creates
+// its state under ids that are initial in the steady step, which the exporter
+// does not categorise as optimizer state (the state it finds after the
+// steady step are that step's new tensors).
+func (t *Trace) FirstStepCreated() map[int]bool {
+	out := map[int]bool{}
+	for _, id := range t.First.OptimizerState {
+		out[id] = true
+	}
+	init := map[int]bool{}
+	for i := range t.Initial {
+		init[t.Initial[i].ID] = true
+	}
+	for i := range t.First.OptimizerEvents {
+		for _, a := range t.First.OptimizerEvents[i].Alloc {
+			if init[a.ID] {
+				out[a.ID] = true
+			}
+		}
+	}
+	return out
+}
+
 // ErrSchema is wrapped by errors about the document's schema version.
 var ErrSchema = errors.New("torchtrace: unsupported schema")
 
@@ -611,18 +638,18 @@ func (p *parser) check(t *Trace) {
 			p.fail(fmt.Sprintf("end_live[%d]", i), "storage %d is not live after the last event", id)
 		}
 	}
-	state := map[int]bool{}
 	for i, id := range t.First.OptimizerState {
 		if !live[id] {
 			p.fail(fmt.Sprintf("first_step.optimizer_state[%d]", i), "storage %d is not an initial storage", id)
 		}
-		state[id] = true
 	}
-	// The first step: initial storages minus the state, the steady forward
-	// and backward, then the recorded first optimizer phase.
+	// The first step: initial storages minus those its optimizer creates,
+	// the steady forward and backward, then the recorded first optimizer
+	// phase.
+	created := t.FirstStepCreated()
 	first := map[int]bool{}
 	for k := range live {
-		if !state[k] {
+		if !created[k] {
 			first[k] = true
 		}
 	}
