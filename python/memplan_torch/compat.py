@@ -111,6 +111,18 @@ def global_module_hooks_available():
     return hasattr(m, "register_module_forward_pre_hook") and hasattr(m, "register_module_forward_hook")
 
 
+def register_global_post_hook(hook):
+    """A global module forward hook that also runs when the forward raises (torch 2.x `always_call`): torch
+    2.x's non-reentrant checkpoint stops its recompute in backward with an exception as soon as the last
+    saved tensor is recomputed, in the middle of a module's forward; without it the module-path stack keeps
+    that module. torch 1.13 has no early stop (and no always_call)."""
+    import torch.nn.modules.module as m
+    try:
+        return m.register_module_forward_hook(hook, always_call=True)
+    except TypeError:
+        return m.register_module_forward_hook(hook)
+
+
 def warm_up_optimizer(make_optimizer, device, dtype):
     """Builds and steps a throwaway optimizer on one small parameter, so that what the first optimizer of a
     process initializes once is alive before a measurement takes its floor. torch 2.x imports torch._dynamo

@@ -62,6 +62,41 @@ def transformer_lm(batch_size, seq_len=64, vocab=1000, d_model=64, layers=4):
     return m, x, _lm_loss, y
 
 
+class CheckpointedTransformerLM(TransformerLM):
+    """TransformerLM whose layers checkpoint themselves inside forward, as a Hugging Face model does after
+    `gradient_checkpointing_enable()`: `torch.utils.checkpoint.checkpoint(layer, h, use_reentrant=...)` while
+    training. The trace then records the recompute where it runs, inside backward."""
+
+    def __init__(self, reentrant=False, **kw):
+        super().__init__(**kw)
+        self.reentrant = reentrant
+
+    def forward(self, tokens):
+        import torch.utils.checkpoint as cp
+        pos = torch.arange(tokens.shape[1], device=tokens.device)
+        h = self.embed(tokens) + self.pos(pos)
+        for layer in self.layers:
+            if self.training and torch.is_grad_enabled():
+                h = cp.checkpoint(layer, h, use_reentrant=self.reentrant)
+            else:
+                h = layer(h)
+        return self.head(self.norm(h))
+
+
+def transformer_lm_ckpt(batch_size, seq_len=64, vocab=1000, d_model=64, layers=4, reentrant=False):
+    """transformer_lm with every layer under non-reentrant torch.utils.checkpoint (set by the model itself)."""
+    m = CheckpointedTransformerLM(reentrant=reentrant, vocab=vocab, d_model=d_model, layers=layers,
+                                  ff=4 * d_model)
+    x = torch.randint(0, vocab, (batch_size, seq_len))
+    y = torch.randint(0, vocab, (batch_size, seq_len))
+    return m, x, _lm_loss, y
+
+
+def transformer_lm_ckpt_reentrant(batch_size, seq_len=64, vocab=1000, d_model=64, layers=4):
+    """transformer_lm with every layer under reentrant torch.utils.checkpoint (use_reentrant=True)."""
+    return transformer_lm_ckpt(batch_size, seq_len, vocab, d_model, layers, reentrant=True)
+
+
 class GRUModel(nn.Module):
     def __init__(self, vocab=1000, d=64, hidden=128, layers=2, classes=10):
         super().__init__()

@@ -27,6 +27,11 @@ TRACES = {
     "lm": dict(model=M + "transformer_lm", optimizer="adamw", batch=2, seq_len=64, seq_dim=1),
     "lm_sgd": dict(model=M + "transformer_lm", optimizer="sgd", batch=2, seq_len=64),
     "gru": dict(model=M + "gru", optimizer="sgd", batch=2, seq_len=32),
+    # models that checkpoint their own layers (Hugging Face's gradient_checkpointing_enable()): the trace
+    # records the recompute inside backward, as it runs
+    "lm_selfckpt": dict(model=M + "transformer_lm_ckpt", optimizer="adamw", batch=2, seq_len=64),
+    "lm_selfckpt_reentrant": dict(model=M + "transformer_lm_ckpt_reentrant", optimizer="adamw", batch=2,
+                                  seq_len=64),
 }
 
 CASES = [
@@ -39,6 +44,8 @@ CASES = [
     dict(name="lm_sgd_ckpt_accum2", trace="lm_sgd", batch=16,
          strategy={"checkpoint": "blocks", "checkpoint_blocks": "layers", "accumulation": 2}),
     dict(name="gru", trace="gru", batch=32),
+    dict(name="lm_selfckpt", trace="lm_selfckpt", batch=16),
+    dict(name="lm_selfckpt_reentrant", trace="lm_selfckpt_reentrant", batch=16),
 ]
 
 

@@ -50,6 +50,21 @@ class _Storage:
         self.freed_event = None
 
 
+class _HookProxy:
+    """A wrapped saved-tensors hook; other attributes read through to the hook it wraps (torch 2.x checkpointing
+    marks its hooks with attributes it reads back from the pushed pair)."""
+
+    def __init__(self, fn, call):
+        self._fn = fn
+        self._call = call
+
+    def __call__(self, x):
+        return self._call(x)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_fn"], name)
+
+
 class _Packed:
     __slots__ = ("t", "module")
 
@@ -138,6 +153,7 @@ class Recorder(TorchDispatchMode):
         self.phase = phase
         self.step = step
         self.bwd_module = ""
+        self.stack = []  # a module forward an exception left (see compat.register_global_post_hook)
 
     def module_path(self):
         if self.stack:
@@ -177,6 +193,42 @@ class Recorder(TorchDispatchMode):
             self.bwd_module = p.module
         return p.t
 
+    # another saved_tensors_hooks pair (activation checkpointing's) replaces ours while it is entered: its
+    # hooks are wrapped so that module attribution in backward still works, and a tensor it packs during
+    # backward (checkpointing's recompute, keeping the block's saved tensors until its backward consumes them)
+    # is marked saved; in forward, checkpointing packs a placeholder and keeps nothing
+    def foreign_pack(self, x, fn):
+        module = self.module_path()
+        if self.phase == "backward":
+            self.pack(x)
+        return _Packed(fn(x), module)
+
+    def foreign_unpack(self, p, fn):
+        if not isinstance(p, _Packed):  # packed before the recorder was installed
+            return fn(p)
+        if self.phase == "backward" and p.module:
+            self.bwd_module = p.module
+        return fn(p.t)
+
+    def _wrap_hooks(self):
+        cls = torch.autograd.graph.saved_tensors_hooks
+        orig = cls.__enter__
+        rec = self
+
+        def enter(hooks):
+            pack, unpack = hooks.pack_hook, hooks.unpack_hook
+            if pack == rec.pack:
+                return orig(hooks)
+            hooks.pack_hook = _HookProxy(pack, lambda x: rec.foreign_pack(x, pack))
+            hooks.unpack_hook = _HookProxy(unpack, lambda p: rec.foreign_unpack(p, unpack))
+            try:
+                return orig(hooks)
+            finally:  # the pushed pair is the proxies; the object keeps its own hooks (its __exit__ reads them)
+                hooks.pack_hook, hooks.unpack_hook = pack, unpack
+
+        cls.__enter__ = enter
+        return lambda: setattr(cls, "__enter__", orig)
+
     # ---- dispatch ----
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -195,6 +247,7 @@ class Recorder(TorchDispatchMode):
         if c is not None:
             live0 = c.aligned_live()
             c.reset_peak()
+        args = _scalar_tensor_args(func, args)
         try:
             out = func(*args, **kwargs)
         except ExportError:
@@ -249,9 +302,10 @@ class Recorder(TorchDispatchMode):
     # ---- context ----
     def install(self, model):
         self.names = {id(m): n for n, m in model.named_modules()}
+        self._unwrap = self._wrap_hooks()
         if compat.global_module_hooks_available():
             self._h = [module_mod.register_module_forward_pre_hook(self._pre_hook),
-                       module_mod.register_module_forward_hook(self._post_hook)]
+                       compat.register_global_post_hook(self._post_hook)]
         else:  # pragma: no cover - very old torch
             self._h = []
             for m in model.modules():
@@ -259,9 +313,35 @@ class Recorder(TorchDispatchMode):
                 self._h.append(m.register_forward_hook(self._post_hook))
 
     def uninstall(self):
+        unwrap = getattr(self, "_unwrap", None)
+        if unwrap is not None:
+            unwrap()
+            self._unwrap = None
         for h in self._h:
             h.remove()
         self._h = []
+
+
+_WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+def _scalar_tensor_args(func, args):
+    """torch 1.13 hands a wrapped number (the 0-dim tensor autograd makes of a Python scalar, e.g. the 0.5 of
+    `x * 0.5`) to a dispatch mode as a Python scalar. An op that takes it as a Tensor then fails: non-reentrant
+    checkpointing detaches every tensor autograd saves while it recomputes a block in backward, wrapped numbers
+    included (`aten.detach.default ... found type 'float'`). Give such an argument back its 0-dim tensor, with
+    the dtype PyTorch gives wrapped numbers; it is smaller than any tracked allocation."""
+    if not any(type(a) in _WRAPPED_DTYPE for a in args):
+        return args
+    try:
+        schema = func._schema.arguments
+    except AttributeError:  # pragma: no cover
+        return args
+    out = list(args)
+    for i, (a, sa) in enumerate(zip(args, schema)):
+        if type(a) in _WRAPPED_DTYPE and str(sa.type) == "Tensor":
+            out[i] = torch.tensor(a, dtype=_WRAPPED_DTYPE[type(a)])
+    return tuple(out)
 
 
 def _returns_tensor(func):
