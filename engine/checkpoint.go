@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,6 +252,8 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 	outside := int64(allFB) - ckpt.MinPeak(costs)
 	chain := int64(capacity) - outside
 	best, bestRe := blocks, math.Inf(1)
+	var last []string
+	stall := 0 // iterations the DP returned the same policy while over
 	for iter := 0; iter < 10 && chain > 0; iter++ {
 		pol, err := ckpt.Optimal(costs, chain)
 		if err != nil {
@@ -268,7 +271,16 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 			return nil, err
 		}
 		if peak > capacity {
-			chain -= int64(peak - capacity) // the model under-counted: tighten
+			// The model under-counted: tighten. The DP works in whole
+			// slots, so an excess smaller than a slot can leave its choice
+			// unchanged; tighten twice as hard each time it does.
+			if slices.Equal(names, last) {
+				stall++
+			} else {
+				stall = 0
+			}
+			last = names
+			chain -= int64(peak-capacity) << stall
 			continue
 		}
 		if re < bestRe {
