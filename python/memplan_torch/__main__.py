@@ -1,4 +1,4 @@
-"""python3 -m memplan_torch {export,measure,align,suite,build-tracker}"""
+"""python3 -m memplan_torch {export,export-hf,measure,align,suite,build-tracker}"""
 
 import argparse
 import json
@@ -46,6 +46,22 @@ def main(argv=None):
                         "the same trace as --device cpu, without in-kernel scratch")
     x.add_argument("--real", dest="fake", action="store_false",
                    help="run the step for real on --device (the default)")
+
+    h = sub.add_parser("export-hf", help="trace a transformers causal LM built from its config.json (random "
+                                         "weights, fake tensors, PyTorch 2.x) through one Trainer step")
+    h.add_argument("config", help="a transformers config.json (e.g. models/catalog/llama-3.2-1b.json)")
+    h.add_argument("--seq", type=int, required=True, help="sequence length in tokens")
+    h.add_argument("--batch", type=int, default=2, help="trace batch size (a second trace runs at twice it)")
+    h.add_argument("--precision", default="fp32", choices=["fp32", "amp-bf16", "pure-bf16"],
+                   help="as memplan plan --precision: fp32; amp-bf16 = autocast(bfloat16) over fp32 parameters; "
+                        "pure-bf16 = model.to(bfloat16)")
+    h.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config.json field (value parsed as JSON); repeatable")
+    h.add_argument("--out", default="trace.json")
+    h.add_argument("--foreach", default="true", choices=["true", "false"],
+                   help="AdamW's foreach implementation (default true: what torch picks for cuda parameters)")
+    h.add_argument("--no-seq-fit", dest="fit_seq", action="store_false",
+                   help="fit sizes in the batch only (two traces instead of six)")
 
     m = sub.add_parser("measure", help="run workloads for real; write memplan.measured/v1")
     m.add_argument("workloads", nargs="+", help="workload files (YAML or JSON)")
@@ -97,6 +113,14 @@ def _run(args):
                                                          "fake " if doc["execution"] == "fake" else "",
                                                          doc["trace_device"],
                                                        "".join("\n  note: " + n for n in doc["notes"])))
+        return 0
+    if args.cmd == "export-hf":
+        from .hf import export_hf
+        doc = export_hf(args.config, args.out, args.seq, batch=args.batch, precision=args.precision,
+                        overrides=args.override, fit_seq=args.fit_seq, foreach=args.foreach == "true")
+        print("wrote %s: %d events, %d parameters, traced on fake %s%s" % (
+            args.out, len(doc["events"]), doc["n_params"], doc["trace_device"],
+            "".join("\n  note: " + n for n in doc["notes"])))
         return 0
     if args.cmd == "measure":
         from .workload import load
