@@ -24,6 +24,6 @@ func ExamplePlan() {
 	ms := r.Sim.ModelStates
 	fmt.Printf("model states %.0f bytes/param\n", float64(ms.Parameters+ms.Gradients+ms.OptimizerState)/float64(r.Sim.Params))
 	// Output:
-	// peak 9.08 GiB in backward at log_softmax_backward (loss); fits: true
+	// peak 8.94 GiB in backward at log_softmax_backward (loss); fits: true
 	// model states 16 bytes/param
 }

@@ -691,8 +691,16 @@ func (m *builder) attentionOut(o ir.TensorID) ir.TensorID {
 	a, b := m.a, m.b
 	B, S := m.bs()
 	A, _, D := m.localHeads()
-	// attn_output.transpose(1, 2).contiguous().reshape(B, S, A*D)
-	o = b.Copy("merge_heads", o, B, S, A, D)
+	// attn_output.transpose(1, 2).contiguous().reshape(B, S, A*D). SDPA's
+	// kernels allocate their output like q (empty_like of q's [B, S, A, D]
+	// view): transformers' q is a transposed view of q_proj's [B, S, A, D]
+	// output (rotary keeps the layout), so the output is [B, S, A, D] in
+	// memory, the transpose is contiguous and nothing is copied. lit-gpt
+	// makes q by torch.cat, contiguous as [B, A, S, D], so its output is
+	// too and the reshape copies; so does eager attention's matmul.
+	if m.o.Attention != SDPA || m.o.Code == CodeLitGPT {
+		o = b.Copy("merge_heads", o, B, S, A, D)
+	}
 	o = b.View("merged", o, B, S, A*D)
 	outName := "o_proj"
 	switch a.Family {

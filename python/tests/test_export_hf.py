@@ -96,24 +96,24 @@ def test_export_hf_against_catalog(tmp_path, precision, memplan_bin):
     assert shapes == sorted([(B, 4, S, hd), (B, kv, S, hd), (B, 4, S, hd)]), shapes  # q, k (roped), sdpa's output
     if memplan_bin is None:
         return
-    cat = _plan(memplan_bin, "--model", str(cfg), "--seq", str(S), "--precision", precision, "--recipe", "hf")
+    # transformers 5.x without an attention mask hands the grouped heads to SDPA (enable_gqa): the catalog's hf
+    # recipe follows 4.46 (repeat_kv always), so the comparison sets attention.repeat-kv=false.
+    cat = _plan(memplan_bin, "--model", str(cfg), "--seq", str(S), "--precision", precision, "--recipe", "hf",
+                "--set", "attention.repeat-kv=false")
     gr = _plan(memplan_bin, "--graph", out)
     diffs = {p: (cat["phases"][p]["peak_bytes"] - gr["phases"][p]["peak_bytes"]) / gr["phases"][p]["peak_bytes"]
              for p in ("forward", "backward", "optimizer")}
-    # The gap (measured with transformers 5.24.0, torch 2.14.1): the catalog's hf recipe saves, per layer, k and
-    # v after repeat_kv at all heads (2 x B*S*heads*head_dim) where transformers 5.x keeps them at the key/value
-    # heads (enable_gqa, 2 x B*S*kv_heads*head_dim), and a contiguous copy of the attention output before o_proj
-    # (B*S*hidden) where sdpa's output is already [B, S, heads, head_dim] in memory (the transpose+reshape is a
-    # view). Everything else saved per layer (RMSNorm's float32 copy included) is the same.
+    # Per layer the catalog and the trace save the same bytes: RMSNorm's float32 copy, k and v at the key/value
+    # heads, sdpa's output (no copy before o_proj: its memory is already [B, S, heads, head_dim]).
     per_layer = cat["saved_activations"]["by_module"]["model.layers.0"] - \
         gr["saved_activations"]["by_module"]["model.layers.0"]
-    assert per_layer == (2 * B * S * 4 * hd - 2 * B * S * kv * hd + B * S * h) * el, per_layer
-    # Per-phase peaks, catalog vs trace (measured): fp32 forward +3.4%, backward +3.3%, optimizer +0.3%;
-    # pure-bf16 forward +0.1%, backward +2.9%, optimizer +0.3%. The optimizer agrees within 2%; forward and
-    # backward carry the attention gap above (the catalog is higher), bounded here at 4%.
-    assert abs(diffs["optimizer"]) <= 0.02, diffs
-    for p in ("forward", "backward"):
-        assert 0 <= diffs[p] <= 0.04, diffs
+    assert per_layer == 0, per_layer
+    # Backward and optimizer agree within 2% in both precisions (fp32: forward too). pure-bf16's forward peak is
+    # 2.8% higher in the trace (measured with transformers 5.24.0): a transient at the loss of this tiny model
+    # (vocab 256) the catalog lacks, not yet explained; bounded here so a change shows.
+    for p in ("backward", "optimizer"):
+        assert abs(diffs[p]) <= 0.02, diffs
+    assert -0.03 <= diffs["forward"] <= 0.02, diffs
 
 
 @needs_hf
