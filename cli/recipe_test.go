@@ -52,7 +52,8 @@ func TestSameUsableMemory(t *testing.T) {
 
 func TestRecipeFlags(t *testing.T) {
 	code, out, errs := run("recipes")
-	if code != 0 || !strings.Contains(out, "litgpt") || !strings.Contains(out, "lora.dropout") {
+	if code != 0 || !strings.Contains(out, "litgpt") || !strings.Contains(out, "lora.dropout") ||
+		!strings.Contains(out, "pure-bf16") || !strings.Contains(out, "adamw4bit-torchao") || !strings.Contains(out, "low_bit_optim") {
 		t.Errorf("recipes: exit %d %s %s", code, out, errs)
 	}
 	code, out, _ = run("recipes", "torchtune")

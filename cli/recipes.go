@@ -9,6 +9,8 @@ import (
 	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
 
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/recipe"
 )
 
@@ -53,6 +55,22 @@ func listRecipes(w io.Writer) error {
 		t.AppendRow(table.Row{s.Key, s.Values, s.Doc})
 	}
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 40}, {Number: 3, WidthMax: 70}})
+	fmt.Fprintln(w, t.Render())
+	t = table.NewWriter()
+	t.SetStyle(table.StyleLight)
+	t.AppendHeader(table.Row{"precision", "where parameters, gradients and state live"})
+	for _, p := range ops.Precisions() {
+		t.AppendRow(table.Row{p.String(), p.Doc()})
+	}
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 100}})
+	fmt.Fprintln(w, t.Render())
+	t = table.NewWriter()
+	t.SetStyle(table.StyleLight)
+	t.AppendHeader(table.Row{"optimizer", "state it keeps", "follows"})
+	for _, o := range plan.Optimizers() {
+		t.AppendRow(table.Row{o.String(), o.Doc(), o.Source()})
+	}
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 60}, {Number: 3, WidthMax: 60}})
 	_, err = fmt.Fprintln(w, t.Render())
 	return err
 }

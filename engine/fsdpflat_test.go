@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/memplan/memplan/sim"
 	"reflect"
 	"testing"
 
@@ -117,10 +118,8 @@ func TestPropertyFSDPFlat(t *testing.T) {
 		if err := r.Program.Verify(); err != nil {
 			rt.Fatal(err)
 		}
-		for i, pt := range r.Sim.Timeline {
-			if pt.Cat.Total() != pt.Total {
-				rt.Fatalf("event %d: categories do not add up", i)
-			}
+		if err := sim.Check(r.Program, r.Sim); err != nil {
+			rt.Fatal(err)
 		}
 		off := s
 		off.Sem.FSDPFlat = false

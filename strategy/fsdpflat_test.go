@@ -1,6 +1,7 @@
 package strategy_test
 
 import (
+	"github.com/memplan/memplan/models/modeltest"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ func fStates(p *ir.Program) units.Bytes {
 // and is gathered once per micro-step, its forward gather serving its
 // backward (L522-536: the root is not resharded after forward).
 func TestFSDPFlatUnitHoldsFlatGradient(t *testing.T) {
-	a := zSmallLlama(t)
+	a := modeltest.SmallLlama(t)
 	const accum, dp = 3, 2
 	p := fTrain(t, a, accum, true)
 	q := zApply(t, p, &strategy.ZeRO{Stage: 3, DP: dp, Flat: true})

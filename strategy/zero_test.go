@@ -118,21 +118,6 @@ func zStepStates(p *ir.Program, r *sim.Result) units.Bytes {
 	return 0
 }
 
-// zSmallLlama is a Llama with every parameter's size divisible by 64, so
-// sharding over 64 ranks needs no padding.
-func zSmallLlama(t testing.TB) *models.Arch {
-	a, err := models.Lookup("llama-3.2-1b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a = a.Clone()
-	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Layers, a.Vocab = 128, 2, 2, 64, 256, 3, 512
-	if err := a.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 // Rajbhandari et al., SC'20, §5.2 and Figure 1: with mixed-precision Adam
 // (K = 12 bytes of optimizer state per parameter) the per-GPU model states are
 // 16Ψ for plain data parallelism, (4 + 12/N_d)Ψ with optimizer-state
@@ -146,7 +131,7 @@ func TestZeROPaperModelStates(t *testing.T) {
 	const N = 64
 	want := []float64{16, 4 + 12.0/N, 2 + 14.0/N, 16.0 / N}
 	paper := []string{"120.0", "31.4", "16.6", "1.9"}
-	small := zSmallLlama(t)
+	small := modeltest.SmallLlama(t)
 	l7, err := models.Lookup("llama-2-7b")
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +192,7 @@ func TestZeROPaperModelStates(t *testing.T) {
 //     not the sharding, which is checked exactly (16Ψ/N at the step).
 func TestZeROAgainstDeepSpeedEstimators(t *testing.T) {
 	const N = 8
-	p := zTrain(t, zSmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
 	psi := float64(zSim(t, p).Params)
 
 	q2 := zApply(t, p, &strategy.ZeRO{Stage: 2, DP: N})
@@ -268,7 +253,7 @@ func zPeakModelStates(r *sim.Result) units.Bytes {
 // Stage 3 gathers each unit before use, frees it after, and the prefetch
 // makes the next unit's buffer coexist with the current one.
 func TestZeRO3GathersUnits(t *testing.T) {
-	p := zTrain(t, zSmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 2, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 2, false, 8)
 	for _, prefetch := range []int{-1, 0, 2} {
 		q := zApply(t, p, &strategy.ZeRO{Stage: 3, DP: 4, Prefetch: prefetch})
 		r := zSim(t, q)
@@ -325,7 +310,7 @@ func TestZeRO3GathersUnits(t *testing.T) {
 // is ready, and with accumulation every micro-step writes fresh full
 // gradients that are reduced into the shards.
 func TestZeRO2BucketsAndAccumulation(t *testing.T) {
-	p := zTrain(t, zSmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 3, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 3, false, 8)
 	nGrads := 0
 	for _, tt := range p.Tensors {
 		if tt.Cat == ir.Gradient {
@@ -361,7 +346,7 @@ func TestZeRO2BucketsAndAccumulation(t *testing.T) {
 // be equal to the total gradients size"). Only the last micro-step
 // all-reduces (no_sync before it).
 func TestDDPBuckets(t *testing.T) {
-	a := zSmallLlama(t)
+	a := modeltest.SmallLlama(t)
 	a.Layers = 12 // 4 MiB of gradients: a 1 MiB first bucket, then 0.25 MiB ones
 	p := zTrain(t, a, ops.BF16, plan.AdamW, plan.Foreach, 2, false, 8)
 	psi := float64(zSim(t, p).Params)
@@ -401,7 +386,7 @@ func TestDDPBuckets(t *testing.T) {
 }
 
 func TestZeROErrors(t *testing.T) {
-	p := zTrain(t, zSmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
 	for _, tc := range []struct {
 		tr   strategy.Transform
 		want string

@@ -1,35 +1,22 @@
 package build
 
 import (
+	"github.com/memplan/memplan/models/modeltest"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
 )
-
-func smallLlama(t *testing.T) *models.Arch {
-	a, err := models.Lookup("llama-3.2-1b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a = a.Clone()
-	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Layers, a.Vocab = 128, 2, 2, 64, 256, 3, 512
-	if err := a.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
 
 // The flat build keeps what the frozen weights' gradients need and nothing
 // else changes: the same parameters, all base weights frozen, the adapters
 // alone trainable; without LoRA (or without training) it builds the same
 // graph as without the option.
 func TestFSDPFlatGraph(t *testing.T) {
-	a := smallLlama(t)
+	a := modeltest.SmallLlama(t)
 	lora := &LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}
 	o := Options{MicroBatch: 1, Seq: 32, Precision: ops.PureBF16, Training: true, LoRA: lora}
 	g0, err := Graph(a, o)

@@ -44,3 +44,24 @@ func Arch(t *rapid.T) *models.Arch {
 	}
 	return a
 }
+
+// Fataler is the part of testing.TB the fixed architectures need.
+type Fataler interface {
+	Fatal(args ...any)
+}
+
+// SmallLlama is llama-3.2-1b cut to 3 layers of width 128 (2 heads of 64,
+// intermediate 256, vocabulary 512): every parameter's size divides by 64,
+// so sharding over up to 64 ranks needs no padding.
+func SmallLlama(t Fataler) *models.Arch {
+	a, err := models.Lookup("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = a.Clone()
+	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Layers, a.Vocab = 128, 2, 2, 64, 256, 3, 512
+	if err := a.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}

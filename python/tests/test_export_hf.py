@@ -3,7 +3,6 @@ catalog path (`memplan plan --model CONFIG --recipe hf`) on the same config."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -27,17 +26,6 @@ TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_si
         "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
         "torch_dtype": "float32"}
 B, S = 2, 32
-
-
-@pytest.fixture(scope="module")
-def memplan_bin(tmp_path_factory):
-    if shutil.which("go") is None or not os.path.exists(os.path.join(REPO, "go.mod")):
-        return None
-    out = str(tmp_path_factory.mktemp("bin") / "memplan")
-    r = subprocess.run(["go", "build", "-o", out, "./cmd/memplan"], cwd=REPO, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT)
-    assert r.returncode == 0, r.stdout.decode()
-    return out
 
 
 def _plan(memplan, *args):

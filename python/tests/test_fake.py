@@ -3,7 +3,6 @@ same memplan.trace/v1 document as the step run for real on cpu (docs/trace-forma
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -18,7 +17,6 @@ from memplan_torch.schema import validate_trace
 from memplan_torch.suite import TRACES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 
 needs_fake = pytest.mark.skipif(
     not compat.fake_tensors_available(),
@@ -70,18 +68,6 @@ CASES.update({
 })
 # predicted with the Go planner too (one per kind of model, to keep the test short)
 PLAN_CASES = ("resnet18", "lm", "llama_tiny")
-
-
-@pytest.fixture(scope="session")
-def memplan_bin(tmp_path_factory):
-    """The Go CLI, built once; None where Go or the repository's Go sources are not here."""
-    if shutil.which("go") is None or not os.path.exists(os.path.join(REPO, "go.mod")):
-        return None
-    out = str(tmp_path_factory.mktemp("bin") / "memplan")
-    r = subprocess.run(["go", "build", "-o", out, "./cmd/memplan"], cwd=REPO, stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT)
-    assert r.returncode == 0, r.stdout.decode()
-    return out
 
 
 def plan_phases(memplan, trace, micro_batch):
