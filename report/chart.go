@@ -82,233 +82,293 @@ func TerminalChartWith(w io.Writer, r *engine.Result, opt ChartOptions) error {
 	if err := chartCheck(r); err != nil {
 		return err
 	}
-	g := chartUnicode
-	if opt.ASCII {
-		g = chartASCII
-	}
-	width, height := opt.Width, opt.Height
-	if width == 0 {
-		width = DefaultChartWidth
-	}
-	if height == 0 {
-		height = DefaultChartHeight
-	}
-	width = max(width, MinChartWidth)
-	height = max(height, MinChartHeight)
+	d := newChartDrawer(r, opt)
+	d.scale()
+	d.columns()
+	d.fill()
+	d.line(chartTitle(r))
+	d.writeRows()
+	d.writeAxis()
+	d.writePeak()
+	d.writeLegend()
+	_, err := io.WriteString(w, d.b.String())
+	return err
+}
 
-	tl := r.Sim.Timeline
-	peak := r.Sim.Peak
-	top := peak.Total
-	capShown := r.Capacity > 0 && r.Capacity <= chartCapacityFactor*max(peak.Total, 1)
-	if capShown {
+// chartDrawer draws one chart. Its phases run in order: scale (y range, tick labels, plot width), columns
+// (the op each column shows), fill (the grid of cells), then the rows, the axis with the phase names, the peak
+// marker and the legend, written into b.
+type chartDrawer struct {
+	r             *engine.Result
+	g             chartGlyphs
+	width, height int
+	tl            []sim.Point
+	peak          sim.Point
+	capShown      bool
+
+	rowH   float64        // bytes per row
+	tickAt map[int]string // tick labels by level (row from the bottom, 0 is the axis)
+	capLvl int            // the capacity line's level, -1 when not drawn
+	labelW int            // width of the tick labels
+	plotW  int            // columns of the plot area
+
+	lo      []int        // column c covers ops [lo[c], lo[c+1])
+	cols    []*sim.Point // the largest point of each column
+	peakCol int
+	grid    [][]rune // rows from the top: row k shows level height-k
+
+	b strings.Builder
+}
+
+func newChartDrawer(r *engine.Result, opt ChartOptions) *chartDrawer {
+	d := &chartDrawer{r: r, g: chartUnicode, width: opt.Width, height: opt.Height, tl: r.Sim.Timeline, peak: r.Sim.Peak}
+	if opt.ASCII {
+		d.g = chartASCII
+	}
+	if d.width == 0 {
+		d.width = DefaultChartWidth
+	}
+	if d.height == 0 {
+		d.height = DefaultChartHeight
+	}
+	d.width = max(d.width, MinChartWidth)
+	d.height = max(d.height, MinChartHeight)
+	return d
+}
+
+// line writes s without trailing spaces.
+func (d *chartDrawer) line(s string) {
+	d.b.WriteString(strings.TrimRight(s, " "))
+	d.b.WriteByte('\n')
+}
+
+// pad right-aligns s in the tick labels' width.
+func (d *chartDrawer) pad(s string) string { return strings.Repeat(" ", d.labelW-len([]rune(s))) + s }
+
+// scale chooses the y range and its tick labels; the capacity line is labelled too when no tick shares its
+// row. A right margin leaves room for the last phase's name.
+func (d *chartDrawer) scale() {
+	r := d.r
+	top := d.peak.Total
+	d.capShown = r.Capacity > 0 && r.Capacity <= chartCapacityFactor*max(d.peak.Total, 1)
+	if d.capShown {
 		top = max(top, r.Capacity)
 	}
-	ymax, ticks := chartTicks(top, min(4, height))
-
-	// Tick labels by level (row from the bottom, 0 is the axis); the
-	// capacity line is labelled too when no tick shares its row.
-	rowH := float64(ymax) / float64(height)
-	tickAt := map[int]string{}
+	ymax, ticks := chartTicks(top, min(4, d.height))
+	d.rowH = float64(ymax) / float64(d.height)
+	d.tickAt = map[int]string{}
 	for _, t := range ticks {
-		lvl := int(math.Round(float64(t) / rowH))
-		if _, dup := tickAt[lvl]; !dup && lvl <= height {
-			tickAt[lvl] = t.String()
+		lvl := int(math.Round(float64(t) / d.rowH))
+		if _, dup := d.tickAt[lvl]; !dup && lvl <= d.height {
+			d.tickAt[lvl] = t.String()
 		}
 	}
-	capLvl := -1
-	if capShown {
-		if l := int(math.Round(float64(r.Capacity) / rowH)); l >= 1 && l <= height {
-			capLvl = l
-			if _, ok := tickAt[l]; !ok {
-				tickAt[l] = r.Capacity.String()
+	d.capLvl = -1
+	if d.capShown {
+		if l := int(math.Round(float64(r.Capacity) / d.rowH)); l >= 1 && l <= d.height {
+			d.capLvl = l
+			if _, ok := d.tickAt[l]; !ok {
+				d.tickAt[l] = r.Capacity.String()
 			}
 		}
 	}
-	labelW := 0
-	for _, l := range tickAt {
-		labelW = max(labelW, len([]rune(l)))
+	for _, l := range d.tickAt {
+		d.labelW = max(d.labelW, len([]rune(l)))
 	}
-	// A right margin leaves room for the last phase's name.
-	plotW := max(width-labelW-2-chartMargin, 8)
+	d.plotW = max(d.width-d.labelW-2-chartMargin, 8)
+}
 
-	// Columns: each covers ops [lo[c], lo[c+1]) and shows its largest point.
-	n := len(tl)
-	lo := make([]int, plotW+1)
-	for c := 0; c <= plotW; c++ {
-		lo[c] = c * n / plotW
+// columns gives each column its ops [lo[c], lo[c+1]) and the largest point among them.
+func (d *chartDrawer) columns() {
+	n := len(d.tl)
+	d.lo = make([]int, d.plotW+1)
+	for c := 0; c <= d.plotW; c++ {
+		d.lo[c] = c * n / d.plotW
 	}
-	colOf := func(op int) int { // first column covering op
-		for c := 0; c < plotW; c++ {
-			if op < max(lo[c+1], lo[c]+1) {
-				return c
-			}
-		}
-		return plotW - 1
-	}
-	cols := make([]*sim.Point, plotW)
-	for c := range cols {
-		a, b := lo[c], max(lo[c+1], lo[c]+1)
-		best := &tl[a]
+	d.cols = make([]*sim.Point, d.plotW)
+	for c := range d.cols {
+		a, b := d.lo[c], max(d.lo[c+1], d.lo[c]+1)
+		best := &d.tl[a]
 		for i := a + 1; i < b; i++ {
-			if tl[i].Total > best.Total {
-				best = &tl[i]
+			if d.tl[i].Total > best.Total {
+				best = &d.tl[i]
 			}
 		}
-		cols[c] = best
+		d.cols[c] = best
 	}
-	peakCol := colOf(peak.Op)
+	d.peakCol = d.colOf(d.peak.Op)
+}
 
-	// Grid rows from the top: row index k shows level h-k (1..h).
-	grid := make([][]rune, height)
-	for k := range grid {
-		grid[k] = []rune(strings.Repeat(" ", plotW))
+// colOf is the first column covering op.
+func (d *chartDrawer) colOf(op int) int {
+	for c := 0; c < d.plotW; c++ {
+		if op < max(d.lo[c+1], d.lo[c]+1) {
+			return c
+		}
 	}
-	for c, p := range cols {
-		for lvl := 1; lvl <= height; lvl++ {
-			mid := (float64(lvl) - 0.5) * rowH
+	return d.plotW - 1
+}
+
+// fill stacks each column's categories into the grid and draws the capacity line over the bars too: where it
+// crosses them is the news.
+func (d *chartDrawer) fill() {
+	d.grid = make([][]rune, d.height)
+	for k := range d.grid {
+		d.grid[k] = []rune(strings.Repeat(" ", d.plotW))
+	}
+	for c, p := range d.cols {
+		for lvl := 1; lvl <= d.height; lvl++ {
+			mid := (float64(lvl) - 0.5) * d.rowH
 			if float64(p.Total) < mid {
 				break
 			}
-			grid[height-lvl][c] = g.cat[chartCategoryAt(&p.Cat, mid)]
+			d.grid[d.height-lvl][c] = d.g.cat[chartCategoryAt(&p.Cat, mid)]
 		}
 	}
-	if capLvl > 0 {
-		// Drawn over the bars too: where it crosses them is the news.
-		row := grid[height-capLvl]
+	if d.capLvl > 0 {
+		row := d.grid[d.height-d.capLvl]
 		for c := range row {
-			row[c] = g.capacity
+			row[c] = d.g.capacity
 		}
 	}
+}
 
-	var b strings.Builder
-	line := func(s string) {
-		b.WriteString(strings.TrimRight(s, " "))
-		b.WriteByte('\n')
-	}
-	line(chartTitle(r))
-
-	pad := func(s string) string { return strings.Repeat(" ", labelW-len([]rune(s))) + s }
-	for k, row := range grid {
-		lvl := height - k
-		if l, ok := tickAt[lvl]; ok {
-			line(pad(l) + " " + string(g.tick) + string(row))
+// writeRows writes the grid with its tick labels.
+func (d *chartDrawer) writeRows() {
+	for k, row := range d.grid {
+		lvl := d.height - k
+		if l, ok := d.tickAt[lvl]; ok {
+			d.line(d.pad(l) + " " + string(d.g.tick) + string(row))
 		} else {
-			line(pad("") + " " + string(g.vert) + string(row))
+			d.line(d.pad("") + " " + string(d.g.vert) + string(row))
 		}
 	}
+}
 
-	// Axis with phase boundaries, then the phase names.
-	type segment struct {
-		col   int
-		phase ir.Phase
-	}
-	var segs []segment
-	for i := range tl {
-		ph := r.Program.Ops[tl[i].Op].Phase
-		if i > 0 && ph == r.Program.Ops[tl[i-1].Op].Phase {
+// chartSegment is where a phase starts on the axis.
+type chartSegment struct {
+	col   int
+	phase ir.Phase
+}
+
+// segments lists the phases in order with their first column; phases shorter than a column still get one,
+// pushed right.
+func (d *chartDrawer) segments() []chartSegment {
+	var segs []chartSegment
+	for i := range d.tl {
+		ph := d.r.Program.Ops[d.tl[i].Op].Phase
+		if i > 0 && ph == d.r.Program.Ops[d.tl[i-1].Op].Phase {
 			continue
 		}
-		c := colOf(i)
+		c := d.colOf(i)
 		if len(segs) > 0 {
-			// Phases shorter than a column still get one, pushed right.
 			c = max(c, segs[len(segs)-1].col+1)
 		}
-		if c >= plotW {
+		if c >= d.plotW {
 			continue
 		}
-		segs = append(segs, segment{c, ph})
+		segs = append(segs, chartSegment{c, ph})
 	}
-	axis := []rune(strings.Repeat(string(g.axis), plotW))
-	names := []rune(strings.Repeat(" ", plotW))
+	return segs
+}
+
+// writeAxis writes the axis with the phase boundaries, then the phase names (shortened to fit).
+func (d *chartDrawer) writeAxis() {
+	segs := d.segments()
+	axis := []rune(strings.Repeat(string(d.g.axis), d.plotW))
+	names := []rune(strings.Repeat(" ", d.plotW))
 	for i, s := range segs {
-		end := plotW
+		end := d.plotW
 		if i+1 < len(segs) {
 			end = segs[i+1].col
 		}
 		start := s.col
 		if i > 0 {
-			axis[s.col] = g.boundAxis
-			names[s.col] = g.boundLabel
+			axis[s.col] = d.g.boundAxis
+			names[s.col] = d.g.boundLabel
 			start++
 		}
 		room := end - start
 		if i == len(segs)-1 {
-			room = width - labelW - 2 - start // may use the margin
+			room = d.width - d.labelW - 2 - start // may use the margin
 		}
 		if room > 1 && i > 0 {
 			start++ // a space after the boundary mark
 			room--
 		}
-		name := s.phase.String()
-		for _, cand := range []string{name, name[:3], name[:1]} {
-			if len(cand) <= room {
-				if need := start + len(cand); need > len(names) {
-					names = append(names, []rune(strings.Repeat(" ", need-len(names)))...)
-				}
-				copy(names[start:], []rune(cand))
-				break
+		names = chartPlaceName(names, start, room, s.phase.String())
+	}
+	d.line(d.pad(d.tickAt[0]) + " " + string(d.g.origin) + string(axis))
+	d.line(strings.Repeat(" ", d.labelW+2) + string(names))
+}
+
+// chartPlaceName writes the longest of name, its first three letters and its first letter that fits in room
+// cells at start, growing names when it ends past them.
+func chartPlaceName(names []rune, start, room int, name string) []rune {
+	for _, cand := range []string{name, name[:3], name[:1]} {
+		if len(cand) <= room {
+			if need := start + len(cand); need > len(names) {
+				names = append(names, []rune(strings.Repeat(" ", need-len(names)))...)
 			}
+			copy(names[start:], []rune(cand))
+			break
 		}
 	}
-	line(pad(tickAt[0]) + " " + string(g.origin) + string(axis))
-	line(strings.Repeat(" ", labelW+2) + string(names))
+	return names
+}
 
-	// Peak marker under its column, described beside it, or below it when
-	// the description does not fit on either side.
-	col := labelW + 2 + peakCol
-	marker := func(desc string) bool {
-		n := len([]rune(desc))
-		switch {
-		case col+2+n <= width:
-			line(strings.Repeat(" ", col) + string(g.peak) + " " + desc)
-		case col >= n+1:
-			line(strings.Repeat(" ", col-n-1) + desc + " " + string(g.peak))
-		default:
-			return false
-		}
-		return true
+// marker writes the peak marker under its column with desc beside it, right or left; false when desc fits on
+// neither side.
+func (d *chartDrawer) marker(desc string) bool {
+	col := d.labelW + 2 + d.peakCol
+	n := len([]rune(desc))
+	switch {
+	case col+2+n <= d.width:
+		d.line(strings.Repeat(" ", col) + string(d.g.peak) + " " + desc)
+	case col >= n+1:
+		d.line(strings.Repeat(" ", col-n-1) + desc + " " + string(d.g.peak))
+	default:
+		return false
 	}
-	where := chartPeakWhere(r)
-	if short := "peak " + peak.Total.String(); !marker(short + " at " + where) {
-		if !marker(short) {
-			line(strings.Repeat(" ", col) + string(g.peak))
-			where = short + " at " + where
-		} else {
-			where = "at " + where
-		}
-		if n := len([]rune(where)); labelW+2+n <= width {
-			where = strings.Repeat(" ", labelW+2) + where
-		}
-		line(where)
-	}
+	return true
+}
 
-	// Legend: the categories present, then the capacity.
+// writePeak writes the peak marker, described beside it, or below it when the description does not fit on
+// either side.
+func (d *chartDrawer) writePeak() {
+	where := chartPeakWhere(d.r)
+	short := "peak " + d.peak.Total.String()
+	if d.marker(short + " at " + where) {
+		return
+	}
+	if !d.marker(short) {
+		d.line(strings.Repeat(" ", d.labelW+2+d.peakCol) + string(d.g.peak))
+		where = short + " at " + where
+	} else {
+		where = "at " + where
+	}
+	if n := len([]rune(where)); d.labelW+2+n <= d.width {
+		where = strings.Repeat(" ", d.labelW+2) + where
+	}
+	d.line(where)
+}
+
+// writeLegend writes the categories present, then the capacity, wrapped at the chart's width.
+func (d *chartDrawer) writeLegend() {
 	var items []string
-	present := chartPresent(tl)
+	present := chartPresent(d.tl)
 	for c := ir.Category(0); c < ir.NumCategories; c++ {
 		if present[c] {
-			items = append(items, string(g.cat[c])+" "+c.String())
+			items = append(items, string(d.g.cat[c])+" "+c.String())
 		}
 	}
-	if r.Capacity > 0 {
-		s := string(g.capacity) + " capacity " + r.Capacity.String()
-		if name := chartGPUName(r); name != "" {
-			s += " (" + name + ")"
-		}
-		if !capShown {
-			s += ", off scale"
-		}
-		if r.Fits {
-			s += ": fits, " + r.Headroom.String() + " headroom"
-		} else {
-			s += ": does not fit, " + r.Shortfall.String() + " short"
-		}
-		items = append(items, s)
+	if d.r.Capacity > 0 {
+		items = append(items, d.capacityItem())
 	}
 	cur := ""
 	for _, it := range items {
-		if cur != "" && len([]rune(cur))+2+len([]rune(it)) > width {
-			line(cur)
+		if cur != "" && len([]rune(cur))+2+len([]rune(it)) > d.width {
+			d.line(cur)
 			cur = ""
 		}
 		if cur != "" {
@@ -317,10 +377,26 @@ func TerminalChartWith(w io.Writer, r *engine.Result, opt ChartOptions) error {
 		cur += it
 	}
 	if cur != "" {
-		line(cur)
+		d.line(cur)
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
+}
+
+// capacityItem is the legend's capacity entry: the GPU, whether the line is on the scale, and the verdict.
+func (d *chartDrawer) capacityItem() string {
+	r := d.r
+	s := string(d.g.capacity) + " capacity " + r.Capacity.String()
+	if name := chartGPUName(r); name != "" {
+		s += " (" + name + ")"
+	}
+	if !d.capShown {
+		s += ", off scale"
+	}
+	if r.Fits {
+		s += ": fits, " + r.Headroom.String() + " headroom"
+	} else {
+		s += ": does not fit, " + r.Shortfall.String() + " short"
+	}
+	return s
 }
 
 // chartCheck rejects results that have nothing to draw.
