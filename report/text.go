@@ -40,7 +40,8 @@ func where(name, module string) string {
 	return name + " (" + module + ")"
 }
 
-// WriteText writes the report a person reads.
+// WriteText writes the report a person reads: the header, the peak and the verdict, the ledger at the peak,
+// each phase's peak, model states, step time, what forward saved, and the chart.
 func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if o.Width == 0 {
 		o.Width = 72
@@ -51,15 +52,30 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if o.TopModules == 0 {
 		o.TopModules = 6
 	}
-	s, p, r := &res.Spec, res.Program, res.Sim
 	var b strings.Builder
-	per := ""
-	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
-		per = " on this GPU"
+	fmt.Fprintln(&b, textHeader(res))
+	writePeakLines(&b, res)
+	fmt.Fprintln(&b)
+	fmt.Fprintln(&b, ledgerTable(res).Render())
+	fmt.Fprintln(&b, phaseTable(res).Render())
+	writeModelStates(&b, res)
+	writeTiming(&b, res)
+	writeSaved(&b, res, o.TopModules)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
 	}
-	var head string
+	if o.Chart {
+		fmt.Fprintln(w)
+		return TerminalChart(w, res, o.Width, o.Height)
+	}
+	return nil
+}
+
+// textHeader is the first line: the job, its size, mode and settings.
+func textHeader(res *engine.Result) string {
+	s, r := &res.Spec, res.Sim
 	if s.Trace != nil {
-		head = fmt.Sprintf("memplan · %s (trace, %s params) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), s.MicroBatch)
+		head := fmt.Sprintf("memplan · %s (trace, %s params) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), s.MicroBatch)
 		if s.Trace.HasSeq() {
 			head += fmt.Sprintf(" × seq %d", s.Seq)
 		}
@@ -71,40 +87,48 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 		if s.Checkpoint.Kind != "" {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
-	} else {
-		head = fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.JobName(), models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
-		if s.Mode == engine.Train {
-			head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
-			head += parallelism(s)
-			if s.Sem.Recipe != "" {
-				head += " · recipe " + s.Sem.Recipe
-			}
-			if s.Checkpoint.Kind != "" {
-				head += " · checkpoint " + s.Checkpoint.String()
-				if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
-					head += fmt.Sprintf(" (%d blocks)", len(auto))
-				}
-			}
-		} else {
-			head += fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
+		return head
+	}
+	per := ""
+	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
+		per = " on this GPU"
+	}
+	head := fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.JobName(), models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
+	if s.Mode != engine.Train {
+		return head + fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
+	}
+	head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+	head += parallelism(s)
+	if s.Sem.Recipe != "" {
+		head += " · recipe " + s.Sem.Recipe
+	}
+	if s.Checkpoint.Kind != "" {
+		head += " · checkpoint " + s.Checkpoint.String()
+		if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
+			head += fmt.Sprintf(" (%d blocks)", len(auto))
 		}
 	}
-	fmt.Fprintln(&b, head)
+	return head
+}
+
+// writePeakLines writes where the peak is, the host peak, whether it fits, and a higher first step.
+func writePeakLines(b *strings.Builder, res *engine.Result) {
+	s, p, r := &res.Spec, res.Program, res.Sim
 	name, module := res.PeakOp()
-	fmt.Fprintf(&b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
+	fmt.Fprintf(b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
 	if p.MicroBatches > 1 {
-		fmt.Fprintf(&b, ", micro-step %d of %d", r.Peak.Micro+1, p.MicroBatches)
+		fmt.Fprintf(b, ", micro-step %d of %d", r.Peak.Micro+1, p.MicroBatches)
 	}
 	if len(res.StagePeaks) > 1 {
 		var sp []string
 		for _, v := range res.StagePeaks {
 			sp = append(sp, v.String())
 		}
-		fmt.Fprintf(&b, ", pipeline stage %d of %d (stage peaks %s)", res.Stage+1, len(res.StagePeaks), strings.Join(sp, ", "))
+		fmt.Fprintf(b, ", pipeline stage %d of %d (stage peaks %s)", res.Stage+1, len(res.StagePeaks), strings.Join(sp, ", "))
 	}
-	fmt.Fprintln(&b)
+	fmt.Fprintln(b)
 	if r.HostPeak > 0 {
-		fmt.Fprintf(&b, "Host memory peak %s (offloaded state and activations, pinned)\n", r.HostPeak)
+		fmt.Fprintf(b, "Host memory peak %s (offloaded state and activations, pinned)\n", r.HostPeak)
 	}
 	if res.Capacity > 0 {
 		gpu := "the budget"
@@ -112,17 +136,21 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 			gpu = s.GPU.Name
 		}
 		if res.Fits {
-			fmt.Fprintf(&b, "Fits on %s (%s usable): %s to spare (%s of capacity used)\n", gpu, res.Capacity, res.Headroom, pct(res.Capacity-res.Headroom, res.Capacity))
+			fmt.Fprintf(b, "Fits on %s (%s usable): %s to spare (%s of capacity used)\n", gpu, res.Capacity, res.Headroom, pct(res.Capacity-res.Headroom, res.Capacity))
 		} else {
-			fmt.Fprintf(&b, "DOES NOT FIT on %s (%s usable): needs %s more\n", gpu, res.Capacity, res.Shortfall)
+			fmt.Fprintf(b, "DOES NOT FIT on %s (%s usable): needs %s more\n", gpu, res.Capacity, res.Shortfall)
 		}
 	}
 	if res.First != nil && res.First.Peak.Total > r.Peak.Total {
 		fp := res.First.Peak
 		op := &res.FirstProgram.Ops[fp.Op]
-		fmt.Fprintf(&b, "First step peaks higher: %s in %s at %s (optimizer state created lazily)\n", fp.Total, fp.Phase, where(op.Name, op.Module))
+		fmt.Fprintf(b, "First step peaks higher: %s in %s at %s (optimizer state created lazily)\n", fp.Total, fp.Phase, where(op.Name, op.Module))
 	}
+}
 
+// ledgerTable is the ledger at the peak, by category.
+func ledgerTable(res *engine.Result) table.Writer {
+	r := res.Sim
 	t := newTable()
 	t.SetTitle("Ledger at the peak")
 	t.AppendHeader(table.Row{"category", "bytes", "share"})
@@ -133,69 +161,79 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	}
 	t.AppendFooter(table.Row{"total", r.Peak.Total.String(), ""})
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight, AlignFooter: text.AlignRight}, {Number: 3, Align: text.AlignRight}})
-	fmt.Fprintln(&b)
-	fmt.Fprintln(&b, t.Render())
+	return t
+}
 
+// phaseTable is each phase's peak and the op it is at.
+func phaseTable(res *engine.Result) table.Writer {
 	pt := newTable()
 	pt.SetTitle("Peak of each phase")
 	pt.AppendHeader(table.Row{"phase", "peak", "at op"})
 	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
-		pp := r.PhasePeak[ph]
+		pp := res.Sim.PhasePeak[ph]
 		if pp.Op < 0 {
 			continue
 		}
-		op := &p.Ops[pp.Op]
+		op := &res.Program.Ops[pp.Op]
 		pt.AppendRow(table.Row{ph.String(), pp.Total.String(), where(op.Name, op.Module)})
 	}
 	pt.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight}})
-	fmt.Fprintln(&b, pt.Render())
+	return pt
+}
 
+// writeModelStates writes the model states of a training job, or the weights and KV cache of inference.
+func writeModelStates(b *strings.Builder, res *engine.Result) {
+	r := res.Sim
 	ms := r.ModelStates
-	if s.Mode == engine.Train && r.Params > 0 {
+	if res.Spec.Mode == engine.Train && r.Params > 0 {
 		tot := ms.Parameters + ms.Gradients + ms.OptimizerState
-		fmt.Fprintf(&b, "Model states: parameters %s + gradients %s + optimizer state %s = %s (%.2f bytes/param)\n",
+		fmt.Fprintf(b, "Model states: parameters %s + gradients %s + optimizer state %s = %s (%.2f bytes/param)\n",
 			ms.Parameters, ms.Gradients, ms.OptimizerState, tot, float64(tot)/float64(r.Params))
-	} else {
-		fmt.Fprintf(&b, "Weights %s", ms.Parameters)
-		if kv := r.Peak.Cat[ir.KVCache]; kv > 0 {
-			fmt.Fprintf(&b, " · KV cache %s", kv)
+		return
+	}
+	fmt.Fprintf(b, "Weights %s", ms.Parameters)
+	if kv := r.Peak.Cat[ir.KVCache]; kv > 0 {
+		fmt.Fprintf(b, " · KV cache %s", kv)
+	}
+	fmt.Fprintf(b, " · peak working set %s\n", r.Peak.Total-ms.Parameters-r.Peak.Cat[ir.KVCache])
+}
+
+// writeTiming writes the step time by phase and the throughput, when the job was priced.
+func writeTiming(b *strings.Builder, res *engine.Result) {
+	t := res.Timing
+	if t == nil {
+		return
+	}
+	fmt.Fprintf(b, "Step time %s on %s at the roofline (ideal efficiency: an upper bound on speed): forward %s, backward %s, optimizer %s",
+		t.Step.Round(10*time.Microsecond), res.Spec.GPU.Name, t.Phases[ir.Forward].Wall.Round(10*time.Microsecond),
+		t.Phases[ir.Backward].Wall.Round(10*time.Microsecond), t.Phases[ir.Optimizer].Wall.Round(10*time.Microsecond))
+	if t.Recompute > 0 {
+		fmt.Fprintf(b, ", recompute %s", t.Recompute.Round(10*time.Microsecond))
+	}
+	fmt.Fprintf(b, "; %.0f tokens/s, MFU %.1f%%\n", t.TokensPerSec, 100*t.MFU)
+}
+
+// writeSaved writes what forward saved for backward and the top modules that saved it.
+func writeSaved(b *strings.Builder, res *engine.Result, top int) {
+	r := res.Sim
+	if r.SavedTotal <= 0 {
+		return
+	}
+	rows := r.SortedSaved(res.Program)
+	fmt.Fprintf(b, "Saved for backward at the end of forward: %s in %d modules", r.SavedTotal, len(rows))
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Bytes > rows[j].Bytes })
+	if len(rows) > top {
+		rows = rows[:top]
+	}
+	var parts []string
+	for _, m := range rows {
+		name := m.Module
+		if name == "" {
+			name = "(top level)"
 		}
-		fmt.Fprintf(&b, " · peak working set %s\n", r.Peak.Total-ms.Parameters-r.Peak.Cat[ir.KVCache])
+		parts = append(parts, fmt.Sprintf("%s %s", name, m.Bytes))
 	}
-	if t := res.Timing; t != nil {
-		fmt.Fprintf(&b, "Step time %s on %s at the roofline (ideal efficiency: an upper bound on speed): forward %s, backward %s, optimizer %s",
-			t.Step.Round(10*time.Microsecond), s.GPU.Name, t.Phases[ir.Forward].Wall.Round(10*time.Microsecond),
-			t.Phases[ir.Backward].Wall.Round(10*time.Microsecond), t.Phases[ir.Optimizer].Wall.Round(10*time.Microsecond))
-		if t.Recompute > 0 {
-			fmt.Fprintf(&b, ", recompute %s", t.Recompute.Round(10*time.Microsecond))
-		}
-		fmt.Fprintf(&b, "; %.0f tokens/s, MFU %.1f%%\n", t.TokensPerSec, 100*t.MFU)
-	}
-	if r.SavedTotal > 0 {
-		rows := r.SortedSaved(p)
-		fmt.Fprintf(&b, "Saved for backward at the end of forward: %s in %d modules", r.SavedTotal, len(rows))
-		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Bytes > rows[j].Bytes })
-		if len(rows) > o.TopModules {
-			rows = rows[:o.TopModules]
-		}
-		var parts []string
-		for _, m := range rows {
-			name := m.Module
-			if name == "" {
-				name = "(top level)"
-			}
-			parts = append(parts, fmt.Sprintf("%s %s", name, m.Bytes))
-		}
-		fmt.Fprintf(&b, "; largest: %s\n", strings.Join(parts, ", "))
-	}
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return err
-	}
-	if o.Chart {
-		fmt.Fprintln(w)
-		return TerminalChart(w, res, o.Width, o.Height)
-	}
-	return nil
+	fmt.Fprintf(b, "; largest: %s\n", strings.Join(parts, ", "))
 }
 
 // newTable is a light-style table whose header and footer keep their case.
