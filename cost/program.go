@@ -183,6 +183,12 @@ type pricer struct {
 	// Hazards of overlapped ops, by storage (nil until the first one).
 	writeEnd, readEnd []hazard
 	side              []sideOp
+
+	// The schedule so far (run).
+	t     *Timing
+	ready time.Duration      // end of the compute stream
+	free  [numStreams]hazard // last op of each side stream
+	model float64            // FLOPs of forward and backward, recompute excluded
 }
 
 // Price prices one iteration of p on g: the compute ops under the roofline,
@@ -480,201 +486,241 @@ func (pr *pricer) record(oi int, reads, writes []ir.TensorID, h hazard) error {
 	return nil
 }
 
+// run schedules the ops in order (check, then the compute part, then the collective or copy part, then the
+// phase's and the step's totals), drains the side streams and derives the throughputs.
 func (pr *pricer) run() (*Timing, error) {
 	p, o := pr.p, pr.o
-	t := &Timing{Ops: make([]OpTime, len(p.Ops)), DType: o.DType, PeakFLOPs: pr.peak, Efficiency: o.Efficiency}
-	var (
-		ready time.Duration      // end of the compute stream
-		free  [numStreams]hazard // last op of each side stream
-		model float64
-	)
-	// stall moves the compute stream up to h.end. The wait is charged by
-	// walking back the chain of overlapped ops that h ended: each op's busy
-	// time inside the wait goes to its kind, the time it spent waiting goes
-	// to what it waited for. Stalls are disjoint, so no op is charged more
-	// than its duration: Exposed* <= Comm, Transfer.
-	stall := func(ot *OpTime, ph *PhaseTime, h hazard) {
-		if h.end <= ready {
-			return
-		}
-		w := h.end - ready
-		ot.Stall += w
-		ph.Wall = addSat(ph.Wall, w)
-		for e, r := h.end, h.rec; r > 0 && e > ready; {
-			so := &pr.side[r-1]
-			if busy := e - max(so.start, ready); busy > 0 {
-				if so.comm {
-					t.ExposedComm += busy
-				} else {
-					t.ExposedTransfer += busy
-				}
-			}
-			e, r = so.start, so.cause
-		}
-		ready = h.end
-	}
-	// async places a side-stream item issued now and returns its span.
-	async := func(oi int, s int, d time.Duration, reads, writes []ir.TensorID, comm bool) (start, end time.Duration, err error) {
-		h, err := pr.dep(oi, reads, writes, later(hazard{end: ready}, free[s]))
-		if err != nil {
-			return 0, 0, err
-		}
-		start, end = h.end, addSat(h.end, d)
-		pr.side = append(pr.side, sideOp{start: start, end: end, comm: comm, cause: h.rec})
-		free[s] = hazard{end: end, rec: int32(len(pr.side))}
-		return start, end, pr.record(oi, reads, writes, free[s])
-	}
+	pr.t = &Timing{Ops: make([]OpTime, len(p.Ops)), DType: o.DType, PeakFLOPs: pr.peak, Efficiency: o.Efficiency}
 	for oi := range p.Ops {
+		if err := pr.check(oi); err != nil {
+			return nil, err
+		}
 		op := &p.Ops[oi]
-		if op.Phase >= ir.NumPhases {
-			return nil, invalid("price: op %d (%s): phase %d", oi, op.Name, op.Phase)
-		}
-		if op.Comm != nil && op.Transfer != nil {
-			return nil, invalid("price: op %d (%s) is both a collective and a copy", oi, op.Name)
-		}
-		if !finiteNonNeg(op.FLOPs) || !finiteNonNeg(op.MemBytes) {
-			return nil, invalid("price: op %d (%s): %v FLOPs and %v bytes must be finite and >= 0", oi, op.Name, op.FLOPs, op.MemBytes)
-		}
-		ot, ph := &t.Ops[oi], &t.Phases[op.Phase]
+		ot, ph := &pr.t.Ops[oi], &pr.t.Phases[op.Phase]
 		ot.Start = -1
-
-		// Compute part.
-		computeWork := op.FLOPs > 0 || op.MemBytes > 0 || (op.Comm == nil && op.Transfer == nil)
-		if computeWork {
-			skip, err := pr.noKernel(oi)
-			if err != nil {
-				return nil, err
-			}
-			if !skip {
-				bytes := op.MemBytes
-				var host float64
-				if op.FLOPs == 0 && bytes == 0 {
-					if bytes, host, err = pr.estimateBytesHost(oi); err != nil {
-						return nil, err
-					}
-				}
-				var d time.Duration
-				if bytes == 0 && host > 0 {
-					// An op on host memory only (the CPU optimizer step of
-					// ZeRO-Offload): memory-bound at the host's DRAM bandwidth.
-					d = time.Duration(math.Ceil(host / o.HostBandwidth * 1e9))
-				} else if d, err = pr.roofline(op.FLOPs, bytes); err != nil {
-					return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
-				}
-				h, err := pr.dep(oi, op.In, op.Out, hazard{})
-				if err != nil {
-					return nil, err
-				}
-				stall(ot, ph, h)
-				ot.Start, ot.Compute = ready, d
-				ready = addSat(ready, d)
-				ot.End = ready
-				ph.Wall = addSat(ph.Wall, d)
-				t.Compute = addSat(t.Compute, d)
-			}
+		if err := pr.compute(oi, ot, ph); err != nil {
+			return nil, err
 		}
-
-		// Collective or copy part.
+		var err error
 		switch {
 		case op.Comm != nil:
-			d, err := pr.commTime(op.Comm)
-			if err != nil {
-				return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
-			}
-			ot.Comm = d
-			t.Comm = addSat(t.Comm, d)
-			if o.Overlaps(op.Comm.Group) {
-				ot.Async = true
-				start, end, err := async(oi, streamComm, d, nil, append(op.In[:len(op.In):len(op.In)], op.Out...), true)
-				if err != nil {
-					return nil, err
-				}
-				if ot.Start < 0 {
-					ot.Start = start
-				}
-				ot.End = end
-				break
-			}
-			h, err := pr.dep(oi, nil, append(op.In[:len(op.In):len(op.In)], op.Out...), hazard{})
-			if err != nil {
-				return nil, err
-			}
-			stall(ot, ph, h)
-			if ot.Start < 0 {
-				ot.Start = ready
-			}
-			ready = addSat(ready, d)
-			ot.End = ready
-			ph.Wall = addSat(ph.Wall, d)
-			t.ExposedComm = addSat(t.ExposedComm, d)
+			err = pr.collective(oi, ot, ph)
 		case op.Transfer != nil:
-			if op.Transfer.Bytes < 0 {
-				return nil, invalid("price: op %d (%s): copy of %d bytes", oi, op.Name, op.Transfer.Bytes)
-			}
-			d, err := Transfer(float64(op.Transfer.Bytes), o.HostLink)
-			if err != nil {
-				return nil, fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
-			}
-			ot.Transfer, ot.Async = d, true
-			t.Transfer = addSat(t.Transfer, d)
-			s := streamD2H
-			if !op.Transfer.ToHost && !o.SharedCopyStream {
-				s = streamH2D
-			}
-			start, end, err := async(oi, s, d, op.In, op.Out, false)
-			if err != nil {
-				return nil, err
-			}
-			if ot.Start < 0 {
-				ot.Start = start
-			}
-			ot.End = end
+			err = pr.copy(oi, ot)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if ot.Start < 0 { // no kernel
-			ot.Start, ot.End = ready, ready
+			ot.Start, ot.End = pr.ready, pr.ready
 		}
-
-		ph.Compute = addSat(ph.Compute, ot.Compute)
-		ph.Comm = addSat(ph.Comm, ot.Comm)
-		ph.Transfer = addSat(ph.Transfer, ot.Transfer)
-		ph.FLOPs += op.FLOPs
-		t.FLOPs += op.FLOPs
-		if op.Recompute {
-			t.Recompute = addSat(t.Recompute, ot.Duration())
-			t.RecomputeFLOPs += op.FLOPs
-		} else if op.Phase == ir.Forward || op.Phase == ir.Backward {
-			model += op.FLOPs
-		}
+		pr.account(op, ot, ph)
 	}
-
 	// The step ends when every stream has drained.
-	tail := later(later(free[streamComm], free[streamD2H]), free[streamH2D])
+	tail := later(later(pr.free[streamComm], pr.free[streamD2H]), pr.free[streamH2D])
 	if len(p.Ops) > 0 {
 		var last OpTime
-		stall(&last, &t.Phases[p.Ops[len(p.Ops)-1].Phase], tail)
+		pr.stall(&last, &pr.t.Phases[p.Ops[len(p.Ops)-1].Phase], tail)
 	}
-	t.Step = ready
+	pr.t.Step = pr.ready
+	if err := pr.rates(); err != nil {
+		return nil, err
+	}
+	return pr.t, nil
+}
 
+// check rejects an op the schedule cannot price.
+func (pr *pricer) check(oi int) error {
+	op := &pr.p.Ops[oi]
+	if op.Phase >= ir.NumPhases {
+		return invalid("price: op %d (%s): phase %d", oi, op.Name, op.Phase)
+	}
+	if op.Comm != nil && op.Transfer != nil {
+		return invalid("price: op %d (%s) is both a collective and a copy", oi, op.Name)
+	}
+	if !finiteNonNeg(op.FLOPs) || !finiteNonNeg(op.MemBytes) {
+		return invalid("price: op %d (%s): %v FLOPs and %v bytes must be finite and >= 0", oi, op.Name, op.FLOPs, op.MemBytes)
+	}
+	return nil
+}
+
+// stall moves the compute stream up to h.end. The wait is charged by walking back the chain of overlapped ops
+// that h ended: each op's busy time inside the wait goes to its kind, the time it spent waiting goes to what it
+// waited for. Stalls are disjoint, so no op is charged more than its duration: Exposed* <= Comm, Transfer.
+func (pr *pricer) stall(ot *OpTime, ph *PhaseTime, h hazard) {
+	if h.end <= pr.ready {
+		return
+	}
+	w := h.end - pr.ready
+	ot.Stall += w
+	ph.Wall = addSat(ph.Wall, w)
+	for e, r := h.end, h.rec; r > 0 && e > pr.ready; {
+		so := &pr.side[r-1]
+		if busy := e - max(so.start, pr.ready); busy > 0 {
+			if so.comm {
+				pr.t.ExposedComm += busy
+			} else {
+				pr.t.ExposedTransfer += busy
+			}
+		}
+		e, r = so.start, so.cause
+	}
+	pr.ready = h.end
+}
+
+// async places a side-stream item issued now and returns its span.
+func (pr *pricer) async(oi int, s int, d time.Duration, reads, writes []ir.TensorID, comm bool) (start, end time.Duration, err error) {
+	h, err := pr.dep(oi, reads, writes, later(hazard{end: pr.ready}, pr.free[s]))
+	if err != nil {
+		return 0, 0, err
+	}
+	start, end = h.end, addSat(h.end, d)
+	pr.side = append(pr.side, sideOp{start: start, end: end, comm: comm, cause: h.rec})
+	pr.free[s] = hazard{end: end, rec: int32(len(pr.side))}
+	return start, end, pr.record(oi, reads, writes, pr.free[s])
+}
+
+// compute runs an op's kernel on the compute stream, after the overlapped ops it conflicts with: at the
+// roofline, or at the host's DRAM bandwidth for an op on host memory only (the CPU optimizer step of
+// ZeRO-Offload). Ops that only communicate or copy, and ops that launch no kernel, have no compute part.
+func (pr *pricer) compute(oi int, ot *OpTime, ph *PhaseTime) error {
+	op := &pr.p.Ops[oi]
+	if !(op.FLOPs > 0 || op.MemBytes > 0 || (op.Comm == nil && op.Transfer == nil)) {
+		return nil
+	}
+	skip, err := pr.noKernel(oi)
+	if err != nil || skip {
+		return err
+	}
+	bytes := op.MemBytes
+	var host float64
+	if op.FLOPs == 0 && bytes == 0 {
+		if bytes, host, err = pr.estimateBytesHost(oi); err != nil {
+			return err
+		}
+	}
+	var d time.Duration
+	if bytes == 0 && host > 0 {
+		d = time.Duration(math.Ceil(host / pr.o.HostBandwidth * 1e9))
+	} else if d, err = pr.roofline(op.FLOPs, bytes); err != nil {
+		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+	}
+	h, err := pr.dep(oi, op.In, op.Out, hazard{})
+	if err != nil {
+		return err
+	}
+	pr.stall(ot, ph, h)
+	ot.Start, ot.Compute = pr.ready, d
+	pr.ready = addSat(pr.ready, d)
+	ot.End = pr.ready
+	ph.Wall = addSat(ph.Wall, d)
+	pr.t.Compute = addSat(pr.t.Compute, d)
+	return nil
+}
+
+// collective runs an op's collective: on the communication stream when its group overlaps, otherwise on the
+// compute stream, exposed.
+func (pr *pricer) collective(oi int, ot *OpTime, ph *PhaseTime) error {
+	op := &pr.p.Ops[oi]
+	d, err := pr.commTime(op.Comm)
+	if err != nil {
+		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+	}
+	ot.Comm = d
+	pr.t.Comm = addSat(pr.t.Comm, d)
+	touched := append(op.In[:len(op.In):len(op.In)], op.Out...)
+	if pr.o.Overlaps(op.Comm.Group) {
+		ot.Async = true
+		start, end, err := pr.async(oi, streamComm, d, nil, touched, true)
+		if err != nil {
+			return err
+		}
+		if ot.Start < 0 {
+			ot.Start = start
+		}
+		ot.End = end
+		return nil
+	}
+	h, err := pr.dep(oi, nil, touched, hazard{})
+	if err != nil {
+		return err
+	}
+	pr.stall(ot, ph, h)
+	if ot.Start < 0 {
+		ot.Start = pr.ready
+	}
+	pr.ready = addSat(pr.ready, d)
+	ot.End = pr.ready
+	ph.Wall = addSat(ph.Wall, d)
+	pr.t.ExposedComm = addSat(pr.t.ExposedComm, d)
+	return nil
+}
+
+// copy runs an op's host-link copy on its direction's copy stream (one shared stream with SharedCopyStream).
+func (pr *pricer) copy(oi int, ot *OpTime) error {
+	op := &pr.p.Ops[oi]
+	if op.Transfer.Bytes < 0 {
+		return invalid("price: op %d (%s): copy of %d bytes", oi, op.Name, op.Transfer.Bytes)
+	}
+	d, err := Transfer(float64(op.Transfer.Bytes), pr.o.HostLink)
+	if err != nil {
+		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
+	}
+	ot.Transfer, ot.Async = d, true
+	pr.t.Transfer = addSat(pr.t.Transfer, d)
+	s := streamD2H
+	if !op.Transfer.ToHost && !pr.o.SharedCopyStream {
+		s = streamH2D
+	}
+	start, end, err := pr.async(oi, s, d, op.In, op.Out, false)
+	if err != nil {
+		return err
+	}
+	if ot.Start < 0 {
+		ot.Start = start
+	}
+	ot.End = end
+	return nil
+}
+
+// account adds an op's times and FLOPs to its phase and the step.
+func (pr *pricer) account(op *ir.Op, ot *OpTime, ph *PhaseTime) {
+	t := pr.t
+	ph.Compute = addSat(ph.Compute, ot.Compute)
+	ph.Comm = addSat(ph.Comm, ot.Comm)
+	ph.Transfer = addSat(ph.Transfer, ot.Transfer)
+	ph.FLOPs += op.FLOPs
+	t.FLOPs += op.FLOPs
+	if op.Recompute {
+		t.Recompute = addSat(t.Recompute, ot.Duration())
+		t.RecomputeFLOPs += op.FLOPs
+	} else if op.Phase == ir.Forward || op.Phase == ir.Backward {
+		pr.model += op.FLOPs
+	}
+}
+
+// rates derives the model FLOPs, throughputs and utilisations from the step.
+func (pr *pricer) rates() error {
+	t, o := pr.t, pr.o
 	t.ModelFLOPs = o.ModelFLOPs
 	if t.ModelFLOPs == 0 {
-		t.ModelFLOPs = model
+		t.ModelFLOPs = pr.model
 	}
-	if t.Step > 0 {
-		var err error
-		if t.TokensPerSec, err = TokensPerSecond(o.TokensPerStep, t.Step); err != nil {
-			return nil, err
-		}
-		if t.SamplesPerSec, err = SamplesPerSecond(o.SamplesPerStep, t.Step); err != nil {
-			return nil, err
-		}
-		if t.MFU, err = MFU(t.ModelFLOPs, t.Step, pr.peak); err != nil {
-			return nil, err
-		}
-		if t.HFU, err = MFU(t.FLOPs, t.Step, pr.peak); err != nil {
-			return nil, err
-		}
+	if t.Step <= 0 {
+		return nil
 	}
-	return t, nil
+	var err error
+	if t.TokensPerSec, err = TokensPerSecond(o.TokensPerStep, t.Step); err != nil {
+		return err
+	}
+	if t.SamplesPerSec, err = SamplesPerSecond(o.SamplesPerStep, t.Step); err != nil {
+		return err
+	}
+	if t.MFU, err = MFU(t.ModelFLOPs, t.Step, pr.peak); err != nil {
+		return err
+	}
+	t.HFU, err = MFU(t.FLOPs, t.Step, pr.peak)
+	return err
 }
 
 // AddIdle adds idle time the per-rank program cannot show — a pipeline's
