@@ -96,27 +96,61 @@ func sized[T any](s []T, n int) []T {
 	return s
 }
 
-// RunWith is Run with options.
+// RunWith is Run with options. It replays p in phases: owners (each tensor's storage), lastUses (the last op
+// touching each storage), freeLists (the storages each op frees, bucketed), residents (what exists before the
+// iteration), then walk (per op: allocate its outputs, record the point, free what it last used).
 func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	nt := len(p.Tensors)
-	sc.owner = sized(sc.owner, nt)
+	rp := replay{p: p, sc: sc, opt: opt}
+	if err := rp.owners(); err != nil {
+		return nil, err
+	}
+	if err := rp.lastUses(); err != nil {
+		return nil, err
+	}
+	rp.freeLists()
+	rp.residents()
+	rp.walk()
+	return rp.r, nil
+}
+
+// replay is one RunWith: the program, the working arrays, and the live ledgers.
+type replay struct {
+	p   *ir.Program
+	sc  *scratch
+	opt Options
+	r   *Result
+
+	dev            Ledger
+	devTotal, host units.Bytes // devTotal is dev.Total(), kept as dev changes
+}
+
+// owners maps each tensor to its storage (the tensor at the root of its Base chain).
+func (rp *replay) owners() error {
+	p, sc := rp.p, rp.sc
+	sc.owner = sized(sc.owner, len(p.Tensors))
 	owner := sc.owner
 	for i := range p.Tensors {
 		b := p.Tensors[i].Base
 		if b == ir.NoTensor {
 			owner[i] = ir.TensorID(i)
-		} else {
-			if b < 0 || int(b) >= i {
-				return nil, fmt.Errorf("sim: tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
-			}
-			owner[i] = owner[b]
+			continue
 		}
+		if b < 0 || int(b) >= i {
+			return fmt.Errorf("sim: tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
+		}
+		owner[i] = owner[b]
 	}
-	// Last op touching each storage.
+	return nil
+}
+
+// lastUses finds the last op touching each storage.
+func (rp *replay) lastUses() error {
+	p, sc := rp.p, rp.sc
+	nt := len(p.Tensors)
 	sc.last = sized(sc.last, nt)
-	last := sc.last
+	last, owner := sc.last, sc.owner
 	for i := range last {
 		last[i] = -1
 	}
@@ -124,27 +158,35 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 		op := &p.Ops[oi]
 		for _, t := range op.In {
 			if t < 0 || int(t) >= nt {
-				return nil, fmt.Errorf("sim: op %d (%s) reads tensor %d out of range", oi, op.Name, t)
+				return fmt.Errorf("sim: op %d (%s) reads tensor %d out of range", oi, op.Name, t)
 			}
 			last[owner[t]] = int32(oi)
 		}
 		for _, t := range op.Out {
 			if t < 0 || int(t) >= nt {
-				return nil, fmt.Errorf("sim: op %d (%s) writes tensor %d out of range", oi, op.Name, t)
+				return fmt.Errorf("sim: op %d (%s) writes tensor %d out of range", oi, op.Name, t)
 			}
 			last[owner[t]] = int32(oi)
 		}
 	}
-	// Storages freed at each op, bucketed by a counting sort into one
-	// array: op oi frees frees[freeStart[oi]:freeStart[oi+1]].
-	freed := func(i int) bool {
-		t := &p.Tensors[i]
-		return t.Base == ir.NoTensor && !t.Resident && !t.Keep && last[i] >= 0
-	}
+	return nil
+}
+
+// freed reports whether storage i is freed after its last use.
+func (rp *replay) freed(i int) bool {
+	t := &rp.p.Tensors[i]
+	return t.Base == ir.NoTensor && !t.Resident && !t.Keep && rp.sc.last[i] >= 0
+}
+
+// freeLists buckets the storages freed at each op by a counting sort into one array: op oi frees
+// frees[freeStart[oi]:freeStart[oi+1]].
+func (rp *replay) freeLists() {
+	p, sc := rp.p, rp.sc
+	last := sc.last
 	sc.freeStart = sized(sc.freeStart, len(p.Ops)+1)
 	freeStart := sc.freeStart
 	for i := range p.Tensors {
-		if freed(i) {
+		if rp.freed(i) {
 			freeStart[last[i]+1]++
 		}
 	}
@@ -152,45 +194,60 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 		freeStart[oi+1] += freeStart[oi]
 	}
 	sc.frees = sized(sc.frees, int(freeStart[len(p.Ops)]))
-	frees := sc.frees
 	sc.fill = append(sc.fill[:0], freeStart[:len(p.Ops)]...)
-	fill := sc.fill
+	frees, fill := sc.frees, sc.fill
 	for i := range p.Tensors {
-		if freed(i) {
+		if rp.freed(i) {
 			frees[fill[last[i]]] = ir.TensorID(i)
 			fill[last[i]]++
 		}
 	}
+}
 
+// residents starts the result and the ledgers with the storages that exist before the iteration.
+func (rp *replay) residents() {
+	p, sc := rp.p, rp.sc
 	r := &Result{SavedByModule: map[string]units.Bytes{}}
-	if !opt.NoTimeline {
+	rp.r = r
+	if !rp.opt.NoTimeline {
 		r.Timeline = make([]Point, 0, len(p.Ops))
 	}
 	for i := range r.PhasePeak {
 		r.PhasePeak[i].Op = -1
 	}
-	var dev Ledger
-	var devTotal, host units.Bytes // devTotal is dev.Total(), kept as dev changes
+	r.Peak.Op = -1
+	nt := len(p.Tensors)
 	sc.live, sc.producer = sized(sc.live, nt), sized(sc.producer, nt)
-	live, producer := sc.live, sc.producer
 	for i := range p.Tensors {
 		t := &p.Tensors[i]
 		if t.Resident && t.Base == ir.NoTensor {
-			live[i] = true
-			producer[i] = -1
-			if t.Host {
-				host += t.Bytes
-			} else {
-				dev[t.Cat] += t.Bytes
-				devTotal += t.Bytes
-			}
+			sc.live[i] = true
+			sc.producer[i] = -1
+			rp.add(t, 1)
 		}
 	}
 	for _, id := range p.Params {
 		r.Params += p.Tensors[id].Numel()
 	}
+}
+
+// add counts storage t in (sign 1) or out (sign -1) of its ledger.
+func (rp *replay) add(t *ir.Tensor, sign units.Bytes) {
+	if t.Host {
+		rp.host += sign * t.Bytes
+	} else {
+		rp.dev[t.Cat] += sign * t.Bytes
+		rp.devTotal += sign * t.Bytes
+	}
+}
+
+// walk replays the ops: each allocates the storages it writes first, is recorded at its high-water mark, and
+// frees the storages it used last.
+func (rp *replay) walk() {
+	p, sc, r := rp.p, rp.sc, rp.r
+	owner, live, producer := sc.owner, sc.live, sc.producer
+	frees, freeStart := sc.frees, sc.freeStart
 	endFwd := lastForwardOfFirstMicro(p)
-	r.Peak.Op = -1
 	for oi := range p.Ops {
 		op := &p.Ops[oi]
 		for _, t := range op.Out {
@@ -201,51 +258,11 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 			live[o] = true
 			producer[o] = int32(oi)
 			r.Allocs++
-			ts := &p.Tensors[o]
-			if ts.Host {
-				host += ts.Bytes
-			} else {
-				dev[ts.Cat] += ts.Bytes
-				devTotal += ts.Bytes
-			}
+			rp.add(&p.Tensors[o], 1)
 		}
-		// The point is built in full only where it is kept (the timeline, a
-		// new peak); its total is the running one plus the workspace.
-		total, hostNow := devTotal+op.Workspace, host+op.WorkspaceHost
-		point := func() Point {
-			pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: dev, Host: hostNow, Total: total}
-			pt.Cat[ir.Temporary] += op.Workspace
-			return pt
-		}
-		if !opt.NoTimeline {
-			r.Timeline = append(r.Timeline, point())
-		}
-		if total > r.Peak.Total || r.Peak.Op < 0 {
-			r.Peak = point()
-		}
-		if pp := &r.PhasePeak[op.Phase]; pp.Op < 0 || total > pp.Total {
-			*pp = point()
-		}
-		if hostNow > r.HostPeak {
-			r.HostPeak = hostNow
-		}
-		if dev[ir.Parameter] > r.ModelStates.Parameters {
-			r.ModelStates.Parameters = dev[ir.Parameter]
-		}
-		if dev[ir.Gradient] > r.ModelStates.Gradients {
-			r.ModelStates.Gradients = dev[ir.Gradient]
-		}
-		if dev[ir.OptimizerState] > r.ModelStates.OptimizerState {
-			r.ModelStates.OptimizerState = dev[ir.OptimizerState]
-		}
+		rp.record(oi, op)
 		if oi == endFwd {
-			for i := range p.Tensors {
-				if live[i] && p.Tensors[i].Cat == ir.Activation && !p.Tensors[i].Host && producer[i] >= 0 {
-					b := p.Tensors[i].Bytes
-					r.SavedTotal += b
-					r.SavedByModule[ir.BlockOf(p.Ops[producer[i]].Module)] += b
-				}
-			}
+			rp.saved()
 		}
 		for _, o := range frees[freeStart[oi]:freeStart[oi+1]] {
 			if !live[o] {
@@ -253,17 +270,52 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 			}
 			live[o] = false
 			r.Frees++
-			ts := &p.Tensors[o]
-			if ts.Host {
-				host -= ts.Bytes
-			} else {
-				dev[ts.Cat] -= ts.Bytes
-				devTotal -= ts.Bytes
-			}
+			rp.add(&p.Tensors[o], -1)
 		}
 	}
-	r.EndLive = dev.Total()
-	return r, nil
+	r.EndLive = rp.dev.Total()
+}
+
+// record keeps op oi's point in the timeline and the peaks. The point is built in full only where it is kept
+// (the timeline, a new peak); its total is the running one plus the workspace.
+func (rp *replay) record(oi int, op *ir.Op) {
+	r := rp.r
+	total, hostNow := rp.devTotal+op.Workspace, rp.host+op.WorkspaceHost
+	point := func() Point {
+		pt := Point{Op: oi, Phase: op.Phase, Micro: op.Micro, Cat: rp.dev, Host: hostNow, Total: total}
+		pt.Cat[ir.Temporary] += op.Workspace
+		return pt
+	}
+	if !rp.opt.NoTimeline {
+		r.Timeline = append(r.Timeline, point())
+	}
+	if total > r.Peak.Total || r.Peak.Op < 0 {
+		r.Peak = point()
+	}
+	if pp := &r.PhasePeak[op.Phase]; pp.Op < 0 || total > pp.Total {
+		*pp = point()
+	}
+	if hostNow > r.HostPeak {
+		r.HostPeak = hostNow
+	}
+	ms := &r.ModelStates
+	ms.Parameters = max(ms.Parameters, rp.dev[ir.Parameter])
+	ms.Gradients = max(ms.Gradients, rp.dev[ir.Gradient])
+	ms.OptimizerState = max(ms.OptimizerState, rp.dev[ir.OptimizerState])
+}
+
+// saved records the activations live at the end of the first micro-step's forward, by the block of the op
+// that produced each.
+func (rp *replay) saved() {
+	p, r := rp.p, rp.r
+	live, producer := rp.sc.live, rp.sc.producer
+	for i := range p.Tensors {
+		if live[i] && p.Tensors[i].Cat == ir.Activation && !p.Tensors[i].Host && producer[i] >= 0 {
+			b := p.Tensors[i].Bytes
+			r.SavedTotal += b
+			r.SavedByModule[ir.BlockOf(p.Ops[producer[i]].Module)] += b
+		}
+	}
 }
 
 // lastForwardOfFirstMicro is the index of the last forward op of micro-step
