@@ -119,17 +119,61 @@ type segment struct {
 func (c *Checkpoint) Apply(p *ir.Program) (*ir.Program, error) { return c.apply(p, false) }
 
 func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	ck := &checkpointer{c: c, insert: map[int][]ir.Op{}, touched: map[ir.TensorID]bool{}}
+	if err := ck.segments(p); err != nil {
+		return nil, err
+	}
+	ck.copy(p, own)
+	ck.backwardOfSegments()
+	for _, s := range ck.segs {
+		ck.recompute(s)
+	}
+	ck.q.Ops = splice(ck.q.Ops, ck.insert, nil)
+	recategorize(ck.q, ck.touched)
+	return ck.q, nil
+}
+
+// check rejects a checkpoint without patterns or with a malformed one.
+func (c *Checkpoint) check() error {
 	if len(c.Patterns) == 0 {
-		return nil, fmt.Errorf("strategy: checkpoint needs at least one module pattern")
+		return fmt.Errorf("strategy: checkpoint needs at least one module pattern")
 	}
 	for _, pat := range c.Patterns {
 		if _, err := path.Match(pat, ""); err != nil {
-			return nil, fmt.Errorf("strategy: bad checkpoint pattern %q: %v", pat, err)
+			return fmt.Errorf("strategy: bad checkpoint pattern %q: %v", pat, err)
 		}
 	}
-	var segs []segment
-	sgm := c.segmenter()
+	return nil
+}
+
+// segID names a segment's backward: its key in one micro-step.
+type segID struct {
+	key   string
+	micro int
+}
+
+// checkpointer is one Checkpoint.apply. Its phases: segments (runs of consecutive forward ops under one
+// matched module, per micro-step), copy (the program it rewrites, with room for the recompute), backward of
+// segments (each backward op under its segment's key), then recompute per segment (clones of the forward ops
+// up to the last one whose output backward reads, inserted before the segment's first backward op, which
+// reads the clones), and finally splice and recategorize.
+type checkpointer struct {
+	c       *Checkpoint
+	q       *ir.Program
+	segs    []segment
+	bwdOf   map[segID][]int      // backward ops of each segment, in order
+	insert  map[int][]ir.Op      // recompute ops to place before op j
+	touched map[ir.TensorID]bool // storages whose category recategorize decides
+}
+
+// segments finds the runs of consecutive forward ops whose module falls under one pattern's match.
+func (ck *checkpointer) segments(p *ir.Program) error {
+	sgm := ck.c.segmenter()
 	keys := map[string]string{} // module path → segment key, memoised
+	segs := ck.segs
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
@@ -150,31 +194,36 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		segs = append(segs, segment{key: key, micro: op.Micro, ops: []int{i}})
 	}
 	if len(segs) == 0 {
-		return nil, fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(c.Patterns, ", "))
+		return fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(ck.c.Patterns, ", "))
 	}
-	q := p
-	if !own {
-		// Room for the recompute ops and their outputs: at most one per
-		// segment op and output.
-		ops, outs := 0, 0
-		for _, sg := range segs {
-			ops += len(sg.ops)
-			for _, oi := range sg.ops {
-				outs += len(p.Ops[oi].Out)
-			}
+	ck.segs = segs
+	return nil
+}
+
+// copy is the program to rewrite: p when the caller owns it, else a clone with room for the recompute ops and
+// their outputs (at most one per segment op and output).
+func (ck *checkpointer) copy(p *ir.Program, own bool) {
+	ck.q = p
+	if own {
+		return
+	}
+	ops, outs := 0, 0
+	for _, sg := range ck.segs {
+		ops += len(sg.ops)
+		for _, oi := range sg.ops {
+			outs += len(p.Ops[oi].Out)
 		}
-		q = cloneWithRoom(p, ops, outs)
 	}
-	// Backward ops of each segment, found in one pass: a backward op belongs
-	// to the segment whose key prefixes its module, in the same micro-step.
-	type segID struct {
-		key   string
-		micro int
-	}
-	bwdOf := map[segID][]int{}
+	ck.q = cloneWithRoom(p, ops, outs)
+}
+
+// backwardOfSegments finds the backward ops of each segment in one pass: a backward op belongs to the segment
+// whose key prefixes its module (the longest), in the same micro-step.
+func (ck *checkpointer) backwardOfSegments() {
+	ck.bwdOf = map[segID][]int{}
 	prefixKey := map[string]string{} // module → the segment key it falls under
 	segKeys := map[string]bool{}
-	for _, sg := range segs {
+	for _, sg := range ck.segs {
 		segKeys[sg.key] = true
 	}
 	keyUnder := func(module string) string {
@@ -195,106 +244,120 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		prefixKey[module] = k
 		return k
 	}
-	for j := range q.Ops {
-		op := &q.Ops[j]
+	for j := range ck.q.Ops {
+		op := &ck.q.Ops[j]
 		if op.Phase != ir.Backward || op.Recompute {
 			continue
 		}
 		if k := keyUnder(op.Module); k != "" {
 			id := segID{k, op.Micro}
-			bwdOf[id] = append(bwdOf[id], j)
+			ck.bwdOf[id] = append(ck.bwdOf[id], j)
 		}
 	}
-	// insert[j] are recompute ops to place before original op j.
-	insert := map[int][]ir.Op{}
-	touched := map[ir.TensorID]bool{}
-	for _, s := range segs {
-		produced := map[ir.TensorID]bool{}
-		for _, oi := range s.ops {
+}
+
+// recompute replays segment s inside backward, when backward reads anything it produced.
+func (ck *checkpointer) recompute(s segment) {
+	q := ck.q
+	produced := map[ir.TensorID]bool{}
+	for _, oi := range s.ops {
+		for _, t := range q.Ops[oi].Out {
+			produced[t] = true
+		}
+	}
+	var bwd []int
+	for _, j := range ck.bwdOf[segID{s.key, s.micro}] {
+		if j > s.ops[len(s.ops)-1] {
+			bwd = append(bwd, j)
+		}
+	}
+	lastNeeded := ck.lastNeeded(s, bwd, produced)
+	if lastNeeded < 0 {
+		return
+	}
+	rmap := map[ir.TensorID]ir.TensorID{}
+	var clones []ir.Op
+	keep := ck.c.Save.saved(q, s.ops)
+	for _, oi := range s.ops[:lastNeeded+1] {
+		if keep[oi] {
+			// Saved by the policy: backward and the replay read the
+			// forward's outputs, which stay alive until then.
 			for _, t := range q.Ops[oi].Out {
-				produced[t] = true
+				ck.touched[ir.Storage(q.Tensors, t)] = true
 			}
-		}
-		var bwd []int
-		for _, j := range bwdOf[segID{s.key, s.micro}] {
-			if j > s.ops[len(s.ops)-1] {
-				bwd = append(bwd, j)
-			}
-		}
-		needed := map[ir.TensorID]bool{}
-		for _, j := range bwd {
-			for _, t := range q.Ops[j].In {
-				if produced[t] {
-					needed[t] = true
-				}
-			}
-		}
-		if len(needed) == 0 {
 			continue
 		}
-		lastNeeded := -1
-		for k, oi := range s.ops {
-			for _, t := range q.Ops[oi].Out {
-				if needed[t] {
-					lastNeeded = k
-				}
-			}
-		}
-		rmap := map[ir.TensorID]ir.TensorID{}
-		var clones []ir.Op
-		keep := c.Save.saved(q, s.ops)
-		for _, oi := range s.ops[:lastNeeded+1] {
-			if keep[oi] {
-				// Saved by the policy: backward and the replay read the
-				// forward's outputs, which stay alive until then.
-				for _, t := range q.Ops[oi].Out {
-					touched[ir.Storage(q.Tensors, t)] = true
-				}
-				continue
-			}
-			op := q.Ops[oi]
-			cl := op
-			cl.Phase = ir.Backward
-			cl.Recompute = true
-			cl.In = make([]ir.TensorID, len(op.In))
-			for k, t := range op.In {
-				if r, ok := rmap[t]; ok {
-					cl.In[k] = r
-				} else {
-					cl.In[k] = t
-					if !produced[t] {
-						touched[ir.Storage(q.Tensors, t)] = true // a segment input the checkpoint keeps
-					}
-				}
-			}
-			cl.Out = make([]ir.TensorID, len(op.Out))
-			for k, t := range op.Out {
-				nt := q.Tensors[t]
-				nt.Name += "@recompute"
-				if nt.Base != ir.NoTensor {
-					if r, ok := rmap[nt.Base]; ok {
-						nt.Base = r
-					}
-				}
-				q.Tensors = append(q.Tensors, nt)
-				id := ir.TensorID(len(q.Tensors) - 1)
-				rmap[t] = id
-				cl.Out[k] = id
-				touched[id] = true
-			}
-			clones = append(clones, cl)
-		}
-		for t := range produced {
-			touched[ir.Storage(q.Tensors, t)] = true
-		}
-		for _, j := range bwd {
-			substitute(&q.Ops[j], rmap)
-		}
-		insert[bwd[0]] = append(insert[bwd[0]], clones...)
+		clones = append(clones, ck.clone(oi, rmap, produced))
 	}
-	q.Ops = splice(q.Ops, insert, nil)
-	recategorize(q, touched)
-	return q, nil
+	for t := range produced {
+		ck.touched[ir.Storage(q.Tensors, t)] = true
+	}
+	for _, j := range bwd {
+		substitute(&q.Ops[j], rmap)
+	}
+	ck.insert[bwd[0]] = append(ck.insert[bwd[0]], clones...)
+}
+
+// lastNeeded is the index in s.ops of the last op whose output the segment's backward ops read, or -1.
+func (ck *checkpointer) lastNeeded(s segment, bwd []int, produced map[ir.TensorID]bool) int {
+	q := ck.q
+	needed := map[ir.TensorID]bool{}
+	for _, j := range bwd {
+		for _, t := range q.Ops[j].In {
+			if produced[t] {
+				needed[t] = true
+			}
+		}
+	}
+	if len(needed) == 0 {
+		return -1
+	}
+	lastNeeded := -1
+	for k, oi := range s.ops {
+		for _, t := range q.Ops[oi].Out {
+			if needed[t] {
+				lastNeeded = k
+			}
+		}
+	}
+	return lastNeeded
+}
+
+// clone is forward op oi recomputed in backward: it reads the clones of what the segment produced (rmap) and
+// the segment's inputs, which the checkpoint keeps, and writes fresh "@recompute" tensors.
+func (ck *checkpointer) clone(oi int, rmap map[ir.TensorID]ir.TensorID, produced map[ir.TensorID]bool) ir.Op {
+	q := ck.q
+	op := q.Ops[oi]
+	cl := op
+	cl.Phase = ir.Backward
+	cl.Recompute = true
+	cl.In = make([]ir.TensorID, len(op.In))
+	for k, t := range op.In {
+		if r, ok := rmap[t]; ok {
+			cl.In[k] = r
+		} else {
+			cl.In[k] = t
+			if !produced[t] {
+				ck.touched[ir.Storage(q.Tensors, t)] = true // a segment input the checkpoint keeps
+			}
+		}
+	}
+	cl.Out = make([]ir.TensorID, len(op.Out))
+	for k, t := range op.Out {
+		nt := q.Tensors[t]
+		nt.Name += "@recompute"
+		if nt.Base != ir.NoTensor {
+			if r, ok := rmap[nt.Base]; ok {
+				nt.Base = r
+			}
+		}
+		q.Tensors = append(q.Tensors, nt)
+		id := ir.TensorID(len(q.Tensors) - 1)
+		rmap[t] = id
+		cl.Out[k] = id
+		ck.touched[id] = true
+	}
+	return cl
 }
 
 // recategorize sets the category of the touched storages that are
