@@ -78,10 +78,31 @@ func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x
 
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	q := editable(p, own)
-	e := newEditor(q)
-	nt := len(q.Tensors)
-	// Which storages qualify: saved activations written only by forward ops
-	// and read by at least one backward op, by nothing in the optimizer.
+	ao := &actOffloader{q: q, e: newEditor(q), nt: len(q.Tensors)}
+	if ao.pack(ao.candidates()) == 0 {
+		return q, nil
+	}
+	for oi := range q.Ops {
+		ao.unpack(oi)
+	}
+	return ao.e.finish(), nil
+}
+
+// actOffloader is one ActivationOffload.apply. Its phases: candidates (the saved activations that qualify),
+// pack (a host copy of each, written after the forward's last write to it, one pack op per producing op),
+// then unpack per backward op (a fresh device copy of each moved storage it reads, and of the views it reads
+// of them).
+type actOffloader struct {
+	q    *ir.Program
+	e    *editor
+	nt   int           // tensors before the rewrite
+	host []ir.TensorID // storage → its host copy (NoTensor: stays)
+}
+
+// candidates returns, per storage, the forward op that writes it last when it qualifies (-1 otherwise): a saved
+// activation written only by forward ops and read by at least one backward op, by nothing in the optimizer.
+func (ao *actOffloader) candidates() []int {
+	q, e, nt := ao.q, ao.e, ao.nt
 	lastFwdWrite := make([]int, nt)
 	ok := make([]bool, nt)
 	bwdRead := make([]bool, nt)
@@ -111,22 +132,34 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 			}
 		}
 	}
-	host := make([]ir.TensorID, nt) // storage → its host copy (NoTensor: stays)
-	moved := 0
-	for i := range host {
-		host[i] = ir.NoTensor
+	for i := range lastFwdWrite {
+		if !ok[i] || !bwdRead[i] {
+			lastFwdWrite[i] = -1
+		}
 	}
-	for i := 0; i < nt; i++ {
-		if !ok[i] || !bwdRead[i] || lastFwdWrite[i] < 0 {
+	return lastFwdWrite
+}
+
+// pack gives each candidate a host copy written by a pack op after its last forward write, and returns how
+// many storages moved.
+func (ao *actOffloader) pack(lastFwdWrite []int) int {
+	q, e := ao.q, ao.e
+	ao.host = make([]ir.TensorID, ao.nt)
+	moved := 0
+	for i := range ao.host {
+		ao.host[i] = ir.NoTensor
+	}
+	for i := 0; i < ao.nt; i++ {
+		at := lastFwdWrite[i]
+		if at < 0 {
 			continue
 		}
 		t := q.Tensors[i]
 		t.Name += ".cpu"
 		t.Host = true
 		h := e.add(t)
-		host[i] = h
+		ao.host[i] = h
 		moved++
-		at := lastFwdWrite[i]
 		anchor := &q.Ops[at]
 		// One pack op per producing op.
 		n := len(e.after[at])
@@ -139,52 +172,55 @@ func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) 
 		pk.Out = append(pk.Out, h)
 		pk.Transfer.Bytes += t.Bytes
 	}
-	if moved == 0 {
-		return q, nil
+	return moved
+}
+
+// isMoved reports whether t is (a view of) a storage with a host copy.
+func (ao *actOffloader) isMoved(t ir.TensorID) bool {
+	o := ao.e.owner(t)
+	return int(o) < ao.nt && ao.host[o] != ir.NoTensor
+}
+
+// unpack makes backward op oi read fresh device copies of the moved storages (and views) it reads, written by
+// one unpack op placed before it.
+func (ao *actOffloader) unpack(oi int) {
+	q, e := ao.q, ao.e
+	op := &q.Ops[oi]
+	if op.Phase != ir.Backward || !slices.ContainsFunc(op.In, ao.isMoved) {
+		return
 	}
-	isMoved := func(t ir.TensorID) bool {
-		o := e.owner(t)
-		return int(o) < nt && host[o] != ir.NoTensor
+	var unpack *ir.Op
+	remap := map[ir.TensorID]ir.TensorID{}
+	var clone func(t ir.TensorID) ir.TensorID
+	clone = func(t ir.TensorID) ir.TensorID {
+		if r, ok := remap[t]; ok {
+			return r
+		}
+		v := q.Tensors[t]
+		v.Name += ".gpu"
+		if v.Base == ir.NoTensor {
+			if unpack == nil {
+				unpack = &ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: &ir.Transfer{}}
+			}
+			unpack.In = append(unpack.In, ao.host[t])
+			unpack.Transfer.Bytes += v.Bytes
+		} else {
+			v.Base = clone(v.Base)
+		}
+		id := e.add(v)
+		remap[t] = id
+		unpack.Out = append(unpack.Out, id)
+		return id
 	}
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase != ir.Backward || !slices.ContainsFunc(op.In, isMoved) {
-			continue
+	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
+		if ao.isMoved(t) {
+			return clone(t)
 		}
-		var unpack *ir.Op
-		remap := map[ir.TensorID]ir.TensorID{}
-		var clone func(t ir.TensorID) ir.TensorID
-		clone = func(t ir.TensorID) ir.TensorID {
-			if r, ok := remap[t]; ok {
-				return r
-			}
-			v := q.Tensors[t]
-			v.Name += ".gpu"
-			if v.Base == ir.NoTensor {
-				if unpack == nil {
-					unpack = &ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: &ir.Transfer{}}
-				}
-				unpack.In = append(unpack.In, host[t])
-				unpack.Transfer.Bytes += v.Bytes
-			} else {
-				v.Base = clone(v.Base)
-			}
-			id := e.add(v)
-			remap[t] = id
-			unpack.Out = append(unpack.Out, id)
-			return id
-		}
-		rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
-			if isMoved(t) {
-				return clone(t)
-			}
-			return t
-		})
-		if unpack != nil {
-			e.before[oi] = append(e.before[oi], *unpack)
-		}
+		return t
+	})
+	if unpack != nil {
+		e.before[oi] = append(e.before[oi], *unpack)
 	}
-	return e.finish(), nil
 }
 
 // Apply implements Transform.
@@ -205,37 +241,90 @@ func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 
 const paramsToDevice = "offload.params_to_device"
 
-// offloadOptimizer rewrites q in place (q is already a clone).
+// offloadOptimizer rewrites q in place (q is already a clone). Its phases: check (there is a step), state to
+// the host, the partition the step updates (ranks), the last device use of each storage, then per step op:
+// workspaces and the temporaries it creates on the host, gradients read from a host copy made after their last
+// device use, parameters through a pinned host mirror; finally one copy of the mirrors back to the device.
 func offloadOptimizer(q *ir.Program) error {
-	e := newEditor(q)
-	hasStep := false
+	oo := &optOffloader{q: q, e: newEditor(q), firstStep: -1, lastMirror: -1,
+		gradHost: map[ir.TensorID]ir.TensorID{}, mirror: map[ir.TensorID]ir.TensorID{}}
+	if err := oo.check(); err != nil {
+		return err
+	}
+	oo.stateToHost()
+	oo.ranks = stepRanks(q)
+	oo.firstWrite = oo.e.firstWriters()
+	oo.isParam = paramSet(q)
+	oo.lastDeviceUses()
 	for oi := range q.Ops {
-		if q.Ops[oi].Phase == ir.Optimizer {
-			hasStep = true
+		op := &q.Ops[oi]
+		if op.Phase != ir.Optimizer || op.Comm != nil || op.Transfer != nil {
+			continue
+		}
+		oo.stepOnHost(oi)
+	}
+	if len(oo.mirrors) > 0 {
+		oo.e.after[oo.lastMirror] = append(oo.e.after[oo.lastMirror], ir.Op{Name: paramsToDevice, Phase: ir.Optimizer, Node: -1, In: oo.mirrors, Out: oo.devParams,
+			Transfer: &ir.Transfer{Bytes: oo.copyBack}})
+	}
+	oo.e.finish()
+	return nil
+}
+
+// optOffloader is one offloadOptimizer.
+type optOffloader struct {
+	q          *ir.Program
+	e          *editor
+	ranks      int // ranks sharing the parameters the step updates
+	firstWrite []int
+	isParam    tensorSet
+	lastDev    []int // last op outside the step that touches each storage
+	firstStep  int
+	lastMirror int // last step op that reads a mirror
+
+	gradHost  map[ir.TensorID]ir.TensorID // gradient → its host copy
+	mirror    map[ir.TensorID]ir.TensorID // parameter → its host mirror
+	mirrors   []ir.TensorID
+	devParams []ir.TensorID
+	copyBack  units.Bytes
+}
+
+func (oo *optOffloader) check() error {
+	for oi := range oo.q.Ops {
+		if oo.q.Ops[oi].Phase == ir.Optimizer {
+			return nil
 		}
 	}
-	if !hasStep {
-		return fmt.Errorf("strategy: optimizer offload needs a training program with an optimizer step")
-	}
-	for i := range q.Tensors {
-		if t := &q.Tensors[i]; t.Base == ir.NoTensor && t.Cat == ir.OptimizerState {
+	return fmt.Errorf("strategy: optimizer offload needs a training program with an optimizer step")
+}
+
+// stateToHost moves every optimizer-state storage to the host.
+func (oo *optOffloader) stateToHost() {
+	for i := range oo.q.Tensors {
+		if t := &oo.q.Tensors[i]; t.Base == ir.NoTensor && t.Cat == ir.OptimizerState {
 			t.Host = true
 		}
 	}
-	// The ZeRO-1/2 all-gather after the step says how many ranks share the
-	// parameters the step updates.
+}
+
+// stepRanks is the number of ranks sharing the parameters the step updates: the ZeRO-1/2 all-gather after
+// the step says it.
+func stepRanks(q *ir.Program) int {
 	ranks := 1
 	for oi := range q.Ops {
 		if c := q.Ops[oi].Comm; q.Ops[oi].Phase == ir.Optimizer && c != nil && c.Kind == ir.AllGather && c.Group == "dp" && c.Ranks > 1 {
 			ranks = c.Ranks
 		}
 	}
-	firstWrite := e.firstWriters()
-	isParam := paramSet(q)
-	// Last op outside the step that touches each storage.
-	lastDev := make([]int, len(q.Tensors))
-	for i := range lastDev {
-		lastDev[i] = -1
+	return ranks
+}
+
+// lastDeviceUses finds the last op outside the step that touches each storage.
+func (oo *optOffloader) lastDeviceUses() {
+	q := oo.q
+	oo.lastDev = make([]int, len(q.Tensors))
+	for i := range oo.lastDev {
+		oo.lastDev[i] = -1
 	}
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
@@ -244,83 +333,85 @@ func offloadOptimizer(q *ir.Program) error {
 		}
 		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
 			for _, t := range ts {
-				lastDev[e.owner(t)] = oi
+				oo.lastDev[oo.e.owner(t)] = oi
 			}
 		}
 	}
-	firstStep, lastMirror := -1, -1
-	gradHost := map[ir.TensorID]ir.TensorID{}
-	mirror := map[ir.TensorID]ir.TensorID{}
-	var mirrors, devParams []ir.TensorID
-	var copyBack units.Bytes
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase != ir.Optimizer || op.Comm != nil || op.Transfer != nil {
-			continue
+}
+
+// stepOnHost runs step op oi on the CPU: its workspace and the storages it creates are on the host, and it
+// reads gradients and parameters through their host copies.
+func (oo *optOffloader) stepOnHost(oi int) {
+	q := oo.q
+	op := &q.Ops[oi]
+	if oo.firstStep < 0 {
+		oo.firstStep = oi
+	}
+	op.WorkspaceHost += op.Workspace
+	op.Workspace = 0
+	for _, t := range op.Out {
+		if tt := &q.Tensors[t]; oo.firstWrite[t] == oi && tt.Base == ir.NoTensor && !tt.Resident {
+			tt.Host = true
 		}
-		if firstStep < 0 {
-			firstStep = oi
-		}
-		op.WorkspaceHost += op.Workspace
-		op.Workspace = 0
-		for _, t := range op.Out {
-			if tt := &q.Tensors[t]; firstWrite[t] == oi && tt.Base == ir.NoTensor && !tt.Resident {
-				tt.Host = true
-			}
-		}
-		rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
-			o := e.owner(t)
-			ot := &q.Tensors[o]
-			if ot.Host || o != t {
-				return t
-			}
-			switch {
-			case ot.Cat == ir.Gradient:
-				h, ok := gradHost[o]
-				if !ok {
-					nt := *ot
-					nt.Name += ".cpu"
-					nt.Host, nt.Resident, nt.Keep = true, false, false
-					h = e.add(nt)
-					gradHost[o] = h
-					at := lastDev[o]
-					tr := ir.Op{Name: "offload.grads_to_host", Phase: ir.Optimizer, Node: -1, In: []ir.TensorID{o}, Out: []ir.TensorID{h},
-						Transfer: &ir.Transfer{Bytes: nt.Bytes, ToHost: true}}
-					if at < 0 {
-						e.before[firstStep] = appendTransfer(e.before[firstStep], tr)
-					} else {
-						tr.Phase, tr.Micro, tr.Module = q.Ops[at].Phase, q.Ops[at].Micro, q.Ops[at].Module
-						e.after[at] = appendTransfer(e.after[at], tr)
-					}
-				}
-				return h
-			case isParam.has(o) || ot.Cat == ir.Parameter:
-				h, ok := mirror[o]
-				if !ok {
-					nt := *ot
-					nt.Name += ".cpu"
-					nt.Host, nt.Resident = true, true
-					if ranks > 1 {
-						shardTensor(&nt, ranks)
-					}
-					h = e.add(nt)
-					mirror[o] = h
-					mirrors = append(mirrors, h)
-					devParams = append(devParams, o)
-					copyBack += nt.Bytes
-				}
-				lastMirror = oi
-				return h
-			}
+	}
+	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
+		o := oo.e.owner(t)
+		ot := &q.Tensors[o]
+		if ot.Host || o != t {
 			return t
-		})
+		}
+		switch {
+		case ot.Cat == ir.Gradient:
+			return oo.hostGrad(o)
+		case oo.isParam.has(o) || ot.Cat == ir.Parameter:
+			oo.lastMirror = oi
+			return oo.hostMirror(o)
+		}
+		return t
+	})
+}
+
+// hostGrad is gradient o's host copy, copied right after its last device use (grouped per producing op), or
+// before the step when nothing outside it touches o.
+func (oo *optOffloader) hostGrad(o ir.TensorID) ir.TensorID {
+	if h, ok := oo.gradHost[o]; ok {
+		return h
 	}
-	if len(mirrors) > 0 {
-		e.after[lastMirror] = append(e.after[lastMirror], ir.Op{Name: paramsToDevice, Phase: ir.Optimizer, Node: -1, In: mirrors, Out: devParams,
-			Transfer: &ir.Transfer{Bytes: copyBack}})
+	q, e := oo.q, oo.e
+	nt := q.Tensors[o]
+	nt.Name += ".cpu"
+	nt.Host, nt.Resident, nt.Keep = true, false, false
+	h := e.add(nt)
+	oo.gradHost[o] = h
+	at := oo.lastDev[o]
+	tr := ir.Op{Name: "offload.grads_to_host", Phase: ir.Optimizer, Node: -1, In: []ir.TensorID{o}, Out: []ir.TensorID{h},
+		Transfer: &ir.Transfer{Bytes: nt.Bytes, ToHost: true}}
+	if at < 0 {
+		e.before[oo.firstStep] = appendTransfer(e.before[oo.firstStep], tr)
+	} else {
+		tr.Phase, tr.Micro, tr.Module = q.Ops[at].Phase, q.Ops[at].Micro, q.Ops[at].Module
+		e.after[at] = appendTransfer(e.after[at], tr)
 	}
-	e.finish()
-	return nil
+	return h
+}
+
+// hostMirror is parameter o's pinned host mirror (its partition when ranks share it).
+func (oo *optOffloader) hostMirror(o ir.TensorID) ir.TensorID {
+	if h, ok := oo.mirror[o]; ok {
+		return h
+	}
+	nt := oo.q.Tensors[o]
+	nt.Name += ".cpu"
+	nt.Host, nt.Resident = true, true
+	if oo.ranks > 1 {
+		shardTensor(&nt, oo.ranks)
+	}
+	h := oo.e.add(nt)
+	oo.mirror[o] = h
+	oo.mirrors = append(oo.mirrors, h)
+	oo.devParams = append(oo.devParams, o)
+	oo.copyBack += nt.Bytes
+	return h
 }
 
 // appendTransfer merges tr into the last op of ops when both are gradient
