@@ -25,6 +25,7 @@ import (
 	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/report"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -221,7 +222,10 @@ func (f *planFlags) spec() (engine.Spec, error) {
 	if f.dp < 1 || f.pp < 1 || f.ppInterleave < 1 {
 		return s, fmt.Errorf("--dp, --pp and --pp-interleave must be at least 1")
 	}
-	s.DP, s.ZeRO, s.PP, s.PPSchedule, s.PPInterleave = f.dp, f.zero, f.pp, f.ppSchedule, f.ppInterleave
+	s.DP, s.ZeRO, s.PP, s.PPInterleave = f.dp, f.zero, f.pp, f.ppInterleave
+	if s.PPSchedule, err = strategy.ParseSchedule(f.ppSchedule); err != nil {
+		return s, fmt.Errorf("--pp-schedule: %w", err)
+	}
 	if f.fsdp {
 		if f.zero != 0 && f.zero != 3 {
 			return s, fmt.Errorf("--fsdp is ZeRO-3; it cannot go with --zero %d", f.zero)

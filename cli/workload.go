@@ -42,7 +42,7 @@ func (f *planFlags) applyWorkload(s *engine.Spec) error {
 		if w.Strategy.CheckpointBlocks != nil {
 			blocks = *w.Strategy.CheckpointBlocks
 		}
-		ck = engine.CheckpointPolicy{Kind: "modules", Patterns: []string{blocks + ".*"}}
+		ck = engine.CheckpointModulesOf(blocks + ".*")
 	}
 	for _, c := range []error{
 		conflict("micro-batch", f.microBatch == mb), conflict("accum", f.accum == accum), conflict("seq", f.seq == seq),

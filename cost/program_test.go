@@ -292,7 +292,7 @@ func llamaProgram(t testing.TB, name string, seq int) (*ir.Program, *models.Arch
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := engine.Spec{Model: a, MicroBatch: 1, Seq: seq, Precision: ops.BF16, Optimizer: plan.AdamW}
+	s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: seq, Precision: ops.BF16, Optimizer: plan.AdamW}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestBuilderFLOPs(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, att := range []build.Attention{build.SDPA, build.Eager} {
-			s := engine.Spec{Model: a, MicroBatch: 2, Seq: 128, Precision: ops.BF16, Attention: att}
+			s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 2, Seq: 128, Precision: ops.BF16, Attention: att}}
 			if err := s.Validate(); err != nil {
 				t.Fatal(err)
 			}

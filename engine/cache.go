@@ -4,10 +4,6 @@ import (
 	"sync"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/models"
-	"github.com/memplan/memplan/models/build"
-	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/strategy"
 )
 
@@ -41,48 +37,49 @@ type cacheEntry struct {
 	params int64
 }
 
-// cacheKey is every Spec field the program before sharding depends on.
+// cacheKey keys a cached program: the spec with the parts the program
+// before sharding does not depend on zeroed (Spec.preShardKey), the stage,
+// and for a sharded program its sharding.
 type cacheKey struct {
-	model              *models.Arch
-	micro, seq, accum  int
-	prec               ops.Precision
-	opt                plan.Optimizer
-	impl               plan.Impl
-	attn               build.Attention
-	dev                ops.Device
-	first              bool
-	ckpt               string
-	tp, ep             int
-	sp                 bool
-	lora               *build.LoRA
-	qlora              bool
-	pp, interleave, st int
-	sched              string
-	wholeStages        bool
-	sem                Semantics
+	spec  Spec
+	stage int
+	// first: the first iteration's program (Spec.FirstStep asks for both).
+	first bool
+	// whole: built from the whole model (Options.wholeStages).
+	whole bool
 	// flat: the graph is built for FSDP1 FlatParameters (Spec.flatParams),
 	// which depends on the ZeRO stage.
 	flat bool
-	// lowered marks the lowered program, before checkpointing (ckpt is
-	// empty).
+	// lowered marks the lowered program, before checkpointing (the spec's
+	// Checkpoint is zero).
 	lowered bool
-	// Set for a sharded program: the ZeRO stage (-1: DDP), the
-	// data-parallel degree and ZeRO-2's bucket.
-	zero, dp int
-	bucket   int64
+	// shard is set for a sharded program (ZeRO -1: DDP).
+	shard Sharding
+}
+
+// preShardKey is s with what the program before sharding and offload does
+// not depend on zeroed: the sharding and offload (applied after the cached
+// program), the target (what the program is judged against, not what it
+// is) and the first step (a key says which program it holds).
+// TestKeysCoverEverySpecField checks every field of Spec is either here or
+// listed there as ignored with its reason.
+func (s *Spec) preShardKey() Spec {
+	k := *s
+	k.Sharding = Sharding{}
+	k.Offload = Offload{}
+	k.Target = Target{}
+	return k
 }
 
 // cacheKey is s's key for stage stage, and whether its program may be
 // cached (catalog training without auto checkpointing, whose choice
 // depends on more than the key).
-func (s *Spec) cacheKey(first bool, stage int) (cacheKey, bool) {
-	if s.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind == "auto" {
+func (pl *planner) cacheKey(first bool, stage int) (cacheKey, bool) {
+	s := pl.s
+	if pl.o.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind == CheckpointAuto {
 		return cacheKey{}, false
 	}
-	return cacheKey{model: s.Model, micro: s.MicroBatch, seq: s.Seq, accum: s.Accum, prec: s.Precision, opt: s.Optimizer,
-		impl: s.Impl, attn: s.Attention, dev: s.Device, first: first, ckpt: s.Checkpoint.String(), tp: s.TP, ep: s.EP,
-		sp: s.SP, lora: s.LoRA, qlora: s.QLoRA, pp: s.PP, interleave: s.PPInterleave, st: stage, sched: s.PPSchedule,
-		wholeStages: s.wholeStages, sem: s.Sem, flat: s.flatParams()}, true
+	return cacheKey{spec: s.preShardKey(), stage: stage, first: first, whole: pl.o.wholeStages, flat: s.flatParams()}, true
 }
 
 // DropSharded forgets the sharded programs (keeping those before
@@ -92,7 +89,7 @@ func (c *Cache) DropSharded() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, e := range c.m {
-		if k.zero != 0 {
+		if k.shard != (Sharding{}) {
 			delete(c.m, k)
 			c.size -= len(e.prog.Ops)
 		}
@@ -127,7 +124,7 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) {
 
 // lowering is the key of k's lowered program.
 func (k cacheKey) lowering() cacheKey {
-	k.ckpt, k.lowered = "", true
+	k.spec.Checkpoint, k.lowered = CheckpointPolicy{}, true
 	return k
 }
 
@@ -153,9 +150,9 @@ func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
 	if len(shard) == 0 {
 		return strategy.Chain(e.prog, s.offloadTransforms()...)
 	}
-	k.zero, k.dp, k.bucket = s.ZeRO, s.DP, s.ZeROBucketElems
-	if k.zero == 0 {
-		k.zero = -1 // DDP, distinct from the unsharded key
+	k.shard = s.Sharding
+	if k.shard.ZeRO == 0 {
+		k.shard.ZeRO = -1 // DDP, distinct from the unsharded key
 	}
 	sharded := c.get(k)
 	if sharded == nil {

@@ -38,8 +38,7 @@ func TestCatalogMatchesTrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Plan(Spec{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU,
-			Attention: build.Eager, Optimizer: plan.AdamW, Impl: plan.Single})
+		res, err := Plan(Spec{Job: Job{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU, Attention: build.Eager, Optimizer: plan.AdamW, Impl: plan.Single}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,32 +16,77 @@ import (
 	"github.com/memplan/memplan/units"
 )
 
-// CheckpointPolicy is what --checkpoint asks for.
+// CheckpointKind is the kind of activation checkpointing.
+type CheckpointKind uint8
+
+const (
+	// NoCheckpoint keeps every activation (the zero value).
+	NoCheckpoint CheckpointKind = iota
+	// CheckpointFull checkpoints every repeated block.
+	CheckpointFull
+	// CheckpointEvery checkpoints blocks 0, k, 2k, ... (CheckpointPolicy.Every).
+	CheckpointEvery
+	// CheckpointModules checkpoints the modules matching
+	// CheckpointPolicy.Modules.
+	CheckpointModules
+	// CheckpointSelective recomputes the attention core (Korthikanti et al.).
+	CheckpointSelective
+	// CheckpointSelectiveOp is torchtitan's op-level selective
+	// checkpointing (torchtitanSAC).
+	CheckpointSelectiveOp
+	// CheckpointAuto checkpoints the blocks the chain DP picks to fit.
+	CheckpointAuto
+)
+
+var checkpointKinds = [...]string{NoCheckpoint: "none", CheckpointFull: "full", CheckpointEvery: "every",
+	CheckpointModules: "modules", CheckpointSelective: "selective", CheckpointSelectiveOp: "selective-op", CheckpointAuto: "auto"}
+
+func (k CheckpointKind) String() string {
+	if int(k) < len(checkpointKinds) {
+		return checkpointKinds[k]
+	}
+	return fmt.Sprintf("checkpoint(%d)", uint8(k))
+}
+
+// CheckpointPolicy is what --checkpoint asks for. It is comparable (a
+// Spec's keys carry it whole).
 type CheckpointPolicy struct {
-	// Kind is "", "full", "every", "modules", "selective", "selective-op"
-	// or "auto".
-	Kind string
-	// Every is k for "every": checkpoint blocks 0, k, 2k, ...
+	Kind CheckpointKind
+	// Every is k for CheckpointEvery: checkpoint blocks 0, k, 2k, ...
 	Every int
-	// Patterns for "modules".
-	Patterns []string
+	// Modules are the comma-separated module globs of CheckpointModules.
+	Modules string
+}
+
+// Patterns are the module globs of a CheckpointModules policy.
+func (c CheckpointPolicy) Patterns() []string {
+	if c.Modules == "" {
+		return nil
+	}
+	return strings.Split(c.Modules, ",")
 }
 
 // ParseCheckpoint reads none, full, every=K, modules=GLOB[,GLOB...],
-// selective and auto.
+// selective, selective-op and auto.
 func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 	s = strings.TrimSpace(s)
 	switch {
 	case s == "" || s == "none":
 		return CheckpointPolicy{}, nil
-	case s == "full" || s == "selective" || s == "selective-op" || s == "auto":
-		return CheckpointPolicy{Kind: s}, nil
+	case s == "full":
+		return CheckpointPolicy{Kind: CheckpointFull}, nil
+	case s == "selective":
+		return CheckpointPolicy{Kind: CheckpointSelective}, nil
+	case s == "selective-op":
+		return CheckpointPolicy{Kind: CheckpointSelectiveOp}, nil
+	case s == "auto":
+		return CheckpointPolicy{Kind: CheckpointAuto}, nil
 	case strings.HasPrefix(s, "every="):
 		k, err := strconv.Atoi(strings.TrimPrefix(s, "every="))
 		if err != nil || k < 1 {
 			return CheckpointPolicy{}, fmt.Errorf("engine: --checkpoint every=K needs a positive integer K, got %q", strings.TrimPrefix(s, "every="))
 		}
-		return CheckpointPolicy{Kind: "every", Every: k}, nil
+		return CheckpointPolicy{Kind: CheckpointEvery, Every: k}, nil
 	case strings.HasPrefix(s, "modules="):
 		var pats []string
 		for _, p := range strings.Split(strings.TrimPrefix(s, "modules="), ",") {
@@ -52,21 +97,25 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 		if len(pats) == 0 {
 			return CheckpointPolicy{}, fmt.Errorf("engine: --checkpoint modules= needs at least one module glob, e.g. modules=model.layers.*")
 		}
-		return CheckpointPolicy{Kind: "modules", Patterns: pats}, nil
+		return CheckpointModulesOf(pats...), nil
 	}
 	return CheckpointPolicy{}, fmt.Errorf("engine: unknown --checkpoint %q (want none, full, every=K, modules=GLOB, selective, selective-op or auto)", s)
 }
 
+// CheckpointModulesOf checkpoints the modules matching globs (none may
+// contain a comma).
+func CheckpointModulesOf(globs ...string) CheckpointPolicy {
+	return CheckpointPolicy{Kind: CheckpointModules, Modules: strings.Join(globs, ",")}
+}
+
 func (c CheckpointPolicy) String() string {
 	switch c.Kind {
-	case "":
-		return "none"
-	case "every":
+	case CheckpointEvery:
 		return "every=" + strconv.Itoa(c.Every)
-	case "modules":
-		return "modules=" + strings.Join(c.Patterns, ",")
+	case CheckpointModules:
+		return "modules=" + c.Modules
 	}
-	return c.Kind
+	return c.Kind.String()
 }
 
 // Blocks lists the repeated blocks of p (module paths with a layer index,
@@ -104,13 +153,13 @@ func lastPart(p string) string {
 // slice), which "every" counts from.
 func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []string, first int) (*strategy.Checkpoint, error) {
 	switch c.Kind {
-	case "":
+	case NoCheckpoint:
 		return nil, nil
-	case "modules":
-		return &strategy.Checkpoint{Patterns: c.Patterns}, nil
-	case "selective":
+	case CheckpointModules:
+		return &strategy.Checkpoint{Patterns: c.Patterns()}, nil
+	case CheckpointSelective:
 		return &strategy.Checkpoint{Patterns: []string{"*.core_attention"}}, nil
-	case "auto":
+	case CheckpointAuto:
 		if len(blocksChosen) == 0 {
 			return nil, nil
 		}
@@ -122,7 +171,7 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 	}
 	var pats []string
 	for i, b := range blocks {
-		if c.Kind == "full" || c.Kind == "selective-op" || (first+i)%c.Every == 0 {
+		if c.Kind == CheckpointFull || c.Kind == CheckpointSelectiveOp || (first+i)%c.Every == 0 {
 			pats = append(pats, b)
 		}
 	}
@@ -130,7 +179,7 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 		return nil, nil // a stage's slice between two checkpointed blocks
 	}
 	sort.Strings(pats)
-	if c.Kind == "selective-op" {
+	if c.Kind == CheckpointSelectiveOp {
 		return &strategy.Checkpoint{Patterns: pats, Save: &torchtitanSAC}, nil
 	}
 	return &strategy.Checkpoint{Patterns: pats}, nil

@@ -35,15 +35,15 @@ func TestAutoCheckpoint(t *testing.T) {
 
 func autoCheckpointCase(t *testing.T, sem Semantics) {
 	a := lookup(t, "llama-3.2-1b")
-	base := Spec{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Sem: sem}
+	base := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Sem: sem}
 	full := base
-	full.Checkpoint = CheckpointPolicy{Kind: "full"}
+	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
 	rf := mustPlan(t, full)
 	rb := mustPlan(t, base)
 	for _, frac := range []float64{0.25, 0.5, 0.75} {
 		budget := rf.Sim.Peak.Total + units.Bytes(frac*float64(rb.Sim.Peak.Total-rf.Sim.Peak.Total))
 		s := base
-		s.Checkpoint = CheckpointPolicy{Kind: "auto"}
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
 		s.Capacity = budget
 		r := mustPlan(t, s)
 		if r.Sim.Peak.Total > budget {
@@ -52,7 +52,7 @@ func autoCheckpointCase(t *testing.T, sem Semantics) {
 		if got, all := recompute(r.Program), recompute(rf.Program); got > all {
 			t.Errorf("budget %s: auto recomputes %.3g FLOPs, full %.3g", budget, got, all)
 		}
-		if n := len(r.Spec.AutoCheckpointed()); n == 0 || n >= len(Blocks(rb.Program)) {
+		if n := len(r.AutoCheckpointed); n == 0 || n >= len(Blocks(rb.Program)) {
 			t.Errorf("budget %s: auto checkpointed %d of %d blocks", budget, n, len(Blocks(rb.Program)))
 		}
 	}
@@ -66,26 +66,26 @@ func autoCheckpointCase(t *testing.T, sem Semantics) {
 		}
 	}
 	cs := base
-	cs.Checkpoint = CheckpointPolicy{Kind: "modules", Patterns: pats}
+	cs.Checkpoint = CheckpointModulesOf(pats...)
 	rc := mustPlan(t, cs)
 	s := base
-	s.Checkpoint = CheckpointPolicy{Kind: "auto"}
+	s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
 	s.Capacity = rc.Sim.Peak.Total
 	ra := mustPlan(t, s)
 	if recompute(ra.Program) > recompute(rc.Program) {
 		t.Errorf("auto recomputes %.3g FLOPs at Chen's peak %s; Chen %.3g", recompute(ra.Program), rc.Sim.Peak.Total, recompute(rc.Program))
 	}
 	t.Logf("Chen √n: %d blocks, peak %s, recompute %.3g; auto: %d blocks, peak %s, recompute %.3g",
-		len(pats), rc.Sim.Peak.Total, recompute(rc.Program), len(ra.Spec.AutoCheckpointed()), ra.Sim.Peak.Total, recompute(ra.Program))
+		len(pats), rc.Sim.Peak.Total, recompute(rc.Program), len(ra.AutoCheckpointed), ra.Sim.Peak.Total, recompute(ra.Program))
 }
 
 func TestAutoCheckpointErrors(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b")
-	if _, err := Plan(Spec{Model: a, Seq: 256, Checkpoint: CheckpointPolicy{Kind: "auto"}}); err != ErrNoCapacity {
+	if _, err := Plan(Spec{Job: Job{Model: a, Seq: 256}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointAuto}}}); err != ErrNoCapacity {
 		t.Errorf("auto without capacity: %v", err)
 	}
 	gpu, _ := hw.Lookup("t4")
-	if _, err := Plan(Spec{Model: lookup(t, "llama-3-8b"), Seq: 4096, GPU: gpu, Checkpoint: CheckpointPolicy{Kind: "auto"}}); err == nil {
+	if _, err := Plan(Spec{Job: Job{Model: lookup(t, "llama-3-8b"), Seq: 4096}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointAuto}}, Target: Target{GPU: gpu}}); err == nil {
 		t.Error("auto on a GPU too small for the model states: no error")
 	}
 }

@@ -75,16 +75,16 @@ func Variants(base Spec, allow Allow) []Variant {
 				return nil
 			}})
 	}
-	if base.Checkpoint.Kind != "full" {
+	if base.Checkpoint.Kind != CheckpointFull {
 		vs = append(vs, Variant{Name: "checkpoint every block", Changes: "activations: each block keeps only its input; +1 forward of the blocks",
 			Keeps: "model states, workspace of single ops",
-			apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "full"}; return nil }})
+			apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}; return nil }})
 		vs = append(vs, Variant{Name: "checkpoint every 2nd block", Changes: "activations of half the blocks",
-			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}; return nil }})
+			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}; return nil }})
 	}
-	if base.CapacityBytes() > 0 && base.Checkpoint.Kind != "auto" {
+	if base.CapacityBytes() > 0 && base.Checkpoint.Kind != CheckpointAuto {
 		vs = append(vs, Variant{Name: "checkpoint auto (fits the GPU)", Changes: "activations of the blocks the DP picks; least recompute that fits",
-			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: "auto"}; return nil }})
+			Keeps: "model states", apply: func(s *Spec) error { s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}; return nil }})
 	}
 	if !base.Offload.Activations {
 		vs = append(vs, Variant{Name: "offload activations (save_on_cpu)", Changes: "saved activations move to pinned host memory; PCIe copies both ways",
@@ -143,7 +143,6 @@ func Compare(base Spec, allow Allow) ([]Row, error) {
 	var rows []Row
 	for i, v := range Variants(base, allow) {
 		s := base
-		s.autoBlocks = nil
 		row := Row{Variant: v}
 		if err := v.apply(&s); err != nil {
 			row.Err = err

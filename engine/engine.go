@@ -50,10 +50,32 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // Spec is one job. The zero value (with a Model) is a valid spec: Validate
-// fills the defaults, as documented on each field.
+// fills the defaults, as documented on each field. It is grouped into
+// comparable parts — the job, the recipe's semantics, the parallel layout,
+// the memory savings and the target it must fit — so every key a cache or a
+// search keeps is a Spec with the parts it ignores zeroed (keys.go), never
+// a list of fields; how a plan is computed (cache, timeline, stages) is
+// planning Options, not part of the job.
 type Spec struct {
+	Job
+	// Sem are the running framework's semantics (recipe); the zero value
+	// is transformers/peft on PyTorch 2 with no overhead counted.
+	Sem Semantics
+	Parallel
+	Savings
+	Target
+}
+
+// Job is what runs: the model (or a recorded trace), the shape of one
+// micro-step, the dtypes, the optimizer, the kernels and the adapters.
+type Job struct {
 	Model *models.Arch
-	Mode  Mode
+	// Trace, when set, is the job instead of Model: a recorded PyTorch
+	// training step (memplan_torch export) replayed at MicroBatch/Seq.
+	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
+	Trace          *torchtrace.Trace
+	TraceOptimizer bool
+	Mode           Mode
 	// MicroBatch (default 1) and Seq (default min(2048, MaxPositions); ViT
 	// ignores it) size one micro-step.
 	MicroBatch, Seq int
@@ -67,58 +89,71 @@ type Spec struct {
 	// GenTokens is how many tokens inference generates after the prompt of
 	// Seq tokens; the KV cache holds Seq+GenTokens per sequence.
 	GenTokens int
-	// GPU, when set, decides Fits.
-	GPU *hw.GPU
-	// Capacity overrides the GPU's usable memory when positive.
-	Capacity units.Bytes
-	// FirstStep also simulates the first iteration, whose optimizer step
-	// creates the optimizer state.
-	FirstStep bool
-	// Checkpoint is the activation-checkpointing policy (training only).
-	Checkpoint CheckpointPolicy
-	// TP, SP, EP: tensor, sequence and expert parallelism (degrees; 0 or 1
-	// is none), building the graph of one GPU (models/build).
-	TP, EP int
-	SP     bool
 	// LoRA adapters (nil: full fine-tuning); QLoRA stores the frozen base
 	// weights in NF4.
 	LoRA  *build.LoRA
 	QLoRA bool
-	// DP is the data-parallel degree (1: one replica); ZeRO the ZeRO stage
-	// (0: plain DDP over DP ranks; 3 is FSDP FULL_SHARD).
-	DP, ZeRO int
-	// ZeROBucketElems is stage 2's reduce_bucket_size in elements (0:
-	// DeepSpeed's default, strategy.DefaultReduceBucketElems; 1 reduces each
-	// gradient as it is ready).
-	ZeROBucketElems int64
-	// PP is the pipeline-parallel degree (every stage is planned and the
-	// worst reported); PPSchedule "1f1b" (default) or "gpipe"; PPInterleave
-	// virtual stages per rank.
+	// Count is how a trace's allocations are counted (the device's
+	// allocator, or the tracker a measurement used); the zero value is the
+	// device's default (Counter).
+	Count Counter
+}
+
+// Parallel is how the job is split over GPUs: TP, SP, EP (tensor, sequence
+// and expert parallelism, degrees; 0 or 1 is none) build the graph of one
+// GPU (models/build); PP is the pipeline-parallel degree (every stage is
+// planned and the worst reported), PPSchedule its schedule (default 1F1B)
+// and PPInterleave the virtual stages per rank; Sharding the data-parallel
+// replicas.
+type Parallel struct {
+	TP, EP           int
+	SP               bool
 	PP, PPInterleave int
-	PPSchedule       string
-	// Offload moves activations, optimizer state or parameters to host.
-	Offload Offload
-	// PPStages, when set, plans only these pipeline stages. The search
-	// plans the first and the last: with identical layers they bound the
-	// others (a middle stage holds the same layers as the first with fewer
-	// micro-batches in flight and no embedding, and the same as the last
-	// without the head and loss).
-	PPStages []int
-	// Sem are the running framework's semantics (recipe); the zero value
-	// is transformers/peft on PyTorch 2 with no overhead counted.
-	Sem Semantics
-	// Trace, when set, is the job instead of Model: a recorded PyTorch
-	// training step (memplan_torch export) replayed at MicroBatch/Seq.
-	// TraceOptimizer replaces its recorded optimizer step by Optimizer/Impl.
-	Trace          *torchtrace.Trace
-	TraceOptimizer bool
-	// autoBlocks caches what --checkpoint auto chose for this spec.
-	autoBlocks *[]string
+	PPSchedule       strategy.Schedule
+	Sharding
+}
+
+// Sharding is the data-parallel layout: DP replicas (1: one), ZeRO the
+// stage their model state is sharded at (0: plain DDP over DP ranks; 3 is
+// FSDP FULL_SHARD), ZeROBucketElems stage 2's reduce_bucket_size in
+// elements (0: DeepSpeed's default, strategy.DefaultReduceBucketElems; 1
+// reduces each gradient as it is ready). Sharding is applied after the
+// program a Cache keeps.
+type Sharding struct {
+	DP, ZeRO        int
+	ZeROBucketElems int64
+}
+
+// Savings trade time for memory without changing the training result:
+// activation checkpointing (training only) and offload to host memory.
+type Savings struct {
+	Checkpoint CheckpointPolicy
+	Offload    Offload
+}
+
+// Target is what the job must fit and what is asked of it: GPU, when set,
+// decides Fits and prices the step; Capacity overrides the GPU's usable
+// memory when positive; FirstStep also simulates the first iteration, whose
+// optimizer step creates the optimizer state.
+type Target struct {
+	GPU       *hw.GPU
+	Capacity  units.Bytes
+	FirstStep bool
+}
+
+// Options say how a plan is computed; they never change its numbers.
+type Options struct {
 	// Cache, when set, memoizes programs across plans (a search's).
 	Cache *Cache
 	// NoTimeline leaves Result.Sim.Timeline empty (sim.Options): for
 	// searches that only need peaks.
 	NoTimeline bool
+	// Stages, when set, plans only these pipeline stages. The search plans
+	// the first and the last: with identical layers they bound the others
+	// (a middle stage holds the same layers as the first with fewer
+	// micro-batches in flight and no embedding, and the same as the last
+	// without the head and loss).
+	Stages []int
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
 	wholeStages bool
@@ -196,7 +231,7 @@ func (s *Spec) Validate() error {
 	if s.QLoRA && s.LoRA == nil {
 		return fmt.Errorf("%w: --qlora needs --lora (QLoRA trains LoRA adapters on a 4-bit base)", ErrSpec)
 	}
-	if s.Mode == Infer && s.Checkpoint.Kind != "" {
+	if s.Mode == Infer && s.Checkpoint.Kind != NoCheckpoint {
 		return fmt.Errorf("%w: --checkpoint applies to training only", ErrSpec)
 	}
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
@@ -225,15 +260,6 @@ func (s *Spec) JobName() string {
 		return "trace"
 	}
 	return s.Model.Name
-}
-
-// AutoCheckpointed lists the blocks --checkpoint auto chose (nil otherwise
-// or before planning).
-func (s *Spec) AutoCheckpointed() []string {
-	if s.autoBlocks == nil {
-		return nil
-	}
-	return append([]string(nil), *s.autoBlocks...)
 }
 
 // CapacityBytes is the memory the job may use: Capacity, else the GPU's
@@ -300,6 +326,9 @@ type Result struct {
 	// StagePeaks the peak of every stage (one entry without pipelining).
 	Stage      int
 	StagePeaks []units.Bytes
+	// AutoCheckpointed lists the blocks --checkpoint auto chose (nil
+	// otherwise).
+	AutoCheckpointed []string
 
 	// owned: Program was made for this result alone (Release may recycle
 	// it), not taken from a Cache.
@@ -367,33 +396,44 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 // Program builds the program of s (validated); under pipeline parallelism,
 // the program of the first stage.
 func Program(s *Spec, first bool) (*ir.Program, error) {
-	p, _, err := stageProgram(s, first, 0)
+	pl := &planner{s: s}
+	p, _, err := pl.stageProgram(first, 0)
 	return p, err
+}
+
+// planner plans one spec under its options.
+type planner struct {
+	s *Spec
+	o Options
+	// auto caches what --checkpoint auto chose for the spec (nil: not
+	// chosen yet).
+	auto *[]string
 }
 
 // stageProgram builds the program of pipeline stage stage and counts the
 // parameters of this GPU before data-parallel sharding.
-func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
+func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, error) {
+	s, c := pl.s, pl.o.Cache
 	if s.Trace != nil {
 		p, err := traceProgram(s, first)
 		if err != nil {
 			return nil, 0, err
 		}
-		return transform(s, p, first, stage, slice{})
+		return pl.transform(p, stage, slice{})
 	}
-	key, cacheable := s.cacheKey(first, stage)
+	key, cacheable := pl.cacheKey(first, stage)
 	if cacheable {
-		if e := s.Cache.get(key); e != nil {
-			q, err := s.Cache.post(key, e, s)
+		if e := c.get(key); e != nil {
+			q, err := c.post(key, e, s)
 			return q, e.params, err
 		}
-		if e := s.Cache.get(key.lowering()); e != nil {
-			return s.Cache.transform(key, s, e.prog, stage, s.stageSlice(stage))
+		if e := c.get(key.lowering()); e != nil {
+			return c.transform(key, s, e.prog, stage, pl.stageSlice(stage))
 		}
 	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
-	sl := s.stageSlice(stage)
+	sl := pl.stageSlice(stage)
 	o.Layers = sl.layers
 	s.Sem.buildOptions(&o)
 	o.FSDPFlat = s.flatParams()
@@ -416,10 +456,10 @@ func stageProgram(s *Spec, first bool, stage int) (*ir.Program, int64, error) {
 		return nil, 0, err
 	}
 	if cacheable {
-		s.Cache.put(key.lowering(), &cacheEntry{prog: p})
-		return s.Cache.transform(key, s, p, stage, sl)
+		c.put(key.lowering(), &cacheEntry{prog: p})
+		return c.transform(key, s, p, stage, sl)
 	}
-	return transform(s, p, first, stage, sl)
+	return pl.transform(p, stage, sl)
 }
 
 // slice is the part of the model a pipeline stage's program is built from:
@@ -437,10 +477,11 @@ type slice struct {
 // interleaving or auto checkpointing (which plans over the whole chain);
 // TestPropertyStageSliceEqualsWholeModel checks the sliced stage equals the
 // cut.
-func (s *Spec) stageSlice(stage int) slice {
+func (pl *planner) stageSlice(stage int) slice {
+	s := pl.s
 	a := s.Model
-	if s.PP < 2 || s.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
-		s.Checkpoint.Kind == "auto" || s.PP > a.Layers || stage < 0 || stage >= s.PP {
+	if s.PP < 2 || pl.o.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
+		s.Checkpoint.Kind == CheckpointAuto || s.PP > a.Layers || stage < 0 || stage >= s.PP {
 		return slice{}
 	}
 	if s.LoRA != nil {
@@ -476,8 +517,8 @@ func (s *Spec) preChain(p *ir.Program, chosen []string, stage int, sl slice) (*i
 }
 
 // transform applies the spec's strategies to a lowered training program.
-func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Program, int64, error) {
-	var err error
+func (pl *planner) transform(p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
+	s := pl.s
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
 		q, err := s.preChain(p, chosen, stage, sl)
@@ -488,15 +529,15 @@ func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Pro
 		return strategy.Chain(q, s.postTransforms()...)
 	}
 	var chosen []string
-	if s.Checkpoint.Kind == "auto" {
-		if s.autoBlocks == nil {
+	if s.Checkpoint.Kind == CheckpointAuto {
+		if pl.auto == nil {
 			names, err := autoCheckpoint(s, p, transforms)
 			if err != nil {
 				return nil, 0, err
 			}
-			s.autoBlocks = &names
+			pl.auto = &names
 		}
-		chosen = *s.autoBlocks
+		chosen = *pl.auto
 	}
 	q, err := transforms(chosen)
 	return q, params, err
@@ -504,23 +545,32 @@ func transform(s *Spec, p *ir.Program, first bool, stage int, sl slice) (*ir.Pro
 
 // Plan validates s, builds and simulates it.
 func Plan(s Spec) (*Result, error) {
+	return PlanWith(s, Options{})
+}
+
+// PlanWith is Plan computed as o says (o never changes the numbers).
+func PlanWith(s Spec, o Options) (*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
+		return nil, fmt.Errorf("%w: pipeline stages %v are not all in [0, %d)", ErrSpec, o.Stages, s.PP)
+	}
+	pl := &planner{s: &s, o: o}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}
 	// Under pipeline parallelism every stage is planned and the one with
 	// the highest peak is reported (stage 0 holds the most micro-batches in
 	// flight, the last one the loss).
 	// The step takes as long as the slowest stage.
 	for stage := 0; stage < max(s.PP, 1); stage++ {
-		if s.PPStages != nil && !slices.Contains(s.PPStages, stage) {
+		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
 		}
-		p, params, err := stageProgram(&s, false, stage)
+		p, params, err := pl.stageProgram(false, stage)
 		if err != nil {
 			return nil, err
 		}
-		r, err := sim.RunWith(p, sim.Options{NoTimeline: s.NoTimeline})
+		r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
 		if err != nil {
 			return nil, err
 		}
@@ -530,7 +580,7 @@ func Plan(s Spec) (*Result, error) {
 			res.Program, res.Sim, res.Stage = p, r, stage
 			// A cached stage's offload transforms made p for this call
 			// alone (without them it is the cached program itself).
-			_, cached := s.cacheKey(false, stage)
+			_, cached := pl.cacheKey(false, stage)
 			res.owned = cached && len(s.offloadTransforms()) > 0
 		}
 		t, err := Price(&s, p)
@@ -545,13 +595,16 @@ func Plan(s Spec) (*Result, error) {
 	if s.FirstStep && s.Mode == Train {
 		var params int64
 		var err error
-		if res.FirstProgram, params, err = stageProgram(&s, true, res.Stage); err != nil {
+		if res.FirstProgram, params, err = pl.stageProgram(true, res.Stage); err != nil {
 			return nil, err
 		}
-		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: s.NoTimeline}); err != nil {
+		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: o.NoTimeline}); err != nil {
 			return nil, err
 		}
 		res.First.Params = params
+	}
+	if pl.auto != nil {
+		res.AutoCheckpointed = append([]string(nil), *pl.auto...)
 	}
 	r := res.Sim
 	if res.Capacity > 0 {

@@ -53,7 +53,7 @@ func TestModelStatesBytesPerParam(t *testing.T) {
 		{ops.BF16, plan.SGD, 8}, // 2 + 2 + 4 (master)
 	} {
 		for _, impl := range []plan.Impl{plan.Foreach, plan.Single, plan.Fused} {
-			r := mustPlan(t, Spec{Model: a, MicroBatch: 1, Seq: 64, Precision: tc.prec, Optimizer: tc.opt, Impl: impl})
+			r := mustPlan(t, Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: tc.prec, Optimizer: tc.opt, Impl: impl}})
 			ms := r.Sim.ModelStates
 			got := float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Sim.Params)
 			if got != tc.want {
@@ -67,7 +67,7 @@ func TestModelStatesBytesPerParam(t *testing.T) {
 // block (Dettmers et al., ICLR 2022); small tensors keep 32-bit state.
 func TestAdam8bitState(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b")
-	r := mustPlan(t, Spec{Model: a, MicroBatch: 1, Seq: 64, Precision: ops.BF16, Optimizer: plan.Adam8bit})
+	r := mustPlan(t, Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: ops.BF16, Optimizer: plan.Adam8bit}})
 	perParam := float64(r.Sim.ModelStates.OptimizerState) / float64(r.Sim.Params)
 	// master weights 4 + states 2 + absmax 8/2048, plus fp32 state for the
 	// small norm weights.
@@ -98,7 +98,7 @@ func TestKorthikantiTable2PerLayer(t *testing.T) {
 		{4096, 2048, 16, 1},
 	} {
 		arch := gpt2Style(t, tc.s, tc.h, tc.a)
-		r := mustPlan(t, Spec{Model: arch, MicroBatch: tc.b, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW})
+		r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: tc.b, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW}})
 		s, b, h, a := float64(tc.s), float64(tc.b), float64(tc.h), float64(tc.a)
 		want := s * b * h * (34 + 5*a*s/h)
 		// A middle block: each block's saved input is produced by the block
@@ -115,7 +115,7 @@ func TestKorthikantiTable2PerLayer(t *testing.T) {
 // a foreach AdamW step, whose _foreach_sqrt list is as large as the second
 // moment, moves the peak into the optimizer step.
 func TestPeakPhaseMoves(t *testing.T) {
-	big := mustPlan(t, Spec{Model: lookup(t, "gpt2"), MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW})
+	big := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}})
 	if big.Sim.Peak.Phase != ir.Backward {
 		t.Fatalf("large activations: peak in %s, want backward", big.Sim.Peak.Phase)
 	}
@@ -132,11 +132,11 @@ func TestPeakPhaseMoves(t *testing.T) {
 	if pos := big.Sim.Peak.Op - firstBwd; pos > nBwd/10 {
 		t.Errorf("peak is %d ops into a backward of %d; want it near the boundary", pos, nBwd)
 	}
-	small := mustPlan(t, Spec{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Foreach})
+	small := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Foreach}})
 	if small.Sim.Peak.Phase != ir.Optimizer {
 		t.Fatalf("small activations, foreach AdamW: peak in %s, want optimizer", small.Sim.Peak.Phase)
 	}
-	fused := mustPlan(t, Spec{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Fused})
+	fused := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Fused}})
 	if fused.Sim.Peak.Total >= small.Sim.Peak.Total {
 		t.Errorf("fused AdamW peak %s is not below foreach %s", fused.Sim.Peak.Total, small.Sim.Peak.Total)
 	}
@@ -145,7 +145,7 @@ func TestPeakPhaseMoves(t *testing.T) {
 // The first step creates Adam's state lazily inside the step; in steady state
 // it is resident before the forward starts.
 func TestFirstStepCreatesState(t *testing.T) {
-	r := mustPlan(t, Spec{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Optimizer: plan.AdamW, FirstStep: true})
+	r := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Optimizer: plan.AdamW}, Target: Target{FirstStep: true}})
 	if r.First == nil {
 		t.Fatal("no first-step result")
 	}
@@ -163,7 +163,7 @@ func TestFirstStepCreatesState(t *testing.T) {
 // Inference: weights + KV cache of 2·L·KV·D·ctx·B elements + working set.
 func TestInferenceKVCache(t *testing.T) {
 	a := lookup(t, "llama-2-7b")
-	r := mustPlan(t, Spec{Model: a, Mode: Infer, MicroBatch: 4, Seq: 1024, GenTokens: 1024, Precision: ops.BF16})
+	r := mustPlan(t, Spec{Job: Job{Model: a, Mode: Infer, MicroBatch: 4, Seq: 1024, GenTokens: 1024, Precision: ops.BF16}})
 	wantKV := units.BF16.Size(int64(2 * a.Layers * a.KVHeads * a.HeadDim * 2048 * 4))
 	if got := r.Sim.Peak.Cat[ir.KVCache]; got != wantKV {
 		t.Errorf("KV cache %d bytes, want %d", got, wantKV)
@@ -182,11 +182,11 @@ func TestSpecErrors(t *testing.T) {
 		name string
 		s    Spec
 	}{
-		{"negative batch", Spec{Model: a, MicroBatch: -1}},
-		{"negative seq", Spec{Model: a, Seq: -5}},
-		{"seq beyond learned positions", Spec{Model: a, Seq: 4096}},
-		{"negative accum", Spec{Model: a, Accum: -2}},
-		{"infer with accum", Spec{Model: a, Mode: Infer, Accum: 2}},
+		{"negative batch", Spec{Job: Job{Model: a, MicroBatch: -1}}},
+		{"negative seq", Spec{Job: Job{Model: a, Seq: -5}}},
+		{"seq beyond learned positions", Spec{Job: Job{Model: a, Seq: 4096}}},
+		{"negative accum", Spec{Job: Job{Model: a, Accum: -2}}},
+		{"infer with accum", Spec{Job: Job{Model: a, Mode: Infer, Accum: 2}}},
 		{"no model", Spec{}},
 	} {
 		if _, err := Plan(tc.s); err == nil {

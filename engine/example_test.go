@@ -14,7 +14,7 @@ import (
 func ExamplePlan() {
 	m, _ := models.Lookup("gpt2")
 	gpu, _ := hw.Lookup("rtx-4090")
-	r, err := engine.Plan(engine.Spec{Model: m, MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW, GPU: gpu})
+	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: m, MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: gpu}})
 	if err != nil {
 		fmt.Println(err)
 		return

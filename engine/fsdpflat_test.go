@@ -24,9 +24,7 @@ func fsdpJob(t testing.TB, dp int, flat bool) Spec {
 	}
 	a = a.Clone()
 	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Layers, a.Vocab = 128, 2, 2, 64, 256, 3, 512
-	return Spec{Model: a, MicroBatch: 2, Seq: 128, Accum: 3, Precision: ops.PureBF16, Optimizer: plan.AdamW,
-		LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}, DP: dp, ZeRO: 3,
-		Checkpoint: CheckpointPolicy{Kind: "full"}, FirstStep: true, Sem: Semantics{LoRAModelDType: true, FSDPFlat: flat}}
+	return Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 128, Accum: 3, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}, Sem: Semantics{LoRAModelDType: true, FSDPFlat: flat}, Parallel: Parallel{Sharding: Sharding{DP: dp, ZeRO: 3}}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointFull}}, Target: Target{FirstStep: true}}
 }
 
 // Without Sem.FSDPFlat, ZeRO-3 stays the per-parameter, PEFT-aware sharding
@@ -144,14 +142,12 @@ func TestPropertyFSDPFlat(t *testing.T) {
 		c := &Cache{}
 		for _, zero := range []int{0, 2} {
 			o := s
-			o.ZeRO, o.Cache = zero, c
-			if _, err := Plan(o); err != nil {
+			o.ZeRO = zero
+			if _, err := PlanWith(o, Options{Cache: c}); err != nil {
 				rt.Fatal(err)
 			}
 		}
-		cached := s
-		cached.Cache = c
-		rc, err := Plan(cached)
+		rc, err := PlanWith(s, Options{Cache: c})
 		if err != nil {
 			rt.Fatal(err)
 		}

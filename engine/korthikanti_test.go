@@ -26,17 +26,16 @@ func TestKorthikantiTable2Recompute(t *testing.T) {
 			ck   CheckpointPolicy
 			want float64
 		}{
-			{"tensor parallel + selective recompute", false, CheckpointPolicy{Kind: "selective"}, s * b * h * (10 + 24/tt)},
-			{"tensor + sequence parallel + selective recompute", true, CheckpointPolicy{Kind: "selective"}, 34 * s * b * h / tt},
-			{"full recompute", false, CheckpointPolicy{Kind: "full"}, 2 * s * b * h},
+			{"tensor parallel + selective recompute", false, CheckpointPolicy{Kind: CheckpointSelective}, s * b * h * (10 + 24/tt)},
+			{"tensor + sequence parallel + selective recompute", true, CheckpointPolicy{Kind: CheckpointSelective}, 34 * s * b * h / tt},
+			{"full recompute", false, CheckpointPolicy{Kind: CheckpointFull}, 2 * s * b * h},
 		} {
 			arch := gpt2Style(t, tc.s, tc.h, tc.a)
 			tp := tc.t
-			if row.ck.Kind == "full" {
+			if row.ck.Kind == CheckpointFull {
 				tp = 1
 			}
-			r := mustPlan(t, Spec{Model: arch, MicroBatch: 1, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager,
-				Optimizer: plan.AdamW, TP: tp, SP: row.sp, Checkpoint: row.ck})
+			r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: 1, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW}, Parallel: Parallel{TP: tp, SP: row.sp}, Savings: Savings{Checkpoint: row.ck}})
 			got := float64(r.Sim.SavedByModule["transformer.h.1"])
 			if rel := math.Abs(got-row.want) / row.want; rel > 0.02 {
 				t.Errorf("%s, s=%d h=%d a=%d t=%d: %.0f bytes per layer, Table 2 gives %.0f (%.2f%% off)", row.name, tc.s, tc.h, tc.a, tp, got, row.want, 100*rel)

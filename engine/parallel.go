@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -71,8 +70,6 @@ func (s *Spec) validateParallel() error {
 		return fmt.Errorf("%w: --offload params offloads ZeRO-3/FSDP parameter shards: add --zero 3 --dp N", ErrSpec)
 	case s.Offload.Params && s.Offload.Optimizer:
 		return fmt.Errorf("%w: --offload params already offloads the optimizer (as FSDP CPUOffload does); drop optimizer", ErrSpec)
-	case slices.ContainsFunc(s.PPStages, func(st int) bool { return st < 0 || st >= s.PP }):
-		return fmt.Errorf("%w: pipeline stages %v are not all in [0, %d)", ErrSpec, s.PPStages, s.PP)
 	case s.Mode == Infer && (s.DP > 1 || s.PP > 1 || s.ZeRO > 0 || s.Offload.Any()):
 		return fmt.Errorf("%w: --dp, --pp, --zero and --offload apply to training only", ErrSpec)
 	}

@@ -35,11 +35,7 @@ func TestPropertyAccumulation(t *testing.T) {
 		a := modeltest.Arch(t)
 		k := rapid.IntRange(2, 4).Draw(t, "k")
 		b := rapid.IntRange(1, 3).Draw(t, "b")
-		base := Spec{Model: a, Seq: rapid.IntRange(1, 4).Draw(t, "seq8") * 8,
-			Precision: ops.Precision(rapid.IntRange(0, 4).Draw(t, "precision")),
-			Optimizer: plan.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")),
-			Impl:      plan.Impl(rapid.IntRange(0, 2).Draw(t, "impl")),
-			Attention: build.Attention(rapid.IntRange(0, 1).Draw(t, "attention"))}
+		base := Spec{Job: Job{Model: a, Seq: rapid.IntRange(1, 4).Draw(t, "seq8") * 8, Precision: ops.Precision(rapid.IntRange(0, 4).Draw(t, "precision")), Optimizer: plan.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")), Impl: plan.Impl(rapid.IntRange(0, 2).Draw(t, "impl")), Attention: build.Attention(rapid.IntRange(0, 1).Draw(t, "attention"))}}
 		full, split := base, base
 		full.MicroBatch, full.Accum = k*b, 1
 		split.MicroBatch, split.Accum = b, k

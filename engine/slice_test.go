@@ -12,6 +12,7 @@ import (
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/strategy"
 )
 
 // A pipeline stage built from its own layers (stageSlice) is the stage cut
@@ -26,11 +27,7 @@ func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
 		a := lookup(t, name).Clone()
 		a.Layers = rapid.IntRange(2, 7).Draw(rt, "layers")
 		pp := rapid.IntRange(2, a.Layers).Draw(rt, "pp")
-		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64,
-			Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.FP32}).Draw(rt, "prec"),
-			Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused, plan.Single}).Draw(rt, "impl"),
-			Accum: rapid.IntRange(1, 4).Draw(rt, "accum"), PP: pp, DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp"),
-			PPSchedule: rapid.SampledFrom([]string{"", "gpipe"}).Draw(rt, "sched")}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.FP32}).Draw(rt, "prec"), Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused, plan.Single}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{PP: pp, PPSchedule: rapid.SampledFrom([]strategy.Schedule{strategy.OneFOneB, strategy.GPipe}).Draw(rt, "sched"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}}
 		if a.NumExperts == 0 && a.Family != "gpt2" {
 			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
 			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
@@ -38,24 +35,22 @@ func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
 		drawSharding(rt, &s)
 		switch rapid.IntRange(0, 3).Draw(rt, "ckpt") {
 		case 1:
-			s.Checkpoint = CheckpointPolicy{Kind: "full"}
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
 		case 2:
-			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: rapid.IntRange(2, 3).Draw(rt, "every")}
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: rapid.IntRange(2, 3).Draw(rt, "every")}
 		case 3:
-			s.Checkpoint = CheckpointPolicy{Kind: "selective"}
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointSelective}
 			s.Attention = build.Eager // selective recomputes the eager attention core
 		}
 		if rapid.Bool().Draw(rt, "lora") {
 			s.LoRA = &build.LoRA{Rank: 4, Alpha: 8, Targets: []string{"all-linear"}}
 		}
 		s.GPU, _ = hw.Lookup("h100")
-		whole := s
-		whole.wholeStages = true
 		rs, err := Plan(s)
 		if err != nil {
 			rt.Fatalf("sliced: %v", err)
 		}
-		rw, err := Plan(whole)
+		rw, err := PlanWith(s, Options{wholeStages: true})
 		if err != nil {
 			rt.Fatalf("whole: %v", err)
 		}
@@ -92,22 +87,18 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 	a.Layers = 4
 	c := &Cache{Limit: 5000}
 	rapid.Check(t, func(rt *rapid.T) {
-		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW,
-			Impl:  rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
-			Accum: rapid.IntRange(1, 3).Draw(rt, "accum"), PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"),
-			DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp"), FirstStep: rapid.Bool().Draw(rt, "first")}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}, Target: Target{FirstStep: rapid.Bool().Draw(rt, "first")}}
 		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
-			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
 		}
 		s.GPU, _ = hw.Lookup("h100")
 		want, err := Plan(s)
 		if err != nil {
 			rt.Fatal(err)
 		}
-		s.Cache = c
 		for i := 0; i < 2; i++ {
-			got, err := Plan(s)
+			got, err := PlanWith(s, Options{Cache: c})
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -155,15 +146,12 @@ func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		c := &Cache{}
-		s := Spec{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW,
-			Impl:  rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"),
-			Accum: rapid.IntRange(1, 3).Draw(rt, "accum"), PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"),
-			DP: rapid.SampledFrom([]int{2, 4}).Draw(rt, "dp"), Cache: c}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{2, 4}).Draw(rt, "dp")}}}
 		if rapid.Bool().Draw(rt, "ckpt") {
-			s.Checkpoint = CheckpointPolicy{Kind: "every", Every: 2}
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
 		}
 		drawSharding(rt, &s)
-		if _, err := Plan(s); err != nil {
+		if _, err := PlanWith(s, Options{Cache: c}); err != nil {
 			rt.Fatal(err)
 		}
 		before := snapshot(c)
@@ -171,8 +159,8 @@ func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
 			v := s
 			v.Offload = Offload{}
 			drawSharding(rt, &v)
-			v.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt variant")
-			if _, err := Plan(v); err != nil {
+			v.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: CheckpointFull}, {Kind: CheckpointEvery, Every: 2}}).Draw(rt, "ckpt variant")
+			if _, err := PlanWith(v, Options{Cache: c}); err != nil {
 				rt.Fatal(err)
 			}
 		}

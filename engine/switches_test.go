@@ -13,8 +13,7 @@ import (
 
 // loraSpec is llama-3.2-1b with LoRA on q_proj and v_proj, pure bf16.
 func loraSpec(t *testing.T) Spec {
-	return Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW,
-		LoRA: &build.LoRA{Rank: 8, Alpha: 16, Dropout: 0.05, Targets: []string{"q_proj", "v_proj"}}}
+	return Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Dropout: 0.05, Targets: []string{"q_proj", "v_proj"}}}}
 }
 
 // lit-gpt's attention keeps the whole fused qkv output alive: SDPA saves v,
@@ -147,13 +146,13 @@ func TestCublasWorkspace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := Spec{Model: catalog(t, "gpt2"), Seq: 128, GPU: g, FirstStep: true}
+		s := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128}, Target: Target{GPU: g, FirstStep: true}}
 		s.Sem.Workspace = AutoWorkspace
 		r := semPlan(t, s)
-		if got := r.Sim.Peak.Cat[ir.Other] - semPlan(t, Spec{Model: s.Model, Seq: 128, GPU: g}).Sim.Peak.Cat[ir.Other]; got != 2*c.each {
+		if got := r.Sim.Peak.Cat[ir.Other] - semPlan(t, Spec{Job: Job{Model: s.Model, Seq: 128}, Target: Target{GPU: g}}).Sim.Peak.Cat[ir.Other]; got != 2*c.each {
 			t.Errorf("%s training: workspaces %v, want 2 x %v", c.gpu, got, c.each)
 		}
-		if fw := r.First.PhasePeak[ir.Forward].Cat[ir.Other] - semPlan(t, Spec{Model: s.Model, Seq: 128, GPU: g, FirstStep: true}).First.PhasePeak[ir.Forward].Cat[ir.Other]; fw != c.each {
+		if fw := r.First.PhasePeak[ir.Forward].Cat[ir.Other] - semPlan(t, Spec{Job: Job{Model: s.Model, Seq: 128}, Target: Target{GPU: g, FirstStep: true}}).First.PhasePeak[ir.Forward].Cat[ir.Other]; fw != c.each {
 			t.Errorf("%s first forward: %v, want one workspace %v (autograd's thread has not run yet)", c.gpu, fw, c.each)
 		}
 		inf := s
@@ -170,7 +169,7 @@ func TestCublasWorkspace(t *testing.T) {
 // device memory (NVIDIA/nccl #964).
 func TestCommOverhead(t *testing.T) {
 	g, _ := hw.Lookup("h100-sxm")
-	s := Spec{Model: catalog(t, "gpt2"), GPU: g, DP: 8, TP: 2}
+	s := Spec{Job: Job{Model: catalog(t, "gpt2")}, Parallel: Parallel{TP: 2, Sharding: Sharding{DP: 8}}, Target: Target{GPU: g}}
 	s.Sem.Overhead, s.Sem.CommOverhead = 400e6, 544e6
 	if got, want := s.CapacityBytes(), g.Capacity()-400e6-2*544e6; got != want {
 		t.Errorf("usable %v, want %v", got, want)
@@ -185,7 +184,7 @@ func TestTorchaoLowBitAdam(t *testing.T) {
 		o    plan.Optimizer
 		want float64
 	}{{plan.AdamW8bitAO, 2 + 8.0/256}, {plan.AdamW4bitAO, 1 + 8.0/128}} {
-		r := semPlan(t, Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 128, Precision: ops.PureBF16, Optimizer: c.o})
+		r := semPlan(t, Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 128, Precision: ops.PureBF16, Optimizer: c.o}})
 		got := float64(r.Sim.ModelStates.OptimizerState) / float64(r.Sim.Params)
 		if got < c.want || got > c.want*1.001 {
 			t.Errorf("%v: %.4f bytes of state per parameter, want %.4f", c.o, got, c.want)
@@ -199,10 +198,10 @@ func TestTorchaoLowBitAdam(t *testing.T) {
 // activations lie between full checkpointing's and none's, and no SDPA is
 // replayed.
 func TestSelectiveOpCheckpoint(t *testing.T) {
-	base := Spec{Model: catalog(t, "llama-3.2-1b"), MicroBatch: 2, Seq: 512, Precision: ops.BF16, Optimizer: plan.AdamW}
+	base := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), MicroBatch: 2, Seq: 512, Precision: ops.BF16, Optimizer: plan.AdamW}}
 	full, sac := base, base
-	full.Checkpoint = CheckpointPolicy{Kind: "full"}
-	sac.Checkpoint = CheckpointPolicy{Kind: "selective-op"}
+	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	sac.Checkpoint = CheckpointPolicy{Kind: CheckpointSelectiveOp}
 	r0, rf, rs := semPlan(t, base), semPlan(t, full), semPlan(t, sac)
 	if !(rf.Sim.SavedTotal < rs.Sim.SavedTotal && rs.Sim.SavedTotal < r0.Sim.SavedTotal) {
 		t.Errorf("saved: full %v, selective-op %v, none %v", rf.Sim.SavedTotal, rs.Sim.SavedTotal, r0.Sim.SavedTotal)
@@ -230,7 +229,7 @@ func TestSelectiveOpCheckpoint(t *testing.T) {
 // values.
 func TestLoRAOnHead(t *testing.T) {
 	a := catalog(t, "llama-2-7b")
-	s := Spec{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}}
+	s := Spec{Job: Job{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}}}
 	h := s
 	h.LoRA = &build.LoRA{Rank: 8, Targets: []string{"q_proj", "lm_head"}}
 	r0, rh := semPlan(t, s), semPlan(t, h)
@@ -254,7 +253,7 @@ func TestLoRAOnHead(t *testing.T) {
 // optimizer.state-dtype: float32 moments over bfloat16 parameters without a
 // master copy hold 2 + 2 + 8 bytes per parameter.
 func TestOptimizerStateDType(t *testing.T) {
-	s := Spec{Model: catalog(t, "gpt2"), Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, Impl: plan.Fused}
+	s := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, Impl: plan.Fused}}
 	s.Sem.StateDType = units.F32
 	r := semPlan(t, s)
 	ms := r.Sim.ModelStates
@@ -265,7 +264,7 @@ func TestOptimizerStateDType(t *testing.T) {
 
 // CPU kernels have no cuBLAS handle: the workspace switch adds nothing.
 func TestNoWorkspaceOnCPU(t *testing.T) {
-	s := Spec{Model: catalog(t, "gpt2"), Seq: 128, Device: ops.CPU}
+	s := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Device: ops.CPU}}
 	base := semPlan(t, s)
 	s.Sem.Workspace = AutoWorkspace
 	if r := semPlan(t, s); r.Sim.Peak.Total != base.Sim.Peak.Total {
@@ -278,7 +277,7 @@ func TestNoWorkspaceOnCPU(t *testing.T) {
 // and SDPA saves the copies: (heads - kv heads) x head_dim more per token,
 // for k and for v, in every layer.
 func TestRepeatKV(t *testing.T) {
-	s := Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
 	r := s
 	r.Sem.RepeatKV = true
 	a := s.Model
@@ -293,7 +292,7 @@ func TestRepeatKV(t *testing.T) {
 // and the unquantised head double in size.
 func TestPrepareKbitFloat32(t *testing.T) {
 	a := catalog(t, "llama-2-7b")
-	s := Spec{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}, QLoRA: true}
+	s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}, QLoRA: true}}
 	p := s
 	p.Sem.Quant.FP32Rest = true
 	norms := int64(2*a.Layers+1) * int64(a.Hidden)
@@ -307,7 +306,7 @@ func TestPrepareKbitFloat32(t *testing.T) {
 // (Liger-Kernel src/liger_kernel/ops/swiglu.py): one intermediate-sized
 // tensor less per layer than silu then mul.
 func TestFusedSwiGLU(t *testing.T) {
-	s := Spec{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}
+	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
 	f := s
 	f.Sem.FusedSwiGLU = true
 	a := s.Model

@@ -26,13 +26,34 @@ func (s *Spec) validateTrace() error {
 	return nil
 }
 
-// traceProgram replays the trace at the spec's micro-batch. For CUDA
-// planning (the default) sizes round up to the caching allocator's 512-byte
-// blocks and CPU-only in-kernel scratch is left out; with CPU kernels the
-// recorded scratch is included.
+// Counter is how a trace's allocations are counted. The zero value counts
+// as the job's device does: the CUDA caching allocator's 512-byte blocks
+// without CPU-only in-kernel scratch, or with CPU kernels every recorded
+// allocation, scratch included. A measurement's counter (Measured) counts
+// as its tracker did.
+type Counter struct {
+	// Measured replaces the device's counting by the fields below.
+	Measured bool
+	// MinBytes: storages smaller than this count 0 bytes (a tracker's
+	// threshold); Granularity rounds every storage up to a multiple of it.
+	MinBytes, Granularity int64
+	// Scratch includes the trace's recorded in-kernel scratch.
+	Scratch bool
+	// WholeBatch builds the inputs as the whole batch of an optimizer step
+	// and splits them into micro-batch views, as memplan_torch's
+	// measurement does.
+	WholeBatch bool
+}
+
+// traceProgram replays the trace at the spec's micro-batch, counting as
+// s.Count says.
 func traceProgram(s *Spec, first bool) (*ir.Program, error) {
-	o := torchtrace.Options{Batch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, FirstStep: first}
-	if s.Device == ops.CUDA {
+	c := s.Count
+	o := torchtrace.Options{Batch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, FirstStep: first, FullBatchInputs: c.WholeBatch}
+	switch {
+	case c.Measured:
+		o.MinBytes, o.Granularity, o.NoScratch = c.MinBytes, c.Granularity, !c.Scratch
+	case s.Device == ops.CUDA:
 		o.NoScratch, o.Granularity = true, 512
 	}
 	if s.TraceOptimizer {

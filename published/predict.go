@@ -59,7 +59,6 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	rec = rec.Clone()
 	var s engine.Spec
 	s.FirstStep = true
-	s.NoTimeline = true
 
 	// The measured metric: allocated bytes are what memplan predicts.
 	switch {
@@ -506,7 +505,7 @@ func Predict(row *Row, dir string) Result {
 	if spec.PP < 2 && spec.Accum > 3 {
 		spec.Accum = 3
 	}
-	pr, err := engine.Plan(*spec)
+	pr, err := engine.PlanWith(*spec, engine.Options{NoTimeline: true})
 	if err != nil {
 		res.Err = err.Error()
 		return res
@@ -526,7 +525,7 @@ func Predict(row *Row, dir string) Result {
 	if spec.Accum > 1 && variableLength(row.Notes) {
 		one := *spec
 		one.Accum = 1
-		if p1, err := engine.Plan(one); err == nil {
+		if p1, err := engine.PlanWith(one, engine.Options{NoTimeline: true}); err == nil {
 			low := p1.Sim.Peak.Total
 			if p1.First != nil && p1.First.Peak.Total > low {
 				low = p1.First.Peak.Total

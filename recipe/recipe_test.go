@@ -88,7 +88,7 @@ func TestBadInput(t *testing.T) {
 func TestApplyOrder(t *testing.T) {
 	r, _ := Load("litgpt")
 	r = r.Clone()
-	s := engine.Spec{Precision: ops.AMPBF16}
+	s := engine.Spec{Job: engine.Job{Precision: ops.AMPBF16}}
 	if err := r.Apply(&s, func(flag string) bool { return flag == "precision" }); err != nil {
 		t.Fatal(err)
 	}

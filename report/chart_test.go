@@ -43,7 +43,7 @@ func chartPlan(t *testing.T, mb, accum int) *engine.Result {
 	if accum > 1 {
 		seq = 512
 	}
-	r, err := engine.Plan(engine.Spec{Model: a, MicroBatch: mb, Seq: seq, Accum: accum, Precision: ops.AMPBF16, Optimizer: plan.AdamW, GPU: gpu})
+	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Accum: accum, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: gpu}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -183,7 +183,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
-		Recipe: s.Sem.Recipe, Checkpointed: s.AutoCheckpointed(),
+		Recipe: s.Sem.Recipe, Checkpointed: res.AutoCheckpointed,
 		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
 		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
 		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},

@@ -84,7 +84,7 @@ func textHeader(res *engine.Result) string {
 			opt = fmt.Sprintf("%s (%s)", s.Optimizer, s.Impl)
 		}
 		head += fmt.Sprintf(" · accum %d · %s", s.Accum, opt) + parallelism(s)
-		if s.Checkpoint.Kind != "" {
+		if s.Checkpoint.Kind != engine.NoCheckpoint {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
 		return head
@@ -102,9 +102,9 @@ func textHeader(res *engine.Result) string {
 	if s.Sem.Recipe != "" {
 		head += " · recipe " + s.Sem.Recipe
 	}
-	if s.Checkpoint.Kind != "" {
+	if s.Checkpoint.Kind != engine.NoCheckpoint {
 		head += " · checkpoint " + s.Checkpoint.String()
-		if auto := s.AutoCheckpointed(); s.Checkpoint.Kind == "auto" {
+		if auto := res.AutoCheckpointed; s.Checkpoint.Kind == engine.CheckpointAuto {
 			head += fmt.Sprintf(" (%d blocks)", len(auto))
 		}
 	}
@@ -286,10 +286,7 @@ func parallelism(s *engine.Spec) string {
 }
 
 func ppSchedule(s *engine.Spec) string {
-	sched := s.PPSchedule
-	if sched == "" {
-		sched = "1f1b"
-	}
+	sched := s.PPSchedule.String()
 	if s.PPInterleave > 1 {
 		sched += fmt.Sprintf(", %d virtual", s.PPInterleave)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -28,7 +29,7 @@ type estimator struct {
 	// that part first, as its plans tend to fail at the same end
 	// (BenchmarkFitLlama3_70B: 5,608 -> 5,246 shallow plans). Only
 	// withCache's estimators (one goroutine each) have one.
-	overPart map[stateKey]int
+	overPart map[engine.Spec]int
 }
 
 type depths struct {
@@ -46,7 +47,7 @@ func newEstimator(a *models.Arch) *estimator {
 func (e *estimator) withCache(c *engine.Cache) *estimator {
 	f := *e
 	f.cache = c
-	f.overPart = map[stateKey]int{}
+	f.overPart = map[engine.Spec]int{}
 	return &f
 }
 
@@ -72,7 +73,7 @@ func (e *estimator) depth(layers int) *models.Arch {
 // of the checkpoint pattern (every k-th block).
 func unit(s *engine.Spec) int {
 	u := max(s.PP, 1) * max(s.PPInterleave, 1)
-	if s.Checkpoint.Kind == "every" {
+	if s.Checkpoint.Kind == engine.CheckpointEvery {
 		u *= s.Checkpoint.Every
 	}
 	return u
@@ -90,7 +91,7 @@ func unit(s *engine.Spec) int {
 // simulate all. TestPropertySimAccumShowsPeak checks the claim.
 func simAccum(s *engine.Spec) int {
 	if s.PP > 1 {
-		if max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
+		if max(s.PPInterleave, 1) > 1 || s.PPSchedule != strategy.OneFOneB {
 			return s.Accum
 		}
 		return min(s.Accum, s.PP+1)
@@ -120,26 +121,26 @@ func stepAt(r *engine.Result, sim, accum int) time.Duration {
 // micro-steps cut to simAccum; it returns the result and the step time
 // extrapolated to s's micro-steps.
 func (e *estimator) run(s engine.Spec, layers int) (*engine.Result, time.Duration, error) {
-	return e.runWith(s, layers, simAccum(&s))
+	return e.runWith(s, engine.Options{}, layers, simAccum(&s))
 }
 
-// runWith is run simulating sim micro-steps.
-func (e *estimator) runWith(s engine.Spec, layers, sim int) (*engine.Result, time.Duration, error) {
-	s.Model, s.Cache = e.depth(layers), e.cache
+// runWith is run simulating sim micro-steps, planned as o says (through
+// e's cache).
+func (e *estimator) runWith(s engine.Spec, o engine.Options, layers, sim int) (*engine.Result, time.Duration, error) {
+	s.Model, o.Cache = e.depth(layers), e.cache
 	accum := s.Accum
 	s.Accum = sim
-	r, err := engine.Plan(s)
+	r, err := engine.PlanWith(s, o)
 	if err != nil {
 		return nil, 0, err
 	}
-	r.Spec.Cache = nil // a kept result must not keep the cache alive
 	return r, stepAt(r, s.Accum, accum), nil
 }
 
 // part is what a plan's estimate is made of: its peak and (priced on
 // demand) step time on a model of the given depth. Without pipelining there
 // is one part, the whole program; under a 1F1B pipeline two, the first and
-// the last stage, which bound the others (engine.Spec.PPStages): the first
+// the last stage, which bound the others (engine.Options.Stages): the first
 // holds the most micro-batches in flight (firstStage), the last one, so
 // three micro-steps show its peak (as without pipelining).
 type part func(s engine.Spec, layers int) (units.Bytes, *shot, error)
@@ -171,12 +172,13 @@ func (sh *shot) step() (time.Duration, error) {
 	return stepAt(&r, sh.sim, sh.accum), nil
 }
 
-// shoot plans s (its GPU left out, so unpriced, and without a timeline
-// unless asked) at depth layers with sim micro-steps.
-func (e *estimator) shoot(s engine.Spec, layers, sim int, timeline bool) (*shot, error) {
+// shoot plans the pipeline stages of s (nil: all; its GPU left out, so
+// unpriced, and without a timeline unless asked) at depth layers with sim
+// micro-steps.
+func (e *estimator) shoot(s engine.Spec, stages []int, layers, sim int, timeline bool) (*shot, error) {
 	sh := &shot{gpu: s.GPU, sim: sim, accum: s.Accum, pp: s.PP}
-	s.GPU, s.NoTimeline = nil, !timeline
-	r, _, err := e.runWith(s, layers, sim)
+	s.GPU = nil
+	r, _, err := e.runWith(s, engine.Options{Stages: stages, NoTimeline: !timeline}, layers, sim)
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +187,9 @@ func (e *estimator) shoot(s engine.Spec, layers, sim int, timeline bool) (*shot,
 }
 
 func (e *estimator) parts(s *engine.Spec) []part {
-	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || (s.PPSchedule != "" && s.PPSchedule != "1f1b") {
+	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || s.PPSchedule != strategy.OneFOneB {
 		return []part{func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
-			sh, err := e.shoot(s, layers, simAccum(&s), false)
+			sh, err := e.shoot(s, nil, layers, simAccum(&s), false)
 			if err != nil {
 				return 0, nil, err
 			}
@@ -195,8 +197,7 @@ func (e *estimator) parts(s *engine.Spec) []part {
 		}}
 	}
 	last := func(s engine.Spec, layers int) (units.Bytes, *shot, error) {
-		s.PPStages = []int{s.PP - 1}
-		sh, err := e.shoot(s, layers, min(s.Accum, 3), false)
+		sh, err := e.shoot(s, []int{s.PP - 1}, layers, min(s.Accum, 3), false)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -228,9 +229,9 @@ func (e *estimator) parts(s *engine.Spec) []part {
 func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, error) {
 	p := s.PP
 	m := min(s.Accum, p+1)
-	s.PPStages = []int{0}
+	first := []int{0}
 	direct := func() (units.Bytes, *shot, error) {
-		sh, err := e.shoot(s, layers, m, false)
+		sh, err := e.shoot(s, first, layers, m, false)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -245,7 +246,7 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 		q.PP = 3
 		k, extra, depth, endMicro = 4, p-3, 3*(layers/p), 3
 	}
-	sh, err := e.shoot(q, depth, k, true)
+	sh, err := e.shoot(q, first, depth, k, true)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -396,7 +397,7 @@ func (e *estimator) peak(c *Plan) {
 	for i := range order {
 		order[i] = i
 	}
-	sk := keyOf(&c.Spec)
+	sk := stateKey(&c.Spec)
 	if i, ok := e.overPart[sk]; ok && i < len(order) {
 		order[0], order[i] = i, 0
 	}

@@ -113,7 +113,7 @@ func (p *Plan) Describe() string {
 			d += fmt.Sprintf(" ZeRO-%d", s.ZeRO)
 		}
 	}
-	if s.Checkpoint.Kind != "" {
+	if s.Checkpoint.Kind != engine.NoCheckpoint {
 		d += ", checkpoint " + s.Checkpoint.String()
 	}
 	if s.Offload.Any() {
@@ -422,9 +422,9 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 	if _, only := base.Optimizer.OnlyImpl(); base.Impl != plan.Fused && !only {
 		impls = append(impls, plan.Fused)
 	}
-	ckpts := []engine.CheckpointPolicy{{}, {Kind: "every", Every: 2}, {Kind: "full"}}
+	ckpts := []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}}
 	if base.Attention == build.Eager {
-		ckpts = append(ckpts, engine.CheckpointPolicy{Kind: "selective"})
+		ckpts = append(ckpts, engine.CheckpointPolicy{Kind: engine.CheckpointSelective})
 	}
 	for _, tp := range []int{1, 2, 4, 8} {
 		if tp > o.GPUs || a.Heads%tp != 0 || a.KVHeads%tp != 0 || a.Intermediate%tp != 0 || (tp > 1 && a.Encoder) {
@@ -496,7 +496,7 @@ func groupByAllButBatch(cs []*Plan) [][]*Plan {
 	var out [][]*Plan
 	for i := 0; i < len(cs); {
 		j := i + 1
-		for j < len(cs) && sameButBatch(&cs[i].Spec, &cs[j].Spec) {
+		for j < len(cs) && groupKey(&cs[i].Spec) == groupKey(&cs[j].Spec) {
 			j++
 		}
 		out = append(out, cs[i:j])
@@ -505,33 +505,11 @@ func groupByAllButBatch(cs []*Plan) [][]*Plan {
 	return out
 }
 
-func sameButBatch(a, b *engine.Spec) bool {
-	return a.TP == b.TP && a.SP == b.SP && a.PP == b.PP && a.DP == b.DP && a.ZeRO == b.ZeRO && a.Offload == b.Offload &&
-		a.Checkpoint.String() == b.Checkpoint.String() && a.Impl == b.Impl && a.Precision == b.Precision &&
-		a.Optimizer == b.Optimizer && a.LoRA == b.LoRA && a.QLoRA == b.QLoRA
-}
-
-// stateKey is what decides the memory that stays resident: everything but
-// the micro-batch, checkpointing, activation offload and the optimizer
-// implementation.
-type stateKey struct {
-	tp, pp, dp, zero      int
-	sp, offOpt, offParams bool
-	prec                  ops.Precision
-	opt                   plan.Optimizer
-	lora                  *build.LoRA
-	qlora                 bool
-}
-
-func keyOf(s *engine.Spec) stateKey {
-	return stateKey{s.TP, s.PP, s.DP, s.ZeRO, s.SP, s.Offload.Optimizer, s.Offload.Params, s.Precision, s.Optimizer, s.LoRA, s.QLoRA}
-}
-
 // groupByState collects the groups of each state key; in each, the group
 // that saves the most memory (full checkpointing, activations offloaded,
 // fused step) comes first.
 func groupByState(groups [][]*Plan) [][][]*Plan {
-	out := collect(groups, func(g []*Plan) stateKey { return keyOf(&g[0].Spec) })
+	out := collect(groups, func(g []*Plan) engine.Spec { return stateKey(&g[0].Spec) })
 	for _, gs := range out {
 		sort.SliceStable(gs, func(i, j int) bool { return thrift(&gs[i][0].Spec) > thrift(&gs[j][0].Spec) })
 	}
@@ -542,11 +520,7 @@ func groupByState(groups [][]*Plan) [][][]*Plan {
 // optimizer or parameter offload: by ZeRO stage, and for each the one that
 // offloads the most first (its failures bound the others', see memo).
 func bundleStates(states [][][]*Plan) [][][][]*Plan {
-	bs := collect(states, func(st [][]*Plan) stateKey {
-		k := keyOf(&st[0][0].Spec)
-		k.zero, k.offOpt, k.offParams = 0, false, false
-		return k
-	})
+	bs := collect(states, func(st [][]*Plan) engine.Spec { return bundleKey(&st[0][0].Spec) })
 	for _, b := range bs {
 		slices.SortStableFunc(b, func(x, y [][]*Plan) int {
 			a, c := &x[0][0].Spec, &y[0][0].Spec
@@ -576,7 +550,7 @@ type memo struct {
 	// hints maps a variant to the index of the largest micro-batch that
 	// fitted in the last state searched (-1: none). Hints only decide
 	// where each search starts.
-	hints map[string]int
+	hints map[engine.Spec]int
 	// fitted says whether the last state searched had a plan that fits.
 	fitted bool
 	// over maps a ZeRO stage and variant (checkpointing, activation
@@ -586,14 +560,10 @@ type memo struct {
 	// (strategy.TestPropertyOffload, engine.TestPropertyOffloadOrder), so
 	// the same plan that offloads less does not fit either: its search
 	// stops below that micro-batch.
-	over map[string]int
+	over map[engine.Spec]int
 }
 
-func newMemo() *memo { return &memo{hints: map[string]int{}, over: map[string]int{}} }
-
-func overKey(s *engine.Spec) string {
-	return fmt.Sprintf("%d|%s|%t|%s", s.ZeRO, s.Checkpoint, s.Offload.Activations, s.Impl)
-}
+func newMemo() *memo { return &memo{hints: map[engine.Spec]int{}, over: map[engine.Spec]int{}} }
 
 // bound is the largest index of g (in increasing micro-batch) not known
 // to be over the limit.
@@ -647,11 +617,11 @@ func collect[T any, K comparable](items []T, key func(T) K) [][]T {
 func thrift(s *engine.Spec) int {
 	t := 0
 	switch s.Checkpoint.Kind {
-	case "full":
+	case engine.CheckpointFull:
 		t += 4
-	case "every":
+	case engine.CheckpointEvery:
 		t += 2
-	case "selective":
+	case engine.CheckpointSelective:
 		t++
 	}
 	if s.Offload.Activations {
@@ -719,15 +689,15 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	}
 	// A foreach step is dropped when the fused step of the same plan is
 	// searched: fused holds no intermediates and launches fewer kernels.
-	fused := map[string]bool{}
+	fused := map[engine.Spec]bool{}
 	for _, g := range groups {
 		if g[0].Spec.Impl == plan.Fused {
-			fused[variant(&g[0].Spec)] = true
+			fused[stepKey(&g[0].Spec)] = true
 		}
 	}
 	var live [][]*Plan
 	for _, g := range groups {
-		if s := &g[0].Spec; s.Impl != plan.Fused && fused[variant(s)] {
+		if s := &g[0].Spec; s.Impl != plan.Fused && fused[stepKey(s)] {
 			for _, c := range g {
 				if c != first {
 					c.Dropped = "the fused optimizer step of the same plan is never larger or slower"
@@ -744,7 +714,7 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	sort.SliceStable(live, func(i, j int) bool { return thrift(&live[i][0].Spec) < thrift(&live[j][0].Spec) })
 	best := -1
 	for _, g := range live {
-		v := variant(&g[0].Spec) + "|" + g[0].Spec.Impl.String()
+		v := hintKey(&g[0].Spec)
 		h, ok := m.hints[v]
 		if !ok {
 			h = -1
@@ -763,10 +733,6 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	}
 	m.fitted = best >= 0
 	return n, size
-}
-
-func variant(s *engine.Spec) string {
-	return fmt.Sprintf("%s|%v", s.Checkpoint, s.Offload)
 }
 
 // searchGroupAbove estimates a group's plans (in increasing micro-batch)

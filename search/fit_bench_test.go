@@ -20,7 +20,7 @@ func BenchmarkFitLlama3_70B(b *testing.B) {
 		b.Fatal(err)
 	}
 	g, _ := hw.Lookup("h100")
-	base := engine.Spec{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: plan.AdamW, GPU: g}
+	base := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: g}}
 	for b.Loop() {
 		r, err := Fit(base, Options{GPUs: 64, GlobalBatch: 512})
 		if err != nil {

@@ -32,7 +32,7 @@ func baseSpec(t testing.TB, name, gpu string, layers int) engine.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return engine.Spec{Model: a, MicroBatch: 1, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW, GPU: g}
+	return engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: g}}
 }
 
 // The shallow-model estimate is a lower bound on the full model's peak: the
@@ -54,7 +54,7 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 		if s.DP > 1 {
 			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
 		}
-		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}, {Kind: "every", Every: 3}}).Draw(rt, "ckpt")
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointEvery, Every: 3}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
@@ -162,7 +162,7 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 		if s.DP > 1 {
 			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
 		}
-		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}, {Kind: "every", Every: 2}}).Draw(rt, "ckpt")
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}, {Kind: engine.CheckpointEvery, Every: 2}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		if s.ZeRO == 3 && rapid.Bool().Draw(rt, "offparams") {
 			s.Offload.Params = true
@@ -174,7 +174,7 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 			rt.Fatal(err)
 		}
 		layers := s.PP * rapid.IntRange(2, 3).Draw(rt, "per stage")
-		if s.Checkpoint.Kind == "every" {
+		if s.Checkpoint.Kind == engine.CheckpointEvery {
 			layers *= 2
 		}
 		e := newEstimator(s.Model)
@@ -182,8 +182,7 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 		if err != nil {
 			rt.Fatal(err)
 		}
-		s.PPStages = []int{0}
-		r, _, err := e.runWith(s, layers, simAccum(&s))
+		r, _, err := e.runWith(s, engine.Options{Stages: []int{0}}, layers, simAccum(&s))
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -202,12 +201,12 @@ func TestPropertySimAccumShowsPeak(t *testing.T) {
 		s := base
 		s.MicroBatch = rapid.IntRange(1, 2).Draw(rt, "b")
 		s.PP = rapid.SampledFrom([]int{1, 2, 3}).Draw(rt, "pp")
-		s.Accum = rapid.IntRange(simAccum(&engine.Spec{PP: s.PP, Accum: 100})+1, 7).Draw(rt, "accum")
+		s.Accum = rapid.IntRange(simAccum(&engine.Spec{Job: engine.Job{Accum: 100}, Parallel: engine.Parallel{PP: s.PP}})+1, 7).Draw(rt, "accum")
 		s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
 		if s.DP > 1 {
 			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
 		}
-		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: "full"}}).Draw(rt, "ckpt")
+		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
@@ -216,14 +215,15 @@ func TestPropertySimAccumShowsPeak(t *testing.T) {
 		}
 		e := newEstimator(s.Model)
 		layers := 2 * s.PP
+		var o engine.Options
 		if s.PP > 1 {
-			s.PPStages = []int{0} // the stage holding the most in flight
+			o.Stages = []int{0} // the stage holding the most in flight
 		}
-		short, _, err := e.runWith(s, layers, simAccum(&s))
+		short, _, err := e.runWith(s, o, layers, simAccum(&s))
 		if err != nil {
 			rt.Fatal(err)
 		}
-		long, _, err := e.runWith(s, layers, s.Accum)
+		long, _, err := e.runWith(s, o, layers, s.Accum)
 		if err != nil {
 			rt.Fatal(err)
 		}

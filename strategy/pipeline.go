@@ -77,8 +77,8 @@ import (
 type Pipeline struct {
 	Stages int
 	Stage  int
-	// Schedule is "1f1b" (or empty) or "gpipe".
-	Schedule string
+	// Schedule is 1F1B (the zero value) or GPipe.
+	Schedule Schedule
 	// Interleave is the number of model chunks (virtual stages) per rank;
 	// 0 or 1 is the plain schedule.
 	Interleave int
@@ -120,11 +120,8 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) { return pp.apply(
 // nothing has been written yet (the analysis and the parameter lists).
 func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	sched := pp.Schedule
-	if sched == "" {
-		sched = "1f1b"
-	}
-	if sched != "1f1b" && sched != "gpipe" {
-		return nil, fmt.Errorf("strategy: unknown pipeline schedule %q (want 1f1b or gpipe)", pp.Schedule)
+	if sched != OneFOneB && sched != GPipe {
+		return nil, fmt.Errorf("strategy: unknown pipeline schedule %s (want 1f1b or gpipe)", pp.Schedule)
 	}
 	v := pp.Interleave
 	if v == 0 {
@@ -140,7 +137,7 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, fmt.Errorf("strategy: pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
 	}
 	m := max(p.MicroBatches, 1)
-	if v > 1 && sched != "1f1b" {
+	if v > 1 && sched != OneFOneB {
 		return nil, fmt.Errorf("strategy: pipeline interleaving needs the 1f1b schedule, not %s", sched)
 	}
 	if v > 1 && m%pp.Stages != 0 {
@@ -867,14 +864,14 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 }
 
 // schedule lists this rank's units in execution order.
-func (pp *Pipeline) schedule(sched string, m, v int) ([]ppUnit, error) {
+func (pp *Pipeline) schedule(sched Schedule, m, v int) ([]ppUnit, error) {
 	p, s := pp.Stages, pp.Stage
 	F := func(micro, local int) ppUnit { return ppUnit{ir.Forward, micro, local*p + s} }
 	B := func(micro, local int) ppUnit { return ppUnit{ir.Backward, micro, local*p + s} }
 	var order []ppUnit
 	if v == 1 {
 		warm := m
-		if sched == "1f1b" {
+		if sched == OneFOneB {
 			warm = min(p-s-1, m)
 		}
 		for i := 0; i < warm; i++ {

@@ -82,7 +82,7 @@ func nonBatchSaved(q *ir.Program) units.Bytes {
 // 1 + (p−1)/(pv).
 func TestPipelineInFlightActivations(t *testing.T) {
 	const L, m = 8, 8
-	s := engine.Spec{Model: ppLlama(t, L), Seq: 256, MicroBatch: 2, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}
+	s := engine.Spec{Job: engine.Job{Model: ppLlama(t, L), Seq: 256, MicroBatch: 2, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}}
 	p := program(t, s)
 	whole, err := sim.Run(p)
 	if err != nil {
@@ -94,15 +94,15 @@ func TestPipelineInFlightActivations(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		p, v  int
-		sched string
-	}{{4, 1, "1f1b"}, {2, 1, "1f1b"}, {8, 1, "1f1b"}, {4, 1, "gpipe"}, {2, 2, "1f1b"}, {2, 4, "1f1b"}, {4, 2, "1f1b"}} {
+		sched strategy.Schedule
+	}{{4, 1, strategy.OneFOneB}, {2, 1, strategy.OneFOneB}, {8, 1, strategy.OneFOneB}, {4, 1, strategy.GPipe}, {2, 2, strategy.OneFOneB}, {2, 4, strategy.OneFOneB}, {4, 2, strategy.OneFOneB}} {
 		for st := 0; st < tc.p; st++ {
 			pl := strategy.Pipeline{Stages: tc.p, Stage: st, Schedule: tc.sched, Interleave: tc.v}
 			q, r := ppStage(t, p, pl)
 			peak := float64(peakActivation(r))
 			var want float64 // micro-batches (chunks of L/p layers) in flight
 			switch {
-			case tc.sched == "gpipe":
+			case tc.sched == strategy.GPipe:
 				want = m
 			case tc.v > 1:
 				warm := min((tc.p-st-1)*2+(tc.v-1)*tc.p, m*tc.v)
@@ -130,7 +130,7 @@ func TestPipelineInFlightActivations(t *testing.T) {
 			if st < tc.p-1 && math.Abs(layers-wantLayers)/wantLayers > 0.02 {
 				t.Errorf("%s p=%d v=%d stage %d: holds %.3f layers' activations, want %.3f", tc.sched, tc.p, tc.v, st, layers, wantLayers)
 			}
-			if st == 0 && tc.sched == "1f1b" {
+			if st == 0 && tc.sched == strategy.OneFOneB {
 				// Korthikanti: the first stage holds L layers (× (1+(p−1)/(pv)) interleaved).
 				ref := float64(L) * (1 + float64(tc.p-1)/float64(tc.p*tc.v))
 				if tc.v == 1 {
@@ -162,7 +162,7 @@ func unitSeq(q *ir.Program) string {
 }
 
 func TestPipelineScheduleOrder(t *testing.T) {
-	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: plan.AdamW}})
 	for _, tc := range []struct {
 		pl   strategy.Pipeline
 		want string
@@ -170,7 +170,7 @@ func TestPipelineScheduleOrder(t *testing.T) {
 		{strategy.Pipeline{Stages: 4, Stage: 0}, "F0 F1 F2 F3 B0 F4 B1 F5 B2 B3 B4 B5"},
 		{strategy.Pipeline{Stages: 4, Stage: 1}, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5"},
 		{strategy.Pipeline{Stages: 4, Stage: 3}, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5"},
-		{strategy.Pipeline{Stages: 2, Stage: 0, Schedule: "gpipe"}, "F0 F1 F2 F3 F4 F5 B0 B1 B2 B3 B4 B5"},
+		{strategy.Pipeline{Stages: 2, Stage: 0, Schedule: strategy.GPipe}, "F0 F1 F2 F3 F4 F5 B0 B1 B2 B3 B4 B5"},
 		// Interleaved, p=2 v=2 (chunks 0 and 2 on rank 0): 4 warm-up virtual
 		// micro-batches: (mb0,c0) (mb1,c0) (mb0,c2) (mb1,c2).
 		{strategy.Pipeline{Stages: 2, Stage: 0, Interleave: 2}, "F0 F1 F0 F1 F2 B0 F3 B1 F2 B0 F3 B1 F4 B2 F5 B3 F4 B2 F5 B3 B4 B5 B4 B5"},
@@ -181,7 +181,7 @@ func TestPipelineScheduleOrder(t *testing.T) {
 		}
 	}
 	// m < p is allowed (a bigger bubble): every forward first on stage 0.
-	p2 := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: plan.AdamW})
+	p2 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: plan.AdamW}})
 	q, _ := ppStage(t, p2, strategy.Pipeline{Stages: 4, Stage: 0})
 	if got, want := unitSeq(q), "F0 F1 B0 B1"; got != want {
 		t.Errorf("m=2 p=4: got %s, want %s", got, want)
@@ -200,7 +200,7 @@ func countOps(q *ir.Program, pred func(*ir.Op) bool) int {
 
 func TestPipelineBoundaries(t *testing.T) {
 	const m, P = 3, 3
-	p := program(t, engine.Spec{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}})
 	for st := 0; st < P; st++ {
 		q, _ := ppStage(t, p, strategy.Pipeline{Stages: P, Stage: st})
 		named := func(n string) int {
@@ -274,7 +274,7 @@ func TestPipelineModelStatesSum(t *testing.T) {
 		opt  plan.Optimizer
 		impl plan.Impl
 	}{{ops.BF16, plan.AdamW, plan.Foreach}, {ops.FP32, plan.AdamW, plan.Single}, {ops.BF16, plan.SGDMomentum, plan.Fused}, {ops.FP32, plan.Adafactor, plan.Foreach}} {
-		p := program(t, engine.Spec{Model: ppLlama(t, 6), Seq: 32, Accum: 2, Precision: tc.prec, Optimizer: tc.opt, Impl: tc.impl})
+		p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 6), Seq: 32, Accum: 2, Precision: tc.prec, Optimizer: tc.opt, Impl: tc.impl}})
 		whole, err := sim.Run(p)
 		if err != nil {
 			t.Fatal(err)
@@ -319,7 +319,7 @@ func TestPipelineTiedEmbeddings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, att := range []build.Attention{build.SDPA, build.Eager} {
-		p := program(t, engine.Spec{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: plan.AdamW})
+		p := program(t, engine.Spec{Job: engine.Job{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: plan.AdamW}})
 		whole, _ := sim.Run(p)
 		var wte int64
 		for _, id := range p.Params {
@@ -355,7 +355,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 		}
 		a = a.Clone()
 		a.Layers = min(a.Layers, 4)
-		s := engine.Spec{Model: a, Seq: 16, Accum: 2, Precision: ops.BF16, Optimizer: plan.AdamW, Attention: build.Eager}
+		s := engine.Spec{Job: engine.Job{Model: a, Seq: 16, Accum: 2, Precision: ops.BF16, Optimizer: plan.AdamW, Attention: build.Eager}}
 		if err := s.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 			}
 		}
 	}
-	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW}})
 	ck := &strategy.Checkpoint{Patterns: []string{"model.layers.*"}}
 	for st := 0; st < 2; st++ {
 		pl := &strategy.Pipeline{Stages: 2, Stage: st}
@@ -392,7 +392,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 }
 
 func TestPipelineDeterministicAndPure(t *testing.T) {
-	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW}})
 	before := strategy.Clone(p)
 	pl := &strategy.Pipeline{Stages: 2, Stage: 1, Interleave: 2}
 	a, err := pl.Apply(p)
@@ -412,9 +412,9 @@ func TestPipelineDeterministicAndPure(t *testing.T) {
 }
 
 func TestPipelineRefuses(t *testing.T) {
-	p := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: plan.AdamW})
-	p4 := program(t, engine.Spec{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: plan.AdamW})
-	s := engine.Spec{Model: ppLlama(t, 4), Seq: 32, Mode: engine.Infer}
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: plan.AdamW}})
+	p4 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: plan.AdamW}})
+	s := engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Mode: engine.Infer}}
 	inf := program(t, s)
 	for _, tc := range []struct {
 		pl   strategy.Pipeline
@@ -426,9 +426,9 @@ func TestPipelineRefuses(t *testing.T) {
 		{strategy.Pipeline{Stages: 2, Interleave: 3}, p4, "chunks exceed"},
 		{strategy.Pipeline{Stages: 2, Stage: 2}, p, "out of range"},
 		{strategy.Pipeline{Stages: 2, Stage: -1}, p, "out of range"},
-		{strategy.Pipeline{Stages: 2, Schedule: "zb-h1"}, p, "unknown pipeline schedule"},
+		{strategy.Pipeline{Stages: 2, Schedule: strategy.Schedule(9)}, p, "unknown pipeline schedule"},
 		{strategy.Pipeline{Stages: 2, Interleave: 2}, p, "multiple of stages"},
-		{strategy.Pipeline{Stages: 2, Interleave: 2, Schedule: "gpipe"}, p, "needs the 1f1b schedule"},
+		{strategy.Pipeline{Stages: 2, Interleave: 2, Schedule: strategy.GPipe}, p, "needs the 1f1b schedule"},
 		{strategy.Pipeline{Stages: 2, Interleave: -1}, p, "interleave must be positive"},
 		{strategy.Pipeline{Stages: 2}, inf, "training program"},
 	} {
