@@ -419,165 +419,34 @@ type unit struct {
 	params []ir.TensorID
 }
 
-// shardParams is stage 3: shard the parameters, gather them per unit around
-// each use, and reduce-scatter each unit's gradients after its backward.
+// shardParams is stage 3: shard the parameters, gather them per unit around each use, and reduce-scatter each
+// unit's gradients after its backward. Its phases: units (and the parameters sharded), fresh gradients per
+// micro-step (and FSDP's flat units), the unit each gradient stands for per micro-step, the spans of each unit
+// per (micro-step, phase), then per (micro-step, phase) the units in order of first use, each gathered
+// (prefetched Prefetch units ahead), resharded after its last use and, in backward, its gradients reduced.
 func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 	q := e.p
-	N := z.DP
-	prefetch := z.Prefetch
-	if prefetch == 0 {
-		prefetch = 1
+	sh := &sharder{z: z, e: e, pg: pg, full: full, N: z.DP, prefetch: max(z.Prefetch, 0), spans: map[spanKey]*span{}}
+	if z.Prefetch == 0 {
+		sh.prefetch = 1
 	}
-	if prefetch < 0 {
-		prefetch = 0
-	}
-	us, unitOf := buildUnits(q, z.Flat)
+	sh.us, sh.unitOf = buildUnits(q, z.Flat)
 	for _, pid := range q.Params {
 		if q.Tensors[pid].Base == ir.NoTensor && !q.Tensors[pid].Host {
-			shardTensor(&q.Tensors[pid], N)
+			shardTensor(&q.Tensors[pid], sh.N)
 		}
 	}
-	per := e.freshGrads(pg)
-	var fl *flatUnits
+	sh.per = e.freshGrads(pg)
 	if z.Flat {
-		fl = e.newFlatUnits(pg, us, unitOf, per, full, N)
+		sh.fl = e.newFlatUnits(pg, sh.us, sh.unitOf, sh.per, full, sh.N)
 	}
-	// gradUnitAt[m][t]: the unit whose gradient tensor t stands for in
-	// micro-step m (-1: none).
-	nt := len(q.Tensors)
-	gradUnit := make([]int32, nt) // by original gradient
-	for i := range gradUnit {
-		gradUnit[i] = -1
+	sh.gradUnits()
+	sh.findSpans()
+	for _, g := range sh.groups() {
+		sh.gatherGroup(g)
 	}
-	for _, g := range pg.grads {
-		gradUnit[g] = unitOf[pg.param[g]]
-	}
-	gradUnitAt := make([][]int32, len(per))
-	for m := range per {
-		at := make([]int32, nt)
-		for i := range at {
-			at[i] = -1
-		}
-		for g, gm := range per[m] {
-			at[gm] = gradUnit[g]
-		}
-		if fl != nil {
-			for g, u := range fl.frozen[m] {
-				at[g] = u
-			}
-		}
-		gradUnitAt[m] = at
-	}
-	// Intervals of each unit per (micro-step, phase).
-	type key struct {
-		m     int
-		phase ir.Phase
-		u     int
-	}
-	type span struct {
-		first, last int
-		reads       []int // ops that read the unit's parameters
-	}
-	spans := map[key]*span{}
-	var keys []key
-	note := func(k key, oi int, reads bool) {
-		s, ok := spans[k]
-		if !ok {
-			s = &span{first: oi}
-			spans[k] = s
-			keys = append(keys, k)
-		}
-		s.last = oi
-		if reads && (len(s.reads) == 0 || s.reads[len(s.reads)-1] != oi) {
-			s.reads = append(s.reads, oi)
-		}
-	}
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase == ir.Optimizer {
-			continue
-		}
-		for _, t := range op.In {
-			if o := e.owner(t); int(o) < len(unitOf) && unitOf[o] >= 0 {
-				u := int(unitOf[o])
-				note(key{op.Micro, op.Phase, u}, oi, true)
-			}
-		}
-		if op.Phase != ir.Backward || op.Micro >= len(per) {
-			continue
-		}
-		at := gradUnitAt[op.Micro]
-		for _, ts := range [2][]ir.TensorID{op.In, op.Out} {
-			for _, t := range ts {
-				if int(t) < len(at) && at[t] >= 0 {
-					note(key{op.Micro, op.Phase, int(at[t])}, oi, false)
-				}
-			}
-		}
-	}
-	// Order units within each (micro-step, phase) by first use.
-	type group struct {
-		m     int
-		phase ir.Phase
-	}
-	groups := map[group][]key{}
-	var gorder []group
-	for _, k := range keys {
-		g := group{k.m, k.phase}
-		if _, ok := groups[g]; !ok {
-			gorder = append(gorder, g)
-		}
-		groups[g] = append(groups[g], k)
-	}
-	for _, g := range gorder {
-		ks := groups[g]
-		sort.SliceStable(ks, func(i, j int) bool { return spans[ks[i]].first < spans[ks[j]].first })
-		suffix := g.phase.String()
-		if g.m > 0 {
-			suffix = fmt.Sprintf("%s@%d", g.phase, g.m)
-		}
-		for j, k := range ks {
-			u := &us[k.u]
-			s := spans[k]
-			if fl != nil && fl.keepRoot(e, unitOf, k.u, g.m, g.phase, s.reads, s.last) {
-				continue
-			}
-			gather, remap := e.gatherUnit(u, full, s.reads, suffix, g.m, g.phase, N)
-			at := spans[ks[max(j-prefetch, 0)]].first
-			e.before[at] = append(e.before[at], gather)
-			for _, oi := range s.reads {
-				substitute(&q.Ops[oi], remap)
-			}
-			flat := gather.Out[0]
-			if fl != nil && fl.rootGathered(e, k.u, g.m, g.phase, remap, flat) {
-				continue
-			}
-			if fl != nil && g.phase == ir.Backward {
-				e.after[s.last] = append(e.after[s.last], fl.accumulate(e, k.u, g.m)...)
-			}
-			e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
-			if g.phase != ir.Backward || g.m >= len(per) {
-				continue
-			}
-			if fl != nil {
-				e.after[s.last] = append(e.after[s.last], fl.reduce(e, k.u, g.m)...)
-				continue
-			}
-			var orig, fulls []ir.TensorID
-			for _, gr := range pg.grads {
-				if int(gradUnit[gr]) == k.u {
-					if gm, ok := per[g.m][gr]; ok {
-						orig, fulls = append(orig, gr), append(fulls, gm)
-					}
-				}
-			}
-			if len(orig) > 0 {
-				e.after[s.last] = append(e.after[s.last], e.reduceScatter("zero3.reduce_scatter("+u.name+")", orig, fulls, g.m, g.phase, u.name, N))
-			}
-		}
-	}
-	if fl != nil {
-		fl.finish(e)
+	if sh.fl != nil {
+		sh.fl.finish(e)
 	}
 	// Gradients of parameters no unit owns (never happens for lowered
 	// programs: a gradient comes from an op that reads its parameter).
@@ -587,6 +456,196 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 		}
 	}
 	return nil
+}
+
+// spanKey is one unit's use in one (micro-step, phase).
+type spanKey struct {
+	m     int
+	phase ir.Phase
+	u     int
+}
+
+// span is where a unit is used in one (micro-step, phase).
+type span struct {
+	first, last int
+	reads       []int // ops that read the unit's parameters
+}
+
+// spanGroup is one (micro-step, phase) and its units' spans, in order of first use.
+type spanGroup struct {
+	m     int
+	phase ir.Phase
+	keys  []spanKey
+}
+
+// sharder is one ZeRO.shardParams.
+type sharder struct {
+	z        *ZeRO
+	e        *editor
+	pg       *paramGrads
+	full     []ir.Tensor
+	N        int // ranks
+	prefetch int // units gathered ahead
+
+	us         []unit
+	unitOf     []int32
+	per        []map[ir.TensorID]ir.TensorID // each micro-step's fresh gradient of each original
+	fl         *flatUnits                    // FSDP's flat parameters, or nil
+	gradUnit   []int32                       // unit of each original gradient (-1: none)
+	gradUnitAt [][]int32                     // [m][t]: the unit gradient t stands for in micro-step m (-1: none)
+
+	spans map[spanKey]*span
+	keys  []spanKey // in order of first note
+}
+
+// gradUnits finds the unit of each gradient, overall and per micro-step.
+func (sh *sharder) gradUnits() {
+	nt := len(sh.e.p.Tensors)
+	sh.gradUnit = make([]int32, nt)
+	for i := range sh.gradUnit {
+		sh.gradUnit[i] = -1
+	}
+	for _, g := range sh.pg.grads {
+		sh.gradUnit[g] = sh.unitOf[sh.pg.param[g]]
+	}
+	sh.gradUnitAt = make([][]int32, len(sh.per))
+	for m := range sh.per {
+		at := make([]int32, nt)
+		for i := range at {
+			at[i] = -1
+		}
+		for g, gm := range sh.per[m] {
+			at[gm] = sh.gradUnit[g]
+		}
+		if sh.fl != nil {
+			for g, u := range sh.fl.frozen[m] {
+				at[g] = u
+			}
+		}
+		sh.gradUnitAt[m] = at
+	}
+}
+
+// note extends unit k's span to op oi (a read of its parameters when reads).
+func (sh *sharder) note(k spanKey, oi int, reads bool) {
+	s, ok := sh.spans[k]
+	if !ok {
+		s = &span{first: oi}
+		sh.spans[k] = s
+		sh.keys = append(sh.keys, k)
+	}
+	s.last = oi
+	if reads && (len(s.reads) == 0 || s.reads[len(s.reads)-1] != oi) {
+		s.reads = append(s.reads, oi)
+	}
+}
+
+// findSpans finds each unit's span per (micro-step, phase): the ops reading its parameters and, in backward,
+// the ops touching its gradients.
+func (sh *sharder) findSpans() {
+	q, unitOf := sh.e.p, sh.unitOf
+	for oi := range q.Ops {
+		op := &q.Ops[oi]
+		if op.Phase == ir.Optimizer {
+			continue
+		}
+		for _, t := range op.In {
+			if o := sh.e.owner(t); int(o) < len(unitOf) && unitOf[o] >= 0 {
+				sh.note(spanKey{op.Micro, op.Phase, int(unitOf[o])}, oi, true)
+			}
+		}
+		if op.Phase != ir.Backward || op.Micro >= len(sh.per) {
+			continue
+		}
+		at := sh.gradUnitAt[op.Micro]
+		for _, ts := range [2][]ir.TensorID{op.In, op.Out} {
+			for _, t := range ts {
+				if int(t) < len(at) && at[t] >= 0 {
+					sh.note(spanKey{op.Micro, op.Phase, int(at[t])}, oi, false)
+				}
+			}
+		}
+	}
+}
+
+// groups lists the (micro-step, phase) groups in order of first note, each with its units by first use.
+func (sh *sharder) groups() []*spanGroup {
+	type gk struct {
+		m     int
+		phase ir.Phase
+	}
+	byKey := map[gk]*spanGroup{}
+	var gs []*spanGroup
+	for _, k := range sh.keys {
+		g, ok := byKey[gk{k.m, k.phase}]
+		if !ok {
+			g = &spanGroup{m: k.m, phase: k.phase}
+			byKey[gk{k.m, k.phase}] = g
+			gs = append(gs, g)
+		}
+		g.keys = append(g.keys, k)
+	}
+	for _, g := range gs {
+		ks := g.keys
+		sort.SliceStable(ks, func(i, j int) bool { return sh.spans[ks[i]].first < sh.spans[ks[j]].first })
+	}
+	return gs
+}
+
+// gatherGroup gathers each unit of g before its span (prefetch units early), points its reads at the gathered
+// parameters, reshards it after its span and, in backward, reduces its gradients.
+func (sh *sharder) gatherGroup(g *spanGroup) {
+	e, fl := sh.e, sh.fl
+	suffix := g.phase.String()
+	if g.m > 0 {
+		suffix = fmt.Sprintf("%s@%d", g.phase, g.m)
+	}
+	for j, k := range g.keys {
+		u := &sh.us[k.u]
+		s := sh.spans[k]
+		if fl != nil && fl.keepRoot(e, sh.unitOf, k.u, g.m, g.phase, s.reads, s.last) {
+			continue
+		}
+		gather, remap := e.gatherUnit(u, sh.full, s.reads, suffix, g.m, g.phase, sh.N)
+		at := sh.spans[g.keys[max(j-sh.prefetch, 0)]].first
+		e.before[at] = append(e.before[at], gather)
+		for _, oi := range s.reads {
+			substitute(&e.p.Ops[oi], remap)
+		}
+		flat := gather.Out[0]
+		if fl != nil && fl.rootGathered(e, k.u, g.m, g.phase, remap, flat) {
+			continue
+		}
+		if fl != nil && g.phase == ir.Backward {
+			e.after[s.last] = append(e.after[s.last], fl.accumulate(e, k.u, g.m)...)
+		}
+		e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
+		if g.phase != ir.Backward || g.m >= len(sh.per) {
+			continue
+		}
+		sh.reduce(k.u, g.m, s.last)
+	}
+}
+
+// reduce reduce-scatters unit u's gradients of micro-step m after op last (FSDP: its flat gradient).
+func (sh *sharder) reduce(u, m, last int) {
+	e := sh.e
+	if sh.fl != nil {
+		e.after[last] = append(e.after[last], sh.fl.reduce(e, u, m)...)
+		return
+	}
+	var orig, fulls []ir.TensorID
+	for _, gr := range sh.pg.grads {
+		if int(sh.gradUnit[gr]) == u {
+			if gm, ok := sh.per[m][gr]; ok {
+				orig, fulls = append(orig, gr), append(fulls, gm)
+			}
+		}
+	}
+	if len(orig) > 0 {
+		name := sh.us[u].name
+		e.after[last] = append(e.after[last], e.reduceScatter("zero3.reduce_scatter("+name+")", orig, fulls, m, ir.Backward, name, sh.N))
+	}
 }
 
 // reverse inverts a one-to-one map.
