@@ -208,22 +208,40 @@ func (a *Arch) Validate() error {
 	if a == nil {
 		return fmt.Errorf("models: nil architecture")
 	}
-	fail := func(format string, args ...any) error {
-		name := a.Name
-		if name == "" {
-			name = "arch"
-		}
-		return fmt.Errorf("models: %s: %s", name, fmt.Sprintf(format, args...))
-	}
 	if !knownFamily(a.Family) {
-		return fail("unsupported family %q (supported: %s)", a.Family, strings.Join(Families(), ", "))
+		return a.fail("unsupported family %q (supported: %s)", a.Family, strings.Join(Families(), ", "))
 	}
-	type bound struct {
-		name string
-		v    int
-		max  int
+	for _, check := range []func() error{a.checkSizes, a.checkHeads, a.checkPositions, a.checkNorm,
+		a.checkDropouts, a.checkExperts, a.checkOptions, a.checkFamilyFields} {
+		if err := check(); err != nil {
+			return err
+		}
 	}
-	bounds := []bound{
+	if est := a.paramEstimate(); est > maxParamCount {
+		return a.fail("parameter count ~%.3g exceeds the supported maximum %.0g", est, float64(maxParamCount))
+	}
+	return nil
+}
+
+// fail is a Validate error naming the architecture.
+func (a *Arch) fail(format string, args ...any) error {
+	name := a.Name
+	if name == "" {
+		name = "arch"
+	}
+	return fmt.Errorf("models: %s: %s", name, fmt.Sprintf(format, args...))
+}
+
+// archBound is a size and its supported maximum.
+type archBound struct {
+	name string
+	v    int
+	max  int
+}
+
+// checkSizes checks that every size is positive and within its supported maximum (vit has no vocabulary).
+func (a *Arch) checkSizes() error {
+	bounds := []archBound{
 		{"Hidden", a.Hidden, maxDim},
 		{"Layers", a.Layers, maxLayers},
 		{"Heads", a.Heads, maxHeads},
@@ -233,128 +251,158 @@ func (a *Arch) Validate() error {
 		{"MaxPositions", a.MaxPositions, maxPositions},
 	}
 	if a.Family != FamilyViT {
-		bounds = append(bounds, bound{"Vocab", a.Vocab, maxVocab})
+		bounds = append(bounds, archBound{"Vocab", a.Vocab, maxVocab})
 	}
 	for _, b := range bounds {
 		if b.v <= 0 {
-			return fail("%s must be positive, got %d", b.name, b.v)
+			return a.fail("%s must be positive, got %d", b.name, b.v)
 		}
 		if b.v > b.max {
-			return fail("%s %d exceeds the supported maximum %d", b.name, b.v, b.max)
+			return a.fail("%s %d exceeds the supported maximum %d", b.name, b.v, b.max)
 		}
 	}
 	if a.Family == FamilyViT && a.Vocab != 0 {
-		return fail("Vocab must be 0 for vit, got %d", a.Vocab)
+		return a.fail("Vocab must be 0 for vit, got %d", a.Vocab)
 	}
+	return nil
+}
+
+// checkHeads checks that heads divide hidden (unless the family has an explicit head_dim) and KV heads divide
+// heads.
+func (a *Arch) checkHeads() error {
 	if a.Heads*a.HeadDim != a.Hidden && !explicitHeadDimFamily(a.Family) {
 		if a.Hidden%a.Heads != 0 {
-			return fail("Heads (%d) must divide Hidden (%d)", a.Heads, a.Hidden)
+			return a.fail("Heads (%d) must divide Hidden (%d)", a.Heads, a.Hidden)
 		}
-		return fail("HeadDim must be Hidden/Heads = %d for %s, got %d", a.Hidden/a.Heads, a.Family, a.HeadDim)
+		return a.fail("HeadDim must be Hidden/Heads = %d for %s, got %d", a.Hidden/a.Heads, a.Family, a.HeadDim)
 	}
 	if a.Heads%a.KVHeads != 0 {
-		return fail("KVHeads (%d) must divide Heads (%d)", a.KVHeads, a.Heads)
+		return a.fail("KVHeads (%d) must divide Heads (%d)", a.KVHeads, a.Heads)
 	}
+	return nil
+}
+
+// checkPositions checks the position embedding and its rotary parameters.
+func (a *Arch) checkPositions() error {
 	switch a.PosEmbedding {
 	case "learned":
 		if a.RotaryPct != 0 {
-			return fail("RotaryPct must be 0 with learned positions, got %g", a.RotaryPct)
+			return a.fail("RotaryPct must be 0 with learned positions, got %g", a.RotaryPct)
 		}
 	case "rotary":
 		if !(a.RotaryPct > 0 && a.RotaryPct <= 1) {
-			return fail("RotaryPct must be in (0, 1], got %g", a.RotaryPct)
+			return a.fail("RotaryPct must be in (0, 1], got %g", a.RotaryPct)
 		}
 		if !(a.RopeTheta > 0) || math.IsInf(a.RopeTheta, 0) {
-			return fail("RopeTheta must be positive, got %g", a.RopeTheta)
+			return a.fail("RopeTheta must be positive, got %g", a.RopeTheta)
 		}
 	default:
-		return fail("PosEmbedding must be \"learned\" or \"rotary\", got %q", a.PosEmbedding)
+		return a.fail("PosEmbedding must be \"learned\" or \"rotary\", got %q", a.PosEmbedding)
 	}
+	return nil
+}
+
+// checkNorm checks the normalisation, its epsilon and the activation.
+func (a *Arch) checkNorm() error {
 	switch a.Norm {
 	case "layernorm":
 	case "rmsnorm":
 		if a.NormBias {
-			return fail("RMSNorm has no bias")
+			return a.fail("RMSNorm has no bias")
 		}
 	default:
-		return fail("Norm must be \"layernorm\" or \"rmsnorm\", got %q", a.Norm)
+		return a.fail("Norm must be \"layernorm\" or \"rmsnorm\", got %q", a.Norm)
 	}
 	if !(a.NormEps >= 0 && a.NormEps < 1) {
-		return fail("NormEps must be in [0, 1), got %g", a.NormEps)
+		return a.fail("NormEps must be in [0, 1), got %g", a.NormEps)
 	}
 	if !knownActs[a.Act] {
-		return fail("unsupported activation %q", a.Act)
+		return a.fail("unsupported activation %q", a.Act)
 	}
+	return nil
+}
+
+// checkDropouts checks that every dropout is a probability.
+func (a *Arch) checkDropouts() error {
 	for _, d := range []struct {
 		name string
 		v    float64
 	}{{"AttnDropout", a.AttnDropout}, {"HiddenDropout", a.HiddenDropout}, {"EmbdDropout", a.EmbdDropout}} {
 		if !(d.v >= 0 && d.v <= 1) {
-			return fail("%s must be in [0, 1], got %g", d.name, d.v)
+			return a.fail("%s must be in [0, 1], got %g", d.name, d.v)
 		}
 	}
+	return nil
+}
+
+// checkExperts checks the expert count and top-k.
+func (a *Arch) checkExperts() error {
 	if a.NumExperts < 0 || a.NumExperts > maxExperts {
-		return fail("NumExperts must be in [0, %d], got %d", maxExperts, a.NumExperts)
+		return a.fail("NumExperts must be in [0, %d], got %d", maxExperts, a.NumExperts)
 	}
 	if a.NumExperts > 0 {
 		if a.ExpertsPerToken <= 0 || a.ExpertsPerToken > a.NumExperts {
-			return fail("ExpertsPerToken must be in [1, NumExperts=%d], got %d", a.NumExperts, a.ExpertsPerToken)
+			return a.fail("ExpertsPerToken must be in [1, NumExperts=%d], got %d", a.NumExperts, a.ExpertsPerToken)
 		}
 	} else if a.ExpertsPerToken != 0 {
-		return fail("ExpertsPerToken is %d but the model has no experts", a.ExpertsPerToken)
+		return a.fail("ExpertsPerToken is %d but the model has no experts", a.ExpertsPerToken)
 	}
 	if a.Family == FamilyMixtral && a.NumExperts == 0 {
-		return fail("mixtral needs NumExperts > 0")
+		return a.fail("mixtral needs NumExperts > 0")
 	}
-	if a.FusedGateUp && !a.GatedMLP {
-		return fail("FusedGateUp requires GatedMLP")
-	}
-	if a.SharedNorm && (!a.ParallelResidual || a.PostNorms) {
-		return fail("SharedNorm requires ParallelResidual and no PostNorms")
-	}
-	if a.LMHeadBias && a.Encoder {
-		return fail("LMHeadBias is for causal LM heads, not encoders")
-	}
-	if a.Family == FamilyPhi && a.QKNorm {
-		return fail("phi qk_layernorm is not modelled")
-	}
-	if a.SlidingWindow < 0 {
-		return fail("SlidingWindow must be >= 0, got %d", a.SlidingWindow)
+	return nil
+}
+
+// checkOptions checks the switches that need one another, the sliding window and the soft caps.
+func (a *Arch) checkOptions() error {
+	switch {
+	case a.FusedGateUp && !a.GatedMLP:
+		return a.fail("FusedGateUp requires GatedMLP")
+	case a.SharedNorm && (!a.ParallelResidual || a.PostNorms):
+		return a.fail("SharedNorm requires ParallelResidual and no PostNorms")
+	case a.LMHeadBias && a.Encoder:
+		return a.fail("LMHeadBias is for causal LM heads, not encoders")
+	case a.Family == FamilyPhi && a.QKNorm:
+		return a.fail("phi qk_layernorm is not modelled")
+	case a.SlidingWindow < 0:
+		return a.fail("SlidingWindow must be >= 0, got %d", a.SlidingWindow)
 	}
 	for _, s := range []struct {
 		name string
 		v    float64
 	}{{"AttnLogitSoftcap", a.AttnLogitSoftcap}, {"FinalLogitSoftcap", a.FinalLogitSoftcap}, {"QueryPreAttnScalar", a.QueryPreAttnScalar}} {
 		if !(s.v >= 0) || math.IsInf(s.v, 0) {
-			return fail("%s must be a finite value >= 0, got %g", s.name, s.v)
+			return a.fail("%s must be a finite value >= 0, got %g", s.name, s.v)
 		}
 	}
+	return nil
+}
+
+// checkFamilyFields checks the fields only some families have: token types (bert), the image (vit), labels.
+func (a *Arch) checkFamilyFields() error {
 	switch a.Family {
 	case FamilyBERT:
 		if a.TypeVocab < 0 || a.TypeVocab > maxVocab {
-			return fail("TypeVocab must be in [0, %d], got %d", maxVocab, a.TypeVocab)
+			return a.fail("TypeVocab must be in [0, %d], got %d", maxVocab, a.TypeVocab)
 		}
 	case FamilyViT:
-		for _, b := range []bound{{"ImageSize", a.ImageSize, maxDim}, {"PatchSize", a.PatchSize, maxDim}, {"Channels", a.Channels, maxDim}} {
+		for _, b := range []archBound{{"ImageSize", a.ImageSize, maxDim}, {"PatchSize", a.PatchSize, maxDim}, {"Channels", a.Channels, maxDim}} {
 			if b.v <= 0 || b.v > b.max {
-				return fail("%s must be in [1, %d], got %d", b.name, b.max, b.v)
+				return a.fail("%s must be in [1, %d], got %d", b.name, b.max, b.v)
 			}
 		}
 		if a.PatchSize > a.ImageSize {
-			return fail("PatchSize (%d) must not exceed ImageSize (%d)", a.PatchSize, a.ImageSize)
+			return a.fail("PatchSize (%d) must not exceed ImageSize (%d)", a.PatchSize, a.ImageSize)
 		}
 		if a.MaxPositions != a.NumPatches()+1 {
-			return fail("MaxPositions must be num_patches+1 = %d for vit, got %d", a.NumPatches()+1, a.MaxPositions)
+			return a.fail("MaxPositions must be num_patches+1 = %d for vit, got %d", a.NumPatches()+1, a.MaxPositions)
 		}
 	}
 	if a.NumLabels < 0 || a.NumLabels > maxVocab {
-		return fail("NumLabels must be in [0, %d], got %d", maxVocab, a.NumLabels)
+		return a.fail("NumLabels must be in [0, %d], got %d", maxVocab, a.NumLabels)
 	}
 	if a.Family != FamilyBERT && a.TypeVocab != 0 {
-		return fail("TypeVocab is only meaningful for bert, got %d", a.TypeVocab)
-	}
-	if est := a.paramEstimate(); est > maxParamCount {
-		return fail("parameter count ~%.3g exceeds the supported maximum %.0g", est, float64(maxParamCount))
+		return a.fail("TypeVocab is only meaningful for bert, got %d", a.TypeVocab)
 	}
 	return nil
 }
