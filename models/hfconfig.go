@@ -147,7 +147,17 @@ func (p *parser) gpt2(a *Arch) error {
 // qwen3, gemma, gemma2, phi3): RMSNorm, rotary positions, gated MLP, with
 // the defaults and policies of the config's row of families.
 func (p *parser) decoder(a *Arch) error {
-	f := p.fam
+	for _, part := range []func(*Arch) error{p.decoderHeads, p.decoderPositions, p.decoderLayers,
+		p.decoderWindow, p.decoderSoftcaps, p.decoderExperts, p.decoderDropouts} {
+		if err := part(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decoderHeads reads the sizes, the KV heads and the head dimension.
+func (p *parser) decoderHeads(a *Arch) error {
 	var err error
 	if err = p.coreSizes(a); err != nil {
 		return err
@@ -155,13 +165,19 @@ func (p *parser) decoder(a *Arch) error {
 	if a.KVHeads, err = p.optPos(a.Heads, maxHeads, "num_key_value_heads"); err != nil {
 		return err
 	}
-	if err = p.headDim(a, f.HeadDim); err != nil {
+	if err = p.headDim(a, p.fam.HeadDim); err != nil {
 		return err
 	}
 	if a.Heads%a.KVHeads != 0 {
 		return p.errf("\"num_key_value_heads\" (%d) must divide \"num_attention_heads\" (%d)", a.KVHeads, a.Heads)
 	}
+	return nil
+}
 
+// decoderPositions reads the rotary positions.
+func (p *parser) decoderPositions(a *Arch) error {
+	f := p.fam
+	var err error
 	if a.MaxPositions, err = p.optPos(f.MaxPositions, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
@@ -175,6 +191,13 @@ func (p *parser) decoder(a *Arch) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// decoderLayers reads the norm, the MLP's activation, the biases and the family's layer policies.
+func (p *parser) decoderLayers(a *Arch) error {
+	f := p.fam
+	var err error
 	a.Norm = "rmsnorm"
 	if a.NormEps, err = p.eps(1e-6, "rms_norm_eps"); err != nil {
 		return err
@@ -184,7 +207,6 @@ func (p *parser) decoder(a *Arch) error {
 		return err
 	}
 	a.EmbedScale = f.EmbedScale
-
 	switch f.Bias {
 	case attentionBiasKey:
 		bias, err := p.boolDef(false, "attention_bias")
@@ -203,19 +225,21 @@ func (p *parser) decoder(a *Arch) error {
 	a.QKNorm = f.QKNorm
 	a.PostNorms = f.PostNorms
 	a.FusedQKV, a.FusedGateUp = f.FusedQKV, f.FusedGateUp
+	a.TieEmbeddings, err = p.boolDef(f.TieEmbeddings, "tie_word_embeddings")
+	return err
+}
 
-	if a.TieEmbeddings, err = p.boolDef(f.TieEmbeddings, "tie_word_embeddings"); err != nil {
-		return err
-	}
-
-	// Sliding windows. An explicit "sliding_window": null disables the
-	// window (as in transformers); an absent key takes the class default.
+// decoderWindow reads the sliding window. An explicit "sliding_window": null disables the window (as in
+// transformers); an absent key takes the class default.
+func (p *parser) decoderWindow(a *Arch) error {
+	f := p.fam
 	window := func(def int) (int, error) {
 		if p.isNull("sliding_window") {
 			return 0, nil
 		}
 		return p.optNonNeg(def, maxPositions, "sliding_window")
 	}
+	var err error
 	switch f.Window {
 	case windowKey:
 		if a.SlidingWindow, err = window(f.SlidingWindow); err != nil {
@@ -233,6 +257,13 @@ func (p *parser) decoder(a *Arch) error {
 		}
 	}
 	a.SlidingWindowAlternating = f.WindowAlternating && a.SlidingWindow > 0
+	return nil
+}
+
+// decoderSoftcaps reads the soft caps and the query scalar of the families that have them.
+func (p *parser) decoderSoftcaps(a *Arch) error {
+	f := p.fam
+	var err error
 	for _, c := range []struct {
 		v   *float64
 		def float64
@@ -249,23 +280,34 @@ func (p *parser) decoder(a *Arch) error {
 			return err
 		}
 	}
+	return nil
+}
 
-	if f.MoE {
-		if a.NumExperts, err = p.reqPos(maxExperts, "num_local_experts"); err != nil {
-			return err
-		}
-		if a.ExpertsPerToken, err = p.optPos(f.ExpertsPerToken, maxExperts, "num_experts_per_tok"); err != nil {
-			return err
-		}
-		if a.ExpertsPerToken > a.NumExperts {
-			return p.errf("\"num_experts_per_tok\" (%d) must not exceed \"num_local_experts\" (%d)", a.ExpertsPerToken, a.NumExperts)
-		}
+// decoderExperts reads the experts of a mixture-of-experts family.
+func (p *parser) decoderExperts(a *Arch) error {
+	if !p.fam.MoE {
+		return nil
 	}
+	var err error
+	if a.NumExperts, err = p.reqPos(maxExperts, "num_local_experts"); err != nil {
+		return err
+	}
+	if a.ExpertsPerToken, err = p.optPos(p.fam.ExpertsPerToken, maxExperts, "num_experts_per_tok"); err != nil {
+		return err
+	}
+	if a.ExpertsPerToken > a.NumExperts {
+		return p.errf("\"num_experts_per_tok\" (%d) must not exceed \"num_local_experts\" (%d)", a.ExpertsPerToken, a.NumExperts)
+	}
+	return nil
+}
 
+// decoderDropouts reads the dropouts.
+func (p *parser) decoderDropouts(a *Arch) error {
+	var err error
 	if a.AttnDropout, err = p.prob(0, "attention_dropout"); err != nil {
 		return err
 	}
-	if f.ResidEmbdDropout {
+	if p.fam.ResidEmbdDropout {
 		if a.HiddenDropout, err = p.prob(0, "resid_pdrop"); err != nil {
 			return err
 		}
