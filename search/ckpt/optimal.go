@@ -100,15 +100,57 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 	if peak, _ := Evaluate(blocks, None(n)); peak <= budget {
 		return Plan{Policy: None(n), Peak: peak, Resolution: 1, Exact: true, Slots: 1}, nil
 	}
-	maxCells := opt.MaxCells
+	k := &knapsack{blocks: blocks, budget: budget, opt: opt, n: n, items: n - 1} // the last block is always kept
+	if err := k.grid(); err != nil {
+		return Plan{}, err
+	}
+	k.fill()
+	p, err := k.policy()
+	if err != nil {
+		return Plan{}, err
+	}
+	if !opt.NoPolish {
+		polish(blocks, budget, p)
+	}
+	peak, rc := Evaluate(blocks, p)
+	if peak > budget {
+		return Plan{}, fmt.Errorf("ckpt: internal error: policy peak %d exceeds budget %d", peak, budget)
+	}
+	return Plan{Policy: p, Peak: peak, Recompute: rc, Resolution: k.r, Exact: k.exact, Slots: k.slots}, nil
+}
+
+// knapsack is one OptimalWith's dynamic program: grid (the resolution, the rounded weights and the staircase
+// in slots), fill (the DP over the blocks, remembering which were kept), then policy (the backtrack).
+type knapsack struct {
+	blocks []Block
+	budget int64
+	opt    Options
+	n      int
+	items  int // blocks the DP decides: all but the last
+
+	r     int64   // bytes per slot
+	exact bool    // every weight is a multiple of r
+	w     []int64 // rounded weights
+	slots int
+	limU  []int // the staircase in slots
+
+	dp    []float64
+	words int
+	keep  []uint64 // keep[i*words+m/64] bit m%64: block i kept at m
+}
+
+// grid chooses the resolution r (the gcd of the weights when that grid is small enough, else coarser until it
+// fits MaxCells), rounds the weights up to slots, and converts the staircase: limU[i] = ⌊lim_i/r⌋, clamped by
+// the rounded weight of the whole prefix (unreachable above).
+func (k *knapsack) grid() error {
+	blocks, n, items := k.blocks, k.n, k.items
+	maxCells := k.opt.MaxCells
 	if maxCells <= 0 {
 		maxCells = defaultMaxCells
 	}
-
 	// lim[i] in bytes: non-decreasing, and ≥ 0 since checkpointing
 	// everything fits.
-	lim := staircase(blocks, budget)
-	items := n - 1 // the last block is always kept
+	lim := staircase(blocks, k.budget)
 	var sumExtra int64
 	for _, b := range blocks[:items] {
 		sumExtra += b.Saved - b.Input
@@ -116,8 +158,7 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 	// No prefix ever holds more than sumExtra extra bytes: a bound for
 	// sizing the grid (the DP itself clamps by rounded prefix weights).
 	span := min(lim[n-1], sumExtra)
-
-	r := opt.Resolution
+	r := k.opt.Resolution
 	auto := r <= 0
 	if auto {
 		var g int64
@@ -127,57 +168,64 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 		if g > 0 && cells(items, span/g+1) <= autoExactCells {
 			r = g
 		} else {
-			r = max(DefaultResolution(budget), g) // g: coarser and still exact
+			r = max(DefaultResolution(k.budget), g) // g: coarser and still exact
 		}
 	}
-	// Rounded weights, and the staircase in slots: limU[i] = ⌊lim_i/r⌋,
-	// clamped by the rounded weight of the whole prefix (unreachable above).
-	w := make([]int64, items)
-	var (
-		exact   bool
-		slots64 int64
-	)
+	k.w = make([]int64, items)
+	var slots64 int64
 	for {
-		exact = true
-		var sumW int64
-		for i := range items {
-			e := blocks[i].Saved - blocks[i].Input
-			w[i] = (e + r - 1) / r
-			sumW += w[i]
-			if e%r != 0 {
-				exact = false
-			}
-		}
-		slots64 = min(lim[n-1]/r, sumW) + 1
+		slots64 = k.round(r, lim[n-1])
 		if cells(items, slots64) <= maxCells {
 			break
 		}
 		if !auto {
-			return Plan{}, fmt.Errorf("%w: %d blocks × %d slots at resolution %d B exceeds MaxCells %d",
+			return fmt.Errorf("%w: %d blocks × %d slots at resolution %d B exceeds MaxCells %d",
 				ErrTooLarge, items, slots64, r, maxCells)
 		}
 		r *= 2 // the automatic grid coarsens until it fits
 	}
-	slots := int(slots64)
-	limU := make([]int, n)
+	k.r, k.slots = r, int(slots64)
+	k.limU = make([]int, n)
 	var prefW int64
 	for i := range n {
-		limU[i] = int(min(lim[i]/r, prefW))
+		k.limU[i] = int(min(lim[i]/r, prefW))
 		if i < items {
-			prefW += w[i]
+			prefW += k.w[i]
 		}
 	}
+	return nil
+}
 
+// round sets the weights rounded up at resolution r (and whether that is exact) and returns the slots the
+// DP needs under the top of the staircase, top.
+func (k *knapsack) round(r, top int64) int64 {
+	k.exact = true
+	var sumW int64
+	for i := range k.items {
+		e := k.blocks[i].Saved - k.blocks[i].Input
+		k.w[i] = (e + r - 1) / r
+		sumW += k.w[i]
+		if e%r != 0 {
+			k.exact = false
+		}
+	}
+	return min(top/r, sumW) + 1
+}
+
+// fill runs the DP: dp[m] is the least recompute of a prefix policy whose rounded extra bytes are m slots;
+// block i is either checkpointed (dp[m] + Forward_i) or kept (dp[m − w_i]).
+func (k *knapsack) fill() {
+	blocks, w, limU, slots := k.blocks, k.w, k.limU, k.slots
 	dp := make([]float64, slots)
 	for m := range dp {
 		dp[m] = math.Inf(1)
 	}
 	dp[0] = 0
 	words := (slots + 63) / 64
-	keep := make([]uint64, items*words)
+	keep := make([]uint64, k.items*words)
 	// Invariant before block i: dp[m] is finite only for m ≤ limU[i] (the
 	// rest were never written), so reading past limU[i] yields +Inf.
-	for i := range items {
+	for i := range k.items {
 		f := blocks[i].Forward
 		wi := int(w[i])
 		hi := limU[i+1]
@@ -195,8 +243,8 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 		}
 		for m := hi; m >= wi; m-- {
 			c := dp[m] + f
-			if k := dp[m-wi]; k < c {
-				dp[m] = k
+			if kept := dp[m-wi]; kept < c {
+				dp[m] = kept
 				row[m>>6] |= 1 << uint(m&63)
 			} else {
 				dp[m] = c
@@ -206,34 +254,32 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 			dp[m] += f
 		}
 	}
+	k.dp, k.words, k.keep = dp, words, keep
+}
 
+// policy backtracks from the cheapest final state to the blocks to checkpoint.
+func (k *knapsack) policy() (Policy, error) {
+	dp, words := k.dp, k.words
 	best := 0
-	for m := 1; m <= limU[n-1]; m++ {
+	for m := 1; m <= k.limU[k.n-1]; m++ {
 		if dp[m] < dp[best] {
 			best = m
 		}
 	}
 	if math.IsInf(dp[best], 1) {
 		// Unreachable: checkpointing every block (m = 0) is feasible.
-		return Plan{}, fmt.Errorf("ckpt: internal error: no DP state survived")
+		return nil, fmt.Errorf("ckpt: internal error: no DP state survived")
 	}
-	p := make(Policy, n)
+	p := make(Policy, k.n)
 	m := best
-	for i := items - 1; i >= 0; i-- {
-		if keep[i*words+m>>6]>>uint(m&63)&1 == 1 {
-			m -= int(w[i])
+	for i := k.items - 1; i >= 0; i-- {
+		if k.keep[i*words+m>>6]>>uint(m&63)&1 == 1 {
+			m -= int(k.w[i])
 		} else {
 			p[i] = true
 		}
 	}
-	if !opt.NoPolish {
-		polish(blocks, budget, p)
-	}
-	peak, rc := Evaluate(blocks, p)
-	if peak > budget {
-		return Plan{}, fmt.Errorf("ckpt: internal error: policy peak %d exceeds budget %d", peak, budget)
-	}
-	return Plan{Policy: p, Peak: peak, Recompute: rc, Resolution: r, Exact: exact, Slots: slots}, nil
+	return p, nil
 }
 
 func cells(items int, slots int64) int64 {
