@@ -9,17 +9,19 @@
 # The environment lives outside the repository (default ${XDG_CACHE_HOME:-~/.cache}/memplan/venv-torch2), so
 # every clone on the machine shares it: PyPI's Linux torch wheel is the CUDA build and pulls several GB of
 # nvidia-* wheels (about 5 GB installed). It is reused while its python imports torch, torchvision, yaml and
-# pytest and it was installed from the current python/requirements-torch2.txt (its hash is kept inside);
+# pytest and it was installed from the current python/requirements-torch2.txt and requirements-torch2-nodeps.txt
+# (their hash is kept inside);
 # otherwise it is (re)installed. A lock keeps two runs from installing into it at once.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd)
 REQ="$HERE/requirements-torch2.txt"
+NODEPS="$HERE/requirements-torch2-nodeps.txt"  # installed with --no-deps after REQ (litgpt; see the file)
 HOME=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
 V=${MEMPLAN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/memplan/venv-torch2}
 BASE=${MEMPLAN_VENV_BASE_PYTHON:-/usr/bin/python3}
 PY="$V/bin/python"
 STAMP="$V/.memplan-requirements.sha256"
-want=$(sha256sum "$REQ" | cut -d' ' -f1)
+want=$(cat "$REQ" "$NODEPS" | sha256sum | cut -d' ' -f1)
 
 ready() {
     [ -x "$PY" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] &&
@@ -71,6 +73,11 @@ until "$PY" -m pip install --no-input --disable-pip-version-check --progress-bar
     echo "torch2_venv: pip install failed; retrying ($tries)" >&2
     sleep 10
 done
+if ! "$PY" -m pip install --no-input --disable-pip-version-check --progress-bar off --no-cache-dir \
+        --retries 10 --timeout 120 --no-deps -r "$NODEPS" >&2; then
+    echo "torch2_venv: pip install --no-deps -r $NODEPS failed" >&2
+    exit 1
+fi
 if ! "$PY" -c 'import torch, torchvision, yaml, pytest' >&2; then
     echo "torch2_venv: installed, but the imports fail (above)" >&2
     exit 1
