@@ -53,6 +53,13 @@ type builder struct {
 	p     *ir.Program
 	err   error
 	grads map[int]ir.TensorID // gradient storages of micro-step 0, by trace id
+
+	// The replay so far (build).
+	created map[int]bool        // storages the first optimizer step creates
+	freed   initialFreeSets     // initial storages the replay frees
+	initial map[int]ir.TensorID // initial storages, by trace id
+	dying   []ir.TensorID       // initial storages the replayed step frees
+	last    map[int]ir.TensorID // storages the last micro-step allocated, by trace id
 }
 
 // Program replays the trace as an ir.Program (see Options).
@@ -212,107 +219,128 @@ func ScratchAt(sc *Scratch, b, s int64) int64 {
 	return int64(math.Round(y))
 }
 
+// build replays the trace in phases: the initial storages, the forward and backward events once per
+// micro-step, then the optimizer step (the recorded one, or Options.Optimizer's in its place).
 func (bd *builder) build() error {
-	t, o, p := bd.t, bd.o, bd.p
-	created := t.FirstStepCreated()
-	freed := t.initialFrees(o)
-	// stateOf: an initial storage the recorded optimizer owns (its state),
-	// whatever the exporter categorised it as: created by the first
-	// optimizer step or freed by the steady one (a state-replacing optimizer).
-	stateOf := func(s *Storage) bool {
-		switch s.Category {
-		case CatOptimizerState:
-			return true
-		case CatParameter, CatGradient, CatInput:
-			return false
-		}
-		return created[s.ID] || freed.opt[s.ID]
+	bd.created = bd.t.FirstStepCreated()
+	bd.freed = bd.t.initialFrees(bd.o)
+	bd.initialStorages()
+	endLive := map[int]bool{}
+	for _, id := range bd.t.EndLive {
+		endLive[id] = true
 	}
-	initial := map[int]ir.TensorID{}
-	var dying []ir.TensorID // initial storages the replayed step frees
+	for m := 0; m < bd.o.Accum; m++ {
+		bd.microStep(m, endLive)
+	}
+	if bd.err != nil {
+		return bd.err
+	}
+	if bd.o.Optimizer != nil {
+		if err := bd.replaceOptimizer(bd.initial); err != nil {
+			return err
+		}
+		return bd.bornAtStart(bd.dying)
+	}
+	bd.optimizerStep()
+	if bd.err != nil {
+		return bd.err
+	}
+	return bd.bornAtStart(bd.dying)
+}
+
+// stateOf reports whether s is an initial storage the recorded optimizer owns (its state), whatever the
+// exporter categorised it as: created by the first optimizer step or freed by the steady one (a
+// state-replacing optimizer).
+func (bd *builder) stateOf(s *Storage) bool {
+	switch s.Category {
+	case CatOptimizerState:
+		return true
+	case CatParameter, CatGradient, CatInput:
+		return false
+	}
+	return bd.created[s.ID] || bd.freed.opt[s.ID]
+}
+
+// initialStorages adds the storages live before the step, except those the (first or replaced) optimizer step
+// creates. A storage the step frees (the old state of an optimizer that replaces it) is not resident: it is
+// written by the first op, as if live from the start, and freed after the op the trace frees it at (its last
+// read).
+func (bd *builder) initialStorages() {
+	t, o, p := bd.t, bd.o, bd.p
+	bd.initial = map[int]ir.TensorID{}
 	for i := range t.Initial {
 		s := &t.Initial[i]
-		if (o.Optimizer != nil && stateOf(s)) || (o.FirstStep && created[s.ID]) {
-			continue // created by the (first or replaced) optimizer step
+		if (o.Optimizer != nil && bd.stateOf(s)) || (o.FirstStep && bd.created[s.ID]) {
+			continue
 		}
 		b := bd.b
 		if s.Category == CatInput && o.FullBatchInputs {
 			b *= int64(o.Accum)
 		}
 		tt := bd.tensor(s, fmt.Sprintf("%s#%d", s.Category, s.ID), b)
-		if stateOf(s) {
+		if bd.stateOf(s) {
 			tt.Cat = ir.OptimizerState
 		}
-		// A storage the step frees (the old state of an optimizer that
-		// replaces it) is not resident: it is written by the first op, as
-		// if live from the start, and freed after the op the trace frees it
-		// at (its last read).
-		tt.Resident = !freed.replayed[s.ID]
+		tt.Resident = !bd.freed.replayed[s.ID]
 		id := bd.add(tt)
-		initial[s.ID] = id
+		bd.initial[s.ID] = id
 		if !tt.Resident {
-			dying = append(dying, id)
+			bd.dying = append(bd.dying, id)
 		}
 		if s.Category == CatParameter && !s.Buffer {
 			p.Params = append(p.Params, id)
 		}
 	}
-	endLive := map[int]bool{}
-	for _, id := range t.EndLive {
-		endLive[id] = true
+}
+
+// microStep replays the forward and backward events as micro-step m. After the first, a gradient the
+// backward allocates is AccumulateGrad's temporary (grad += new), dropped right after its op.
+func (bd *builder) microStep(m int, endLive map[int]bool) {
+	t := bd.t
+	local := map[int]ir.TensorID{}
+	maps := []map[int]ir.TensorID{local, bd.initial}
+	if m > 0 {
+		maps = []map[int]ir.TensorID{local, bd.grads, bd.initial}
 	}
-	var last map[int]ir.TensorID
-	for m := 0; m < o.Accum; m++ {
-		local := map[int]ir.TensorID{}
-		maps := []map[int]ir.TensorID{local, initial}
-		if m > 0 {
-			maps = []map[int]ir.TensorID{local, bd.grads, initial}
+	for i := range t.Events {
+		e := &t.Events[i]
+		if e.Phase == PhaseOptimizer {
+			break
 		}
-		for i := range t.Events {
-			e := &t.Events[i]
-			if e.Phase == PhaseOptimizer {
-				break
+		op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e)}
+		for j := range e.Alloc {
+			a := &e.Alloc[j]
+			name := fmt.Sprintf("%s#%d", opShort(e.Op), a.ID)
+			if m > 0 {
+				name += fmt.Sprintf("@%d", m)
 			}
-			op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e)}
-			for j := range e.Alloc {
-				a := &e.Alloc[j]
-				name := fmt.Sprintf("%s#%d", opShort(e.Op), a.ID)
-				if m > 0 {
-					name += fmt.Sprintf("@%d", m)
-				}
-				tt := bd.tensor(a, name, bd.b)
-				if a.Category == CatGradient && m > 0 {
-					// AccumulateGrad: grad += new; the new gradient is a
-					// temporary of the same size, dropped right after.
-					tt.Cat = ir.Temporary
-					id := bd.add(tt)
-					op.Out = append(op.Out, id) // last used here: freed after the op
-					continue
-				}
-				if endLive[a.ID] {
-					tt.Keep = true
-				}
+			tt := bd.tensor(a, name, bd.b)
+			if a.Category == CatGradient && m > 0 {
+				tt.Cat = ir.Temporary
 				id := bd.add(tt)
-				local[a.ID] = id
-				if a.Category == CatGradient {
-					bd.grads[a.ID] = id
-				}
-				op.Out = append(op.Out, id)
+				op.Out = append(op.Out, id) // last used here: freed after the op
+				continue
 			}
-			readsOf(&op, e, maps)
-			p.Ops = append(p.Ops, op)
+			if endLive[a.ID] {
+				tt.Keep = true
+			}
+			id := bd.add(tt)
+			local[a.ID] = id
+			if a.Category == CatGradient {
+				bd.grads[a.ID] = id
+			}
+			op.Out = append(op.Out, id)
 		}
-		last = local
+		readsOf(&op, e, maps)
+		bd.p.Ops = append(bd.p.Ops, op)
 	}
-	if bd.err != nil {
-		return bd.err
-	}
-	if o.Optimizer != nil {
-		if err := bd.replaceOptimizer(initial); err != nil {
-			return err
-		}
-		return bd.bornAtStart(dying)
-	}
+	bd.last = local
+}
+
+// optimizerStep replays the recorded optimizer step (the first step's with Options.FirstStep): state it
+// allocates and never frees outlives the step, and what the first step creates is optimizer state.
+func (bd *builder) optimizerStep() {
+	t, o := bd.t, bd.o
 	events := t.Events
 	if o.FirstStep {
 		events = t.First.OptimizerEvents
@@ -324,7 +352,7 @@ func (bd *builder) build() error {
 		}
 	}
 	local := map[int]ir.TensorID{}
-	maps := []map[int]ir.TensorID{local, bd.grads, initial, last}
+	maps := []map[int]ir.TensorID{local, bd.grads, bd.initial, bd.last}
 	for i := range events {
 		e := &events[i]
 		if e.Phase != PhaseOptimizer {
@@ -337,7 +365,7 @@ func (bd *builder) build() error {
 			if !freedBy[a.ID] {
 				tt.Keep = true // lazily created state outlives the step
 			}
-			if created[a.ID] && a.Category != CatParameter && a.Category != CatInput {
+			if bd.created[a.ID] && a.Category != CatParameter && a.Category != CatInput {
 				tt.Cat = ir.OptimizerState // the first step creates an initial (state) storage
 			}
 			id := bd.add(tt)
@@ -345,12 +373,8 @@ func (bd *builder) build() error {
 			op.Out = append(op.Out, id)
 		}
 		readsOf(&op, e, maps)
-		p.Ops = append(p.Ops, op)
+		bd.p.Ops = append(bd.p.Ops, op)
 	}
-	if bd.err != nil {
-		return bd.err
-	}
-	return bd.bornAtStart(dying)
 }
 
 // initialFreeSets are the initial storages a replay frees: replayed, those
