@@ -10,39 +10,24 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
-	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/workload"
 )
 
 func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
-// Counter says what the measurement counted, so the prediction counts the
-// same: the CPU tracker ignores allocations under its threshold and sees
-// oneDNN scratch; the CUDA caching allocator rounds to 512-byte blocks.
-type Counter struct {
-	MinBytes    int64
-	Granularity int64
-	Scratch     bool // include the trace's recorded in-kernel scratch
-}
-
-// CounterFor is the counter of a measured case, for a trace.
-func CounterFor(m Memory, tr *torchtrace.Trace) Counter {
-	switch m.Kind {
-	case "cuda_caching_allocator":
-		return Counter{Granularity: 512}
-	default:
-		thr := m.Threshold
-		if thr == 0 {
-			thr = 1024
-		}
-		return Counter{MinBytes: thr, Scratch: tr.TraceDevice == "cpu" && tr.ScratchKind == "measured"}
+// CounterFor is how a measured case counted its memory (its memory kind
+// and threshold), for its trace tr.
+func CounterFor(m Memory, tr *torchtrace.Trace) engine.Counter {
+	device := "cpu"
+	if m.Kind == "cuda_caching_allocator" {
+		device = "cuda"
 	}
+	return workload.Counter(device, m.Threshold, tr)
 }
 
 // Prediction is what memplan predicts for one workload.
@@ -55,19 +40,16 @@ type Prediction struct {
 	First   Phases
 }
 
-// Predict predicts w from its trace with the counter of w's device (CPU:
-// the tracker's 1024-byte threshold and recorded scratch; CUDA: 512-byte
-// blocks).
+// Predict predicts w from its trace, counting as memplan_torch measures on
+// w's device (workload.DeviceCounter).
 func Predict(w *workload.Workload, tr *torchtrace.Trace) (Prediction, error) {
-	kind := "memtrack"
-	if w.Device == "cuda" {
-		kind = "cuda_caching_allocator"
-	}
-	return PredictWith(w, tr, CounterFor(Memory{Kind: kind}, tr))
+	return PredictWith(w, tr, workload.DeviceCounter(w.Device, tr))
 }
 
-// PredictWith predicts w from its trace, counting as c does.
-func PredictWith(w *workload.Workload, tr *torchtrace.Trace, c Counter) (Prediction, error) {
+// PredictWith predicts w from its trace, counting as c does: it plans the
+// spec workload.Spec makes of w (the one plan --graph --workload plans),
+// with its first step.
+func PredictWith(w *workload.Workload, tr *torchtrace.Trace, c engine.Counter) (Prediction, error) {
 	pr := Prediction{Case: w.Name}
 	if w.Strategy.Offload != "none" {
 		// On a CPU the "host" is the same memory: offload cases are
@@ -75,55 +57,22 @@ func PredictWith(w *workload.Workload, tr *torchtrace.Trace, c Counter) (Predict
 		pr.Pending = "activation offload moves nothing off a CPU device"
 		return pr, nil
 	}
-	var ckpt strategy.Transform
-	if w.Checkpointed() {
-		blocks := ""
-		if w.Strategy.CheckpointBlocks != nil {
-			blocks = *w.Strategy.CheckpointBlocks
-		} else {
-			blocks = BlockList(tr)
-		}
-		if blocks == "" {
-			return pr, fmt.Errorf("validate: %s: strategy.checkpoint blocks: the trace has no indexed module list (name one with checkpoint_blocks)", w.Name)
-		}
-		// Non-reentrant torch.utils.checkpoint on each block, as measured.
-		ckpt = &strategy.Checkpoint{Patterns: []string{blocks + ".*"}}
-	}
-	o := torchtrace.Options{Batch: w.MicroBatch(), Accum: w.Strategy.Accumulation, NoScratch: !c.Scratch,
-		MinBytes: c.MinBytes, Granularity: c.Granularity, FullBatchInputs: true}
-	if w.SeqLen != nil && tr.HasSeq() {
-		o.Seq = *w.SeqLen
-	} else if w.SeqLen != nil && int64(*w.SeqLen) != tr.TraceSeq && tr.TraceSeq != 0 {
-		return pr, fmt.Errorf("validate: %s: seq_len %d differs from the trace's %d, which has no sequence size model", w.Name, *w.SeqLen, tr.TraceSeq)
-	}
-	opt, err := optimizerFor(w, tr)
+	s, err := w.Spec(tr, engine.Spec{Target: engine.Target{FirstStep: true}})
 	if err != nil {
-		return pr, err
+		return pr, fmt.Errorf("case %s: %w", w.Name, err)
 	}
-	o.Optimizer = opt
-	for _, first := range []bool{false, true} {
-		o.FirstStep = first
-		p, err := tr.Program(o)
-		if err != nil {
-			return pr, err
-		}
-		if ckpt != nil {
-			if p, err = strategy.Chain(p, ckpt); err != nil {
-				return pr, err
-			}
-		}
-		r, err := sim.Run(p)
-		if err != nil {
-			return pr, err
-		}
-		ph := Phases{Forward: peakOf(r, ir.Forward), Backward: peakOf(r, ir.Backward), Optimizer: peakOf(r, ir.Optimizer)}
-		if first {
-			pr.First = ph
-		} else {
-			pr.Steady = ph
-		}
+	s.Count = c
+	res, err := engine.Plan(s)
+	if err != nil {
+		return pr, fmt.Errorf("case %s: %w", w.Name, err)
 	}
+	pr.Steady, pr.First = phasesOf(res.Sim), phasesOf(res.First)
 	return pr, nil
+}
+
+// phasesOf is the peak of each phase of r.
+func phasesOf(r *sim.Result) Phases {
+	return Phases{Forward: peakOf(r, ir.Forward), Backward: peakOf(r, ir.Backward), Optimizer: peakOf(r, ir.Optimizer)}
 }
 
 func peakOf(r *sim.Result, ph ir.Phase) int64 {
@@ -131,56 +80,6 @@ func peakOf(r *sim.Result, ph ir.Phase) int64 {
 		return 0
 	}
 	return int64(r.PhasePeak[ph].Total)
-}
-
-// optimizerFor keeps the recorded optimizer when the workload runs the same
-// one, else swaps in plan.OptimizerStep.
-func optimizerFor(w *workload.Workload, tr *torchtrace.Trace) (*plan.TrainConfig, error) {
-	foreach := w.Foreach != nil && *w.Foreach
-	traced := tr.Foreach != nil && *tr.Foreach
-	if w.Optimizer == tr.Optimizer && foreach == traced {
-		return nil, nil
-	}
-	o, err := plan.ParseOptimizer(w.Optimizer)
-	if err != nil {
-		return nil, fmt.Errorf("validate: %s: %w", w.Name, err)
-	}
-	impl := plan.Single
-	if foreach {
-		impl = plan.Foreach
-	}
-	return &plan.TrainConfig{Optimizer: o, Impl: impl, WeightDecay: -1}, nil
-}
-
-// BlockList guesses the module list a "blocks" checkpoint wraps, as
-// memplan_torch does without checkpoint_blocks: the module path with the
-// most indexed children ("layers" for layers.0 … layers.3).
-func BlockList(tr *torchtrace.Trace) string {
-	kids := map[string]map[string]bool{}
-	for _, e := range tr.Events {
-		parts := strings.Split(e.Module, ".")
-		for i := 1; i < len(parts); i++ {
-			if parts[i] != "" && strings.Trim(parts[i], "0123456789") == "" {
-				parent := strings.Join(parts[:i], ".")
-				if kids[parent] == nil {
-					kids[parent] = map[string]bool{}
-				}
-				kids[parent][parts[i]] = true
-			}
-		}
-	}
-	best, n := "", 1
-	names := make([]string, 0, len(kids))
-	for k := range kids {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if len(kids[k]) > n {
-			best, n = k, len(kids[k])
-		}
-	}
-	return best
 }
 
 // Row is one compared phase peak.

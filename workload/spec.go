@@ -1,0 +1,129 @@
+package workload
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/plan"
+)
+
+// Spec is the job w describes, replayed from tr, the trace of its model
+// (memplan_torch export). It is the one path from a workload to a
+// prediction: plan --graph --workload and validate both plan what it
+// returns, so the accuracy validate reports is that of what users run.
+//
+// base gives what the file does not say (the GPU or budget, the recipe's
+// semantics, the parallel layout); Spec sets the rest as memplan_torch
+// runs the workload: the micro-batch, accumulation and sequence, the
+// optimizer (the recorded step when the trace ran the same one, else
+// plan.OptimizerStep's), non-reentrant checkpointing of every block of the
+// block list (checkpoint_blocks, else the module path with the most indexed
+// children, as memplan_torch picks), activation offload, the kernels of
+// the device, and memory counted as the device's measurement counts it
+// (Counter), with the batch built whole and split into micro-batches.
+func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, error) {
+	s := base
+	s.Model, s.Trace, s.Mode = nil, tr, engine.Train
+	s.MicroBatch, s.Accum = w.MicroBatch(), w.Strategy.Accumulation
+	s.Seq = 0
+	if w.SeqLen != nil {
+		switch {
+		case tr.HasSeq():
+			s.Seq = *w.SeqLen
+		case int64(*w.SeqLen) != tr.TraceSeq && tr.TraceSeq != 0:
+			return s, fmt.Errorf("seq_len %d differs from the trace's %d, and the trace has no sequence dimension to replay it at (export it with --seq-dim)", *w.SeqLen, tr.TraceSeq)
+		}
+	}
+	opt, err := plan.ParseOptimizer(w.Optimizer)
+	if err != nil {
+		return s, fmt.Errorf("optimizer: %w", err)
+	}
+	foreach := w.Foreach != nil && *w.Foreach
+	s.Optimizer, s.Impl = opt, plan.Single
+	if foreach {
+		s.Impl = plan.Foreach
+	}
+	traced := tr.Foreach != nil && *tr.Foreach
+	s.TraceOptimizer = w.Optimizer != tr.Optimizer || foreach != traced
+	s.Checkpoint = engine.CheckpointPolicy{}
+	if w.Checkpointed() {
+		blocks := BlockList(tr)
+		if w.Strategy.CheckpointBlocks != nil {
+			blocks = *w.Strategy.CheckpointBlocks
+		}
+		if blocks == "" {
+			return s, fmt.Errorf("strategy.checkpoint blocks: the trace has no indexed module list (name one with checkpoint_blocks)")
+		}
+		s.Checkpoint = engine.CheckpointModulesOf(blocks + ".*")
+	}
+	s.Offload.Activations = w.Strategy.Offload == "activations"
+	s.Device = ops.CUDA
+	if w.Device == "cpu" {
+		s.Device = ops.CPU
+	}
+	s.Count = DeviceCounter(w.Device, tr)
+	return s, nil
+}
+
+// TrackerThreshold is the smallest allocation memplan_torch's CPU tracker
+// counts unless told otherwise (python/memplan_torch/__main__.py, the
+// default of measure and suite --threshold).
+const TrackerThreshold = 1024
+
+// DeviceCounter is how memplan_torch measures a workload on device: on
+// CUDA the caching allocator's 512-byte blocks; on a CPU its tracker,
+// which ignores allocations under TrackerThreshold bytes (threshold, when
+// positive, replaces it) and sees in-kernel scratch only when the trace
+// recorded it measured. Either way the batch is built whole and split into
+// micro-batches.
+func DeviceCounter(device string, tr *torchtrace.Trace) engine.Counter {
+	return Counter(device, 0, tr)
+}
+
+// Counter is DeviceCounter with the CPU tracker's threshold (0: the
+// default).
+func Counter(device string, threshold int64, tr *torchtrace.Trace) engine.Counter {
+	if device == "cuda" {
+		return engine.Counter{Measured: true, Granularity: 512, WholeBatch: true}
+	}
+	if threshold == 0 {
+		threshold = TrackerThreshold
+	}
+	return engine.Counter{Measured: true, MinBytes: threshold, WholeBatch: true,
+		Scratch: tr.TraceDevice == "cpu" && tr.ScratchKind == "measured"}
+}
+
+// BlockList guesses the module list a "blocks" checkpoint wraps, as
+// memplan_torch does without checkpoint_blocks: the module path with the
+// most indexed children ("layers" for layers.0 … layers.3).
+func BlockList(tr *torchtrace.Trace) string {
+	kids := map[string]map[string]bool{}
+	for _, e := range tr.Events {
+		parts := strings.Split(e.Module, ".")
+		for i := 1; i < len(parts); i++ {
+			if parts[i] != "" && strings.Trim(parts[i], "0123456789") == "" {
+				parent := strings.Join(parts[:i], ".")
+				if kids[parent] == nil {
+					kids[parent] = map[string]bool{}
+				}
+				kids[parent][parts[i]] = true
+			}
+		}
+	}
+	best, n := "", 1
+	names := make([]string, 0, len(kids))
+	for k := range kids {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if len(kids[k]) > n {
+			best, n = k, len(kids[k])
+		}
+	}
+	return best
+}
