@@ -118,93 +118,187 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) { return pp.apply(
 
 // apply may rewrite p when it owns it: after the copy, p is read only where
 // nothing has been written yet (the analysis and the parameter lists).
+//
+// It is a driver over a pipeliner's phases, in order: check (the layout
+// and the program), blocks and chunks (which chunk each block goes to),
+// placeOps (the chunk of every op), keepOps and placeSources (the rank's
+// ops, and the source ops it replicates), boundaries (what crosses ranks),
+// retag (categories of what crosses), emit (the units in schedule order
+// with their receives and sends), tiedGrads, cutOptimizer, and finish
+// (gradient creation, compaction).
 func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
+	pl := &pipeliner{pp: pp, p: p}
+	if err := pl.check(); err != nil {
+		return nil, err
+	}
+	pl.findBlocks()
+	if err := pl.chunks(); err != nil {
+		return nil, err
+	}
+	pl.a = newPPAnalysis(p)
+	if err := pl.placeOps(); err != nil {
+		return nil, err
+	}
+	pl.keepOps(own)
+	pl.placeSources()
+	pl.boundaries()
+	pl.retag()
+	if err := pl.emit(); err != nil {
+		return nil, err
+	}
+	pl.tiedGrads()
+	pl.cutOptimizer()
+	ppFixGradCreation(pl.q, pl.out)
+	// Resident storages no op touches: the first stage holds them.
+	keep := make([]bool, len(pl.q.Tensors))
+	if pp.Stage == 0 {
+		copy(keep, pl.a.untouched)
+	}
+	return ppCompact(pl.q, pl.out, keep), nil
+}
+
+// ppXfer is a tensor crossing ranks: received before, or sent after, a unit.
+type ppXfer struct {
+	t    ir.TensorID
+	unit ppUnit
+	at   int // original op index, for a stable order
+}
+
+// pipeliner is one Pipeline.apply.
+type pipeliner struct {
+	pp      *Pipeline
+	p       *ir.Program // the input
+	m, v    int         // micro-batches, chunks per rank
+	nChunks int
+
+	blocks       []string       // in order of first forward execution
+	blockIdx     map[string]int // block → index in blocks
+	chunkOfBlock []int
+
+	a       *ppAnalysis
+	opChunk []int // chunk of each op, or chunkSource, chunkOptim
+
+	// q's tensors are written (categories, sizes); q.Ops is p's and is
+	// never written (a source op's trimmed outputs go to srcOut).
+	q       *ir.Program
+	srcOut  map[int][]ir.TensorID
+	unitOf  []ppUnit // original op index → unit, where isKept
+	isKept  []bool
+	nKept   int
+	used    []bool // tensors the rank's ops touch (with their bases)
+	keptIdx []int  // kept ops, in order
+
+	recvs, sends []ppXfer
+	isParam      tensorSet
+	out          []ir.Op
+}
+
+// mine reports whether chunk c is on this rank.
+func (pl *pipeliner) mine(c int) bool { return c >= 0 && c%pl.pp.Stages == pl.pp.Stage }
+
+// markUsed marks t and its bases as touched by the rank.
+func (pl *pipeliner) markUsed(t ir.TensorID) {
+	for t != ir.NoTensor && !pl.used[t] {
+		pl.used[t] = true
+		t = pl.q.Tensors[t].Base
+	}
+}
+
+// check validates the pipeline's settings against the program.
+func (pl *pipeliner) check() error {
+	pp, p := pl.pp, pl.p
 	sched := pp.Schedule
 	if sched != OneFOneB && sched != GPipe {
-		return nil, fmt.Errorf("strategy: unknown pipeline schedule %s (want 1f1b or gpipe)", pp.Schedule)
+		return fmt.Errorf("strategy: unknown pipeline schedule %s (want 1f1b or gpipe)", pp.Schedule)
 	}
-	v := pp.Interleave
-	if v == 0 {
-		v = 1
+	pl.v = pp.Interleave
+	if pl.v == 0 {
+		pl.v = 1
 	}
-	if v < 0 {
-		return nil, fmt.Errorf("strategy: pipeline interleave must be positive, got %d", pp.Interleave)
+	if pl.v < 0 {
+		return fmt.Errorf("strategy: pipeline interleave must be positive, got %d", pp.Interleave)
 	}
 	if pp.Stages < 2 {
-		return nil, fmt.Errorf("strategy: pipeline needs at least 2 stages, got %d", pp.Stages)
+		return fmt.Errorf("strategy: pipeline needs at least 2 stages, got %d", pp.Stages)
 	}
 	if pp.Stage < 0 || pp.Stage >= pp.Stages {
-		return nil, fmt.Errorf("strategy: pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
+		return fmt.Errorf("strategy: pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
 	}
-	m := max(p.MicroBatches, 1)
-	if v > 1 && sched != OneFOneB {
-		return nil, fmt.Errorf("strategy: pipeline interleaving needs the 1f1b schedule, not %s", sched)
+	pl.m = max(p.MicroBatches, 1)
+	if pl.v > 1 && sched != OneFOneB {
+		return fmt.Errorf("strategy: pipeline interleaving needs the 1f1b schedule, not %s", sched)
 	}
-	if v > 1 && m%pp.Stages != 0 {
-		return nil, fmt.Errorf("strategy: interleaved pipeline needs micro-batches (%d) to be a multiple of stages (%d)", m, pp.Stages)
+	if pl.v > 1 && pl.m%pp.Stages != 0 {
+		return fmt.Errorf("strategy: interleaved pipeline needs micro-batches (%d) to be a multiple of stages (%d)", pl.m, pp.Stages)
 	}
-	hasBwd := false
 	for i := range p.Ops {
 		if p.Ops[i].Phase == ir.Backward {
-			hasBwd = true
-			break
+			pl.nChunks = pp.Stages * pl.v
+			return nil
 		}
 	}
-	if !hasBwd {
-		return nil, fmt.Errorf("strategy: pipeline needs a training program (this one has no backward)")
-	}
+	return fmt.Errorf("strategy: pipeline needs a training program (this one has no backward)")
+}
 
-	// Blocks in order of first forward execution.
-	var blocks []string
-	blockIdx := map[string]int{}
-	for i := range p.Ops {
-		op := &p.Ops[i]
+// findBlocks lists the blocks in order of first forward execution.
+func (pl *pipeliner) findBlocks() {
+	pl.blockIdx = map[string]int{}
+	for i := range pl.p.Ops {
+		op := &pl.p.Ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
 			continue
 		}
 		if b, ok := ppBlock(op.Module); ok {
-			if _, seen := blockIdx[b]; !seen {
-				blockIdx[b] = len(blocks)
-				blocks = append(blocks, b)
+			if _, seen := pl.blockIdx[b]; !seen {
+				pl.blockIdx[b] = len(pl.blocks)
+				pl.blocks = append(pl.blocks, b)
 			}
 		}
 	}
-	nChunks := pp.Stages * v
-	chunkOfBlock := make([]int, len(blocks))
-	if pp.Layout != nil {
-		if len(pp.Layout) != nChunks {
-			return nil, fmt.Errorf("strategy: pipeline layout has %d chunks, want %d stages × %d", len(pp.Layout), pp.Stages, v)
-		}
-		b := 0
-		for c, n := range pp.Layout {
-			if n < 0 || b+n > len(blocks) {
-				return nil, fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
-			}
-			for ; n > 0; n-- {
-				chunkOfBlock[b] = c
-				b++
-			}
-		}
-		if b != len(blocks) {
-			return nil, fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
-		}
-	} else {
+}
+
+// chunks gives each block its chunk: by Layout, or the even split.
+func (pl *pipeliner) chunks() error {
+	pp, blocks, nChunks, v := pl.pp, pl.blocks, pl.nChunks, pl.v
+	pl.chunkOfBlock = make([]int, len(blocks))
+	if pp.Layout == nil {
 		if len(blocks) < nChunks {
 			if v > 1 {
-				return nil, fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
+				return fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
 			}
-			return nil, fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
+			return fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
 		}
 		for c := 0; c < nChunks; c++ {
 			for b := c * len(blocks) / nChunks; b < (c+1)*len(blocks)/nChunks; b++ {
-				chunkOfBlock[b] = c
+				pl.chunkOfBlock[b] = c
 			}
 		}
+		return nil
 	}
+	if len(pp.Layout) != nChunks {
+		return fmt.Errorf("strategy: pipeline layout has %d chunks, want %d stages × %d", len(pp.Layout), pp.Stages, v)
+	}
+	b := 0
+	for c, n := range pp.Layout {
+		if n < 0 || b+n > len(blocks) {
+			return fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+		}
+		for ; n > 0; n-- {
+			pl.chunkOfBlock[b] = c
+			b++
+		}
+	}
+	if b != len(blocks) {
+		return fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+	}
+	return nil
+}
 
-	a := newPPAnalysis(p)
-	// Chunk of each forward node: its block's, or the preceding block's.
-	// Ops after the last block's in their micro-step go to the last chunk.
+// nodeChunks is the chunk of each forward node: its block's, or the
+// preceding block's. Ops after the last block's in their micro-step go to
+// the last chunk.
+func (pl *pipeliner) nodeChunks() map[int32]int {
+	p := pl.p
 	lastBlockOp := map[int]int{}
 	for i := range p.Ops {
 		if op := &p.Ops[i]; op.Phase == ir.Forward && !op.Recompute {
@@ -221,9 +315,9 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			continue
 		}
 		if b, ok := ppBlock(op.Module); ok {
-			cur = chunkOfBlock[blockIdx[b]]
+			cur = pl.chunkOfBlock[pl.blockIdx[b]]
 		} else if last, ok := lastBlockOp[op.Micro]; ok && i > last {
-			cur = nChunks - 1
+			cur = pl.nChunks - 1
 		}
 		if op.Node >= 0 {
 			if _, ok := nodeChunk[op.Node]; !ok {
@@ -231,7 +325,17 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			}
 		}
 	}
+	return nodeChunk
+}
+
+// placeOps gives every op its chunk: the optimizer step and source ops are
+// marked; other ops take their node's chunk, their block's, or that of the
+// op that wrote what they read (loss.backward reads the loss).
+func (pl *pipeliner) placeOps() error {
+	p, a := pl.p, pl.a
+	nodeChunk := pl.nodeChunks()
 	opChunk := make([]int, len(p.Ops))
+	pl.opChunk = opChunk
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		switch {
@@ -240,78 +344,81 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		case a.isSource(op):
 			opChunk[i] = chunkSource
 		default:
-			opChunk[i] = chunkNone
-			if op.Node >= 0 {
-				if c, ok := nodeChunk[op.Node]; ok {
-					opChunk[i] = c
-					break
-				}
-			}
-			if b, ok := ppBlock(op.Module); ok {
-				if bi, ok := blockIdx[b]; ok {
-					opChunk[i] = chunkOfBlock[bi]
-					break
-				}
-			}
-			// Follow what it reads (loss.backward reads the loss).
-			for _, t := range op.In {
-				if w := a.writer[t]; w >= 0 && w < int32(i) && opChunk[w] >= 0 {
-					opChunk[i] = opChunk[w]
-					break
-				}
-			}
+			opChunk[i] = pl.chunkOf(i, nodeChunk)
 			if opChunk[i] == chunkNone {
-				return nil, fmt.Errorf("strategy: pipeline cannot place op %d (%s) on a stage", i, op.Name)
+				return fmt.Errorf("strategy: pipeline cannot place op %d (%s) on a stage", i, op.Name)
 			}
 		}
 	}
-	mine := func(c int) bool { return c >= 0 && c%pp.Stages == pp.Stage }
+	return nil
+}
 
-	// Kept fwd/bwd ops and their units. The ops are rebuilt into out, so
-	// only the tensors are copied: q.Ops is p's and is never written (a
-	// source op's trimmed outputs go to srcOut).
-	q := p
+// chunkOf is the chunk of op i, neither a source nor in the optimizer step.
+func (pl *pipeliner) chunkOf(i int, nodeChunk map[int32]int) int {
+	op := &pl.p.Ops[i]
+	if op.Node >= 0 {
+		if c, ok := nodeChunk[op.Node]; ok {
+			return c
+		}
+	}
+	if b, ok := ppBlock(op.Module); ok {
+		if bi, ok := pl.blockIdx[b]; ok {
+			return pl.chunkOfBlock[bi]
+		}
+	}
+	for _, t := range op.In {
+		if w := pl.a.writer[t]; w >= 0 && w < int32(i) && pl.opChunk[w] >= 0 {
+			return pl.opChunk[w]
+		}
+	}
+	return chunkNone
+}
+
+// keepOps keeps the forward and backward ops of the rank's chunks, in
+// their units, and marks the tensors they touch. The ops are rebuilt into
+// out, so only the tensors are copied.
+func (pl *pipeliner) keepOps(own bool) {
+	p := pl.p
+	pl.q = p
 	if !own {
-		q = &ir.Program{MicroBatches: p.MicroBatches, Ops: p.Ops, Params: p.Params,
+		pl.q = &ir.Program{MicroBatches: p.MicroBatches, Ops: p.Ops, Params: p.Params,
 			Tensors: append(make([]ir.Tensor, 0, len(p.Tensors)+len(p.Tensors)/4+16), p.Tensors...)}
 	}
-	srcOut := map[int][]ir.TensorID{}
-	unitOf := make([]ppUnit, len(q.Ops)) // original op index → unit, where isKept
-	isKept := make([]bool, len(q.Ops))
-	nKept := 0
+	q := pl.q
+	pl.srcOut = map[int][]ir.TensorID{}
+	pl.unitOf = make([]ppUnit, len(q.Ops))
+	pl.isKept = make([]bool, len(q.Ops))
 	for i := range q.Ops {
-		if mine(opChunk[i]) {
-			unitOf[i], isKept[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, opChunk[i]}, true
-			nKept++
+		if pl.mine(pl.opChunk[i]) {
+			pl.unitOf[i], pl.isKept[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, pl.opChunk[i]}, true
+			pl.nKept++
 		}
 	}
-	// used: tensors the rank's ops touch (with their bases).
-	used := make([]bool, len(q.Tensors))
-	markUsed := func(t ir.TensorID) {
-		for t != ir.NoTensor && !used[t] {
-			used[t] = true
-			t = q.Tensors[t].Base
-		}
-	}
-	for i := range unitOf {
-		if !isKept[i] {
+	pl.used = make([]bool, len(q.Tensors))
+	for i := range pl.unitOf {
+		if !pl.isKept[i] {
 			continue
 		}
 		for _, t := range q.Ops[i].In {
-			markUsed(t)
+			pl.markUsed(t)
 		}
 		for _, t := range q.Ops[i].Out {
-			markUsed(t)
+			pl.markUsed(t)
 		}
 	}
-	// Source ops: keep outputs kept ops use; run in the unit of the earliest
-	// chunk reading them (same phase and micro-step).
+}
+
+// placeSources keeps the outputs of source ops that kept ops use; a source
+// op runs in the unit of the earliest chunk reading them (same phase and
+// micro-step).
+func (pl *pipeliner) placeSources() {
+	q := pl.q
 	minReader := make([]int, len(q.Tensors)) // -1: no kept op reads it
 	for i := range minReader {
 		minReader[i] = -1
 	}
-	for i, u := range unitOf {
-		if !isKept[i] {
+	for i, u := range pl.unitOf {
+		if !pl.isKept[i] {
 			continue
 		}
 		for _, t := range q.Ops[i].In {
@@ -323,14 +430,14 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 	}
 	for i := range q.Ops {
-		if opChunk[i] != chunkSource {
+		if pl.opChunk[i] != chunkSource {
 			continue
 		}
 		op := &q.Ops[i]
 		var outs []ir.TensorID
 		chunk := -1
 		for _, t := range op.Out {
-			if used[t] {
+			if pl.used[t] {
 				outs = append(outs, t)
 				if c := minReader[t]; c >= 0 && (chunk < 0 || c < chunk) {
 					chunk = c
@@ -341,47 +448,44 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			continue
 		}
 		if chunk < 0 {
-			chunk = pp.Stage // written as a view's base only
+			chunk = pl.pp.Stage // written as a view's base only
 		}
-		srcOut[i] = outs
+		pl.srcOut[i] = outs
 		for _, t := range op.In {
-			markUsed(t)
+			pl.markUsed(t)
 		}
-		unitOf[i], isKept[i] = ppUnit{op.Phase, op.Micro, chunk}, true
-		nKept++
+		pl.unitOf[i], pl.isKept[i] = ppUnit{op.Phase, op.Micro, chunk}, true
+		pl.nKept++
 	}
-	kept := func(i int32) bool { return isKept[i] }
+	pl.keptIdx = make([]int, 0, pl.nKept)
+	for i := range pl.unitOf {
+		if pl.isKept[i] {
+			pl.keptIdx = append(pl.keptIdx, i)
+		}
+	}
+}
 
-	// Boundary tensors.
-	type xfer struct {
-		t    ir.TensorID
-		unit ppUnit
-		at   int // original op index, for a stable order
-	}
-	var recvs, sends []xfer
+// boundaries finds the tensors kept ops read that another rank computes
+// (received) and those they compute that another rank reads (sent).
+func (pl *pipeliner) boundaries() {
+	q, a := pl.q, pl.a
 	recvSeen := map[ir.TensorID]bool{}
-	keptIdx := make([]int, 0, nKept)
-	for i := range unitOf {
-		if isKept[i] {
-			keptIdx = append(keptIdx, i)
-		}
-	}
-	for _, i := range keptIdx {
-		u := unitOf[i]
+	for _, i := range pl.keptIdx {
+		u := pl.unitOf[i]
 		for _, t := range q.Ops[i].In {
 			if a.local(t) || recvSeen[t] {
 				continue
 			}
-			if w := a.writer[t]; w >= 0 && kept(w) {
+			if w := a.writer[t]; w >= 0 && pl.isKept[w] {
 				continue
 			}
 			recvSeen[t] = true
-			recvs = append(recvs, xfer{t, u, i})
+			pl.recvs = append(pl.recvs, ppXfer{t, u, i})
 		}
 	}
-	for _, i := range keptIdx {
-		u := unitOf[i]
-		if u.chunk < 0 || opChunk[i] == chunkSource {
+	for _, i := range pl.keptIdx {
+		u := pl.unitOf[i]
+		if u.chunk < 0 || pl.opChunk[i] == chunkSource {
 			continue
 		}
 		for _, t := range q.Ops[i].Out {
@@ -389,40 +493,44 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 				continue
 			}
 			for _, r := range a.readers[t] {
-				if c := opChunk[r]; c >= 0 && !mine(c) {
-					sends = append(sends, xfer{t, u, i})
+				if c := pl.opChunk[r]; c >= 0 && !pl.mine(c) {
+					pl.sends = append(pl.sends, ppXfer{t, u, i})
 					break
 				}
 			}
 		}
 	}
-	// A received tensor is written fresh here.
-	for _, x := range recvs {
+}
+
+// retag writes received tensors fresh here, and sets what is saved for
+// backward here: received inputs the backward reads become activations,
+// and activations only another rank's backward reads (the output sent on)
+// become temporaries.
+func (pl *pipeliner) retag() {
+	q := pl.q
+	for _, x := range pl.recvs {
 		t := &q.Tensors[x.t]
 		t.Base = ir.NoTensor
 		t.Resident = false
 		t.Bytes = t.DType.Size(t.Numel())
 		t.Cat = ir.Temporary
-		markUsed(x.t)
+		pl.markUsed(x.t)
 	}
-	// Saved for backward here: received inputs the backward reads become
-	// activations, and activations only another rank's backward reads
-	// (the output sent on) become temporaries.
 	savedHere := make([]bool, len(q.Tensors))
-	for i, u := range unitOf {
-		if isKept[i] && u.phase == ir.Backward {
+	for i, u := range pl.unitOf {
+		if pl.isKept[i] && u.phase == ir.Backward {
 			for _, t := range q.Ops[i].In {
 				savedHere[ir.Storage(q.Tensors, t)] = true
 			}
 		}
 	}
-	for _, x := range recvs {
+	for _, x := range pl.recvs {
 		if x.unit.phase == ir.Forward && savedHere[x.t] {
 			q.Tensors[x.t].Cat = ir.Activation
 		}
 	}
-	for i, u := range unitOf {
-		if !isKept[i] || u.phase != ir.Forward {
+	for i, u := range pl.unitOf {
+		if !pl.isKept[i] || u.phase != ir.Forward {
 			continue
 		}
 		for _, t := range q.Ops[i].Out {
@@ -431,188 +539,211 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			}
 		}
 	}
+}
 
-	// Units in schedule order.
-	order, err := pp.schedule(sched, m, v)
+// p2p is a point-to-point op for x. Point-to-point ops belong to no module
+// (as load_batch), so module patterns (checkpointing) never take them for
+// part of a block.
+func (pl *pipeliner) p2p(name string, x ppXfer, in, outT []ir.TensorID) ir.Op {
+	t := &pl.q.Tensors[x.t]
+	return ir.Op{Name: name, Phase: x.unit.phase, Micro: x.unit.micro, In: in, Out: outT, Node: -1,
+		Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: "pp", Ranks: 2}}
+}
+
+// ppDir names a phase's direction in point-to-point op names.
+func ppDir(ph ir.Phase) string {
+	if ph == ir.Forward {
+		return "forward"
+	}
+	return "backward"
+}
+
+// emit writes the units in schedule order: each unit's receives, its ops,
+// its sends.
+func (pl *pipeliner) emit() error {
+	q := pl.q
+	order, err := pl.pp.schedule(pl.pp.Schedule, pl.m, pl.v)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	byUnit := map[ppUnit][]int{}
-	for _, i := range keptIdx {
-		u := unitOf[i]
+	for _, i := range pl.keptIdx {
+		u := pl.unitOf[i]
 		byUnit[u] = append(byUnit[u], i)
 	}
-	recvBy := map[ppUnit][]xfer{}
-	for _, x := range recvs {
+	recvBy := map[ppUnit][]ppXfer{}
+	for _, x := range pl.recvs {
 		recvBy[x.unit] = append(recvBy[x.unit], x)
 	}
-	sendBy := map[ppUnit][]xfer{}
-	for _, x := range sends {
+	sendBy := map[ppUnit][]ppXfer{}
+	for _, x := range pl.sends {
 		sendBy[x.unit] = append(sendBy[x.unit], x)
 	}
 	placed, nOptim := 0, 0
 	for i := range q.Ops {
-		if opChunk[i] == chunkOptim {
+		if pl.opChunk[i] == chunkOptim {
 			nOptim++
 		}
 	}
-	out := opPool.get(0, len(keptIdx)+len(recvs)+len(sends)+nOptim+8)
-	// Point-to-point ops belong to no module (as load_batch), so module
-	// patterns (checkpointing) never take them for part of a block.
-	p2p := func(name string, x xfer, in, outT []ir.TensorID) ir.Op {
-		t := &q.Tensors[x.t]
-		return ir.Op{Name: name, Phase: x.unit.phase, Micro: x.unit.micro, In: in, Out: outT, Node: -1,
-			Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: "pp", Ranks: 2}}
-	}
-	dir := func(ph ir.Phase) string {
-		if ph == ir.Forward {
-			return "forward"
-		}
-		return "backward"
-	}
+	out := opPool.get(0, len(pl.keptIdx)+len(pl.recvs)+len(pl.sends)+nOptim+8)
 	for _, u := range order {
 		for _, x := range recvBy[u] {
-			out = append(out, p2p("pp.recv_"+dir(u.phase), x, nil, []ir.TensorID{x.t}))
+			out = append(out, pl.p2p("pp.recv_"+ppDir(u.phase), x, nil, []ir.TensorID{x.t}))
 		}
 		for _, i := range byUnit[u] {
 			op := q.Ops[i]
 			// Capped, so ppFixGradCreation's appends never write into
 			// p's spare capacity.
 			op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
-			if outs, ok := srcOut[i]; ok {
+			if outs, ok := pl.srcOut[i]; ok {
 				op.Out = outs
 			}
 			out = append(out, op)
 			placed++
 		}
 		for _, x := range sendBy[u] {
-			out = append(out, p2p("pp.send_"+dir(u.phase), x, []ir.TensorID{x.t}, nil))
+			out = append(out, pl.p2p("pp.send_"+ppDir(u.phase), x, []ir.TensorID{x.t}, nil))
 		}
 	}
-	if placed != len(keptIdx) {
-		return nil, fmt.Errorf("strategy: pipeline schedule placed %d of %d ops (micro-steps or phases the schedule does not know)", placed, len(keptIdx))
+	pl.out = out
+	if placed != len(pl.keptIdx) {
+		return fmt.Errorf("strategy: pipeline schedule placed %d of %d ops (micro-steps or phases the schedule does not know)", placed, len(pl.keptIdx))
 	}
+	return nil
+}
 
-	// Parameters on this rank and on others.
+// tiedGrads all-reduces the gradients of parameters used on several ranks
+// (tied embeddings) over the ranks holding them.
+func (pl *pipeliner) tiedGrads() {
+	p, q := pl.p, pl.q
 	paramRanks := map[ir.TensorID]map[int]bool{}
-	isParam := paramSet(p)
+	pl.isParam = paramSet(p)
 	for i := range p.Ops {
-		if c := opChunk[i]; c >= 0 {
+		if c := pl.opChunk[i]; c >= 0 {
 			for _, t := range p.Ops[i].In {
-				if isParam.has(t) {
+				if pl.isParam.has(t) {
 					if paramRanks[t] == nil {
 						paramRanks[t] = map[int]bool{}
 					}
-					paramRanks[t][c%pp.Stages] = true
+					paramRanks[t][c%pl.pp.Stages] = true
 				}
 			}
 		}
 	}
-	present := func(t ir.TensorID) bool { return used[t] }
-	// Tied parameters: all-reduce their gradients over the ranks holding them.
-	var tied []ir.Op
 	for _, id := range p.Params {
-		if !used[id] || len(paramRanks[id]) < 2 {
+		if !pl.used[id] || len(paramRanks[id]) < 2 {
 			continue
 		}
 		for g := range q.Tensors {
 			gt := &q.Tensors[g]
-			if gt.Cat == ir.Gradient && used[g] && a.assoc[g] == id {
-				tied = append(tied, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
+			if gt.Cat == ir.Gradient && pl.used[g] && pl.a.assoc[g] == id {
+				pl.out = append(pl.out, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
 					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: "pp", Ranks: len(paramRanks[id])}})
 			}
 		}
 	}
-	out = append(out, tied...)
+}
 
-	// Optimizer ops, cut to this rank's tensors.
-	for i := range q.Ops {
-		if opChunk[i] != chunkOptim {
+// cutOptimizer keeps the optimizer ops that touch this rank's model state,
+// cut to its tensors.
+func (pl *pipeliner) cutOptimizer() {
+	for i := range pl.q.Ops {
+		if pl.opChunk[i] != chunkOptim {
 			continue
 		}
-		op := q.Ops[i]
-		// assocPresent decides a model-state tensor: param, its gradient or
-		// its optimizer state.
-		var keptB, allB float64
-		ok := true
-		filter := func(ts []ir.TensorID, isOut bool) []ir.TensorID {
-			var r []ir.TensorID
-			for _, t := range ts {
-				tt := &q.Tensors[t]
-				owner := a.assoc[t]
-				switch {
-				case isParam.has(t) || owner != ir.NoTensor || tt.Cat == ir.Gradient:
-					allB += float64(tt.Bytes)
-					keep := present(t)
-					if !keep && owner != ir.NoTensor && !isParam.has(t) && tt.Cat != ir.Gradient {
-						keep = used[owner]
-					}
-					if keep {
-						keptB += float64(tt.Bytes)
-						r = append(r, t)
-					}
-				case tt.Resident || tt.Keep:
-					r = append(r, t) // unassociated state: every rank has it
-				default:
-					if !isOut && !present(t) {
-						ok = false
-					}
-					r = append(r, t)
-				}
-			}
-			return r
-		}
-		op.In = filter(op.In, false)
-		op.Out = filter(op.Out, true)
-		if !ok || (allB > 0 && keptB == 0) {
+		op := pl.q.Ops[i]
+		if !pl.cutOptimizerOp(&op) {
 			continue
-		}
-		if allB > 0 && keptB < allB {
-			frac := keptB / allB
-			op.Workspace = ppScale(op.Workspace, frac)
-			op.WorkspaceHost = ppScale(op.WorkspaceHost, frac)
-			op.FLOPs *= frac
-			op.MemBytes *= frac
-			// Comm and Transfer may be shared with the input (Clone).
-			if op.Comm != nil {
-				c := *op.Comm
-				c.Bytes = ppScale(c.Bytes, frac)
-				op.Comm = &c
-			}
-			if op.Transfer != nil {
-				tr := *op.Transfer
-				tr.Bytes = ppScale(tr.Bytes, frac)
-				op.Transfer = &tr
-			}
-			for _, t := range op.Out {
-				tt := &q.Tensors[t]
-				if used[t] || tt.Resident || tt.Keep || tt.Base != ir.NoTensor || isParam.has(t) || a.assoc[t] != ir.NoTensor || tt.Cat == ir.Gradient {
-					continue
-				}
-				if len(tt.Shape) == 1 {
-					tt.Shape = []int64{int64(math.Round(float64(tt.Shape[0]) * frac))}
-					tt.Bytes = tt.DType.Size(tt.Shape[0])
-				} else {
-					tt.Bytes = ppScale(tt.Bytes, frac)
-				}
-			}
 		}
 		for _, t := range op.In {
-			markUsed(t)
+			pl.markUsed(t)
 		}
 		for _, t := range op.Out {
-			markUsed(t)
+			pl.markUsed(t)
 		}
-		out = append(out, op)
+		pl.out = append(pl.out, op)
 	}
-	ppFixGradCreation(q, out)
+}
 
-	// Resident storages no op touches: the first stage holds them.
-	keep := make([]bool, len(q.Tensors))
-	if pp.Stage == 0 {
-		copy(keep, a.untouched)
+// cutOptimizerOp cuts op to this rank's model-state tensors (a parameter,
+// its gradient or its optimizer state; unassociated state every rank has)
+// and scales its workspaces, work and temporaries by the share of bytes it
+// keeps; false drops it (none of its model state is here, or it reads a
+// temporary that is not).
+func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
+	q, a, isParam := pl.q, pl.a, pl.isParam
+	var keptB, allB float64
+	ok := true
+	filter := func(ts []ir.TensorID, isOut bool) []ir.TensorID {
+		var r []ir.TensorID
+		for _, t := range ts {
+			tt := &q.Tensors[t]
+			owner := a.assoc[t]
+			switch {
+			case isParam.has(t) || owner != ir.NoTensor || tt.Cat == ir.Gradient:
+				allB += float64(tt.Bytes)
+				keep := pl.used[t]
+				if !keep && owner != ir.NoTensor && !isParam.has(t) && tt.Cat != ir.Gradient {
+					keep = pl.used[owner]
+				}
+				if keep {
+					keptB += float64(tt.Bytes)
+					r = append(r, t)
+				}
+			case tt.Resident || tt.Keep:
+				r = append(r, t) // unassociated state: every rank has it
+			default:
+				if !isOut && !pl.used[t] {
+					ok = false
+				}
+				r = append(r, t)
+			}
+		}
+		return r
 	}
-	return ppCompact(q, out, keep), nil
+	op.In = filter(op.In, false)
+	op.Out = filter(op.Out, true)
+	if !ok || (allB > 0 && keptB == 0) {
+		return false
+	}
+	if allB > 0 && keptB < allB {
+		pl.scaleOptimizerOp(op, keptB/allB)
+	}
+	return true
+}
+
+// scaleOptimizerOp scales a cut optimizer op by frac, the share of its
+// model-state bytes the rank keeps: workspaces, FLOPs, bytes moved, its
+// collective or copy, and the temporaries it writes.
+func (pl *pipeliner) scaleOptimizerOp(op *ir.Op, frac float64) {
+	q, a := pl.q, pl.a
+	op.Workspace = ppScale(op.Workspace, frac)
+	op.WorkspaceHost = ppScale(op.WorkspaceHost, frac)
+	op.FLOPs *= frac
+	op.MemBytes *= frac
+	// Comm and Transfer may be shared with the input (Clone).
+	if op.Comm != nil {
+		c := *op.Comm
+		c.Bytes = ppScale(c.Bytes, frac)
+		op.Comm = &c
+	}
+	if op.Transfer != nil {
+		tr := *op.Transfer
+		tr.Bytes = ppScale(tr.Bytes, frac)
+		op.Transfer = &tr
+	}
+	for _, t := range op.Out {
+		tt := &q.Tensors[t]
+		if pl.used[t] || tt.Resident || tt.Keep || tt.Base != ir.NoTensor || pl.isParam.has(t) || a.assoc[t] != ir.NoTensor || tt.Cat == ir.Gradient {
+			continue
+		}
+		if len(tt.Shape) == 1 {
+			tt.Shape = []int64{int64(math.Round(float64(tt.Shape[0]) * frac))}
+			tt.Bytes = tt.DType.Size(tt.Shape[0])
+		} else {
+			tt.Bytes = ppScale(tt.Bytes, frac)
+		}
+	}
 }
 
 // ppScale returns b·f rounded.
