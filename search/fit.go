@@ -20,9 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"sort"
 	"sync"
@@ -183,17 +181,6 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	if o.Keep == 0 {
 		o.Keep = 5
-	}
-	// A search allocates gigabytes of short-lived programs and keeps
-	// little live (each bundle's cache and a few recycled arrays), so the
-	// collector runs often for little. Unless GOGC says otherwise, collect
-	// at 400% heap growth while searching (one cold fit on the
-	// BenchmarkFitLlama3_70B plan, 8 interleaved runs each: median 1.89 s
-	// and 400-570 MB peak RSS at 400%, 1.98 s and 300-390 MB at 200%; at
-	// 100%, 1.75-2.26 s in 3 runs: a larger heap saves collections but
-	// pays page faults).
-	if os.Getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(400))
 	}
 	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
 	cands := enumerate(base, o)
