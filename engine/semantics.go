@@ -22,6 +22,9 @@ type Semantics struct {
 	FusedSwiGLU bool
 	// RepeatKV copies grouped k and v to every head before SDPA.
 	RepeatKV bool
+	// EagerGELU runs gelu_new as transformers' eager NewGELUActivation
+	// rather than one fused GELU.
+	EagerGELU bool
 	// EagerRMSNorm runs RMSNorm as transformers' eager ops rather than one
 	// fused kernel.
 	EagerRMSNorm bool
@@ -95,6 +98,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.Code = m.Code
 	o.MeanSavesInput = m.MeanSavesInput
 	o.EagerRMSNorm = m.EagerRMSNorm
+	o.EagerGELU = m.EagerGELU
 	o.RepeatKV = m.RepeatKV
 	o.FusedSwiGLU = m.FusedSwiGLU
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {

@@ -106,6 +106,10 @@ type Options struct {
 	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.48 on
 	// and only without an attention mask).
 	RepeatKV bool
+	// EagerGELU runs gelu_new as transformers' NewGELUActivation, eager ops
+	// that keep four tensors of the input's size, instead of one fused GELU
+	// that keeps its input (Megatron, lit-gpt, torch.compile).
+	EagerGELU bool
 	// EagerRMSNorm runs RMSNorm as the modeling code's own eager ops
 	// (transformers' LlamaRMSNorm: a float32 copy, pow, mean, rsqrt, two
 	// products), instead of one fused kernel that saves its input and a
@@ -168,6 +172,14 @@ func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *bui
 	}
 	if int64(o.MicroBatch)*int64(max(o.Seq, o.KVContext, 1)) > maxTokens {
 		return nil, nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
+	}
+	if o.Attention == SDPA && o.Code == CodeHF && a.AttnLogitSoftcap > 0 {
+		// SDPA cannot soft-cap attention logits: transformers refuses sdpa for
+		// Gemma2 and runs it eagerly (Gemma2PreTrainedModel._supports_sdpa =
+		// False, "sdpa does not support softcapping", transformers
+		// src/transformers/models/gemma2/modeling_gemma2.py @v5.24.0; v4.46's
+		// _check_and_enable_sdpa picked eager unless sdpa was asked for).
+		o.Attention = Eager
 	}
 	ctx := int64(max(o.Seq, o.KVContext))
 	if o.Attention == Eager && int64(o.MicroBatch)*int64(a.Heads)*int64(max(o.Seq, 1))*ctx > 1<<56 {
@@ -311,9 +323,28 @@ func (m *builder) act(name string, x ir.TensorID) ir.TensorID {
 	case "tanh":
 		return m.b.Unary("tanh", name, x)
 	}
-	// gelu, gelu_new, gelu_pytorch_tanh, ...: one fused GELU that saves its
-	// input (nn.GELU / F.gelu(approximate="tanh")).
+	if m.a.Act == "gelu_new" && m.o.EagerGELU && m.o.Code == CodeHF {
+		return m.newGELU(name, x)
+	}
+	// gelu, gelu_pytorch_tanh, ...: one fused GELU that saves its input
+	// (nn.GELU / F.gelu(approximate="tanh")).
 	return m.b.Unary("gelu", name, x)
+}
+
+// newGELU is transformers' NewGELUActivation (GPT-2's and Phi's gelu_new),
+// eager ops: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x +
+// 0.044715 * torch.pow(x, 3.0)))) (transformers src/transformers/
+// activations.py @v5.24.0, unchanged since v4.x). Autograd keeps x (pow's
+// input), 0.5 * x and 1 + tanh (the last product's operands) and tanh's
+// result: four tensors of x's size where a fused GELU keeps one.
+func (m *builder) newGELU(name string, x ir.TensorID) ir.TensorID {
+	b := m.b
+	defer b.Enter(name)()
+	half := b.Scale("half", x)
+	inner := b.Scale("cube_scaled", b.Unary("pow2", "cube", x))
+	inner = b.Scale("scaled", b.Binary("add", "sum", x, inner))
+	onePlus := b.Scale("one_plus", b.Unary("tanh", "tanh", inner)) // 1.0 + t: add.Scalar saves nothing
+	return b.Binary("mul", "out", half, onePlus)
 }
 
 // layerPrefix is the HF module path of the decoder stack.
@@ -635,6 +666,13 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		k = b.CacheWrite(k, kc)
 		v = b.CacheWrite(v, vc)
 	}
+	if m.o.Attention == SDPA && m.cpuMathSDPA() {
+		if KV != A { // the math path repeats grouped heads (repeat_interleave)
+			k = b.Copy("k_repeat", k, B, A, T, D)
+			v = b.Copy("v_repeat", v, B, A, T, D)
+		}
+		return m.attentionOut(m.mathSDPA(q, k, v, T, !a.Encoder), true)
+	}
 	if m.o.Attention == SDPA {
 		if m.o.RepeatKV && KV != A {
 			// transformers' repeat_kv before SDPA: expand + reshape
@@ -643,7 +681,7 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 			k = b.Copy("k_repeat", k, B, A, T, D)
 			v = b.Copy("v_repeat", v, B, A, T, D)
 		}
-		return m.attentionOut(b.SDPA("sdpa", q, k, v, !a.Encoder))
+		return m.attentionOut(b.SDPA("sdpa", q, k, v, !a.Encoder), m.qContiguous())
 	}
 	// Megatron's CoreAttention (from the q/k copies through the context
 	// matmul), the region selective recompute replays.
@@ -682,12 +720,85 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		vc := b.Copy("v_contig", v, B, A, T, D)
 		return b.MatMul("context", p, vc)
 	}()
-	return m.attentionOut(o)
+	return m.attentionOut(o, true)
+}
+
+// qContiguous reports whether the query reaching attention is contiguous as
+// [B, A, S, D] (rather than a transposed view of the projection's
+// [B, S, A, D] output), so that SDPA's output, allocated like the query, is
+// too. lit-gpt makes q by torch.cat; so do transformers' GPT-NeoX, Phi and
+// Phi-3, whose apply_rotary_pos_emb concatenates the rotated and the passed
+// dimensions (torch.cat([q_embed, q_pass], dim=-1), even when no dimension
+// passes: transformers src/transformers/models/gpt_neox/modeling_gpt_neox.py,
+// models/phi/modeling_phi.py PhiAttention.forward, models/phi3/modeling_phi3.py
+// apply_rotary_pos_emb @v5.24.0).
+func (m *builder) qContiguous() bool {
+	if m.o.Code == CodeLitGPT {
+		return true
+	}
+	if m.a.PosEmbedding != "rotary" {
+		return false
+	}
+	switch m.a.Family {
+	case models.FamilyGPTNeoX, models.FamilyPhi, models.FamilyPhi3:
+		return true
+	}
+	return false
+}
+
+// cpuMathSDPA reports whether scaled_dot_product_attention runs its math
+// path: on CPU kernels, the flash kernel refuses dropout
+// (aten/src/ATen/native/transformers/sdp_utils_cpp.cpp use_flash_attention_cpp,
+// check_for_dropout; measured on torch 2.14.1: dropout_p > 0 dispatches
+// mul, bmm, _safe_softmax, dropout, bmm instead of
+// _scaled_dot_product_flash_attention_for_cpu).
+func (m *builder) cpuMathSDPA() bool {
+	return m.o.Device == ops.CPU && m.o.Training && m.a.AttnDropout > 0
+}
+
+// mathSDPA is ATen's _scaled_dot_product_attention_math (aten/src/ATen/native/
+// transformers/attention.cpp @v2.14.1) on q [B,A,S,D], k and v [B,A,T,D]:
+// 16-bit inputs are computed in float32 (allow_fp16_bf16_reduction_math_sdp
+// is off by default); q and k^T are scaled by sqrt(scale) each; matmul
+// copies the transposed views transformers passes (its q, k and v are views
+// of the projections' [B, S, A, D] outputs) and saves the copies; a causal
+// call adds a float [S, T] bias built from tril(ones); softmax's output, the
+// dropout mask (the input's dtype on CPU) and the dropped probabilities are
+// saved; the attention weights are also returned cast to the input dtype (a
+// transient nobody reads). The output is contiguous as [B, A, S, D].
+func (m *builder) mathSDPA(q, k, v ir.TensorID, T int64, causal bool) ir.TensorID {
+	b := m.b
+	B, S := m.bs()
+	A, _, D := m.localHeads()
+	dt := b.Tensor(q).DType
+	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
+		dt = ac // autocast runs SDPA in the lower precision (its lower_precision_fp list)
+		q, k, v = b.To(q, dt), b.To(k, dt), b.To(v, dt)
+	}
+	q, k, v = b.To(q, units.F32), b.To(k, units.F32), b.To(v, units.F32)
+	contig := m.qContiguous()
+	qs := b.Scale("q_scaled", q)
+	ks := b.Scale("k_t_scaled", b.View("k_t", k, B, A, D, T))
+	if !contig {
+		qs = b.Copy("q_contig", qs, B, A, S, D)
+		ks = b.Copy("k_t_contig", ks, B, A, D, T)
+	}
+	s := b.MatMul("scores", qs, ks)
+	if causal {
+		s = b.Binary("add", "masked", s, b.Zeros("attn_bias", units.F32, S, T))
+	}
+	p := b.Softmax("probs", s, false)
+	p = b.Dropout("attn_dropout", p, m.a.AttnDropout)
+	if dt != units.F32 {
+		b.To(p, dt)
+	}
+	o := b.MatMul("context", p, b.Copy("v_contig", v, B, A, T, D))
+	return b.To(o, dt)
 }
 
 // attentionOut merges heads and applies the output projection (row-parallel
 // under TP) and the family's dropout.
-func (m *builder) attentionOut(o ir.TensorID) ir.TensorID {
+func (m *builder) attentionOut(o ir.TensorID, contiguous bool) ir.TensorID {
 	a, b := m.a, m.b
 	B, S := m.bs()
 	A, _, D := m.localHeads()
@@ -698,7 +809,7 @@ func (m *builder) attentionOut(o ir.TensorID) ir.TensorID {
 	// memory, the transpose is contiguous and nothing is copied. lit-gpt
 	// makes q by torch.cat, contiguous as [B, A, S, D], so its output is
 	// too and the reshape copies; so does eager attention's matmul.
-	if m.o.Attention != SDPA || m.o.Code == CodeLitGPT {
+	if contiguous {
 		o = b.Copy("merge_heads", o, B, S, A, D)
 	}
 	o = b.View("merged", o, B, S, A*D)
