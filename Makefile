@@ -20,3 +20,4 @@ fuzz:
 	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s
 	go test ./published -run '^$$' -fuzz FuzzRead -fuzztime 60s
 	go test ./recipe -run '^$$' -fuzz FuzzParse -fuzztime 60s
+	go test ./snapshot -run '^$$' -fuzz FuzzParse -fuzztime 60s

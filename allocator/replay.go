@@ -107,6 +107,23 @@ func (d *replayDevice) Unmap(ptr, size int64) {}
 
 // ReplayDevice runs the allocator model over device dev's trace of s.
 func ReplayDevice(s *snapshot.Snapshot, dev int64) (*Replay, error) {
+	r, _, err := replay(s, dev, -2)
+	return r, err
+}
+
+// StateAt is the model's segments after event ev of device dev's trace (ev
+// -1: before the first).
+func StateAt(s *snapshot.Snapshot, dev int64, ev int) ([]SegmentState, error) {
+	_, a, err := replay(s, dev, ev)
+	if err != nil {
+		return nil, err
+	}
+	return a.Segments(), nil
+}
+
+// replay runs the model to the end of the trace (stop -2) or to just after
+// event stop.
+func replay(s *snapshot.Snapshot, dev int64, stop int) (*Replay, *Allocator, error) {
 	var trace []snapshot.Event
 	if dev >= 0 && int(dev) < len(s.Traces) {
 		trace = s.Traces[dev]
@@ -122,7 +139,7 @@ func ReplayDevice(s *snapshot.Snapshot, dev int64) (*Replay, error) {
 	a := New(cfg, rd)
 	r := &Replay{Device: dev}
 	if err := initialState(a, r, cfg, segs, trace); err != nil {
-		return nil, fmt.Errorf("device %d: %w", dev, err)
+		return nil, nil, fmt.Errorf("device %d: %w", dev, err)
 	}
 	r.InitialReserved, r.InitialAllocated, r.InitialRequested = a.Reserved, a.Allocated, a.Requested
 	a.PeakReserved, a.PeakAllocated = a.Reserved, a.Allocated
@@ -133,6 +150,9 @@ func ReplayDevice(s *snapshot.Snapshot, dev int64) (*Replay, error) {
 	r.PeakReserved, r.PeakRequested = r.Peak, r.Peak
 	r.After = make([]State, 0, len(trace))
 	for i, e := range trace {
+		if stop >= -1 && i > stop {
+			break
+		}
 		emitted = emitted[:0]
 		fail := func(format string, args ...any) {
 			r.Diverged = fmt.Sprintf("event %d (%s of %d bytes at %#x): ", i, e.Action, e.Size, e.Addr) + fmt.Sprintf(format, args...)
@@ -208,15 +228,18 @@ func ReplayDevice(s *snapshot.Snapshot, dev int64) (*Replay, error) {
 			r.PeakRequested = st
 		}
 		if r.Diverged != "" {
-			return r, nil
+			return r, a, nil
 		}
+	}
+	if stop >= -1 {
+		return r, a, nil // a state within the trace
 	}
 	if len(rd.queue) > 0 {
 		r.Diverged = fmt.Sprintf("the trace ends with %s of %d bytes at %#x that no allocation used", rd.queue[0].Action, rd.queue[0].Size, rd.queue[0].Addr)
-		return r, nil
+		return r, a, nil
 	}
 	r.FinalMismatch = compareFinal(a.Segments(), segs)
-	return r, nil
+	return r, a, nil
 }
 
 func isSegmentGrow(a snapshot.Action) bool {

@@ -56,7 +56,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
 	})
-	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout))
+	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
 	return root
 }
 

@@ -58,6 +58,37 @@ def storage_expired(ref):
     return ref.expired()  # pragma: no cover
 
 
+def _death_callbacks():
+    """Whether a Python weak reference to a storage object, with a callback, is called when the StorageImpl
+    dies (PyTorch 2.x keeps one Python object per StorageImpl alive as long as the StorageImpl, "PyObject
+    preservation"; torch 1.13 makes a fresh wrapper per call, which dies at once)."""
+    import weakref
+    try:
+        dead = []
+        t = torch.zeros(1)
+        ref = weakref.ref(storage_of(t), lambda _: dead.append(1))
+        alive_while_tensor = not dead and ref() is not None
+        v = t.view(1)
+        del t
+        alive_while_view = not dead
+        del v
+        return alive_while_tensor and alive_while_view and dead == [1]
+    except Exception:  # pragma: no cover
+        return False
+
+
+DEATH_CALLBACKS = _death_callbacks()
+
+
+def on_storage_death(st, callback):
+    """A weak reference to storage `st` that calls callback() once its StorageImpl dies, or None where that
+    cannot be observed (DEATH_CALLBACKS false); the caller keeps the reference."""
+    if not DEATH_CALLBACKS:
+        return None
+    import weakref
+    return weakref.ref(st, lambda _: callback())
+
+
 def dead_storages(records):
     """The records (objects with .ref, a StorageWeakRef) whose storage died."""
     f = _EXPIRED

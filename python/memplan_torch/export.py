@@ -10,15 +10,14 @@ import json
 import os
 import tempfile
 import time
-from fractions import Fraction
-
 import torch
 
-from . import compat, harness
+from . import compat, fit, harness
+from .replay import scratch_bytes
 from .trace import ExportError, _categorize, trace_once
 
 SCHEMA = "memplan.trace/v1"
-SEQ_TERMS = ("bytes_per_seq", "bytes_per_seq2", "bytes_per_batch_seq", "bytes_per_batch_seq2")
+SEQ_TERMS = fit.SEQ_TERMS
 
 
 def _steady(raw):
@@ -28,109 +27,11 @@ def _steady(raw):
 
 
 def _canonical(raw):
-    """Steady events with storage ids renumbered by first appearance (initial storages first), so that
-    traces at different sizes compare even when their first steps created different numbers of storages."""
-    ids = {}
-    for s in sorted(raw["initial"]):
-        ids[s] = len(ids)
-    out = []
-    for e in _steady(raw):
-        for s in e["alloc"]:
-            ids.setdefault(s, len(ids))
-        c = dict(e)
-        for f in ("alloc", "free", "saved"):
-            c[f] = [ids.setdefault(s, len(ids)) for s in e[f]]
-        out.append(c)
-    return out, ids
+    return fit.canonical(_steady(raw), raw["initial"])
 
 
-def _describe(ev):
-    return "%s (phase %s, module %r)" % (ev["op"], ev["phase"], ev["module"] or "<root>")
-
-
-_HINT = (" (With a trace batch or sequence of 1, size-1 dimensions turn some copies into views: "
-         "trace at 2 or more.)")
-
-
-def _align(a, b, what):
-    """Checks two event lists match op for op; raises ExportError naming the first difference."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        x, y = a[i], b[i]
-        for field in ("op", "phase", "module"):
-            if x[field] != y[field]:
-                raise ExportError(
-                    "memplan_torch: traces at %s do not align at op %d: %s vs %s. The model runs different "
-                    "ops at different sizes (data- or shape-dependent control flow); it cannot be exported "
-                    "with a size model. Make the control flow independent of the batch/sequence size.%s"
-                    % (what, i, _describe(x), _describe(y), _HINT))
-        for field in ("alloc", "free", "saved"):
-            if sorted(x[field]) != sorted(y[field]):
-                raise ExportError(
-                    "memplan_torch: traces at %s do not align at op %d %s: its %s storages differ "
-                    "(%s vs %s). Storage lifetimes depend on the size; the model cannot be exported with a "
-                    "size model.%s" % (what, i, _describe(x), field, x[field][:8], y[field][:8], _HINT))
-    if len(a) != len(b):
-        longer = a if len(a) > len(b) else b
-        raise ExportError(
-            "memplan_torch: traces at %s do not align: %d vs %d ops; the first extra op is %d %s. The model "
-            "runs a size-dependent number of ops (a loop over the batch or sequence?)."
-            % (what, len(a), len(b), n, _describe(longer[n])))
-
-
-def _fit_line(points, label):
-    """points: [(x, y)] with 2 points -> (c0, c1) integers, exact."""
-    (x1, y1), (x2, y2) = points
-    c1 = Fraction(y2 - y1, x2 - x1)
-    c0 = y1 - c1 * x1
-    if c1.denominator != 1 or c0.denominator != 1:
-        raise ExportError("memplan_torch: %s is not an integer-linear function of the batch: %d bytes at %d, "
-                          "%d bytes at %d" % (label, y1, x1, y2, x2))
-    return int(c0), int(c1)
-
-
-def _fit_quadratic(points, label):
-    """points: 3 (x, y) -> (a0, a1, a2) integers with y = a0 + a1 x + a2 x^2, exact."""
-    (x1, y1), (x2, y2), (x3, y3) = [(Fraction(x), Fraction(y)) for x, y in points]
-    # Newton divided differences
-    d1 = (y2 - y1) / (x2 - x1)
-    d2 = ((y3 - y2) / (x3 - x2) - d1) / (x3 - x1)
-    a2 = d2
-    a1 = d1 - d2 * (x1 + x2)
-    a0 = y1 - a1 * x1 - a2 * x1 * x1
-    for c in (a0, a1, a2):
-        if c.denominator != 1:
-            raise ExportError("memplan_torch: %s is not an integer polynomial of the sequence length "
-                              "(degree <= 2): sizes %s" % (label, [(int(x), int(y)) for x, y in points]))
-    return int(a0), int(a1), int(a2)
-
-
-def _size_models(raws, sid_at, batches, seqs, sids, label_of):
-    """raws[(b, s)] -> per sid dict of size coefficients."""
-    out = {}
-
-    def nbytes(key, sid):
-        other = sid_at[key][sid]
-        return raws[key]["recorder"].storages[other].nbytes
-
-    for sid in sids:
-        label = label_of(sid)
-        if seqs is None:
-            pts = [(b, nbytes((b, None), sid)) for b in batches]
-            c0, c1 = _fit_line(pts, label)
-            out[sid] = {"bytes_const": c0, "bytes_per_batch": c1}
-            continue
-        consts, slopes = [], []
-        for s in seqs:
-            pts = [(b, nbytes((b, s), sid)) for b in batches]
-            c0, c1 = _fit_line(pts, "%s at seq %d" % (label, s))
-            consts.append((s, c0))
-            slopes.append((s, c1))
-        a0, a1, a2 = _fit_quadratic(consts, label)
-        b0, b1, b2 = _fit_quadratic(slopes, label + " (per batch)")
-        out[sid] = {"bytes_const": a0, "bytes_per_batch": b0, "bytes_per_seq": a1, "bytes_per_seq2": a2,
-                    "bytes_per_batch_seq": b1, "bytes_per_batch_seq2": b2}
-    return out
+def _point(key):
+    return "batch %d" % key[0] + (" seq %d" % key[1] if key[1] is not None else "")
 
 
 def _first_opt_allocs(raw):
@@ -227,18 +128,19 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
     """Builds the trace document. make_job(batch, seq) returns a fresh harness.Job; with make_fake_job
     (batch, seq, fake_mode) -> (job of FakeTensors, note or None) the step runs under fake tensors."""
     t0 = time.time()
-    batches = [batch, 2 * batch]
-    seqs = None
-    if seq_dim is not None:
-        if seq_len is None or seq_len < 3:
-            raise ValueError("memplan_torch: seq_dim needs a sequence length >= 3 to fit sizes in the sequence")
-        d = max(1, seq_len // 4)
-        seqs = [seq_len, seq_len - d, seq_len - 2 * d]
+    batches, seqs, base_key = fit.fit_points(batch, seq_len, seq_dim)
     if make_fake_job is not None:
         raws, dev, notes = _run_fake_traces(make_fake_job, batches, seqs, optimizer, foreach)
     else:
         raws, dev, notes = _run_traces(make_job, batches, seqs, optimizer, device, foreach)
-    base_key = (batch, seqs[0] if seqs else None)
+    want_seq = seq_len if seqs else None
+    if base_key != (batch, want_seq):
+        notes.append("asked for batch %d%s: traced at batch %s%s (sizes of 1 take PyTorch's size-1 fast paths, "
+                     "views where larger sizes copy); the events and shapes are those at batch %d%s, every size "
+                     "is the fitted size model at batch %d%s" % (
+                         batch, " seq %d" % seq_len if seqs else "", "/".join(map(str, batches)),
+                         " seq " + "/".join(map(str, sorted(seqs))) if seqs else "", base_key[0],
+                         " seq %d" % base_key[1] if seqs else "", batch, " seq %d" % seq_len if seqs else ""))
     base = raws[base_key]
     base_events = _steady(base)
     base_canon, base_ids = _canonical(base)
@@ -249,19 +151,16 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         canon, ids = _canonical(raw)
         if key != base_key:
             if len(raw["initial"]) != len(base["initial"]):
-                raise ExportError("memplan_torch: %d storages are alive at the start of the step at batch %s "
-                                  "seq %s but %d at batch %s seq %s" % (len(base["initial"]), base_key[0],
-                                                                        base_key[1], len(raw["initial"]),
-                                                                        key[0], key[1]))
-            _align(base_canon, canon, "batch %s seq %s and batch %s seq %s" % (
-                base_key[0], base_key[1], key[0], key[1]))
+                raise ExportError("memplan_torch: %d storages are alive at the start of the step at %s but %d "
+                                  "at %s" % (len(base["initial"]), _point(base_key), len(raw["initial"]),
+                                             _point(key)))
+            fit.align(base_canon, canon, "%s and %s" % (_point(base_key), _point(key)))
         inv = {v: k for k, v in ids.items()}
         sid_at[key] = {base_inv[c]: inv[c] for c in base_inv if c in inv}
         fa, fb = _first_opt_allocs(base), _first_opt_allocs(raw)
         if len(fa) != len(fb):
-            raise ExportError("memplan_torch: the first optimizer step allocates %d storages at batch %s seq %s "
-                              "but %d at batch %s seq %s" % (len(fa), base_key[0], base_key[1], len(fb),
-                                                             key[0], key[1]))
+            raise ExportError("memplan_torch: the first optimizer step allocates %d storages at %s but %d at %s"
+                              % (len(fa), _point(base_key), len(fb), _point(key)))
         for x, y in zip(fa, fb):
             sid_at[key].setdefault(x, y)
     rec = base["recorder"]
@@ -305,7 +204,18 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
 
     label_of = lambda sid: "the storage allocated by %s in module %r" % (
         rec.storages[sid].op or "(before the step)", rec.storages[sid].module or "<root>")
-    sizes = _size_models(raws, sid_at, batches, seqs, sorted(set(order)), label_of)
+
+    def nbytes(key, sid):
+        return raws[key]["recorder"].storages[sid_at[key][sid]].nbytes
+
+    sizes = fit.size_models(nbytes, batches, seqs, sorted(set(order)), label_of)
+    for sid, sm in sizes.items():
+        n = fit.bytes_at(sm, batch, want_seq)
+        if n < 0:
+            raise ExportError("memplan_torch: %s has %d bytes at batch %d%s by its size model (fitted at batch "
+                              "%s): the model does not extrapolate to the size asked for; export at batch %d"
+                              % (label_of(sid), n, batch, " seq %d" % want_seq if seqs else "",
+                                 "/".join(map(str, batches)), batches[0]))
 
     cats = {}
     for s in set(order):
@@ -314,7 +224,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
 
     def storage_obj(sid):
         r = rec.storages[sid]
-        o = {"id": newid[sid], "bytes": r.nbytes}
+        o = {"id": newid[sid], "bytes": fit.bytes_at(sizes[sid], batch, want_seq)}
         o.update(sizes[sid])
         o.update({"dtype": r.dtype, "shape": r.shape, "category": cats[sid], "saved": r.saved})
         if sid in base["buffers"]:
@@ -341,7 +251,8 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         for i, ev in enumerate(steady):
             pts = [[k[0], k[1], canon[k][i].get("scratch", 0)] for k in sorted(raws, key=lambda k: (k[1] or 0, k[0]))]
             if any(p[2] for p in pts):
-                ev["scratch"] = {"bytes": base_events[i].get("scratch", 0), "points": pts}
+                ev["scratch"] = {"bytes": 0, "points": pts}
+                ev["scratch"]["bytes"] = scratch_bytes(ev, batch, want_seq)
     first = [event_obj(i, e, remap1) for i, e in enumerate(first_events)]
     state_ids = sorted(newid[s] for s in initial if cats[s] == "optimizer_state")
 
@@ -363,7 +274,8 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         "batch_dim": batch_dim,
         "seq_dim": seq_dim,
         "trace_batch": batch,
-        "trace_seq": seqs[0] if seqs else None,
+        "trace_seq": want_seq,
+        "traced_at": {"batch": base_key[0], "seq": base_key[1]},
         "fit_points": [{"batch": b, "seq": s} for (b, s) in sorted(raws, key=lambda k: (k[1] or 0, k[0]))],
         "size_model": "bytes = bytes_const + bytes_per_batch*batch" + (
             " + bytes_per_seq*seq + bytes_per_seq2*seq^2 + bytes_per_batch_seq*batch*seq"

@@ -149,8 +149,12 @@ def scale_batch(obj, dim, factor):
 
 
 def narrow_seq(obj, dim, length):
+    """Every tensor with a dimension `dim` cut to `length` along it, or tiled to it when shorter (the exporter
+    fits sizes at lengths of 2 and more, also for inputs of 1)."""
     def f(t):
         if t.dim() > dim:
+            if t.shape[dim] < length:
+                t = torch.cat([t] * -(-length // t.shape[dim]), dim=dim)
             return t.narrow(dim, 0, length).contiguous()
         return t
     return map_tensors(obj, f)

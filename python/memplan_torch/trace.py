@@ -30,7 +30,7 @@ class ExportError(RuntimeError):
 
 class _Storage:
     __slots__ = ("sid", "key", "ref", "nbytes", "dtype", "shape", "category", "saved", "module", "phase",
-                 "op", "event", "buffer", "preexisting", "freed_event")
+                 "op", "event", "buffer", "preexisting", "freed_event", "death")
 
     def __init__(self, sid, key, ref, nbytes, dtype, shape, module, phase, op, event):
         self.sid = sid
@@ -48,6 +48,7 @@ class _Storage:
         self.buffer = False
         self.preexisting = False
         self.freed_event = None
+        self.death = None  # the weak reference whose callback reports the storage's death (torch 2.x)
 
 
 class _HookProxy:
@@ -93,6 +94,10 @@ class Recorder(TorchDispatchMode):
         self.pending_saved = []
         self.recording = True
         self.unseen = []  # storages first seen as inputs since the last event
+        # storages whose death a weak-reference callback reported since the last sweep (torch 2.x): a sweep
+        # costs what died, not what lives, so the export is linear in the number of ops; torch 1.13 cannot
+        # report deaths and every sweep checks every live storage (compat.DEATH_CALLBACKS)
+        self.died = []
         # in-kernel buffers (oneDNN scratch, ...) are only visible to the allocator tracker, on CPU
         self.counters = None
         if self.device == "cpu" and not self.fake:
@@ -106,6 +111,8 @@ class Recorder(TorchDispatchMode):
                        compat.dtype_name(t.dtype), list(t.shape), module, self.phase, op, event)
         self.storages.append(rec)
         self.live[key] = rec
+        died = self.died
+        rec.death = compat.on_storage_death(st, lambda: died.append(rec))
         return rec
 
     def lookup(self, t, create=True):
@@ -143,7 +150,14 @@ class Recorder(TorchDispatchMode):
             self.events[-1]["free"].append(rec.sid)
 
     def sweep(self):
-        dead = compat.dead_storages(self.live.values())
+        if not compat.DEATH_CALLBACKS:
+            dead = compat.dead_storages(self.live.values())
+        elif not self.died:
+            return
+        else:
+            # a record whose key was taken over by a newer one was freed when the newer one was registered
+            dead = sorted((r for r in self.died if self.live.get(r.key) is r), key=lambda r: r.sid)
+            self.died.clear()
         for r in dead:
             self._free(r)
 

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestExplainCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	png := filepath.Join(t.TempDir(), "t.png")
+	code := Main([]string{"explain", "../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle", "--json", "--png", png}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep struct {
+		Schema        string `json:"schema"`
+		PeakAllocated struct {
+			Bytes int64 `json:"bytes"`
+		} `json:"peak_allocated"`
+		PeakReserved struct {
+			Reserved int64 `json:"reserved_bytes"`
+		} `json:"peak_reserved"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	// ../shared/snapshots/summaries/MAGMA27_assignment2-systems-15883f2.json
+	if rep.Schema != "memplan.explain/v1" || rep.PeakAllocated.Bytes != 13923997700 || rep.PeakReserved.Reserved != 14180941824 {
+		t.Errorf("report %+v", rep)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Errorf("no PNG: %v", err)
+	}
+}
+
+// Bad input: one line, exit 1, nothing written.
+func TestExplainBadInput(t *testing.T) {
+	dir := t.TempDir()
+	magma, err := os.ReadFile("../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain"}, "want one snapshot file"},
+		{[]string{"explain", filepath.Join(dir, "missing.pickle")}, "reading snapshot"},
+		{[]string{"explain", write("half.pickle", magma[:len(magma)/3])}, "truncated"},
+		{[]string{"explain", write("evil.pickle", []byte("cos\nsystem\n(S'touch pwned'\ntR."))}, "global os.system"},
+		{[]string{"explain", write("int.pickle", []byte("\x80\x02K\x01."))}, "not a CUDA memory snapshot"},
+		{[]string{"explain", write("t.json", []byte(`{"a": 1}`))}, "this is JSON"},
+		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--device", "7"}, "--device 7"},
+		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--svg", filepath.Join(dir, "x.pdf")}, "unsupported plot format"},
+	}
+	for _, c := range cases {
+		var out, errb bytes.Buffer
+		code := Main(c.args, &out, &errb)
+		msg := errb.String()
+		if code != 1 || !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stderr %q, stdout %d bytes; want one line with %q", c.args, code, msg, out.Len(), c.want)
+		}
+	}
+	if _, err := os.Stat("pwned"); err == nil {
+		t.Fatal("the pickle ran code")
+	}
+}

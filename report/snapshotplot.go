@@ -1,0 +1,153 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/memplan/memplan/explain"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// WriteSnapshotPlot draws what explain found in a snapshot as the stacked
+// timeline plan draws (the live bytes of each ledger category, event by
+// event, with the same colors), plus the reserved bytes as a line, to path
+// (.svg or .png). The file is written to a temporary file and renamed into
+// place.
+func WriteSnapshotPlot(path string, rep *explain.Report) (err error) {
+	format, err := plotFormat(path)
+	if err != nil {
+		return err
+	}
+	if format == "pdf" {
+		return fmt.Errorf("report: unsupported plot format \".pdf\" for a snapshot (want .svg or .png)")
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("report: writing plot: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("report: drawing plot: %v", p)
+		}
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	var canvas vg.CanvasWriterTo
+	if format == "svg" {
+		canvas = vgsvg.New(DefaultPlotWidth, DefaultPlotHeight)
+	} else {
+		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(DefaultPlotWidth, DefaultPlotHeight), vgimg.UseDPI(DefaultPlotDPI))}
+	}
+	drawSnapshot(draw.New(canvas), rep)
+	if _, err = canvas.WriteTo(f); err != nil {
+		return fmt.Errorf("report: writing plot: %w", err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("report: writing plot: %w", err)
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("report: writing plot: %w", err)
+	}
+	return os.Chmod(path, 0o644)
+}
+
+func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
+	tl := rep.Timeline
+	n := len(tl)
+	step := max(1, (n+DefaultPlotMaxPoints-1)/DefaultPlotMaxPoints)
+	var idx []int // the largest point of each bucket
+	for lo := 0; lo < n; lo += step {
+		best := lo
+		for i := lo; i < min(lo+step, n); i++ {
+			if total(tl[i]) > total(tl[best]) {
+				best = i
+			}
+		}
+		idx = append(idx, best)
+	}
+	top := rep.PeakReserved.Reserved
+	unit, unitName := units.GiB, "GiB"
+	if top < int64(units.GiB) {
+		unit, unitName = units.MiB, "MiB"
+	}
+	y := func(b int64) float64 { return float64(b) / float64(unit) }
+	plt := plot.New()
+	plt.Title.Text = fmt.Sprintf("%s · device %d", filepath.Base(rep.File), rep.Device)
+	plt.Title.TextStyle.Font = font.From(plotFont, 13)
+	plt.X.Label.Text = "trace event"
+	plt.Y.Label.Text = "device memory (" + unitName + ")"
+	plt.Y.Tick.Marker = plotYTicker{}
+	plt.X.Min, plt.X.Max = 0, float64(max(n-1, 1))
+	plt.Y.Min, plt.Y.Max = 0, max(y(top), 1e-9)*1.1
+	leg := plot.NewLegend()
+	leg.TextStyle.Font = font.From(plotFont, 10)
+	leg.Top, leg.Left = true, true
+	lower := make([]float64, len(idx))
+	for c := ir.Category(0); c <= explain.Unknown; c++ {
+		present := false
+		upper := make([]float64, len(idx))
+		for k, i := range idx {
+			upper[k] = lower[k] + y(tl[i].ByCat[c])
+			present = present || tl[i].ByCat[c] != 0
+		}
+		if !present {
+			continue
+		}
+		var pts plotter.XYs
+		for k, i := range idx {
+			pts = append(pts, plotter.XY{X: float64(i), Y: upper[k]})
+		}
+		for k := len(idx) - 1; k >= 0; k-- {
+			pts = append(pts, plotter.XY{X: float64(idx[k]), Y: lower[k]})
+		}
+		poly, err := plotter.NewPolygon(pts)
+		if err == nil {
+			col := color.Color(plotGray)
+			if c < ir.NumCategories {
+				col = plotColors[c]
+			} else {
+				col = color.Black
+			}
+			poly.Color = col
+			poly.LineStyle.Width = 0
+			plt.Add(poly)
+			leg.Add(explain.CategoryName(c), plotSwatch{color: col})
+		}
+		lower = upper
+	}
+	var res plotter.XYs
+	for _, i := range idx {
+		res = append(res, plotter.XY{X: float64(i), Y: y(tl[i].Reserved)})
+	}
+	if l, err := plotter.NewLine(res); err == nil {
+		l.LineStyle = draw.LineStyle{Color: okabeVermillion, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}
+		plt.Add(l)
+		leg.Add("reserved", l)
+	}
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	legW := leg.Rectangle(dc).Max.X - leg.Rectangle(dc).Min.X + vg.Points(16)
+	plt.Draw(draw.Crop(dc, 0, -legW, 0, 0))
+	leg.Draw(draw.Crop(dc, dc.Max.X-dc.Min.X-legW+vg.Points(8), 0, 0, -vg.Points(30)))
+}
+
+func total(p explain.Point) int64 {
+	var t int64
+	for _, b := range p.ByCat {
+		t += b
+	}
+	return t
+}
