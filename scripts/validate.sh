@@ -7,6 +7,9 @@
 #   scripts/validate.sh --out DIR --tolerance 3%
 #   scripts/validate.sh --torch2             # on PyTorch 2.x from PyPI (python/torch2_venv.sh makes its venv once)
 #   scripts/validate.sh --python PATH        # on any python that imports torch, torchvision and yaml
+#   scripts/validate.sh --cases a,b          # only these cases (python -m memplan_torch suite --cases)
+#   scripts/validate.sh --heavy              # torchvision's ViT-B/16 and Swin-T exported at batch 1, measured
+#                                            # at 1, 2 and 8 (not in CI: about 25 minutes and 6 GiB on 2 cores)
 #
 # Exit status 1 when any phase peak is beyond the tolerance or a peak phase is wrong.
 set -euo pipefail
@@ -14,6 +17,7 @@ cd "$(dirname "$0")/.."
 
 device=cpu
 out=""
+cases=""
 tolerance=3%
 PY=/usr/bin/python3
 debian=1
@@ -24,7 +28,9 @@ while [ $# -gt 0 ]; do
     --tolerance) tolerance=$2; shift 2 ;;
     --python) PY=$2; debian=0; shift 2 ;;
     --torch2) PY=$(python/torch2_venv.sh); debian=0; shift ;;
-    *) echo "validate.sh: unknown argument $1 (want --device cpu|cuda, --out DIR, --tolerance 3%, --python PATH, --torch2)" >&2; exit 2 ;;
+    --cases) cases=$2; shift 2 ;;
+    --heavy) cases=vit_b_16_b1,vit_b_16_b2,vit_b_16_b8,swin_t_b1,swin_t_b2,swin_t_b8; shift ;;
+    *) echo "validate.sh: unknown argument $1 (want --device cpu|cuda, --out DIR, --tolerance 3%, --python PATH, --torch2, --cases A,B, --heavy)" >&2; exit 2 ;;
   esac
 done
 if [ -z "$out" ]; then
@@ -54,6 +60,6 @@ fi
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 echo "== suite ($device, $("$PY" -c 'import torch; print("torch", torch.__version__)')) -> $out"
-PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m memplan_torch suite --out "$out" --device "$device"
+PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m memplan_torch suite --out "$out" --device "$device" ${cases:+--cases "$cases"}
 echo "== memplan validate"
 go run ./cmd/memplan validate "$out/measured.json" --traces "$out" --tolerance "$tolerance"

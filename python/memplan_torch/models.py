@@ -31,6 +31,38 @@ def vit_tiny(batch_size, image=32, classes=10):
     return m, torch.randn(batch_size, 3, image, image), _ce, torch.randint(0, classes, (batch_size,))
 
 
+# torchvision's ViT-B/16 and Swin-T (issue 16: exported at batch 1, where PyTorch's size-1 fast paths turn some
+# copies into views), at their published shapes (224x224 images, 1000 classes, random weights), and smaller
+# models of the same code (torchvision's VisionTransformer and SwinTransformer classes) for CI
+def vit_b_16(batch_size, image=224, classes=1000):
+    import torchvision
+    m = torchvision.models.vit_b_16(weights=None, num_classes=classes)
+    return m, torch.randn(batch_size, 3, image, image), _ce, torch.randint(0, classes, (batch_size,))
+
+
+def swin_t(batch_size, image=224, classes=1000):
+    import torchvision
+    m = torchvision.models.swin_t(weights=None, num_classes=classes)
+    return m, torch.randn(batch_size, 3, image, image), _ce, torch.randint(0, classes, (batch_size,))
+
+
+def vit_b16_small(batch_size, image=64, classes=10):
+    """ViT-B/16's code (patch 16, class token, torchvision's encoder) at 2 layers of width 96."""
+    from torchvision.models.vision_transformer import VisionTransformer
+    m = VisionTransformer(image_size=image, patch_size=16, num_layers=2, num_heads=4, hidden_dim=96,
+                          mlp_dim=384, num_classes=classes)
+    return m, torch.randn(batch_size, 3, image, image), _ce, torch.randint(0, classes, (batch_size,))
+
+
+def swin_small(batch_size, image=64, classes=10):
+    """Swin-T's code (torchvision's SwinTransformer: patch 4, window 7 with padding and shifted windows, patch
+    merging) at depths 2/2/2/2 of width 24."""
+    from torchvision.models.swin_transformer import SwinTransformer
+    m = SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8],
+                        window_size=[7, 7], stochastic_depth_prob=0.0, num_classes=classes)
+    return m, torch.randn(batch_size, 3, image, image), _ce, torch.randint(0, classes, (batch_size,))
+
+
 class TransformerLM(nn.Module):
     """Embedding + N nn.TransformerEncoderLayer (batch_first) + LM head."""
 
@@ -118,6 +150,14 @@ def mlp(batch_size, d_in=32, hidden=64, classes=4):
     m = nn.Sequential(nn.Linear(d_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                       nn.Linear(hidden, classes))
     return m, torch.randn(batch_size, d_in), _ce, torch.randint(0, classes, (batch_size,))
+
+
+def linear_stack(batch_size, layers=50, width=32):
+    """`layers` Linear+ReLU pairs: the exporter's scaling benchmark (python/bench_export_scaling.py)."""
+    mods = []
+    for _ in range(layers):
+        mods += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*mods), torch.randn(batch_size, width), None
 
 
 def mlp_bn(batch_size, d_in=32, hidden=64, classes=4):

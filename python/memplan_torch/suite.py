@@ -32,6 +32,13 @@ TRACES = {
     "lm_selfckpt": dict(model=M + "transformer_lm_ckpt", optimizer="adamw", batch=2, seq_len=64),
     "lm_selfckpt_reentrant": dict(model=M + "transformer_lm_ckpt_reentrant", optimizer="adamw", batch=2,
                                   seq_len=64),
+    # exported at batch 1 (issue 16): traced at 2 and 4, predicted at 1, 2 and 8. The small models run in CI;
+    # torchvision's ViT-B/16 and Swin-T themselves (heavy: minutes and GiBs on two cores) only when named
+    # (--cases, scripts/validate.sh --heavy)
+    "vit_b16_small": dict(model=M + "vit_b16_small", optimizer="adamw", batch=1),
+    "swin_small": dict(model=M + "swin_small", optimizer="adamw", batch=1),
+    "vit_b_16": dict(model=M + "vit_b_16", optimizer="adamw", batch=1),
+    "swin_t": dict(model=M + "swin_t", optimizer="adamw", batch=1),
 }
 
 CASES = [
@@ -46,7 +53,10 @@ CASES = [
     dict(name="gru", trace="gru", batch=32),
     dict(name="lm_selfckpt", trace="lm_selfckpt", batch=16),
     dict(name="lm_selfckpt_reentrant", trace="lm_selfckpt_reentrant", batch=16),
-]
+] + [dict(name="%s_b%d" % (t, b), trace=t, batch=b) for t in ("vit_b16_small", "swin_small") for b in (1, 2, 8)] \
+  + [dict(name="%s_b%d" % (t, b), trace=t, batch=b, heavy=True) for t in ("vit_b_16", "swin_t") for b in (1, 2, 8)]
+
+HEAVY = [c["name"] for c in CASES if c.get("heavy")]
 
 
 def _foreach(device):
@@ -89,7 +99,12 @@ def _mib(n):
 def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
     device = resolve_device(device)
     os.makedirs(out, exist_ok=True)
-    selected = [c for c in CASES if cases is None or c["name"] in cases]
+    if cases is not None:
+        unknown = [n for n in cases if n not in {c["name"] for c in CASES}]
+        if unknown:
+            raise ValueError("memplan_torch: unknown suite case %s (--cases; the cases are %s)"
+                             % (", ".join(unknown), ", ".join(c["name"] for c in CASES)))
+    selected = [c for c in CASES if (c["name"] in cases if cases is not None else not c.get("heavy"))]
     t0 = time.time()
     # On CPU, trace on CPU: some composite ops decompose differently on meta than on CPU (nn.GRU: the
     # meta trace runs per-step addmm where CPU precomputes the input projection), so a meta trace would

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""The exporter's time against the number of ops (issue 15: it was quadratic, 7.6/24/102/275 s for 50/100/200/400
+layers, because it checked every live storage after every op; it now hears of each storage's death from a weak
+reference callback on PyTorch 2.x).
+
+    $(python/torch2_venv.sh) python/bench_export_scaling.py [--layers 50,400] [--mode meta|cpu|fake] [--max-ratio 10]
+
+Exports memplan_torch.models:linear_stack (Linear+ReLU pairs, width 32, AdamW, batch 2) at each depth in this
+process, after one untimed warm-up export, and prints the wall time of each. Exit status 1 when the deepest
+takes more than --max-ratio times the shallowest times (deepest/shallowest) / 8 ... that is: when
+time(deepest) / time(shallowest) exceeds max_ratio * (deepest / shallowest) / 8, so the default checks
+"400 layers under 10x the time of 50" (8x the ops: linear is 8x, quadratic 64x). scripts/test.sh runs it on
+PyTorch 2.x.
+"""
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", default="50,100,200,400")
+    p.add_argument("--mode", default="meta", choices=["meta", "cpu", "fake"])
+    p.add_argument("--max-ratio", type=float, default=10.0,
+                   help="allowed time(deepest)/time(shallowest) for 8x the layers (scaled for other depths)")
+    a = p.parse_args(argv)
+    from memplan_torch import compat, models
+    from memplan_torch.export import export_builder
+    depths = sorted(int(x) for x in a.layers.split(","))
+    kw = dict(fake=True) if a.mode == "fake" else dict(device=a.mode)
+    times = {}
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "t.json")
+        export_builder("bench", out, builder=functools.partial(models.linear_stack, layers=depths[0]), **kw)
+        for n in depths:
+            t0 = time.perf_counter()
+            doc = export_builder("bench", out, builder=functools.partial(models.linear_stack, layers=n), **kw)
+            times[n] = time.perf_counter() - t0
+            print("%4d layers  %6d events  %7.2f s  %6.2f ms/event" % (n, len(doc["events"]), times[n],
+                                                                    1000 * times[n] / len(doc["events"])))
+    lo, hi = depths[0], depths[-1]
+    ratio = times[hi] / times[lo]
+    allowed = a.max_ratio * (hi / lo) / 8.0
+    print("torch %s, %s, death callbacks %s: %d layers take %.1fx the time of %d (allowed %.1fx; linear %.0fx)"
+          % (compat.TORCH_VERSION, a.mode, compat.DEATH_CALLBACKS, hi, ratio, lo, allowed, hi / lo))
+    return 0 if ratio <= allowed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
