@@ -1,5 +1,6 @@
 """Feature detection across PyTorch 1.13 (Debian) and 2.x."""
 
+import copy
 import inspect
 
 import torch
@@ -211,3 +212,16 @@ def new_fake_mode():
 def is_fake(t):
     from torch._subclasses.fake_tensor import FakeTensor
     return isinstance(t, FakeTensor)
+
+
+def deepcopy_module(model):
+    """copy.deepcopy of a module that also copies modules with torch.nn.utils.weight_norm: that hook keeps the
+    weight it computes (a non-leaf tensor, which deepcopy refuses: "Only Tensors created explicitly by the user
+    (graph leaves) support the deepcopy protocol") as a plain attribute and recomputes it before every forward,
+    so the copy gets it detached."""
+    memo = {}
+    for m in model.modules():
+        for v in m.__dict__.values():
+            if isinstance(v, torch.Tensor) and not isinstance(v, torch.nn.Parameter) and v.grad_fn is not None:
+                memo[id(v)] = v.detach().clone()
+    return copy.deepcopy(model, memo)

@@ -330,7 +330,7 @@ def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, se
     seq_len = None
     if seq_dim is not None:
         seq_len = harness.batch_size_of(inputs, seq_dim)
-    proto = copy.deepcopy(model).cpu()
+    proto = compat.deepcopy_module(model).cpu()
 
     def make_job(b, s):
         m = copy.deepcopy(proto)

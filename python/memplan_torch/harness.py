@@ -75,10 +75,28 @@ def map_tensors(obj, fn):
     return obj
 
 
+def _tied_parameters(model):
+    """[(module, name), ...] groups that hold one Parameter object (a tied embedding and head)."""
+    groups = {}
+    for m in model.modules():
+        for k, p in m._parameters.items():
+            if p is not None:
+                groups.setdefault(id(p), []).append((m, k))
+    return [g for g in groups.values() if len(g) > 1]
+
+
 def to_device(job, device, dtype=None):
+    """Moves the job to `device` (and `dtype`), keeping tied parameters tied: Module.to makes a new Parameter
+    per module where the new tensor cannot take over the old one's data (cpu -> meta), which unties them (a
+    GPT-2 with a shared embedding and head gets both counted, updated and kept in optimizer state)."""
+    ties = _tied_parameters(job.model)
     job.model.to(device)
     if dtype is not None:
         job.model.to(dtype)
+    for group in ties:
+        m0, k0 = group[0]
+        for m, k in group[1:]:
+            m._parameters[k] = m0._parameters[k0]
 
     def mv(t):
         t = t.to(device)

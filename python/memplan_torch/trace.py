@@ -76,12 +76,23 @@ class _Packed:
 
 _LIFT = ("aten.lift_fresh.default",)
 
+# Ops whose meta kernel (what a FakeTensor runs) does not give the outputs the real CPU kernel gives. oneDNN's
+# LSTM (what nn.LSTM runs on CPU in training): `aten.mkldnn_rnn_layer` returns a workspace that backward reads,
+# which its meta kernel (torch/_meta_registrations.py, meta_mkldnn_rnn_layer) returns empty while its size is
+# oneDNN's own function of the shapes (90,112 bytes for 12 steps x batch 2 x hidden 48); the meta kernel of
+# `aten.mkldnn_rnn_layer_backward` returns one tensor as both bias gradients, where the real kernel returns two
+# (and FakeTensorMode's dispatch cache, on a hit, two as well). Under fake execution such an op is run once for
+# real on zeros of the same shapes (memoized per shapes and arguments), and its fake outputs are made to have
+# the real ones' sizes and storage sharing.
+_REAL_SIZED = ("aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default")
+
 
 class Recorder(TorchDispatchMode):
     def __init__(self, device, fake=False):
         super().__init__()
         self.device = str(device)
         self.fake = bool(fake)
+        self.meta = self.device == "meta"
         self.storages = []  # by sid
         self.live = {}  # key -> _Storage
         self.events = []
@@ -268,6 +279,8 @@ class Recorder(TorchDispatchMode):
             raise
         except Exception as e:
             raise ExportError(_op_failure(func, module, self.phase, self.device, e, self.fake)) from e
+        if self.fake and str(func) in _REAL_SIZED:
+            out = _real_sized_outputs(func, args, kwargs, out)
         lifted = None
         if self.fake and str(func) in _LIFT and in_tensors and not compat.is_fake(in_tensors[0]) \
                 and isinstance(out, torch.Tensor):
@@ -313,10 +326,29 @@ class Recorder(TorchDispatchMode):
             ev["scratch"] = max(0, c.aligned_peak() - live0 - new)
         return out
 
+    def _refuse_autocast(self):
+        """On meta: entering torch.autocast for another device during the step raises ExportError (checked on
+        entry: inside __torch_dispatch__ autocast always reads as off)."""
+        cls = torch.autocast
+        orig = cls.__enter__
+        rec = self
+
+        def enter(ac):
+            if rec.phase in PHASES and getattr(ac, "_enabled", True) and str(getattr(ac, "device", "")) != "meta":
+                module = rec.module_path()
+                raise ExportError(_META_AUTOCAST % (str(getattr(ac, "device", "?")),
+                                                    "module %r" % module if module else "the root module",
+                                                    rec.phase))
+            return orig(ac)
+
+        cls.__enter__ = enter
+        return lambda: setattr(cls, "__enter__", orig)
+
     # ---- context ----
     def install(self, model):
         self.names = {id(m): n for n, m in model.named_modules()}
         self._unwrap = self._wrap_hooks()
+        self._unwrap_autocast = self._refuse_autocast() if self.meta else None
         if compat.global_module_hooks_available():
             self._h = [module_mod.register_module_forward_pre_hook(self._pre_hook),
                        compat.register_global_post_hook(self._post_hook)]
@@ -327,13 +359,68 @@ class Recorder(TorchDispatchMode):
                 self._h.append(m.register_forward_hook(self._post_hook))
 
     def uninstall(self):
-        unwrap = getattr(self, "_unwrap", None)
-        if unwrap is not None:
-            unwrap()
-            self._unwrap = None
+        for attr in ("_unwrap", "_unwrap_autocast"):
+            unwrap = getattr(self, attr, None)
+            if unwrap is not None:
+                unwrap()
+                setattr(self, attr, None)
         for h in self._h:
             h.remove()
         self._h = []
+
+
+_REAL_SIZES = {}  # (op, argument signature) -> the real output sizes
+
+
+def _signature(x):
+    if isinstance(x, torch.Tensor):
+        return ("T", tuple(x.shape), tuple(x.stride()), x.dtype)
+    if isinstance(x, (list, tuple)):
+        return tuple(_signature(y) for y in x)
+    return x
+
+
+def _real_sized_outputs(func, args, kwargs, out):
+    """`out` (a tuple of fake tensors) with the real kernel's output sizes and storage sharing: the op runs once
+    for real on zero tensors of the arguments' shapes, dtypes and strides (outside every dispatch mode; not
+    under no_grad, where oneDNN's LSTM makes no workspace), and a fake output whose size differs, or that shares
+    its storage with an earlier output where the real one does not, is replaced by a new fake tensor."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    key = (str(func), _signature((args, sorted(kwargs.items()))))
+    real_outs = _REAL_SIZES.get(key)
+    if real_outs is None:
+        def real(x):
+            if isinstance(x, torch.Tensor):
+                return torch.empty_strided(tuple(x.shape), tuple(x.stride()), dtype=x.dtype).zero_()
+            if isinstance(x, (list, tuple)):
+                return type(x)(real(y) for y in x)
+            return x
+        with unset_fake_temporarily():
+            r = func(*real(args), **{k: real(v) for k, v in kwargs.items()})
+        real_outs = []
+        for t in r:
+            if not isinstance(t, torch.Tensor):
+                real_outs.append(None)
+                continue
+            k = compat.storage_key(compat.storage_of(t))
+            first = next((j for j, o in enumerate(real_outs) if o is not None and o[3] == k), None)
+            real_outs.append((tuple(t.shape), tuple(t.stride()), t.dtype, k, first))
+        real_outs = [None if o is None else o[:3] + (o[4],) for o in real_outs]
+        del r
+        _REAL_SIZES[key] = real_outs
+    out = list(out)
+    keys = []
+    for i, (t, ro) in enumerate(zip(out, real_outs)):
+        if ro is None or not isinstance(t, torch.Tensor):
+            keys.append(None)
+            continue
+        shape, stride, dtype, shares = ro
+        k = compat.storage_key(compat.storage_of(t))
+        if tuple(t.shape) != shape or (shares is None and k in keys):
+            t = out[i] = torch.empty_strided(shape, stride, dtype=dtype, device=t.device)
+            k = compat.storage_key(compat.storage_of(t))
+        keys.append(k)
+    return tuple(out)
 
 
 _WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
@@ -364,6 +451,23 @@ def _returns_tensor(func):
         return len(rets) == 1 and str(rets[0].type) == "Tensor"
     except AttributeError:  # pragma: no cover
         return False
+
+
+# What the meta device traces differently from cpu (issue 10, item 6): refused with ExportError, so that
+# --device auto falls back to cpu. (Tied parameters are kept tied by harness.to_device.)
+_META_AUTOCAST = ("memplan_torch: torch.autocast(%r) is entered in %s during %s; the meta device does not apply "
+                  "it (autocast casts only tensors of its own device: the float32 program would be recorded); "
+                  "trace with --fake (PyTorch 2.x) or --device cpu")
+_META_RNN = ("memplan_torch: module %r is a %s, which runs oneDNN's fused kernel on cpu but a per-time-step "
+             "decomposition on the meta device (other ops, other temporaries, another peak); trace with --fake "
+             "(PyTorch 2.x) or --device cpu")
+
+
+def check_meta(model):
+    """Raises ExportError for a model the meta device would trace as another program than cpu runs."""
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.RNNBase):
+            raise ExportError(_META_RNN % (name or "<root>", type(m).__name__))
 
 
 def _op_failure(func, module, phase, device, e, fake=False):
@@ -421,6 +525,8 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     Returns a raw trace dict (see export.py for the written form)."""
     model = job.model
     model.train()
+    if str(device) == "meta":
+        check_meta(model)
     rec = Recorder(device, fake=fake_mode is not None)
     opt = harness.make_optimizer(optimizer, model.parameters(), foreach=foreach)
     params = [p for p in model.parameters()]

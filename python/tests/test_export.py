@@ -126,3 +126,57 @@ def test_validator_catches_corruption(tmp_path):
     doc["events"][3]["free"].append(10 ** 6)
     with pytest.raises(SchemaError):
         validate_trace(doc)
+
+
+# ---- the meta device's defects (issue 10, item 6): each is fixed, or refused so that --device auto traces on cpu
+
+def _same_but_device(a, b):
+    from test_fake import comparable, first_difference
+    a, b = comparable(a), comparable(b)
+    assert (a.pop("trace_device"), b.pop("trace_device")) == ("cpu", "meta")
+    return first_difference(a, b)
+
+
+def test_meta_keeps_tied_weights(tmp_path):
+    """GPT-2's lm_head shares wte's weight: Module.to("meta") used to untie them (1,627,264 parameters instead
+    of 1,115,264 for a GPT of issue 10; here 236,288 instead of 172,288)."""
+    kw = dict(batch=2, seq_len=16, foreach=False)
+    cpu = export_builder("memplan_torch.models:gpt2_tiny", str(tmp_path / "c.json"), device="cpu", **kw)
+    meta = export_builder("memplan_torch.models:gpt2_tiny", str(tmp_path / "m.json"), device="meta", **kw)
+    assert meta["n_params"] == cpu["n_params"] == 172288
+    assert _same_but_device(cpu, meta) is None
+
+
+def test_meta_keeps_weight_norm_and_export_copies_it(tmp_path):
+    """A model with torch.nn.utils.weight_norm: export(model) deep-copies it (the hook's computed weight is a
+    non-leaf tensor deepcopy refuses), and meta traces it as cpu does."""
+    import fake_builders
+    m, x, loss, y = fake_builders.weight_norm(2)
+    cpu = export(m, x, str(tmp_path / "c.json"), loss_fn=loss, targets=y, device="cpu", foreach=False)
+    # torch 1.13 has no meta kernel for weight_norm's op: auto falls back to cpu there
+    auto = export(m, x, str(tmp_path / "m.json"), loss_fn=loss, targets=y, device="auto", foreach=False)
+    assert auto["events"] == cpu["events"] and auto["n_params"] == cpu["n_params"]
+    built = export_builder("fake_builders:weight_norm", str(tmp_path / "b.json"), device="cpu", foreach=False)
+    assert replay(built, 8)["phases"] == replay(cpu, 8)["phases"]
+    assert m.a.weight.grad_fn is not None  # the caller's model is untouched
+
+
+@pytest.mark.parametrize("builder,what", [
+    ("fake_builders:autocast_mlp", "torch.autocast('cpu') is entered in the root module during forward"),
+    ("fake_builders:lstm", "module 'rnn' is a LSTM"),
+])
+def test_meta_refuses_what_it_would_trace_differently(tmp_path, builder, what):
+    """autocast (the meta device records the float32 program: fewer ops, smaller activations) and nn.LSTM (a
+    per-step decomposition on meta, oneDNN's fused kernel on cpu) are refused on meta with one line; auto then
+    traces on cpu, the same document as --device cpu."""
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError) as ei:
+        export_builder(builder, str(path), batch=2, device="meta", foreach=False)
+    msg = str(ei.value)
+    assert what in msg and "--device cpu" in msg and "--fake" in msg and "\n" not in msg, msg
+    assert not path.exists()
+    auto = export_builder(builder, str(path), batch=2, device="auto", foreach=False)
+    cpu = export_builder(builder, str(tmp_path / "c.json"), batch=2, device="cpu", foreach=False)
+    assert auto["trace_device"] == "cpu" and any(what in n for n in auto["notes"])
+    assert auto["events"] == cpu["events"]
+    assert not torch.is_autocast_enabled()  # the refused autocast context was never entered

@@ -65,6 +65,12 @@ CASES.update({
     "llama_tiny": dict(model=M + "llama_tiny", optimizer="adamw", batch=2, seq_len=16, seq_dim=1),
     "llama_tiny_bf16": dict(model=M + "llama_tiny_bf16", optimizer="adamw", batch=2, seq_len=16),
     "wide_mlp": dict(model="builders:wide_mlp", optimizer="sgd-momentum", batch=2),
+    # what the meta device traced wrongly (issue 10, item 6); fake execution must trace it as cpu runs it.
+    # nn.LSTM: oneDNN's workspace (empty from its meta kernel) and two bias gradients (one tensor from it)
+    "autocast_mlp": dict(model="fake_builders:autocast_mlp", optimizer="adamw", batch=2),
+    "lstm": dict(model="fake_builders:lstm", optimizer="adamw", batch=2, seq_len=12),
+    "weight_norm": dict(model="fake_builders:weight_norm", optimizer="adamw", batch=2),
+    "weight_norm_parametrized": dict(model="fake_builders:weight_norm_parametrized", optimizer="adamw", batch=2),
 })
 # predicted with the Go planner too (one per kind of model, to keep the test short)
 PLAN_CASES = ("resnet18", "lm", "llama_tiny")
@@ -124,6 +130,31 @@ def test_fake_export_of_a_model_object_keeps_tied_weights(tmp_path):
     n_params = sum(p.numel() for p in m.parameters())  # counts the tied weight once
     assert fake["n_params"] == n_params
     assert not any(compat.is_fake(p) for p in m.parameters())  # the caller's model is untouched
+
+
+@needs_fake
+def test_fake_lstm_workspace_is_the_real_one(tmp_path):
+    """oneDNN's LSTM workspace: 90,112 bytes per layer at 12 steps x batch 2 x hidden 48 (measured by the real
+    kernel), saved for backward; the meta kernel says 0 bytes, which made the fake forward peak half the real."""
+    doc = export_builder("fake_builders:lstm", str(tmp_path / "l.json"), batch=2, seq_len=12, fake=True,
+                         foreach=False)
+    ws = [a for e in doc["events"] if e["op"] == "aten.mkldnn_rnn_layer.default" for a in e["alloc"]
+          if a["dtype"] == "uint8"]
+    assert len(ws) == 2 and all(a["bytes"] == 90112 and a["saved"] for a in ws), ws
+    bwd = [e for e in doc["events"] if e["op"] == "aten.mkldnn_rnn_layer_backward.default"]
+    assert len(bwd) == 2 and all(len(e["alloc"]) == 7 for e in bwd)  # two bias gradients, not one aliased
+    assert doc["first_step"]["exact"]
+
+
+@needs_fake
+def test_fake_export_of_a_weight_norm_model_object(tmp_path):
+    """export(model) deep-copies the model; torch.nn.utils.weight_norm's computed weight used to stop it."""
+    import fake_builders
+    m, x, loss, y = fake_builders.weight_norm(2)
+    real = export(m, x, str(tmp_path / "r.json"), loss_fn=loss, targets=y, device="cpu", foreach=False)
+    fake = export(m, x, str(tmp_path / "f.json"), loss_fn=loss, targets=y, fake=True, foreach=False)
+    diff = first_difference(comparable(real), comparable(fake))
+    assert diff is None, "real and fake traces differ at %s: %r vs %r" % diff
 
 
 @needs_fake
