@@ -19,10 +19,10 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/strategy"
@@ -132,7 +132,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.accum, "accum", 1, "gradient-accumulation micro-steps per optimizer step")
 	fl.IntVar(&f.genTokens, "gen-tokens", 0, "inference: tokens generated after the prompt (sizes the KV cache)")
 	fl.StringVar(&f.precision, "precision", "amp-bf16", "fp32, amp-bf16, amp-fp16, bf16, fp16 (bf16/fp16 keep fp32 master weights), pure-bf16 or pure-fp16 (16-bit state, no master: litgpt bf16-true)")
-	fl.StringVar(&f.optimizer, "optimizer", "adamw", strings.Join(plan.OptimizerNames(), ", "))
+	fl.StringVar(&f.optimizer, "optimizer", "adamw", strings.Join(lower.OptimizerNames(), ", "))
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
@@ -175,10 +175,10 @@ func (f *planFlags) spec() (engine.Spec, error) {
 	if s.Precision, err = ops.ParsePrecision(f.precision); err != nil {
 		return s, err
 	}
-	if s.Optimizer, err = plan.ParseOptimizer(f.optimizer); err != nil {
+	if s.Optimizer, err = lower.ParseOptimizer(f.optimizer); err != nil {
 		return s, err
 	}
-	if s.Impl, err = plan.ParseImpl(f.impl); err != nil {
+	if s.Impl, err = lower.ParseImpl(f.impl); err != nil {
 		return s, err
 	}
 	if s.Attention, err = build.ParseAttention(f.attention); err != nil {

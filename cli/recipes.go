@@ -9,8 +9,8 @@ import (
 	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
 
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/recipe"
 )
 
@@ -67,7 +67,7 @@ func listRecipes(w io.Writer) error {
 	t = table.NewWriter()
 	t.SetStyle(table.StyleLight)
 	t.AppendHeader(table.Row{"optimizer", "state it keeps", "follows"})
-	for _, o := range plan.Optimizers() {
+	for _, o := range lower.Optimizers() {
 		t.AppendRow(table.Row{o.String(), o.Doc(), o.Source()})
 	}
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 60}, {Number: 3, WidthMax: 60}})

@@ -13,10 +13,10 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -292,7 +292,7 @@ func llamaProgram(t testing.TB, name string, seq int) (*ir.Program, *models.Arch
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: seq, Precision: ops.BF16, Optimizer: plan.AdamW}}
+	s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: seq, Precision: ops.BF16, Optimizer: lower.AdamW}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,8 @@ package engine
 import (
 	"testing"
 
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // BenchmarkPlanLlama3_70B plans one training iteration of llama-3-70b at
@@ -12,7 +12,7 @@ import (
 // and under 50 MB allocated per plan. Compare runs with benchstat.
 func BenchmarkPlanLlama3_70B(b *testing.B) {
 	a := lookup(b, "llama-3-70b")
-	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 8192, Precision: ops.BF16, Optimizer: plan.AdamW}}
+	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 8192, Precision: ops.BF16, Optimizer: lower.AdamW}}
 	b.ReportAllocs()
 	for b.Loop() {
 		r, err := Plan(s)
@@ -30,7 +30,7 @@ func BenchmarkPlanLlama3_70B(b *testing.B) {
 // its own 10 layers (stageSlice).
 func BenchmarkPlanLlama3_70BPipeline(b *testing.B) {
 	a := lookup(b, "llama-3-70b")
-	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: plan.AdamW, Accum: 16}, Parallel: Parallel{TP: 8, PP: 8}}
+	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: lower.AdamW, Accum: 16}, Parallel: Parallel{TP: 8, PP: 8}}
 	b.ReportAllocs()
 	for b.Loop() {
 		r, err := Plan(s)

@@ -6,10 +6,10 @@ import (
 
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 )
 
@@ -38,7 +38,7 @@ func TestCatalogMatchesTrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Plan(Spec{Job: Job{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU, Attention: build.Eager, Optimizer: plan.AdamW, Impl: plan.Single}})
+		res, err := Plan(Spec{Job: Job{Model: arch, MicroBatch: c.batch, Seq: c.seq, Precision: ops.FP32, Device: ops.CPU, Attention: build.Eager, Optimizer: lower.AdamW, Impl: lower.Single}})
 		if err != nil {
 			t.Fatal(err)
 		}

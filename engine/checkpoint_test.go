@@ -5,8 +5,8 @@ import (
 
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/search/ckpt"
 	"github.com/memplan/memplan/units"
 )
@@ -35,7 +35,7 @@ func TestAutoCheckpoint(t *testing.T) {
 
 func autoCheckpointCase(t *testing.T, sem Semantics) {
 	a := lookup(t, "llama-3.2-1b")
-	base := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Sem: sem}
+	base := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Sem: sem}
 	full := base
 	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
 	rf := mustPlan(t, full)

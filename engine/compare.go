@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -108,9 +108,9 @@ func Variants(base Spec, allow Allow) []Variant {
 				}})
 		}
 	}
-	if base.Impl != plan.Fused {
+	if base.Impl != lower.Fused {
 		vs = append(vs, Variant{Name: "fused optimizer step", Changes: "optimizer-step temporaries",
-			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = plan.Fused; return nil }})
+			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = lower.Fused; return nil }})
 	}
 	if allow.LoRA && base.LoRA == nil {
 		vs = append(vs, Variant{Name: "LoRA r=16 on every linear", Changes: "gradients and optimizer state only for adapters; frozen linears save no input",
@@ -127,9 +127,9 @@ func Variants(base Spec, allow Allow) []Variant {
 				return nil
 			}})
 	}
-	if allow.EightBit && base.Optimizer != plan.Adam8bit && (base.Optimizer == plan.Adam || base.Optimizer == plan.AdamW) {
+	if allow.EightBit && base.Optimizer != lower.Adam8bit && (base.Optimizer == lower.Adam || base.Optimizer == lower.AdamW) {
 		vs = append(vs, Variant{Name: "8-bit AdamW (bitsandbytes)", Changes: "optimizer state 8 → 2 bytes/param (+ block constants)",
-			Keeps: "parameters, gradients, activations", apply: func(s *Spec) error { s.Optimizer = plan.Adam8bit; return nil }})
+			Keeps: "parameters, gradients, activations", apply: func(s *Spec) error { s.Optimizer = lower.Adam8bit; return nil }})
 	}
 	return vs
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // TestPlans runs the scripts in testdata/plans: each `plan` command builds a
@@ -85,9 +85,9 @@ func specFromArgs(d *datadriven.TestData) (Spec, error) {
 		case "precision":
 			s.Precision, err = ops.ParsePrecision(v)
 		case "optimizer":
-			s.Optimizer, err = plan.ParseOptimizer(v)
+			s.Optimizer, err = lower.ParseOptimizer(v)
 		case "impl":
-			s.Impl, err = plan.ParseImpl(v)
+			s.Impl, err = lower.ParseImpl(v)
 		case "attention":
 			s.Attention, err = build.ParseAttention(v)
 		case "checkpoint":

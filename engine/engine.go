@@ -14,10 +14,10 @@ import (
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
@@ -82,8 +82,8 @@ type Job struct {
 	// Accum micro-steps per optimizer step (default 1).
 	Accum     int
 	Precision ops.Precision
-	Optimizer plan.Optimizer
-	Impl      plan.Impl
+	Optimizer lower.Optimizer
+	Impl      lower.Impl
 	Attention build.Attention
 	Device    ops.Device
 	// GenTokens is how many tokens inference generates after the prompt of
@@ -299,8 +299,8 @@ func (s *Spec) groups() int {
 }
 
 // trainConfig is how the spec's iteration is lowered.
-func (s *Spec) trainConfig(first bool) plan.TrainConfig {
-	return plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
+func (s *Spec) trainConfig(first bool) lower.TrainConfig {
+	return lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
 		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward, StateDType: s.Sem.StateDType}
 }
 
@@ -445,13 +445,13 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		return nil, 0, err
 	}
 	if s.Mode == Infer {
-		p, err := plan.InferWith(g, s.Sem.Workspace)
+		p, err := lower.InferWith(g, s.Sem.Workspace)
 		if err != nil {
 			return nil, 0, err
 		}
 		return p, paramCount(p), nil
 	}
-	p, err := plan.Train(g, s.trainConfig(first))
+	p, err := lower.Train(g, s.trainConfig(first))
 	if err != nil {
 		return nil, 0, err
 	}

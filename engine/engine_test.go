@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -41,18 +41,18 @@ func TestModelStatesBytesPerParam(t *testing.T) {
 	a := lookup(t, "gpt2")
 	for _, tc := range []struct {
 		prec ops.Precision
-		opt  plan.Optimizer
+		opt  lower.Optimizer
 		want float64
 	}{
-		{ops.BF16, plan.AdamW, 16},
-		{ops.FP16, plan.Adam, 16},
-		{ops.FP32, plan.AdamW, 16},
-		{ops.AMPBF16, plan.AdamW, 16},
-		{ops.FP32, plan.SGD, 8},
-		{ops.FP32, plan.SGDMomentum, 12},
-		{ops.BF16, plan.SGD, 8}, // 2 + 2 + 4 (master)
+		{ops.BF16, lower.AdamW, 16},
+		{ops.FP16, lower.Adam, 16},
+		{ops.FP32, lower.AdamW, 16},
+		{ops.AMPBF16, lower.AdamW, 16},
+		{ops.FP32, lower.SGD, 8},
+		{ops.FP32, lower.SGDMomentum, 12},
+		{ops.BF16, lower.SGD, 8}, // 2 + 2 + 4 (master)
 	} {
-		for _, impl := range []plan.Impl{plan.Foreach, plan.Single, plan.Fused} {
+		for _, impl := range []lower.Impl{lower.Foreach, lower.Single, lower.Fused} {
 			r := mustPlan(t, Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: tc.prec, Optimizer: tc.opt, Impl: impl}})
 			ms := r.Sim.ModelStates
 			got := float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Sim.Params)
@@ -67,7 +67,7 @@ func TestModelStatesBytesPerParam(t *testing.T) {
 // block (Dettmers et al., ICLR 2022); small tensors keep 32-bit state.
 func TestAdam8bitState(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b")
-	r := mustPlan(t, Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: ops.BF16, Optimizer: plan.Adam8bit}})
+	r := mustPlan(t, Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: ops.BF16, Optimizer: lower.Adam8bit}})
 	perParam := float64(r.Sim.ModelStates.OptimizerState) / float64(r.Sim.Params)
 	// master weights 4 + states 2 + absmax 8/2048, plus fp32 state for the
 	// small norm weights.
@@ -98,7 +98,7 @@ func TestKorthikantiTable2PerLayer(t *testing.T) {
 		{4096, 2048, 16, 1},
 	} {
 		arch := gpt2Style(t, tc.s, tc.h, tc.a)
-		r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: tc.b, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW}})
+		r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: tc.b, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: lower.AdamW}})
 		s, b, h, a := float64(tc.s), float64(tc.b), float64(tc.h), float64(tc.a)
 		want := s * b * h * (34 + 5*a*s/h)
 		// A middle block: each block's saved input is produced by the block
@@ -115,7 +115,7 @@ func TestKorthikantiTable2PerLayer(t *testing.T) {
 // a foreach AdamW step, whose _foreach_sqrt list is as large as the second
 // moment, moves the peak into the optimizer step.
 func TestPeakPhaseMoves(t *testing.T) {
-	big := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}})
+	big := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: lower.AdamW}})
 	if big.Sim.Peak.Phase != ir.Backward {
 		t.Fatalf("large activations: peak in %s, want backward", big.Sim.Peak.Phase)
 	}
@@ -132,11 +132,11 @@ func TestPeakPhaseMoves(t *testing.T) {
 	if pos := big.Sim.Peak.Op - firstBwd; pos > nBwd/10 {
 		t.Errorf("peak is %d ops into a backward of %d; want it near the boundary", pos, nBwd)
 	}
-	small := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Foreach}})
+	small := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Impl: lower.Foreach}})
 	if small.Sim.Peak.Phase != ir.Optimizer {
 		t.Fatalf("small activations, foreach AdamW: peak in %s, want optimizer", small.Sim.Peak.Phase)
 	}
-	fused := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: plan.AdamW, Impl: plan.Fused}})
+	fused := mustPlan(t, Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Impl: lower.Fused}})
 	if fused.Sim.Peak.Total >= small.Sim.Peak.Total {
 		t.Errorf("fused AdamW peak %s is not below foreach %s", fused.Sim.Peak.Total, small.Sim.Peak.Total)
 	}
@@ -145,7 +145,7 @@ func TestPeakPhaseMoves(t *testing.T) {
 // The first step creates Adam's state lazily inside the step; in steady state
 // it is resident before the forward starts.
 func TestFirstStepCreatesState(t *testing.T) {
-	r := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Optimizer: plan.AdamW}, Target: Target{FirstStep: true}})
+	r := mustPlan(t, Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Optimizer: lower.AdamW}, Target: Target{FirstStep: true}})
 	if r.First == nil {
 		t.Fatal("no first-step result")
 	}

@@ -5,16 +5,16 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // Plan one training iteration of GPT-2 and ask whether it fits an RTX 4090.
 func ExamplePlan() {
 	m, _ := models.Lookup("gpt2")
 	gpu, _ := hw.Lookup("rtx-4090")
-	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: m, MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: gpu}})
+	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: m, MicroBatch: 8, Seq: 1024, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: engine.Target{GPU: gpu}})
 	if err != nil {
 		fmt.Println(err)
 		return

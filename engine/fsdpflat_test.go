@@ -7,10 +7,10 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/strategy"
 )
 
@@ -24,7 +24,7 @@ func fsdpJob(t testing.TB, dp int, flat bool) Spec {
 	}
 	a = a.Clone()
 	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Layers, a.Vocab = 128, 2, 2, 64, 256, 3, 512
-	return Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 128, Accum: 3, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}, Sem: Semantics{LoRAModelDType: true, FSDPFlat: flat}, Parallel: Parallel{Sharding: Sharding{DP: dp, ZeRO: 3}}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointFull}}, Target: Target{FirstStep: true}}
+	return Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 128, Accum: 3, Precision: ops.PureBF16, Optimizer: lower.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}, Sem: Semantics{LoRAModelDType: true, FSDPFlat: flat}, Parallel: Parallel{Sharding: Sharding{DP: dp, ZeRO: 3}}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointFull}}, Target: Target{FirstStep: true}}
 }
 
 // Without Sem.FSDPFlat, ZeRO-3 stays the per-parameter, PEFT-aware sharding
@@ -48,7 +48,7 @@ func TestFSDPFlatOffKeepsZeRO3(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lp, err := plan.Train(g, s.trainConfig(false))
+		lp, err := lower.Train(g, s.trainConfig(false))
 		if err != nil {
 			t.Fatal(err)
 		}

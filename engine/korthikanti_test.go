@@ -4,9 +4,9 @@ import (
 	"math"
 	"testing"
 
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
@@ -35,7 +35,7 @@ func TestKorthikantiTable2Recompute(t *testing.T) {
 			if row.ck.Kind == CheckpointFull {
 				tp = 1
 			}
-			r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: 1, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW}, Parallel: Parallel{TP: tp, SP: row.sp}, Savings: Savings{Checkpoint: row.ck}})
+			r := mustPlan(t, Spec{Job: Job{Model: arch, MicroBatch: 1, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: lower.AdamW}, Parallel: Parallel{TP: tp, SP: row.sp}, Savings: Savings{Checkpoint: row.ck}})
 			got := float64(r.Sim.SavedByModule["transformer.h.1"])
 			if rel := math.Abs(got-row.want) / row.want; rel > 0.02 {
 				t.Errorf("%s, s=%d h=%d a=%d t=%d: %.0f bytes per layer, Table 2 gives %.0f (%.2f%% off)", row.name, tc.s, tc.h, tc.a, tp, got, row.want, 100*rel)

@@ -6,9 +6,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -31,7 +31,7 @@ func TestZeROStagesThroughEngine(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b")
 	want := []float64{16, 4 + 12.0/64, 2 + 14.0/64, 16.0 / 64}
 	for stage, w := range want {
-		s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.BF16, Optimizer: plan.AdamW}, Parallel: Parallel{Sharding: Sharding{DP: 64, ZeRO: stage}}}
+		s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.BF16, Optimizer: lower.AdamW}, Parallel: Parallel{Sharding: Sharding{DP: 64, ZeRO: stage}}}
 		if stage == 0 {
 			s.DP = 1
 		}
@@ -64,7 +64,7 @@ func TestPropertyParallelCombinations(t *testing.T) {
 	a := lookup(t, "llama-3.2-1b").Clone()
 	a.Layers = 4
 	rapid.Check(t, func(rt *rapid.T) {
-		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW, Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{TP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp"), PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")}}}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: lower.AdamW, Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{TP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp"), PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")}}}
 		s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
 		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
@@ -110,7 +110,7 @@ func TestPropertyOffloadOrder(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		a := rapid.SampledFrom(archs).Draw(rt, "model")
-		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16}).Draw(rt, "prec"), Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{TP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp"), PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{2, 4, 8}).Draw(rt, "dp"), ZeRO: rapid.IntRange(0, 3).Draw(rt, "zero")}}}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16}).Draw(rt, "prec"), Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{TP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp"), PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{2, 4, 8}).Draw(rt, "dp"), ZeRO: rapid.IntRange(0, 3).Draw(rt, "zero")}}}
 		s.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: CheckpointFull}, {Kind: CheckpointEvery, Every: 2}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		peak := func(o Offload) units.Bytes {

@@ -6,10 +6,10 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/models/modeltest"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -35,7 +35,7 @@ func TestPropertyAccumulation(t *testing.T) {
 		a := modeltest.Arch(t)
 		k := rapid.IntRange(2, 4).Draw(t, "k")
 		b := rapid.IntRange(1, 3).Draw(t, "b")
-		base := Spec{Job: Job{Model: a, Seq: rapid.IntRange(1, 4).Draw(t, "seq8") * 8, Precision: ops.Precision(rapid.IntRange(0, 4).Draw(t, "precision")), Optimizer: plan.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")), Impl: plan.Impl(rapid.IntRange(0, 2).Draw(t, "impl")), Attention: build.Attention(rapid.IntRange(0, 1).Draw(t, "attention"))}}
+		base := Spec{Job: Job{Model: a, Seq: rapid.IntRange(1, 4).Draw(t, "seq8") * 8, Precision: ops.Precision(rapid.IntRange(0, 4).Draw(t, "precision")), Optimizer: lower.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")), Impl: lower.Impl(rapid.IntRange(0, 2).Draw(t, "impl")), Attention: build.Attention(rapid.IntRange(0, 1).Draw(t, "attention"))}}
 		full, split := base, base
 		full.MicroBatch, full.Accum = k*b, 1
 		split.MicroBatch, split.Accum = b, k

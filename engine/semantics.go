@@ -2,9 +2,9 @@ package engine
 
 import (
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -52,8 +52,8 @@ type Semantics struct {
 	StateDType units.DType
 	// Hold is how long the loop keeps the model's outputs (logits) in a
 	// variable; ZeroGrad when and how it clears gradients.
-	Hold     plan.Hold
-	ZeroGrad plan.ZeroGrad
+	Hold     lower.Hold
+	ZeroGrad lower.ZeroGrad
 	// Workspace is the cuBLAS workspace each thread allocates through the
 	// caching allocator (counted in the allocated peak); AutoWorkspace takes
 	// the GPU's default (hw.GPU.CublasWorkspace).

@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -41,7 +41,7 @@ func TestPureBF16HoldsEightBytesPerParam(t *testing.T) {
 		p    ops.Precision
 		want float64
 	}{{ops.PureBF16, 8}, {ops.BF16, 16}} {
-		r := semPlan(t, Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Precision: c.p, Optimizer: plan.AdamW, Impl: plan.Fused}})
+		r := semPlan(t, Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Precision: c.p, Optimizer: lower.AdamW, Impl: lower.Fused}})
 		ms := r.Sim.ModelStates
 		got := float64(ms.Parameters+ms.Gradients+ms.OptimizerState) / float64(r.Sim.Params)
 		if got != c.want {
@@ -57,7 +57,7 @@ func TestPureBF16HoldsEightBytesPerParam(t *testing.T) {
 // whose backward is running are alive.
 func TestOptimizerInBackwardNeverHoldsAllGradients(t *testing.T) {
 	a := catalog(t, "llama-3.2-1b")
-	base := Spec{Job: Job{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	base := Spec{Job: Job{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	all := semPlan(t, base)
 	inb := base
 	inb.Sem.OptimizerInBackward = true
@@ -126,7 +126,7 @@ func TestOldBitsandbytesKeepsFourBitInputs(t *testing.T) {
 // copy dies at its chunk's log_softmax, before the next chunk's is made.
 func TestChunkedLossHoldsOneFloat32Chunk(t *testing.T) {
 	a := catalog(t, "llama-3.2-1b")
-	s := Spec{Job: Job{Model: a, Seq: 1024, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	s := Spec{Job: Job{Model: a, Seq: 1024, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	s.Sem.Loss = build.Loss{Kind: build.LossChunked, Chunks: 8, Upcast: build.UpcastChunk}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
@@ -174,14 +174,14 @@ func TestChunkedLossHoldsOneFloat32Chunk(t *testing.T) {
 // is an ordinary allocation and counts on the device.
 func TestPagedOptimizerThreshold(t *testing.T) {
 	a := catalog(t, "llama-3.2-1b")
-	s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}}
+	s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: lower.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}}}}
 	s.Sem.PagedOptimizer = true
 	r := semPlan(t, s)
 	// lora_A of q_proj: 8 x 2048 = 16,384 values; every adapter is under 1e5.
 	if r.Sim.ModelStates.OptimizerState == 0 {
 		t.Error("small LoRA state was paged out of the device")
 	}
-	full := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	full := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	full.Sem.PagedOptimizer = true
 	rf := semPlan(t, full)
 	// Two norms per layer and the final norm, two bfloat16 states each.
@@ -196,12 +196,12 @@ func TestPagedOptimizerThreshold(t *testing.T) {
 // the forward; logits kept in the loop's variable are alive through the
 // optimizer step and into the next forward.
 func TestLoopHabits(t *testing.T) {
-	base := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 512, MicroBatch: 2, Precision: ops.FP32, Optimizer: plan.AdamW}, Target: Target{FirstStep: true}}
+	base := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 512, MicroBatch: 2, Precision: ops.FP32, Optimizer: lower.AdamW}, Target: Target{FirstStep: true}}
 	r0 := semPlan(t, base)
 	grads := r0.Sim.ModelStates.Gradients
 	fwd := func(r *Result) units.Bytes { return r.Sim.PhasePeak[ir.Forward].Total }
 	opt := func(r *Result) units.Bytes { return r.Sim.PhasePeak[ir.Optimizer].Total }
-	for _, z := range []plan.ZeroGrad{plan.ZeroInPlace, plan.ZeroAfterForward} {
+	for _, z := range []lower.ZeroGrad{lower.ZeroInPlace, lower.ZeroAfterForward} {
 		s := base
 		s.Sem.ZeroGrad = z
 		r := semPlan(t, s)
@@ -213,13 +213,13 @@ func TestLoopHabits(t *testing.T) {
 		}
 	}
 	s := base
-	s.Sem.Hold = plan.HoldNextForward
+	s.Sem.Hold = lower.HoldNextForward
 	r := semPlan(t, s)
 	logits := units.F32.Size(2 * 512 * int64(base.Model.Vocab))
 	if opt(r) < opt(r0)+logits {
 		t.Errorf("held logits: optimizer peak %v, want at least %v + logits %v", opt(r), opt(r0), logits)
 	}
-	s.Sem.Hold = plan.HoldBackward
+	s.Sem.Hold = lower.HoldBackward
 	if rb := semPlan(t, s); opt(rb) != opt(r0) || rb.Sim.PhasePeak[ir.Backward].Total <= r0.Sim.PhasePeak[ir.Backward].Total {
 		t.Errorf("logits held through backward only: optimizer %v (want %v), backward %v (want above %v)", opt(rb), opt(r0), rb.Sim.PhasePeak[ir.Backward].Total, r0.Sim.PhasePeak[ir.Backward].Total)
 	}
@@ -231,7 +231,7 @@ func TestLoopHabits(t *testing.T) {
 // src/liger_kernel/ops/fused_linear_cross_entropy.py).
 func TestFusedLinearLossNeverHoldsLogits(t *testing.T) {
 	a := catalog(t, "llama-3.2-1b")
-	s := Spec{Job: Job{Model: a, Seq: 2048, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	s := Spec{Job: Job{Model: a, Seq: 2048, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	s.Sem.Loss = build.Loss{Kind: build.LossFusedLinear}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)

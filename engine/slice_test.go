@@ -9,9 +9,9 @@ import (
 
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/strategy"
 )
 
@@ -27,7 +27,7 @@ func TestPropertyStageSliceEqualsWholeModel(t *testing.T) {
 		a := lookup(t, name).Clone()
 		a.Layers = rapid.IntRange(2, 7).Draw(rt, "layers")
 		pp := rapid.IntRange(2, a.Layers).Draw(rt, "pp")
-		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.FP32}).Draw(rt, "prec"), Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused, plan.Single}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{PP: pp, PPSchedule: rapid.SampledFrom([]strategy.Schedule{strategy.OneFOneB, strategy.GPipe}).Draw(rt, "sched"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.FP32}).Draw(rt, "prec"), Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused, lower.Single}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 4).Draw(rt, "accum")}, Parallel: Parallel{PP: pp, PPSchedule: rapid.SampledFrom([]strategy.Schedule{strategy.OneFOneB, strategy.GPipe}).Draw(rt, "sched"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}}
 		if a.NumExperts == 0 && a.Family != "gpt2" {
 			s.TP = rapid.SampledFrom([]int{1, 2}).Draw(rt, "tp")
 			s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
@@ -87,7 +87,7 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 	a.Layers = 4
 	c := &Cache{Limit: 5000}
 	rapid.Check(t, func(rt *rapid.T) {
-		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}, Target: Target{FirstStep: rapid.Bool().Draw(rt, "first")}}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}, Target: Target{FirstStep: rapid.Bool().Draw(rt, "first")}}
 		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
 			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
@@ -146,7 +146,7 @@ func TestPropertyTransformsLeaveCacheAlone(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		c := &Cache{}
-		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: plan.AdamW, Impl: rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{2, 4}).Draw(rt, "dp")}}}
+		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{2, 4}).Draw(rt, "dp")}}}
 		if rapid.Bool().Draw(rt, "ckpt") {
 			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
 		}

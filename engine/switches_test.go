@@ -5,15 +5,15 @@ import (
 
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
 // loraSpec is llama-3.2-1b with LoRA on q_proj and v_proj, pure bf16.
 func loraSpec(t *testing.T) Spec {
-	return Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Dropout: 0.05, Targets: []string{"q_proj", "v_proj"}}}}
+	return Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW, LoRA: &build.LoRA{Rank: 8, Alpha: 16, Dropout: 0.05, Targets: []string{"q_proj", "v_proj"}}}}
 }
 
 // lit-gpt's attention keeps the whole fused qkv output alive: SDPA saves v,
@@ -181,9 +181,9 @@ func TestCommOverhead(t *testing.T) {
 // 1 + 8/128 bytes per parameter of state for 4096-value tensors.
 func TestTorchaoLowBitAdam(t *testing.T) {
 	for _, c := range []struct {
-		o    plan.Optimizer
+		o    lower.Optimizer
 		want float64
-	}{{plan.AdamW8bitAO, 2 + 8.0/256}, {plan.AdamW4bitAO, 1 + 8.0/128}} {
+	}{{lower.AdamW8bitAO, 2 + 8.0/256}, {lower.AdamW4bitAO, 1 + 8.0/128}} {
 		r := semPlan(t, Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 128, Precision: ops.PureBF16, Optimizer: c.o}})
 		got := float64(r.Sim.ModelStates.OptimizerState) / float64(r.Sim.Params)
 		if got < c.want || got > c.want*1.001 {
@@ -198,7 +198,7 @@ func TestTorchaoLowBitAdam(t *testing.T) {
 // activations lie between full checkpointing's and none's, and no SDPA is
 // replayed.
 func TestSelectiveOpCheckpoint(t *testing.T) {
-	base := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), MicroBatch: 2, Seq: 512, Precision: ops.BF16, Optimizer: plan.AdamW}}
+	base := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), MicroBatch: 2, Seq: 512, Precision: ops.BF16, Optimizer: lower.AdamW}}
 	full, sac := base, base
 	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
 	sac.Checkpoint = CheckpointPolicy{Kind: CheckpointSelectiveOp}
@@ -229,7 +229,7 @@ func TestSelectiveOpCheckpoint(t *testing.T) {
 // values.
 func TestLoRAOnHead(t *testing.T) {
 	a := catalog(t, "llama-2-7b")
-	s := Spec{Job: Job{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}}}
+	s := Spec{Job: Job{Model: a, Seq: 256, Precision: ops.PureBF16, Optimizer: lower.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}}}
 	h := s
 	h.LoRA = &build.LoRA{Rank: 8, Targets: []string{"q_proj", "lm_head"}}
 	r0, rh := semPlan(t, s), semPlan(t, h)
@@ -253,7 +253,7 @@ func TestLoRAOnHead(t *testing.T) {
 // optimizer.state-dtype: float32 moments over bfloat16 parameters without a
 // master copy hold 2 + 2 + 8 bytes per parameter.
 func TestOptimizerStateDType(t *testing.T) {
-	s := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, Impl: plan.Fused}}
+	s := Spec{Job: Job{Model: catalog(t, "gpt2"), Seq: 128, Precision: ops.PureBF16, Optimizer: lower.AdamW, Impl: lower.Fused}}
 	s.Sem.StateDType = units.F32
 	r := semPlan(t, s)
 	ms := r.Sim.ModelStates
@@ -277,7 +277,7 @@ func TestNoWorkspaceOnCPU(t *testing.T) {
 // and SDPA saves the copies: (heads - kv heads) x head_dim more per token,
 // for k and for v, in every layer.
 func TestRepeatKV(t *testing.T) {
-	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	r := s
 	r.Sem.RepeatKV = true
 	a := s.Model
@@ -292,7 +292,7 @@ func TestRepeatKV(t *testing.T) {
 // and the unquantised head double in size.
 func TestPrepareKbitFloat32(t *testing.T) {
 	a := catalog(t, "llama-2-7b")
-	s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: plan.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}, QLoRA: true}}
+	s := Spec{Job: Job{Model: a, Seq: 128, Precision: ops.PureBF16, Optimizer: lower.AdamW, LoRA: &build.LoRA{Rank: 8, Targets: []string{"q_proj"}}, QLoRA: true}}
 	p := s
 	p.Sem.Quant.FP32Rest = true
 	norms := int64(2*a.Layers+1) * int64(a.Hidden)
@@ -306,7 +306,7 @@ func TestPrepareKbitFloat32(t *testing.T) {
 // (Liger-Kernel src/liger_kernel/ops/swiglu.py): one intermediate-sized
 // tensor less per layer than silu then mul.
 func TestFusedSwiGLU(t *testing.T) {
-	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: plan.AdamW}}
+	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
 	f := s
 	f.Sem.FusedSwiGLU = true
 	a := s.Model

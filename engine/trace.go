@@ -5,8 +5,8 @@ import (
 
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // validateTrace checks a spec whose job is a recorded PyTorch trace rather
@@ -57,7 +57,7 @@ func traceProgram(s *Spec, first bool) (*ir.Program, error) {
 		o.NoScratch, o.Granularity = true, 512
 	}
 	if s.TraceOptimizer {
-		o.Optimizer = &plan.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1, PagedState: s.Sem.PagedOptimizer}
+		o.Optimizer = &lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1, PagedState: s.Sem.PagedOptimizer}
 	}
 	return s.Trace.Program(o)
 }

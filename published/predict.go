@@ -12,10 +12,10 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/units"
 )
@@ -391,7 +391,7 @@ func optimizerOf(s string, lacks *[]Lack) []string {
 	case has("sgd"):
 		out = append(out, "optimizer=sgd")
 	default:
-		*lacks = append(*lacks, Lack{"optimizer", fmt.Sprintf("%q is not an optimizer memplan models (%s)", firstClause(s), strings.Join(plan.OptimizerNames(), ", "))})
+		*lacks = append(*lacks, Lack{"optimizer", fmt.Sprintf("%q is not an optimizer memplan models (%s)", firstClause(s), strings.Join(lower.OptimizerNames(), ", "))})
 		return nil
 	}
 	if has("optimizerinbwd") || has("optimizerinbackward") {

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // Every embedded recipe parses, names a framework and a version, and cites
@@ -108,7 +108,7 @@ func TestApplyOrder(t *testing.T) {
 	if err := r.Apply(&s, nil); err != nil {
 		t.Fatal(err)
 	}
-	if s.Sem.Hold != plan.HoldNextForward || !s.Sem.LoRAModelDType || !s.Sem.Quant.SavesInput || !s.Sem.FSDPFlat {
+	if s.Sem.Hold != lower.HoldNextForward || !s.Sem.LoRAModelDType || !s.Sem.Quant.SavesInput || !s.Sem.FSDPFlat {
 		t.Errorf("litgpt semantics not applied: %+v", s.Sem)
 	}
 }

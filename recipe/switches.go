@@ -6,9 +6,9 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -33,16 +33,16 @@ var switches = []Switch{
 			s.Precision, err = ops.ParsePrecision(v)
 			return err
 		}},
-	{Key: "optimizer", Flag: "optimizer", Values: strings.Join(plan.OptimizerNames(), ", "),
+	{Key: "optimizer", Flag: "optimizer", Values: strings.Join(lower.OptimizerNames(), ", "),
 		Doc: "the optimizer family: which state it keeps per parameter",
 		apply: func(s *engine.Spec, v string) (err error) {
-			s.Optimizer, err = plan.ParseOptimizer(v)
+			s.Optimizer, err = lower.ParseOptimizer(v)
 			return err
 		}},
 	{Key: "optimizer.impl", Flag: "optimizer-impl", Values: "foreach, single, fused",
 		Doc: "how the step runs: foreach (multi-tensor temporaries as large as the state), single (per-parameter), fused (no temporaries)",
 		apply: func(s *engine.Spec, v string) (err error) {
-			s.Impl, err = plan.ParseImpl(v)
+			s.Impl, err = lower.ParseImpl(v)
 			return err
 		}},
 	{Key: "optimizer.state-dtype", Values: "auto, float32, bfloat16, float16",
@@ -120,12 +120,12 @@ var switches = []Switch{
 	{Key: "loop.hold-outputs", Values: "false, backward, true (until the next forward returns)",
 		Doc: "how long the loop keeps the model's output (logits) in a variable: false drops it once the loss exists (transformers Trainer, torchtune, torchtitan); backward keeps it through backward; true keeps it until the next forward rebinds it, through the optimizer step (litgpt, hand-written loops)",
 		apply: choice([]string{"false|none", "backward", "true|next-forward"}, func(s *engine.Spec, i int) {
-			s.Sem.Hold = []plan.Hold{plan.HoldNone, plan.HoldBackward, plan.HoldNextForward}[i]
+			s.Sem.Hold = []lower.Hold{lower.HoldNone, lower.HoldBackward, lower.HoldNextForward}[i]
 		})},
 	{Key: "loop.zero-grad", Values: "set-to-none, in-place, after-forward",
 		Doc: "set-to-none: zero_grad(set_to_none=True) after the step (PyTorch 2's default); in-place: set_to_none=False, gradients stay allocated across iterations (PyTorch < 2.0's default); after-forward: zero_grad between forward and backward, so the previous step's gradients are alive during the forward",
 		apply: choice([]string{"set-to-none", "in-place", "after-forward"}, func(s *engine.Spec, i int) {
-			s.Sem.ZeroGrad = []plan.ZeroGrad{plan.ZeroToNone, plan.ZeroInPlace, plan.ZeroAfterForward}[i]
+			s.Sem.ZeroGrad = []lower.ZeroGrad{lower.ZeroToNone, lower.ZeroInPlace, lower.ZeroAfterForward}[i]
 		})},
 	{Key: "cuda.cublas-workspace", Values: "auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0",
 		Doc: "cuBLAS workspace the caching allocator hands each thread's handle (main and autograd) since PyTorch 2.0: counted in the allocated peak",

@@ -12,9 +12,9 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/units"
 )
@@ -43,7 +43,7 @@ func chartPlan(t *testing.T, mb, accum int) *engine.Result {
 	if accum > 1 {
 		seq = 512
 	}
-	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Accum: accum, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: gpu}})
+	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Accum: accum, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: engine.Target{GPU: gpu}})
 	if err != nil {
 		t.Fatal(err)
 	}

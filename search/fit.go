@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -390,9 +390,9 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 	if o.Allow.LowerPrecision && base.Precision != ops.BF16 {
 		precisions = append(precisions, ops.BF16)
 	}
-	optimizers := []plan.Optimizer{base.Optimizer}
-	if o.Allow.EightBit && (base.Optimizer == plan.Adam || base.Optimizer == plan.AdamW) {
-		optimizers = append(optimizers, plan.Adam8bit)
+	optimizers := []lower.Optimizer{base.Optimizer}
+	if o.Allow.EightBit && (base.Optimizer == lower.Adam || base.Optimizer == lower.AdamW) {
+		optimizers = append(optimizers, lower.Adam8bit)
 	}
 	type adapter struct {
 		lora  *build.LoRA
@@ -405,9 +405,9 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 	if !base.QLoRA && o.Allow.QLoRA {
 		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
 	}
-	impls := []plan.Impl{base.Impl}
-	if _, only := base.Optimizer.OnlyImpl(); base.Impl != plan.Fused && !only {
-		impls = append(impls, plan.Fused)
+	impls := []lower.Impl{base.Impl}
+	if _, only := base.Optimizer.OnlyImpl(); base.Impl != lower.Fused && !only {
+		impls = append(impls, lower.Fused)
 	}
 	ckpts := []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}}
 	if base.Attention == build.Eager {
@@ -614,7 +614,7 @@ func thrift(s *engine.Spec) int {
 	if s.Offload.Activations {
 		t += 8
 	}
-	if s.Impl == plan.Fused {
+	if s.Impl == lower.Fused {
 		t++
 	}
 	return t
@@ -678,13 +678,13 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	// searched: fused holds no intermediates and launches fewer kernels.
 	fused := map[engine.Spec]bool{}
 	for _, g := range groups {
-		if g[0].Spec.Impl == plan.Fused {
+		if g[0].Spec.Impl == lower.Fused {
 			fused[stepKey(&g[0].Spec)] = true
 		}
 	}
 	var live [][]*Plan
 	for _, g := range groups {
-		if s := &g[0].Spec; s.Impl != plan.Fused && fused[stepKey(s)] {
+		if s := &g[0].Spec; s.Impl != lower.Fused && fused[stepKey(s)] {
 			for _, c := range g {
 				if c != first {
 					c.Dropped = "the fused optimizer step of the same plan is never larger or slower"

@@ -6,9 +6,9 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // BenchmarkFitLlama3_70B searches plans for llama-3-70b at sequence 4096
@@ -22,7 +22,7 @@ func BenchmarkFitLlama3_70B(b *testing.B) {
 		b.Fatal(err)
 	}
 	g, _ := hw.Lookup("h100")
-	base := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: g}}
+	base := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 4096, Precision: ops.BF16, Optimizer: lower.AdamW}, Target: engine.Target{GPU: g}}
 	for b.Loop() {
 		r, err := Fit(base, Options{GPUs: 64, GlobalBatch: 512})
 		if err != nil {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/units"
 )
 
@@ -32,7 +32,7 @@ func baseSpec(t testing.TB, name, gpu string, layers int) engine.Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 1024, Precision: ops.AMPBF16, Optimizer: plan.AdamW}, Target: engine.Target{GPU: g}}
+	return engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: 1024, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: engine.Target{GPU: g}}
 }
 
 // The shallow-model estimate is a lower bound on the full model's peak: the
@@ -57,7 +57,7 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointEvery, Every: 3}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
 		if rapid.IntRange(0, 3).Draw(rt, "lora") == 0 {
 			s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
 		}
@@ -169,7 +169,7 @@ func TestPropertyInFlightIsExact(t *testing.T) {
 		} else {
 			s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
 		}
-		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
 		if err := s.Validate(); err != nil {
 			rt.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestPropertySimAccumShowsPeak(t *testing.T) {
 		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}}).Draw(rt, "ckpt")
 		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
 		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		s.Impl = rapid.SampledFrom([]plan.Impl{plan.Foreach, plan.Fused}).Draw(rt, "impl")
+		s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
 		if err := s.Validate(); err != nil {
 			rt.Fatal(err)
 		}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/strategy"
 )
 
@@ -46,7 +46,7 @@ func gpt2Style(t testing.TB, s, h, a, layers int) *models.Arch {
 func TestFullRecomputeKeepsLayerInput(t *testing.T) {
 	for _, tc := range []struct{ s, h, a int }{{512, 768, 12}, {1024, 1024, 16}, {2048, 1600, 25}} {
 		arch := gpt2Style(t, tc.s, tc.h, tc.a, 4)
-		p := program(t, engine.Spec{Job: engine.Job{Model: arch, MicroBatch: 2, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: plan.AdamW}})
+		p := program(t, engine.Spec{Job: engine.Job{Model: arch, MicroBatch: 2, Seq: tc.s, Precision: ops.FP16, Attention: build.Eager, Optimizer: lower.AdamW}})
 		q, err := strategy.Chain(p, &strategy.Checkpoint{Patterns: []string{"transformer.h.*"}})
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +98,7 @@ func TestPropertyCheckpointNeverRaisesSaved(t *testing.T) {
 		if a.NumExperts > 0 {
 			a.NumExperts, a.ExpertsPerToken = 4, 2
 		}
-		s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 16 * rapid.IntRange(1, 2).Draw(rt, "s16"), Precision: ops.Precision(rapid.IntRange(0, 4).Draw(rt, "prec")), Attention: build.Attention(rapid.IntRange(0, 1).Draw(rt, "att")), Accum: rapid.IntRange(1, 2).Draw(rt, "accum"), Optimizer: plan.AdamW}}
+		s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 16 * rapid.IntRange(1, 2).Draw(rt, "s16"), Precision: ops.Precision(rapid.IntRange(0, 4).Draw(rt, "prec")), Attention: build.Attention(rapid.IntRange(0, 1).Draw(rt, "att")), Accum: rapid.IntRange(1, 2).Draw(rt, "accum"), Optimizer: lower.AdamW}}
 		p := program(rt, s)
 		pats := rapid.SampledFrom([][]string{{"*.layers.*"}, {"*.h.*", "*.layers.*", "*.layer.*"}, {"*.mlp"}, {"*.self_attn", "*.attn", "*.attention"}, {"*"}}).Draw(rt, "patterns")
 		q, err := (&strategy.Checkpoint{Patterns: pats}).Apply(p)

@@ -6,10 +6,10 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
@@ -24,7 +24,7 @@ func fTrain(t testing.TB, a *models.Arch, accum int, flat bool) *ir.Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Train(g, plan.TrainConfig{Optimizer: plan.AdamW, Impl: plan.Foreach, Precision: ops.PureBF16, Accum: accum, WeightDecay: -1})
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Impl: lower.Foreach, Precision: ops.PureBF16, Accum: accum, WeightDecay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

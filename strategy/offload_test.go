@@ -8,8 +8,8 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
@@ -87,7 +87,7 @@ func zCheckActivationOffload(t zTB, p, q *ir.Program, rp, rq *sim.Result) {
 // save_on_cpu on a real program: the device keeps no saved activation past
 // its last forward use, and the host ledger holds what left the device.
 func TestActivationOffload(t *testing.T) {
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 2, false, 1024)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 2, false, 1024)
 	q := zApply(t, p, &strategy.ActivationOffload{})
 	rp, rq := zSim(t, p), zSim(t, q)
 	zCheckActivationOffload(t, p, q, rp, rq)
@@ -128,7 +128,7 @@ func TestActivationOffload(t *testing.T) {
 // term is the gathering, compared in TestZeROAgainstDeepSpeedEstimators.
 func TestOffloadAgainstDeepSpeedEstimators(t *testing.T) {
 	const N = 8
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 1, false, 8)
 	psi := float64(zSim(t, p).Params)
 
 	q := zApply(t, p, &strategy.ZeRO{Stage: 2, DP: N}, &strategy.OptimizerOffload{})
@@ -249,7 +249,7 @@ func TestPropertyOffload(t *testing.T) {
 // stay on the device, the checkpoints themselves are offloaded, and ZeRO-3's
 // backward gathers cover the recompute.
 func TestOffloadComposesWithCheckpoint(t *testing.T) {
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 2, false, 256)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 2, false, 256)
 	ck := zApply(t, p, &strategy.Checkpoint{Patterns: []string{"model.layers.*"}})
 	rc := zSim(t, ck)
 	q := zApply(t, ck, &strategy.ActivationOffload{})

@@ -9,10 +9,10 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
@@ -82,7 +82,7 @@ func nonBatchSaved(q *ir.Program) units.Bytes {
 // 1 + (p−1)/(pv).
 func TestPipelineInFlightActivations(t *testing.T) {
 	const L, m = 8, 8
-	s := engine.Spec{Job: engine.Job{Model: ppLlama(t, L), Seq: 256, MicroBatch: 2, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}}
+	s := engine.Spec{Job: engine.Job{Model: ppLlama(t, L), Seq: 256, MicroBatch: 2, Accum: m, Precision: ops.BF16, Optimizer: lower.AdamW}}
 	p := program(t, s)
 	whole, err := sim.Run(p)
 	if err != nil {
@@ -162,7 +162,7 @@ func unitSeq(q *ir.Program) string {
 }
 
 func TestPipelineScheduleOrder(t *testing.T) {
-	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: plan.AdamW}})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 6, Optimizer: lower.AdamW}})
 	for _, tc := range []struct {
 		pl   strategy.Pipeline
 		want string
@@ -181,7 +181,7 @@ func TestPipelineScheduleOrder(t *testing.T) {
 		}
 	}
 	// m < p is allowed (a bigger bubble): every forward first on stage 0.
-	p2 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: plan.AdamW}})
+	p2 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 2, Optimizer: lower.AdamW}})
 	q, _ := ppStage(t, p2, strategy.Pipeline{Stages: 4, Stage: 0})
 	if got, want := unitSeq(q), "F0 F1 B0 B1"; got != want {
 		t.Errorf("m=2 p=4: got %s, want %s", got, want)
@@ -200,7 +200,7 @@ func countOps(q *ir.Program, pred func(*ir.Op) bool) int {
 
 func TestPipelineBoundaries(t *testing.T) {
 	const m, P = 3, 3
-	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: plan.AdamW}})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 6), Seq: 64, Accum: m, Precision: ops.BF16, Optimizer: lower.AdamW}})
 	for st := 0; st < P; st++ {
 		q, _ := ppStage(t, p, strategy.Pipeline{Stages: P, Stage: st})
 		named := func(n string) int {
@@ -271,9 +271,9 @@ func TestPipelineBoundaries(t *testing.T) {
 func TestPipelineModelStatesSum(t *testing.T) {
 	for _, tc := range []struct {
 		prec ops.Precision
-		opt  plan.Optimizer
-		impl plan.Impl
-	}{{ops.BF16, plan.AdamW, plan.Foreach}, {ops.FP32, plan.AdamW, plan.Single}, {ops.BF16, plan.SGDMomentum, plan.Fused}, {ops.FP32, plan.Adafactor, plan.Foreach}} {
+		opt  lower.Optimizer
+		impl lower.Impl
+	}{{ops.BF16, lower.AdamW, lower.Foreach}, {ops.FP32, lower.AdamW, lower.Single}, {ops.BF16, lower.SGDMomentum, lower.Fused}, {ops.FP32, lower.Adafactor, lower.Foreach}} {
 		p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 6), Seq: 32, Accum: 2, Precision: tc.prec, Optimizer: tc.opt, Impl: tc.impl}})
 		whole, err := sim.Run(p)
 		if err != nil {
@@ -319,7 +319,7 @@ func TestPipelineTiedEmbeddings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, att := range []build.Attention{build.SDPA, build.Eager} {
-		p := program(t, engine.Spec{Job: engine.Job{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: plan.AdamW}})
+		p := program(t, engine.Spec{Job: engine.Job{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: lower.AdamW}})
 		whole, _ := sim.Run(p)
 		var wte int64
 		for _, id := range p.Params {
@@ -355,7 +355,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 		}
 		a = a.Clone()
 		a.Layers = min(a.Layers, 4)
-		s := engine.Spec{Job: engine.Job{Model: a, Seq: 16, Accum: 2, Precision: ops.BF16, Optimizer: plan.AdamW, Attention: build.Eager}}
+		s := engine.Spec{Job: engine.Job{Model: a, Seq: 16, Accum: 2, Precision: ops.BF16, Optimizer: lower.AdamW, Attention: build.Eager}}
 		if err := s.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 			}
 		}
 	}
-	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW}})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 64, Accum: 4, Precision: ops.BF16, Optimizer: lower.AdamW}})
 	ck := &strategy.Checkpoint{Patterns: []string{"model.layers.*"}}
 	for st := 0; st < 2; st++ {
 		pl := &strategy.Pipeline{Stages: 2, Stage: st}
@@ -392,7 +392,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 }
 
 func TestPipelineDeterministicAndPure(t *testing.T) {
-	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: plan.AdamW}})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Precision: ops.BF16, Optimizer: lower.AdamW}})
 	before := strategy.Clone(p)
 	pl := &strategy.Pipeline{Stages: 2, Stage: 1, Interleave: 2}
 	a, err := pl.Apply(p)
@@ -412,8 +412,8 @@ func TestPipelineDeterministicAndPure(t *testing.T) {
 }
 
 func TestPipelineRefuses(t *testing.T) {
-	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: plan.AdamW}})
-	p4 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: plan.AdamW}})
+	p := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 3, Optimizer: lower.AdamW}})
+	p4 := program(t, engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Accum: 4, Optimizer: lower.AdamW}})
 	s := engine.Spec{Job: engine.Job{Model: ppLlama(t, 4), Seq: 32, Mode: engine.Infer}}
 	inf := program(t, s)
 	for _, tc := range []struct {

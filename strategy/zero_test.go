@@ -10,11 +10,11 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/models/modeltest"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
@@ -28,14 +28,14 @@ type zTB interface {
 }
 
 // zTrain lowers arch into one steady-state training iteration through
-// models/build and plan.Train.
-func zTrain(t zTB, a *models.Arch, prec ops.Precision, opt plan.Optimizer, impl plan.Impl, accum int, first bool, seq int) *ir.Program {
+// models/build and lower.Train.
+func zTrain(t zTB, a *models.Arch, prec ops.Precision, opt lower.Optimizer, impl lower.Impl, accum int, first bool, seq int) *ir.Program {
 	t.Helper()
 	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: seq, Precision: prec, Training: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Train(g, plan.TrainConfig{Optimizer: opt, Impl: impl, Precision: prec, Accum: accum, FirstStep: first, WeightDecay: -1})
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: opt, Impl: impl, Precision: prec, Accum: accum, FirstStep: first, WeightDecay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestZeROPaperModelStates(t *testing.T) {
 		tol  float64
 	}{{"small-llama", small, 0}, {"llama-2-7b", l7, 1e-9}} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := zTrain(t, tc.arch, ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+			p := zTrain(t, tc.arch, ops.BF16, lower.AdamW, lower.Foreach, 1, false, 8)
 			base := zSim(t, p)
 			psi := float64(base.Params)
 			for stage := 0; stage <= 3; stage++ {
@@ -192,7 +192,7 @@ func TestZeROPaperModelStates(t *testing.T) {
 //     not the sharding, which is checked exactly (16Ψ/N at the step).
 func TestZeROAgainstDeepSpeedEstimators(t *testing.T) {
 	const N = 8
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 1, false, 8)
 	psi := float64(zSim(t, p).Params)
 
 	q2 := zApply(t, p, &strategy.ZeRO{Stage: 2, DP: N})
@@ -253,7 +253,7 @@ func zPeakModelStates(r *sim.Result) units.Bytes {
 // Stage 3 gathers each unit before use, frees it after, and the prefetch
 // makes the next unit's buffer coexist with the current one.
 func TestZeRO3GathersUnits(t *testing.T) {
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 2, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 2, false, 8)
 	for _, prefetch := range []int{-1, 0, 2} {
 		q := zApply(t, p, &strategy.ZeRO{Stage: 3, DP: 4, Prefetch: prefetch})
 		r := zSim(t, q)
@@ -310,7 +310,7 @@ func TestZeRO3GathersUnits(t *testing.T) {
 // is ready, and with accumulation every micro-step writes fresh full
 // gradients that are reduced into the shards.
 func TestZeRO2BucketsAndAccumulation(t *testing.T) {
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 3, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 3, false, 8)
 	nGrads := 0
 	for _, tt := range p.Tensors {
 		if tt.Cat == ir.Gradient {
@@ -348,7 +348,7 @@ func TestZeRO2BucketsAndAccumulation(t *testing.T) {
 func TestDDPBuckets(t *testing.T) {
 	a := modeltest.SmallLlama(t)
 	a.Layers = 12 // 4 MiB of gradients: a 1 MiB first bucket, then 0.25 MiB ones
-	p := zTrain(t, a, ops.BF16, plan.AdamW, plan.Foreach, 2, false, 8)
+	p := zTrain(t, a, ops.BF16, lower.AdamW, lower.Foreach, 2, false, 8)
 	psi := float64(zSim(t, p).Params)
 	q := zApply(t, p, &strategy.DDP{DP: 4, BucketMiB: 0.25})
 	r := zSim(t, q)
@@ -386,7 +386,7 @@ func TestDDPBuckets(t *testing.T) {
 }
 
 func TestZeROErrors(t *testing.T) {
-	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, plan.AdamW, plan.Foreach, 1, false, 8)
+	p := zTrain(t, modeltest.SmallLlama(t), ops.BF16, lower.AdamW, lower.Foreach, 1, false, 8)
 	for _, tc := range []struct {
 		tr   strategy.Transform
 		want string
@@ -426,8 +426,8 @@ func zGenProgram(t *rapid.T) *ir.Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Train(g, plan.TrainConfig{Optimizer: plan.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")),
-		Impl: plan.Impl(rapid.IntRange(0, 2).Draw(t, "impl")), Precision: prec, Accum: rapid.IntRange(1, 3).Draw(t, "accum"),
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.Optimizer(rapid.IntRange(0, 5).Draw(t, "optimizer")),
+		Impl: lower.Impl(rapid.IntRange(0, 2).Draw(t, "impl")), Precision: prec, Accum: rapid.IntRange(1, 3).Draw(t, "accum"),
 		FirstStep: rapid.Bool().Draw(t, "first"), WeightDecay: -1})
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,8 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 )
 
 // Spec is the job w describes, replayed from tr, the trace of its model
@@ -20,7 +20,7 @@ import (
 // semantics, the parallel layout); Spec sets the rest as memplan_torch
 // runs the workload: the micro-batch, accumulation and sequence, the
 // optimizer (the recorded step when the trace ran the same one, else
-// plan.OptimizerStep's), non-reentrant checkpointing of every block of the
+// lower.OptimizerStep's), non-reentrant checkpointing of every block of the
 // block list (checkpoint_blocks, else the module path with the most indexed
 // children, as memplan_torch picks), activation offload, the kernels of
 // the device, and memory counted as the device's measurement counts it
@@ -38,14 +38,14 @@ func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, er
 			return s, fmt.Errorf("seq_len %d differs from the trace's %d, and the trace has no sequence dimension to replay it at (export it with --seq-dim)", *w.SeqLen, tr.TraceSeq)
 		}
 	}
-	opt, err := plan.ParseOptimizer(w.Optimizer)
+	opt, err := lower.ParseOptimizer(w.Optimizer)
 	if err != nil {
 		return s, fmt.Errorf("optimizer: %w", err)
 	}
 	foreach := w.Foreach != nil && *w.Foreach
-	s.Optimizer, s.Impl = opt, plan.Single
+	s.Optimizer, s.Impl = opt, lower.Single
 	if foreach {
-		s.Impl = plan.Foreach
+		s.Impl = lower.Foreach
 	}
 	traced := tr.Foreach != nil && *tr.Foreach
 	s.TraceOptimizer = w.Optimizer != tr.Optimizer || foreach != traced

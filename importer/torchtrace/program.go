@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/units"
 )
 
@@ -25,9 +25,9 @@ type Options struct {
 	// at the start and the recorded first optimizer phase creates it.
 	FirstStep bool
 	// Optimizer, when set, replaces the recorded optimizer phase by
-	// plan.OptimizerStep for the trace's parameters and gradients (its
+	// lower.OptimizerStep for the trace's parameters and gradients (its
 	// FirstStep is taken from Options.FirstStep).
-	Optimizer *plan.TrainConfig
+	Optimizer *lower.TrainConfig
 	// NoScratch leaves out the recorded in-kernel scratch (oneDNN reorders,
 	// workspaces), which is otherwise the op's Workspace.
 	NoScratch bool
@@ -488,7 +488,7 @@ func phaseOf(s string) ir.Phase {
 	return ir.Forward
 }
 
-// replaceOptimizer appends plan.OptimizerStep for the trace's parameters.
+// replaceOptimizer appends lower.OptimizerStep for the trace's parameters.
 // Gradients are matched to parameters by dtype and size (the trace does not
 // record which .grad belongs to which parameter, and a gradient's storage may
 // have been created with another shape, such as a bias gradient summed with
@@ -537,6 +537,6 @@ func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
 	}
 	c := *bd.o.Optimizer
 	c.FirstStep = bd.o.FirstStep
-	plan.OptimizerStep(bd.p, grads, c)
+	lower.OptimizerStep(bd.p, grads, c)
 	return nil
 }

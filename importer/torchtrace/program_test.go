@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/sim"
 	"pgregory.net/rapid"
 )
@@ -47,8 +47,8 @@ func TestReplayProperties(t *testing.T) {
 			o.Seq = rapid.IntRange(8, 128).Draw(rt, "seq")
 		}
 		if rapid.Bool().Draw(rt, "swap") {
-			o.Optimizer = &plan.TrainConfig{Optimizer: rapid.SampledFrom([]plan.Optimizer{plan.SGD, plan.SGDMomentum, plan.AdamW}).Draw(rt, "opt"),
-				Impl: rapid.SampledFrom([]plan.Impl{plan.Single, plan.Foreach}).Draw(rt, "impl"), WeightDecay: -1}
+			o.Optimizer = &lower.TrainConfig{Optimizer: rapid.SampledFrom([]lower.Optimizer{lower.SGD, lower.SGDMomentum, lower.AdamW}).Draw(rt, "opt"),
+				Impl: rapid.SampledFrom([]lower.Impl{lower.Single, lower.Foreach}).Draw(rt, "impl"), WeightDecay: -1}
 		}
 		p, err := tr.Program(o)
 		if err != nil {
@@ -123,15 +123,15 @@ func TestAccumulationLowersActivationPeak(t *testing.T) {
 	}
 }
 
-// Swapping the recorded optimizer for plan.OptimizerStep of the same
+// Swapping the recorded optimizer for lower.OptimizerStep of the same
 // optimizer and implementation reproduces the recorded optimizer phase
 // (within the 4-byte step counters the plan does not model).
 func TestOptimizerSwapMatchesRecorded(t *testing.T) {
 	traces := loadAll(t)
 	for _, c := range []struct {
 		trace string
-		opt   plan.Optimizer
-	}{{"lm", plan.AdamW}, {"lm_sgd", plan.SGD}, {"resnet18", plan.SGDMomentum}, {"gpt2_tiny", plan.AdamW}} {
+		opt   lower.Optimizer
+	}{{"lm", lower.AdamW}, {"lm_sgd", lower.SGD}, {"resnet18", lower.SGDMomentum}, {"gpt2_tiny", lower.AdamW}} {
 		for _, first := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/first=%v", c.trace, first), func(t *testing.T) {
 				tr := traces[c.trace]
@@ -139,7 +139,7 @@ func TestOptimizerSwapMatchesRecorded(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				swp, err := tr.Program(Options{Batch: 8, FirstStep: first, NoScratch: true, Optimizer: &plan.TrainConfig{Optimizer: c.opt, Impl: plan.Single, WeightDecay: -1}})
+				swp, err := tr.Program(Options{Batch: 8, FirstStep: first, NoScratch: true, Optimizer: &lower.TrainConfig{Optimizer: c.opt, Impl: lower.Single, WeightDecay: -1}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -150,7 +150,7 @@ func TestOptimizerSwapMatchesRecorded(t *testing.T) {
 						d = -d
 					}
 					if float64(d) > 0.001*float64(a[ph])+4096 {
-						t.Errorf("%s: recorded %d, plan.OptimizerStep %d", ph, a[ph], b[ph])
+						t.Errorf("%s: recorded %d, lower.OptimizerStep %d", ph, a[ph], b[ph])
 					}
 				}
 			})

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/plan"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/sim"
 )
 
@@ -72,7 +72,7 @@ func TestReplaceStateOptimizer(t *testing.T) {
 	// Accumulation and a swapped optimizer replay too; the swap drops the
 	// recorded (replaced) state: SGD has none.
 	for _, o := range []Options{{Batch: 8, Accum: 3}, {Batch: 8, Accum: 2, FirstStep: true},
-		{Batch: 8, Optimizer: &plan.TrainConfig{Optimizer: plan.SGD, Impl: plan.Single, WeightDecay: -1}}} {
+		{Batch: 8, Optimizer: &lower.TrainConfig{Optimizer: lower.SGD, Impl: lower.Single, WeightDecay: -1}}} {
 		p, err := tr.Program(o)
 		if err != nil {
 			t.Fatal(err)

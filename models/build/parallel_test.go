@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
-	"github.com/memplan/memplan/plan"
 	"github.com/memplan/memplan/sim"
 )
 
@@ -40,7 +40,7 @@ func simulate(t testing.TB, a *models.Arch, o Options) (*ir.Program, *sim.Result
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := plan.Train(g, plan.TrainConfig{Optimizer: plan.AdamW, Precision: o.Precision, WeightDecay: -1})
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Precision: o.Precision, WeightDecay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +458,7 @@ func TestOptionsSmokeAllModels(t *testing.T) {
 			if err != nil {
 				continue // refused combinations are covered by TestParallelRefusals
 			}
-			p, err := plan.Train(g, plan.TrainConfig{Optimizer: plan.AdamW, Precision: o.Precision})
+			p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Precision: o.Precision})
 			if err != nil {
 				t.Fatalf("%s %+v: %v", name, o, err)
 			}
@@ -475,7 +475,7 @@ func TestOptionsSmokeAllModels(t *testing.T) {
 			if g, err = Graph(a, o); err != nil {
 				t.Fatalf("%s inference %+v: %v", name, o, err)
 			}
-			if p, err = plan.Infer(g); err != nil {
+			if p, err = lower.Infer(g); err != nil {
 				t.Fatalf("%s inference %+v: %v", name, o, err)
 			}
 			if err := p.Verify(); err != nil {

@@ -1,11 +1,11 @@
-// Package plan lowers a forward ir.Graph into the ir.Program of one training
+// Package lower lowers a forward ir.Graph into the ir.Program of one training
 // iteration (forward, loss, autograd's backward, the optimizer step, repeated
 // over accumulated micro-steps) or of one inference pass. The lowering follows
 // PyTorch's eager semantics: backward runs the forward nodes in reverse,
 // each reading what its node saved and the gradients of its outputs;
 // parameter gradients are created by the first micro-step and accumulated in
 // place by the rest; zero_grad(set_to_none=True) frees them after the step.
-package plan
+package lower
 
 import (
 	"errors"
