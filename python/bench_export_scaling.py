@@ -6,10 +6,9 @@ reference callback on PyTorch 2.x).
     $(python/torch2_venv.sh) python/bench_export_scaling.py [--layers 50,400] [--mode meta|cpu|fake] [--max-ratio 10]
 
 Exports memplan_torch.models:linear_stack (Linear+ReLU pairs, width 32, AdamW, batch 2) at each depth in this
-process, after one untimed warm-up export, and prints the wall time of each. Exit status 1 when the deepest
-takes more than --max-ratio times the shallowest times (deepest/shallowest) / 8 ... that is: when
-time(deepest) / time(shallowest) exceeds max_ratio * (deepest / shallowest) / 8, so the default checks
-"400 layers under 10x the time of 50" (8x the ops: linear is 8x, quadratic 64x). scripts/test.sh runs it on
+process, after one untimed warm-up export, and prints the wall time of each. Exit status 1 when
+time(deepest) / time(shallowest) exceeds max_ratio * (deepest / shallowest) / 8: the default checks "400 layers
+in under 10x the time of 50" (8x the ops: linear is 8x, quadratic 64x). scripts/test.sh runs it on
 PyTorch 2.x.
 """
 
