@@ -1,0 +1,92 @@
+package allocator_test
+
+import (
+	"testing"
+
+	"github.com/memplan/memplan/allocator"
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
+)
+
+func planOf(t testing.TB, model string, mb, seq int, prec ops.Precision, opt lower.Optimizer) *engine.Result {
+	t.Helper()
+	a, err := models.Lookup(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Precision: prec, Optimizer: opt}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The replay's requested bytes are the simulator's: the same storages are
+// allocated and freed at the same ops, so the requested peak equals sim's
+// allocated peak; blocks round each request up to 512 bytes and segments
+// hold at least the blocks.
+func TestReplayProgramMatchesSim(t *testing.T) {
+	for _, c := range []struct {
+		model string
+		mb    int
+		seq   int
+		prec  ops.Precision
+		opt   lower.Optimizer
+	}{
+		{"gpt2", 4, 1024, ops.AMPBF16, lower.AdamW},
+		{"llama-3.2-1b", 1, 2048, ops.BF16, lower.AdamW},
+		{"pythia-160m", 8, 512, ops.FP32, lower.SGD},
+	} {
+		r := planOf(t, c.model, c.mb, c.seq, c.prec, c.opt)
+		for _, cfg := range []allocator.Config{{}, {Expandable: true}, {MaxSplitSize: 64 << 20}, {RoundupPower2Divisions: [16]int64{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}}} {
+			pr, err := allocator.ReplayProgram(r.Program, cfg, 0, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr.PeakRequested != int64(r.Sim.Peak.Total) {
+				t.Errorf("%s %+v: requested peak %d, sim's allocated peak %d", c.model, cfg, pr.PeakRequested, r.Sim.Peak.Total)
+			}
+			if pr.PeakAllocated < pr.PeakRequested || pr.PeakReserved < pr.PeakAllocated || pr.Fragmentation != pr.PeakReserved-pr.AllocatedAtPeak {
+				t.Errorf("%s %+v: requested %d ≤ allocated %d ≤ reserved %d does not hold", c.model, cfg, pr.PeakRequested, pr.PeakAllocated, pr.PeakReserved)
+			}
+			if len(pr.Timeline) != len(r.Program.Ops) || pr.Timeline[len(pr.Timeline)-1] > pr.PeakReserved {
+				t.Errorf("%s: timeline of %d points for %d ops", c.model, len(pr.Timeline), len(r.Program.Ops))
+			}
+			t.Logf("%s %+v: requested %s, blocks %s, reserved %s (fragmentation %s, %d segments)", c.model, cfg.Expandable, units.Bytes(pr.PeakRequested), units.Bytes(pr.PeakAllocated), units.Bytes(pr.PeakReserved), units.Bytes(pr.Fragmentation), pr.Segments)
+		}
+	}
+}
+
+// With a capacity, the replay says where the device runs out: under the
+// reserved peak it OOMs, at the reserved peak it does not.
+func TestReplayProgramOOMLine(t *testing.T) {
+	r := planOf(t, "gpt2", 4, 1024, ops.AMPBF16, lower.AdamW)
+	free, err := allocator.ReplayProgram(r.Program, allocator.Config{}, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := allocator.ReplayProgram(r.Program, allocator.Config{}, free.PeakReserved, false)
+	if err != nil || at.OOM {
+		t.Fatalf("OOM at exactly the unlimited reserved peak %d: %v %+v", free.PeakReserved, err, at)
+	}
+	under, err := allocator.ReplayProgram(r.Program, allocator.Config{}, free.PeakRequested-1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !under.OOM || under.OOMOp < 0 {
+		t.Fatalf("no OOM under the requested peak: %+v", under)
+	}
+}
+
+func BenchmarkReplayProgramLlama3_70B(b *testing.B) {
+	r := planOf(b, "llama-3-70b", 1, 8192, ops.BF16, lower.AdamW)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := allocator.ReplayProgram(r.Program, allocator.Config{}, 0, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
