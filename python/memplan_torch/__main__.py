@@ -47,14 +47,23 @@ def main(argv=None):
     x.add_argument("--real", dest="fake", action="store_false",
                    help="run the step for real on --device (the default)")
 
-    h = sub.add_parser("export-hf", help="trace a transformers causal LM built from its config.json (random "
-                                         "weights, fake tensors, PyTorch 2.x) through one Trainer step")
-    h.add_argument("config", help="a transformers config.json (e.g. models/catalog/llama-3.2-1b.json)")
-    h.add_argument("--seq", type=int, required=True, help="sequence length in tokens")
+    h = sub.add_parser("export-hf", help="trace a transformers model built from its config (random weights, fake "
+                                         "tensors, PyTorch 2.x) through one Trainer step")
+    h.add_argument("model", help="a transformers config.json, or the name of a config memplan ships (memplan "
+                                 "models: llama-3-8b, ...; or its Hugging Face id); nothing is downloaded")
+    h.add_argument("--seq", type=int, default=None, help="sequence length in tokens (not for ViT)")
     h.add_argument("--batch", type=int, default=2, help="trace batch size (a second trace runs at twice it)")
-    h.add_argument("--precision", default="fp32", choices=["fp32", "amp-bf16", "pure-bf16"],
-                   help="as memplan plan --precision: fp32; amp-bf16 = autocast(bfloat16) over fp32 parameters; "
-                        "pure-bf16 = model.to(bfloat16)")
+    h.add_argument("--precision", default="amp-bf16",
+                   help="as memplan plan --precision (default amp-bf16): fp32; amp-bf16/amp-fp16 = autocast over "
+                        "fp32 parameters (Trainer --bf16/--fp16); pure-bf16/pure-fp16 = the model in 16 bits")
+    h.add_argument("--gradient-checkpointing", nargs="?", const="non-reentrant", default=None,
+                   metavar="non-reentrant|reentrant",
+                   help="gradient_checkpointing_enable() as Trainer calls it (use_reentrant=False, transformers' "
+                        "default, unless 'reentrant')")
+    h.add_argument("--lora", default=None, metavar="SPEC",
+                   help="peft LoRA adapters, as memplan plan --lora: r=16,alpha=32,dropout=0.05,targets=q_proj,v_proj")
+    h.add_argument("--peft", default=None, choices=["lora"], help="--peft lora: LoRA with peft's defaults "
+                                                                  "(or --lora SPEC)")
     h.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config.json field (value parsed as JSON); repeatable")
     h.add_argument("--out", default="trace.json")
@@ -62,6 +71,9 @@ def main(argv=None):
                    help="AdamW's foreach implementation (default true: what torch picks for cuda parameters)")
     h.add_argument("--no-seq-fit", dest="fit_seq", action="store_false",
                    help="fit sizes in the batch only (two traces instead of six)")
+    h.add_argument("--real", action="store_true",
+                   help="build the model and run the step for real on cpu (the fallback when an op cannot run "
+                        "under fake tensors; slower, and it needs the model's memory)")
 
     m = sub.add_parser("measure", help="run workloads for real; write memplan.measured/v1")
     m.add_argument("workloads", nargs="+", help="workload files (YAML or JSON)")
@@ -115,11 +127,14 @@ def _run(args):
                                                        "".join("\n  note: " + n for n in doc["notes"])))
         return 0
     if args.cmd == "export-hf":
-        from .hf import export_hf
-        doc = export_hf(args.config, args.out, args.seq, batch=args.batch, precision=args.precision,
-                        overrides=args.override, fit_seq=args.fit_seq, foreach=args.foreach == "true")
-        print("wrote %s: %d events, %d parameters, traced on fake %s%s" % (
-            args.out, len(doc["events"]), doc["n_params"], doc["trace_device"],
+        from .hf import export_hf, parse_lora
+        lora = parse_lora(args.lora) if args.lora else parse_lora("") if args.peft == "lora" else None
+        doc = export_hf(args.model, args.out, args.seq, batch=args.batch, precision=args.precision,
+                        overrides=args.override, fit_seq=args.fit_seq, foreach=args.foreach == "true",
+                        gradient_checkpointing=args.gradient_checkpointing, lora=lora, real=args.real)
+        print("wrote %s: %d events, %d parameters, traced on %s%s%s" % (
+            args.out, len(doc["events"]), doc["n_params"], "fake " if doc["execution"] == "fake" else "",
+            doc["trace_device"],
             "".join("\n  note: " + n for n in doc["notes"])))
         return 0
     if args.cmd == "measure":

@@ -1,26 +1,41 @@
-"""export-hf: a Hugging Face transformers causal LM built from its config.json, traced under fake tensors.
+"""export-hf: a Hugging Face transformers model built from its config.json, traced under fake tensors.
 
-The model is made with ``AutoModelForCausalLM.from_config`` (random weights, attn_implementation="sdpa"):
-no checkpoint is downloaded and nothing is read from the network (HF_HUB_OFFLINE is set while it is built).
-One step is what transformers' Trainer runs: ``model(input_ids=..., labels=...).loss`` (the loss is computed
-inside the model, under autocast for amp), ``loss.backward()``, ``torch.optim.AdamW.step()``,
-``zero_grad(set_to_none=True)``; ``model.config.use_cache`` is False, as Trainer sets it (TrainingArguments
-.use_cache defaults to False). Labels are the input ids (a causal-LM collator's copy); no attention_mask is
-passed (no padding).
+    python3 -m memplan_torch export-hf MODEL_OR_CONFIG --seq S [--batch B] [--precision P]
+                                      [--gradient-checkpointing [non-reentrant|reentrant]] [--lora SPEC] [--real]
 
-Precisions are named as ``memplan plan --precision`` names them:
+MODEL_OR_CONFIG is a config.json or the name of one of the configs that ship with memplan (models/catalog:
+the names `memplan models` lists, or their Hugging Face repository ids). The model is made with
+``AutoModelFor*.from_config`` (random weights, transformers' default attention implementation: sdpa where
+the family supports it, eager where it does not): no checkpoint is downloaded and nothing is read from the
+network (HF_HUB_OFFLINE is set while it is built). Causal LMs get ``AutoModelForCausalLM``, BERT
+``AutoModelForSequenceClassification`` and ViT ``AutoModelForImageClassification`` (the heads memplan's catalog
+builds for them).
+
+One step is what transformers' Trainer runs: ``model(**inputs).loss`` (the loss is computed inside the model
+from ``labels``, under autocast for amp), ``loss.backward()``, ``torch.optim.AdamW.step()``,
+``zero_grad(set_to_none=True)``; ``model.config.use_cache`` is False, as Trainer sets it
+(TrainingArguments.use_cache defaults to False). Labels of a causal LM are the input ids (a causal-LM
+collator's copy); no attention_mask is passed (no padding). ``--gradient-checkpointing`` calls
+``gradient_checkpointing_enable`` as Trainer does (its use_reentrant default is False in transformers 5.x:
+modeling_utils.py @v5.24.0 _activation_checkpointing_enable).
+
+Precisions are named as ``memplan plan --precision`` names them, with its default, amp-bf16:
 
 * fp32: float32 parameters, no autocast;
-* amp-bf16: float32 parameters, forward and loss under ``torch.autocast(bfloat16)``;
-* pure-bf16: ``model.to(bfloat16)``, no autocast.
+* amp-bf16 / amp-fp16: float32 parameters, forward and loss under ``torch.autocast`` (Trainer's --bf16 /
+  --fp16; fp16's GradScaler only scales the scalar loss and unscales gradients in place);
+* pure-bf16 / pure-fp16: ``model.to(bfloat16 / float16)``, no autocast.
 
-The fake tensors are cpu tensors, so amp-bf16 runs under cpu autocast, whose op lists differ a little from
-cuda's (for a Llama, where every fp32 op is explicit in the model, the dtypes match).
+bf16 and fp16 (16-bit weights with float32 master weights in the optimizer: DeepSpeed, Megatron) are not
+something the Trainer does; they are refused with that said. The fake tensors are cpu tensors, so amp runs
+under cpu autocast, whose op lists differ a little from cuda's (for a Llama, where every fp32 op is explicit
+in the model, the dtypes match).
 """
 
 import contextlib
 import json
 import os
+import re
 
 import torch
 
@@ -28,7 +43,73 @@ from . import compat, harness
 from .export import build_trace, write_json
 from .trace import ExportError
 
-PRECISIONS = ("fp32", "amp-bf16", "pure-bf16")
+PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "pure-fp16")
+PLAN_PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "pure-bf16", "pure-fp16")  # memplan plan's
+DEFAULT_PRECISION = "amp-bf16"  # memplan plan's --precision default
+CHECKPOINTING = ("non-reentrant", "reentrant")
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CATALOG = os.path.join(REPO, "models", "catalog")
+
+
+def catalog_names():
+    """The names of the configs that ship with memplan (models/catalog/NAME.json), sorted."""
+    try:
+        return sorted(f[:-5] for f in os.listdir(CATALOG) if f.endswith(".json"))
+    except OSError:
+        return []
+
+
+def catalog_repos():
+    """{Hugging Face repository id (lower case): catalog name}, from models/catalog.go's catalogRepos, the
+    one list of where each catalog config comes from."""
+    try:
+        with open(os.path.join(REPO, "models", "catalog.go")) as f:
+            src = f.read()
+    except OSError:
+        return {}
+    m = re.search(r"var catalogRepos = map\[string\]string\{(.*?)\n\}", src, re.S)
+    if not m:
+        return {}
+    return {repo.lower(): name for name, repo in re.findall(r'"([^"]+)":\s*"([^"]+)"', m.group(1))}
+
+
+def _levenshtein(a, b):
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def suggest(name, n=3):
+    """Up to n catalog names closest to `name`, as models.Suggest ranks them (Levenshtein distance to the whole
+    name or, if smaller, one more than to its prefix of the same length; ties in name order)."""
+    key = name.strip().lower()
+    cands = []
+    for c in catalog_names():
+        d = _levenshtein(key, c)
+        if 0 < len(key) < len(c):
+            d = min(d, _levenshtein(key, c[:len(key)]) + 1)
+        cands.append((d, c))
+    return [c for _, c in sorted(cands)[:n]]
+
+
+def resolve_model(arg):
+    """The config.json path for a config file or a catalog name (or its Hugging Face repository id)."""
+    if os.path.isfile(arg) or arg.lower().endswith(".json"):
+        return arg
+    key = arg.strip().lower()
+    names = catalog_names()
+    if key in names:
+        return os.path.join(CATALOG, key + ".json")
+    repo = catalog_repos().get(key)
+    if repo in names:
+        return os.path.join(CATALOG, repo + ".json")
+    raise ExportError("memplan_torch: %r is neither a config file nor one of the configs memplan ships "
+                      "(models/catalog, no download); closest: %s" % (arg, ", ".join(suggest(arg))))
 
 
 def transformers_available():
@@ -70,6 +151,9 @@ def load_config(path, overrides=()):
         h, n = old.get("hidden_size"), old.get("num_attention_heads")
         if h and n and old["head_dim"] == h // n:
             cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+    if "num_key_value_heads" in old and "num_key_value_heads" not in ov and "num_attention_heads" in ov \
+            and old["num_key_value_heads"] == old.get("num_attention_heads"):
+        cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # multi-head attention stays multi-head
     if "vocab_size" in ov:
         v = cfg["vocab_size"]
         for k in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -115,23 +199,154 @@ def _hf_loss(out):
     return out.loss
 
 
-def build_model(cfg, precision):
-    """(model, autocast dtype or None) for a config dict; random weights, train mode."""
-    from transformers import AutoModelForCausalLM
+TASKS = {"bert": "sequence-classification", "vit": "image-classification"}  # everything else: causal-lm
+
+
+def task_of(cfg):
+    return TASKS.get(cfg.get("model_type"), "causal-lm")
+
+
+def _auto_class(task):
+    import transformers
+    return {"causal-lm": transformers.AutoModelForCausalLM,
+            "sequence-classification": transformers.AutoModelForSequenceClassification,
+            "image-classification": transformers.AutoModelForImageClassification}[task]
+
+
+def _dtype(precision):
+    return torch.bfloat16 if precision.endswith("bf16") else torch.float16 if precision.endswith("fp16") else None
+
+
+def parse_lora(spec):
+    """memplan plan's --lora SPEC (r=16,alpha=32,dropout=0.05,targets=q_proj,v_proj; targets=all-linear) as
+    peft.LoraConfig arguments; peft's defaults (r 8, alpha 8, dropout 0, the family's default targets) fill
+    what it leaves out."""
+    out, key = {}, None
+    for part in spec.split(","):
+        part = part.strip()
+        if "=" in part:
+            key, v = part.split("=", 1)
+            key = key.strip()
+            if key not in ("r", "alpha", "dropout", "targets"):
+                raise ExportError("memplan_torch: --lora %s: unknown key %r (want r, alpha, dropout, targets)"
+                                  % (spec, key))
+            try:
+                out[key] = [v] if key == "targets" else int(v) if key in ("r", "alpha") else float(v)
+            except ValueError:
+                raise ExportError("memplan_torch: --lora %s: %s=%s is not a number" % (spec, key, v))
+        elif key == "targets" and part:
+            out["targets"].append(part)
+        elif part:
+            raise ExportError("memplan_torch: --lora %s: %r is not KEY=VALUE" % (spec, part))
+    kw = {"r": out.get("r", 8), "lora_alpha": out.get("alpha", out.get("r", 8)),
+          "lora_dropout": out.get("dropout", 0.0)}
+    if kw["r"] <= 0:
+        raise ExportError("memplan_torch: --lora %s: r must be positive" % spec)
+    t = out.get("targets")
+    if t:
+        kw["target_modules"] = "all-linear" if t == ["all-linear"] else t
+    return kw
+
+
+def build_model(cfg, precision, gradient_checkpointing=None, lora=None):
+    """(model, autocast dtype or None) for a config dict; random weights, train mode. gradient_checkpointing
+    is None, "non-reentrant" or "reentrant"; lora a peft.LoraConfig's arguments (parse_lora)."""
     c = _make_config(cfg)
+    task = task_of(cfg)
     old = os.environ.get("HF_HUB_OFFLINE")
     os.environ["HF_HUB_OFFLINE"] = "1"
     try:
-        m = AutoModelForCausalLM.from_config(c, attn_implementation="sdpa", dtype=torch.float32)
+        # no attn_implementation: transformers' default, sdpa where the family supports it, else eager
+        # (Gemma2: _supports_sdpa = False, soft-capping), as a Trainer user gets it
+        m = _auto_class(task).from_config(c, dtype=torch.float32)
     finally:
         if old is None:
             os.environ.pop("HF_HUB_OFFLINE", None)
         else:
             os.environ["HF_HUB_OFFLINE"] = old
-    if precision == "pure-bf16":
-        m.to(torch.bfloat16)
+    if precision.startswith("pure-"):
+        m.to(_dtype(precision))
+    if gradient_checkpointing:
+        # what Trainer does for --gradient_checkpointing (trainer.py @v5.24.0): the model's own switch, with
+        # gradient_checkpointing_kwargs passed through
+        kw = {"use_reentrant": gradient_checkpointing == "reentrant"}
+        if hasattr(m, "activation_checkpointing_enable"):
+            m.activation_checkpointing_enable(activation_checkpointing_kwargs=kw)
+        else:  # transformers 4.x
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kw)
+    if lora is not None:
+        try:
+            import peft
+        except ImportError:
+            raise ExportError("memplan_torch: --lora needs the peft package (python/requirements-torch2.txt pins it)")
+        kw = dict(lora)
+        if task == "sequence-classification":
+            kw["task_type"] = "SEQ_CLS"
+        elif task == "causal-lm":
+            kw["task_type"] = "CAUSAL_LM"
+        m = peft.get_peft_model(m, peft.LoraConfig(**kw))
     m.train()
-    return m, (torch.bfloat16 if precision == "amp-bf16" else None)
+    return m, (_dtype(precision) if precision.startswith("amp-") else None)
+
+
+def make_inputs(cfg, batch, seq):
+    """The batch a Trainer hands the model: input_ids and labels (causal LM: a copy of the ids; BERT: one
+    class per sequence, with token_type_ids), or pixel_values and labels (ViT)."""
+    task = task_of(cfg)
+    if task == "image-classification":
+        n = int(cfg.get("image_size", 224))
+        return {"pixel_values": torch.randn(batch, int(cfg.get("num_channels", 3)), n, n),
+                "labels": torch.randint(0, _num_labels(cfg), (batch,))}
+    ids = torch.randint(0, int(cfg["vocab_size"]), (batch, seq))
+    if task == "sequence-classification":
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids),
+                "labels": torch.randint(0, _num_labels(cfg), (batch,))}
+    return {"input_ids": ids, "labels": ids.clone()}
+
+
+def _num_labels(cfg):
+    if cfg.get("id2label"):
+        return len(cfg["id2label"])
+    return int(cfg.get("num_labels", 2))
+
+
+@contextlib.contextmanager
+def grouped_mm_meta():
+    """Lets aten._grouped_mm run under fake tensors in the dtypes the CPU kernel runs.
+
+    transformers 5.x runs MoE experts with grouped_mm by default (integrations/moe.py @v5.24.0:
+    get_correct_experts_implementation picks "grouped_mm", _can_use_grouped_mm is true on cpu). The CPU kernel
+    takes float32 (measured: a float32 Mixtral step runs aten._grouped_mm.default on torch 2.14.1), but the meta
+    function refuses anything but bfloat16/float16 (torch/_meta_registrations.py _meta_grouped_mm_common), so
+    a float32 or amp Mixtral fails under fake tensors where it runs for real. While this is entered, the meta
+    function is one that checks nothing and returns the output the kernel returns: [rows, out] for a 2-D input
+    and 3-D weight (the MoE case), [groups, rows, out] / [batch, rows, out] for the others."""
+    try:
+        lib = torch.library.Library("aten", "IMPL")
+    except Exception:  # pragma: no cover
+        yield
+        return
+
+    def meta(input, weight, offs=None, bias=None, out_dtype=None):
+        dt = out_dtype or input.dtype
+        if input.dim() == 2 and weight.dim() == 2:
+            shape = (offs.shape[0], input.shape[0], weight.shape[-1])
+        elif input.dim() == 2:
+            shape = (input.shape[0], weight.shape[-1])
+        else:
+            shape = (input.shape[0], input.shape[1], weight.shape[-1])
+        return input.new_empty(shape, dtype=dt)
+
+    try:
+        lib.impl("_grouped_mm", meta, "Meta", allow_override=True)
+    except Exception:  # pragma: no cover (another torch: no _grouped_mm or no override)
+        lib._destroy()
+        yield
+        return
+    try:
+        yield
+    finally:
+        lib._destroy()
 
 
 @contextlib.contextmanager
@@ -168,30 +383,57 @@ def real_mask_decisions():
         mu.find_packed_sequence_indices = orig
 
 
-def export_hf(config_path, path, seq, batch=2, precision="fp32", overrides=(), foreach=True, fit_seq=True,
-              name=None):
-    """Traces one Trainer step of the causal LM built from `config_path` (with `overrides`) at `batch` x
-    `seq` tokens under fake tensors and writes a memplan.trace/v1 file to `path`. foreach=True is what
-    Trainer's AdamW runs on cuda parameters (torch picks foreach there; on cpu it would not). Sizes are fitted in the
-    batch and, with fit_seq, in the sequence (seq_dim 1). Returns the document."""
-    if not compat.fake_tensors_available():
+def export_hf(model, path, seq=None, batch=2, precision=DEFAULT_PRECISION, overrides=(), foreach=True, fit_seq=True,
+              name=None, gradient_checkpointing=None, lora=None, real=False):
+    """Traces one Trainer step of the model built from `model` (a config.json or a catalog name, with
+    `overrides`) at `batch` x `seq` tokens under fake tensors (real=True: built and run for real on cpu) and
+    writes a memplan.trace/v1 file to `path`. foreach=True is what Trainer's AdamW runs on cuda parameters
+    (torch picks foreach there; on cpu it would not). Sizes are fitted in the batch and, with fit_seq, in the
+    sequence (seq_dim 1; not for ViT, whose input is an image). gradient_checkpointing: None, "non-reentrant"
+    or "reentrant"; lora: peft.LoraConfig arguments (parse_lora). Returns the document; nothing is written
+    when it fails."""
+    if precision in ("bf16", "fp16"):
+        raise ExportError("memplan_torch: --precision %s (16-bit weights with float32 master weights in the "
+                          "optimizer: DeepSpeed, Megatron) is not a Trainer mode; the Trainer's are amp-%s "
+                          "(--%s) and pure-%s (the model loaded in that dtype)"
+                          % (precision, precision, precision, precision))
+    if precision not in PRECISIONS:
+        raise ExportError("memplan_torch: --precision %s is not one of %s" % (precision, ", ".join(PRECISIONS)))
+    if gradient_checkpointing not in (None,) + CHECKPOINTING:
+        raise ExportError("memplan_torch: --gradient-checkpointing %s is not one of %s"
+                          % (gradient_checkpointing, ", ".join(CHECKPOINTING)))
+    if not real and not compat.fake_tensors_available():
         raise ExportError("memplan_torch: export-hf needs PyTorch 2.x (fake tensors); this is torch %s"
                           % compat.TORCH_VERSION)
     if not transformers_available():
         raise ExportError("memplan_torch: export-hf needs the transformers package (python/requirements-torch2.txt "
                           "pins it)")
-    if precision not in PRECISIONS:
-        raise ExportError("memplan_torch: --precision %s is not one of %s" % (precision, ", ".join(PRECISIONS)))
+    config_path = resolve_model(model)
     cfg = load_config(config_path, overrides)
-    vocab = int(cfg.get("vocab_size") or 0)
-    if vocab <= 0:
-        raise ExportError("memplan_torch: %s has no vocab_size" % config_path)
+    task = task_of(cfg)
+    if task != "image-classification":
+        if int(cfg.get("vocab_size") or 0) <= 0:
+            raise ExportError("memplan_torch: %s has no vocab_size" % config_path)
+        if seq is None or seq < 1:
+            raise ExportError("memplan_torch: --seq (tokens per sequence) is needed for %s" % cfg["model_type"])
+        mp = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+        if isinstance(mp, int) and seq > mp and cfg["model_type"] in ("bert", "gpt2"):
+            raise ExportError("memplan_torch: --seq %d is longer than %s's %d learned positions"
+                              % (seq, os.path.basename(config_path), mp))
+    else:
+        seq, fit_seq = None, False
+    if batch < 1:
+        raise ExportError("memplan_torch: --batch must be at least 1, got %d" % batch)
+    if fit_seq and seq is not None and seq < 3:
+        fit_seq = False
+
+    built = {}
 
     def make_job(b, s):
         torch.manual_seed(0)
-        model, ac = build_model(cfg, precision)
-        ids = torch.randint(0, vocab, (b, s or seq))
-        return HFJob(model, {"input_ids": ids, "labels": ids.clone()}, ac)
+        model, ac = build_model(cfg, precision, gradient_checkpointing, lora)
+        built["attn"] = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        return HFJob(model, make_inputs(cfg, b, s or seq), ac)
 
     def make_fake_job(b, s, fm):
         try:
@@ -204,16 +446,63 @@ def export_hf(config_path, path, seq, batch=2, precision="fp32", overrides=(), f
                     "tensors were converted to fake ones" % (type(e).__name__, (str(e).splitlines() or [""])[0][:200]))
         return harness.to_fake(job, fm), note
 
-    with real_mask_decisions():
-        doc = build_trace(make_job, batch, seq, "adamw", "cpu", foreach, 0, 1 if fit_seq else None,
-                          name=name or "%s (%s)" % (cfg.get("_name_or_path") or os.path.basename(config_path),
-                                                    precision),
-                          source="transformers %s AutoModelForCausalLM.from_config(%s)" % (_tf_version(),
-                                                                                         config_path),
-                          make_fake_job=make_fake_job)
-    doc["notes"].append("transformers %s %s built from %s%s, attn_implementation=sdpa, precision %s, Trainer "
+    what = "%s (%s%s%s)" % (cfg.get("_name_or_path") or os.path.basename(config_path)[:-5], precision,
+                            ", %s gradient checkpointing" % gradient_checkpointing if gradient_checkpointing else "",
+                            ", LoRA" if lora else "")
+    try:
+        with real_mask_decisions(), grouped_mm_meta():
+            doc = build_trace(make_job, batch, seq, "adamw", "cpu", foreach, 0, 1 if fit_seq else None,
+                              name=name or what,
+                              source="transformers %s %s.from_config(%s)" % (
+                                  _tf_version(), _auto_class(task).__name__, config_path),
+                              make_fake_job=None if real else make_fake_job)
+    except ExportError as e:
+        msg = str(e)
+        if not real and "--real" in msg:
+            msg = re.sub(r";[^;]*--real.*$", "", msg) + "; rerun export-hf with --real to build the model and " \
+                "run the step for real on cpu (slower, and it needs the model's memory)"
+        raise ExportError(msg)
+    doc["notes"].append("transformers %s %s built from %s%s, attn_implementation=%s, precision %s%s%s, Trainer "
                         "step (loss from labels inside the model, use_cache=False, AdamW)"
                         % (_tf_version(), (cfg.get("architectures") or [cfg["model_type"]])[0], config_path,
-                           " with " + ", ".join(overrides) if overrides else "", precision))
+                           " with " + ", ".join(overrides) if overrides else "", built.get("attn"), precision,
+                           ", gradient_checkpointing_enable(use_reentrant=%s)" % (gradient_checkpointing == "reentrant")
+                           if gradient_checkpointing else "",
+                           ", peft LoRA %s" % json.dumps(lora, sort_keys=True) if lora else ""))
     write_json(doc, path)
     return doc
+
+
+def trainer_builder(model, seq_len_default=64, precision="fp32", gradient_checkpointing=None, overrides=()):
+    """A model builder (harness: FUNCTION(batch_size, seq_len=) -> (model, inputs, loss_fn)) for a catalog
+    model or config with overrides: the same model and Trainer step export-hf traces, for the exporter's
+    real path and the measurement (validation suite)."""
+    cfg = load_config(resolve_model(model), overrides)
+    if precision != "fp32" and not precision.startswith("pure-"):
+        raise ExportError("memplan_torch: a builder runs no autocast; use export-hf for %s" % precision)
+
+    def build(batch_size, seq_len=seq_len_default):
+        m, _ = build_model(cfg, precision, gradient_checkpointing)
+        return m, make_inputs(cfg, batch_size, seq_len), _hf_loss
+    return build
+
+
+# The validation suite's Hugging Face cases (suite.py): a 2-layer Llama (grouped-query attention) of the
+# catalog's llama-3.2-1b structure, with transformers' gradient checkpointing either way. Sizes keep a real CPU
+# step to a fraction of a second at batch 16.
+SMALL_LLAMA = ("num_hidden_layers=2", "hidden_size=128", "num_attention_heads=4", "num_key_value_heads=2",
+               "head_dim=32", "intermediate_size=256", "vocab_size=512")
+
+
+def llama_gc(batch_size, seq_len=64):
+    return trainer_builder("llama-3.2-1b", gradient_checkpointing="non-reentrant",
+                           overrides=SMALL_LLAMA)(batch_size, seq_len)
+
+
+def llama_gc_reentrant(batch_size, seq_len=64):
+    return trainer_builder("llama-3.2-1b", gradient_checkpointing="reentrant",
+                           overrides=SMALL_LLAMA)(batch_size, seq_len)
+
+
+def llama_small(batch_size, seq_len=64):
+    return trainer_builder("llama-3.2-1b", overrides=SMALL_LLAMA)(batch_size, seq_len)

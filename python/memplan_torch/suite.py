@@ -39,6 +39,12 @@ TRACES = {
     "swin_small": dict(model=M + "swin_small", optimizer="adamw", batch=1),
     "vit_b_16": dict(model=M + "vit_b_16", optimizer="adamw", batch=1),
     "swin_t": dict(model=M + "swin_t", optimizer="adamw", batch=1),
+    # a transformers Llama (hf.py: the catalog's llama-3.2-1b scaled down) after gradient_checkpointing_enable(),
+    # non-reentrant (transformers 5.x's default) and reentrant; needs transformers (PyTorch 2.x venv)
+    "hf_llama_gc": dict(model="memplan_torch.hf:llama_gc", optimizer="adamw", batch=2, seq_len=64,
+                        needs="transformers"),
+    "hf_llama_gc_reentrant": dict(model="memplan_torch.hf:llama_gc_reentrant", optimizer="adamw", batch=2,
+                                  seq_len=64, needs="transformers"),
 }
 
 CASES = [
@@ -53,6 +59,8 @@ CASES = [
     dict(name="gru", trace="gru", batch=32),
     dict(name="lm_selfckpt", trace="lm_selfckpt", batch=16),
     dict(name="lm_selfckpt_reentrant", trace="lm_selfckpt_reentrant", batch=16),
+    dict(name="hf_llama_gc", trace="hf_llama_gc", batch=16),
+    dict(name="hf_llama_gc_reentrant", trace="hf_llama_gc_reentrant", batch=16),
 ] + [dict(name="%s_b%d" % (t, b), trace=t, batch=b) for t in ("vit_b16_small", "swin_small") for b in (1, 2, 8)] \
   + [dict(name="%s_b%d" % (t, b), trace=t, batch=b, heavy=True) for t in ("vit_b_16", "swin_t") for b in (1, 2, 8)]
 
@@ -92,6 +100,16 @@ def _write_workload(w, d):
     return p
 
 
+def _importable(module):
+    if module is None:
+        return True
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
 def _mib(n):
     return "%.2f" % (n / 2 ** 20)
 
@@ -105,6 +123,15 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
             raise ValueError("memplan_torch: unknown suite case %s (--cases; the cases are %s)"
                              % (", ".join(unknown), ", ".join(c["name"] for c in CASES)))
     selected = [c for c in CASES if (c["name"] in cases if cases is not None else not c.get("heavy"))]
+    missing = [c["name"] for c in selected if not _importable(TRACES[c["trace"]].get("needs"))]
+    if missing:
+        if cases is not None:
+            raise ValueError("memplan_torch: suite case %s needs the %s package (python/requirements-torch2.txt)"
+                             % (", ".join(missing), ", ".join(sorted({TRACES[c["trace"]]["needs"] for c in selected
+                                                                     if c["name"] in missing}))))
+        log("skipping %s: %s not installed" % (", ".join(missing), ", ".join(
+            sorted({TRACES[c["trace"]]["needs"] for c in selected if c["name"] in missing}))))
+        selected = [c for c in selected if c["name"] not in missing]
     t0 = time.time()
     # On CPU, trace on CPU: some composite ops decompose differently on meta than on CPU (nn.GRU: the
     # meta trace runs per-step addmm where CPU precomputes the input projection), so a meta trace would
