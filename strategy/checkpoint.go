@@ -63,8 +63,6 @@ func (sp *SavePolicy) saved(p *ir.Program, ops []int) map[int]bool {
 
 var _ Transform = (*Checkpoint)(nil)
 
-func init() { Register("checkpoint", func() Transform { return &Checkpoint{} }) }
-
 // Name implements Transform.
 func (c *Checkpoint) Name() string { return "checkpoint" }
 

@@ -94,8 +94,6 @@ type Pipeline struct {
 
 var _ Transform = (*Pipeline)(nil)
 
-func init() { Register("pipeline", func() Transform { return &Pipeline{} }) }
-
 // Name implements Transform.
 func (pp *Pipeline) Name() string { return "pipeline" }
 

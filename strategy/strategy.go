@@ -9,8 +9,6 @@ package strategy
 
 import (
 	"fmt"
-	"slices"
-	"sort"
 
 	"github.com/memplan/memplan/ir"
 )
@@ -27,14 +25,6 @@ type Transform interface {
 // (own), sparing the copy.
 type rewriter interface {
 	apply(p *ir.Program, own bool) (*ir.Program, error)
-}
-
-// editable is p itself when the transform owns it, else a Clone.
-func editable(p *ir.Program, own bool) *ir.Program {
-	if own {
-		return p
-	}
-	return Clone(p)
 }
 
 // Chain applies transforms in order and verifies the program after each.
@@ -72,71 +62,8 @@ func Clone(p *ir.Program) *ir.Program {
 	return cloneWithRoom(p, len(p.Ops)/4+16, len(p.Tensors)/4+16)
 }
 
-// cloneWithRoom is Clone with room for ops more ops and tensors more
-// tensors.
-func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
-	q := &ir.Program{MicroBatches: p.MicroBatches}
-	q.Tensors = tensorPool.get(len(p.Tensors), len(p.Tensors)+tensors)
-	copy(q.Tensors, p.Tensors)
-	q.Ops = opPool.get(len(p.Ops), len(p.Ops)+ops)
-	copy(q.Ops, p.Ops)
-	for i := range q.Ops {
-		op := &q.Ops[i]
-		op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
-	}
-	q.Params = append([]ir.TensorID(nil), p.Params...)
-	return q
-}
-
-// tensorSet is a set of tensor IDs as a dense bitmap over a program's
-// tensors (IDs past its end are not members).
-type tensorSet []bool
-
-func (s tensorSet) has(t ir.TensorID) bool { return t >= 0 && int(t) < len(s) && s[t] }
-
-// paramSet is the set of p's parameters.
-func paramSet(p *ir.Program) tensorSet {
-	s := make(tensorSet, len(p.Tensors))
-	for _, id := range p.Params {
-		s[id] = true
-	}
-	return s
-}
-
-// rewriteIn replaces each operand t of op.In (at position i) by f(i, t).
-// Operand lists are shared between programs (Clone), so the list is copied
-// at its first change instead of written into.
-func rewriteIn(op *ir.Op, f func(i int, t ir.TensorID) ir.TensorID) {
-	in := op.In
-	copied := false
-	for i, t := range in {
-		if r := f(i, t); r != t {
-			if !copied {
-				op.In = slices.Clone(in)
-				copied = true
-			}
-			op.In[i] = r
-		}
-	}
-}
-
-var registry = map[string]func() Transform{}
-
-// Register adds a named constructor; it refuses duplicates (programmer
-// error, checked at init).
-func Register(name string, f func() Transform) {
-	if _, dup := registry[name]; dup {
-		panic("strategy: duplicate transform " + name)
-	}
-	registry[name] = f
-}
-
-// Names lists the registered transforms.
-func Names() []string {
-	out := make([]string, 0, len(registry))
-	for n := range registry {
-		out = append(out, n)
-	}
-	sort.Strings(out)
-	return out
-}
+var (
+	_ Transform = (*ActivationOffload)(nil)
+	_ Transform = (*OptimizerOffload)(nil)
+	_ Transform = (*ParamOffload)(nil)
+)

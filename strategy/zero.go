@@ -2,7 +2,6 @@ package strategy
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,13 +105,6 @@ type ZeRO struct {
 	name string
 }
 
-// FSDP is PyTorch FullyShardedDataParallel with FULL_SHARD over DP ranks:
-// the stage-3 rewrite of ZeRO (see there) under FSDP's name.
-type FSDP struct {
-	DP       int
-	Prefetch int
-}
-
 // DefaultReduceBucketElems is DeepSpeed's reduce_bucket_size default
 // (deepspeed/runtime/zero/config.py: 5e8 elements).
 const DefaultReduceBucketElems = 500_000_000
@@ -122,43 +114,12 @@ var (
 	_ Transform = (*FSDP)(nil)
 )
 
-func init() {
-	for s := 1; s <= 3; s++ {
-		Register(fmt.Sprintf("zero%d", s), func() Transform { return &ZeRO{Stage: s} })
-	}
-	Register("fsdp", func() Transform { return &FSDP{} })
-}
-
 // Name implements Transform ("zero1", "zero2", "zero3").
 func (z *ZeRO) Name() string {
 	if z.name != "" {
 		return z.name
 	}
 	return fmt.Sprintf("zero%d", z.Stage)
-}
-
-// Name implements Transform.
-func (f *FSDP) Name() string { return "fsdp" }
-
-// SetDP sets the data-parallel degree (for callers holding a registered
-// Transform).
-func (z *ZeRO) SetDP(n int) { z.DP = n }
-
-// SetDP sets the data-parallel degree.
-func (f *FSDP) SetDP(n int) { f.DP = n }
-
-// DataParallel is implemented by transforms that take a data-parallel degree.
-type DataParallel interface {
-	SetDP(n int)
-}
-
-// Apply implements Transform.
-func (f *FSDP) Apply(p *ir.Program) (*ir.Program, error) {
-	if f.DP < 2 {
-		return nil, fmt.Errorf("strategy: FSDP needs --dp of at least 2; with --dp %d it changes nothing", max(f.DP, 1))
-	}
-	z := &ZeRO{Stage: 3, DP: f.DP, Prefetch: f.Prefetch, name: "fsdp"}
-	return z.Apply(p)
 }
 
 // Apply implements Transform.
@@ -648,15 +609,6 @@ func (sh *sharder) reduce(u, m, last int) {
 	}
 }
 
-// reverse inverts a one-to-one map.
-func reverse(m map[ir.TensorID]ir.TensorID) map[ir.TensorID]ir.TensorID {
-	r := make(map[ir.TensorID]ir.TensorID, len(m))
-	for k, v := range m {
-		r[v] = k
-	}
-	return r
-}
-
 // gatherUnit builds the all-gather of unit u for one (micro-step, phase):
 // the flat unsharded buffer, a view per parameter, and clones of any views
 // of parameters the ops read. It returns the op and the tensor remapping.
@@ -878,289 +830,4 @@ func forwardOps(q *ir.Program) (fwd []int32, micros int) {
 		}
 	}
 	return fwd, micros
-}
-
-func containsTensor(ts []ir.TensorID, x ir.TensorID) bool {
-	for _, t := range ts {
-		if t == x {
-			return true
-		}
-	}
-	return false
-}
-
-// substitute rewrites op's inputs through m.
-func substitute(op *ir.Op, m map[ir.TensorID]ir.TensorID) {
-	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
-		if r, ok := m[t]; ok {
-			return r
-		}
-		return t
-	})
-}
-
-// shardTensor shrinks t to one rank's shard of n: ceil(numel/n) elements.
-func shardTensor(t *ir.Tensor, n int) {
-	numel := t.Numel()
-	if numel <= 0 || t.DType.Size(numel) != t.Bytes {
-		t.Bytes = ceilBytes(t.Bytes, n)
-		return
-	}
-	s := (numel + int64(n) - 1) / int64(n)
-	t.Shape = []int64{s}
-	t.Bytes = t.DType.Size(s)
-}
-
-func ceilBytes(b units.Bytes, n int) units.Bytes {
-	return (b + units.Bytes(n) - 1) / units.Bytes(n)
-}
-
-// editor collects insertions around the ops of a cloned program and new
-// tensors, then rebuilds the op list once.
-type editor struct {
-	p *ir.Program
-	// before and after hold the ops to insert around an op index (sparse:
-	// transforms insert around few ops of many).
-	before, after map[int][]ir.Op
-	owners        []ir.TensorID
-	shardsOf      map[ir.TensorID]ir.TensorID // gradient → its shard
-}
-
-func newEditor(q *ir.Program) *editor {
-	e := &editor{p: q, before: map[int][]ir.Op{}, after: map[int][]ir.Op{}, shardsOf: map[ir.TensorID]ir.TensorID{}}
-	e.owners = make([]ir.TensorID, len(q.Tensors))
-	for i := range q.Tensors {
-		e.owners[i] = ir.Storage(q.Tensors, ir.TensorID(i))
-	}
-	return e
-}
-
-// owner returns the storage of t (tensors added later resolve on demand).
-func (e *editor) owner(t ir.TensorID) ir.TensorID {
-	if int(t) < len(e.owners) {
-		return e.owners[t]
-	}
-	return ir.Storage(e.p.Tensors, t)
-}
-
-func (e *editor) add(t ir.Tensor) ir.TensorID {
-	e.p.Tensors = append(e.p.Tensors, t)
-	return ir.TensorID(len(e.p.Tensors) - 1)
-}
-
-// firstWriters maps each tensor to the first op that writes it (-1: none).
-func (e *editor) firstWriters() []int {
-	fw := make([]int, len(e.p.Tensors))
-	for i := range fw {
-		fw[i] = -1
-	}
-	for oi := range e.p.Ops {
-		for _, t := range e.p.Ops[oi].Out {
-			if fw[t] < 0 {
-				fw[t] = oi
-			}
-		}
-	}
-	return fw
-}
-
-// lastBackward is the index of micro-step m's last backward op, or -1.
-func (e *editor) lastBackward(m int) int {
-	last := -1
-	for oi := range e.p.Ops {
-		if op := &e.p.Ops[oi]; op.Phase == ir.Backward && op.Micro == m {
-			last = oi
-		}
-	}
-	return last
-}
-
-// finish splices the insertions into the op list.
-func (e *editor) finish() *ir.Program {
-	e.p.Ops = splice(e.p.Ops, e.before, e.after)
-	return e.p
-}
-
-// splice inserts before[i] before and after[i] after op i of old, which
-// the caller owns (a transform's copy) and must not use afterwards. It
-// works in place when old has the room (Clone leaves some).
-func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
-	n := len(old)
-	at := make([]int, 0, len(before)+len(after))
-	for i, ops := range before {
-		n += len(ops)
-		at = append(at, i)
-	}
-	for i, ops := range after {
-		n += len(ops)
-		if _, dup := before[i]; !dup {
-			at = append(at, i)
-		}
-	}
-	if n == len(old) {
-		return old
-	}
-	slices.Sort(at)
-	if cap(old) >= n {
-		// From the back, each op moves right by the insertions before it,
-		// which never overwrites an op not yet moved.
-		ops := old[:n]
-		w, r := n, len(old) // ops[w:] is final; old[:r] not yet moved
-		for j := len(at) - 1; j >= 0; j-- {
-			i := at[j]
-			w -= copy(ops[w-(r-i-1):w], old[i+1:r])
-			w -= copy(ops[w-len(after[i]):w], after[i])
-			w--
-			ops[w] = old[i]
-			w -= copy(ops[w-len(before[i]):w], before[i])
-			r = i
-		}
-		return ops
-	}
-	ops := opPool.get(0, n)
-	next := 0 // first op not yet copied
-	for _, i := range at {
-		ops = append(ops, old[next:i]...)
-		ops = append(ops, before[i]...)
-		ops = append(ops, old[i])
-		ops = append(ops, after[i]...)
-		next = i + 1
-	}
-	ops = append(ops, old[next:]...)
-	opPool.put(old) // the caller's own (a transform's copy), now replaced
-	return ops
-}
-
-// DDP is PyTorch DistributedDataParallel over DP ranks (stage 0: nothing
-// sharded). The reducer keeps one flat buffer per gradient bucket, allocated
-// at construction (Reducer::initialize_buckets), so DDP holds the gradients'
-// bytes a second time: "ddp.bucket[k]" is resident (Cat Gradient). Buckets
-// are filled in the order gradients become ready (the order DDP rebuilds
-// its buckets in after the first iteration), the first capped at 1 MiB
-// (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) and the rest at
-// BucketMiB (bucket_cap_mb, default 25); a bucket closes once it reaches its
-// cap. When a bucket's last gradient is ready, "ddp.all_reduce(bucket k)"
-// (Comm AllReduce, group "dp") reads its gradients and buffer (copy in,
-// all-reduce, copy back). Under gradient accumulation the micro-steps before
-// the last run under no_sync() (as HF Trainer and Accelerate do), so only the
-// last one communicates. With GradientAsBucketView the gradients are views
-// into the bucket buffers: no second copy, but the gradients then persist
-// between iterations (resident) even under zero_grad(set_to_none=True).
-type DDP struct {
-	DP                   int
-	BucketMiB            float64
-	GradientAsBucketView bool
-}
-
-var _ Transform = (*DDP)(nil)
-
-func init() { Register("ddp", func() Transform { return &DDP{} }) }
-
-// Name implements Transform.
-func (d *DDP) Name() string { return "ddp" }
-
-// SetDP sets the data-parallel degree.
-func (d *DDP) SetDP(n int) { d.DP = n }
-
-// DDP bucket caps (torch/nn/parallel/distributed.py).
-const (
-	ddpFirstBucket   = units.MiB
-	DefaultBucketMiB = 25
-)
-
-// Apply implements Transform.
-func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) { return d.apply(p, false) }
-
-func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
-	if d.DP < 2 {
-		return nil, fmt.Errorf("strategy: DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
-	}
-	if d.BucketMiB < 0 {
-		return nil, fmt.Errorf("strategy: DDP bucket of %g MiB must not be negative", d.BucketMiB)
-	}
-	capB := units.Bytes(float64(units.MiB) * d.BucketMiB)
-	if d.BucketMiB == 0 {
-		capB = DefaultBucketMiB * units.MiB
-	}
-	q := editable(p, own)
-	pg, err := pairGrads(q)
-	if err != nil {
-		return nil, err
-	}
-	if len(pg.grads) == 0 {
-		return nil, fmt.Errorf("strategy: DDP needs a training program; this one has no parameter gradients")
-	}
-	e := newEditor(q)
-	m := max(q.MicroBatches, 1) - 1
-	self := map[ir.TensorID]ir.TensorID{}
-	for _, g := range pg.grads {
-		self[g] = g
-	}
-	order, ready := readyOrder(q, m, pg.grads, self)
-	var bucket []ir.TensorID
-	var size units.Bytes
-	k := 0
-	limit := ddpFirstBucket
-	flush := func(at int) {
-		if len(bucket) == 0 {
-			return
-		}
-		op := ir.Op{Name: fmt.Sprintf("ddp.all_reduce(bucket %d)", k), Phase: ir.Backward, Micro: m, Node: -1,
-			In: append([]ir.TensorID(nil), bucket...), Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: size, Group: "dp", Ranks: d.DP}}
-		if d.GradientAsBucketView {
-			for _, g := range bucket {
-				q.Tensors[g].Resident = true
-			}
-		} else {
-			dt := q.Tensors[bucket[0]].DType
-			buf := e.add(ir.Tensor{Name: fmt.Sprintf("ddp.bucket[%d]", k), Shape: []int64{int64(size) * 8 / int64(max(dt.Bits(), 1))},
-				DType: dt, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient, Resident: true})
-			op.In = append(op.In, buf)
-		}
-		e.after[at] = append(e.after[at], op)
-		bucket, size = nil, 0
-		k++
-		limit = capB
-	}
-	for _, g := range order {
-		bucket = append(bucket, g)
-		size += q.Tensors[g].Bytes
-		if size >= limit {
-			flush(ready[g])
-		}
-	}
-	if len(bucket) > 0 {
-		flush(e.lastBackward(m))
-	}
-	return e.finish(), nil
-}
-
-// readyOrder lists the gradients of grads in the order they become ready in
-// micro-step m: by the last backward op of m that touches them. key maps a
-// touched tensor to the gradient it stands for (a micro-step's fresh copy,
-// or the gradient itself). Gradients m never touches are left out. It also
-// returns each gradient's ready op.
-func readyOrder(q *ir.Program, m int, grads []ir.TensorID, key map[ir.TensorID]ir.TensorID) ([]ir.TensorID, map[ir.TensorID]int) {
-	ready := map[ir.TensorID]int{}
-	for oi := range q.Ops {
-		op := &q.Ops[oi]
-		if op.Phase != ir.Backward || op.Micro != m {
-			continue
-		}
-		for _, ts := range [][]ir.TensorID{op.In, op.Out} {
-			for _, t := range ts {
-				if g, ok := key[t]; ok {
-					ready[g] = oi
-				}
-			}
-		}
-	}
-	var order []ir.TensorID
-	for _, g := range grads {
-		if _, ok := ready[g]; ok {
-			order = append(order, g)
-		}
-	}
-	sort.SliceStable(order, func(i, j int) bool { return ready[order[i]] < ready[order[j]] })
-	return order, ready
 }

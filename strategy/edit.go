@@ -1,0 +1,232 @@
+package strategy
+
+import (
+	"slices"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/units"
+)
+
+// The editing toolkit every transform uses. A transform never modifies its input: editable (or cloneWithRoom,
+// with room for what it adds) gives it a program of its own, copy-on-write (Clone shares shapes, operand lists
+// and the Comm/Transfer of ops, capped, so rewriteIn and substitute replace an op's operands instead of writing
+// into them). New tensors go through editor.add; new ops are collected per anchor op in editor.before/after and
+// inserted in one pass by editor.finish (splice), so op indices stay those of the input while a transform
+// works. Checkpoint, ZeRO/FSDP/DDP and the offloads edit this way; Pipeline, which keeps a subset of the ops in
+// a new order, rebuilds the op list and compacts the tensors (ppCompact in pipeline.go).
+
+// editable is p itself when the transform owns it, else a Clone.
+func editable(p *ir.Program, own bool) *ir.Program {
+	if own {
+		return p
+	}
+	return Clone(p)
+}
+
+// cloneWithRoom is Clone with room for ops more ops and tensors more
+// tensors.
+func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
+	q := &ir.Program{MicroBatches: p.MicroBatches}
+	q.Tensors = tensorPool.get(len(p.Tensors), len(p.Tensors)+tensors)
+	copy(q.Tensors, p.Tensors)
+	q.Ops = opPool.get(len(p.Ops), len(p.Ops)+ops)
+	copy(q.Ops, p.Ops)
+	for i := range q.Ops {
+		op := &q.Ops[i]
+		op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
+	}
+	q.Params = append([]ir.TensorID(nil), p.Params...)
+	return q
+}
+
+// tensorSet is a set of tensor IDs as a dense bitmap over a program's
+// tensors (IDs past its end are not members).
+type tensorSet []bool
+
+func (s tensorSet) has(t ir.TensorID) bool { return t >= 0 && int(t) < len(s) && s[t] }
+
+// paramSet is the set of p's parameters.
+func paramSet(p *ir.Program) tensorSet {
+	s := make(tensorSet, len(p.Tensors))
+	for _, id := range p.Params {
+		s[id] = true
+	}
+	return s
+}
+
+// rewriteIn replaces each operand t of op.In (at position i) by f(i, t).
+// Operand lists are shared between programs (Clone), so the list is copied
+// at its first change instead of written into.
+func rewriteIn(op *ir.Op, f func(i int, t ir.TensorID) ir.TensorID) {
+	in := op.In
+	copied := false
+	for i, t := range in {
+		if r := f(i, t); r != t {
+			if !copied {
+				op.In = slices.Clone(in)
+				copied = true
+			}
+			op.In[i] = r
+		}
+	}
+}
+
+// reverse inverts a one-to-one map.
+func reverse(m map[ir.TensorID]ir.TensorID) map[ir.TensorID]ir.TensorID {
+	r := make(map[ir.TensorID]ir.TensorID, len(m))
+	for k, v := range m {
+		r[v] = k
+	}
+	return r
+}
+
+func containsTensor(ts []ir.TensorID, x ir.TensorID) bool {
+	for _, t := range ts {
+		if t == x {
+			return true
+		}
+	}
+	return false
+}
+
+// substitute rewrites op's inputs through m.
+func substitute(op *ir.Op, m map[ir.TensorID]ir.TensorID) {
+	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
+		if r, ok := m[t]; ok {
+			return r
+		}
+		return t
+	})
+}
+
+// shardTensor shrinks t to one rank's shard of n: ceil(numel/n) elements.
+func shardTensor(t *ir.Tensor, n int) {
+	numel := t.Numel()
+	if numel <= 0 || t.DType.Size(numel) != t.Bytes {
+		t.Bytes = ceilBytes(t.Bytes, n)
+		return
+	}
+	s := (numel + int64(n) - 1) / int64(n)
+	t.Shape = []int64{s}
+	t.Bytes = t.DType.Size(s)
+}
+
+func ceilBytes(b units.Bytes, n int) units.Bytes {
+	return (b + units.Bytes(n) - 1) / units.Bytes(n)
+}
+
+// editor collects insertions around the ops of a cloned program and new
+// tensors, then rebuilds the op list once.
+type editor struct {
+	p *ir.Program
+	// before and after hold the ops to insert around an op index (sparse:
+	// transforms insert around few ops of many).
+	before, after map[int][]ir.Op
+	owners        []ir.TensorID
+	shardsOf      map[ir.TensorID]ir.TensorID // gradient → its shard
+}
+
+func newEditor(q *ir.Program) *editor {
+	e := &editor{p: q, before: map[int][]ir.Op{}, after: map[int][]ir.Op{}, shardsOf: map[ir.TensorID]ir.TensorID{}}
+	e.owners = make([]ir.TensorID, len(q.Tensors))
+	for i := range q.Tensors {
+		e.owners[i] = ir.Storage(q.Tensors, ir.TensorID(i))
+	}
+	return e
+}
+
+// owner returns the storage of t (tensors added later resolve on demand).
+func (e *editor) owner(t ir.TensorID) ir.TensorID {
+	if int(t) < len(e.owners) {
+		return e.owners[t]
+	}
+	return ir.Storage(e.p.Tensors, t)
+}
+
+func (e *editor) add(t ir.Tensor) ir.TensorID {
+	e.p.Tensors = append(e.p.Tensors, t)
+	return ir.TensorID(len(e.p.Tensors) - 1)
+}
+
+// firstWriters maps each tensor to the first op that writes it (-1: none).
+func (e *editor) firstWriters() []int {
+	fw := make([]int, len(e.p.Tensors))
+	for i := range fw {
+		fw[i] = -1
+	}
+	for oi := range e.p.Ops {
+		for _, t := range e.p.Ops[oi].Out {
+			if fw[t] < 0 {
+				fw[t] = oi
+			}
+		}
+	}
+	return fw
+}
+
+// lastBackward is the index of micro-step m's last backward op, or -1.
+func (e *editor) lastBackward(m int) int {
+	last := -1
+	for oi := range e.p.Ops {
+		if op := &e.p.Ops[oi]; op.Phase == ir.Backward && op.Micro == m {
+			last = oi
+		}
+	}
+	return last
+}
+
+// finish splices the insertions into the op list.
+func (e *editor) finish() *ir.Program {
+	e.p.Ops = splice(e.p.Ops, e.before, e.after)
+	return e.p
+}
+
+// splice inserts before[i] before and after[i] after op i of old, which
+// the caller owns (a transform's copy) and must not use afterwards. It
+// works in place when old has the room (Clone leaves some).
+func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
+	n := len(old)
+	at := make([]int, 0, len(before)+len(after))
+	for i, ops := range before {
+		n += len(ops)
+		at = append(at, i)
+	}
+	for i, ops := range after {
+		n += len(ops)
+		if _, dup := before[i]; !dup {
+			at = append(at, i)
+		}
+	}
+	if n == len(old) {
+		return old
+	}
+	slices.Sort(at)
+	if cap(old) >= n {
+		// From the back, each op moves right by the insertions before it,
+		// which never overwrites an op not yet moved.
+		ops := old[:n]
+		w, r := n, len(old) // ops[w:] is final; old[:r] not yet moved
+		for j := len(at) - 1; j >= 0; j-- {
+			i := at[j]
+			w -= copy(ops[w-(r-i-1):w], old[i+1:r])
+			w -= copy(ops[w-len(after[i]):w], after[i])
+			w--
+			ops[w] = old[i]
+			w -= copy(ops[w-len(before[i]):w], before[i])
+			r = i
+		}
+		return ops
+	}
+	ops := opPool.get(0, n)
+	next := 0 // first op not yet copied
+	for _, i := range at {
+		ops = append(ops, old[next:i]...)
+		ops = append(ops, before[i]...)
+		ops = append(ops, old[i])
+		ops = append(ops, after[i]...)
+		next = i + 1
+	}
+	ops = append(ops, old[next:]...)
+	opPool.put(old) // the caller's own (a transform's copy), now replaced
+	return ops
+}
