@@ -76,7 +76,7 @@ type planFlags struct {
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
-	f := &planFlags{}
+	f, rf := &planFlags{}, &reservedFlags{}
 	c := &cobra.Command{
 		Use:   "plan",
 		Short: "Simulate one iteration and report its memory ledger, timeline and peak",
@@ -90,6 +90,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			}
 			res, err := engine.Plan(spec)
 			if err != nil {
+				return err
+			}
+			if err := rf.apply(res, true); err != nil {
 				return err
 			}
 			if f.svg != "" {
@@ -114,6 +117,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
 	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")
+	rf.register(fl)
 	return c
 }
 

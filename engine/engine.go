@@ -329,6 +329,9 @@ type Result struct {
 	// AutoCheckpointed lists the blocks --checkpoint auto chose (nil
 	// otherwise).
 	AutoCheckpointed []string
+	// Reserved is the caching allocator's prediction, when PredictReserved
+	// was asked for it.
+	Reserved *Reserved
 
 	// owned: Program was made for this result alone (Release may recycle
 	// it), not taken from a Cache.

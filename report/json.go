@@ -102,6 +102,7 @@ type PlanJSON struct {
 	Shortfall     units.Bytes   `json:"shortfall_bytes"`
 	Headroom      units.Bytes   `json:"headroom_bytes"`
 	FirstStep     *firstJSON    `json:"first_step,omitempty"`
+	Reserved      *reservedJSON `json:"reserved,omitempty"`
 	Time          *timeJSON     `json:"time,omitempty"`
 	Ops           int           `json:"ops"`
 	Timeline      []EventJSON   `json:"timeline,omitempty"`
@@ -230,6 +231,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 			ExposedTransferS: t.ExposedTransfer.Seconds(), FLOPs: t.FLOPs, RecomputeFLOPs: t.RecomputeFLOPs,
 			TokensPerS: t.TokensPerSec, SamplesPerS: t.SamplesPerSec, MFU: t.MFU, HFU: t.HFU}
 	}
+	j.Reserved = buildReserved(res)
 	if timeline {
 		j.Timeline = make([]EventJSON, len(r.Timeline))
 		for i, pt := range r.Timeline {

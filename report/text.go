@@ -55,6 +55,7 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	var b strings.Builder
 	fmt.Fprintln(&b, textHeader(res))
 	writePeakLines(&b, res)
+	writeReservedLine(&b, res)
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, ledgerTable(res).Render())
 	fmt.Fprintln(&b, phaseTable(res).Render())

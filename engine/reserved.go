@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"github.com/memplan/memplan/allocator"
+	"github.com/memplan/memplan/units"
+)
+
+// Reserved is what PyTorch's caching allocator reserves for the planned
+// iteration: the program's allocations and frees replayed through the
+// allocator model (allocator.ReplayProgram).
+type Reserved struct {
+	Config allocator.Config
+	// Steady is the reported stage's iteration, First the first iteration
+	// (when planned), each replayed twice from the resident state on a
+	// device without limit; Capped is the replay on the capacity when the
+	// unlimited one reserves more than it (the allocator then frees its
+	// cache and retries, so only an OOM there means it does not fit).
+	Steady, First, Capped *allocator.ProgramResult
+	// Peak is the larger reserved peak of Steady and First; Fragmentation
+	// what it holds beyond its live blocks.
+	Peak, Fragmentation units.Bytes
+	// FitsOnReserved: no request fails on the capacity (true without one).
+	FitsOnReserved bool
+	// DecidesFit: Fits, Shortfall and Headroom were decided on Peak.
+	DecidesFit bool
+}
+
+// PredictReserved replays r's programs through the caching allocator with
+// cfg. With decide, Fits, Shortfall and Headroom are decided on the reserved
+// peak instead of the allocated one.
+func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*Reserved, error) {
+	rv := &Reserved{Config: cfg, FitsOnReserved: true}
+	var err error
+	if rv.Steady, err = allocator.ReplayProgram(r.Program, cfg, 0, timeline); err != nil {
+		return nil, err
+	}
+	worst := rv.Steady
+	if r.FirstProgram != nil {
+		if rv.First, err = allocator.ReplayProgram(r.FirstProgram, cfg, 0, false); err != nil {
+			return nil, err
+		}
+		if rv.First.PeakReserved > worst.PeakReserved {
+			worst = rv.First
+		}
+	}
+	rv.Peak, rv.Fragmentation = units.Bytes(worst.PeakReserved), units.Bytes(worst.Fragmentation)
+	if r.Capacity > 0 && rv.Peak > r.Capacity {
+		prog := r.Program
+		if worst == rv.First {
+			prog = r.FirstProgram
+		}
+		if rv.Capped, err = allocator.ReplayProgram(prog, cfg, int64(r.Capacity), false); err != nil {
+			return nil, err
+		}
+		rv.FitsOnReserved = !rv.Capped.OOM
+	}
+	if decide && r.Capacity > 0 {
+		rv.DecidesFit = true
+		r.Fits = rv.FitsOnReserved
+		r.Shortfall, r.Headroom = 0, 0
+		switch {
+		case !r.Fits:
+			r.Shortfall = rv.Peak - r.Capacity
+		case rv.Peak <= r.Capacity:
+			r.Headroom = r.Capacity - rv.Peak
+		}
+	}
+	r.Reserved = rv
+	return rv, nil
+}
