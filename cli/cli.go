@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -35,12 +36,27 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
-		msg := strings.TrimSpace(strings.ReplaceAll(err.Error(), "\n", "; "))
+		msg := strings.TrimSpace(strings.ReplaceAll(message(err), "\n", "; "))
 		fmt.Fprintln(stderr, "memplan: "+msg)
 		return 1
 	}
 	return 0
 }
+
+// message is err's text with the job fields it names (engine.FieldError)
+// named as their flags: the library says "micro-batch", the CLI
+// "--micro-batch".
+func message(err error) string {
+	msg := err.Error()
+	var fe *engine.FieldError
+	if errors.As(err, &fe) {
+		msg = strings.Replace(msg, fe.Error(), fe.Render(flagOf), 1)
+	}
+	return msg
+}
+
+// flagOf is the flag that sets field f.
+func flagOf(f engine.Field) string { return "--" + f.Key() }
 
 // NewRoot builds the command tree.
 func NewRoot(stdout, stderr io.Writer) *cobra.Command {
@@ -54,7 +70,10 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
+		// pflag quotes the Go parser that refused a number
+		// ("strconv.ParseInt: parsing "x": invalid syntax").
+		msg := goParser.ReplaceAllString(err.Error(), ": ")
+		return fmt.Errorf("%s (see '%s --help')", msg, c.CommandPath())
 	})
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
 	return root
@@ -375,3 +394,7 @@ func commas(n int64) string {
 	}
 	return b.String()
 }
+
+// goParser matches pflag's quote of the Go function that failed to parse a
+// flag's value.
+var goParser = regexp.MustCompile(`: strconv\.\w+: parsing "[^"]*": `)

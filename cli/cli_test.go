@@ -12,6 +12,9 @@ import (
 func run(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	code := Main(args, &out, &errb)
+	if code != 0 {
+		record(errb.String())
+	}
 	return code, out.String(), errb.String()
 }
 
@@ -39,7 +42,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--optimizer-impl", "turbo"}, "unknown optimizer implementation"},
 		{[]string{"plan", "--attention", "linear"}, "unknown attention"},
 		{[]string{"plan", "--gpu", "h1000"}, "unknown GPU \"h1000\""},
-		{[]string{"plan", "--mode", "serve"}, "unknown mode"},
+		{[]string{"plan", "--mode", "serve"}, "unknown --mode \"serve\""},
 		{[]string{"plan", "--budget", "lots"}, "--budget"},
 		{[]string{"plan", "--budget", "-4GiB"}, "--budget"},
 		{[]string{"plan", "--seq", "4096"}, "exceeds gpt2's 1024 learned positions"},
@@ -53,7 +56,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--checkpoint", "every=0"}, "positive integer"},
 		{[]string{"plan", "--zero", "3"}, "needs --dp of at least 2"},
 		{[]string{"plan", "--graph", filepath.Join(dir, "none.json")}, "none.json"},
-		{[]string{"plan", "--graph", trunc}, "torchtrace"},
+		{[]string{"plan", "--graph", trunc}, "trunc.json"},
 		{[]string{"plan", "--workload", "../testdata/torch/workloads/lm.yaml"}, "--workload needs --graph"},
 		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--model", "gpt2"}, "not both"},
 		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--tp", "2"}, "rebuild the model's graph"},
@@ -284,7 +287,7 @@ func TestPrecisionTheGPULacks(t *testing.T) {
 		{"compare", "--model", "gpt2", "--gpu", "t4", "--seq", "256"},
 	} {
 		code, out, errs := run(cmd...)
-		want := "memplan: engine: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16, pure-fp16\n"
+		want := "memplan: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16, pure-fp16\n"
 		if code == 0 || out != "" || errs != want {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", cmd, code, out, errs, want)
 		}

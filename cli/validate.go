@@ -20,7 +20,7 @@ import (
 )
 
 // ErrValidation is returned when predictions miss the tolerance (exit 1).
-var ErrValidation = errors.New("validate: predictions beyond tolerance")
+var ErrValidation = errors.New("predictions beyond tolerance")
 
 type validateFlags struct {
 	traces, tolerance, published string
@@ -46,12 +46,12 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 			}
 			if f.published != "" {
 				if len(args) > 0 {
-					return fmt.Errorf("validate: give a measured file or --published, not both")
+					return fmt.Errorf("give a measured file or --published, not both")
 				}
 				return runPublished(stdout, cmd.ErrOrStderr(), f.published, tol, cmd.Flags().Changed("tolerance"), f.jsonOut)
 			}
 			if len(args) == 0 {
-				return fmt.Errorf("validate: give a measured file (memplan.measured/v1) or --published FILE")
+				return fmt.Errorf("give a measured file (memplan.measured/v1) or --published FILE")
 			}
 			m, err := validate.LoadMeasured(args[0])
 			if err != nil {
@@ -98,7 +98,7 @@ func parseTolerance(s string) (float64, error) {
 	pct := strings.HasSuffix(t, "%")
 	v, err := strconv.ParseFloat(strings.TrimSuffix(t, "%"), 64)
 	if err != nil || v < 0 || v != v {
-		return 0, fmt.Errorf("validate: --tolerance %q: want a percentage such as 3%% or a fraction such as 0.03", s)
+		return 0, fmt.Errorf("--tolerance %q: want a percentage such as 3%% or a fraction such as 0.03", s)
 	}
 	if pct {
 		v /= 100

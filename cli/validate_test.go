@@ -18,6 +18,9 @@ func runValidate(t *testing.T, args ...string) (string, error) {
 	c.SetErr(&out)
 	c.SilenceUsage, c.SilenceErrors = true, true
 	err := c.Execute()
+	if err != nil {
+		record(message(err))
+	}
 	return out.String(), err
 }
 
@@ -72,9 +75,9 @@ func TestValidateBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"nope.json"}, "validate: nope.json: no such file or directory"},
-		{[]string{measuredPath(), "--tolerance", "three"}, `validate: --tolerance "three"`},
-		{[]string{measuredPath(), "--traces", "/nonexistent"}, "torchtrace: /nonexistent/"},
+		{[]string{"nope.json"}, "nope.json: no such file or directory"},
+		{[]string{measuredPath(), "--tolerance", "three"}, `--tolerance "three"`},
+		{[]string{measuredPath(), "--traces", "/nonexistent"}, "/nonexistent/"},
 	} {
 		_, err := runValidate(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -49,9 +49,13 @@ func TestPlanWorkloadIsValidatesPrediction(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errb.String())
 			}
 			var got struct {
-				Phases    map[string]struct{ PeakBytes int64 `json:"peak_bytes"` } `json:"phases"`
+				Phases map[string]struct {
+					PeakBytes int64 `json:"peak_bytes"`
+				} `json:"phases"`
 				FirstStep struct {
-					Phases map[string]struct{ PeakBytes int64 `json:"peak_bytes"` } `json:"phases"`
+					Phases map[string]struct {
+						PeakBytes int64 `json:"peak_bytes"`
+					} `json:"phases"`
 				} `json:"first_step"`
 			}
 			if err := json.Unmarshal(out.Bytes(), &got); err != nil {

@@ -9,7 +9,7 @@ import (
 
 // ErrInvalid is wrapped by every error this package returns for a bad
 // argument (negative sizes, non-positive rates, NaN, bad indices).
-var ErrInvalid = errors.New("cost: invalid argument")
+var ErrInvalid = errors.New("invalid argument")
 
 func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, a...)...)

@@ -225,7 +225,7 @@ type pricer struct {
 // and nothing on one rank. A copy costs Transfer(Transfer.Bytes, host link).
 func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 	if p == nil || g == nil {
-		return nil, invalid("price: need a program and a GPU")
+		return nil, invalid("need a program and a GPU")
 	}
 	if o.Efficiency == (Efficiency{}) {
 		o.Efficiency = DefaultEfficiency()
@@ -238,7 +238,7 @@ func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 		v    float64
 	}{{"tokens per step", o.TokensPerStep}, {"samples per step", o.SamplesPerStep}, {"model FLOPs", o.ModelFLOPs}, {"peak FLOP/s", o.PeakFLOPs}} {
 		if !finiteNonNeg(f.v) {
-			return nil, invalid("price: %s %v must be finite and >= 0", f.what, f.v)
+			return nil, invalid("%s %v must be finite and >= 0", f.what, f.v)
 		}
 	}
 	if o.DType == units.Invalid {
@@ -255,7 +255,7 @@ func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 		pr.peak = g.PeakFLOPs(o.DType)
 	}
 	if !positive(pr.peak) {
-		return nil, invalid("price: %s has no %s peak; set PriceOptions.DType or PeakFLOPs", g.Name, o.DType)
+		return nil, invalid("%s has no %s peak: price it in a dtype the GPU computes in, or give its peak FLOP rate", g.Name, o.DType)
 	}
 	if err := pr.storages(); err != nil {
 		return nil, err
@@ -326,7 +326,7 @@ func (pr *pricer) storages() error {
 		case b == ir.NoTensor:
 			pr.roots[i] = ir.TensorID(i)
 		case b < 0 || int(b) >= i:
-			return invalid("price: tensor %d (%s): base %d is not an earlier tensor", i, ts[i].Name, b)
+			return invalid("tensor %d (%s): base %d is not an earlier tensor", i, ts[i].Name, b)
 		default:
 			pr.roots[i] = pr.roots[b]
 		}
@@ -336,7 +336,7 @@ func (pr *pricer) storages() error {
 
 func (pr *pricer) root(oi int, t ir.TensorID) (ir.TensorID, error) {
 	if t < 0 || int(t) >= len(pr.roots) {
-		return 0, invalid("price: op %d (%s): tensor %d out of range", oi, pr.p.Ops[oi].Name, t)
+		return 0, invalid("op %d (%s): tensor %d out of range", oi, pr.p.Ops[oi].Name, t)
 	}
 	return pr.roots[t], nil
 }
@@ -533,13 +533,13 @@ func (pr *pricer) run() (*Timing, error) {
 func (pr *pricer) check(oi int) error {
 	op := &pr.p.Ops[oi]
 	if op.Phase >= ir.NumPhases {
-		return invalid("price: op %d (%s): phase %d", oi, op.Name, op.Phase)
+		return invalid("op %d (%s): phase %d", oi, op.Name, op.Phase)
 	}
 	if op.Comm != nil && op.Transfer != nil {
-		return invalid("price: op %d (%s) is both a collective and a copy", oi, op.Name)
+		return invalid("op %d (%s) is both a collective and a copy", oi, op.Name)
 	}
 	if !finiteNonNeg(op.FLOPs) || !finiteNonNeg(op.MemBytes) {
-		return invalid("price: op %d (%s): %v FLOPs and %v bytes must be finite and >= 0", oi, op.Name, op.FLOPs, op.MemBytes)
+		return invalid("op %d (%s): %v FLOPs and %v bytes must be finite and >= 0", oi, op.Name, op.FLOPs, op.MemBytes)
 	}
 	return nil
 }
@@ -660,7 +660,7 @@ func (pr *pricer) collective(oi int, ot *OpTime, ph *PhaseTime) error {
 func (pr *pricer) copy(oi int, ot *OpTime) error {
 	op := &pr.p.Ops[oi]
 	if op.Transfer.Bytes < 0 {
-		return invalid("price: op %d (%s): copy of %d bytes", oi, op.Name, op.Transfer.Bytes)
+		return invalid("op %d (%s): copy of %d bytes", oi, op.Name, op.Transfer.Bytes)
 	}
 	d, err := Transfer(float64(op.Transfer.Bytes), pr.o.HostLink)
 	if err != nil {

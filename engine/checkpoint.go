@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -84,7 +83,7 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 	case strings.HasPrefix(s, "every="):
 		k, err := strconv.Atoi(strings.TrimPrefix(s, "every="))
 		if err != nil || k < 1 {
-			return CheckpointPolicy{}, fmt.Errorf("engine: --checkpoint every=K needs a positive integer K, got %q", strings.TrimPrefix(s, "every="))
+			return CheckpointPolicy{}, fieldErr(FieldCheckpoint, "{checkpoint} every=K needs a positive integer K, got %q", strings.TrimPrefix(s, "every="))
 		}
 		return CheckpointPolicy{Kind: CheckpointEvery, Every: k}, nil
 	case strings.HasPrefix(s, "modules="):
@@ -95,11 +94,11 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 			}
 		}
 		if len(pats) == 0 {
-			return CheckpointPolicy{}, fmt.Errorf("engine: --checkpoint modules= needs at least one module glob, e.g. modules=model.layers.*")
+			return CheckpointPolicy{}, fieldErr(FieldCheckpoint, "{checkpoint} modules= needs at least one module glob, e.g. modules=model.layers.*")
 		}
 		return CheckpointModulesOf(pats...), nil
 	}
-	return CheckpointPolicy{}, fmt.Errorf("engine: unknown --checkpoint %q (want none, full, every=K, modules=GLOB, selective, selective-op or auto)", s)
+	return CheckpointPolicy{}, fieldErr(FieldCheckpoint, "unknown {checkpoint} %q (want none, full, every=K, modules=GLOB, selective, selective-op or auto)", s)
 }
 
 // CheckpointModulesOf checkpoints the modules matching globs (none may
@@ -167,7 +166,7 @@ func checkpointTransform(c CheckpointPolicy, p *ir.Program, blocksChosen []strin
 	}
 	blocks := Blocks(p)
 	if len(blocks) == 0 {
-		return nil, fmt.Errorf("engine: the model has no repeated blocks to checkpoint")
+		return nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
 	var pats []string
 	for i, b := range blocks {
@@ -254,7 +253,7 @@ func blockCosts(p *ir.Program, blocks []string) []ckpt.Block {
 }
 
 // ErrNoCapacity is returned by --checkpoint auto without a GPU or budget.
-var ErrNoCapacity = errors.New("engine: --checkpoint auto needs --gpu or --budget to plan against")
+var ErrNoCapacity error = fieldErr(FieldCheckpoint, "{checkpoint} auto needs a {gpu} or a {budget} to plan against")
 
 // autoCheckpoint chooses the blocks to checkpoint with the exact chain DP
 // (search/ckpt) so that the simulated peak fits the capacity with the least
@@ -268,7 +267,7 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 	}
 	blocks := Blocks(base)
 	if len(blocks) == 0 {
-		return nil, fmt.Errorf("engine: the model has no repeated blocks to checkpoint")
+		return nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
 	costs := blockCosts(base, blocks)
 	// peaks returns the simulated peak and the peak of forward and backward
@@ -294,7 +293,7 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		return nil, err
 	}
 	if allPeak > capacity {
-		return nil, fmt.Errorf("engine: does not fit even with every block checkpointed: peak %s > %s", allPeak, capacity)
+		return nil, fmt.Errorf("does not fit even with every block checkpointed: peak %s > %s", allPeak, capacity)
 	}
 	// Memory outside the chain at the forward/backward peak, seen with every
 	// block checkpointed.

@@ -5,7 +5,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -46,7 +45,7 @@ func ParseMode(s string) (Mode, error) {
 	case "infer", "inference":
 		return Infer, nil
 	}
-	return 0, fmt.Errorf("engine: unknown mode %q (want train or infer)", s)
+	return 0, fieldErr(FieldMode, "unknown {mode} %q (want train or infer)", s)
 }
 
 // Spec is one job. The zero value (with a Model) is a valid spec: Validate
@@ -160,17 +159,17 @@ type Options struct {
 }
 
 // ErrSpec wraps every invalid-spec error.
-var ErrSpec = errors.New("engine: invalid spec")
+var ErrSpec = errors.New("invalid spec")
 
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
 	s.Sem.resolve(s.GPU, s.Device)
 	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 || s.Sem.CommOverhead < 0 {
-		return fmt.Errorf("%w: workspace and overhead must not be negative", ErrSpec)
+		return invalid(FieldSet, "the cuBLAS workspace and the memory overheads must not be negative")
 	}
 	if s.Trace != nil {
 		if s.Model != nil {
-			return fmt.Errorf("%w: give a model or a trace, not both", ErrSpec)
+			return invalid(FieldTrace, "give a {model} or a {graph}, not both")
 		}
 		if s.MicroBatch == 0 {
 			s.MicroBatch = int(s.Trace.TraceBatch)
@@ -179,7 +178,7 @@ func (s *Spec) Validate() error {
 			s.Accum = 1
 		}
 		if s.MicroBatch < 0 || s.Accum < 0 || s.Seq < 0 {
-			return fmt.Errorf("%w: --micro-batch, --accum and --seq must be positive", ErrSpec)
+			return invalid(FieldMicroBatch, "{micro-batch}, {accum} and {seq} must be positive")
 		}
 		if err := s.validateParallel(); err != nil {
 			return err
@@ -187,13 +186,13 @@ func (s *Spec) Validate() error {
 		return s.validateTrace()
 	}
 	if s.Model == nil {
-		return fmt.Errorf("%w: no model", ErrSpec)
+		return invalid(FieldModel, "no {model}")
 	}
 	if s.MicroBatch == 0 {
 		s.MicroBatch = 1
 	}
 	if s.MicroBatch < 0 {
-		return fmt.Errorf("%w: --micro-batch must be positive, got %d", ErrSpec, s.MicroBatch)
+		return invalid(FieldMicroBatch, "{micro-batch} must be positive, got %d", s.MicroBatch)
 	}
 	if s.Seq == 0 {
 		s.Seq = 2048
@@ -202,40 +201,40 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if s.Seq < 0 {
-		return fmt.Errorf("%w: --seq must be positive, got %d", ErrSpec, s.Seq)
+		return invalid(FieldSeq, "{seq} must be positive, got %d", s.Seq)
 	}
 	if s.Model.PosEmbedding == "learned" && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
-		return fmt.Errorf("%w: --seq %d exceeds %s's %d learned positions", ErrSpec, s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
+		return invalid(FieldSeq, "{seq} %d exceeds %s's %d learned positions", s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
 	}
 	if s.Accum == 0 {
 		s.Accum = 1
 	}
 	if s.Accum < 0 {
-		return fmt.Errorf("%w: --accum must be positive, got %d", ErrSpec, s.Accum)
+		return invalid(FieldAccum, "{accum} must be positive, got %d", s.Accum)
 	}
 	if s.GenTokens < 0 {
-		return fmt.Errorf("%w: --gen-tokens must not be negative, got %d", ErrSpec, s.GenTokens)
+		return invalid(FieldGenTokens, "{gen-tokens} must not be negative, got %d", s.GenTokens)
 	}
 	if s.Capacity < 0 {
-		return fmt.Errorf("%w: capacity must be positive", ErrSpec)
+		return invalid(FieldCapacity, "{budget} must be positive")
 	}
 	if s.Mode == Infer && s.Accum != 1 {
-		return fmt.Errorf("%w: --accum applies to training only", ErrSpec)
+		return invalid(FieldAccum, "{accum} applies to training only")
 	}
 	if s.TP < 0 || s.EP < 0 {
-		return fmt.Errorf("%w: --tp and --ep must be positive", ErrSpec)
+		return invalid(FieldTP, "{tp} and {ep} must be positive")
 	}
 	if err := s.validateParallel(); err != nil {
 		return err
 	}
 	if s.QLoRA && s.LoRA == nil {
-		return fmt.Errorf("%w: --qlora needs --lora (QLoRA trains LoRA adapters on a 4-bit base)", ErrSpec)
+		return invalid(FieldQLoRA, "{qlora} needs {lora} (QLoRA trains LoRA adapters on a 4-bit base)")
 	}
 	if s.Mode == Infer && s.Checkpoint.Kind != NoCheckpoint {
-		return fmt.Errorf("%w: --checkpoint applies to training only", ErrSpec)
+		return invalid(FieldCheckpoint, "{checkpoint} applies to training only")
 	}
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
-		return fmt.Errorf("%w: %s is an encoder; it has no KV cache to generate with", ErrSpec, s.Model.Name)
+		return invalid(FieldGenTokens, "%s is an encoder; it has no KV cache to generate {gen-tokens} with", s.Model.Name)
 	}
 	if g := s.GPU; g != nil && g.PeakFLOPs(s.ComputeDType()) <= 0 {
 		var ok []string
@@ -246,7 +245,7 @@ func (s *Spec) Validate() error {
 				ok = append(ok, p.String())
 			}
 		}
-		return fmt.Errorf("%w: the %s has no %s arithmetic (--precision %s); it runs --precision %s", ErrSpec, g.Name, s.ComputeDType(), s.Precision, strings.Join(ok, ", "))
+		return invalid(FieldPrecision, "the %s has no %s arithmetic ({precision} %s); it runs {precision} %s", g.Name, s.ComputeDType(), s.Precision, strings.Join(ok, ", "))
 	}
 	return nil
 }
@@ -557,7 +556,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		return nil, err
 	}
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
-		return nil, fmt.Errorf("%w: pipeline stages %v are not all in [0, %d)", ErrSpec, o.Stages, s.PP)
+		return nil, invalid(FieldPP, "pipeline stages %v are not all in [0, %d)", o.Stages, s.PP)
 	}
 	pl := &planner{s: &s, o: o}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -26,7 +25,7 @@ func ParseOffload(s string) (Offload, error) {
 		case "params", "parameters":
 			o.Params = true
 		default:
-			return o, fmt.Errorf("engine: unknown --offload %q (want activations, optimizer or params)", f)
+			return o, fieldErr(FieldOffload, "unknown {offload} %q (want activations, optimizer or params)", f)
 		}
 	}
 	return o, nil
@@ -59,19 +58,19 @@ func (s *Spec) validateParallel() error {
 	}
 	switch {
 	case s.DP < 0 || s.PP < 0:
-		return fmt.Errorf("%w: --dp and --pp must be positive", ErrSpec)
+		return invalid(FieldDP, "{dp} and {pp} must be positive")
 	case s.ZeROBucketElems < 0:
-		return fmt.Errorf("%w: ZeRO reduce bucket of %d elements must not be negative", ErrSpec, s.ZeROBucketElems)
+		return invalid(FieldZeRO, "ZeRO reduce bucket of %d elements must not be negative", s.ZeROBucketElems)
 	case s.ZeRO < 0 || s.ZeRO > 3:
-		return fmt.Errorf("%w: unknown --zero %d (want 0, 1, 2 or 3)", ErrSpec, s.ZeRO)
+		return invalid(FieldZeRO, "unknown {zero} %d (want 0, 1, 2 or 3)", s.ZeRO)
 	case s.ZeRO > 0 && s.DP < 2:
-		return fmt.Errorf("%w: ZeRO-%d shards over data-parallel ranks: it needs --dp of at least 2; with --dp 1 it changes nothing", ErrSpec, s.ZeRO)
+		return invalid(FieldZeRO, "ZeRO-%d shards over data-parallel ranks: it needs {dp} of at least 2; with {dp} 1 it changes nothing", s.ZeRO)
 	case s.Offload.Params && s.ZeRO != 3:
-		return fmt.Errorf("%w: --offload params offloads ZeRO-3/FSDP parameter shards: add --zero 3 --dp N", ErrSpec)
+		return invalid(FieldOffload, "{offload} params offloads ZeRO-3/FSDP parameter shards: add {zero} 3 and {dp} N")
 	case s.Offload.Params && s.Offload.Optimizer:
-		return fmt.Errorf("%w: --offload params already offloads the optimizer (as FSDP CPUOffload does); drop optimizer", ErrSpec)
+		return invalid(FieldOffload, "{offload} params already offloads the optimizer (as FSDP CPUOffload does); drop optimizer")
 	case s.Mode == Infer && (s.DP > 1 || s.PP > 1 || s.ZeRO > 0 || s.Offload.Any()):
-		return fmt.Errorf("%w: --dp, --pp, --zero and --offload apply to training only", ErrSpec)
+		return invalid(FieldMode, "{dp}, {pp}, {zero} and {offload} apply to training only")
 	}
 	return nil
 }

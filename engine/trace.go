@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
@@ -14,11 +12,11 @@ import (
 func (s *Spec) validateTrace() error {
 	switch {
 	case s.Mode != Train:
-		return fmt.Errorf("%w: a trace records a training step; --mode infer needs --model", ErrSpec)
+		return invalid(FieldMode, "a trace records a training step; {mode} infer needs a {model}")
 	case s.TP > 1 || s.SP || s.EP > 1 || s.LoRA != nil || s.QLoRA:
-		return fmt.Errorf("%w: --tp, --sp, --ep, --lora and --qlora rebuild the model's graph; they need --model (a catalog name or config.json), not --graph", ErrSpec)
+		return invalid(FieldTrace, "{tp}, {sp}, {ep}, {lora} and {qlora} rebuild the model's graph; they need a {model} (a catalog name or config.json), not a {graph}")
 	case s.Seq != 0 && !s.Trace.HasSeq():
-		return fmt.Errorf("%w: --seq %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with --seq-dim)", ErrSpec, s.Seq, s.Trace.Name)
+		return invalid(FieldSeq, "{seq} %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with memplan_torch export --seq-dim)", s.Seq, s.Trace.Name)
 	}
 	if s.Seq == 0 && s.Trace.HasSeq() {
 		s.Seq = int(s.Trace.TraceSeq) // the sequence planned, as reports show it

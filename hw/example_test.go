@@ -24,5 +24,5 @@ func Example() {
 	// h100-sxm 79.19 GiB
 	// bf16 989.4 TFLOPS, HBM 3.35 TB/s, PCIe Gen5 x16 (63.0 GB/s/dir)
 	// true
-	// hw: unknown GPU "h1000"; closest: h100-sxm, a100-80gb, h200
+	// unknown GPU "h1000"; closest: h100-sxm, a100-80gb, h200
 }

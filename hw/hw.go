@@ -20,7 +20,7 @@ import (
 var catalogYAML []byte
 
 // ErrUnknownGPU is wrapped by Lookup when no entry or alias matches.
-var ErrUnknownGPU = errors.New("hw: unknown GPU")
+var ErrUnknownGPU = errors.New("unknown GPU")
 
 // Link is the host link of a GPU (PCIe).
 type Link struct {
@@ -148,16 +148,16 @@ func pciePerDirection(gen, lanes int) (float64, bool) {
 func parseCatalog(data []byte) ([]GPU, error) {
 	var raws []rawGPU
 	if err := yaml.UnmarshalStrict(data, &raws); err != nil {
-		return nil, fmt.Errorf("hw: catalog: %w", err)
+		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	if len(raws) == 0 {
-		return nil, errors.New("hw: catalog: no entries")
+		return nil, errors.New("catalog: no entries")
 	}
 	gpus := make([]GPU, 0, len(raws))
 	for i, r := range raws {
 		g, err := r.toGPU()
 		if err != nil {
-			return nil, fmt.Errorf("hw: catalog entry %d (%q): %w", i, r.Name, err)
+			return nil, fmt.Errorf("catalog entry %d (%q): %w", i, r.Name, err)
 		}
 		gpus = append(gpus, g)
 	}
@@ -169,7 +169,7 @@ func (r rawGPU) toGPU() (GPU, error) {
 		return GPU{}, fmt.Errorf("name must be non-empty, lower-case, dash-separated")
 	}
 	if r.Vendor == "nvidia" && !ccRE.MatchString(r.ComputeCapability) {
-		return GPU{}, fmt.Errorf("hw: %s: compute_capability %q is not major.minor", r.Name, r.ComputeCapability)
+		return GPU{}, fmt.Errorf("%s: compute_capability %q is not major.minor", r.Name, r.ComputeCapability)
 	}
 	if r.Vendor == "" || r.Source == "" || r.TotalMemorySource == "" {
 		return GPU{}, fmt.Errorf("vendor, source and total_memory_source are required")
@@ -256,7 +256,7 @@ func buildCatalog(data []byte) (catalog, error) {
 		for _, key := range append([]string{g.Name}, g.Aliases...) {
 			k := normalize(key)
 			if prev, dup := c.index[k]; dup {
-				return catalog{}, fmt.Errorf("hw: catalog: %q names both %s and %s", key, gpus[prev].Name, g.Name)
+				return catalog{}, fmt.Errorf("catalog: %q names both %s and %s", key, gpus[prev].Name, g.Name)
 			}
 			c.index[k] = i
 		}

@@ -250,17 +250,17 @@ func (p *Program) Verify() error {
 		t := &p.Tensors[i]
 		if t.Base != NoTensor {
 			if t.Base < 0 || t.Base >= n {
-				return fmt.Errorf("ir: tensor %d (%s): base %d out of range", i, t.Name, t.Base)
+				return fmt.Errorf("tensor %d (%s): base %d out of range", i, t.Name, t.Base)
 			}
 			if t.Base >= TensorID(i) {
-				return fmt.Errorf("ir: tensor %d (%s): base %d is not earlier", i, t.Name, t.Base)
+				return fmt.Errorf("tensor %d (%s): base %d is not earlier", i, t.Name, t.Base)
 			}
 			if t.Bytes != 0 {
-				return fmt.Errorf("ir: view %d (%s) has %d bytes", i, t.Name, t.Bytes)
+				return fmt.Errorf("view %d (%s) has %d bytes", i, t.Name, t.Bytes)
 			}
 		}
 		if t.Bytes < 0 {
-			return fmt.Errorf("ir: tensor %d (%s) has negative size", i, t.Name)
+			return fmt.Errorf("tensor %d (%s) has negative size", i, t.Name)
 		}
 	}
 	written := make([]bool, n)
@@ -272,22 +272,22 @@ func (p *Program) Verify() error {
 	for oi := range p.Ops {
 		op := &p.Ops[oi]
 		if op.Workspace < 0 {
-			return fmt.Errorf("ir: op %d (%s): negative workspace", oi, op.Name)
+			return fmt.Errorf("op %d (%s): negative workspace", oi, op.Name)
 		}
 		for _, t := range op.In {
 			if t < 0 || t >= n {
-				return fmt.Errorf("ir: op %d (%s): input %d out of range", oi, op.Name, t)
+				return fmt.Errorf("op %d (%s): input %d out of range", oi, op.Name, t)
 			}
 			if !written[t] {
-				return fmt.Errorf("ir: op %d (%s) reads %s before it is written", oi, op.Name, p.Tensors[t].Name)
+				return fmt.Errorf("op %d (%s) reads %s before it is written", oi, op.Name, p.Tensors[t].Name)
 			}
 		}
 		for _, t := range op.Out {
 			if t < 0 || t >= n {
-				return fmt.Errorf("ir: op %d (%s): output %d out of range", oi, op.Name, t)
+				return fmt.Errorf("op %d (%s): output %d out of range", oi, op.Name, t)
 			}
 			if written[t] && p.Tensors[t].Base == NoTensor && !p.Tensors[t].Resident {
-				return fmt.Errorf("ir: op %d (%s) writes %s a second time", oi, op.Name, p.Tensors[t].Name)
+				return fmt.Errorf("op %d (%s) writes %s a second time", oi, op.Name, p.Tensors[t].Name)
 			}
 			written[t] = true
 		}

@@ -94,7 +94,7 @@ const (
 const bwdMemFactor = 2
 
 // ErrNoLoss is returned when a training graph has no loss.
-var ErrNoLoss = errors.New("plan: graph has no loss to differentiate")
+var ErrNoLoss = errors.New("graph has no loss to differentiate")
 
 type lowerer struct {
 	g *ir.Graph
@@ -388,7 +388,7 @@ func (l *lowerer) insertAfterLastWrite(start int, ts []ir.TensorID, op ir.Op) {
 // ErrInBackwardAccum refuses an optimizer step inside backward with
 // gradient accumulation (torchtune raises the same: the step would run
 // before the accumulated gradient exists).
-var ErrInBackwardAccum = errors.New("plan: an optimizer step inside backward cannot accumulate gradients (accumulation must be 1)")
+var ErrInBackwardAccum = errors.New("an optimizer step inside backward cannot accumulate gradients (accumulation must be 1)")
 
 // stepsInBackward moves each parameter's optimizer step (and the zero_grad
 // that frees its gradient) to right after the last backward op, from start
@@ -447,7 +447,7 @@ func Infer(g *ir.Graph) (*ir.Program, error) { return InferWith(g, 0) }
 func InferWith(g *ir.Graph, workspace units.Bytes) (*ir.Program, error) {
 	for i := range g.Nodes {
 		if len(g.Nodes[i].Saved) > 0 {
-			return nil, fmt.Errorf("plan: inference graph node %d (%s) saves tensors; build it with Training=false", i, g.Nodes[i].Kind)
+			return nil, fmt.Errorf("inference graph node %d (%s) saves tensors; build it with Training=false", i, g.Nodes[i].Kind)
 		}
 	}
 	l := newLowerer(g)

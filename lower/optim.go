@@ -242,7 +242,7 @@ func ParseOptimizer(s string) (Optimizer, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("plan: unknown optimizer %q (want one of %s)", s, strings.Join(OptimizerNames(), ", "))
+	return 0, fmt.Errorf("unknown optimizer %q (want one of %s)", s, strings.Join(OptimizerNames(), ", "))
 }
 
 // OptimizerNames lists the accepted names.
@@ -298,7 +298,7 @@ func ParseImpl(s string) (Impl, error) {
 			return Impl(i), nil
 		}
 	}
-	return 0, fmt.Errorf("plan: unknown optimizer implementation %q (want foreach, single or fused)", s)
+	return 0, fmt.Errorf("unknown optimizer implementation %q (want foreach, single or fused)", s)
 }
 
 // Bitsandbytes 8-bit optimizer constants: block-wise quantization with one

@@ -206,7 +206,7 @@ const (
 // dropouts, and a parameter count that fits comfortably in an int64.
 func (a *Arch) Validate() error {
 	if a == nil {
-		return fmt.Errorf("models: nil architecture")
+		return fmt.Errorf("nil architecture")
 	}
 	if !knownFamily(a.Family) {
 		return a.fail("unsupported family %q (supported: %s)", a.Family, strings.Join(Families(), ", "))
@@ -229,7 +229,7 @@ func (a *Arch) fail(format string, args ...any) error {
 	if name == "" {
 		name = "arch"
 	}
-	return fmt.Errorf("models: %s: %s", name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
 }
 
 // archBound is a size and its supported maximum.

@@ -106,7 +106,7 @@ func Lookup(name string) (*Arch, error) {
 	}
 	data, ok := catalogData[key]
 	if !ok {
-		return nil, fmt.Errorf("models: unknown model %q; did you mean %s?", name, strings.Join(Suggest(name, 3), ", "))
+		return nil, fmt.Errorf("unknown model %q; did you mean %s?", name, strings.Join(Suggest(name, 3), ", "))
 	}
 	return ParseHFConfig(data, key)
 }

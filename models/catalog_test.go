@@ -94,7 +94,7 @@ func TestLookupSuggestions(t *testing.T) {
 			t.Fatalf("Lookup(%q) succeeded", c.in)
 		}
 		msg := err.Error()
-		if !strings.HasPrefix(msg, `models: unknown model "`+c.in+`"; did you mean `) || !strings.HasSuffix(msg, "?") {
+		if !strings.HasPrefix(msg, `unknown model "`+c.in+`"; did you mean `) || !strings.HasSuffix(msg, "?") {
 			t.Errorf("error %q", msg)
 		}
 		got := Suggest(c.in, 3)

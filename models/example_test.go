@@ -19,5 +19,5 @@ func ExampleLookup() {
 func ExampleLookup_unknown() {
 	_, err := models.Lookup("lama-2-7b")
 	fmt.Println(err)
-	// Output: models: unknown model "lama-2-7b"; did you mean llama-2-7b, llama-2-70b, llama-2-13b?
+	// Output: unknown model "lama-2-7b"; did you mean llama-2-7b, llama-2-70b, llama-2-13b?
 }

@@ -21,7 +21,7 @@ import (
 // n_inner=null -> 4*n_embd, num_key_value_heads -> num_attention_heads,
 // tie_word_embeddings per family, gpt2 activation_function -> gelu_new.
 //
-// Errors are one line, prefixed "models: <name>: ", and name the offending
+// Errors are one line, prefixed "<name>: ", and name the offending
 // field. ParseHFConfig never panics, and an Arch it returns passes Validate.
 func ParseHFConfig(data []byte, name string) (*Arch, error) {
 	if name == "" {
@@ -42,7 +42,7 @@ func ParseHFConfig(data []byte, name string) (*Arch, error) {
 func LoadFile(path string) (*Arch, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("models: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return ParseHFConfig(data, path)
 }
@@ -54,7 +54,7 @@ type parser struct {
 }
 
 func (p *parser) errf(format string, args ...any) error {
-	return fmt.Errorf("models: %s: %s", p.name, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %s", p.name, fmt.Sprintf(format, args...))
 }
 
 func (p *parser) parse(data []byte) (*Arch, error) {

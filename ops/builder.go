@@ -76,7 +76,7 @@ func ParsePrecision(s string) (Precision, error) {
 	if p, ok := precisionAliases[t]; ok {
 		return p, nil
 	}
-	return 0, fmt.Errorf("ops: unknown precision %q (want one of %s)", s, strings.Join(PrecisionNames(), ", "))
+	return 0, fmt.Errorf("unknown precision %q (want one of %s)", s, strings.Join(PrecisionNames(), ", "))
 }
 
 // PrecisionNames lists the accepted precision names.
@@ -250,7 +250,7 @@ func (b *Builder) requiresGrad(in []ir.TensorID) bool {
 func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64) []ir.TensorID {
 	r, ok := Table[kind]
 	if !ok {
-		panic("ops: no rule for " + kind) // programmer error: builders use table names
+		panic("no rule for " + kind) // programmer error: builders use table names
 	}
 	rg := b.requiresGrad(in)
 	batch := false

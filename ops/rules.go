@@ -61,7 +61,7 @@ var Table = map[string]*Rule{}
 
 func add(r Rule) {
 	if _, dup := Table[r.Name]; dup {
-		panic("ops: duplicate rule " + r.Name)
+		panic("duplicate rule " + r.Name)
 	}
 	rr := r
 	Table[r.Name] = &rr
@@ -127,7 +127,7 @@ func init() {
 	for _, r := range Table {
 		for _, i := range append(append([]int{}, r.SaveIn...), r.SaveOut...) {
 			if i < 0 || i > 3 {
-				panic(fmt.Sprintf("ops: rule %s saves position %d", r.Name, i))
+				panic(fmt.Sprintf("rule %s saves position %d", r.Name, i))
 			}
 		}
 	}

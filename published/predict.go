@@ -314,7 +314,7 @@ func hfTargets(ts []string) []string {
 
 func mustSet(r *recipe.Recipe, kv string) {
 	if err := r.Set(kv); err != nil {
-		panic("published: " + err.Error()) // every value set here is valid
+		panic("" + err.Error()) // every value set here is valid
 	}
 }
 

@@ -112,7 +112,7 @@ var unitBytes = map[string]float64{"GB": 1e9, "GiB": 1 << 30, "MiB": 1 << 20, "M
 var metrics = map[string]bool{MaxAllocated: true, ActivePeak: true, MaxReserved: true, ReservedP99: true, NvidiaSMI: true, UnknownMetric: true}
 
 // ErrFile wraps every error reading a published file.
-var ErrFile = errors.New("published")
+var ErrFile = errors.New("published measurements")
 
 // Read parses a JSON Lines file of rows; name is used in errors
 // ("published.jsonl:12: ...").

@@ -151,10 +151,10 @@ func (r *Recipe) Set(kv string) error {
 	key, value, ok := strings.Cut(kv, "=")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 	if !ok || key == "" {
-		return fmt.Errorf("%w: --set %q is not key=value", ErrRecipe, kv)
+		return fmt.Errorf("%w: %w", ErrRecipe, engine.FieldErrorf(engine.FieldSet, "{set} %q is not key=value", kv))
 	}
 	if err := check(key, value); err != nil {
-		return fmt.Errorf("%w: --set %v", ErrRecipe, err)
+		return fmt.Errorf("%w: %w", ErrRecipe, engine.FieldErrorf(engine.FieldSet, "{set} %v", err))
 	}
 	r.Settings = append(r.Settings, Setting{Key: key, Value: value, Source: "--set"})
 	return nil

@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"github.com/memplan/memplan/internal/msgcheck"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,7 +45,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ kv, want string }{
-		{"nonsense", `--set "nonsense" is not key=value`},
+		{"nonsense", `recipe setting "nonsense" is not key=value`},
 		{"=true", "is not key=value"},
 		{"lora.drop=shared", `unknown switch "lora.drop" (switches: precision, optimizer`},
 		{"lora.dropout=twice", `lora.dropout="twice": want per-target or shared (allowed: per-target, shared)`},
@@ -57,6 +58,11 @@ func TestBadInput(t *testing.T) {
 		err := r.Clone().Set(c.kv)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--set %s: error %v, want it to contain %q", c.kv, err, c.want)
+		}
+		if err != nil {
+			if p := msgcheck.Problems(err.Error()); p != nil {
+				t.Errorf("--set %s: %q: %v", c.kv, err, p)
+			}
 		}
 	}
 	if _, err := Load("litgtp"); err == nil || !strings.Contains(err.Error(), "recipes: deepspeed, hf, litgpt") {

@@ -403,19 +403,19 @@ func (d *chartDrawer) capacityItem() string {
 func chartCheck(r *engine.Result) error {
 	switch {
 	case r == nil || r.Sim == nil || r.Program == nil:
-		return errors.New("report: no result to draw")
+		return errors.New("no result to draw")
 	case len(r.Sim.Timeline) == 0:
-		return errors.New("report: the timeline is empty")
+		return errors.New("the timeline is empty")
 	case len(r.Sim.Timeline) > len(r.Program.Ops):
-		return errors.New("report: the timeline does not match the program")
+		return errors.New("the timeline does not match the program")
 	}
 	for i := range r.Sim.Timeline {
 		if op := r.Sim.Timeline[i].Op; op < 0 || op >= len(r.Program.Ops) {
-			return fmt.Errorf("report: timeline point %d names op %d, out of range", i, op)
+			return fmt.Errorf("timeline point %d names op %d, out of range", i, op)
 		}
 	}
 	if op := r.Sim.Peak.Op; op < 0 || op >= len(r.Program.Ops) {
-		return fmt.Errorf("report: the peak names op %d, out of range", op)
+		return fmt.Errorf("the peak names op %d, out of range", op)
 	}
 	return nil
 }

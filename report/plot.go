@@ -87,7 +87,7 @@ func plotFormat(path string) (string, error) {
 	case "svg", "png", "pdf":
 		return f, nil
 	}
-	return "", fmt.Errorf("report: unsupported plot format %q (want .svg, .png or .pdf)", ext)
+	return "", fmt.Errorf("unsupported plot format %q (want .svg, .png or .pdf)", ext)
 }
 
 // WritePlot draws r's memory timeline as a stacked area chart by ledger
@@ -104,7 +104,7 @@ func WritePlot(path string, r *engine.Result, opt PlotOptions) (err error) {
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -116,13 +116,13 @@ func WritePlot(path string, r *engine.Result, opt PlotOptions) (err error) {
 		return err
 	}
 	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func WritePlotTo(w io.Writer, format string, r *engine.Result, opt PlotOptions) 
 	defer func() {
 		// gonum/plot reports some drawing failures by panicking.
 		if p := recover(); p != nil {
-			err = fmt.Errorf("report: drawing plot: %v", p)
+			err = fmt.Errorf("drawing plot: %v", p)
 		}
 	}()
 	if opt.Width <= 0 {
@@ -162,11 +162,11 @@ func WritePlotTo(w io.Writer, format string, r *engine.Result, opt PlotOptions) 
 	case "pdf":
 		canvas = vgpdf.New(opt.Width, opt.Height)
 	default:
-		return fmt.Errorf("report: unsupported plot format %q (want svg, png or pdf)", format)
+		return fmt.Errorf("unsupported plot format %q (want svg, png or pdf)", format)
 	}
 	drawPlot(draw.New(canvas), r, opt)
 	if _, err := canvas.WriteTo(w); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	return nil
 }

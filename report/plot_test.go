@@ -121,7 +121,7 @@ func TestWritePlotErrors(t *testing.T) {
 	r := chartPlan(t, 4, 1)
 	dir := t.TempDir()
 	err := WritePlot(filepath.Join(dir, "plot.xyz"), r, PlotOptions{})
-	if err == nil || !strings.Contains(err.Error(), `report: unsupported plot format ".xyz" (want .svg`) {
+	if err == nil || !strings.Contains(err.Error(), `unsupported plot format ".xyz" (want .svg`) {
 		t.Errorf("bad extension: %v", err)
 	}
 	if err := WritePlot(filepath.Join(dir, "plot"), r, PlotOptions{}); err == nil || !strings.Contains(err.Error(), `format ""`) {

@@ -30,15 +30,15 @@ func WriteSnapshotPlot(path string, rep *explain.Report) (err error) {
 		return err
 	}
 	if format == "pdf" {
-		return fmt.Errorf("report: unsupported plot format \".pdf\" for a snapshot (want .svg or .png)")
+		return fmt.Errorf("unsupported plot format \".pdf\" for a snapshot (want .svg or .png)")
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("report: drawing plot: %v", p)
+			err = fmt.Errorf("drawing plot: %v", p)
 		}
 		if err != nil {
 			f.Close()
@@ -53,13 +53,13 @@ func WriteSnapshotPlot(path string, rep *explain.Report) (err error) {
 	}
 	drawSnapshot(draw.New(canvas), rep)
 	if _, err = canvas.WriteTo(f); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	if err = f.Close(); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("report: writing plot: %w", err)
+		return fmt.Errorf("writing plot: %w", err)
 	}
 	return os.Chmod(path, 0o644)
 }

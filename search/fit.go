@@ -145,15 +145,15 @@ type Result struct {
 }
 
 // ErrNothingFits is returned when no plan fits.
-var ErrNothingFits = errors.New("search: no plan fits")
+var ErrNothingFits = errors.New("no plan fits")
 
 // Fit searches plans for base (a validated training spec with a model).
 func Fit(base engine.Spec, o Options) (*Result, error) {
 	if base.Model == nil {
-		return nil, errors.New("search: fit needs a model (catalog name or config.json), not a trace")
+		return nil, engine.FieldErrorf(engine.FieldTrace, "fit needs a {model} (catalog name or config.json), not a {graph}")
 	}
 	if base.Mode != engine.Train {
-		return nil, errors.New("search: fit plans training; use plan --mode infer for inference")
+		return nil, engine.FieldErrorf(engine.FieldMode, "fit plans training; plan inference with {mode} infer")
 	}
 	if err := base.Validate(); err != nil {
 		return nil, err
@@ -162,10 +162,10 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		o.Capacity = base.CapacityBytes()
 	}
 	if o.Capacity <= 0 || base.GPU == nil {
-		return nil, errors.New("search: fit needs --gpu (its speed ranks the plans; --budget may lower its memory)")
+		return nil, engine.FieldErrorf(engine.FieldGPU, "fit needs a {gpu} (its speed ranks the plans; a {budget} may lower its memory)")
 	}
 	if o.Headroom < 0 || o.Headroom >= 1 {
-		return nil, fmt.Errorf("search: headroom %.2f must be in [0, 1)", o.Headroom)
+		return nil, engine.FieldErrorf(engine.FieldHeadroom, "{headroom} %.2f must be in [0, 1)", o.Headroom)
 	}
 	if o.GPUs == 0 {
 		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
@@ -174,7 +174,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		o.GlobalBatch = base.MicroBatch * base.Accum * max(base.DP, 1)
 	}
 	if o.GPUs < 1 || o.GlobalBatch < 1 {
-		return nil, errors.New("search: --gpus and --global-batch must be positive")
+		return nil, engine.FieldErrorf(engine.FieldGPUs, "{gpus} and {global-batch} must be positive")
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
@@ -186,7 +186,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	cands := enumerate(base, o)
 	res := &Result{Considered: len(cands), Limit: limit}
 	if len(cands) == 0 {
-		return nil, fmt.Errorf("search: no plan splits %d GPUs and a global batch of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
+		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
 	}
 	est := newEstimator(base.Model)
 	est.limit = limit

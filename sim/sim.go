@@ -138,7 +138,7 @@ func (rp *replay) owners() error {
 			continue
 		}
 		if b < 0 || int(b) >= i {
-			return fmt.Errorf("sim: tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
+			return fmt.Errorf("tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
 		}
 		owner[i] = owner[b]
 	}
@@ -158,13 +158,13 @@ func (rp *replay) lastUses() error {
 		op := &p.Ops[oi]
 		for _, t := range op.In {
 			if t < 0 || int(t) >= nt {
-				return fmt.Errorf("sim: op %d (%s) reads tensor %d out of range", oi, op.Name, t)
+				return fmt.Errorf("op %d (%s) reads tensor %d out of range", oi, op.Name, t)
 			}
 			last[owner[t]] = int32(oi)
 		}
 		for _, t := range op.Out {
 			if t < 0 || int(t) >= nt {
-				return fmt.Errorf("sim: op %d (%s) writes tensor %d out of range", oi, op.Name, t)
+				return fmt.Errorf("op %d (%s) writes tensor %d out of range", oi, op.Name, t)
 			}
 			last[owner[t]] = int32(oi)
 		}
@@ -376,15 +376,15 @@ func (r *Result) SortedSaved(p *ir.Program) []ModuleBytes {
 func Check(p *ir.Program, r *Result) error {
 	for i, pt := range r.Timeline {
 		if pt.Cat.Total() != pt.Total {
-			return fmt.Errorf("sim: event %d: categories sum to %d, total %d", i, pt.Cat.Total(), pt.Total)
+			return fmt.Errorf("event %d: categories sum to %d, total %d", i, pt.Cat.Total(), pt.Total)
 		}
 		for c, v := range pt.Cat {
 			if v < 0 {
-				return fmt.Errorf("sim: event %d: %s is negative (%d)", i, ir.Category(c), v)
+				return fmt.Errorf("event %d: %s is negative (%d)", i, ir.Category(c), v)
 			}
 		}
 		if pt.Host < 0 {
-			return fmt.Errorf("sim: event %d: host memory is negative", i)
+			return fmt.Errorf("event %d: host memory is negative", i)
 		}
 	}
 	keepN := 0
@@ -401,10 +401,10 @@ func Check(p *ir.Program, r *Result) error {
 		}
 	}
 	if r.Allocs != r.Frees+keepN {
-		return fmt.Errorf("sim: %d allocations, %d frees, %d kept", r.Allocs, r.Frees, keepN)
+		return fmt.Errorf("%d allocations, %d frees, %d kept", r.Allocs, r.Frees, keepN)
 	}
 	if r.EndLive != end {
-		return fmt.Errorf("sim: the iteration ends with %d live, want resident + kept %d", r.EndLive, end)
+		return fmt.Errorf("the iteration ends with %d live, want resident + kept %d", r.EndLive, end)
 	}
 	return nil
 }

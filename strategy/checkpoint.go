@@ -137,11 +137,11 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 // check rejects a checkpoint without patterns or with a malformed one.
 func (c *Checkpoint) check() error {
 	if len(c.Patterns) == 0 {
-		return fmt.Errorf("strategy: checkpoint needs at least one module pattern")
+		return fmt.Errorf("checkpoint needs at least one module pattern")
 	}
 	for _, pat := range c.Patterns {
 		if _, err := path.Match(pat, ""); err != nil {
-			return fmt.Errorf("strategy: bad checkpoint pattern %q: %v", pat, err)
+			return fmt.Errorf("bad checkpoint pattern %q: %v", pat, err)
 		}
 	}
 	return nil
@@ -192,7 +192,7 @@ func (ck *checkpointer) segments(p *ir.Program) error {
 		segs = append(segs, segment{key: key, micro: op.Micro, ops: []int{i}})
 	}
 	if len(segs) == 0 {
-		return fmt.Errorf("strategy: no module matches checkpoint patterns %s", strings.Join(ck.c.Patterns, ", "))
+		return fmt.Errorf("no module matches checkpoint patterns %s", strings.Join(ck.c.Patterns, ", "))
 	}
 	ck.segs = segs
 	return nil

@@ -45,10 +45,10 @@ func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) { return d.apply(p, fals
 
 func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if d.DP < 2 {
-		return nil, fmt.Errorf("strategy: DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
+		return nil, fmt.Errorf("DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
 	}
 	if d.BucketMiB < 0 {
-		return nil, fmt.Errorf("strategy: DDP bucket of %g MiB must not be negative", d.BucketMiB)
+		return nil, fmt.Errorf("DDP bucket of %g MiB must not be negative", d.BucketMiB)
 	}
 	capB := units.Bytes(float64(units.MiB) * d.BucketMiB)
 	if d.BucketMiB == 0 {
@@ -60,7 +60,7 @@ func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, err
 	}
 	if len(pg.grads) == 0 {
-		return nil, fmt.Errorf("strategy: DDP needs a training program; this one has no parameter gradients")
+		return nil, fmt.Errorf("DDP needs a training program; this one has no parameter gradients")
 	}
 	e := newEditor(q)
 	m := max(q.MicroBatches, 1) - 1

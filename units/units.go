@@ -60,7 +60,7 @@ func (b Bytes) String() string {
 func (b Bytes) GiBf() float64 { return float64(b) / float64(GiB) }
 
 // ErrBadSize is wrapped by ParseBytes failures.
-var ErrBadSize = errors.New("units: bad size")
+var ErrBadSize = errors.New("bad size")
 
 var suffixes = []struct {
 	s string
@@ -191,5 +191,5 @@ func ParseDType(s string) (DType, error) {
 	case "float8_e4m3fn", "fp8":
 		return FP8, nil
 	}
-	return Invalid, fmt.Errorf("units: unknown dtype %q", s)
+	return Invalid, fmt.Errorf("unknown dtype %q", s)
 }

@@ -94,9 +94,9 @@ func LoadMeasured(path string) (*Measured, error) {
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("validate: %s: %v", path, pe.Err)
+			return nil, fmt.Errorf("%s: %v", path, pe.Err)
 		}
-		return nil, fmt.Errorf("validate: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return ParseMeasured(filepath.Base(path), data)
 }
@@ -111,42 +111,42 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		Cases []json.RawMessage `json:"cases"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("validate: %s: %s", file, jsonMsg(err))
+		return nil, fmt.Errorf("%s: %s", file, jsonMsg(err))
 	}
 	if doc.Schema == nil {
-		return nil, fmt.Errorf("validate: %s: missing \"schema\" (want %q)", file, MeasuredSchema)
+		return nil, fmt.Errorf("%s: missing \"schema\" (want %q)", file, MeasuredSchema)
 	}
 	if *doc.Schema != MeasuredSchema {
-		return nil, fmt.Errorf("validate: %s: schema %q, this memplan reads %s", file, *doc.Schema, MeasuredSchema)
+		return nil, fmt.Errorf("%s: schema %q, this memplan reads %s", file, *doc.Schema, MeasuredSchema)
 	}
 	m := &Measured{Torch: doc.Producer.Torch, file: file}
 	for i, raw := range doc.Cases {
 		where := fmt.Sprintf("%s: cases[%d]", file, i)
 		var rc rawCase
 		if err := json.Unmarshal(raw, &rc); err != nil {
-			return nil, fmt.Errorf("validate: %s: %s", where, jsonMsg(err))
+			return nil, fmt.Errorf("%s: %s", where, jsonMsg(err))
 		}
 		switch {
 		case rc.Name == nil:
-			return nil, fmt.Errorf("validate: %s: missing \"name\"", where)
+			return nil, fmt.Errorf("%s: missing \"name\"", where)
 		case rc.Workload == nil:
-			return nil, fmt.Errorf("validate: %s: missing \"workload\"", where)
+			return nil, fmt.Errorf("%s: missing \"workload\"", where)
 		case rc.MicroBatch == nil:
-			return nil, fmt.Errorf("validate: %s: missing \"micro_batch\"", where)
+			return nil, fmt.Errorf("%s: missing \"micro_batch\"", where)
 		case rc.Phases == nil:
-			return nil, fmt.Errorf("validate: %s: missing \"phases\"", where)
+			return nil, fmt.Errorf("%s: missing \"phases\"", where)
 		case rc.FirstStep == nil || rc.FirstStep.Phases == nil:
-			return nil, fmt.Errorf("validate: %s: missing \"first_step.phases\"", where)
+			return nil, fmt.Errorf("%s: missing \"first_step.phases\"", where)
 		}
 		var wobj any
 		dec := json.NewDecoder(bytesReader(rc.Workload))
 		dec.UseNumber()
 		if err := dec.Decode(&wobj); err != nil {
-			return nil, fmt.Errorf("validate: %s.workload: %s", where, jsonMsg(err))
+			return nil, fmt.Errorf("%s.workload: %s", where, jsonMsg(err))
 		}
 		w, err := workload.Validate(where+".workload", wobj)
 		if err != nil {
-			return nil, fmt.Errorf("validate: %w", err)
+			return nil, fmt.Errorf("%w", err)
 		}
 		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: *rc.Phases,
 			First: *rc.FirstStep.Phases, Memory: rc.Memory, Trace: rc.Trace, TraceBatch: rc.TraceBatch}
@@ -156,7 +156,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		m.Cases = append(m.Cases, c)
 	}
 	if len(m.Cases) == 0 {
-		return nil, fmt.Errorf("validate: %s: no cases", file)
+		return nil, fmt.Errorf("%s: no cases", file)
 	}
 	return m, nil
 }

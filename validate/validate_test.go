@@ -110,12 +110,12 @@ func TestCompare(t *testing.T) {
 
 func TestParseMeasuredErrors(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
-		{`{"cases": []}`, `validate: m.json: missing "schema"`},
+		{`{"cases": []}`, `m.json: missing "schema"`},
 		{`{"schema": "memplan.measured/v2", "cases": []}`, `schema "memplan.measured/v2"`},
 		{`{"schema": "memplan.measured/v1", "cases": []}`, "no cases"},
 		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x"}]}`, `cases[0]: missing "workload"`},
 		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "workload": {"model": "m:f", "batch": 2, "bacth": 1}, "micro_batch": 2, "phases": {}, "first_step": {"phases": {}}}]}`,
-			"validate: workload: m.json: cases[0].workload: unknown field 'bacth'"},
+			"m.json: cases[0].workload: unknown field 'bacth'"},
 		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "micro_batch": "2"}]}`, `cases[0]: field "micro_batch" must be int, got string`},
 		{`{"schema": "memplan.measured/v1", "cases": [`, "truncated JSON"},
 	} {

@@ -128,7 +128,7 @@ func FieldNames() (top, strategy []string) {
 }
 
 // ErrWorkload wraps every invalid-workload error.
-var ErrWorkload = errors.New("workload: invalid workload")
+var ErrWorkload = errors.New("invalid workload")
 
 type werr struct{ msg string }
 
@@ -136,7 +136,7 @@ func (e *werr) Error() string { return e.msg }
 func (e *werr) Unwrap() error { return ErrWorkload }
 
 func bad(where, format string, a ...any) error {
-	return &werr{"workload: " + where + ": " + fmt.Sprintf(format, a...)}
+	return &werr{"" + where + ": " + fmt.Sprintf(format, a...)}
 }
 
 // Load reads a YAML or JSON workload file and validates it; errors name the
@@ -146,9 +146,9 @@ func Load(path string) (*Workload, error) {
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("workload: %s: %v", path, pe.Err)
+			return nil, fmt.Errorf("%s: %v", path, pe.Err)
 		}
-		return nil, fmt.Errorf("workload: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return Parse(filepath.Base(path), data)
 }

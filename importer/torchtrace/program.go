@@ -44,7 +44,7 @@ type Options struct {
 }
 
 // ErrOptions wraps invalid options.
-var ErrOptions = fmt.Errorf("torchtrace: invalid options")
+var ErrOptions = fmt.Errorf("invalid options")
 
 type builder struct {
 	t     *Trace
@@ -100,7 +100,7 @@ func (bd *builder) size(s *Storage, b int64) units.Bytes {
 	n := s.Size(b, bd.s)
 	if n < 0 {
 		if bd.err == nil {
-			bd.err = fmt.Errorf("torchtrace: %s: storage %d (%s%s) has %d bytes at batch %d seq %d: its size model does not extrapolate there",
+			bd.err = fmt.Errorf("%s: storage %d (%s%s) has %d bytes at batch %d seq %d: its size model does not extrapolate there",
 				bd.t.label(), s.ID, s.DType, where(s.Module), n, b, bd.s)
 		}
 		return 0
@@ -421,7 +421,7 @@ func (bd *builder) bornAtStart(dying []ir.TensorID) error {
 	}
 	p := bd.p
 	if len(p.Ops) == 0 {
-		return fmt.Errorf("torchtrace: %s: frees initial storages but replays no op", bd.t.label())
+		return fmt.Errorf("%s: frees initial storages but replays no op", bd.t.label())
 	}
 	op := &p.Ops[0]
 	born := map[ir.TensorID]bool{}
@@ -532,7 +532,7 @@ func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
 	}
 	for kk, q := range pool {
 		if len(q) > 0 {
-			return fmt.Errorf("torchtrace: %s: %d gradient(s) of %d bytes (%s) match no parameter; cannot replace the optimizer", t.label(), len(q), kk.bytes, kk.dt)
+			return fmt.Errorf("%s: %d gradient(s) of %d bytes (%s) match no parameter; cannot replace the optimizer", t.label(), len(q), kk.bytes, kk.dt)
 		}
 	}
 	c := *bd.o.Optimizer

@@ -165,7 +165,7 @@ func (t *Trace) FirstStepCreated() map[int]bool {
 }
 
 // ErrSchema is wrapped by errors about the document's schema version.
-var ErrSchema = errors.New("torchtrace: unsupported schema")
+var ErrSchema = errors.New("unsupported schema")
 
 // Load reads and parses a trace file; errors name the file.
 func Load(path string) (*Trace, error) {
@@ -173,9 +173,9 @@ func Load(path string) (*Trace, error) {
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("torchtrace: %s: %v", path, pe.Err)
+			return nil, fmt.Errorf("%s: %v", path, pe.Err)
 		}
-		return nil, fmt.Errorf("torchtrace: %w", err)
+		return nil, fmt.Errorf("%w", err)
 	}
 	return parse(filepath.Base(path), data)
 }
@@ -199,7 +199,7 @@ func (p *parser) fail(path, format string, a ...any) {
 	if path != "" {
 		msg = path + ": " + msg
 	}
-	panic(&perr{fmt.Sprintf("torchtrace: %s: %s", p.file, msg)})
+	panic(&perr{fmt.Sprintf("%s: %s", p.file, msg)})
 }
 
 func parse(file string, data []byte) (t *Trace, err error) {
@@ -239,10 +239,10 @@ func parse(file string, data []byte) (t *Trace, err error) {
 	if schema != Schema {
 		if v, ok := strings.CutPrefix(schema, schemaPrefix); ok {
 			if n, e := strconv.Atoi(v); e == nil && n > 1 {
-				panic(&perr{fmt.Sprintf("torchtrace: %s is schema %s; this memplan reads v1 — upgrade memplan", file, schema)})
+				panic(&perr{fmt.Sprintf("%s is schema %s; this memplan reads v1 — upgrade memplan", file, schema)})
 			}
 		}
-		panic(&perr{fmt.Sprintf("torchtrace: %s: schema %q is not a memplan trace (want %q)", file, schema, Schema)})
+		panic(&perr{fmt.Sprintf("%s: schema %q is not a memplan trace (want %q)", file, schema, Schema)})
 	}
 	t = p.trace(m)
 	t.file = file

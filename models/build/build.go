@@ -36,7 +36,7 @@ func ParseAttention(s string) (Attention, error) {
 	case "eager":
 		return Eager, nil
 	}
-	return 0, fmt.Errorf("build: unknown attention %q (want eager or sdpa)", s)
+	return 0, fmt.Errorf("unknown attention %q (want eager or sdpa)", s)
 }
 
 func (a Attention) String() string {
@@ -143,7 +143,7 @@ type Options struct {
 }
 
 // ErrBadOptions wraps option errors.
-var ErrBadOptions = errors.New("build: bad options")
+var ErrBadOptions = errors.New("bad options")
 
 // maxTokens bounds micro-batch × sequence (and the KV context) so sizes
 // never overflow int64.

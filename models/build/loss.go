@@ -97,7 +97,7 @@ func ParseLoss(s string) (Loss, error) {
 	}
 	rest, ok := strings.CutPrefix(t, "chunked")
 	if !ok {
-		return Loss{}, fmt.Errorf("build: unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs] or chunked:chunks=N[,...])", s)
+		return Loss{}, fmt.Errorf("unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs] or chunked:chunks=N[,...])", s)
 	}
 	l := Loss{Kind: LossChunked, Chunks: 8}
 	rest = strings.TrimPrefix(rest, ":")
@@ -115,7 +115,7 @@ func ParseLoss(s string) (Loss, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 || n > maxTokens {
-			return Loss{}, fmt.Errorf("build: loss %q: %s must be a positive integer", s, k)
+			return Loss{}, fmt.Errorf("loss %q: %s must be a positive integer", s, k)
 		}
 		switch k {
 		case "tokens":
@@ -123,7 +123,7 @@ func ParseLoss(s string) (Loss, error) {
 		case "chunks":
 			l.Chunks, l.ChunkTokens = n, 0
 		default:
-			return Loss{}, fmt.Errorf("build: loss %q: unknown key %q (want tokens, chunks, fp32 or fp32-outputs)", s, k)
+			return Loss{}, fmt.Errorf("loss %q: unknown key %q (want tokens, chunks, fp32 or fp32-outputs)", s, k)
 		}
 	}
 	return l, nil

@@ -41,7 +41,7 @@ func ParseCode(s string) (Code, error) {
 	case "litgpt", "lit-gpt":
 		return CodeLitGPT, nil
 	}
-	return 0, fmt.Errorf("build: unknown model code %q (want hf or litgpt)", s)
+	return 0, fmt.Errorf("unknown model code %q (want hf or litgpt)", s)
 }
 
 // Quant is how QLoRA's 4-bit base layers behave, where bitsandbytes versions

@@ -80,14 +80,14 @@ func (p Policy) String() string {
 // ErrInfeasible is returned (wrapped) when no policy keeps the peak within
 // the budget, i.e. when even checkpointing every block exceeds it. The
 // message carries the minimum achievable peak.
-var ErrInfeasible = errors.New("ckpt: budget infeasible")
+var ErrInfeasible = errors.New("budget infeasible")
 
 // ErrInvalid is returned (wrapped) for a malformed chain.
-var ErrInvalid = errors.New("ckpt: invalid chain")
+var ErrInvalid = errors.New("invalid chain")
 
 // ErrTooLarge is returned (wrapped) when a solver's state would exceed its
 // configured limit (Options.MaxCells, OptimalExact's frontier limit).
-var ErrTooLarge = errors.New("ckpt: problem too large")
+var ErrTooLarge = errors.New("problem too large")
 
 // maxTotal bounds the sum of all Saved and Peak bytes so that every prefix
 // sum and budget difference in this package stays far from int64 overflow.

@@ -39,5 +39,5 @@ func ExampleOptimal() {
 	// no checkpointing: peak 1376 MiB; minimum: 736 MiB
 	// chen    C.C.: peak 1184 MiB, recompute 6.0
 	// optimal .C..: peak 928 MiB, recompute 1.0
-	// ckpt: budget infeasible: budget 536870912 B is below the minimum achievable peak 771751936 B (every block checkpointed)
+	// budget infeasible: budget 536870912 B is below the minimum achievable peak 771751936 B (every block checkpointed)
 }

@@ -114,7 +114,7 @@ func OptimalWith(blocks []Block, budget int64, opt Options) (Plan, error) {
 	}
 	peak, rc := Evaluate(blocks, p)
 	if peak > budget {
-		return Plan{}, fmt.Errorf("ckpt: internal error: policy peak %d exceeds budget %d", peak, budget)
+		return Plan{}, fmt.Errorf("internal error: policy peak %d exceeds budget %d", peak, budget)
 	}
 	return Plan{Policy: p, Peak: peak, Recompute: rc, Resolution: k.r, Exact: k.exact, Slots: k.slots}, nil
 }
@@ -268,7 +268,7 @@ func (k *knapsack) policy() (Policy, error) {
 	}
 	if math.IsInf(dp[best], 1) {
 		// Unreachable: checkpointing every block (m = 0) is feasible.
-		return nil, fmt.Errorf("ckpt: internal error: no DP state survived")
+		return nil, fmt.Errorf("internal error: no DP state survived")
 	}
 	p := make(Policy, k.n)
 	m := best
