@@ -30,7 +30,7 @@ func TestParseGood(t *testing.T) {
 func TestParseBad(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"model: m:f\nbacth: 16\n", "w.yaml: unknown field 'bacth' (known fields: batch, batch_dim, device"},
-		{"model: m:f\nbatch: '16'\n", `workload: w.yaml: field 'batch' must be a integer, got "16"`},
+		{"model: m:f\nbatch: '16'\n", `w.yaml: field 'batch' must be a integer, got "16"`},
 		{"model: m:f\nbatch: 16.5\n", "field 'batch' must be a integer, got 16.5"},
 		{"model: m:f\nbatch: true\n", "field 'batch' must be a integer, got true"},
 		{"model: m:f\n", "w.yaml: missing required field 'batch'"},

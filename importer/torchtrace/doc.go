@@ -9,7 +9,7 @@
 // freed it, so the simulator (which frees a storage after its last use)
 // reproduces the allocator's live bytes op for op. Parse never panics on bad
 // input: every problem is one error line naming the field
-// (`torchtrace: trace.json: events[12].alloc[0]: missing "bytes_per_batch"`).
+// (`trace.json: events[12].alloc[0]: missing "bytes_per_batch"`).
 //
 // The package does no I/O beyond Load and never imports sim.
 package torchtrace
