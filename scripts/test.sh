@@ -49,4 +49,8 @@ if [ "${MEMPLAN_TORCH2:-1}" != 0 ]; then
   section "validation suite on PyTorch 2.x: the same cases, the same tolerance"
   scripts/validate.sh --torch2 --tolerance 3%
 fi
+# Last, so a failure here does not hide the results above: issue 14's limits on function size.
+section "function size (scripts/funcsize: no function over 120 lines or complexity 40, p90 length <= 40)"
+go run ./scripts/funcsize
+
 echo "test.sh: all passed in ${SECONDS}s"
