@@ -76,6 +76,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		return fmt.Errorf("%s (see '%s --help')", msg, c.CommandPath())
 	})
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
+	root.AddCommand(newDiagnoseCmd(stdout))
 	return root
 }
 

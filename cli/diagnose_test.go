@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// diagnose and plan's allocator flags refuse bad input with one line and
+// exit status 1, printing nothing on stdout.
+func TestDiagnoseAndReservedBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"diagnose", "--model", "lama-2-7b"}, `unknown model "lama-2-7b"`},
+		{[]string{"diagnose", "--micro-batch", "0"}, "--micro-batch"},
+		{[]string{"diagnose", "extra"}, `unknown command "extra"`},
+		{[]string{"plan", "--alloc-conf", "max_split_size_mb:4"}, "--alloc-conf: max_split_size_mb:4"},
+		{[]string{"plan", "--alloc-conf", "expandable_segments:maybe"}, "--alloc-conf: expandable_segments:maybe"},
+		{[]string{"plan", "--alloc-conf", "backend:cudaMallocAsync"}, "only the native caching allocator"},
+		{[]string{"plan", "--fit-on", "both"}, `--fit-on "both": want allocated or reserved`},
+		{[]string{"plan", "--no-reserved", "--fit-on", "reserved"}, "--no-reserved"},
+	} {
+		var out, errb bytes.Buffer
+		if rc := Main(c.args, &out, &errb); rc != 1 {
+			t.Errorf("%v: exit %d, want 1", c.args, rc)
+		}
+		msg := errb.String()
+		if !strings.Contains(msg, c.want) || strings.Count(msg, "\n") != 1 || out.Len() != 0 {
+			t.Errorf("%v: stderr %q stdout %d bytes; want one line with %q", c.args, msg, out.Len(), c.want)
+		}
+	}
+}
+
+// plan --fit-on reserved decides fits on the caching allocator's prediction:
+// llama-3.2-1b at micro-batch 1 × 2048 fits an RTX 4090 on allocated bytes
+// (98% of it) but not once the allocator's segments are counted; with
+// expandable segments it fits again.
+func TestPlanFitOnReserved(t *testing.T) {
+	run := func(extra ...string) string {
+		var out, errb bytes.Buffer
+		args := append([]string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "1", "--seq", "2048", "--no-chart"}, extra...)
+		if rc := Main(args, &out, &errb); rc != 0 {
+			t.Fatalf("%v: %s", args, errb.String())
+		}
+		return out.String()
+	}
+	if s := run(); !strings.Contains(s, "Fits on rtx-4090") || !strings.Contains(s, "Reserved ") {
+		t.Errorf("allocated decides:\n%s", s)
+	}
+	if s := run("--fit-on", "reserved"); !strings.Contains(s, "DOES NOT FIT") || !strings.Contains(s, "fits decided on reserved") {
+		t.Errorf("reserved decides:\n%s", s)
+	}
+	if s := run("--fit-on", "reserved", "--alloc-conf", "expandable_segments:True"); !strings.Contains(s, "Fits on rtx-4090") {
+		t.Errorf("reserved with expandable segments decides:\n%s", s)
+	}
+}

@@ -1,0 +1,257 @@
+// Package diagnose runs the observation table of a memory problem: it varies
+// one input of a job at a time (micro-batch, sequence, accumulation,
+// optimizer, checkpointing, precision), reports how the peak, its phase and
+// each ledger category move, names the object that presses on the peak, and
+// picks the cheapest next step among engine.Compare's strategies.
+package diagnose
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/memplan/memplan/allocator"
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
+)
+
+// Row is one observation: the job with one input changed.
+type Row struct {
+	Name   string
+	Peak   units.Bytes
+	Phase  string
+	Op     string
+	Ledger [ir.NumCategories]units.Bytes
+	Err    error
+}
+
+// Object is a thing live at the peak that a user can act on.
+type Object struct {
+	Name  string
+	Bytes units.Bytes
+}
+
+// Report is a diagnosis.
+type Report struct {
+	Base Row
+	Rows []Row
+	// Objects live at the base's peak, largest first; Pressure is the first.
+	Objects  []Object
+	Pressure Object
+	// Next is the cheapest of compare's strategies that helps (Why says by
+	// which rule it was picked); empty when none lowers the peak.
+	Next, Why string
+}
+
+// Variations are the inputs diagnose changes, one at a time.
+func variations(s engine.Spec) []struct {
+	name  string
+	apply func(*engine.Spec)
+} {
+	type v = struct {
+		name  string
+		apply func(*engine.Spec)
+	}
+	vs := []v{
+		{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }},
+		{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }},
+		{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }},
+	}
+	if s.Optimizer == lower.SGD {
+		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer = lower.AdamW }})
+	} else {
+		vs = append(vs, v{"optimizer sgd (no state)", func(s *engine.Spec) { s.Optimizer = lower.SGD }})
+	}
+	if s.Checkpoint.Kind == engine.NoCheckpoint {
+		vs = append(vs, v{"checkpoint every block", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{Kind: engine.CheckpointFull} }})
+	} else {
+		vs = append(vs, v{"no checkpointing", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{} }})
+	}
+	if s.Precision == ops.PureBF16 {
+		vs = append(vs, v{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }})
+	} else {
+		vs = append(vs, v{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }})
+	}
+	return vs
+}
+
+func rowOf(name string, r *engine.Result, err error) Row {
+	row := Row{Name: name, Err: err}
+	if err != nil {
+		return row
+	}
+	pk, prog := r.Sim.Peak, r.Program
+	if r.First != nil && r.First.Peak.Total > pk.Total {
+		pk, prog = r.First.Peak, r.FirstProgram
+	}
+	op := &prog.Ops[pk.Op]
+	row.Peak, row.Phase, row.Ledger = pk.Total, pk.Phase.String(), pk.Cat
+	row.Op = op.Name
+	if op.Module != "" {
+		row.Op += " (" + op.Module + ")"
+	}
+	return row
+}
+
+// Diagnose plans s and its variations. With reserved, the caching allocator's
+// fragmentation at the reserved peak counts as an object too.
+func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
+	base, err := engine.Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Base: rowOf("baseline", base, nil)}
+	for _, v := range variations(base.Spec) {
+		vs := base.Spec
+		v.apply(&vs)
+		r, err := engine.Plan(vs)
+		rep.Rows = append(rep.Rows, rowOf(v.name, r, err))
+	}
+	rep.Objects = objects(base)
+	if reserved {
+		rv, err := base.PredictReserved(allocator.Config{}, false, false)
+		if err != nil {
+			return nil, err
+		}
+		rep.Objects = append(rep.Objects, Object{"fragmentation (caching allocator)", rv.Fragmentation})
+	}
+	slices.SortStableFunc(rep.Objects, func(a, b Object) int { return cmp.Compare(b.Bytes, a.Bytes) })
+	rep.Pressure = rep.Objects[0]
+	rep.Next, rep.Why = nextStep(base)
+	return rep, nil
+}
+
+// objects splits the memory live at the base's peak into what a user can act
+// on: the loss's logits (every storage the loss or the output head made,
+// whatever its category), activations, optimizer state, parameters,
+// gradients, KV cache and temporaries.
+func objects(r *engine.Result) []Object {
+	p, pk := r.Program, r.Sim.Peak
+	if r.First != nil && r.First.Peak.Total > pk.Total {
+		p, pk = r.FirstProgram, r.First.Peak
+	}
+	loss := lossBytes(p, pk.Op)
+	cat := pk.Cat
+	out := []Object{
+		{"loss logits", loss.total},
+		{"activations", cat[ir.Activation] - loss.byCat[ir.Activation]},
+		{"optimizer state", cat[ir.OptimizerState]},
+		{"parameters", cat[ir.Parameter]},
+		{"gradients", cat[ir.Gradient]},
+		{"KV cache", cat[ir.KVCache]},
+		{"temporaries", cat[ir.Temporary] - loss.byCat[ir.Temporary]},
+	}
+	return out
+}
+
+type lossLive struct {
+	total units.Bytes
+	byCat [ir.NumCategories]units.Bytes
+}
+
+// isLoss: the modules of the loss and the output head (their outputs are the
+// logits and what the loss makes of them).
+func isLoss(module string) bool {
+	b := ir.BlockOf(module)
+	return b == "loss" || b == "lm_head" || b == "model.lm_head"
+}
+
+// lossBytes sums the device storages live at op at that ops of the loss or
+// the output head wrote first (the simulator's lifetimes: from the first
+// write to the last use), plus op's workspace when op is one of them.
+func lossBytes(p *ir.Program, at int) lossLive {
+	n := len(p.Tensors)
+	owner := make([]ir.TensorID, n)
+	for i := range p.Tensors {
+		if b := p.Tensors[i].Base; b != ir.NoTensor {
+			owner[i] = owner[b]
+		} else {
+			owner[i] = ir.TensorID(i)
+		}
+	}
+	first, last := make([]int, n), make([]int, n)
+	for i := range first {
+		first[i], last[i] = -1, -1
+	}
+	for oi := range p.Ops {
+		for _, t := range p.Ops[oi].Out {
+			if o := owner[t]; first[o] < 0 {
+				first[o] = oi
+			}
+		}
+		for _, ts := range [2][]ir.TensorID{p.Ops[oi].In, p.Ops[oi].Out} {
+			for _, t := range ts {
+				last[owner[t]] = oi
+			}
+		}
+	}
+	var l lossLive
+	for i := range p.Tensors {
+		t := &p.Tensors[i]
+		if t.Base != ir.NoTensor || t.Resident || t.Host || first[i] < 0 || first[i] > at {
+			continue
+		}
+		if !t.Keep && last[i] < at {
+			continue
+		}
+		if isLoss(p.Ops[first[i]].Module) {
+			l.total += t.Bytes
+			l.byCat[t.Cat] += t.Bytes
+		}
+	}
+	if op := &p.Ops[at]; isLoss(op.Module) {
+		l.total += op.Workspace
+		l.byCat[ir.Temporary] += op.Workspace
+	}
+	return l
+}
+
+// nextStep is the cheapest strategy of engine.Compare that helps: with a GPU
+// or budget, the fastest variant that fits (step time when the GPU prices
+// it, else the least extra FLOPs); without one, the cheapest that lowers the
+// peak by at least 10%.
+func nextStep(base *engine.Result) (string, string) {
+	rows, err := engine.Compare(base.Spec, engine.Allow{})
+	if err != nil || len(rows) < 2 {
+		return "", ""
+	}
+	basePeak := base.PeakBytes()
+	costOf := func(r *engine.Result) float64 {
+		if r.Timing != nil {
+			return r.Timing.Step.Seconds()
+		}
+		return engine.TotalFLOPs(r.Program)
+	}
+	var best *engine.Row
+	for i := range rows[1:] {
+		row := &rows[i+1]
+		if row.Err != nil || row.Result == nil {
+			continue
+		}
+		helps := row.Result.PeakBytes() <= basePeak*9/10
+		if base.Capacity > 0 {
+			helps = row.Result.Fits
+		}
+		if !helps {
+			continue
+		}
+		if best == nil || costOf(row.Result) < costOf(best.Result) ||
+			costOf(row.Result) == costOf(best.Result) && row.Result.PeakBytes() < best.Result.PeakBytes() {
+			best = row
+		}
+	}
+	if best == nil {
+		if base.Capacity > 0 {
+			return "", "no single strategy of compare fits; search the combinations with memplan fit"
+		}
+		return "", "no single strategy of compare lowers the peak by 10%"
+	}
+	why := "the cheapest strategy that lowers the peak by at least 10%"
+	if base.Capacity > 0 {
+		why = "the fastest strategy that fits"
+	}
+	return fmt.Sprintf("%s: peak %s (%s)", best.Name, best.Result.PeakBytes(), best.Changes), why
+}

@@ -1,0 +1,74 @@
+package diagnose
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/ops"
+)
+
+// TestDiagnose runs testdata/diagnose: each `diagnose` command plans a
+// catalog job from key=value arguments and prints the observation table, the
+// pressure object and the next step; `expect-pressure=NAME` fails the test
+// when the pressure object is another. Regenerate with
+// `go test ./diagnose -rewrite` and read the diff before committing it.
+func TestDiagnose(t *testing.T) {
+	datadriven.RunTest(t, "testdata/diagnose", func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "diagnose" {
+			d.Fatalf(t, "unknown command %q", d.Cmd)
+		}
+		var s engine.Spec
+		want := ""
+		for _, a := range d.CmdArgs {
+			v := a.Vals[0]
+			var err error
+			num := func() int {
+				n, e := strconv.Atoi(v)
+				err = e
+				return n
+			}
+			switch a.Key {
+			case "model":
+				s.Model, err = models.Lookup(v)
+			case "mb":
+				s.MicroBatch = num()
+			case "seq":
+				s.Seq = num()
+			case "precision":
+				s.Precision, err = ops.ParsePrecision(v)
+			case "optimizer":
+				s.Optimizer, err = lower.ParseOptimizer(v)
+			case "checkpoint":
+				s.Checkpoint, err = engine.ParseCheckpoint(v)
+			case "gpu":
+				s.GPU, err = hw.Lookup(v)
+			case "expect-pressure":
+				want = strings.ReplaceAll(v, "-", " ")
+			default:
+				d.Fatalf(t, "unknown argument %s", a.Key)
+			}
+			if err != nil {
+				d.Fatalf(t, "%s: %v", a.Key, err)
+			}
+		}
+		rep, err := Diagnose(s, false)
+		if err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		if want != "" && rep.Pressure.Name != want {
+			t.Errorf("%s: pressure object %q, want %q", d.Pos, rep.Pressure.Name, want)
+		}
+		var b strings.Builder
+		if err := Write(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	})
+}
