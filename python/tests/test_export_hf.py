@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from memplan_torch import ExportError, compat
+from memplan_torch import hf
 from memplan_torch.hf import export_hf, load_config, transformers_available
 from memplan_torch.schema import validate_trace
 
@@ -128,4 +129,152 @@ def test_export_hf_refused_on_torch1(tmp_path):
                         os.path.join(REPO, "models", "catalog", "llama-3.2-1b.json"), "--seq", "16",
                         "--out", str(tmp_path / "t.json")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = r.stderr.decode().strip()
-    assert r.returncode == 2 and err.count("\n") == 0 and "needs PyTorch 2.x" in err, err
+    assert r.returncode == 1 and err.count("\n") == 0 and "needs PyTorch 2.x" in err, err
+
+
+# Every catalog family, scaled down (2 layers, hidden 64, 4 heads, vocabulary 256) but with its real structure:
+# model_type -> (catalog config, overrides). The catalog's config keeps everything the overrides leave alone
+# (grouped-query heads, biases, partial rotary, soft-capping, sliding windows, tied embeddings, experts).
+SMALL = ["num_hidden_layers=2", "hidden_size=64", "num_attention_heads=4", "num_key_value_heads=2", "head_dim=16",
+         "intermediate_size=128", "vocab_size=256"]
+FAMILIES = {
+    "llama": ("llama-3.2-1b", SMALL),
+    "mistral": ("mistral-7b", SMALL),
+    "mixtral": ("mixtral-8x7b", SMALL + ["num_local_experts=4"]),
+    "qwen2": ("qwen2.5-0.5b", SMALL),
+    "qwen3": ("qwen3-8b", SMALL),
+    "gemma": ("gemma-2b", SMALL[:3] + ["num_key_value_heads=1"] + SMALL[4:]),
+    "gemma2": ("gemma-2-9b", SMALL + ["sliding_window=16", "query_pre_attn_scalar=16"]),
+    "phi3": ("phi-3-mini", SMALL[:3] + ["num_key_value_heads=4"] + SMALL[5:]),
+    "phi": ("phi-1.5", SMALL[:3] + SMALL[5:]),
+    "gpt_neox": ("pythia-160m", SMALL[:3] + ["intermediate_size=256", "vocab_size=256"]),
+    "gpt2": ("gpt2", ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256", "n_positions=128"]),
+    "bert": ("bert-base", SMALL[:3] + SMALL[5:]),
+    "vit": ("vit-base", SMALL[:3] + ["intermediate_size=128", "image_size=32", "patch_size=8"]),
+}
+# Where the trace path and the catalog path may differ by more than 2%, and why (measured with transformers
+# 5.24.0, torch 2.14.1): transformers 5.x runs Mixtral's experts as one grouped_mm over all routed rows
+# (integrations/moe.py grouped_mm_experts_forward: sorted gather, cat of gate and up gradients, whole-expert
+# weight gradients), the catalog the per-expert loop of 4.46's MixtralSparseMoeBlock; backward peaks 2.3% apart.
+BOUNDS = {("mixtral", "backward"): 0.03}
+
+
+def test_families_cover_the_catalog():
+    types = set()
+    for n in hf.catalog_names():
+        with open(os.path.join(REPO, "models", "catalog", n + ".json")) as f:
+            types.add(json.load(f)["model_type"])
+    assert types == set(FAMILIES), types ^ set(FAMILIES)
+
+
+@needs_hf
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_trace_matches_catalog(tmp_path, family, memplan_bin):
+    """export-hf's trace and memplan's catalog path (--recipe hf, CPU kernels) agree on every phase's peak
+    within 2% for each catalog family (the causes of the gaps this found are in models/build: NewGELU's eager
+    ops, torch.cat rotary layouts, Gemma2's eager attention, SDPA's CPU math path under dropout)."""
+    if memplan_bin is None:
+        pytest.skip("needs Go to build memplan")
+    name, ov = FAMILIES[family]
+    cfg = load_config(os.path.join(REPO, "models", "catalog", name + ".json"), ov)
+    cp = tmp_path / "config.json"
+    cp.write_text(json.dumps(cfg))
+    out = str(tmp_path / "trace.json")
+    doc = export_hf(str(cp), out, S, batch=B, precision="fp32", fit_seq=False)
+    assert doc["execution"] == "fake"
+    # transformers 5.x hands grouped heads to SDPA without a copy when there is no attention mask (enable_gqa,
+    # integrations/sdpa_attention.py use_gqa_in_sdpa @v5.24.0); the hf recipe follows 4.46's repeat_kv
+    cat = _plan(memplan_bin, "--model", str(cp), "--seq", str(S), "--precision", "fp32", "--recipe", "hf",
+                "--set", "attention.repeat-kv=false")
+    gr = _plan(memplan_bin, "--graph", out)
+    assert cat["params"] == gr["params"] == doc["n_params"], (cat["params"], gr["params"], doc["n_params"])
+    for p in ("forward", "backward", "optimizer"):
+        c, t = cat["phases"][p]["peak_bytes"], gr["phases"][p]["peak_bytes"]
+        assert abs(c - t) / t <= BOUNDS.get((family, p), 0.02), (family, p, c, t, "%+.2f%%" % (100 * (c - t) / t))
+
+
+def _cli(tmp_path, *args):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    return subprocess.run([sys.executable, "-m", "memplan_torch", "export-hf"] + list(args), env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path))
+
+
+def test_resolve_catalog_names():
+    assert hf.resolve_model("Llama-3-8B").endswith(os.path.join("catalog", "llama-3-8b.json"))
+    assert hf.resolve_model("meta-llama/Meta-Llama-3-8B").endswith(os.path.join("catalog", "llama-3-8b.json"))
+    assert hf.suggest("llama3-8b") == ["llama-3-8b", "llama-2-7b", "llama-3-70b"]  # as memplan plan suggests
+    assert hf.suggest("mistral")[0] == "mistral-7b"
+
+
+@pytest.mark.parametrize("args,want", [
+    (["llama3-8b", "--seq", "16"], "closest: llama-3-8b, llama-2-7b, llama-3-70b"),
+    (["no/such-model", "--seq", "16"], "neither a config file nor one of the configs memplan ships"),
+    (["missing.json", "--seq", "16"], "cannot read config missing.json"),
+    (["llama-3.2-1b", "--seq", "16", "--precision", "bf16"], "is not a Trainer mode"),
+    (["llama-3.2-1b", "--seq", "16", "--precision", "fp8"], "--precision fp8 is not one of"),
+    (["llama-3.2-1b", "--seq", "16", "--gradient-checkpointing", "sometimes"],
+     "--gradient-checkpointing sometimes is not one of non-reentrant, reentrant"),
+    (["llama-3.2-1b", "--seq", "16", "--lora", "r=x"], "--lora r=x: r=x is not a number"),
+    (["llama-3.2-1b", "--seq", "16", "--lora", "rank=8"], "unknown key 'rank'"),
+    (["llama-3.2-1b"], "--seq (tokens per sequence) is needed"),
+    (["gpt2", "--seq", "4096"], "longer than gpt2.json's 1024 learned positions"),
+    (["llama-3.2-1b", "--seq", "16", "--override", "hidden_size"], "--override wants KEY=VALUE"),
+])
+def test_bad_input_one_line(tmp_path, args, want):
+    if not transformers_available() and "is not a Trainer mode" not in want:
+        pytest.skip("transformers is not installed")
+    r = _cli(tmp_path, *(args + ["--out", "t.json"]))
+    err = r.stderr.decode().strip()
+    assert r.returncode != 0 and err.count("\n") == 0 and want in err, err
+    assert "Traceback" not in err and not os.path.exists(tmp_path / "t.json")
+
+
+@needs_hf
+def test_fake_failure_names_op_module_and_real_fallback(tmp_path, monkeypatch):
+    """A model that reads a value in forward cannot run under fake tensors: the error names the op and the
+    module and offers --real; --real exports it."""
+    orig = hf.build_model
+
+    def build(cfg, precision, gc=None, lora=None):
+        m, ac = orig(cfg, precision, gc, lora)
+        norm = m.model.norm
+        f = norm.forward
+
+        def forward(x):
+            if x.abs().max().item() < 0:  # a value read: no meta answer
+                x = x + 1
+            return f(x)
+        norm.forward = forward
+        return m, ac
+    monkeypatch.setattr(hf, "build_model", build)
+    cp = tmp_path / "tiny.json"
+    cp.write_text(json.dumps(TINY))
+    out = tmp_path / "t.json"
+    with pytest.raises(ExportError) as e:
+        export_hf(str(cp), str(out), 8, batch=1, precision="fp32", fit_seq=False)
+    msg = str(e.value)
+    assert "rerun export-hf with --real" in msg and "model.norm" in msg and "aten." in msg, msg
+    assert not out.exists()
+    doc = export_hf(str(cp), str(out), 8, batch=1, precision="fp32", fit_seq=False, real=True)
+    assert doc["execution"] != "fake" and out.exists()
+
+
+@needs_hf
+@pytest.mark.parametrize("mode", ["non-reentrant", "reentrant"])
+def test_gradient_checkpointing_matches_catalog(tmp_path, mode, memplan_bin):
+    """After gradient_checkpointing_enable() each layer keeps only its input (the recompute runs inside
+    backward, as traced); the catalog's --checkpoint full predicts the same peaks within 2%."""
+    cp = tmp_path / "tiny.json"
+    cp.write_text(json.dumps(TINY))
+    out = str(tmp_path / "t.json")
+    doc = export_hf(str(cp), out, S, batch=B, precision="fp32", fit_seq=False, gradient_checkpointing=mode)
+    assert doc["execution"] == "fake"
+    if memplan_bin is None:
+        return
+    gr = _plan(memplan_bin, "--graph", out)
+    assert gr["saved_activations"]["by_module"]["model.layers.0"] == B * S * 64 * 4
+    cat = _plan(memplan_bin, "--model", str(cp), "--seq", str(S), "--precision", "fp32", "--recipe", "hf",
+                "--set", "attention.repeat-kv=false", "--checkpoint", "full")
+    for p in ("forward", "backward", "optimizer"):
+        c, t = cat["phases"][p]["peak_bytes"], gr["phases"][p]["peak_bytes"]
+        assert abs(c - t) / t <= 0.02, (mode, p, c, t)
