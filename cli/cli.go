@@ -180,33 +180,50 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 
 func (f *planFlags) spec() (engine.Spec, error) {
 	var s engine.Spec
-	var err error
-	if f.graph != "" {
-		if f.changed("model") {
-			return s, fmt.Errorf("give --model or --graph, not both")
-		}
-		if s.Trace, err = torchtrace.Load(f.graph); err != nil {
+	for _, part := range []func(*engine.Spec) error{f.specSource, f.specNames, f.specSizes, f.specHardware,
+		f.specCheckpoint, f.specParallel, f.specSavings, f.specFinish} {
+		if err := part(&s); err != nil {
 			return s, err
 		}
-	} else if f.workloadPath != "" {
-		return s, fmt.Errorf("--workload needs --graph: the trace of the workload's model (memplan_torch export)")
-	} else if s.Model, err = models.Resolve(f.model); err != nil {
-		return s, err
 	}
+	return s, nil
+}
+
+// specSource reads the model or the trace.
+func (f *planFlags) specSource(s *engine.Spec) error {
+	var err error
+	switch {
+	case f.graph != "":
+		if f.changed("model") {
+			return fmt.Errorf("give --model or --graph, not both")
+		}
+		s.Trace, err = torchtrace.Load(f.graph)
+	case f.workloadPath != "":
+		return fmt.Errorf("--workload needs --graph: the trace of the workload's model (memplan_torch export)")
+	default:
+		s.Model, err = models.Resolve(f.model)
+	}
+	return err
+}
+
+// specNames reads the switches that name a table row: mode, precision, optimizer, implementation, attention,
+// kernels.
+func (f *planFlags) specNames(s *engine.Spec) error {
+	var err error
 	if s.Mode, err = engine.ParseMode(f.mode); err != nil {
-		return s, err
+		return err
 	}
 	if s.Precision, err = ops.ParsePrecision(f.precision); err != nil {
-		return s, err
+		return err
 	}
 	if s.Optimizer, err = lower.ParseOptimizer(f.optimizer); err != nil {
-		return s, err
+		return err
 	}
 	if s.Impl, err = lower.ParseImpl(f.impl); err != nil {
-		return s, err
+		return err
 	}
 	if s.Attention, err = build.ParseAttention(f.attention); err != nil {
-		return s, err
+		return err
 	}
 	switch f.kernels {
 	case "cuda":
@@ -214,75 +231,106 @@ func (f *planFlags) spec() (engine.Spec, error) {
 	case "cpu":
 		s.Device = ops.CPU
 	default:
-		return s, fmt.Errorf("unknown --kernels %q (want cuda or cpu)", f.kernels)
+		return fmt.Errorf("unknown --kernels %q (want cuda or cpu)", f.kernels)
 	}
+	return nil
+}
+
+// specSizes reads micro-batch, seq, accum and generated tokens.
+func (f *planFlags) specSizes(s *engine.Spec) error {
 	for _, v := range []struct {
 		name string
 		val  int
 		min  int
 	}{{"--micro-batch", f.microBatch, 1}, {"--seq", f.seq, 0}, {"--accum", f.accum, 1}, {"--gen-tokens", f.genTokens, 0}} {
 		if v.val < v.min {
-			return s, fmt.Errorf("%s must be at least %d, got %d", v.name, max(v.min, 1), v.val)
+			return fmt.Errorf("%s must be at least %d, got %d", v.name, max(v.min, 1), v.val)
 		}
 	}
 	s.MicroBatch, s.Seq, s.Accum, s.GenTokens = f.microBatch, f.seq, f.accum, f.genTokens
+	return nil
+}
+
+// specHardware reads the GPU and the budget.
+func (f *planFlags) specHardware(s *engine.Spec) error {
+	var err error
 	if f.gpu != "" {
 		if s.GPU, err = hw.Lookup(f.gpu); err != nil {
-			return s, err
+			return err
 		}
 	}
 	if f.budget != "" {
 		if s.Capacity, err = units.ParseBytes(f.budget); err != nil {
-			return s, fmt.Errorf("--budget: %w", err)
+			return fmt.Errorf("--budget: %w", err)
 		}
 	}
-	if s.Checkpoint, err = engine.ParseCheckpoint(f.checkpoint); err != nil {
-		return s, err
-	}
+	return nil
+}
+
+// specParallel reads the parallel layout: tensor, sequence, expert, data (ZeRO, FSDP) and pipeline.
+func (f *planFlags) specParallel(s *engine.Spec) error {
+	var err error
 	if f.tp < 1 || f.ep < 1 {
-		return s, fmt.Errorf("--tp and --ep must be at least 1")
+		return fmt.Errorf("--tp and --ep must be at least 1")
 	}
 	s.TP, s.SP, s.EP, s.QLoRA = f.tp, f.sp, f.ep, f.qlora
 	if f.dp < 1 || f.pp < 1 || f.ppInterleave < 1 {
-		return s, fmt.Errorf("--dp, --pp and --pp-interleave must be at least 1")
+		return fmt.Errorf("--dp, --pp and --pp-interleave must be at least 1")
 	}
 	s.DP, s.ZeRO, s.PP, s.PPInterleave = f.dp, f.zero, f.pp, f.ppInterleave
 	if s.PPSchedule, err = strategy.ParseSchedule(f.ppSchedule); err != nil {
-		return s, fmt.Errorf("--pp-schedule: %w", err)
+		return fmt.Errorf("--pp-schedule: %w", err)
 	}
 	if f.fsdp {
 		if f.zero != 0 && f.zero != 3 {
-			return s, fmt.Errorf("--fsdp is ZeRO-3; it cannot go with --zero %d", f.zero)
+			return fmt.Errorf("--fsdp is ZeRO-3; it cannot go with --zero %d", f.zero)
 		}
 		s.ZeRO = 3
 	}
+	return nil
+}
+
+// specCheckpoint reads the checkpointing policy.
+func (f *planFlags) specCheckpoint(s *engine.Spec) (err error) {
+	s.Checkpoint, err = engine.ParseCheckpoint(f.checkpoint)
+	return err
+}
+
+// specSavings reads offload and LoRA.
+func (f *planFlags) specSavings(s *engine.Spec) error {
+	var err error
 	if s.Offload, err = engine.ParseOffload(f.offload); err != nil {
-		return s, err
+		return err
 	}
 	if f.lora != "" {
 		l, err := build.ParseLoRA(f.lora)
 		if err != nil {
-			return s, err
+			return fmt.Errorf("--lora: %s", strings.TrimPrefix(err.Error(), "LoRA: "))
 		}
 		s.LoRA = l
 	}
 	s.FirstStep = f.firstStep
-	if err := f.applyRecipe(&s); err != nil {
-		return s, err
+	return nil
+}
+
+// specFinish applies the recipe, what a trace keeps (its recorded optimizer step unless one is asked for, its
+// batch, its dtypes) and the workload, and checks that the plot files can be written.
+func (f *planFlags) specFinish(s *engine.Spec) error {
+	if err := f.applyRecipe(s); err != nil {
+		return err
 	}
 	if s.Trace != nil {
-		// A trace keeps its recorded optimizer step unless one is asked for.
 		s.TraceOptimizer = f.changed("optimizer") || f.changed("optimizer-impl")
 		if !f.changed("micro-batch") {
 			s.MicroBatch = 0
 		}
 		if f.changed("precision") {
-			return s, fmt.Errorf("--precision does not apply to a trace: it ran in the dtypes it recorded")
+			return fmt.Errorf("--precision does not apply to a trace: it ran in the dtypes it recorded")
 		}
 	}
 	if f.workloadPath != "" {
-		if err := f.applyWorkload(&s); err != nil {
-			return s, err
+		if err := f.applyWorkload(s); err != nil {
+			return err
 		}
 	}
 	for _, p := range []string{f.svg, f.png} {
@@ -290,10 +338,10 @@ func (f *planFlags) spec() (engine.Spec, error) {
 			continue
 		}
 		if _, err := os.Stat(dirOf(p)); err != nil {
-			return s, fmt.Errorf("cannot write %s: %w", p, errors.Unwrap(err))
+			return fmt.Errorf("cannot write %s: %w", p, errors.Unwrap(err))
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // applyRecipe applies --recipe and --set: a recipe's value for a switch that

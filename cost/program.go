@@ -35,7 +35,7 @@ type PriceOptions struct {
 	// PCIe host link per direction (peer traffic then crosses PCIe), with
 	// zero latency. Both are wire rates of one node; a group that spans
 	// nodes (data parallel across an InfiniBand fabric) must be given here.
-	Networks map[string]Link
+	Networks map[ir.Group]Link
 	// Overlap says which groups' collectives run on a separate
 	// communication stream, overlapping whatever compute does not depend on
 	// them. A group without an entry takes the default: "dp" overlaps (DDP
@@ -43,7 +43,7 @@ type PriceOptions struct {
 	// other group is exposed: its collectives run on the compute stream, as
 	// Megatron-LM's tensor-parallel all-reduces do without its
 	// communication-overlap options.
-	Overlap map[string]bool
+	Overlap map[ir.Group]bool
 	// HostBandwidth is the host DRAM bandwidth that prices ops touching only
 	// host memory (a CPU optimizer step). Zero means DefaultHostBandwidth.
 	HostBandwidth float64
@@ -281,11 +281,11 @@ func DefaultNetwork(g *hw.GPU) Link {
 
 // Overlaps reports whether collectives of group run on a separate stream
 // under o: o.Overlap[group] when set, else true for "dp" only.
-func (o PriceOptions) Overlaps(group string) bool {
+func (o PriceOptions) Overlaps(group ir.Group) bool {
 	if v, ok := o.Overlap[group]; ok {
 		return v
 	}
-	return group == "dp"
+	return group == ir.DataGroup
 }
 
 // inferDType returns the float output dtype carrying the most FLOPs, or

@@ -132,7 +132,7 @@ func TestPriceTinyProgram(t *testing.T) {
 	// Exposed data parallelism: the all-reduce blocks the compute stream
 	// from 6 to 36 ms; the reload is issued after it (36–46) and mm3 waits
 	// 10 ms for it (46–49); adam runs 49–51.
-	tm, err = cost.Price(p, g, cost.PriceOptions{Overlap: map[string]bool{"dp": false}})
+	tm, err = cost.Price(p, g, cost.PriceOptions{Overlap: map[ir.Group]bool{"dp": false}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestPriceTinyProgram(t *testing.T) {
 
 	// A slower, latency-bound dp network: 2·3/4 · 2e9 / 1e10 + 6 · 1 ms =
 	// 306 ms; only the end of the step (adam) waits for it.
-	tm, err = cost.Price(p, g, cost.PriceOptions{Networks: map[string]cost.Link{"dp": {Bandwidth: 1e10, Latency: ms}}})
+	tm, err = cost.Price(p, g, cost.PriceOptions{Networks: map[ir.Group]cost.Link{"dp": {Bandwidth: 1e10, Latency: ms}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,12 +207,12 @@ func TestPriceDefaults(t *testing.T) {
 		}
 	}
 	var o cost.PriceOptions
-	for group, want := range map[string]bool{"dp": true, "tp": false, "pp": false, "ep": false, "cp": false, "": false} {
+	for group, want := range map[ir.Group]bool{"dp": true, "tp": false, "pp": false, "ep": false, "cp": false, "": false} {
 		if o.Overlaps(group) != want {
 			t.Errorf("default overlap of %q = %v", group, !want)
 		}
 	}
-	o.Overlap = map[string]bool{"tp": true, "dp": false}
+	o.Overlap = map[ir.Group]bool{"tp": true, "dp": false}
 	if !o.Overlaps("tp") || o.Overlaps("dp") || o.Overlaps("pp") {
 		t.Error("overlap entries must override the defaults")
 	}
@@ -256,7 +256,7 @@ func TestPriceErrors(t *testing.T) {
 		"neg tokens": func() error { _, err := cost.Price(p, g, cost.PriceOptions{TokensPerStep: -1}); return err },
 		"nan model":  func() error { _, err := cost.Price(p, g, cost.PriceOptions{ModelFLOPs: math.NaN()}); return err },
 		"zero bandwidth": func() error {
-			_, err := cost.Price(p, g, cost.PriceOptions{Networks: map[string]cost.Link{"dp": {}}})
+			_, err := cost.Price(p, g, cost.PriceOptions{Networks: map[ir.Group]cost.Link{"dp": {}}})
 			return err
 		},
 		"zero ranks": func() error {
@@ -523,7 +523,7 @@ func genProgram(t *rapid.T) *ir.Program {
 		switch rapid.IntRange(0, 5).Draw(t, "kind") {
 		case 0:
 			op.Comm = &ir.Comm{Kind: ir.CommKind(rapid.IntRange(0, 4).Draw(t, "comm")), Bytes: units.Bytes(rapid.Int64Range(0, 1e9).Draw(t, "comm bytes")),
-				Group: rapid.SampledFrom([]string{"dp", "tp", "pp", "ep"}).Draw(t, "group"), Ranks: rapid.IntRange(1, 16).Draw(t, "ranks")}
+				Group: rapid.SampledFrom([]ir.Group{ir.DataGroup, ir.TensorGroup, ir.PipelineGroup, ir.ExpertGroup}).Draw(t, "group"), Ranks: rapid.IntRange(1, 16).Draw(t, "ranks")}
 			if rapid.Bool().Draw(t, "comm with compute") {
 				op.FLOPs = rapid.Float64Range(0, 1e13).Draw(t, "flops")
 			}
@@ -551,8 +551,8 @@ func genProgram(t *rapid.T) *ir.Program {
 func genOptions(t *rapid.T) cost.PriceOptions {
 	return cost.PriceOptions{
 		Efficiency:       cost.Efficiency{Compute: rapid.Float64Range(0.01, 1).Draw(t, "ec"), Memory: rapid.Float64Range(0.01, 1).Draw(t, "em")},
-		Overlap:          map[string]bool{"tp": rapid.Bool().Draw(t, "tp overlap"), "dp": rapid.Bool().Draw(t, "dp overlap")},
-		Networks:         map[string]cost.Link{"pp": {Bandwidth: 25e9, Latency: time.Duration(rapid.IntRange(0, 10000).Draw(t, "pp latency"))}},
+		Overlap:          map[ir.Group]bool{"tp": rapid.Bool().Draw(t, "tp overlap"), "dp": rapid.Bool().Draw(t, "dp overlap")},
+		Networks:         map[ir.Group]cost.Link{"pp": {Bandwidth: 25e9, Latency: time.Duration(rapid.IntRange(0, 10000).Draw(t, "pp latency"))}},
 		SharedCopyStream: rapid.Bool().Draw(t, "shared copy stream"),
 		TokensPerStep:    1024,
 	}

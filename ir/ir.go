@@ -211,10 +211,21 @@ func (k CommKind) String() string {
 type Comm struct {
 	Kind  CommKind
 	Bytes units.Bytes
-	// Group is "dp", "tp", "pp", "ep" or "cp"; Ranks its size.
-	Group string
+	// Group is the process group; Ranks its size.
+	Group Group
 	Ranks int
 }
+
+// Group is a process group a collective runs over.
+type Group string
+
+const (
+	DataGroup     Group = "dp" // data-parallel replicas (DDP, ZeRO/FSDP)
+	TensorGroup   Group = "tp" // tensor (and sequence) parallel ranks
+	PipelineGroup Group = "pp" // neighbouring pipeline stages
+	ExpertGroup   Group = "ep" // expert-parallel ranks
+	ContextGroup  Group = "cp" // context-parallel ranks
+)
 
 // Transfer is a copy over the host link.
 type Transfer struct {

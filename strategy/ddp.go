@@ -45,7 +45,7 @@ func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) { return d.apply(p, fals
 
 func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if d.DP < 2 {
-		return nil, fmt.Errorf("DDP needs --dp of at least 2; with --dp %d it changes nothing", max(d.DP, 1))
+		return nil, fmt.Errorf("DDP needs at least 2 data-parallel ranks; with %d it changes nothing", max(d.DP, 1))
 	}
 	if d.BucketMiB < 0 {
 		return nil, fmt.Errorf("DDP bucket of %g MiB must not be negative", d.BucketMiB)
@@ -78,7 +78,7 @@ func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			return
 		}
 		op := ir.Op{Name: fmt.Sprintf("ddp.all_reduce(bucket %d)", k), Phase: ir.Backward, Micro: m, Node: -1,
-			In: append([]ir.TensorID(nil), bucket...), Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: size, Group: "dp", Ranks: d.DP}}
+			In: append([]ir.TensorID(nil), bucket...), Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: size, Group: ir.DataGroup, Ranks: d.DP}}
 		if d.GradientAsBucketView {
 			for _, g := range bucket {
 				q.Tensors[g].Resident = true

@@ -19,7 +19,7 @@ func (f *FSDP) Name() string { return "fsdp" }
 // Apply implements Transform.
 func (f *FSDP) Apply(p *ir.Program) (*ir.Program, error) {
 	if f.DP < 2 {
-		return nil, fmt.Errorf("FSDP needs --dp of at least 2; with --dp %d it changes nothing", max(f.DP, 1))
+		return nil, fmt.Errorf("FSDP needs at least 2 data-parallel ranks; with %d it changes nothing", max(f.DP, 1))
 	}
 	z := &ZeRO{Stage: 3, DP: f.DP, Prefetch: f.Prefetch, name: "fsdp"}
 	return z.Apply(p)

@@ -190,7 +190,7 @@ func (f *flatUnits) reduce(e *editor, u, m int) []ir.Op {
 	shardTensor(&st, f.n)
 	shard := e.add(st)
 	op := ir.Op{Name: "fsdp.reduce_scatter(" + name + ")", Module: name, Phase: ir.Backward, Micro: m, Node: -1,
-		In: []ir.TensorID{f.flat[u]}, Out: []ir.TensorID{shard}, Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: f.bytes[u], Group: "dp", Ranks: f.n}}
+		In: []ir.TensorID{f.flat[u]}, Out: []ir.TensorID{shard}, Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: f.bytes[u], Group: ir.DataGroup, Ranks: f.n}}
 	for _, g := range f.planGrads[u] {
 		v := e.p.Tensors[g]
 		shardTensor(&v, f.n)

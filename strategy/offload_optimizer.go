@@ -113,7 +113,7 @@ func (oo *optOffloader) stateToHost() {
 func stepRanks(q *ir.Program) int {
 	ranks := 1
 	for oi := range q.Ops {
-		if c := q.Ops[oi].Comm; q.Ops[oi].Phase == ir.Optimizer && c != nil && c.Kind == ir.AllGather && c.Group == "dp" && c.Ranks > 1 {
+		if c := q.Ops[oi].Comm; q.Ops[oi].Phase == ir.Optimizer && c != nil && c.Kind == ir.AllGather && c.Group == ir.DataGroup && c.Ranks > 1 {
 			ranks = c.Ranks
 		}
 	}

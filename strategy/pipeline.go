@@ -545,7 +545,7 @@ func (pl *pipeliner) retag() {
 func (pl *pipeliner) p2p(name string, x ppXfer, in, outT []ir.TensorID) ir.Op {
 	t := &pl.q.Tensors[x.t]
 	return ir.Op{Name: name, Phase: x.unit.phase, Micro: x.unit.micro, In: in, Out: outT, Node: -1,
-		Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: "pp", Ranks: 2}}
+		Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: ir.PipelineGroup, Ranks: 2}}
 }
 
 // ppDir names a phase's direction in point-to-point op names.
@@ -636,7 +636,7 @@ func (pl *pipeliner) tiedGrads() {
 			gt := &q.Tensors[g]
 			if gt.Cat == ir.Gradient && pl.used[g] && pl.a.assoc[g] == id {
 				pl.out = append(pl.out, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
-					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: "pp", Ranks: len(paramRanks[id])}})
+					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: ir.PipelineGroup, Ranks: len(paramRanks[id])}})
 			}
 		}
 	}

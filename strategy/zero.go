@@ -130,7 +130,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, fmt.Errorf("unknown ZeRO stage %d (want 1, 2 or 3)", z.Stage)
 	}
 	if z.DP < 2 {
-		return nil, fmt.Errorf("ZeRO-%d needs --dp of at least 2; with --dp %d it changes nothing", z.Stage, max(z.DP, 1))
+		return nil, fmt.Errorf("ZeRO-%d needs at least 2 data-parallel ranks; with %d it changes nothing", z.Stage, max(z.DP, 1))
 	}
 	if z.Prefetch > 1<<20 {
 		return nil, fmt.Errorf("prefetch of %d units is out of range", z.Prefetch)
@@ -213,7 +213,7 @@ func (z *ZeRO) reduceAtBoundary(e *editor, pg *paramGrads) {
 	}
 	op := e.p.Ops[last]
 	e.after[last] = append(e.after[last], ir.Op{Name: "zero.reduce_scatter(grads)", Phase: op.Phase, Micro: op.Micro, Node: -1,
-		In: append([]ir.TensorID(nil), pg.grads...), Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: "dp", Ranks: z.DP}})
+		In: append([]ir.TensorID(nil), pg.grads...), Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: ir.DataGroup, Ranks: z.DP}})
 }
 
 // gatherAfterStep emits stages 1–2's all-gather of the updated parameters,
@@ -241,7 +241,7 @@ func (z *ZeRO) gatherAfterStep(e *editor, pg *paramGrads) {
 		b += q.Tensors[pg.param[g]].Bytes
 	}
 	op := ir.Op{Name: "zero.all_gather(params)", Phase: ir.Optimizer, Node: -1, In: params, Out: append([]ir.TensorID(nil), params...),
-		Comm: &ir.Comm{Kind: ir.AllGather, Bytes: b, Group: "dp", Ranks: z.DP}}
+		Comm: &ir.Comm{Kind: ir.AllGather, Bytes: b, Group: ir.DataGroup, Ranks: z.DP}}
 	if before {
 		e.before[at] = append(e.before[at], op)
 	} else {
@@ -327,7 +327,7 @@ func (e *editor) reduceScatter(name string, orig []ir.TensorID, fulls []ir.Tenso
 			op.Out = append(op.Out, e.newShard(g, n))
 		}
 	}
-	op.Comm = &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: "dp", Ranks: n}
+	op.Comm = &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: ir.DataGroup, Ranks: n}
 	return op
 }
 
@@ -623,7 +623,7 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 	dt := full[u.params[0]].DType
 	flat := e.add(ir.Tensor{Name: u.name + ".unsharded." + suffix, Shape: []int64{numel}, DType: dt, Bytes: bytes, Base: ir.NoTensor, Cat: ir.Parameter})
 	op := ir.Op{Name: "zero3.all_gather(" + u.name + ")", Module: u.name, Phase: phase, Micro: m, Node: -1,
-		Out: []ir.TensorID{flat}, Comm: &ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: "dp", Ranks: n}}
+		Out: []ir.TensorID{flat}, Comm: &ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: ir.DataGroup, Ranks: n}}
 	remap := map[ir.TensorID]ir.TensorID{}
 	for _, pid := range u.params {
 		op.In = append(op.In, pid)

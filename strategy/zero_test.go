@@ -391,11 +391,11 @@ func TestZeROErrors(t *testing.T) {
 		tr   strategy.Transform
 		want string
 	}{
-		{&strategy.ZeRO{Stage: 3, DP: 1}, "ZeRO-3 needs --dp of at least 2; with --dp 1 it changes nothing"},
-		{&strategy.ZeRO{Stage: 2}, "ZeRO-2 needs --dp of at least 2; with --dp 1 it changes nothing"},
+		{&strategy.ZeRO{Stage: 3, DP: 1}, "ZeRO-3 needs at least 2 data-parallel ranks; with 1 it changes nothing"},
+		{&strategy.ZeRO{Stage: 2}, "ZeRO-2 needs at least 2 data-parallel ranks; with 1 it changes nothing"},
 		{&strategy.ZeRO{Stage: 4, DP: 8}, "unknown ZeRO stage 4 (want 1, 2 or 3)"},
-		{&strategy.FSDP{DP: 1}, "FSDP needs --dp of at least 2; with --dp 1 it changes nothing"},
-		{&strategy.DDP{}, "DDP needs --dp of at least 2; with --dp 1 it changes nothing"},
+		{&strategy.FSDP{DP: 1}, "FSDP needs at least 2 data-parallel ranks; with 1 it changes nothing"},
+		{&strategy.DDP{}, "DDP needs at least 2 data-parallel ranks; with 1 it changes nothing"},
 		{&strategy.ParamOffload{}, "offload-params needs a ZeRO-3 or FSDP program; apply zero3 or fsdp first"},
 	} {
 		_, err := tc.tr.Apply(p)

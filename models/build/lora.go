@@ -100,12 +100,12 @@ func ParseLoRA(s string) (*LoRA, error) {
 				l.Targets = append(l.Targets, splitTargets(tok)...)
 				continue
 			}
-			return nil, fmt.Errorf("--lora: %q is not key=value (keys: r, alpha, dropout, targets)", tok)
+			return nil, fmt.Errorf("LoRA: %q is not key=value (keys: r, alpha, dropout, targets)", tok)
 		}
 		key = strings.ToLower(strings.TrimSpace(key))
 		val = strings.TrimSpace(val)
 		if seen[key] {
-			return nil, fmt.Errorf("--lora: key %q given twice", key)
+			return nil, fmt.Errorf("LoRA: key %q given twice", key)
 		}
 		seen[key] = true
 		inTargets = false
@@ -113,29 +113,29 @@ func ParseLoRA(s string) (*LoRA, error) {
 		case "r", "rank":
 			n, err := strconv.Atoi(val)
 			if err != nil || n <= 0 {
-				return nil, fmt.Errorf("--lora: r must be a positive integer, got %q", val)
+				return nil, fmt.Errorf("LoRA: r must be a positive integer, got %q", val)
 			}
 			l.Rank = n
 		case "alpha", "lora_alpha":
 			f, err := strconv.ParseFloat(val, 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
-				return nil, fmt.Errorf("--lora: alpha must be a positive number, got %q", val)
+				return nil, fmt.Errorf("LoRA: alpha must be a positive number, got %q", val)
 			}
 			l.Alpha = f
 		case "dropout", "lora_dropout":
 			f, err := strconv.ParseFloat(val, 64)
 			if err != nil || !(f >= 0 && f < 1) {
-				return nil, fmt.Errorf("--lora: dropout must be a number in [0, 1), got %q", val)
+				return nil, fmt.Errorf("LoRA: dropout must be a number in [0, 1), got %q", val)
 			}
 			l.Dropout = f
 		case "targets", "target_modules":
 			if val == "" {
-				return nil, fmt.Errorf("--lora: targets needs at least one module name")
+				return nil, fmt.Errorf("LoRA: targets needs at least one module name")
 			}
 			l.Targets = append(l.Targets, splitTargets(val)...)
 			inTargets = true
 		default:
-			return nil, fmt.Errorf("--lora: unknown key %q (keys: r, alpha, dropout, targets)", key)
+			return nil, fmt.Errorf("LoRA: unknown key %q (keys: r, alpha, dropout, targets)", key)
 		}
 	}
 	return l, nil
@@ -310,7 +310,7 @@ func (m *builder) loraBranch(x, y ir.TensorID, in, out int64) ir.TensorID {
 		w := b.TypedParam("weight", adt, r*parts, in)
 		o := b.Linear("out", d, w, ir.NoTensor)
 		if shard, ok := m.shardOf[d]; ok {
-			b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, d))
+			b.SaveShard(shard, m.comm(ir.AllGather, ir.TensorGroup, m.tp, d))
 		}
 		return o
 	}()

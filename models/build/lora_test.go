@@ -44,7 +44,7 @@ func TestParseLoRA(t *testing.T) {
 		{"r=4,r=8", `key "r" given twice`},
 	} {
 		_, err := ParseLoRA(tc.in)
-		if err == nil || !strings.HasPrefix(err.Error(), "--lora: ") || !strings.Contains(err.Error(), tc.want) {
+		if err == nil || !strings.HasPrefix(err.Error(), "LoRA: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseLoRA(%q): error %v, want one containing %q", tc.in, err, tc.want)
 		}
 	}

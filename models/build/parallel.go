@@ -104,7 +104,7 @@ func (m *builder) localHeads() (A, KV, D int64) {
 	return int64(m.a.Heads / m.tp), int64(m.a.KVHeads / m.tp), int64(m.a.HeadDim)
 }
 
-func (m *builder) comm(kind ir.CommKind, group string, ranks int, x ir.TensorID) *ir.Comm {
+func (m *builder) comm(kind ir.CommKind, group ir.Group, ranks int, x ir.TensorID) *ir.Comm {
 	return &ir.Comm{Kind: kind, Bytes: m.b.Tensor(x).Bytes, Group: group, Ranks: ranks}
 }
 
@@ -128,12 +128,12 @@ func (m *builder) colIn(x ir.TensorID) ir.TensorID {
 		full := m.seqShape(x, int64(m.tp), 1)
 		bytes := b.Tensor(x).DType.Size(numelOf(full))
 		y := b.Collective("sp_all_gather", "sp_gather", x, full,
-			&ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: "tp", Ranks: m.tp},
-			&ir.Comm{Kind: ir.ReduceScatter, Bytes: bytes, Group: "tp", Ranks: m.tp})
+			&ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: ir.TensorGroup, Ranks: m.tp},
+			&ir.Comm{Kind: ir.ReduceScatter, Bytes: bytes, Group: ir.TensorGroup, Ranks: m.tp})
 		m.shardOf[y] = x
 		return y
 	}
-	return b.Collective("tp_copy", "tp_f", x, nil, nil, m.comm(ir.AllReduce, "tp", m.tp, x))
+	return b.Collective("tp_copy", "tp_f", x, nil, nil, m.comm(ir.AllReduce, ir.TensorGroup, m.tp, x))
 }
 
 // rowOut is the output side of a row-parallel region: g (all-reduce forward,
@@ -145,9 +145,9 @@ func (m *builder) rowOut(y ir.TensorID) ir.TensorID {
 	b := m.b
 	if m.o.SP {
 		return b.Collective("sp_reduce_scatter", "sp_reduce_scatter", y, m.seqShape(y, 1, int64(m.tp)),
-			m.comm(ir.ReduceScatter, "tp", m.tp, y), m.comm(ir.AllGather, "tp", m.tp, y))
+			m.comm(ir.ReduceScatter, ir.TensorGroup, m.tp, y), m.comm(ir.AllGather, ir.TensorGroup, m.tp, y))
 	}
-	return b.Collective("tp_all_reduce", "tp_g", y, nil, m.comm(ir.AllReduce, "tp", m.tp, y), nil)
+	return b.Collective("tp_all_reduce", "tp_g", y, nil, m.comm(ir.AllReduce, ir.TensorGroup, m.tp, y), nil)
 }
 
 // scatterSeq splits a replicated [B, S, H] tensor to this rank's s/t tokens
@@ -157,7 +157,7 @@ func (m *builder) scatterSeq(x ir.TensorID) ir.TensorID {
 	if !m.o.SP {
 		return x
 	}
-	return m.b.Collective("sp_split", "sp_split", x, m.seqShape(x, 1, int64(m.tp)), nil, m.comm(ir.AllGather, "tp", m.tp, x))
+	return m.b.Collective("sp_split", "sp_split", x, m.seqShape(x, 1, int64(m.tp)), nil, m.comm(ir.AllGather, ir.TensorGroup, m.tp, x))
 }
 
 func numelOf(shape []int64) int64 {
@@ -184,7 +184,7 @@ func (m *builder) tokenEmbedding(ids ir.TensorID, scatter bool) (w, x ir.TensorI
 	if m.o.SP && scatter {
 		return w, m.rowOut(x)
 	}
-	return w, b.Collective("tp_all_reduce", "tp_g", x, nil, m.comm(ir.AllReduce, "tp", m.tp, x), nil)
+	return w, b.Collective("tp_all_reduce", "tp_g", x, nil, m.comm(ir.AllReduce, ir.TensorGroup, m.tp, x), nil)
 }
 
 // lmHead applies the output projection w to x. Under TP it is a
@@ -199,13 +199,13 @@ func (m *builder) lmHead(x, w ir.TensorID) ir.TensorID {
 	xin := m.colIn(x)
 	logits := b.Linear("logits", xin, w, bias)
 	if shard, ok := m.shardOf[xin]; ok {
-		b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, xin))
+		b.SaveShard(shard, m.comm(ir.AllGather, ir.TensorGroup, m.tp, xin))
 	}
 	if !m.o.Training {
 		full := b.Shape(logits)
 		full[len(full)-1] *= int64(m.tp)
 		logits = b.Collective("tp_all_gather", "logits_gathered", logits, full, &ir.Comm{Kind: ir.AllGather,
-			Bytes: b.Tensor(logits).DType.Size(numelOf(full)), Group: "tp", Ranks: m.tp}, nil)
+			Bytes: b.Tensor(logits).DType.Size(numelOf(full)), Group: ir.TensorGroup, Ranks: m.tp}, nil)
 	}
 	return logits
 }
@@ -227,7 +227,7 @@ func (m *builder) vocabParallelLoss(logits, labels ir.TensorID) {
 	B, S := m.bs()
 	lf := b.To(logits, units.F32)
 	lab := b.View("labels_flat", labels, B*S)
-	b.VocabParallelCrossEntropy("cross_entropy", lf, lab, &ir.Comm{Kind: ir.AllReduce, Bytes: units.F32.Size(3 * B * S), Group: "tp", Ranks: m.tp})
+	b.VocabParallelCrossEntropy("cross_entropy", lf, lab, &ir.Comm{Kind: ir.AllReduce, Bytes: units.F32.Size(3 * B * S), Group: ir.TensorGroup, Ranks: m.tp})
 }
 
 // dense is every linear of the model body: name is its module under the
@@ -297,7 +297,7 @@ func (m *builder) baseLinear(x ir.TensorID, in, out int64, bias, quantised bool)
 	}
 	y := b.Linear("out", x, w, bi)
 	if shard, ok := m.shardOf[x]; ok {
-		b.SaveShard(shard, m.comm(ir.AllGather, "tp", m.tp, x))
+		b.SaveShard(shard, m.comm(ir.AllGather, ir.TensorGroup, m.tp, x))
 	}
 	return y
 }
@@ -345,8 +345,8 @@ func (m *builder) moeEP(h ir.TensorID) ir.TensorID {
 	perm := b.Index("permutation", idx, T*K)
 	sent := b.IndexSelect("permuted_tokens", flat, perm, T*K)
 	recvShape := []int64{local * rows, H}
-	recv := b.Collective("all_to_all", "dispatch", sent, recvShape, m.comm(ir.AllToAll, "ep", m.ep, sent),
-		&ir.Comm{Kind: ir.AllToAll, Bytes: b.Tensor(flat).DType.Size(numelOf(recvShape)), Group: "ep", Ranks: m.ep})
+	recv := b.Collective("all_to_all", "dispatch", sent, recvShape, m.comm(ir.AllToAll, ir.ExpertGroup, m.ep, sent),
+		&ir.Comm{Kind: ir.AllToAll, Bytes: b.Tensor(flat).DType.Size(numelOf(recvShape)), Group: ir.ExpertGroup, Ranks: m.ep})
 	outs := make([]ir.TensorID, 0, local)
 	for e := int64(0); e < local; e++ {
 		func() {
@@ -362,8 +362,8 @@ func (m *builder) moeEP(h ir.TensorID) ir.TensorID {
 	if len(outs) > 1 {
 		y = b.Cat("expert_outputs", 0, outs...)
 	}
-	back := b.Collective("all_to_all", "combine", y, []int64{T * K, H}, m.comm(ir.AllToAll, "ep", m.ep, y),
-		&ir.Comm{Kind: ir.AllToAll, Bytes: b.Tensor(flat).DType.Size(T * K * H), Group: "ep", Ranks: m.ep})
+	back := b.Collective("all_to_all", "combine", y, []int64{T * K, H}, m.comm(ir.AllToAll, ir.ExpertGroup, m.ep, y),
+		&ir.Comm{Kind: ir.AllToAll, Bytes: b.Tensor(flat).DType.Size(T * K * H), Group: ir.ExpertGroup, Ranks: m.ep})
 	back = b.Binary("mul", "weighted", back, b.View("weights_flat", wts, T*K, 1))
 	acc := b.Zeros("final_hidden_states", b.Tensor(flat).DType, T, H)
 	acc = b.IndexAdd("unpermute", acc, perm, back)
