@@ -17,7 +17,8 @@ import (
 func newExplainCmd(stdout io.Writer) *cobra.Command {
 	var jsonOut bool
 	var device int64
-	var svg, png string
+	var svg, png, against string
+	pf := &planFlags{}
 	c := &cobra.Command{
 		Use:   "explain SNAPSHOT",
 		Short: "Explain a CUDA memory snapshot: its peaks, and the live memory at them by ledger category and code site",
@@ -25,7 +26,9 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			"without executing it, replays its trace through a model of PyTorch's caching allocator, and says where\n" +
 			"the allocated and reserved peaks are and what was live there.",
 		Example: `  memplan explain snapshot.pickle
-  memplan explain snapshot.pickle --json --png timeline.png`,
+  memplan explain snapshot.pickle --json --png timeline.png
+  memplan explain snapshot.pickle --against plan.json        # what memplan plan --json predicted
+  memplan explain snapshot.pickle --against flags --model ./config.json --micro-batch 4 --seq 128 --precision fp32`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return fmt.Errorf("explain: want one snapshot file, got %d arguments", len(args))
@@ -48,13 +51,29 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 					}
 				}
 			}
+			var ag *againstJSON
+			if against != "" {
+				pj, name, err := planAgainst(against, pf)
+				if err != nil {
+					return err
+				}
+				ag = compareAgainst(rep, pj, name)
+			}
 			return emit(stdout, jsonOut,
 				func(w io.Writer) error {
 					e := json.NewEncoder(w)
 					e.SetIndent("", "  ")
-					return e.Encode(rep)
+					return e.Encode(struct {
+						*explain.Report
+						Against *againstJSON `json:"against,omitempty"`
+					}{rep, ag})
 				},
-				func(w io.Writer) error { return explainText(w, rep) })
+				func(w io.Writer) error {
+					if err := explainText(w, rep); err != nil || ag == nil {
+						return err
+					}
+					return writeAgainst(w, ag)
+				})
 		},
 	}
 	fl := c.Flags()
@@ -62,6 +81,8 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 	fl.Int64Var(&device, "device", -1, "the device to explain (default: the one with the largest allocated peak)")
 	fl.StringVar(&svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&png, "png", "", "draw the timeline to this PNG file")
+	fl.StringVar(&against, "against", "", "compare with memplan's prediction, category by category: a plan JSON (memplan plan --json), or 'flags' for the plan the plan flags given here describe")
+	pf.register(fl)
 	return c
 }
 

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/explain"
+	"github.com/memplan/memplan/report"
+	"github.com/memplan/memplan/units"
+)
+
+// againstRow is one ledger category: the snapshot's bytes at its allocated
+// peak and the plan's at its peak.
+type againstRow struct {
+	Category string `json:"category"`
+	Snapshot int64  `json:"snapshot_bytes"`
+	Plan     int64  `json:"plan_bytes"`
+	Diff     int64  `json:"difference_bytes"`
+}
+
+type againstJSON struct {
+	Plan     string       `json:"plan"`
+	Snapshot int64        `json:"snapshot_peak_bytes"`
+	Predict  int64        `json:"plan_peak_bytes"`
+	RelError float64      `json:"rel_error"`
+	Rows     []againstRow `json:"by_category"`
+	Largest  string       `json:"largest_disagreement"`
+}
+
+// readPlanJSON reads what `memplan plan --json` wrote.
+func readPlanJSON(path string) (*report.PlanJSON, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--against: %v", err)
+	}
+	var pj report.PlanJSON
+	if err := json.Unmarshal(b, &pj); err != nil {
+		return nil, fmt.Errorf("--against %s: not a plan JSON (memplan plan --json): %v", path, err)
+	}
+	if pj.Schema != report.Schema {
+		return nil, fmt.Errorf("--against %s: schema %q, want %s (memplan plan --json)", path, pj.Schema, report.Schema)
+	}
+	return &pj, nil
+}
+
+// planAgainst is the plan to compare with: a plan JSON file, or the plan
+// flags given to explain ("flags").
+func planAgainst(against string, f *planFlags) (*report.PlanJSON, string, error) {
+	if against != "flags" {
+		pj, err := readPlanJSON(against)
+		return pj, against, err
+	}
+	spec, err := f.spec()
+	if err != nil {
+		return nil, "", err
+	}
+	res, err := engine.Plan(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	return report.Build(res, false), "plan " + spec.JobName(), nil
+}
+
+// compareAgainst puts the snapshot's live bytes at its allocated peak next to
+// the plan's ledger at its peak, category by category.
+func compareAgainst(rep *explain.Report, pj *report.PlanJSON, name string) *againstJSON {
+	snap := map[string]int64{}
+	for _, s := range rep.PeakAllocated.ByCategory {
+		snap[s.Name] = s.Bytes
+	}
+	l := pj.Ledger
+	plan := map[string]units.Bytes{"parameters": l.Parameters, "gradients": l.Gradients, "optimizer_state": l.OptimizerState,
+		"activations": l.Activations, "temporaries": l.Temporaries, "kv_cache": l.KVCache, "other": l.Other}
+	a := &againstJSON{Plan: name, Snapshot: rep.PeakAllocated.Bytes, Predict: int64(pj.Peak.Bytes)}
+	if a.Snapshot > 0 {
+		a.RelError = float64(a.Predict-a.Snapshot) / float64(a.Snapshot)
+	}
+	var worst int64 = -1
+	for _, c := range []string{"parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache", "other", "unknown"} {
+		r := againstRow{Category: c, Snapshot: snap[c], Plan: int64(plan[c])}
+		r.Diff = r.Plan - r.Snapshot
+		if r.Snapshot == 0 && r.Plan == 0 {
+			continue
+		}
+		a.Rows = append(a.Rows, r)
+		if d := max(r.Diff, -r.Diff); d > worst {
+			worst, a.Largest = d, c
+		}
+	}
+	return a
+}
+
+func writeAgainst(w io.Writer, a *againstJSON) error {
+	fmt.Fprintf(w, "\nagainst %s: allocated peak %s predicted, %s in the snapshot (%+.1f%%)\n", a.Plan, units.Bytes(a.Predict), units.Bytes(a.Snapshot), 100*a.RelError)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  category\tsnapshot\tplan\tplan − snapshot\t")
+	for _, r := range a.Rows {
+		d := units.Bytes(max(r.Diff, -r.Diff)).String()
+		if r.Diff < 0 {
+			d = "−" + d
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\n", r.Category, units.Bytes(r.Snapshot), units.Bytes(r.Plan), d)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "largest disagreement: %s\n", a.Largest)
+	return nil
+}
