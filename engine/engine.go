@@ -168,26 +168,40 @@ func (s *Spec) Validate() error {
 		return invalid(FieldSet, "the cuBLAS workspace and the memory overheads must not be negative")
 	}
 	if s.Trace != nil {
-		if s.Model != nil {
-			return invalid(FieldTrace, "give a {model} or a {graph}, not both")
-		}
-		if s.MicroBatch == 0 {
-			s.MicroBatch = int(s.Trace.TraceBatch)
-		}
-		if s.Accum == 0 {
-			s.Accum = 1
-		}
-		if s.MicroBatch < 0 || s.Accum < 0 || s.Seq < 0 {
-			return invalid(FieldMicroBatch, "{micro-batch}, {accum} and {seq} must be positive")
-		}
-		if err := s.validateParallel(); err != nil {
-			return err
-		}
-		return s.validateTrace()
+		return s.validateTraceJob()
 	}
 	if s.Model == nil {
 		return invalid(FieldModel, "no {model}")
 	}
+	if err := s.validateSizes(); err != nil {
+		return err
+	}
+	return s.validateOptions()
+}
+
+// validateTraceJob fills and checks the job of a trace.
+func (s *Spec) validateTraceJob() error {
+	if s.Model != nil {
+		return invalid(FieldTrace, "give a {model} or a {graph}, not both")
+	}
+	if s.MicroBatch == 0 {
+		s.MicroBatch = int(s.Trace.TraceBatch)
+	}
+	if s.Accum == 0 {
+		s.Accum = 1
+	}
+	if s.MicroBatch < 0 || s.Accum < 0 || s.Seq < 0 {
+		return invalid(FieldMicroBatch, "{micro-batch}, {accum} and {seq} must be positive")
+	}
+	if err := s.validateParallel(); err != nil {
+		return err
+	}
+	return s.validateTrace()
+}
+
+// validateSizes fills the defaults of a model's job (micro-batch 1, seq 2048 or the model's positions,
+// accum 1) and checks its sizes.
+func (s *Spec) validateSizes() error {
 	if s.MicroBatch == 0 {
 		s.MicroBatch = 1
 	}
@@ -218,6 +232,12 @@ func (s *Spec) Validate() error {
 	if s.Capacity < 0 {
 		return invalid(FieldCapacity, "{budget} must be positive")
 	}
+	return nil
+}
+
+// validateOptions checks what applies to training only, the parallel layout, QLoRA, and that the GPU has
+// the precision's arithmetic.
+func (s *Spec) validateOptions() error {
 	if s.Mode == Infer && s.Accum != 1 {
 		return invalid(FieldAccum, "{accum} applies to training only")
 	}

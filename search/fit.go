@@ -147,25 +147,58 @@ type Result struct {
 // ErrNothingFits is returned when no plan fits.
 var ErrNothingFits = errors.New("no plan fits")
 
-// Fit searches plans for base (a validated training spec with a model).
+// Fit searches plans for base (a validated training spec with a model). It is a driver over a fitter's
+// phases: defaults (check base and fill o), enumerate, estimate (bundles of states on shallow models, in
+// parallel), verify (the best estimates in full, Workers at a time, until Keep+1 fit), and the result (the
+// winner, the runners-up and the Pareto front, or why nothing fits).
 func Fit(base engine.Spec, o Options) (*Result, error) {
+	if err := fitDefaults(&base, &o); err != nil {
+		return nil, err
+	}
+	f := &fitter{o: o, limit: units.Bytes(float64(o.Capacity) * (1 - o.Headroom))}
+	f.cands = enumerate(base, o)
+	f.res = &Result{Considered: len(f.cands), Limit: f.limit}
+	if len(f.cands) == 0 {
+		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
+	}
+	f.est = newEstimator(base.Model)
+	f.est.limit = f.limit
+	f.estimate()
+	f.verify()
+	if len(f.verified) == 0 {
+		return f.res, f.nothingFits()
+	}
+	sort.SliceStable(f.verified, func(i, j int) bool { return f.verified[i].Step() < f.verified[j].Step() })
+	f.res.Winner, f.res.RunnersUp = f.verified[0], f.verified[1:]
+	var front []*Plan
+	for _, c := range f.fits {
+		if c.Dropped == "" {
+			front = append(front, c)
+		}
+	}
+	f.res.Front = pareto(front)
+	return f.res, nil
+}
+
+// fitDefaults checks base and fills o's defaults from it.
+func fitDefaults(base *engine.Spec, o *Options) error {
 	if base.Model == nil {
-		return nil, engine.FieldErrorf(engine.FieldTrace, "fit needs a {model} (catalog name or config.json), not a {graph}")
+		return engine.FieldErrorf(engine.FieldTrace, "fit needs a {model} (catalog name or config.json), not a {graph}")
 	}
 	if base.Mode != engine.Train {
-		return nil, engine.FieldErrorf(engine.FieldMode, "fit plans training; plan inference with {mode} infer")
+		return engine.FieldErrorf(engine.FieldMode, "fit plans training; plan inference with {mode} infer")
 	}
 	if err := base.Validate(); err != nil {
-		return nil, err
+		return err
 	}
 	if o.Capacity <= 0 {
 		o.Capacity = base.CapacityBytes()
 	}
 	if o.Capacity <= 0 || base.GPU == nil {
-		return nil, engine.FieldErrorf(engine.FieldGPU, "fit needs a {gpu} (its speed ranks the plans; a {budget} may lower its memory)")
+		return engine.FieldErrorf(engine.FieldGPU, "fit needs a {gpu} (its speed ranks the plans; a {budget} may lower its memory)")
 	}
 	if o.Headroom < 0 || o.Headroom >= 1 {
-		return nil, engine.FieldErrorf(engine.FieldHeadroom, "{headroom} %.2f must be in [0, 1)", o.Headroom)
+		return engine.FieldErrorf(engine.FieldHeadroom, "{headroom} %.2f must be in [0, 1)", o.Headroom)
 	}
 	if o.GPUs == 0 {
 		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
@@ -174,7 +207,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		o.GlobalBatch = base.MicroBatch * base.Accum * max(base.DP, 1)
 	}
 	if o.GPUs < 1 || o.GlobalBatch < 1 {
-		return nil, engine.FieldErrorf(engine.FieldGPUs, "{gpus} and {global-batch} must be positive")
+		return engine.FieldErrorf(engine.FieldGPUs, "{gpus} and {global-batch} must be positive")
 	}
 	if o.Workers == 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
@@ -182,19 +215,28 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	if o.Keep == 0 {
 		o.Keep = 5
 	}
-	limit := units.Bytes(float64(o.Capacity) * (1 - o.Headroom))
-	cands := enumerate(base, o)
-	res := &Result{Considered: len(cands), Limit: limit}
-	if len(cands) == 0 {
-		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
-	}
-	est := newEstimator(base.Model)
-	est.limit = limit
-	groups := groupByAllButBatch(cands)
-	groupOf := make(map[*Plan][]*Plan, len(cands))
+	return nil
+}
+
+// fitter is one Fit.
+type fitter struct {
+	o        Options
+	limit    units.Bytes
+	cands    []*Plan
+	res      *Result
+	est      *estimator
+	groupOf  map[*Plan][]*Plan // the plans that differ from each only in micro-batch
+	fits     []*Plan           // plans estimated to fit, by estimate (fallbacks appended)
+	verified []*Plan
+}
+
+// estimate bounds every candidate on shallow models: bundles of states, one worker each.
+func (f *fitter) estimate() {
+	groups := groupByAllButBatch(f.cands)
+	f.groupOf = make(map[*Plan][]*Plan, len(f.cands))
 	for _, g := range groups {
 		for _, c := range g {
-			groupOf[c] = g
+			f.groupOf[c] = g
 		}
 	}
 	bundles := bundleStates(groupByState(groups))
@@ -202,32 +244,20 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	done := 0
 	work := make(chan [][][]*Plan)
 	var wg sync.WaitGroup
-	for w := 0; w < o.Workers; w++ {
+	for w := 0; w < f.o.Workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for b := range work {
-				// The states of a bundle differ only in sharding and
-				// offload: each starts its variants' searches where the
-				// previous state's ended (hints), and their shallow
-				// programs before sharding come from the cache.
-				m := newMemo()
-				be := est.withCache(&engine.Cache{})
-				for i, k := range b {
-					if i > 0 && k[0][0].Spec.ZeRO != b[i-1][0][0].Spec.ZeRO {
-						// Sharded programs of the last stage are done
-						// with (states come by ZeRO stage).
-						be.cache.DropSharded()
-					}
-					n, size := searchState(be, k, limit, m)
+				f.searchBundle(b, func(n, size int) {
 					mu.Lock()
-					res.Estimated += n
+					f.res.Estimated += n
 					done += size
-					if o.Progress != nil {
-						o.Progress(done, len(cands))
+					if f.o.Progress != nil {
+						f.o.Progress(done, len(f.cands))
 					}
 					mu.Unlock()
-				}
+				})
 			}
 		}()
 	}
@@ -236,20 +266,37 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	close(work)
 	wg.Wait()
-
-	var fits []*Plan
-	for _, c := range cands {
+	for _, c := range f.cands {
 		if c.Dropped == "" {
-			fits = append(fits, c)
+			f.fits = append(f.fits, c)
 		}
 	}
-	slices.SortStableFunc(fits, byEstimate)
-	// Verify in order of estimated speed until Keep+1 plans fit for real,
-	// Workers at a time (the same plans as one at a time, in order).
-	var verified []*Plan
-	queue := append([]*Plan(nil), fits...)
-	for len(queue) > 0 && len(verified) <= o.Keep {
-		batch := queue[:min(o.Workers, len(queue))]
+	slices.SortStableFunc(f.fits, byEstimate)
+}
+
+// searchBundle searches the states of one bundle. They differ only in sharding and offload: each starts its
+// variants' searches where the previous state's ended (hints), and their shallow programs before sharding come
+// from the cache. report gets the plans estimated and searched after each state.
+func (f *fitter) searchBundle(b [][][]*Plan, report func(n, size int)) {
+	m := newMemo()
+	be := f.est.withCache(&engine.Cache{})
+	for i, k := range b {
+		if i > 0 && k[0][0].Spec.ZeRO != b[i-1][0][0].Spec.ZeRO {
+			// Sharded programs of the last stage are done
+			// with (states come by ZeRO stage).
+			be.cache.DropSharded()
+		}
+		n, size := searchState(be, k, f.limit, m)
+		report(n, size)
+	}
+}
+
+// verify simulates the best estimates in full, in order of estimated speed, until Keep+1 plans fit for real,
+// Workers at a time (the same plans as one at a time, in order).
+func (f *fitter) verify() {
+	queue := append([]*Plan(nil), f.fits...)
+	for len(queue) > 0 && len(f.verified) <= f.o.Keep {
+		batch := queue[:min(f.o.Workers, len(queue))]
 		queue = queue[len(batch):]
 		errs := make([]error, len(batch))
 		var vg sync.WaitGroup
@@ -257,58 +304,56 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 			vg.Add(1)
 			go func() {
 				defer vg.Done()
-				c.Result, c.VerifiedStep, errs[i] = est.run(c.Spec, 0)
+				c.Result, c.VerifiedStep, errs[i] = f.est.run(c.Spec, 0)
 			}()
 		}
 		vg.Wait()
 		for i, c := range batch {
-			if len(verified) > o.Keep {
-				c.Result, c.VerifiedStep = nil, 0 // verified past the need
-				continue
-			}
-			res.Verified++
-			switch {
-			case errs[i] != nil:
-				c.Dropped = errs[i].Error()
-			case c.Result.PeakBytes() > limit:
-				c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), limit)
-				// The estimate is a lower bound, not the peak: the same plan
-				// with a smaller micro-batch, dropped for this one, may fit.
-				if d := smallerFallback(est, groupOf[c], c, limit); d != nil {
-					fits = append(fits, d)
-					at, _ := slices.BinarySearchFunc(queue, d, byEstimate)
-					queue = slices.Insert(queue, at, d)
-				}
-			default:
-				verified = append(verified, c)
-			}
+			queue = f.judge(c, errs[i], queue)
 		}
 	}
-	if len(verified) == 0 {
-		if m := smallest(cands); m > limit || m == 0 {
-			return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
-				ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), m)
-		}
-		// Plans estimated under the limit were dropped for another reason
-		// (one that did not plan, or did not fit in full): say which.
-		for _, c := range cands {
-			if c.EstPeak > 0 && c.EstPeak <= limit && c.Dropped != "" {
-				return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; %s, estimated at %s, was dropped: %s",
-					ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), c.Describe(), c.EstPeak, c.Dropped)
-			}
-		}
-		return res, fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans", ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands))
+}
+
+// judge records the verification of c (err: it did not plan) and returns the queue, with the same plan at a
+// smaller micro-batch inserted when c is over the limit: the estimate is a lower bound, not the peak, and that
+// plan, dropped for c, may fit.
+func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
+	if len(f.verified) > f.o.Keep {
+		c.Result, c.VerifiedStep = nil, 0 // verified past the need
+		return queue
 	}
-	sort.SliceStable(verified, func(i, j int) bool { return verified[i].Step() < verified[j].Step() })
-	res.Winner, res.RunnersUp = verified[0], verified[1:]
-	var front []*Plan
-	for _, c := range fits {
-		if c.Dropped == "" {
-			front = append(front, c)
+	f.res.Verified++
+	switch {
+	case err != nil:
+		c.Dropped = err.Error()
+	case c.Result.PeakBytes() > f.limit:
+		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), f.limit)
+		if d := smallerFallback(f.est, f.groupOf[c], c, f.limit); d != nil {
+			f.fits = append(f.fits, d)
+			at, _ := slices.BinarySearchFunc(queue, d, byEstimate)
+			queue = slices.Insert(queue, at, d)
+		}
+	default:
+		f.verified = append(f.verified, c)
+	}
+	return queue
+}
+
+// nothingFits says why no plan fits: the smallest estimated peak is over the limit, or plans estimated under
+// it were dropped for another reason (one that did not plan, or did not fit in full).
+func (f *fitter) nothingFits() error {
+	o, limit, cands := f.o, f.limit, f.cands
+	if m := smallest(cands); m > limit || m == 0 {
+		return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
+			ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), m)
+	}
+	for _, c := range cands {
+		if c.EstPeak > 0 && c.EstPeak <= limit && c.Dropped != "" {
+			return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; %s, estimated at %s, was dropped: %s",
+				ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), c.Describe(), c.EstPeak, c.Dropped)
 		}
 	}
-	res.Front = pareto(front)
-	return res, nil
+	return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans", ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands))
 }
 
 // byEstimate orders plans by estimated step time, then estimated peak.
