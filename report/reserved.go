@@ -89,6 +89,8 @@ func writeReservedLine(b *strings.Builder, res *engine.Result) {
 		rv.Peak, alloc, rv.Fragmentation, seg, at.phase, first, at.op)
 	if res.Capacity > 0 {
 		switch {
+		case rv.Capped != nil && rv.Capped.OOM && rv.Capped.OOMOp < 0:
+			b.WriteString("; out of memory placing the resident state (parameters, optimizer state) before the first op")
 		case rv.Capped != nil && rv.Capped.OOM:
 			op := res.Program.Ops[rv.Capped.OOMOp]
 			if at.first {
