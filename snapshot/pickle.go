@@ -398,160 +398,141 @@ func (u *unpickler) run() (any, error) {
 	}
 }
 
+// opHandlers is the interpreter's dispatch table: one handler per opcode that builds a plain value or moves the
+// stack, memo or marks. STOP is handled by step; an opcode without a handler is refused there (codeOps names the
+// ones that would run Python code). Each handler gets its opcode, so one handler serves an opcode family whose
+// members differ only in an argument's width.
+var opHandlers = [256]func(u *unpickler, op byte) error{
+	opProto: (*unpickler).proto, opFrame: (*unpickler).frame,
+	opMark: (*unpickler).mark, opPop: (*unpickler).popOne, opPopMark: (*unpickler).popToMark, opDup: (*unpickler).dup,
+
+	opNone: (*unpickler).constant, opNewTrue: (*unpickler).constant, opNewFalse: (*unpickler).constant,
+	opEmptyList: (*unpickler).constant, opEmptyTuple: (*unpickler).constant,
+	opEmptyDict: (*unpickler).constant, opEmptySet: (*unpickler).constant,
+
+	opBinInt: (*unpickler).binInt, opBinInt1: (*unpickler).binInt, opBinInt2: (*unpickler).binInt,
+	opInt: (*unpickler).textInt, opLong: (*unpickler).textLong,
+	opLong1: (*unpickler).binLong, opLong4: (*unpickler).binLong,
+	opFloat: (*unpickler).textFloat, opBinFloat: (*unpickler).binFloat,
+
+	opShortBinUni: (*unpickler).binUnicode, opBinUnicode: (*unpickler).binUnicode, opBinUnicode8: (*unpickler).binUnicode,
+	opShortBinBytes: (*unpickler).binBytes, opBinBytes: (*unpickler).binBytes, opBinBytes8: (*unpickler).binBytes,
+	opByteArray8: (*unpickler).binBytes, opShortBinString: (*unpickler).binBytes, opBinString: (*unpickler).binBytes,
+	opString: (*unpickler).textString, opUnicode: (*unpickler).textUnicode,
+
+	opList: (*unpickler).list, opTuple: (*unpickler).tuple,
+	opTuple1: (*unpickler).tupleN, opTuple2: (*unpickler).tupleN, opTuple3: (*unpickler).tupleN,
+	opFrozenSet: (*unpickler).frozenSet, opDict: (*unpickler).dict,
+	opAppend: (*unpickler).append, opAppends: (*unpickler).appends, opAddItems: (*unpickler).addItems,
+	opSetItem: (*unpickler).setItem, opSetItems: (*unpickler).setItems,
+
+	opPut: (*unpickler).textPut, opBinPut: (*unpickler).binPut, opLongBinPut: (*unpickler).binPut,
+	opMemoize: (*unpickler).memoize,
+	opGet:     (*unpickler).textGet, opBinGet: (*unpickler).binGet, opLongBinGet: (*unpickler).binGet,
+
+	opGlobal: (*unpickler).textGlobal, opStackGlobal: (*unpickler).stackGlobal, opReduce: (*unpickler).reduce,
+}
+
+// step runs one opcode; it reports true at STOP.
 func (u *unpickler) step(op byte) (bool, error) {
-	switch op {
-	case opProto:
-		p, err := u.uint(1)
-		if err != nil {
-			return false, err
-		}
-		if p > 5 {
-			return false, fmt.Errorf("unsupported pickle protocol %d", p)
-		}
-	case opFrame:
-		if _, err := u.uint(8); err != nil {
-			return false, err
-		}
-	case opStop:
+	if op == opStop {
 		return true, nil
-	case opMark:
-		u.marks = append(u.marks, len(u.stack))
-	case opPop:
-		if len(u.marks) > 0 && u.marks[len(u.marks)-1] == len(u.stack) {
-			u.marks = u.marks[:len(u.marks)-1]
-			return false, nil
-		}
-		if _, err := u.pop(); err != nil {
-			return false, err
-		}
-	case opPopMark:
-		if _, err := u.popMark(); err != nil {
-			return false, err
-		}
-	case opDup:
-		v, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		u.push(v)
+	}
+	if h := opHandlers[op]; h != nil {
+		return false, h(u, op)
+	}
+	if name, ok := codeOps[op]; ok {
+		return false, fmt.Errorf("opcode %s would run Python code; refusing it", name)
+	}
+	return false, fmt.Errorf("unknown opcode 0x%02x", op)
+}
+
+// width is the byte width of the length or index argument of a sized opcode.
+func width(op byte) int {
+	switch op {
+	case opBinInt, opLong4, opBinUnicode, opBinBytes, opBinString, opLongBinPut, opLongBinGet:
+		return 4
+	case opBinUnicode8, opBinBytes8, opByteArray8:
+		return 8
+	case opBinInt2:
+		return 2
+	}
+	return 1
+}
+
+// sized reads a length of width(op) bytes and then that many bytes.
+func (u *unpickler) sized(op byte) ([]byte, error) {
+	n, err := u.uint(width(op))
+	if err != nil {
+		return nil, err
+	}
+	if op == opBinString && int32(uint32(n)) < 0 {
+		return nil, errors.New("negative BINSTRING length")
+	}
+	if n > uint64(len(u.data)) {
+		return nil, errTruncated
+	}
+	return u.read(int(n))
+}
+
+// --- framing and the stack ---
+
+func (u *unpickler) proto(byte) error {
+	p, err := u.uint(1)
+	if err != nil {
+		return err
+	}
+	if p > 5 {
+		return fmt.Errorf("unsupported pickle protocol %d", p)
+	}
+	return nil
+}
+
+func (u *unpickler) frame(byte) error {
+	_, err := u.uint(8)
+	return err
+}
+
+func (u *unpickler) mark(byte) error {
+	u.marks = append(u.marks, len(u.stack))
+	return nil
+}
+
+// popOne is POP: it discards the top item, or a mark with nothing above it.
+func (u *unpickler) popOne(byte) error {
+	if len(u.marks) > 0 && u.marks[len(u.marks)-1] == len(u.stack) {
+		u.marks = u.marks[:len(u.marks)-1]
+		return nil
+	}
+	_, err := u.pop()
+	return err
+}
+
+func (u *unpickler) popToMark(byte) error {
+	_, err := u.popMark()
+	return err
+}
+
+func (u *unpickler) dup(byte) error {
+	v, err := u.top()
+	if err != nil {
+		return err
+	}
+	u.push(v)
+	return nil
+}
+
+// --- scalars ---
+
+// constant pushes the value an argument-less opcode stands for (a fresh one for the containers).
+func (u *unpickler) constant(op byte) error {
+	switch op {
 	case opNone:
 		u.push(nil)
 	case opNewTrue:
 		u.push(true)
 	case opNewFalse:
 		u.push(false)
-	case opBinInt:
-		v, err := u.uint(4)
-		if err != nil {
-			return false, err
-		}
-		u.push(int64(int32(uint32(v))))
-	case opBinInt1:
-		v, err := u.uint(1)
-		if err != nil {
-			return false, err
-		}
-		u.push(int64(v))
-	case opBinInt2:
-		v, err := u.uint(2)
-		if err != nil {
-			return false, err
-		}
-		u.push(int64(v))
-	case opInt:
-		return false, u.textInt()
-	case opLong:
-		return false, u.textLong()
-	case opLong1, opLong4:
-		w := 1
-		if op == opLong4 {
-			w = 4
-		}
-		n, err := u.uint(w)
-		if err != nil {
-			return false, err
-		}
-		if n > uint64(len(u.data)) {
-			return false, errTruncated
-		}
-		b, err := u.read(int(n))
-		if err != nil {
-			return false, err
-		}
-		u.push(decodeLong(b))
-	case opFloat:
-		l, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(string(l)), 64)
-		if err != nil {
-			return false, fmt.Errorf("bad FLOAT %q", truncate(string(l)))
-		}
-		u.push(f)
-	case opBinFloat:
-		v, err := u.read(8)
-		if err != nil {
-			return false, err
-		}
-		u.push(math.Float64frombits(binary.BigEndian.Uint64(v)))
-	case opShortBinUni, opBinUnicode, opBinUnicode8:
-		n, err := u.uint(map[byte]int{opShortBinUni: 1, opBinUnicode: 4, opBinUnicode8: 8}[op])
-		if err != nil {
-			return false, err
-		}
-		if n > uint64(len(u.data)) {
-			return false, errTruncated
-		}
-		b, err := u.read(int(n))
-		if err != nil {
-			return false, err
-		}
-		if !utf8.Valid(b) {
-			return false, errors.New("a string is not valid UTF-8")
-		}
-		u.push(string(b))
-	case opShortBinBytes, opBinBytes, opBinBytes8, opByteArray8, opShortBinString, opBinString:
-		w := map[byte]int{opShortBinBytes: 1, opBinBytes: 4, opBinBytes8: 8, opByteArray8: 8, opShortBinString: 1, opBinString: 4}[op]
-		n, err := u.uint(w)
-		if err != nil {
-			return false, err
-		}
-		if op == opBinString && int32(uint32(n)) < 0 {
-			return false, errors.New("negative BINSTRING length")
-		}
-		if n > uint64(len(u.data)) {
-			return false, errTruncated
-		}
-		b, err := u.read(int(n))
-		if err != nil {
-			return false, err
-		}
-		if op == opShortBinString || op == opBinString {
-			u.push(string(b)) // Python 2 str: decoded as text, as pickle's default encoding does
-		} else {
-			u.push(append([]byte(nil), b...))
-		}
-	case opString:
-		l, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		s, err := strconv.Unquote(pyQuoteToGo(string(l)))
-		if err != nil {
-			return false, fmt.Errorf("bad STRING %q", truncate(string(l)))
-		}
-		u.push(s)
-	case opUnicode:
-		l, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		s, err := rawUnicodeEscape(l)
-		if err != nil {
-			return false, err
-		}
-		u.push(s)
 	case opEmptyList:
 		u.push(&List{})
 	case opEmptyTuple:
@@ -560,234 +541,392 @@ func (u *unpickler) step(op byte) (bool, error) {
 		u.push(newDict())
 	case opEmptySet:
 		u.push(&Set{})
-	case opList:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		u.push(&List{Items: items})
-	case opTuple:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		u.push(Tuple(items))
-	case opTuple1, opTuple2, opTuple3:
-		n := int(op-opTuple1) + 1
-		t := make(Tuple, n)
-		for i := n - 1; i >= 0; i-- {
-			v, err := u.pop()
-			if err != nil {
-				return false, err
-			}
-			t[i] = v
-		}
-		u.push(t)
-	case opFrozenSet:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		for _, it := range items {
-			if _, err := keyHash(it); err != nil {
-				return false, err
-			}
-		}
-		u.push(&Set{Items: items})
-	case opDict:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		if len(items)%2 != 0 {
-			return false, errors.New("DICT with an odd number of items")
-		}
-		d := newDict()
-		for i := 0; i < len(items); i += 2 {
-			if err := d.set(items[i], items[i+1]); err != nil {
-				return false, err
-			}
-		}
-		u.push(d)
-	case opAppend:
-		v, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		t, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		l, ok := t.(*List)
-		if !ok {
-			return false, fmt.Errorf("APPEND to a %s", TypeName(t))
-		}
-		l.Items = append(l.Items, v)
-	case opAppends:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		t, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		l, ok := t.(*List)
-		if !ok {
-			return false, fmt.Errorf("APPENDS to a %s", TypeName(t))
-		}
-		l.Items = append(l.Items, items...)
-	case opAddItems:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		t, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		s, ok := t.(*Set)
-		if !ok {
-			return false, fmt.Errorf("ADDITEMS to a %s", TypeName(t))
-		}
-		for _, it := range items {
-			if _, err := keyHash(it); err != nil {
-				return false, err
-			}
-		}
-		s.Items = append(s.Items, items...)
-	case opSetItem:
-		v, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		k, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		t, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		d, ok := t.(*Dict)
-		if !ok {
-			return false, fmt.Errorf("SETITEM on a %s", TypeName(t))
-		}
-		return false, d.set(k, v)
-	case opSetItems:
-		items, err := u.popMark()
-		if err != nil {
-			return false, err
-		}
-		if len(items)%2 != 0 {
-			return false, errors.New("SETITEMS with an odd number of items")
-		}
-		t, err := u.top()
-		if err != nil {
-			return false, err
-		}
-		d, ok := t.(*Dict)
-		if !ok {
-			return false, fmt.Errorf("SETITEMS on a %s", TypeName(t))
-		}
-		for i := 0; i < len(items); i += 2 {
-			if err := d.set(items[i], items[i+1]); err != nil {
-				return false, err
-			}
-		}
-	case opPut:
-		l, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		i, err := strconv.ParseInt(string(l), 10, 64)
-		if err != nil || i < 0 {
-			return false, fmt.Errorf("bad PUT index %q", truncate(string(l)))
-		}
-		return false, u.put(i)
-	case opBinPut, opLongBinPut:
-		w := 1
-		if op == opLongBinPut {
-			w = 4
-		}
-		i, err := u.uint(w)
-		if err != nil {
-			return false, err
-		}
-		return false, u.put(int64(i))
-	case opMemoize:
-		return false, u.put(int64(len(u.memo)))
-	case opGet:
-		l, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		i, err := strconv.ParseInt(string(l), 10, 64)
-		if err != nil {
-			return false, fmt.Errorf("bad GET index %q", truncate(string(l)))
-		}
-		return false, u.get(i)
-	case opBinGet, opLongBinGet:
-		w := 1
-		if op == opLongBinGet {
-			w = 4
-		}
-		i, err := u.uint(w)
-		if err != nil {
-			return false, err
-		}
-		return false, u.get(int64(i))
-	case opGlobal:
-		m, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		n, err := u.line()
-		if err != nil {
-			return false, err
-		}
-		return false, u.global(string(m), string(n))
-	case opStackGlobal:
-		n, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		m, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		ms, ok1 := m.(string)
-		ns, ok2 := n.(string)
-		if !ok1 || !ok2 {
-			return false, errors.New("STACK_GLOBAL needs two strings")
-		}
-		return false, u.global(ms, ns)
-	case opReduce:
-		a, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		f, err := u.pop()
-		if err != nil {
-			return false, err
-		}
-		g, ok := f.(global)
-		args, ok2 := a.(Tuple)
-		if !ok || !ok2 {
-			return false, fmt.Errorf("REDUCE of a %s: refusing to call anything", TypeName(f))
-		}
-		v, err := allowedGlobals[g.module+"."+g.name](args)
-		if err != nil {
-			return false, err
-		}
-		u.push(v)
-	default:
-		if name, ok := codeOps[op]; ok {
-			return false, fmt.Errorf("opcode %s would run Python code; refusing it", name)
-		}
-		return false, fmt.Errorf("unknown opcode 0x%02x", op)
 	}
-	return false, nil
+	return nil
+}
+
+// binInt is BININT (signed 4 bytes), BININT1 and BININT2 (unsigned 1 and 2 bytes).
+func (u *unpickler) binInt(op byte) error {
+	v, err := u.uint(width(op))
+	if err != nil {
+		return err
+	}
+	if op == opBinInt {
+		u.push(int64(int32(uint32(v))))
+	} else {
+		u.push(int64(v))
+	}
+	return nil
+}
+
+func (u *unpickler) binLong(op byte) error {
+	b, err := u.sized(op)
+	if err != nil {
+		return err
+	}
+	u.push(decodeLong(b))
+	return nil
+}
+
+func (u *unpickler) textFloat(byte) error {
+	l, err := u.line()
+	if err != nil {
+		return err
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(string(l)), 64)
+	if err != nil {
+		return fmt.Errorf("bad FLOAT %q", truncate(string(l)))
+	}
+	u.push(f)
+	return nil
+}
+
+func (u *unpickler) binFloat(byte) error {
+	v, err := u.read(8)
+	if err != nil {
+		return err
+	}
+	u.push(math.Float64frombits(binary.BigEndian.Uint64(v)))
+	return nil
+}
+
+// --- strings and bytes ---
+
+func (u *unpickler) binUnicode(op byte) error {
+	b, err := u.sized(op)
+	if err != nil {
+		return err
+	}
+	if !utf8.Valid(b) {
+		return errors.New("a string is not valid UTF-8")
+	}
+	u.push(string(b))
+	return nil
+}
+
+// binBytes is the bytes and bytearray opcodes and protocol 2's SHORT_BINSTRING and BINSTRING, whose Python 2 str
+// is decoded as text, as pickle's default encoding does.
+func (u *unpickler) binBytes(op byte) error {
+	b, err := u.sized(op)
+	if err != nil {
+		return err
+	}
+	if op == opShortBinString || op == opBinString {
+		u.push(string(b))
+	} else {
+		u.push(append([]byte(nil), b...))
+	}
+	return nil
+}
+
+func (u *unpickler) textString(byte) error {
+	l, err := u.line()
+	if err != nil {
+		return err
+	}
+	s, err := strconv.Unquote(pyQuoteToGo(string(l)))
+	if err != nil {
+		return fmt.Errorf("bad STRING %q", truncate(string(l)))
+	}
+	u.push(s)
+	return nil
+}
+
+func (u *unpickler) textUnicode(byte) error {
+	l, err := u.line()
+	if err != nil {
+		return err
+	}
+	s, err := rawUnicodeEscape(l)
+	if err != nil {
+		return err
+	}
+	u.push(s)
+	return nil
+}
+
+// --- containers ---
+
+func (u *unpickler) list(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	u.push(&List{Items: items})
+	return nil
+}
+
+func (u *unpickler) tuple(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	u.push(Tuple(items))
+	return nil
+}
+
+// tupleN is TUPLE1, TUPLE2 and TUPLE3: a tuple of the top one to three items.
+func (u *unpickler) tupleN(op byte) error {
+	n := int(op-opTuple1) + 1
+	t := make(Tuple, n)
+	for i := n - 1; i >= 0; i-- {
+		v, err := u.pop()
+		if err != nil {
+			return err
+		}
+		t[i] = v
+	}
+	u.push(t)
+	return nil
+}
+
+// hashable checks that every item may be a set member.
+func hashable(items []any) error {
+	for _, it := range items {
+		if _, err := keyHash(it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *unpickler) frozenSet(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	if err := hashable(items); err != nil {
+		return err
+	}
+	u.push(&Set{Items: items})
+	return nil
+}
+
+// setPairs sets alternating keys and values of items in d; name is the opcode, for the error.
+func setPairs(d *Dict, items []any, name string) error {
+	if len(items)%2 != 0 {
+		return fmt.Errorf("%s with an odd number of items", name)
+	}
+	for i := 0; i < len(items); i += 2 {
+		if err := d.set(items[i], items[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (u *unpickler) dict(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	d := newDict()
+	if err := setPairs(d, items, "DICT"); err != nil {
+		return err
+	}
+	u.push(d)
+	return nil
+}
+
+// topList is the list on top of the stack that the opcode name appends to.
+func (u *unpickler) topList(name string) (*List, error) {
+	t, err := u.top()
+	if err != nil {
+		return nil, err
+	}
+	l, ok := t.(*List)
+	if !ok {
+		return nil, fmt.Errorf("%s to a %s", name, TypeName(t))
+	}
+	return l, nil
+}
+
+// topDict is the dict on top of the stack that the opcode name sets items on.
+func (u *unpickler) topDict(name string) (*Dict, error) {
+	t, err := u.top()
+	if err != nil {
+		return nil, err
+	}
+	d, ok := t.(*Dict)
+	if !ok {
+		return nil, fmt.Errorf("%s on a %s", name, TypeName(t))
+	}
+	return d, nil
+}
+
+func (u *unpickler) append(byte) error {
+	v, err := u.pop()
+	if err != nil {
+		return err
+	}
+	l, err := u.topList("APPEND")
+	if err != nil {
+		return err
+	}
+	l.Items = append(l.Items, v)
+	return nil
+}
+
+func (u *unpickler) appends(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	l, err := u.topList("APPENDS")
+	if err != nil {
+		return err
+	}
+	l.Items = append(l.Items, items...)
+	return nil
+}
+
+func (u *unpickler) addItems(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	t, err := u.top()
+	if err != nil {
+		return err
+	}
+	s, ok := t.(*Set)
+	if !ok {
+		return fmt.Errorf("ADDITEMS to a %s", TypeName(t))
+	}
+	if err := hashable(items); err != nil {
+		return err
+	}
+	s.Items = append(s.Items, items...)
+	return nil
+}
+
+func (u *unpickler) setItem(byte) error {
+	v, err := u.pop()
+	if err != nil {
+		return err
+	}
+	k, err := u.pop()
+	if err != nil {
+		return err
+	}
+	d, err := u.topDict("SETITEM")
+	if err != nil {
+		return err
+	}
+	return d.set(k, v)
+}
+
+func (u *unpickler) setItems(byte) error {
+	items, err := u.popMark()
+	if err != nil {
+		return err
+	}
+	if len(items)%2 != 0 {
+		return errors.New("SETITEMS with an odd number of items")
+	}
+	d, err := u.topDict("SETITEMS")
+	if err != nil {
+		return err
+	}
+	return setPairs(d, items, "SETITEMS")
+}
+
+// --- the memo ---
+
+func (u *unpickler) textPut(byte) error {
+	l, err := u.line()
+	if err != nil {
+		return err
+	}
+	i, err := strconv.ParseInt(string(l), 10, 64)
+	if err != nil || i < 0 {
+		return fmt.Errorf("bad PUT index %q", truncate(string(l)))
+	}
+	return u.put(i)
+}
+
+func (u *unpickler) binPut(op byte) error {
+	i, err := u.uint(width(op))
+	if err != nil {
+		return err
+	}
+	return u.put(int64(i))
+}
+
+func (u *unpickler) memoize(byte) error { return u.put(int64(len(u.memo))) }
+
+func (u *unpickler) textGet(byte) error {
+	l, err := u.line()
+	if err != nil {
+		return err
+	}
+	i, err := strconv.ParseInt(string(l), 10, 64)
+	if err != nil {
+		return fmt.Errorf("bad GET index %q", truncate(string(l)))
+	}
+	return u.get(i)
+}
+
+func (u *unpickler) binGet(op byte) error {
+	i, err := u.uint(width(op))
+	if err != nil {
+		return err
+	}
+	return u.get(int64(i))
+}
+
+// --- globals ---
+
+func (u *unpickler) textGlobal(byte) error {
+	m, err := u.line()
+	if err != nil {
+		return err
+	}
+	n, err := u.line()
+	if err != nil {
+		return err
+	}
+	return u.global(string(m), string(n))
+}
+
+func (u *unpickler) stackGlobal(byte) error {
+	n, err := u.pop()
+	if err != nil {
+		return err
+	}
+	m, err := u.pop()
+	if err != nil {
+		return err
+	}
+	ms, ok1 := m.(string)
+	ns, ok2 := n.(string)
+	if !ok1 || !ok2 {
+		return errors.New("STACK_GLOBAL needs two strings")
+	}
+	return u.global(ms, ns)
+}
+
+// reduce is REDUCE of a whitelisted global: the value allowedGlobals builds from the argument tuple.
+func (u *unpickler) reduce(byte) error {
+	a, err := u.pop()
+	if err != nil {
+		return err
+	}
+	f, err := u.pop()
+	if err != nil {
+		return err
+	}
+	g, ok := f.(global)
+	args, ok2 := a.(Tuple)
+	if !ok || !ok2 {
+		return fmt.Errorf("REDUCE of a %s: refusing to call anything", TypeName(f))
+	}
+	v, err := allowedGlobals[g.module+"."+g.name](args)
+	if err != nil {
+		return err
+	}
+	u.push(v)
+	return nil
 }
 
 func (u *unpickler) put(i int64) error {
@@ -817,7 +956,7 @@ func (u *unpickler) global(module, name string) error {
 	return nil
 }
 
-func (u *unpickler) textInt() error {
+func (u *unpickler) textInt(byte) error {
 	l, err := u.line()
 	if err != nil {
 		return err
@@ -834,7 +973,7 @@ func (u *unpickler) textInt() error {
 	return u.pushDecimal(s)
 }
 
-func (u *unpickler) textLong() error {
+func (u *unpickler) textLong(byte) error {
 	l, err := u.line()
 	if err != nil {
 		return err
