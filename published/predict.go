@@ -43,126 +43,180 @@ var frameworks = map[string]string{
 // Job maps a row to a recipe and a job. dir is the published file's
 // directory (model configs are relative to it). A row memplan cannot
 // express returns the capabilities it lacks (and a nil spec).
+//
+// It is a driver over a rowMapper's phases, in this order (the order of the
+// lacks it reports): the measured metric, the model, the GPU, the mode and
+// sizes, the libraries whose version decides memory, the precision, what
+// only training has (optimizer, checkpointing, loss), the parallel layout,
+// and PEFT with quantization; the recipe then fills the spec.
 func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
-	var lacks []Lack
-	lack := func(field, f string, a ...any) { lacks = append(lacks, Lack{field, fmt.Sprintf(f, a...)}) }
 	name, ok := frameworks[strings.ToLower(strings.TrimSpace(r.Framework))]
 	if !ok {
-		lack("framework", "no recipe for framework %q (recipes: %s)", r.Framework, strings.Join(recipe.Names(), ", "))
-		return nil, nil, lacks
+		return nil, nil, []Lack{{"framework", fmt.Sprintf("no recipe for framework %q (recipes: %s)", r.Framework, strings.Join(recipe.Names(), ", "))}}
 	}
 	rec, err := recipe.Load(name)
 	if err != nil {
-		lack("framework", "%v", err)
-		return nil, nil, lacks
+		return nil, nil, []Lack{{"framework", err.Error()}}
 	}
-	rec = rec.Clone()
-	var s engine.Spec
-	s.FirstStep = true
+	m := &rowMapper{r: r, framework: name, rec: rec.Clone()}
+	m.s.FirstStep = true
+	m.metric()
+	m.model(dir)
+	m.gpu()
+	m.sizes()
+	m.libraries()
+	m.precision()
+	if m.s.Mode == engine.Train {
+		m.training()
+	}
+	m.parallel()
+	m.peft()
+	m.quantization()
+	if len(m.lacks) > 0 {
+		return nil, m.rec, m.lacks
+	}
+	if err := m.rec.Apply(&m.s, nil); err != nil {
+		return nil, m.rec, []Lack{{"framework", err.Error()}}
+	}
+	return &m.s, m.rec, nil
+}
 
-	// The measured metric: allocated bytes are what memplan predicts.
-	switch {
+// rowMapper holds what Job's phases share: the row, the recipe being set in
+// the framework's terms, the spec being filled and the lacks found so far.
+type rowMapper struct {
+	r         *Row
+	framework string // the recipe's name
+	rec       *recipe.Recipe
+	s         engine.Spec
+	lacks     []Lack
+}
+
+func (m *rowMapper) lack(field, f string, a ...any) {
+	m.lacks = append(m.lacks, Lack{field, fmt.Sprintf(f, a...)})
+}
+
+// metric: allocated bytes are what memplan predicts; another statistic is a lack.
+func (m *rowMapper) metric() {
+	switch r := m.r; {
 	case r.Allocated():
 	case r.Metric == UnknownMetric:
-		lack("metric", "the source names no statistic; allocated and nvidia-smi readings only bracket it")
+		m.lack("metric", "the source names no statistic; allocated and nvidia-smi readings only bracket it")
 	default:
-		lack("metric", "%s counts the caching allocator's cached and fragmented blocks (and the CUDA context for nvidia-smi); memplan predicts allocated bytes only until the allocator is modelled", r.Metric)
+		m.lack("metric", "%s counts the caching allocator's cached and fragmented blocks (and the CUDA context for nvidia-smi); memplan predicts allocated bytes only until the allocator is modelled", r.Metric)
 	}
+}
 
-	// Model.
-	switch {
-	case r.Model.Name != nil:
-		if s.Model, err = models.Lookup(*r.Model.Name); err != nil {
-			lack("model.name", "%v", err)
+// model: a catalog name, or a config file relative to dir.
+func (m *rowMapper) model(dir string) {
+	var err error
+	if n := m.r.Model.Name; n != nil {
+		if m.s.Model, err = models.Lookup(*n); err != nil {
+			m.lack("model.name", "%v", err)
 		}
-	default:
-		p := *r.Model.Config
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(dir, p)
-		}
-		if s.Model, err = models.LoadFile(p); err != nil {
-			lack("model.config", "%v", err)
-		}
+		return
 	}
-
-	// GPU.
-	if r.GPU != nil {
-		if s.GPU, err = hw.Lookup(*r.GPU); err != nil {
-			lack("gpu", "%v", err)
-		}
-	} else if r.Outcome == OutcomeOOM {
-		lack("gpu", "an oom row needs the GPU to decide it does not fit, and the row names none")
+	p := *m.r.Model.Config
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
 	}
+	if m.s.Model, err = models.LoadFile(p); err != nil {
+		m.lack("model.config", "%v", err)
+	}
+}
 
-	// Mode, sizes.
+// gpu: the row's GPU; an oom row cannot be decided without one.
+func (m *rowMapper) gpu() {
+	var err error
+	if g := m.r.GPU; g != nil {
+		if m.s.GPU, err = hw.Lookup(*g); err != nil {
+			m.lack("gpu", "%v", err)
+		}
+	} else if m.r.Outcome == OutcomeOOM {
+		m.lack("gpu", "an oom row needs the GPU to decide it does not fit, and the row names none")
+	}
+}
+
+// sizes: micro-batch, sequence, accumulation; a generate row is inference
+// whose KV cache is sized by max_new_tokens in its notes.
+func (m *rowMapper) sizes() {
+	r, s := m.r, &m.s
 	s.MicroBatch, s.Seq = r.MicroBatch, r.Seq
 	s.Accum = 1
 	if r.Accum != nil {
 		s.Accum = *r.Accum
 	}
-	if r.Mode == "generate" {
-		s.Mode = engine.Infer
-		s.FirstStep = false
-		s.Accum = 1
-		m := newTokensRE.FindStringSubmatch(r.Notes)
-		if m == nil {
-			lack("notes", "a generate row needs max_new_tokens=N in its notes to size the KV cache")
-		} else {
-			s.GenTokens, _ = strconv.Atoi(m[1])
-		}
+	if r.Mode != "generate" {
+		return
 	}
-
-	// Libraries whose version decides memory.
-	for lib, v := range r.Libraries {
-		if strings.EqualFold(lib, "bitsandbytes") {
-			if err := rec.Set("bitsandbytes=" + strings.Fields(v + " x")[0]); err != nil {
-				lack("libraries.bitsandbytes", "%v", err)
-			}
-		}
-	}
-
-	// Precision, in the framework's terms.
-	if p, ok := precisionOf(r.Precision); ok {
-		mustSet(rec, "precision="+p.String())
+	s.Mode = engine.Infer
+	s.FirstStep = false
+	s.Accum = 1
+	if t := newTokensRE.FindStringSubmatch(r.Notes); t == nil {
+		m.lack("notes", "a generate row needs max_new_tokens=N in its notes to size the KV cache")
 	} else {
-		lack("precision", "%q is not a precision policy memplan models (it has %s)", r.Precision, strings.Join(ops.PrecisionNames(), ", "))
+		s.GenTokens, _ = strconv.Atoi(t[1])
 	}
+}
 
-	// Optimizer.
-	if s.Mode == engine.Train {
-		if r.Optimizer == nil {
-			lack("optimizer", "a training row needs an optimizer")
-		} else {
-			for _, kv := range optimizerOf(*r.Optimizer, &lacks) {
-				mustSet(rec, kv)
+// libraries: the versions that decide memory (bitsandbytes).
+func (m *rowMapper) libraries() {
+	for lib, v := range m.r.Libraries {
+		if strings.EqualFold(lib, "bitsandbytes") {
+			if err := m.rec.Set("bitsandbytes=" + strings.Fields(v + " x")[0]); err != nil {
+				m.lack("libraries.bitsandbytes", "%v", err)
 			}
 		}
-		switch ck := checkpointingOf(r.Checkpointing); ck {
-		case "none":
-		case "full":
-			mustSet(rec, "checkpoint=full")
-		case "selective-op":
-			mustSet(rec, "checkpoint=selective-op")
-		case "unknown":
-			lack("activation_checkpointing", "the source does not say whether activations were checkpointed")
-		default:
-			lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full: every block, selective op: torchtitan's op-level policy)", r.Checkpointing)
-		}
-		if l := lossOf(r.Loss); l != "" {
-			mustSet(rec, "loss="+l)
-		}
-		if ligerKernels(r) {
-			mustSet(rec, "loss=fused-linear")
-			mustSet(rec, "kernels.rms-norm=fused")
-			mustSet(rec, "kernels.swiglu=fused")
+	}
+}
+
+// precision, in the framework's terms.
+func (m *rowMapper) precision() {
+	if p, ok := precisionOf(m.r.Precision); ok {
+		mustSet(m.rec, "precision="+p.String())
+	} else {
+		m.lack("precision", "%q is not a precision policy memplan models (it has %s)", m.r.Precision, strings.Join(ops.PrecisionNames(), ", "))
+	}
+}
+
+// training: the optimizer, activation checkpointing, the loss and Liger's
+// fused kernels.
+func (m *rowMapper) training() {
+	r := m.r
+	if r.Optimizer == nil {
+		m.lack("optimizer", "a training row needs an optimizer")
+	} else {
+		for _, kv := range optimizerOf(*r.Optimizer, &m.lacks) {
+			mustSet(m.rec, kv)
 		}
 	}
+	switch ck := checkpointingOf(r.Checkpointing); ck {
+	case "none":
+	case "full":
+		mustSet(m.rec, "checkpoint=full")
+	case "selective-op":
+		mustSet(m.rec, "checkpoint=selective-op")
+	case "unknown":
+		m.lack("activation_checkpointing", "the source does not say whether activations were checkpointed")
+	default:
+		m.lack("activation_checkpointing", "%q is not a checkpointing policy memplan models (none, full: every block, selective op: torchtitan's op-level policy)", r.Checkpointing)
+	}
+	if l := lossOf(r.Loss); l != "" {
+		mustSet(m.rec, "loss="+l)
+	}
+	if ligerKernels(r) {
+		mustSet(m.rec, "loss=fused-linear")
+		mustSet(m.rec, "kernels.rms-norm=fused")
+		mustSet(m.rec, "kernels.swiglu=fused")
+	}
+}
 
-	// Parallel layout.
+// parallel: the row's strategy as DP, ZeRO and offload.
+func (m *rowMapper) parallel() {
+	r, s := m.r, &m.s
 	switch st := strings.ToLower(r.Parallel.Strategy); st {
 	case "", "none":
 		if r.GPUs > 1 {
-			lack("parallel", "%d GPUs without a parallel strategy", r.GPUs)
+			m.lack("parallel", "%d GPUs without a parallel strategy", r.GPUs)
 		}
 	case "ddp":
 		s.DP = max(r.Parallel.Degree, 1)
@@ -175,66 +229,78 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 		// checkpointing above.
 		s.DP, s.ZeRO = max(r.Parallel.Degree, r.GPUs, 1), 3
 		if s.DP < 2 {
-			lack("parallel", "FSDP over %d GPU shards nothing; the row names no degree", s.DP)
+			m.lack("parallel", "FSDP over %d GPU shards nothing; the row names no degree", s.DP)
 		}
 	case "zero", "deepspeed":
-		m := zeroStageRE.FindStringSubmatch(strings.ToLower(r.Parallel.Details))
-		if m == nil {
-			lack("parallel", "ZeRO without a stage in its details (want e.g. \"stage 2\")")
-			break
-		}
-		s.DP = max(r.Parallel.Degree, r.GPUs, 1)
-		if s.DP > 1 {
-			s.ZeRO = int(m[1][0] - '0')
-		}
-		d := strings.ToLower(r.Parallel.Details)
-		s.Offload.Optimizer = strings.Contains(d, "offload_optimizer") || strings.Contains(d, "optimizer offload")
-		s.Offload.Params = strings.Contains(d, "offload_param") || strings.Contains(d, "parameter offload")
-		if s.Offload.Params {
-			s.Offload.Optimizer = false // parameter offload moves the optimizer too
-		}
+		m.zero()
 	default:
-		lack("parallel", "strategy %q is not mapped (none, ddp, fsdp, zero)", r.Parallel.Strategy)
+		m.lack("parallel", "strategy %q is not mapped (none, ddp, fsdp, zero)", r.Parallel.Strategy)
 	}
+}
 
-	// PEFT and quantization.
-	if p := r.PEFT; p != nil {
-		if !strings.EqualFold(p.Method, "lora") {
-			lack("peft", "method %q is not modelled (lora)", p.Method)
-		} else if s.Model != nil {
-			l := &build.LoRA{Rank: p.R, Alpha: p.Alpha, Dropout: p.Dropout}
-			if l.Alpha <= 0 {
-				l.Alpha = float64(p.R)
-			}
-			if name == "litgpt" {
-				for _, m := range litgptLoRA(s.Model.Family, l, p.Targets) {
-					lack("peft.targets", "%s", m)
-				}
-			} else {
-				l.Targets = hfTargets(p.Targets)
-			}
-			s.LoRA = l
+// zero: DeepSpeed ZeRO, its stage and offload read from the details.
+func (m *rowMapper) zero() {
+	r, s := m.r, &m.s
+	d := strings.ToLower(r.Parallel.Details)
+	st := zeroStageRE.FindStringSubmatch(d)
+	if st == nil {
+		m.lack("parallel", "ZeRO without a stage in its details (want e.g. \"stage 2\")")
+		return
+	}
+	s.DP = max(r.Parallel.Degree, r.GPUs, 1)
+	if s.DP > 1 {
+		s.ZeRO = int(st[1][0] - '0')
+	}
+	s.Offload.Optimizer = strings.Contains(d, "offload_optimizer") || strings.Contains(d, "optimizer offload")
+	s.Offload.Params = strings.Contains(d, "offload_param") || strings.Contains(d, "parameter offload")
+	if s.Offload.Params {
+		s.Offload.Optimizer = false // parameter offload moves the optimizer too
+	}
+}
+
+// peft: LoRA adapters, targeted in the framework's terms.
+func (m *rowMapper) peft() {
+	p := m.r.PEFT
+	if p == nil {
+		return
+	}
+	if !strings.EqualFold(p.Method, "lora") {
+		m.lack("peft", "method %q is not modelled (lora)", p.Method)
+		return
+	}
+	if m.s.Model == nil {
+		return
+	}
+	l := &build.LoRA{Rank: p.R, Alpha: p.Alpha, Dropout: p.Dropout}
+	if l.Alpha <= 0 {
+		l.Alpha = float64(p.R)
+	}
+	if m.framework == "litgpt" {
+		for _, msg := range litgptLoRA(m.s.Model.Family, l, p.Targets) {
+			m.lack("peft.targets", "%s", msg)
 		}
+	} else {
+		l.Targets = hfTargets(p.Targets)
 	}
-	if q := r.Quantization; q != nil {
-		switch dq, ok := nf4Of(*q); {
-		case !ok:
-			lack("quantization", "%q is not modelled (NF4 4-bit base weights: bnb.nf4, bnb.nf4-dq, torchao NF4)", *q)
-		default:
-			s.QLoRA = true
-			mustSet(rec, fmt.Sprintf("qlora.double-quant=%t", dq))
-		}
-		if s.QLoRA && s.LoRA == nil {
-			lack("quantization", "4-bit base weights without LoRA adapters are not modelled")
-		}
+	m.s.LoRA = l
+}
+
+// quantization: NF4 4-bit base weights under LoRA (QLoRA).
+func (m *rowMapper) quantization() {
+	q := m.r.Quantization
+	if q == nil {
+		return
 	}
-	if len(lacks) > 0 {
-		return nil, rec, lacks
+	switch dq, ok := nf4Of(*q); {
+	case !ok:
+		m.lack("quantization", "%q is not modelled (NF4 4-bit base weights: bnb.nf4, bnb.nf4-dq, torchao NF4)", *q)
+	default:
+		m.s.QLoRA = true
+		mustSet(m.rec, fmt.Sprintf("qlora.double-quant=%t", dq))
 	}
-	if err := rec.Apply(&s, nil); err != nil {
-		return nil, rec, []Lack{{"framework", err.Error()}}
+	if m.s.QLoRA && m.s.LoRA == nil {
+		m.lack("quantization", "4-bit base weights without LoRA adapters are not modelled")
 	}
-	return &s, rec, nil
 }
 
 var (
