@@ -84,7 +84,14 @@ func (d *capacityDevice) Unmap(ptr, size int64) { d.used -= size }
 //     freed; host storages never reach the device allocator;
 //   - the iteration runs twice: the second starts from the cache the first
 //     left, as every step after the first does (reserved memory only grows
-//     without torch.cuda.empty_cache, so two passes show the steady peak).
+//     without torch.cuda.empty_cache, so two passes show the steady peak);
+//   - a Carried storage (what the previous iteration left alive) is the
+//     previous pass's Keep storages of its category, block by block: its op
+//     allocates those not alive (the first pass: the iteration before it),
+//     and its free frees them, so the next backward allocates them anew
+//     (gradients zeroed after the forward are the previous step's until
+//     zero_grad sets them to None). Without Keep storages of its category
+//     it is one block of its size.
 //
 // Every request is on one stream (the default stream: autograd runs backward
 // on the stream of the forward); NCCL's own buffers are not allocations of
@@ -139,6 +146,21 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 			frees[fill[last[i]]] = ir.TensorID(i)
 			fill[last[i]]++
 		}
+	}
+
+	// carries[c] are the Keep storages a Carried storage of category c
+	// stands for.
+	var carries [ir.NumCategories][]ir.TensorID
+	for i := range p.Tensors {
+		if t := &p.Tensors[i]; t.Keep && t.Base == ir.NoTensor && !t.Host && int(t.Cat) < len(carries) {
+			carries[t.Cat] = append(carries[t.Cat], ir.TensorID(i))
+		}
+	}
+	standsFor := func(o ir.TensorID) []ir.TensorID {
+		if t := &p.Tensors[o]; t.Carried && int(t.Cat) < len(carries) {
+			return carries[t.Cat]
+		}
+		return nil
 	}
 
 	dev := &capacityDevice{capacity: capacity}
@@ -207,6 +229,19 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 				if p.Tensors[o].Host {
 					continue
 				}
+				if prev := standsFor(o); len(prev) > 0 {
+					for _, k := range prev {
+						if live[k] {
+							continue
+						}
+						q, ok, err := malloc(int64(p.Tensors[k].Bytes), oi, pass)
+						if err != nil || !ok {
+							return res, err
+						}
+						ptr[k], live[k] = q, true
+					}
+					continue
+				}
 				q, ok, err := malloc(int64(p.Tensors[o].Bytes), oi, pass)
 				if err != nil || !ok {
 					return res, err
@@ -233,6 +268,14 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 					continue
 				}
 				live[o] = false
+				for _, k := range standsFor(o) {
+					if live[k] {
+						live[k] = false
+						if err := free(ptr[k]); err != nil {
+							return res, err
+						}
+					}
+				}
 				if err := free(ptr[o]); err != nil {
 					return res, err
 				}

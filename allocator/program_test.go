@@ -11,13 +11,17 @@ import (
 	"github.com/memplan/memplan/units"
 )
 
-func planOf(t testing.TB, model string, mb, seq int, prec ops.Precision, opt lower.Optimizer) *engine.Result {
+func planOf(t testing.TB, model string, mb, seq int, prec ops.Precision, opt lower.Optimizer, loop ...func(*engine.Spec)) *engine.Result {
 	t.Helper()
 	a, err := models.Lookup(model)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Precision: prec, Optimizer: opt}})
+	spec := engine.Spec{Job: engine.Job{Model: a, MicroBatch: mb, Seq: seq, Precision: prec, Optimizer: opt}}
+	for _, f := range loop {
+		f(&spec)
+	}
+	r, err := engine.Plan(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,20 +31,32 @@ func planOf(t testing.TB, model string, mb, seq int, prec ops.Precision, opt low
 // The replay's requested bytes are the simulator's: the same storages are
 // allocated and freed at the same ops, so the requested peak equals sim's
 // allocated peak; blocks round each request up to 512 bytes and segments
-// hold at least the blocks.
+// hold at least the blocks. The loop habits carry storages from one
+// iteration into the next: the second pass holds the first one's, not both
+// (gradients zeroed after the forward were counted twice before the replay
+// freed the previous pass's at zero_grad).
 func TestReplayProgramMatchesSim(t *testing.T) {
+	afterForward := func(s *engine.Spec) { s.Sem.ZeroGrad, s.Sem.Hold = lower.ZeroAfterForward, lower.HoldNextForward }
+	inPlace := func(s *engine.Spec) { s.Sem.ZeroGrad, s.Sem.Hold = lower.ZeroInPlace, lower.HoldBackward }
 	for _, c := range []struct {
 		model string
 		mb    int
 		seq   int
 		prec  ops.Precision
 		opt   lower.Optimizer
+		loop  func(*engine.Spec)
 	}{
-		{"gpt2", 4, 1024, ops.AMPBF16, lower.AdamW},
-		{"llama-3.2-1b", 1, 2048, ops.BF16, lower.AdamW},
-		{"pythia-160m", 8, 512, ops.FP32, lower.SGD},
+		{"gpt2", 4, 1024, ops.AMPBF16, lower.AdamW, nil},
+		{"llama-3.2-1b", 1, 2048, ops.BF16, lower.AdamW, nil},
+		{"pythia-160m", 8, 512, ops.FP32, lower.SGD, nil},
+		{"pythia-160m", 2, 512, ops.FP32, lower.AdamW, afterForward},
+		{"gpt2", 2, 512, ops.AMPBF16, lower.SGD, inPlace},
 	} {
-		r := planOf(t, c.model, c.mb, c.seq, c.prec, c.opt)
+		var loop []func(*engine.Spec)
+		if c.loop != nil {
+			loop = append(loop, c.loop)
+		}
+		r := planOf(t, c.model, c.mb, c.seq, c.prec, c.opt, loop...)
 		for _, cfg := range []allocator.Config{{}, {Expandable: true}, {MaxSplitSize: 64 << 20}, {RoundupPower2Divisions: [16]int64{4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}}} {
 			pr, err := allocator.ReplayProgram(r.Program, cfg, 0, true)
 			if err != nil {

@@ -95,6 +95,11 @@ type Tensor struct {
 	RequiresGrad bool
 	// Batch is true when the size scales with the micro-batch.
 	Batch bool
+	// Carried storages stand for what the previous iteration left alive
+	// into this one (its gradients when the loop zeroes them after the
+	// forward, its outputs while a variable holds them): the Keep storages
+	// of the same category, when the program has any.
+	Carried bool
 }
 
 // Numel is the product of the shape.

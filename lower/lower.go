@@ -356,7 +356,7 @@ func (l *lowerer) carried(name string, like []ir.TensorID, cat ir.Category) ir.T
 	for _, t := range like {
 		b += l.g.Tensors[t].Bytes
 	}
-	id := l.add(ir.Tensor{Name: name, Shape: []int64{int64(b)}, DType: units.U8, Bytes: b, Base: ir.NoTensor, Cat: cat})
+	id := l.add(ir.Tensor{Name: name, Shape: []int64{int64(b)}, DType: units.U8, Bytes: b, Base: ir.NoTensor, Cat: cat, Carried: true})
 	l.p.Ops = append(l.p.Ops, ir.Op{Name: name, Phase: ir.Forward, Out: []ir.TensorID{id}, Node: -1})
 	return id
 }
