@@ -7,6 +7,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/explain"
 	"github.com/memplan/memplan/report"
@@ -29,6 +30,12 @@ type againstJSON struct {
 	RelError float64      `json:"rel_error"`
 	Rows     []againstRow `json:"by_category"`
 	Largest  string       `json:"largest_disagreement"`
+	// The reserved peaks: the snapshot's (its segments) and the caching
+	// allocator model's replay of the plan (absent from a plan JSON written
+	// with --no-reserved).
+	SnapshotReserved int64    `json:"snapshot_reserved_bytes"`
+	PredictReserved  int64    `json:"plan_reserved_bytes,omitempty"`
+	ReservedRelError *float64 `json:"reserved_rel_error,omitempty"`
 }
 
 // readPlanJSON reads what `memplan plan --json` wrote.
@@ -48,8 +55,9 @@ func readPlanJSON(path string) (*report.PlanJSON, error) {
 }
 
 // planAgainst is the plan to compare with: a plan JSON file, or the plan
-// flags given to explain ("flags").
-func planAgainst(against string, f *planFlags) (*report.PlanJSON, string, error) {
+// flags given to explain ("flags"), whose reserved peak is predicted with the
+// allocator settings the snapshot recorded (cfg).
+func planAgainst(against string, f *planFlags, cfg allocator.Config) (*report.PlanJSON, string, error) {
 	if against != "flags" {
 		pj, err := readPlanJSON(against)
 		return pj, against, err
@@ -60,6 +68,9 @@ func planAgainst(against string, f *planFlags) (*report.PlanJSON, string, error)
 	}
 	res, err := engine.Plan(spec)
 	if err != nil {
+		return nil, "", err
+	}
+	if _, err := res.PredictReserved(cfg, false, false); err != nil {
 		return nil, "", err
 	}
 	return report.Build(res, false), "plan " + spec.JobName(), nil
@@ -75,9 +86,14 @@ func compareAgainst(rep *explain.Report, pj *report.PlanJSON, name string) *agai
 	l := pj.Ledger
 	plan := map[string]units.Bytes{"parameters": l.Parameters, "gradients": l.Gradients, "optimizer_state": l.OptimizerState,
 		"activations": l.Activations, "temporaries": l.Temporaries, "kv_cache": l.KVCache, "other": l.Other}
-	a := &againstJSON{Plan: name, Snapshot: rep.PeakAllocated.Bytes, Predict: int64(pj.Peak.Bytes)}
+	a := &againstJSON{Plan: name, Snapshot: rep.PeakAllocated.Bytes, Predict: int64(pj.Peak.Bytes), SnapshotReserved: rep.PeakReserved.Reserved}
 	if a.Snapshot > 0 {
 		a.RelError = float64(a.Predict-a.Snapshot) / float64(a.Snapshot)
+	}
+	if pj.Reserved != nil && a.SnapshotReserved > 0 {
+		a.PredictReserved = int64(pj.Reserved.PeakBytes)
+		e := float64(a.PredictReserved-a.SnapshotReserved) / float64(a.SnapshotReserved)
+		a.ReservedRelError = &e
 	}
 	var worst int64 = -1
 	for _, c := range []string{"parameters", "gradients", "optimizer_state", "activations", "temporaries", "kv_cache", "other", "unknown"} {
@@ -96,6 +112,9 @@ func compareAgainst(rep *explain.Report, pj *report.PlanJSON, name string) *agai
 
 func writeAgainst(w io.Writer, a *againstJSON) error {
 	fmt.Fprintf(w, "\nagainst %s: allocated peak %s predicted, %s in the snapshot (%+.1f%%)\n", a.Plan, units.Bytes(a.Predict), units.Bytes(a.Snapshot), 100*a.RelError)
+	if a.ReservedRelError != nil {
+		fmt.Fprintf(w, "reserved peak %s predicted, %s in the snapshot (%+.1f%%)\n", units.Bytes(a.PredictReserved), units.Bytes(a.SnapshotReserved), 100**a.ReservedRelError)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "  category\tsnapshot\tplan\tplan − snapshot\t")
 	for _, r := range a.Rows {

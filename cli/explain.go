@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/explain"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/snapshot"
@@ -53,7 +54,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			}
 			var ag *againstJSON
 			if against != "" {
-				pj, name, err := planAgainst(against, pf)
+				pj, name, err := planAgainst(against, pf, allocator.ConfigOf(s.Settings))
 				if err != nil {
 					return err
 				}

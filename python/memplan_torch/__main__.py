@@ -23,19 +23,43 @@ def _reexec_under_tracker(threshold):
     os.execve(sys.executable, [sys.executable, "-m", "memplan_torch"] + sys.argv[1:], env)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 1, as every memplan error (subcommands inherit it)."""
+
+    def error(self, message):
+        self.exit(1, "error: %s: %s (see %s --help)\n" % (self.prog, message, self.prog))
+
+
+def _whole(least):
+    """An argparse type: a whole number of at least `least` (so --batch 0 is refused in one line)."""
+    def parse(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError("want a whole number, got %r" % s)
+        if v < least:
+            raise argparse.ArgumentTypeError("must be at least %d, got %d" % (least, v))
+        return v
+    parse.__name__ = "whole number"
+    return parse
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python3 -m memplan_torch",
-                                description="memplan's PyTorch side: traces, measurements, alignment.")
+    p = _Parser(prog="python3 -m memplan_torch",
+                description="memplan's PyTorch side: traces, measurements, alignment.")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     e = sub.add_parser("export", help="trace a training step into a memplan.trace/v1 JSON file")
     e.add_argument("builder", help="MODULE:FUNCTION; FUNCTION(batch_size[, seq_len=]) returns "
                                    "(model, inputs, loss_fn[, targets])")
-    e.add_argument("--out", required=True)
-    e.add_argument("--batch", type=int, default=2, help="trace batch size (a second trace runs at twice it)")
-    e.add_argument("--seq-len", type=int, default=None, help="passed to the builder as seq_len=")
-    e.add_argument("--seq-dim", type=int, default=None, help="fit sizes in the sequence too (needs --seq-len)")
-    e.add_argument("--batch-dim", type=int, default=0)
+    e.add_argument("--out", required=True, help="the trace file to write (a symbolic link is written through)")
+    e.add_argument("--batch", type=_whole(1), default=2,
+                   help="batch of the trace (sizes are fitted from traces at it and twice it; at 2 and 4 for 1, "
+                        "whose size-1 fast paths differ, and evaluated at 1)")
+    e.add_argument("--seq-len", type=_whole(1), default=None, help="passed to the builder as seq_len=")
+    e.add_argument("--seq-dim", type=_whole(0), default=None,
+                   help="fit sizes in the sequence too (needs --seq-len; never traced at a length of 1)")
+    e.add_argument("--batch-dim", type=_whole(0), default=0)
     e.add_argument("--optimizer", default="adamw", help="adamw | sgd | sgd-momentum")
     e.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
                    help="auto: meta, falling back to cpu when an op fails on meta")
@@ -96,18 +120,43 @@ def main(argv=None):
     sub.add_parser("build-tracker", help="compile the CPU tracker (csrc/memtrack.c) into the cache")
 
     args = p.parse_args(argv)
+    from .atomic import Interrupted
     try:
+        _check_outputs(args)
         return _run(args)
-    except (ValueError, RuntimeError) as err:
-        from .trace import ExportError
-        from .measure import MeasureError
-        from .workload import WorkloadError
-        from .tracker import TrackerError
-        if isinstance(err, (ExportError, MeasureError, WorkloadError, TrackerError)) or \
-                str(err).startswith("memplan_torch"):
-            print("error: %s" % err, file=sys.stderr)
-            return 2
-        raise
+    except Interrupted as err:
+        print("error: memplan_torch: interrupted by signal %d while writing; nothing was written" % err.signum,
+              file=sys.stderr)
+        return 128 + err.signum
+    except KeyboardInterrupt:
+        print("error: memplan_torch: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    except Exception as err:  # one line, never a traceback (MEMPLAN_TORCH_TRACEBACK=1 shows it)
+        if os.environ.get("MEMPLAN_TORCH_TRACEBACK"):
+            raise
+        print("error: %s" % _one_line(err), file=sys.stderr)
+        return 1
+
+
+def _one_line(err):
+    """Errors of memplan_torch say what to do in their message; anything else (a builder's own exception, a
+    bug) is named by its type and first line."""
+    msg = " ".join(str(err).split())
+    if msg.startswith("memplan_torch"):
+        return msg
+    return "memplan_torch: %s: %s" % (type(err).__name__, msg or "(no message)")
+
+
+def _check_outputs(args):
+    """Output paths are checked before any work: a directory, a named pipe or an unwritable directory given as
+    --out is refused in one line (memplan_torch.atomic)."""
+    from .atomic import check_out, OutputError
+    if args.cmd in ("export", "export-hf", "measure"):
+        check_out(args.out)
+    elif args.cmd == "suite":
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise OutputError("memplan_torch: suite --out %s is not a directory" % args.out)
+        check_out(os.path.join(args.out, "measured.json"))
 
 
 def _run(args):

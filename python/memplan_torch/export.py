@@ -6,13 +6,10 @@ coefficients.
 """
 
 import copy
-import json
-import os
-import tempfile
 import time
 import torch
 
-from . import compat, fit, harness
+from . import atomic, compat, fit, harness
 from .replay import scratch_bytes
 from .trace import ExportError, _categorize, trace_once
 
@@ -297,23 +294,10 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
     return doc
 
 
-def write_json(doc, path):
-    """Writes atomically: a temporary file in the same directory, then rename."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def write_json(doc, path, flag="--out"):
+    """Writes atomically (memplan_torch.atomic): a temporary file in the target's directory, then rename; a
+    symbolic link is written through; nothing is left behind on an error or a signal."""
+    atomic.write_json(doc, path, flag)
 
 
 def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, seq_dim=None, targets=None,
@@ -323,6 +307,7 @@ def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, se
     repeated along batch_dim); with seq_dim, also from traces at shorter sequences (inputs narrowed along
     seq_dim). fake=True (PyTorch 2.x) runs the step on fake cpu tensors: a copy of the model is converted,
     nothing is computed. Returns the document."""
+    atomic.check_out(path)
     if fake:
         _check_fake(device)
     model.train()
@@ -357,6 +342,8 @@ def export_builder(spec, path, batch=2, seq_len=None, optimizer="adamw", batch_d
     (model, inputs, loss_fn[, targets]). fake=True (PyTorch 2.x): the builder runs under the FakeTensorMode
     (no parameter memory; if it fails there, e.g. an initializer reads values, it runs for real and its
     tensors are converted) and the step runs on fake cpu tensors, computing nothing."""
+    atomic.check_out(path)
+    fit.fit_points(batch, seq_len, seq_dim)  # bad sizes are refused before the builder runs
     fn = builder or harness.load_builder(spec)
     if fake:
         _check_fake(device)

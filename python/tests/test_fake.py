@@ -183,12 +183,12 @@ def test_cli_fake(tmp_path):
     assert json.loads(out.read_text())["execution"] == "fake"
     r = subprocess.run([sys.executable, "-m", "memplan_torch", "export", "builders:value_shaped", "--out",
                         str(out), "--fake"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert r.returncode == 2
+    assert r.returncode == 1
     err = r.stderr.decode().strip()
     assert err.count("\n") == 0 and "module 'gate'" in err and "--real" in err, err
     r = subprocess.run([sys.executable, "-m", "memplan_torch", "export", "builders:wide_mlp", "--out", str(out),
                         "--fake", "--device", "meta"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert r.returncode == 2 and "--device meta does not apply" in r.stderr.decode()
+    assert r.returncode == 1 and "--device meta does not apply" in r.stderr.decode()
 
 
 @pytest.mark.skipif(compat.fake_tensors_available(), reason="checks the refusal on PyTorch 1.x")

@@ -1,0 +1,118 @@
+"""Every file memplan_torch writes is written atomically: to a temporary file in the target's directory, then
+renamed over the target; the temporary file is removed when anything fails, on Ctrl-C, SIGTERM and SIGHUP
+(SIGKILL cannot be caught). A symbolic link given as the output is written through (its target is replaced and
+the link kept); anything else that is not a regular file (a directory, a named pipe, a device, a socket) is
+refused before any work starts, in one line naming the flag.
+"""
+
+import json
+import os
+import signal
+import stat
+import tempfile
+import threading
+
+
+class OutputError(ValueError):
+    """An output path that cannot be written; the message names the flag and the path."""
+
+
+class Interrupted(BaseException):
+    """A signal arrived while a file was being written (the temporary file is gone)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, n))
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def resolve(path, flag="--out"):
+    """The file to replace for output `path`: the path itself, or, for a symbolic link, the file it points to
+    (written through). Raises OutputError for anything that is not a regular file or a path to create."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise OutputError("memplan_torch: %s needs a file path" % flag)
+    path = os.fspath(path)
+    target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
+    if os.path.islink(path) and os.path.islink(target):  # a loop: realpath gives up on it
+        raise OutputError("memplan_torch: %s %s is a symbolic link that loops; give a file path" % (flag, path))
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise OutputError("memplan_torch: %s %s cannot be written: %s" % (flag, path, e.strerror or e))
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = next((k for f, k in _KINDS if f(st.st_mode)), "not a regular file")
+        via = " (through the symbolic link %s)" % path if target != os.path.abspath(path) else ""
+        raise OutputError("memplan_torch: %s %s is %s%s; give the path of a file to write"
+                          % (flag, target, kind, via))
+    d = os.path.dirname(target)
+    while not os.path.exists(d):  # missing directories are made; the nearest existing one must take them
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        raise OutputError("memplan_torch: %s %s: %s is not a directory" % (flag, path, d))
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise OutputError("memplan_torch: %s %s: the directory %s is not writable" % (flag, path, d))
+    return target
+
+
+def check_out(path, flag="--out"):
+    """Checks before any work that `path` can be written (see resolve); returns it."""
+    resolve(path, flag)
+    return path
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def write(path, fill, flag="--out", mode=0o644):
+    """Writes `path` atomically; fill(f) writes the content to the text file f."""
+    target = resolve(path, flag)
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in _SIGNALS:
+            try:
+                old[s] = signal.signal(s, _raise_interrupted)
+            except (OSError, ValueError):  # pragma: no cover
+                pass
+    tmp = None
+    try:
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(target)[1] or ".out",
+                                       dir=os.path.dirname(target))
+            with os.fdopen(fd, "w") as f:
+                fill(f)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+            tmp = None
+        except OSError as e:
+            raise OutputError("memplan_torch: %s %s cannot be written: %s" % (flag, path, e.strerror or e))
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def write_json(doc, path, flag="--out", indent=None):
+    def fill(f):
+        if indent is None:
+            json.dump(doc, f, separators=(",", ":"))
+        else:
+            json.dump(doc, f, indent=indent)
+        f.write("\n")
+    write(path, fill, flag)
+
+
+def write_text(text, path, flag="--out"):
+    write(path, lambda f: f.write(text), flag)

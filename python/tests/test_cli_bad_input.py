@@ -1,0 +1,125 @@
+"""Issue 15 (item 3, 5): the exporter's command line refuses bad input in one line, exit 1, nothing written and
+nothing left behind; outputs are written atomically (symbolic links written through, pipes and directories
+refused, the temporary file removed on a signal)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from memplan_torch import atomic
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def _run(args, cwd):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    env.pop("MEMPLAN_TORCH_TRACEBACK", None)
+    return subprocess.run([sys.executable, "-m", "memplan_torch"] + args, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=120)
+
+
+BAD = [
+    # arguments (after `export builders:wide_mlp --device meta`), what the one line says
+    (["--out", "t.json", "--batch", "0"], "argument --batch: must be at least 1, got 0"),
+    (["--out", "t.json", "--batch", "-3"], "argument --batch: must be at least 1, got -3"),
+    (["--out", "t.json", "--batch", "two"], "argument --batch: want a whole number, got 'two'"),
+    (["--out", "t.json", "--seq-len", "0", "--seq-dim", "1"], "argument --seq-len: must be at least 1, got 0"),
+    (["--out", "t.json", "--seq-dim", "1"], "--seq-dim needs --seq-len"),
+    (["--out", "t.json", "--batch-dim", "-1"], "argument --batch-dim: must be at least 0, got -1"),
+    (["--out", "t.json", "--optimizer", "adam9"], "unknown optimizer 'adam9'"),
+    (["--batch", "2"], "the following arguments are required: --out"),
+    (["--out", "sub"], "is a directory"),
+    (["--out", "fifo"], "is a named pipe"),
+    (["--out", "file/t.json"], "Not a directory"),
+    (["--out", ""], "--out needs a file path"),
+    (["--out", "loop"], "symbolic link that loops"),
+    (["--out", "fifolink"], "is a named pipe (through the symbolic link"),
+]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "sub").mkdir()
+    os.mkfifo(str(tmp_path / "fifo"))
+    (tmp_path / "file").write_text("x")
+    os.symlink("loop2", str(tmp_path / "loop"))
+    os.symlink("loop", str(tmp_path / "loop2"))
+    os.symlink("fifo", str(tmp_path / "fifolink"))
+    return tmp_path
+
+
+def _main(args, cwd, capsys, monkeypatch):
+    """memplan_torch's main() in this process (python -m memplan_torch runs it; importing torch per case in a
+    subprocess would cost seconds each): (exit status, stderr)."""
+    from memplan_torch.__main__ import main
+    monkeypatch.chdir(str(cwd))
+    monkeypatch.delenv("MEMPLAN_TORCH_TRACEBACK", raising=False)
+    try:
+        rc = main(args)
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args,want", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_export_cli_bad_input(workdir, args, want, capsys, monkeypatch):
+    before = sorted(os.listdir(str(workdir)))
+    rc, err = _main(["export", "builders:wide_mlp", "--device", "meta"] + args, workdir, capsys, monkeypatch)
+    assert rc == 1, (rc, err)
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert want in err, err
+    assert sorted(os.listdir(str(workdir))) == before  # nothing written, no temporary file
+
+
+@pytest.mark.parametrize("args,want", [
+    (["export", "no_such_module_zz:build", "--out", "t.json"], "cannot import module 'no_such_module_zz'"),
+    (["export", "builders:wide_mlp"], "the following arguments are required: --out"),
+    (["suite", "--out", "file"], "suite --out file is not a directory"),
+    (["measure", "w.yaml", "--out", "sub"], "is a directory"),
+    (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+])
+def test_cli_bad_input_other_commands(workdir, args, want, capsys, monkeypatch):
+    rc, err = _main(args, workdir, capsys, monkeypatch)
+    assert rc == 1 and err.count("\n") == 1 and want in err, (rc, err)
+
+
+def test_symlink_is_written_through(workdir):
+    os.symlink("real.json", str(workdir / "link.json"))
+    r = _run(["export", "builders:wide_mlp", "--device", "meta", "--out", "link.json"], str(workdir))
+    assert r.returncode == 0, r.stderr.decode()
+    assert os.path.islink(str(workdir / "link.json"))
+    assert json.loads((workdir / "real.json").read_text())["schema"] == "memplan.trace/v1"
+    assert not [p for p in os.listdir(str(workdir)) if p.startswith(".tmp")]
+
+
+def test_signal_while_writing_leaves_nothing(tmp_path):
+    path = tmp_path / "out.json"
+    path.write_text("old\n")
+
+    def fill(f):
+        f.write("{\"partial\": ")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGTERM)
+        f.write("1}\n")  # not reached
+
+    old = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(atomic.Interrupted) as ei:
+        atomic.write(str(path), fill)
+    assert ei.value.signum == signal.SIGTERM
+    assert path.read_text() == "old\n"  # the previous file is untouched
+    assert os.listdir(str(tmp_path)) == ["out.json"]  # the temporary file is gone
+    assert signal.getsignal(signal.SIGTERM) == old  # the handler is restored
+
+
+def test_write_error_is_output_error(tmp_path):
+    def fill(f):
+        raise OSError(28, "No space left on device")
+    with pytest.raises(atomic.OutputError) as ei:
+        atomic.write(str(tmp_path / "o.json"), fill)
+    assert "No space left on device" in str(ei.value) and "--out" in str(ei.value)
+    assert os.listdir(str(tmp_path)) == []

@@ -1,0 +1,129 @@
+"""Issue 16: export at any batch size, including 1 (table test of size-1 specialisations and of real
+structural differences)."""
+
+import re
+
+import pytest
+
+import size1_builders as sb
+from memplan_torch import ExportError, export_builder, fit, harness
+from memplan_torch.export import _canonical
+from memplan_torch.replay import replay, storage_bytes
+from memplan_torch.schema import validate_trace
+from memplan_torch.trace import trace_once
+
+
+def _raw(builder, batch, seq=None, device="meta"):
+    job = harness.call_builder(builder, batch, seq)
+    harness.to_device(job, device)
+    return trace_once(job, optimizer="sgd", device=device)
+
+
+def _difference(a, b):
+    """The first difference of two raw traces (None when they align)."""
+    try:
+        fit.align(_canonical(a)[0], _canonical(b)[0], "test")
+        return None
+    except ExportError as e:
+        return str(e)
+
+
+def _aligns(a, b):
+    return _difference(a, b) is None
+
+
+SPECIALISED = [
+    # name, builder, the first difference of the traces at 1 and 2 (the size-1 path vs the general one)
+    ("view/clone", sb.view_or_clone, "aten.view.default (phase forward, module 'mid') vs aten.clone.default"),
+    ("contiguous", sb.contiguous_noop, "aten.tanh.default (phase forward, module 'mid') vs aten.clone.default"),
+    ("expand/reshape", sb.expand_reshape, "aten.view.default (phase forward, module 'mid') vs aten.clone.default"),
+    ("squeeze", sb.squeeze, "aten.view.default (phase forward, module 'mid.lin') vs aten.t.default"),
+]
+
+
+@pytest.mark.parametrize("name,builder,op", SPECIALISED, ids=[s[0] for s in SPECIALISED])
+def test_size1_specialisation_exports_at_batch_1(tmp_path, name, builder, op):
+    # the specialisation is real: traces at 1 and 2 differ (this is what failed before issue 16) ...
+    r1, r2, r4 = _raw(builder, 1), _raw(builder, 2), _raw(builder, 4)
+    diff = _difference(r1, r2)
+    assert diff is not None and op in diff, "%s: not the size-1 specialisation to test: %s" % (name, diff)
+    assert _aligns(r2, r4)
+    # ... and batch 1 exports: traced at 2 and 4, written at 1
+    doc = export_builder("size1_builders:" + builder.__name__, str(tmp_path / "t.json"), batch=1, device="meta",
+                         optimizer="sgd")
+    validate_trace(doc)
+    assert doc["trace_batch"] == 1 and doc["traced_at"] == {"batch": 2, "seq": None}
+    assert [p["batch"] for p in doc["fit_points"]] == [2, 4]
+    assert any("asked for batch 1" in n for n in doc["notes"])
+    # every size is the fitted model at 1 and matches the batch-2 export's fit at 1, 2 and 8
+    ref = export_builder("size1_builders:" + builder.__name__, str(tmp_path / "r.json"), batch=2, device="meta",
+                         optimizer="sgd")
+    for s, t in zip(doc["initial_storages"], ref["initial_storages"]):
+        assert s["bytes"] == storage_bytes(s, 1) == storage_bytes(t, 1)
+    for b in (1, 2, 8):
+        assert replay(doc, b)["phases"] == replay(ref, b)["phases"]
+
+
+def test_sequence_of_1_is_traced_at_2_3_4(tmp_path):
+    r1, r2 = _raw(sb.seq_view_or_clone, 2, 1), _raw(sb.seq_view_or_clone, 2, 2)
+    assert "aten.view.default (phase forward, module 'mid') vs aten.clone.default" in _difference(r1, r2)
+    doc = export_builder("size1_builders:seq_view_or_clone", str(tmp_path / "t.json"), batch=1, seq_len=1,
+                         seq_dim=1, device="meta", optimizer="sgd")
+    validate_trace(doc)
+    assert doc["trace_batch"] == 1 and doc["trace_seq"] == 1 and doc["traced_at"] == {"batch": 2, "seq": 2}
+    assert sorted({p["seq"] for p in doc["fit_points"]}) == [2, 3, 4]
+    ref = export_builder("size1_builders:seq_view_or_clone", str(tmp_path / "r.json"), batch=2, seq_len=8,
+                         seq_dim=1, device="meta", optimizer="sgd")
+    for b, s in ((1, 1), (2, 8), (8, 64)):
+        assert replay(doc, b, s)["phases"] == replay(ref, b, s)["phases"]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("builder,want", [
+    ("size_branch", ["aten.tanh.default", "aten.sigmoid.default", "module 'mid'"]),
+    ("size_lifetime", []),  # its backward differs: which op comes first depends on the PyTorch version
+])
+def test_structural_difference_is_refused_naming_both_ops(tmp_path, batch, builder, want):
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError) as ei:
+        export_builder("size1_builders:" + builder, str(path), batch=batch, device="meta", optimizer="sgd")
+    msg = str(ei.value)
+    assert "do not align" in msg and "batch 2 and batch 4" in msg, msg
+    both = re.search(r"at op \d+: aten\.\S+ \(phase \w+, module '[^']*'\) vs aten\.\S+ \(phase \w+, module '[^']*'\)",
+                     msg)
+    assert both or "storages differ" in msg, msg
+    for w in want:
+        assert w in msg, msg
+    assert not path.exists()
+
+
+def test_fit_points_table():
+    cases = [
+        ((1, None, None), ([2, 4], None, (2, None))),
+        ((2, None, None), ([2, 4], None, (2, None))),
+        ((3, None, None), ([3, 6], None, (3, None))),
+        ((1, 1, 1), ([2, 4], [2, 4, 3], (2, 2))),
+        ((1, 2, 1), ([2, 4], [2, 4, 3], (2, 2))),
+        ((1, 3, 1), ([2, 4], [3, 4, 2], (2, 3))),
+        ((2, 4, 1), ([2, 4], [4, 3, 2], (2, 4))),
+        ((2, 64, 1), ([2, 4], [64, 48, 32], (2, 64))),
+        ((5, 7, 2), ([5, 10], [7, 6, 5], (5, 7))),
+    ]
+    for args, want in cases:
+        assert fit.fit_points(*args) == want, args
+    for args, msg in [((0,), "--batch"), ((-1,), "--batch"), ((True,), "--batch"), ((1.5,), "--batch"),
+                      ((2, None, 1), "--seq-len"), ((2, 0, 1), "--seq-len")]:
+        with pytest.raises(ExportError) as ei:
+            fit.fit_points(*args)
+        assert msg in str(ei.value) and "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("fake", [False, True])
+def test_batch_1_real_and_fake_agree(tmp_path, fake):
+    from memplan_torch import compat
+    if fake and not compat.fake_tensors_available():
+        pytest.skip("fake tensors need PyTorch 2.x")
+    kw = dict(fake=True) if fake else dict(device="cpu")
+    doc = export_builder("size1_builders:view_or_clone", str(tmp_path / "t.json"), batch=1, optimizer="sgd", **kw)
+    assert doc["trace_batch"] == 1 and doc["traced_at"]["batch"] == 2
+    assert doc["execution"] == ("fake" if fake else "real")
