@@ -97,30 +97,6 @@ func Cost(c Collective, bytes float64, net Network) (time.Duration, error) {
 	return addSat(lat, seconds(bus*bytes/net.Bandwidth)), nil
 }
 
-// RingAllReduce is Cost(AllReduce, bytes, net):
-// 2(N−1)/N · bytes/B + 2(N−1)·α.
-func RingAllReduce(bytes float64, net Network) (time.Duration, error) {
-	return Cost(AllReduce, bytes, net)
-}
-
-// RingAllGather is Cost(AllGather, bytes, net), bytes being the gathered
-// output: (N−1)/N · bytes/B + (N−1)·α.
-func RingAllGather(bytes float64, net Network) (time.Duration, error) {
-	return Cost(AllGather, bytes, net)
-}
-
-// RingReduceScatter is Cost(ReduceScatter, bytes, net), bytes being the
-// input: (N−1)/N · bytes/B + (N−1)·α.
-func RingReduceScatter(bytes float64, net Network) (time.Duration, error) {
-	return Cost(ReduceScatter, bytes, net)
-}
-
-// PairwiseAllToAll is Cost(AllToAll, bytes, net), bytes being each rank's
-// send buffer: (N−1)/N · bytes/B + (N−1)·α.
-func PairwiseAllToAll(bytes float64, net Network) (time.Duration, error) {
-	return Cost(AllToAll, bytes, net)
-}
-
 // BusBandwidth is NCCL-tests' bus bandwidth of collective c that moved bytes
 // on ranks in time t: algbw = bytes/t times the factor above. It returns 0
 // for t <= 0 or ranks < 1.

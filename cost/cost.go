@@ -69,21 +69,6 @@ func (e Efficiency) Validate() error {
 	return nil
 }
 
-// Device is what the roofline needs of a GPU: peak FLOP/s for the op's
-// dtype and DRAM bandwidth in bytes/s (hw.GPU.PeakFLOPs and
-// hw.GPU.MemBandwidth).
-type Device struct {
-	PeakFLOPs float64
-	Bandwidth float64
-}
-
-// Op is one kernel's work: floating-point operations and DRAM bytes moved
-// (reads plus writes).
-type Op struct {
-	FLOPs float64
-	Bytes float64
-}
-
 // Roofline is the time of one op under the roofline model:
 //
 //	t = max(flops / (peakFLOPs·eff.Compute), bytes / (bandwidth·eff.Memory))
@@ -111,24 +96,4 @@ func Roofline(flops, bytes, peakFLOPs, bandwidth float64, eff Efficiency) (time.
 		tm = bytes / (bandwidth * eff.Memory)
 	}
 	return seconds(math.Max(tc, tm)), nil
-}
-
-// MemoryBound reports whether an op's arithmetic intensity (FLOPs per byte)
-// is below the device's ridge point peakFLOPs·eff.Compute /
-// (bandwidth·eff.Memory), i.e. whether bandwidth sets its roofline time.
-func MemoryBound(op Op, dev Device, eff Efficiency) bool {
-	return op.FLOPs*dev.Bandwidth*eff.Memory < op.Bytes*dev.PeakFLOPs*eff.Compute
-}
-
-// StepTime sums the roofline times of ops run one after another on dev.
-func StepTime(ops []Op, dev Device, eff Efficiency) (time.Duration, error) {
-	var total time.Duration
-	for i, op := range ops {
-		t, err := Roofline(op.FLOPs, op.Bytes, dev.PeakFLOPs, dev.Bandwidth, eff)
-		if err != nil {
-			return 0, fmt.Errorf("%w (op %d)", err, i)
-		}
-		total = addSat(total, t)
-	}
-	return total, nil
 }

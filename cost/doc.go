@@ -3,13 +3,15 @@
 // compute, offloading costs host-link transfers that may overlap compute,
 // sharding costs collectives).
 //
-//   - Roofline and StepTime: per-op time as the larger of compute time and
-//     DRAM time, scaled by an explicit Efficiency (default: ideal roofline).
+//   - Price: a program's step time, each op priced with the formulas below
+//     and placed on the compute, copy or communication streams.
+//   - Roofline: per-op time as the larger of compute time and DRAM time,
+//     scaled by an explicit Efficiency (default: ideal roofline).
 //   - Transfer, Overlap and Prefetch: copies over a Link and a two-stream
 //     (compute + copy) schedule reporting total and exposed transfer time.
-//   - Cost and the Ring*/Pairwise* helpers: collectives under the alpha–beta
-//     model (Thakur, Rabenseifner & Gropp 2005), with NCCL-tests' bus
-//     bandwidth factors.
+//   - Cost: collectives (ring all-reduce, all-gather and reduce-scatter,
+//     pairwise all-to-all) under the alpha–beta model (Thakur, Rabenseifner
+//     & Gropp 2005), with NCCL-tests' bus bandwidth factors.
 //   - TokensPerSecond, SamplesPerSecond, MFU.
 //
 // Every function validates its arguments and returns errors wrapping

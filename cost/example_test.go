@@ -10,12 +10,12 @@ import (
 func Example() {
 	// An H100 SXM (989.4 dense BF16 TFLOPS, 3.35 TB/s): a 4096×4096×4096
 	// bf16 matmul is compute-bound.
-	h100 := cost.Device{PeakFLOPs: 989.4e12, Bandwidth: 3.35e12}
-	mm, _ := cost.Roofline(2*4096*4096*4096, 3*2*4096*4096, h100.PeakFLOPs, h100.Bandwidth, cost.DefaultEfficiency())
+	const peak, bandwidth = 989.4e12, 3.35e12
+	mm, _ := cost.Roofline(2*4096*4096*4096, 3*2*4096*4096, peak, bandwidth, cost.DefaultEfficiency())
 	fmt.Println("matmul:", mm)
 
 	// Ring all-reduce of 1 GB of gradients on 8 ranks at 100 GB/s, α = 0.
-	ar, _ := cost.RingAllReduce(1e9, cost.Network{Ranks: 8, Bandwidth: 100e9})
+	ar, _ := cost.Cost(cost.AllReduce, 1e9, cost.Network{Ranks: 8, Bandwidth: 100e9})
 	fmt.Println("all-reduce:", ar)
 
 	// Offload 1 GB over PCIe Gen4 (31.5 GB/s) after layer 0 of three 20 ms
@@ -27,7 +27,7 @@ func Example() {
 	)
 	fmt.Println("offload:", off, "step:", s.Total, "exposed:", s.Exposed)
 
-	mfu, _ := cost.MFU(30e12, s.Total, h100.PeakFLOPs)
+	mfu, _ := cost.MFU(30e12, s.Total, peak)
 	fmt.Printf("MFU: %.1f%%\n", 100*mfu)
 	// Output:
 	// matmul: 138.911µs

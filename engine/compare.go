@@ -157,17 +157,6 @@ func Compare(base Spec, allow Allow) ([]Row, error) {
 	return rows, nil
 }
 
-// RecomputeFLOPs sums the FLOPs of recompute ops of a program.
-func RecomputeFLOPs(p *ir.Program) float64 {
-	var f float64
-	for i := range p.Ops {
-		if p.Ops[i].Recompute {
-			f += p.Ops[i].FLOPs
-		}
-	}
-	return f
-}
-
 // TotalFLOPs sums the FLOPs of every op.
 func TotalFLOPs(p *ir.Program) float64 {
 	var f float64
