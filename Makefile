@@ -2,7 +2,7 @@
 .PHONY: demo test build bench fuzz
 
 build:
-	go build -o bin/memplan ./cmd/memplan
+	go build -ldflags "-X github.com/memplan/memplan/cli.Version=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o bin/memplan ./cmd/memplan
 
 demo:
 	go run ./cmd/memplan plan --model llama-3-8b --gpu h100 --micro-batch 1 --seq 4096 --precision bf16
@@ -15,6 +15,7 @@ test:
 bench:
 	go test -run '^$$' -bench . -benchmem -count 6 $$(go list ./... | grep -v '/search$$') | tee bench.txt
 	go test -run '^$$' -bench FitLlama3_70B -benchtime 1x -benchmem -count 5 ./search | tee -a bench.txt
+	go test -run '^$$' -bench 'Max.*Llama3_70B' -benchmem -count 6 ./search | tee -a bench.txt
 
 fuzz:
 	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s

@@ -30,17 +30,14 @@ import (
 	"github.com/memplan/memplan/units"
 )
 
-// Main runs the CLI with args and returns the process exit code. Errors are
-// one line on stderr, prefixed "memplan: ".
+// Main runs the CLI with args and returns the process exit status (exit.go:
+// 0 fits, 3 does not fit, 4 nothing fits, 1 bad input). Errors are one line
+// on stderr, prefixed "memplan: "; warnings too, prefixed "memplan:
+// warning: ".
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
-	if err := root.Execute(); err != nil {
-		msg := strings.TrimSpace(strings.ReplaceAll(message(err), "\n", "; "))
-		fmt.Fprintln(stderr, "memplan: "+msg)
-		return 1
-	}
-	return 0
+	return exitCode(root.Execute(), stderr)
 }
 
 // message is err's text with the job fields it names (engine.FieldError)
@@ -63,7 +60,8 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "memplan",
 		Short:         "GPU-memory planner for deep-learning training and inference",
-		Long:          "memplan simulates one training or inference iteration op by op and reports the memory ledger,\nthe timeline, its peak, and whether the job fits on a GPU.",
+		Long:          "memplan simulates one training or inference iteration op by op and reports the memory ledger,\nthe timeline, its peak, and whether the job fits on a GPU.\n\n" + exitHelp,
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -76,7 +74,8 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		return fmt.Errorf("%s (see '%s --help')", msg, c.CommandPath())
 	})
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
-	root.AddCommand(newDiagnoseCmd(stdout))
+	root.AddCommand(newDiagnoseCmd(stdout), newMaxCmd(stdout))
+	root.SetVersionTemplate("memplan {{.Version}}\n")
 	return root
 }
 
@@ -102,18 +101,28 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 		Short: "Simulate one iteration and report its memory ledger, timeline and peak",
 		Example: `  memplan plan --model llama-3-8b --gpu h100 --micro-batch 1 --seq 4096 --precision bf16
   memplan plan --model ./config.json --mode infer --seq 2048 --gen-tokens 512 --json`,
+		Long: "plan simulates one iteration of the job op by op and reports its memory ledger, timeline and peak,\n" +
+			"and whether it fits the --gpu or --budget; a job that does not fit names compare's largest lever.\n\n" + exitHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := f.spec()
 			if err != nil {
 				return err
 			}
+			ws := f.warnings(&spec)
+			warn(cmd.ErrOrStderr(), ws)
 			res, err := engine.Plan(spec)
 			if err != nil {
 				return err
 			}
 			if err := rf.apply(res, true); err != nil {
 				return err
+			}
+			var next *engine.Row
+			if res.Capacity > 0 && !res.Fits {
+				if next, err = engine.LargestLever(res.Spec); err != nil {
+					return err
+				}
 			}
 			if f.svg != "" {
 				if err := report.WritePlot(f.svg, res, report.PlotOptions{}); err != nil {
@@ -125,9 +134,19 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			return emit(stdout, f.jsonOut,
-				func(w io.Writer) error { return report.WriteJSON(w, res, !f.noTimeline) },
-				func(w io.Writer) error { return report.WriteText(w, res, report.TextOptions{Chart: !f.noChart}) })
+			err = emit(stdout, f.jsonOut,
+				func(w io.Writer) error {
+					j := report.Build(res, !f.noTimeline)
+					j.NextStep, j.Warnings = report.NextStep(next), ws
+					return writeJSON(w, j)
+				},
+				func(w io.Writer) error {
+					return report.WriteText(w, res, report.TextOptions{Chart: !f.noChart, NextStep: next})
+				})
+			if err != nil {
+				return err
+			}
+			return fitsVerdict(res.Capacity > 0, res.Fits)
 		},
 	}
 	fl := c.Flags()

@@ -140,10 +140,10 @@ func TestPlanJSONFields(t *testing.T) {
 
 func TestPlanTextAndLists(t *testing.T) {
 	code, out, errs := run("plan", "--model", "llama-3-8b", "--gpu", "h100", "--seq", "4096", "--precision", "bf16")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
+	if code != ExitDoesNotFit {
+		t.Fatalf("exit %d, want %d (does not fit): %s", code, ExitDoesNotFit, errs)
 	}
-	for _, want := range []string{"Peak", "Ledger at the peak", "Peak of each phase", "Model states", "h100-sxm"} {
+	for _, want := range []string{"Peak", "DOES NOT FIT", "Next step: ", "Ledger at the peak", "Peak of each phase", "Model states", "h100-sxm"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("text report lacks %q:\n%s", want, out)
 		}
@@ -157,7 +157,8 @@ func TestPlanTextAndLists(t *testing.T) {
 }
 
 // FuzzPlanFlags drives `memplan plan` with arbitrary sizes and names: it must
-// exit 0 with output, or 1 with one line on stderr, and never panic.
+// exit 0 with output, or 1 with one line on stderr (after any warnings), and
+// never panic.
 func FuzzPlanFlags(f *testing.F) {
 	f.Add("gpt2", "64", "1", "1", "amp-bf16", "adamw", "sdpa", "train", "0")
 	f.Add("llama-3.2-1b", "2147483647", "2147483647", "3", "bf16", "sgd", "eager", "infer", "9")
@@ -168,13 +169,23 @@ func FuzzPlanFlags(f *testing.F) {
 			"--precision", prec, "--optimizer", opt, "--attention", att, "--mode", mode, "--gen-tokens", gen,
 			"--json", "--no-timeline", "--first-step=false"}
 		code, out, errs := run(args...)
+		// Warnings come first, one line each; an error is the last line.
+		lines := strings.Split(strings.TrimRight(errs, "\n"), "\n")
+		if errs == "" {
+			lines = nil
+		}
+		for _, l := range lines[:max(len(lines)-1, 0)] {
+			if !strings.HasPrefix(l, "memplan: warning: ") {
+				t.Fatalf("%v: stderr line %q is neither a warning nor the last", args, l)
+			}
+		}
 		switch code {
 		case 0:
-			if out == "" || errs != "" {
+			if out == "" || len(lines) > 0 && !strings.HasPrefix(lines[len(lines)-1], "memplan: warning: ") {
 				t.Fatalf("%v: exit 0 with stdout %d bytes, stderr %q", args, len(out), errs)
 			}
 		case 1:
-			if out != "" || !strings.HasPrefix(errs, "memplan: ") || strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 {
+			if out != "" || len(lines) == 0 || !strings.HasPrefix(lines[len(lines)-1], "memplan: ") || strings.HasPrefix(lines[len(lines)-1], "memplan: warning: ") {
 				t.Fatalf("%v: bad failure output: stdout %q stderr %q", args, out, errs)
 			}
 		default:
@@ -185,7 +196,7 @@ func FuzzPlanFlags(f *testing.F) {
 
 func TestCompare(t *testing.T) {
 	code, out, errs := run("compare", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "1024", "--allow", "8bit", "--json")
-	if code != 0 {
+	if code != ExitDoesNotFit { // the baseline does not fit; strategies do
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	var j struct {

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memplan/memplan/diagnose"
+	"github.com/memplan/memplan/engine"
 )
 
 func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
@@ -26,14 +27,28 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			warn(cmd.ErrOrStderr(), f.warnings(&spec))
 			rep, err := diagnose.Diagnose(spec, reserved)
 			if err != nil {
 				return err
 			}
-			return diagnose.Write(stdout, rep)
+			if err := diagnose.Write(stdout, rep); err != nil {
+				return err
+			}
+			return diagnoseVerdict(spec, rep)
 		},
 	}
 	f.register(c.Flags())
 	c.Flags().BoolVar(&reserved, "reserved", false, "count the caching allocator's fragmentation (the reserved peak's unused bytes) as an object")
 	return c
+}
+
+// diagnoseVerdict is diagnose's exit status: 3 when the job as given does
+// not fit its GPU or budget.
+func diagnoseVerdict(s engine.Spec, rep *diagnose.Report) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	c := s.CapacityBytes()
+	return fitsVerdict(c > 0, rep.Base.Peak <= c)
 }

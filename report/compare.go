@@ -37,6 +37,8 @@ type CompareJSON struct {
 	Schema        string           `json:"schema"`
 	CapacityBytes units.Bytes      `json:"capacity_bytes"`
 	Rows          []CompareRowJSON `json:"strategies"`
+	// Warnings name inputs ignored or implausible (set by the CLI).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // BuildCompare assembles the JSON form; full adds each plan (no timeline).

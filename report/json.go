@@ -105,7 +105,30 @@ type PlanJSON struct {
 	Reserved      *reservedJSON `json:"reserved,omitempty"`
 	Time          *timeJSON     `json:"time,omitempty"`
 	Ops           int           `json:"ops"`
-	Timeline      []EventJSON   `json:"timeline,omitempty"`
+	// NextStep is the largest lever of compare when the job does not fit
+	// (set by the CLI, which plans it); Warnings name inputs the plan
+	// ignored or found implausible.
+	NextStep *NextStepJSON `json:"next_step,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+	Timeline []EventJSON   `json:"timeline,omitempty"`
+}
+
+// NextStepJSON is the strategy of compare that lowers the peak the most.
+type NextStepJSON struct {
+	Strategy  string      `json:"strategy"`
+	Changes   string      `json:"changes"`
+	PeakBytes units.Bytes `json:"peak_bytes"`
+	Fits      bool        `json:"fits"`
+	Shortfall units.Bytes `json:"shortfall_bytes"`
+}
+
+// NextStep is row's JSON form (nil for nil).
+func NextStep(row *engine.Row) *NextStepJSON {
+	if row == nil {
+		return nil
+	}
+	r := row.Result
+	return &NextStepJSON{Strategy: row.Name, Changes: row.Changes, PeakBytes: r.PeakBytes(), Fits: r.Fits, Shortfall: r.Shortfall}
 }
 
 // timeJSON is the priced step: a roofline upper bound on speed on the GPU,

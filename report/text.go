@@ -24,6 +24,9 @@ type TextOptions struct {
 	Width, Height int
 	// TopModules is how many blocks of saved activations to list (default 6).
 	TopModules int
+	// NextStep, when set, is the largest lever of compare, printed under
+	// the verdict of a job that does not fit.
+	NextStep *engine.Row
 }
 
 func pct(a, b units.Bytes) string {
@@ -56,6 +59,7 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	fmt.Fprintln(&b, textHeader(res))
 	writePeakLines(&b, res)
 	writeReservedLine(&b, res)
+	writeNextStep(&b, o.NextStep)
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, ledgerTable(res).Render())
 	fmt.Fprintln(&b, phaseTable(res).Render())
@@ -147,6 +151,19 @@ func writePeakLines(b *strings.Builder, res *engine.Result) {
 		op := &res.FirstProgram.Ops[fp.Op]
 		fmt.Fprintf(b, "First step peaks higher: %s in %s at %s (optimizer state created lazily)\n", fp.Total, fp.Phase, where(op.Name, op.Module))
 	}
+}
+
+// writeNextStep names the largest lever of compare and what it leaves.
+func writeNextStep(b *strings.Builder, row *engine.Row) {
+	if row == nil {
+		return
+	}
+	r := row.Result
+	verdict := "fits"
+	if !r.Fits {
+		verdict = fmt.Sprintf("still %s short; memplan fit searches combinations", r.Shortfall)
+	}
+	fmt.Fprintf(b, "Next step: %s lowers the peak most, to %s (%s): %s\n", row.Name, r.PeakBytes(), verdict, row.Changes)
 }
 
 // ledgerTable is the ledger at the peak, by category.

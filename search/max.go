@@ -74,15 +74,34 @@ func (r *MaxResult) AtCap() bool { return r.Value == r.Cap }
 // quadratic at worst in a sequence), then bisects the bracket; each probe
 // is an exact plan without a timeline.
 func Max(base engine.Spec, d Dim) (*MaxResult, error) {
+	r := &MaxResult{Dim: d, Step: 1}
+	if err := r.refuse(&base); err != nil {
+		return nil, err
+	}
+	// The sequence's bound is the model's positions less the generated
+	// tokens, known before the spec is validated at the smallest sequence;
+	// the generated tokens' bound is the positions less the prompt, whose
+	// default validation fills in (at 0 generated tokens).
+	if d == DimSeq {
+		if err := r.bounds(&base); err != nil {
+			return nil, err
+		}
+	}
+	smallest := 1
+	if d == DimGenTokens {
+		smallest = 0
+	}
+	base = (&maxSolver{base: base, r: r}).spec(smallest)
 	if err := base.Validate(); err != nil {
 		return nil, err
 	}
+	if d != DimSeq {
+		if err := r.bounds(&base); err != nil {
+			return nil, err
+		}
+	}
 	if base.CapacityBytes() <= 0 {
 		return nil, engine.FieldErrorf(engine.FieldGPU, "max needs a {gpu} or a {budget} to fit")
-	}
-	r := &MaxResult{Dim: d, Step: 1}
-	if err := r.bounds(&base); err != nil {
-		return nil, err
 	}
 	m := &maxSolver{base: base, r: r}
 	lo, hi, err := m.bracket()
@@ -103,14 +122,10 @@ func Max(base engine.Spec, d Dim) (*MaxResult, error) {
 	return r, m.finish(lo, hi)
 }
 
-// bounds sets the granule and the cap of r's dimension for base.
-func (r *MaxResult) bounds(base *engine.Spec) error {
+// refuse says why r's dimension cannot be solved for base's job, if it
+// cannot.
+func (r *MaxResult) refuse(base *engine.Spec) error {
 	a := base.Model
-	positions := 0
-	if a != nil && a.MaxPositions > 0 {
-		positions = a.MaxPositions
-	}
-	r.Cap, r.CapWhy = MaxCap, fmt.Sprintf("the search's bound of %d", MaxCap)
 	switch r.Dim {
 	case DimMicroBatch:
 	case DimSeq:
@@ -120,6 +135,29 @@ func (r *MaxResult) bounds(base *engine.Spec) error {
 		if base.Trace != nil && !base.Trace.HasSeq() {
 			return engine.FieldErrorf(engine.FieldSeq, "the trace has no sequence dimension; it has no {seq} to solve for")
 		}
+	case DimGenTokens:
+		if base.Mode != engine.Infer {
+			return engine.FieldErrorf(engine.FieldGenTokens, "{gen-tokens} applies to inference ({mode} infer)")
+		}
+		if a != nil && a.Encoder {
+			return engine.FieldErrorf(engine.FieldGenTokens, "%s is an encoder; it generates no tokens", a.Name)
+		}
+	default:
+		return fmt.Errorf("unknown dimension %d", r.Dim)
+	}
+	return nil
+}
+
+// bounds sets the granule and the cap of r's dimension for base.
+func (r *MaxResult) bounds(base *engine.Spec) error {
+	a := base.Model
+	positions := 0
+	if a != nil && a.MaxPositions > 0 {
+		positions = a.MaxPositions
+	}
+	r.Cap, r.CapWhy = MaxCap, fmt.Sprintf("the search's bound of %d", MaxCap)
+	switch r.Dim {
+	case DimSeq:
 		if base.SP && base.TP > 1 {
 			r.Step = base.TP
 		}
@@ -130,17 +168,9 @@ func (r *MaxResult) bounds(base *engine.Spec) error {
 			}
 		}
 	case DimGenTokens:
-		if base.Mode != engine.Infer {
-			return engine.FieldErrorf(engine.FieldGenTokens, "{gen-tokens} applies to inference ({mode} infer)")
-		}
-		if a != nil && a.Encoder {
-			return engine.FieldErrorf(engine.FieldGenTokens, "%s is an encoder; it generates no tokens", a.Name)
-		}
 		if positions > 0 {
 			r.Cap, r.CapWhy = positions-base.Seq, fmt.Sprintf("%s's %d positions less the %d-token prompt", a.Name, positions, base.Seq)
 		}
-	default:
-		return fmt.Errorf("unknown dimension %d", r.Dim)
 	}
 	r.Cap -= r.Cap % r.Step
 	if r.Cap < r.Step {

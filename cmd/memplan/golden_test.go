@@ -19,23 +19,25 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/* from the curr
 var golden = []struct {
 	name string
 	args []string
+	// code is the exit status (cli.ExitOK unless the example does not fit).
+	code int
 }{
 	// README "The two commands": make demo.
-	{"plan-demo.json", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "1", "--seq", "4096", "--precision", "bf16", "--json"}},
-	{"plan-demo.txt", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "1", "--seq", "4096", "--precision", "bf16"}},
+	{"plan-demo.json", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "1", "--seq", "4096", "--precision", "bf16", "--json"}, cli.ExitDoesNotFit},
+	{"plan-demo.txt", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "1", "--seq", "4096", "--precision", "bf16"}, cli.ExitDoesNotFit},
 	// README "What it prints" (the text, the chart and the plot).
-	{"plan-llama-3.2-1b.json", []string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "2048", "--json"}},
-	{"plan-llama-3.2-1b.txt", []string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "2048", "--svg", "{dir}/timeline.svg"}},
+	{"plan-llama-3.2-1b.json", []string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "2048", "--json"}, cli.ExitDoesNotFit},
+	{"plan-llama-3.2-1b.txt", []string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "4", "--seq", "2048", "--svg", "{dir}/timeline.svg"}, cli.ExitDoesNotFit},
 	// README "What fits subtracts": recipes.
-	{"plan-litgpt-lora.json", []string{"plan", "--model", "llama-2-7b", "--gpu", "a100-40gb", "--seq", "1304", "--recipe", "litgpt", "--lora", "r=8,alpha=16,dropout=0.05,targets=qkv_proj", "--json"}},
-	{"plan-torchtune-in-backward.json", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--recipe", "torchtune", "--set", "optimizer.in-backward=true", "--json"}},
+	{"plan-litgpt-lora.json", []string{"plan", "--model", "llama-2-7b", "--gpu", "a100-40gb", "--seq", "1304", "--recipe", "litgpt", "--lora", "r=8,alpha=16,dropout=0.05,targets=qkv_proj", "--json"}, cli.ExitOK},
+	{"plan-torchtune-in-backward.json", []string{"plan", "--model", "llama-3-8b", "--gpu", "h100", "--recipe", "torchtune", "--set", "optimizer.in-backward=true", "--json"}, cli.ExitOK},
 	// README "Any PyTorch model": a trace, with and without the measured workload.
-	{"plan-graph.json", []string{"plan", "--graph", "../../testdata/torch/lm.trace.json", "--micro-batch", "64", "--checkpoint", "modules=layers.*", "--gpu", "a100", "--json"}},
-	{"plan-graph-workload.json", []string{"plan", "--graph", "../../testdata/torch/lm.trace.json", "--workload", "../../testdata/torch/workloads/lm.yaml", "--json"}},
+	{"plan-graph.json", []string{"plan", "--graph", "../../testdata/torch/lm.trace.json", "--micro-batch", "64", "--checkpoint", "modules=layers.*", "--gpu", "a100", "--json"}, cli.ExitOK},
+	{"plan-graph-workload.json", []string{"plan", "--graph", "../../testdata/torch/lm.trace.json", "--workload", "../../testdata/torch/workloads/lm.yaml", "--json"}, cli.ExitOK},
 	// README "Strategies": compare on 8 H100s, fit at global batch 64.
-	{"compare-llama-3-8b.json", []string{"compare", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "4", "--seq", "4096", "--precision", "bf16", "--dp", "8", "--json"}},
-	{"compare-llama-3-8b.txt", []string{"compare", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "4", "--seq", "4096", "--precision", "bf16", "--dp", "8"}},
-	{"fit-llama-3-8b.json", []string{"fit", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--global-batch", "64", "--seq", "4096", "--precision", "bf16", "--json"}},
+	{"compare-llama-3-8b.json", []string{"compare", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "4", "--seq", "4096", "--precision", "bf16", "--dp", "8", "--json"}, cli.ExitNothingFits},
+	{"compare-llama-3-8b.txt", []string{"compare", "--model", "llama-3-8b", "--gpu", "h100", "--micro-batch", "4", "--seq", "4096", "--precision", "bf16", "--dp", "8"}, cli.ExitNothingFits},
+	{"fit-llama-3-8b.json", []string{"fit", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "8", "--global-batch", "64", "--seq", "4096", "--precision", "bf16", "--json"}, cli.ExitOK},
 }
 
 // TestGolden runs the README's examples in process and compares their outputs (and the plot one of them writes)
@@ -49,8 +51,8 @@ func TestGolden(t *testing.T) {
 				args[i] = strings.ReplaceAll(a, "{dir}", dir)
 			}
 			var out, errb bytes.Buffer
-			if code := cli.Main(args, &out, &errb); code != 0 {
-				t.Fatalf("memplan %s: exit %d: %s", strings.Join(args, " "), code, errb.String())
+			if code := cli.Main(args, &out, &errb); code != g.code {
+				t.Fatalf("memplan %s: exit %d, want %d: %s", strings.Join(args, " "), code, g.code, errb.String())
 			}
 			check(t, g.name, out.Bytes())
 			for _, a := range args {

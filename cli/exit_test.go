@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// Every exit status, from every command that gives it: 0 fits (or nothing
+// to fit), 3 does not fit, 4 nothing fits, 1 bad input.
+func TestExitStatuses(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string // in stdout (stderr for status 1 and fit's 4)
+	}{
+		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--no-chart"}, ExitOK, "Fits on h100"},
+		{[]string{"plan", "--model", "gpt2", "--no-chart"}, ExitOK, "Peak"},
+		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--no-chart"}, ExitDoesNotFit, "Next step: "},
+		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--json", "--no-timeline"}, ExitDoesNotFit, `"next_step"`},
+		{[]string{"compare", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "baseline"},
+		{[]string{"compare", "--model", "gpt2", "--budget", "3GiB", "--micro-batch", "2"}, ExitDoesNotFit, "checkpoint every block"},
+		{[]string{"compare", "--model", "gpt2", "--budget", "100MiB"}, ExitNothingFits, "baseline"},
+		{[]string{"diagnose", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "micro-batch ×2"},
+		{[]string{"diagnose", "--model", "gpt2", "--budget", "1GiB"}, ExitDoesNotFit, "micro-batch ×2"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "rtx-4090", "--micro-batch", "?"}, ExitOK, "Largest micro-batch that fits: "},
+		{[]string{"max", "--model", "gpt2", "--budget", "100MiB", "--micro-batch", "?"}, ExitNothingFits, "Nothing fits: even micro-batch 1"},
+		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--global-batch", "4"}, ExitOK, "Fastest plan that fits"},
+		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--budget", "100MiB", "--global-batch", "1"}, ExitNothingFits, "no plan fits"},
+		{[]string{"plan", "--model", "lama-2-7b"}, ExitBadInput, "unknown model"},
+		{[]string{"max", "--model", "lama-2-7b", "--micro-batch", "?"}, ExitBadInput, "unknown model"},
+		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--allow", "magic"}, ExitBadInput, "--allow"},
+		{[]string{"--version"}, ExitOK, "memplan "},
+	} {
+		code, out, errs := run(c.args...)
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d; stderr %q", c.args, code, c.code, errs)
+			continue
+		}
+		where := out
+		if code == ExitBadInput || c.args[0] == "fit" && code == ExitNothingFits {
+			where = errs
+			if out != "" || strings.Count(errs, "\n") != 1 {
+				t.Errorf("%v: stdout %q, stderr %q: want one line on stderr only", c.args, out, errs)
+			}
+		}
+		if !strings.Contains(where, c.want) {
+			t.Errorf("%v: output lacks %q:\n%s", c.args, c.want, where)
+		}
+	}
+}
+
+// The statuses are documented where a user looks: memplan --help and the
+// help of each command that gives them.
+func TestExitStatusesDocumented(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"plan", "--help"}, {"max", "--help"}, {"compare", "--help"}} {
+		code, out, _ := run(args...)
+		if code != 0 || !strings.Contains(out, "Exit status: 0 the job fits") || !strings.Contains(out, "3 it does not fit") ||
+			!strings.Contains(out, "4 nothing fits") || !strings.Contains(out, "1 bad input") {
+			t.Errorf("%v: exit %d, help does not document the exit statuses:\n%s", args, code, out)
+		}
+	}
+}
+
+// Every warning: its line on stderr, the same sentence in the JSON's
+// warnings, and the plan still made.
+func TestWarnings(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--budget", "24"}, "--budget 24 has no unit: read as 24 bytes"},
+		{[]string{"--gpu", "h100", "--budget", "24GiB"}, "--budget 24.00 GiB replaces the h100-sxm's usable memory"},
+		{[]string{"--gpu", "h100", "--budget", "200GiB"}, "--budget 200.00 GiB is more than the h100-sxm's"},
+		{[]string{"--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training; ignored with --mode infer"},
+		{[]string{"--mode", "infer", "--optimizer-impl", "fused"}, "--optimizer-impl applies to training"},
+		{[]string{"--mode", "infer", "--first-step=false"}, "--first-step applies to training"},
+		{[]string{"--pp-schedule", "gpipe"}, "--pp-schedule applies to pipeline parallelism"},
+		{[]string{"--pp-interleave", "2"}, "--pp-interleave applies to pipeline parallelism"},
+		{[]string{"--gpu", "h100", "--kernels", "cpu"}, "--kernels cpu plans CPU kernels' memory"},
+		{[]string{"--gen-tokens", "5"}, "--gen-tokens applies to inference (--mode infer); ignored in training"},
+		{[]string{"--model", "vit-base", "--seq", "77"}, "--seq is ignored: vit-base takes 224×224 images, 197 tokens"},
+		{[]string{"--model", "tinyllama-1.1b", "--seq", "4096"}, "--seq 4096 is beyond tinyllama-1.1b's 2048 positions"},
+		{[]string{"--model", "tinyllama-1.1b", "--mode", "infer", "--seq", "2000", "--gen-tokens", "100"}, "--seq 2000 + --gen-tokens 100 is beyond tinyllama-1.1b's 2048 positions"},
+	} {
+		args := append([]string{"plan", "--no-chart"}, c.args...)
+		code, _, errs := run(args...)
+		if code == ExitBadInput {
+			t.Errorf("%v: exit 1: %s", args, errs)
+			continue
+		}
+		if !strings.Contains(errs, "memplan: warning: "+c.want) {
+			t.Errorf("%v: stderr %q lacks the warning %q", args, errs, c.want)
+		}
+		code, out, _ := run(append(args, "--json", "--no-timeline")...)
+		var j struct {
+			Warnings []string `json:"warnings"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Errorf("%v --json: exit %d: %v", args, code, err)
+			continue
+		}
+		if !strings.Contains(strings.Join(j.Warnings, "\n"), c.want) {
+			t.Errorf("%v --json: warnings %q lack %q", args, j.Warnings, c.want)
+		}
+	}
+	// An ignored input is dropped: vit plans its own tokens, not 77.
+	_, out, _ := run("plan", "--model", "vit-base", "--seq", "77", "--json", "--no-timeline")
+	if !strings.Contains(out, `"seq": 197`) {
+		t.Errorf("vit with --seq 77 did not plan 197 tokens:\n%.400s", out)
+	}
+	// No warning without a reason.
+	if _, _, errs := run("plan", "--model", "gpt2", "--gpu", "h100", "--no-chart"); errs != "" {
+		t.Errorf("a plain plan warns: %q", errs)
+	}
+}
+
+// max answers with the value plan agrees on: plan at the answer fits (exit
+// 0), plan one past it does not (exit 3).
+func TestMaxAgreesWithPlan(t *testing.T) {
+	for _, c := range []struct {
+		dim  string
+		args []string
+	}{
+		{"micro-batch", []string{"--model", "gpt2", "--gpu", "rtx-4090", "--seq", "512"}},
+		{"seq", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--checkpoint", "full", "--micro-batch", "2"}},
+		{"gen-tokens", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--mode", "infer", "--micro-batch", "64", "--seq", "1024"}},
+	} {
+		code, out, errs := run(append([]string{"max", "--" + c.dim, "?", "--json"}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("max --%s: exit %d: %s", c.dim, code, errs)
+		}
+		var j struct {
+			Dimension string          `json:"dimension"`
+			Value     int             `json:"value"`
+			Step      int             `json:"step"`
+			AtCap     bool            `json:"at_cap"`
+			At        json.RawMessage `json:"at"`
+			Beyond    json.RawMessage `json:"beyond"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		if j.Dimension != c.dim || j.Value < 1 || j.AtCap || j.At == nil || j.Beyond == nil {
+			t.Fatalf("max --%s: %s", c.dim, out[:min(len(out), 400)])
+		}
+		for _, v := range []struct{ val, code int }{{j.Value, ExitOK}, {j.Value + j.Step, ExitDoesNotFit}} {
+			args := append([]string{"plan", "--no-chart", "--no-reserved", "--" + c.dim, fmt.Sprint(v.val)}, c.args...)
+			if code, _, errs := run(args...); code != v.code {
+				t.Errorf("%v: exit %d, want %d (max said %d): %s", args, code, v.code, j.Value, errs)
+			}
+		}
+	}
+}
+
+// max's own bad input: one line, exit 1, nothing on stdout.
+func TestMaxBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100"}, "give it the value '?'"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "?", "--seq", "?"}, "--micro-batch and --seq were all given '?'"},
+		{[]string{"max", "--model", "vit-base", "--gpu", "h100", "--seq", "?"}, "vit-base takes images of a fixed size; it has no --seq to solve for"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--gen-tokens", "?"}, "--gen-tokens applies to inference (--mode infer)"},
+		{[]string{"max", "--model", "bert-base", "--gpu", "h100", "--mode", "infer", "--gen-tokens", "?"}, "bert-base is an encoder"},
+		{[]string{"max", "--model", "gpt2", "--micro-batch", "?"}, "max needs a --gpu or a --budget"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "??"}, "invalid argument"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--seq", "?", "--mode", "infer", "--gen-tokens", "1024"}, "no --seq fits in gpt2's 1024 positions less 1024 generated tokens"},
+	} {
+		code, out, errs := run(c.args...)
+		if code != ExitBadInput || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line with %q", c.args, code, out, errs, c.want)
+		}
+	}
+	// The search's bound is said as such: gpt2's 1024 positions fit an H100.
+	code, out, _ := run("max", "--model", "gpt2", "--gpu", "h100", "--seq", "?")
+	if code != 0 || !strings.Contains(out, "Largest seq that fits: 1024, the bound of the search (gpt2's 1024 positions)") {
+		t.Errorf("exit %d:\n%s", code, out)
+	}
+}

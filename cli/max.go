@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/report"
+	"github.com/memplan/memplan/search"
+)
+
+// askable is a flag of max that also takes "?": the dimension to solve for.
+type askable struct {
+	pflag.Value
+	asked *bool
+}
+
+func (a askable) Set(v string) error {
+	*a.asked = v == "?"
+	if *a.asked {
+		return nil
+	}
+	return a.Value.Set(v)
+}
+
+func newMaxCmd(stdout io.Writer) *cobra.Command {
+	f := &planFlags{}
+	var jsonOut bool
+	asked := map[search.Dim]*bool{}
+	c := &cobra.Command{
+		Use:   "max",
+		Short: "The largest micro-batch, sequence or generated-token count that fits: give '?' to the one to solve",
+		Long: "max takes plan's flags and the value '?' for one of --micro-batch, --seq or --gen-tokens, and finds the\n" +
+			"largest value at which the job fits the --gpu or --budget, everything else as given. Each value tried\n" +
+			"is an exact plan; the search relies on the peak never falling as the value grows (every tensor's size\n" +
+			"grows with it, the program's ops and lifetimes do not change). It prints the plan at the answer and\n" +
+			"one step beyond: where that one overflows and what grew.\n\n" + exitHelp,
+		Example: `  memplan max --model llama-3-8b --gpu h100 --seq 4096 --micro-batch '?'
+  memplan max --model llama-3-8b --gpu h100 --micro-batch 1 --seq '?' --checkpoint full
+  memplan max --model llama-2-7b --gpu a100 --mode infer --seq 2048 --micro-batch 8 --gen-tokens '?' --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := solvedDim(asked)
+			if err != nil {
+				return err
+			}
+			spec, err := f.spec()
+			if err != nil {
+				return err
+			}
+			// The asked dimension's value is not the user's: no warning
+			// about it.
+			var ws []string
+			for _, w := range f.warnings(&spec) {
+				if !strings.HasPrefix(w, "--"+d.Field().Key()+" ") {
+					ws = append(ws, w)
+				}
+			}
+			warn(cmd.ErrOrStderr(), ws)
+			r, err := search.Max(spec, d)
+			nothing := errors.Is(err, search.ErrNothingFits)
+			if err != nil && !nothing {
+				return err
+			}
+			var next *engine.Row
+			if nothing {
+				if next, err = engine.LargestLever(r.Beyond.Spec); err != nil {
+					return err
+				}
+			}
+			err = emit(stdout, jsonOut,
+				func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },
+				func(w io.Writer) error { return report.WriteMaxText(w, r, next) })
+			if err == nil && nothing {
+				return verdict(ExitNothingFits)
+			}
+			return err
+		},
+	}
+	fl := c.Flags()
+	f.register(fl)
+	for _, d := range search.Dims() {
+		b := new(bool)
+		asked[d] = b
+		fg := fl.Lookup(d.Field().Key())
+		fg.Value = askable{fg.Value, b}
+		fg.Usage += "; '?' solves for it"
+	}
+	fl.BoolVar(&jsonOut, "json", false, "print the machine-readable JSON (memplan.max/v1)")
+	return c
+}
+
+// solvedDim is the one dimension given '?'.
+func solvedDim(asked map[search.Dim]*bool) (search.Dim, error) {
+	var got []search.Dim
+	var names []string
+	for _, d := range search.Dims() {
+		names = append(names, "--"+d.Field().Key())
+		if *asked[d] {
+			got = append(got, d)
+		}
+	}
+	switch len(got) {
+	case 1:
+		return got[0], nil
+	case 0:
+		return 0, fmt.Errorf("max solves for one of %s: give it the value '?'", strings.Join(names, ", "))
+	}
+	var gn []string
+	for _, d := range got {
+		gn = append(gn, "--"+d.Field().Key())
+	}
+	return 0, fmt.Errorf("max solves for one dimension at a time; %s were all given '?'", strings.Join(gn, " and "))
+}
