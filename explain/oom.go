@@ -3,8 +3,8 @@ package explain
 import (
 	"cmp"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/snapshot"
