@@ -120,16 +120,17 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	ck := &checkpointer{c: c, insert: map[int][]ir.Op{}, touched: map[ir.TensorID]bool{}}
+	ck := &checkpointer{c: c, touched: map[ir.TensorID]bool{}}
 	if err := ck.segments(p); err != nil {
 		return nil, err
 	}
 	ck.copy(p, own)
+	ck.e = newEditor(ck.q)
 	ck.backwardOfSegments()
 	for _, s := range ck.segs {
 		ck.recompute(s)
 	}
-	ck.q.Ops = splice(ck.q.Ops, ck.insert, nil)
+	ck.q = ck.e.finish()
 	recategorize(ck.q, ck.touched)
 	return ck.q, nil
 }
@@ -157,13 +158,13 @@ type segID struct {
 // matched module, per micro-step), copy (the program it rewrites, with room for the recompute), backward of
 // segments (each backward op under its segment's key), then recompute per segment (clones of the forward ops
 // up to the last one whose output backward reads, inserted before the segment's first backward op, which
-// reads the clones), and finally splice and recategorize.
+// reads the clones), and finally the editor's finish and recategorize.
 type checkpointer struct {
 	c       *Checkpoint
 	q       *ir.Program
 	segs    []segment
 	bwdOf   map[segID][]int      // backward ops of each segment, in order
-	insert  map[int][]ir.Op      // recompute ops to place before op j
+	e       *editor              // the recompute ops go before the first backward op of their segment
 	touched map[ir.TensorID]bool // storages whose category recategorize decides
 }
 
@@ -293,7 +294,7 @@ func (ck *checkpointer) recompute(s segment) {
 	for _, j := range bwd {
 		substitute(&q.Ops[j], rmap)
 	}
-	ck.insert[bwd[0]] = append(ck.insert[bwd[0]], clones...)
+	ck.e.before[bwd[0]] = append(ck.e.before[bwd[0]], clones...)
 }
 
 // lastNeeded is the index in s.ops of the last op whose output the segment's backward ops read, or -1.
@@ -349,8 +350,7 @@ func (ck *checkpointer) clone(oi int, rmap map[ir.TensorID]ir.TensorID, produced
 				nt.Base = r
 			}
 		}
-		q.Tensors = append(q.Tensors, nt)
-		id := ir.TensorID(len(q.Tensors) - 1)
+		id := ck.e.add(nt)
 		rmap[t] = id
 		cl.Out[k] = id
 		ck.touched[id] = true

@@ -12,8 +12,9 @@ import (
 // and the Comm/Transfer of ops, capped, so rewriteIn and substitute replace an op's operands instead of writing
 // into them). New tensors go through editor.add; new ops are collected per anchor op in editor.before/after and
 // inserted in one pass by editor.finish (splice), so op indices stay those of the input while a transform
-// works. Checkpoint, ZeRO/FSDP/DDP and the offloads edit this way; Pipeline, which keeps a subset of the ops in
-// a new order, rebuilds the op list and compacts the tensors (ppCompact in pipeline.go).
+// works. Every transform that inserts ops edits this way (Checkpoint, ZeRO/FSDP/DDP, the offloads); Pipeline,
+// which keeps a subset of the ops in a new order (the schedule's), cannot be said as insertions around anchors:
+// it builds its op list in schedule order and compacts the tensors (ppCompact in pipeline.go).
 
 // editable is p itself when the transform owns it, else a Clone.
 func editable(p *ir.Program, own bool) *ir.Program {
