@@ -158,8 +158,9 @@ func opShort(op string) string {
 	return op
 }
 
-// scratch is the in-kernel scratch of e at the replay size: linear in the
-// batch through the two points recorded at each sequence length, then (for
+// scratch is the in-kernel scratch of e at the replay size: piecewise linear
+// in the batch through the points recorded at each sequence length (two, or
+// three with the point an export at batch 1 adds below its fit), then (for
 // traces with a sequence model) through the sequence lengths, never
 // negative. memplan_torch.replay.scratch_bytes is the same function.
 func (bd *builder) scratch(e *Event) units.Bytes {
@@ -185,10 +186,17 @@ func ScratchAt(sc *Scratch, b, s int64) int64 {
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	atBatch := func(pts []ScratchPoint) float64 {
-		if len(pts) < 2 || pts[0].Batch == pts[1].Batch {
+		pts = append([]ScratchPoint(nil), pts...)
+		sort.SliceStable(pts, func(i, j int) bool { return pts[i].Batch < pts[j].Batch })
+		if len(pts) < 2 || pts[0].Batch == pts[len(pts)-1].Batch {
 			return float64(pts[0].Bytes)
 		}
-		p1, p2 := pts[0], pts[1]
+		// piecewise linear through the points, the end segments extended (two points: one line)
+		k := 1
+		for k < len(pts)-1 && b > pts[k].Batch {
+			k++
+		}
+		p1, p2 := pts[k-1], pts[k]
 		return float64(p1.Bytes) + float64(p2.Bytes-p1.Bytes)*float64(b-p1.Batch)/float64(p2.Batch-p1.Batch)
 	}
 	var y float64

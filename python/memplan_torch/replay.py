@@ -16,8 +16,8 @@ def storage_bytes(s, batch, seq=None):
 
 
 def scratch_bytes(ev, batch, seq=None):
-    """In-kernel scratch of an event at `batch` (and `seq`): linear in the batch through the two points
-    recorded at each sequence length, then (with several sequence lengths and a `seq`) the Lagrange
+    """In-kernel scratch of an event at `batch` (and `seq`): piecewise linear in the batch through the points
+    recorded at each sequence length (two, or three with a point below the fit when batch 1 was asked for), then (with several sequence lengths and a `seq`) the Lagrange
     polynomial through the three largest; never negative. memplan's Go importer
     (importer/torchtrace.ScratchAt) is the same function."""
     sc = ev.get("scratch")
@@ -31,9 +31,14 @@ def scratch_bytes(ev, batch, seq=None):
     seqs = sorted(by_seq)
 
     def at_batch(pts):
-        if len(pts) < 2 or pts[0][0] == pts[1][0]:
+        pts = sorted(pts)
+        if len(pts) < 2 or pts[0][0] == pts[-1][0]:
             return float(pts[0][1])
-        (b1, y1), (b2, y2) = pts[0], pts[1]
+        # piecewise linear through the points, the end segments extended (two points: one line)
+        k = 1
+        while k < len(pts) - 1 and batch > pts[k][0]:
+            k += 1
+        (b1, y1), (b2, y2) = pts[k - 1], pts[k]
         return y1 + (y2 - y1) * (batch - b1) / float(b2 - b1)
 
     if len(seqs) == 1 or not seq:

@@ -127,3 +127,17 @@ def test_batch_1_real_and_fake_agree(tmp_path, fake):
     doc = export_builder("size1_builders:view_or_clone", str(tmp_path / "t.json"), batch=1, optimizer="sgd", **kw)
     assert doc["trace_batch"] == 1 and doc["traced_at"]["batch"] == 2
     assert doc["execution"] == ("fake" if fake else "real")
+
+
+def test_scratch_bytes_piecewise():
+    """The same table as importer/torchtrace TestScratchAtPiecewise: piecewise linear in the batch through the
+    recorded points (an export at batch 1 adds a point below its fit), the end segments extended."""
+    from memplan_torch.replay import scratch_bytes
+    conv = {"scratch": {"bytes": 1301192, "points": [[2, None, 2519432], [4, None, 2548424], [1, None, 1301192]]}}
+    line = {"scratch": {"bytes": 100, "points": [[2, None, 200], [4, None, 400]]}}
+    seq = {"scratch": {"bytes": 0, "points": [[2, 4, 80], [4, 4, 160], [2, 3, 60], [4, 3, 120], [2, 2, 40],
+                                              [4, 2, 80], [1, 2, 5], [1, 3, 5], [1, 4, 5]]}}
+    for ev, b, s, want in [(conv, 1, None, 1301192), (conv, 2, None, 2519432), (conv, 3, None, 2533928),
+                           (conv, 8, None, 2606408), (line, 1, None, 100), (line, 8, None, 800),
+                           (seq, 1, 2, 5), (seq, 1, 8, 5), (seq, 4, 8, 320)]:
+        assert scratch_bytes(ev, b, s) == want, (ev, b, s)
