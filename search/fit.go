@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,7 +57,48 @@ type Options struct {
 	// Keep is how many plans to verify and report besides the winner
 	// (default 5).
 	Keep int
+	// Pinned are the dimensions the search keeps at the base spec's value
+	// (fit's strategy flags and --deny); the others it chooses.
+	Pinned Pins
 }
+
+// Pins is a set of the dimensions fit searches.
+type Pins uint16
+
+// The dimensions fit searches; a pinned one keeps the base spec's value.
+const (
+	PinMicroBatch Pins = 1 << iota
+	PinAccum
+	PinTP
+	PinSP
+	PinPP
+	PinDP
+	PinZeRO
+	PinCheckpoint
+	PinOffload
+	PinImpl
+	numPins = iota
+)
+
+// pinNames are the dimensions' field keys, in Pins order.
+var pinNames = [numPins]string{"micro-batch", "accum", "tp", "sp", "pp", "dp", "zero", "checkpoint", "offload", "optimizer-impl"}
+
+// Names lists the dimensions in p by field key (engine.Field.Key).
+func (p Pins) Names() []string {
+	var out []string
+	for i, n := range pinNames {
+		if p&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// AllPins is every dimension fit searches.
+const AllPins Pins = 1<<numPins - 1
+
+// Has says whether p pins d.
+func (p Pins) Has(d Pins) bool { return p&d != 0 }
 
 // Plan is one candidate.
 type Plan struct {
@@ -142,6 +184,9 @@ type Result struct {
 	// shallow models; Verified those simulated in full.
 	Considered, Estimated, Verified int
 	Limit                           units.Bytes
+	// Pinned are the dimensions kept at the given value; the others were
+	// searched.
+	Pinned Pins
 }
 
 // ErrNothingFits is returned when no plan fits.
@@ -157,8 +202,19 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	f := &fitter{o: o, limit: units.Bytes(float64(o.Capacity) * (1 - o.Headroom))}
 	f.cands = enumerate(base, o)
-	f.res = &Result{Considered: len(f.cands), Limit: f.limit}
+	f.res = &Result{Considered: len(f.cands), Limit: f.limit, Pinned: o.Pinned}
 	if len(f.cands) == 0 {
+		if o.Pinned != 0 {
+			var pins []string
+			for _, n := range o.Pinned.Names() {
+				if n == "optimizer-impl" {
+					pins = append(pins, "the optimizer implementation")
+				} else {
+					pins = append(pins, "{"+n+"}")
+				}
+			}
+			return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d keeping %s as given (the global batch must divide among data-parallel replicas, the GPUs into tp × pp × dp)", o.GPUs, o.GlobalBatch, strings.Join(pins, ", "))
+		}
 		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
 	}
 	f.est = newEstimator(base.Model)
@@ -450,28 +506,33 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 	if !base.QLoRA && o.Allow.QLoRA {
 		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
 	}
+	pin := o.Pinned
 	impls := []lower.Impl{base.Impl}
-	if _, only := base.Optimizer.OnlyImpl(); base.Impl != lower.Fused && !only {
+	if _, only := base.Optimizer.OnlyImpl(); base.Impl != lower.Fused && !only && !pin.Has(PinImpl) {
 		impls = append(impls, lower.Fused)
 	}
 	ckpts := []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}}
 	if base.Attention == build.Eager {
 		ckpts = append(ckpts, engine.CheckpointPolicy{Kind: engine.CheckpointSelective})
 	}
-	for _, tp := range []int{1, 2, 4, 8} {
+	if pin.Has(PinCheckpoint) {
+		ckpts = []engine.CheckpointPolicy{base.Checkpoint}
+	}
+	tps, pps, sps := pinned(pin.Has(PinTP), []int{1, 2, 4, 8}, base.TP), pinned(pin.Has(PinPP), []int{1, 2, 4, 8}, base.PP), pinned(pin.Has(PinSP), []bool{false, true}, base.SP)
+	for _, tp := range tps {
 		if tp > o.GPUs || a.Heads%tp != 0 || a.KVHeads%tp != 0 || a.Intermediate%tp != 0 || (tp > 1 && a.Encoder) {
 			continue
 		}
-		for _, pp := range []int{1, 2, 4, 8} {
+		for _, pp := range pps {
 			if tp*pp > o.GPUs || o.GPUs%(tp*pp) != 0 || pp > a.Layers {
 				continue
 			}
 			dp := o.GPUs / (tp * pp)
-			if o.GlobalBatch%dp != 0 {
+			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != base.DP {
 				continue
 			}
 			replica := o.GlobalBatch / dp
-			for _, sp := range []bool{false, true} {
+			for _, sp := range sps {
 				if sp && (tp == 1 || base.Seq%tp != 0 || a.NumExperts > 0) {
 					continue
 				}
@@ -479,10 +540,16 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 				if dp > 1 {
 					zeros = []int{0, 1, 2, 3}
 				}
+				if zeros = pinned(pin.Has(PinZeRO), zeros, base.ZeRO); dp == 1 && zeros[0] > 0 {
+					continue
+				}
 				for _, zero := range zeros {
 					offloads := []engine.Offload{{}, {Activations: true}, {Optimizer: true}, {Activations: true, Optimizer: true}}
 					if zero == 3 {
 						offloads = append(offloads, engine.Offload{Params: true}, engine.Offload{Params: true, Activations: true})
+					}
+					if offloads = pinned(pin.Has(PinOffload), offloads, base.Offload); offloads[0].Params && zero != 3 {
+						continue
 					}
 					for _, off := range offloads {
 						for _, ck := range ckpts {
@@ -490,7 +557,7 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 								for _, prec := range precisions {
 									for _, opt := range optimizers {
 										for _, ad := range adapters {
-											for _, b := range divisors(replica) {
+											for _, b := range batches(replica, pin, &base) {
 												s := base
 												s.MicroBatch, s.Accum = b, replica/b
 												s.TP, s.SP, s.PP, s.DP, s.ZeRO = tp, sp, pp, dp, zero
@@ -508,6 +575,33 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 				}
 			}
 		}
+	}
+	return out
+}
+
+// pinned is []T{given} when the dimension is pinned, else all.
+func pinned[T any](pin bool, all []T, given T) []T {
+	if pin {
+		return []T{given}
+	}
+	return all
+}
+
+// batches are the micro-batches that split a replica's batch, keeping a
+// pinned micro-batch or accumulation.
+func batches(replica int, pin Pins, base *engine.Spec) []int {
+	var out []int
+	switch {
+	case pin.Has(PinMicroBatch):
+		out = []int{base.MicroBatch}
+	case pin.Has(PinAccum):
+		out = []int{replica / max(base.Accum, 1)}
+	default:
+		return divisors(replica)
+	}
+	b := out[0]
+	if b < 1 || replica%b != 0 || pin.Has(PinAccum) && replica/b != base.Accum {
+		return nil
 	}
 	return out
 }
