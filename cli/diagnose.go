@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -12,17 +13,31 @@ import (
 func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 	f := &planFlags{}
 	var reserved bool
+	var capacity string
+	var device int64
+	var jsonOut bool
 	c := &cobra.Command{
-		Use:   "diagnose",
+		Use:   "diagnose [SNAPSHOT]",
 		Short: "Vary one input at a time, watch which memory object grows, name the pressure object and the cheapest next step",
 		Long: "diagnose plans the job, then the job with one input changed at a time (micro-batch ×2, sequence ×2,\n" +
 			"accumulation ×2, the optimizer, checkpointing, the precision), prints how the peak, its phase and each\n" +
 			"ledger category move, names the object that presses on the peak (activations, loss logits, optimizer\n" +
 			"state, parameters, gradients, KV cache, temporaries; with --reserved, the caching allocator's\n" +
-			"fragmentation) and the cheapest of compare's strategies that fits (or lowers the peak by 10%).",
-		Example: `  memplan diagnose --model llama-3.2-1b --gpu rtx-4090 --micro-batch 4 --seq 2048`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+			"fragmentation) and the cheapest of compare's strategies that fits (or lowers the peak by 10%).\n" +
+			"Given a CUDA memory snapshot (torch.cuda.memory._dump_snapshot), it says which phase and which lifetime\n" +
+			"objects hit the device's line: at the snapshot's recorded out-of-memory event, or where the caching\n" +
+			"allocator model replaying its allocations on a device of --capacity bytes runs out.",
+		Example: `  memplan diagnose --model llama-3.2-1b --gpu rtx-4090 --micro-batch 4 --seq 2048
+  memplan diagnose oom_snapshot.pickle
+  memplan diagnose snapshot.pickle --capacity 12GiB`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				return diagnoseSnapshot(stdout, args[0], capacity, device, jsonOut)
+			}
+			if capacity != "" || jsonOut || device >= 0 {
+				return fmt.Errorf("--capacity, --json and --device: only with a snapshot file (diagnose SNAPSHOT --capacity 12GiB)")
+			}
 			spec, err := f.spec()
 			if err != nil {
 				return err
@@ -39,6 +54,9 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	f.register(c.Flags())
+	c.Flags().StringVar(&capacity, "capacity", "", "with a snapshot: replay it on a device of this many bytes (e.g. 12GiB) to find where it runs out")
+	c.Flags().BoolVar(&jsonOut, "json", false, "with a snapshot: print the machine-readable JSON report (memplan.diagnose-oom/v1)")
+	c.Flags().Int64Var(&device, "device", -1, "with a snapshot: the device to diagnose (default: the one with the largest allocated peak)")
 	c.Flags().BoolVar(&reserved, "reserved", false, "count the caching allocator's fragmentation (the reserved peak's unused bytes) as an object")
 	return c
 }

@@ -1,0 +1,57 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// diagnose SNAPSHOT --capacity: the MAGMA27 run (12.97 GiB allocated peak)
+// replayed on a 12 GiB device runs out in its forward with activations the
+// largest object alive; bad input gets one line and exit 1.
+func TestDiagnoseSnapshot(t *testing.T) {
+	snap := filepath.Join("..", "testdata", "snapshots", "MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
+	var out, errb bytes.Buffer
+	if rc := Main([]string{"diagnose", snap, "--capacity", "12GiB", "--json"}, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	var got struct {
+		Schema string `json:"schema"`
+		Phase  string `json:"phase"`
+		Live   struct {
+			Bytes      int64 `json:"bytes"`
+			ByCategory []struct {
+				Name string `json:"name"`
+			} `json:"by_category"`
+		} `json:"live"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Schema != "memplan.diagnose-oom/v1" || got.Phase != "forward" || got.Live.Bytes > 12<<30 || got.Live.ByCategory[0].Name != "activations" {
+		t.Errorf("%s", out.String())
+	}
+	dir := t.TempDir()
+	junk := filepath.Join(dir, "x.pickle")
+	os.WriteFile(junk, []byte("\x80\x02K\x01."), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"diagnose", snap}, "give --capacity"},
+		{[]string{"diagnose", snap, "--capacity", "lots"}, "--capacity \"lots\""},
+		{[]string{"diagnose", snap, "--capacity", "100GiB"}, "fits in --capacity"},
+		{[]string{"diagnose", junk, "--capacity", "1GiB"}, "not a CUDA memory snapshot"},
+		{[]string{"diagnose", "--model", "gpt2", "--capacity", "1GiB"}, "only with a snapshot"},
+		{[]string{"diagnose", snap, snap}, "accepts at most 1 arg"},
+	} {
+		var out, errb bytes.Buffer
+		rc := Main(c.args, &out, &errb)
+		if rc != 1 || !strings.Contains(errb.String(), c.want) || strings.Count(errb.String(), "\n") != 1 || out.Len() != 0 {
+			t.Errorf("%v: exit %d, %q; want one line with %q", c.args, rc, errb.String(), c.want)
+		}
+	}
+}
