@@ -95,7 +95,7 @@ type planFlags struct {
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
-	f, rf := &planFlags{}, &reservedFlags{}
+	f, rf, sf := &planFlags{}, &reservedFlags{}, &serveFlags{}
 	c := &cobra.Command{
 		Use:   "plan",
 		Short: "Simulate one iteration and report its memory ledger, timeline and peak",
@@ -105,6 +105,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			"and whether it fits the --gpu or --budget; a job that does not fit names compare's largest lever.\n\n" + exitHelp,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.mode == "serve" {
+				return sf.run(cmd, stdout, f)
+			}
 			spec, err := f.spec()
 			if err != nil {
 				return err
@@ -157,6 +160,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")
 	rf.register(fl)
+	sf.register(fl)
 	return c
 }
 
@@ -169,7 +173,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
-	fl.StringVar(&f.mode, "mode", "train", "train or infer")
+	fl.StringVar(&f.mode, "mode", "train", "train, infer, or serve (plan only: vLLM's start-up, paged KV cache and concurrency)")
 	fl.IntVar(&f.microBatch, "micro-batch", 1, "sequences (or images) per micro-step")
 	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions))")
 	fl.IntVar(&f.accum, "accum", 1, "gradient-accumulation micro-steps per optimizer step")

@@ -42,7 +42,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--optimizer-impl", "turbo"}, "unknown optimizer implementation"},
 		{[]string{"plan", "--attention", "linear"}, "unknown attention"},
 		{[]string{"plan", "--gpu", "h1000"}, "unknown GPU \"h1000\""},
-		{[]string{"plan", "--mode", "serve"}, "unknown --mode \"serve\""},
+		{[]string{"plan", "--mode", "serving"}, "unknown --mode \"serving\""},
 		{[]string{"plan", "--budget", "lots"}, "--budget"},
 		{[]string{"plan", "--budget", "-4GiB"}, "--budget"},
 		{[]string{"plan", "--seq", "4096"}, "exceeds gpt2's 1024 learned positions"},

@@ -351,7 +351,7 @@ type Result struct {
 	// CUDAGraphs estimates the graph pool captured after the KV cache
 	// (outside the budget; 0 with EnforceEager).
 	CUDAGraphs units.Bytes
-	// Timing at the roofline.
+	// Timing at the roofline (nil without a GPU or when nothing fits).
 	Timing *Timing
 }
 
@@ -381,7 +381,7 @@ func Plan(s Spec) (*Result, error) {
 	if !s.EnforceEager {
 		r.CUDAGraphs = graphPool(&s)
 	}
-	if s.GPU != nil {
+	if s.GPU != nil && r.Fits {
 		r.Timing = roofline(&s, r)
 	}
 	return r, nil

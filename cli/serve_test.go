@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestPlanServe: plan --mode serve prints what vLLM logs at start-up, exits
+// 0 when a request of --max-model-len fits the KV cache and 3 when it does
+// not, and its JSON carries the same numbers.
+func TestPlanServe(t *testing.T) {
+	code, out, errs := run("plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "rtx-3090", "--max-model-len", "20000", "--total-memory", "25318910689")
+	if code != ExitOK || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"# GPU blocks: 1946", "Maximum concurrency for 20000 tokens per request: 1.56x", "weights                14.99 GiB", "time to first token"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = run("plan", "--mode", "serve", "--model", "llama-3-70b", "--gpu", "h100", "--json")
+	if code != ExitDoesNotFit {
+		t.Fatalf("70B bf16 on one H100: exit %d", code)
+	}
+	var j struct {
+		Schema string `json:"schema"`
+		Blocks int64  `json:"gpu_blocks"`
+		Fits   bool   `json:"fits"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil || j.Schema != "memplan.serve/v1" || j.Blocks != 0 || j.Fits {
+		t.Errorf("JSON %+v (%v)", j, err)
+	}
+	code, out, _ = run("plan", "--mode", "serve", "--model", "llama-3-70b", "--gpu", "h100", "--tp", "4", "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--max-model-len", "8192", "--json")
+	if code != ExitOK || !strings.Contains(out, `"quantization": "fp8"`) || !strings.Contains(out, `"kv_cache_dtype": "float8_e4m3fn"`) {
+		t.Errorf("fp8 70B on 4 H100s: exit %d\n%s", code, out)
+	}
+}
+
+// TestPlanServeBadInput: one line naming the flag, exit 1, nothing on
+// stdout.
+func TestPlanServeBadInput(t *testing.T) {
+	base := []string{"plan", "--mode", "serve", "--model", "llama-3-8b", "--gpu", "h100"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tp", "3"}, "--tp 3 must divide"},
+		{[]string{"--micro-batch", "4"}, "--micro-batch does not apply to --mode serve"},
+		{[]string{"--seq", "4096"}, "--seq does not apply"},
+		{[]string{"--quantization", "marlin-3bit"}, `unknown --quantization "marlin-3bit"`},
+		{[]string{"--dtype", "int3"}, "--dtype"},
+		{[]string{"--dtype", "int8"}, "--dtype must be bfloat16"},
+		{[]string{"--kv-cache-dtype", "int64"}, "--kv-cache-dtype must be"},
+		{[]string{"--gpu-memory-utilization", "1.2"}, "--gpu-memory-utilization must be in (0, 1]"},
+		{[]string{"--gpu-memory-utilization", "0"}, "--gpu-memory-utilization must be in (0, 1]"},
+		{[]string{"--block-size", "0"}, "--block-size must be positive"},
+		{[]string{"--max-model-len", "100000"}, "--max-model-len 100000 exceeds"},
+		{[]string{"--max-num-batched-tokens", "1024"}, "--max-num-batched-tokens 1024 is smaller than --max-model-len"},
+		{[]string{"--context", "9000"}, "--context must be in"},
+		{[]string{"--prompt", "-1"}, "--prompt must be positive"},
+		{[]string{"--total-memory", "lots"}, "--total-memory"},
+		{[]string{"--total-memory", "0"}, "--total-memory"},
+		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs must be positive"},
+	} {
+		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
+		if code != ExitBadInput || out != "" || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q (want %q)", c.args, code, out, errs, c.want)
+		}
+	}
+	code, _, errs := run("plan", "--mode", "serve", "--model", "bert-base", "--gpu", "h100")
+	if code != ExitBadInput || !strings.Contains(errs, "encoder") {
+		t.Errorf("bert: exit %d, %q", code, errs)
+	}
+	code, _, errs = run("plan", "--mode", "serve", "--model", "llama-3-8b")
+	if code != ExitBadInput || !strings.Contains(errs, "--gpu") {
+		t.Errorf("no gpu: exit %d, %q", code, errs)
+	}
+}
