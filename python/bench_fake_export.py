@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Measures fake execution (export --fake, PyTorch 2.x) against real execution (--device cpu).
 
-    $(python/torch2_venv.sh) python/bench_fake_export.py                 # both parts (about 3 minutes, 2 cores)
-    $(python/torch2_venv.sh) python/bench_fake_export.py --suite-only
+    $(python/torch2_venv.sh) python/bench_fake_export.py                 # all parts (about 10 minutes, 2 cores)
+    $(python/torch2_venv.sh) python/bench_fake_export.py --ops-only
+    $(python/torch2_venv.sh) python/bench_fake_export.py --suite-only [--traces lm,gru]
     $(python/torch2_venv.sh) python/bench_fake_export.py --llama-only [--batch 1 --seq 2048 --layers 32]
 
-1. The validation suite's traces (memplan_torch.suite.TRACES) and llama_medium (58M parameters, seq 256, the
-   size where computing starts to cost more than recording): export time real vs fake, in this process, each
-   export once after one untimed warm-up export (imports, first-use caches); checks the two documents are the
-   same trace (see tests/test_fake.py).
+0. Per-op cost (the floor of any fake export): one aten op on small tensors, run for real, on the meta device
+   and under a bare FakeTensorMode, and the same under the exporter's recorder; microseconds of CPU per op.
+1. The validation suite's traces (memplan_torch.suite.TRACES) and larger models (llama_medium, 58M parameters,
+   at seq 256 and 1024): export time real vs fake, in this process, each export once after one untimed warm-up
+   export (imports, first-use caches); CPU seconds of this process (user + system: steadier than wall time on
+   a shared machine; wall is printed too) and the speedup in CPU time; checks the two documents are the same
+   trace (see tests/test_fake.py). The real export traces two whole steps at each fit point (2, or 6 with a
+   sequence fit); the fake one traces two at the first point and, at the others, one step after an
+   optimizer-only first step (export._run_fake_traces).
 2. Llama-3-8B's shape (memplan_torch.models.llama3_8b: hidden 4096, 32 layers, 32 heads, 8 kv heads,
    intermediate 14336, vocab 128256, bfloat16, AdamW) exported with --fake at batch 1 (and 2, the second fit
    point), seq 2048, in a fresh process: wall time of the whole command (including importing torch) and its
    peak RSS. Run for real this step would need about 64 GB (bf16 weights, gradients, AdamW state) plus
    activations; fake, it needs none of it.
 
-Not run by CI (the Llama part takes about half a minute and the suite part several minutes).
+Not run by CI (minutes of CPU).
 """
 
 import argparse
@@ -31,6 +37,65 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 
+def _cpu():
+    t = os.times()
+    return t.user + t.system
+
+
+OPS = {
+    "add": lambda a, b: a + b,
+    "relu": lambda a, b: torch.relu(a),
+    "mm": lambda a, b: a.view(-1, 64) @ b,
+    "view": lambda a, b: a.view(-1, 64),
+}
+
+
+def bench_ops(out=print, n=2000):
+    """CPU microseconds per op on a [2, 64, 64] float32 tensor (and a [64, 64] one): real, meta, under a bare
+    FakeTensorMode, and under FakeTensorMode with the exporter's recorder above it (as in export --fake)."""
+    global torch
+    import torch
+    from memplan_torch import compat
+    from memplan_torch.trace import Recorder
+
+    def per_op(fn, ctx=None):
+        import contextlib
+        with (ctx or contextlib.nullcontext()):
+            for _ in range(50):
+                fn()
+            t0 = _cpu()
+            for _ in range(n):
+                fn()
+            return (_cpu() - t0) / n * 1e6
+
+    rows = []
+    out("%-6s %9s %9s %9s %14s   (CPU us per op)" % ("op", "real", "meta", "fake", "fake+recorder"))
+    x, w = torch.randn(2, 64, 64), torch.randn(64, 64)
+    mx, mw = x.to("meta"), w.to("meta")
+    fm = compat.new_fake_mode()
+    fx, fw = fm.from_tensor(x), fm.from_tensor(w)
+    for name, f in OPS.items():
+        real = per_op(lambda: f(x, w))
+        meta = per_op(lambda: f(mx, mw))
+        with fm:
+            fake = per_op(lambda: f(fx, fw))
+            rec = Recorder("cpu", fake=True)
+            with rec:
+                recorded = per_op(lambda: f(fx, fw))
+                rec.events.clear()
+        rows.append(dict(op=name, real_us=round(real, 1), meta_us=round(meta, 1), fake_us=round(fake, 1),
+                         fake_recorded_us=round(recorded, 1)))
+        out("%-6s %9.1f %9.1f %9.1f %14.1f" % (name, real, meta, fake, recorded))
+    return rows
+
+
+BIG = {
+    "llama_medium": dict(model="memplan_torch.models:llama_medium", optimizer="adamw", batch=2, seq_len=256),
+    "llama_medium_s1024": dict(model="memplan_torch.models:llama_medium", optimizer="adamw", batch=2,
+                               seq_len=1024),
+}
+
+
 def bench_suite(names=None, out=print):
     from memplan_torch.export import export_builder
     from memplan_torch.suite import TRACES
@@ -38,29 +103,33 @@ def bench_suite(names=None, out=print):
     from test_fake import comparable, first_difference  # noqa: E402
 
     rows = []
+    traces = dict(TRACES, **BIG)
     with tempfile.TemporaryDirectory() as d:
         # warm-up: first-use costs (FakeTensorMode's imports, dispatch tables) are not either mode's per-export cost
         export_builder("memplan_torch.models:mlp", os.path.join(d, "w.json"), device="cpu")
         export_builder("memplan_torch.models:mlp", os.path.join(d, "w.json"), fake=True)
-        out("%-14s %7s %8s %8s %8s  %s" % ("trace", "events", "real_s", "fake_s", "speedup", "same trace"))
-        traces = dict(TRACES, llama_medium=dict(model="memplan_torch.models:llama_medium", optimizer="adamw",
-                                                batch=2, seq_len=256))
+        out("%-22s %6s %6s %9s %9s %8s %8s %8s  %s" % ("trace", "events", "points", "real_cpu", "fake_cpu",
+                                                      "speedup", "real_wall", "fake_wall", "same trace"))
         for name in (names or sorted(traces)):
             t = traces[name]
             kw = dict(batch=t["batch"], seq_len=t.get("seq_len"), optimizer=t["optimizer"],
                       seq_dim=t.get("seq_dim"), foreach=False, name=name)
-            t0 = time.perf_counter()
+            c0, w0 = _cpu(), time.perf_counter()
             real = export_builder(t["model"], os.path.join(d, "r.json"), device="cpu", **kw)
-            tr = time.perf_counter() - t0
-            t0 = time.perf_counter()
+            rc, rw = _cpu() - c0, time.perf_counter() - w0
+            c0, w0 = _cpu(), time.perf_counter()
             fake = export_builder(t["model"], os.path.join(d, "f.json"), fake=True, **kw)
-            tf = time.perf_counter() - t0
+            fc, fw = _cpu() - c0, time.perf_counter() - w0
             same = first_difference(comparable(real), comparable(fake)) is None
-            rows.append(dict(trace=name, events=len(real["events"]), real_s=round(tr, 2), fake_s=round(tf, 2),
-                             speedup=round(tr / tf, 2), same=same))
-            out("%-14s %7d %8.2f %8.2f %7.2fx  %s" % (name, len(real["events"]), tr, tf, tr / tf, same))
-    tr, tf = sum(r["real_s"] for r in rows), sum(r["fake_s"] for r in rows)
-    out("%-14s %7s %8.2f %8.2f %7.2fx" % ("total", "", tr, tf, tr / tf))
+            rows.append(dict(trace=name, events=len(real["events"]), points=len(real["fit_points"]),
+                             real_cpu_s=round(rc, 2), fake_cpu_s=round(fc, 2), speedup=round(rc / fc, 2),
+                             real_wall_s=round(rw, 2), fake_wall_s=round(fw, 2), same=same))
+            out("%-22s %6d %6d %9.2f %9.2f %7.2fx %8.2f %8.2f  %s" % (
+                name, len(real["events"]), len(real["fit_points"]), rc, fc, rc / fc, rw, fw, same))
+    suite = [r for r in rows if r["trace"] in TRACES]
+    if suite:
+        tr, tf = sum(r["real_cpu_s"] for r in suite), sum(r["fake_cpu_s"] for r in suite)
+        out("%-22s %6s %6s %9.2f %9.2f %7.2fx   (the suite's traces)" % ("total", "", "", tr, tf, tr / tf))
     return rows
 
 
@@ -96,9 +165,10 @@ def bench_llama(batch=1, seq=2048, layers=32, out=print):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     g = p.add_mutually_exclusive_group()
+    g.add_argument("--ops-only", action="store_true")
     g.add_argument("--suite-only", action="store_true")
     g.add_argument("--llama-only", action="store_true")
-    p.add_argument("--traces", default=None, help="comma-separated suite trace names")
+    p.add_argument("--traces", default=None, help="comma-separated trace names (suite.TRACES, %s)" % ", ".join(BIG))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--layers", type=int, default=32)
@@ -107,10 +177,13 @@ def main():
     from memplan_torch import compat
     if not compat.fake_tensors_available():
         raise SystemExit("bench_fake_export: fake execution needs PyTorch 2.x; run it with $(python/torch2_venv.sh)")
-    res = {"torch": compat.TORCH_VERSION, "cpus": os.cpu_count()}
-    if not a.llama_only:
+    res = {"torch": compat.TORCH_VERSION, "cpus": os.cpu_count(), "load_avg_1min": os.getloadavg()[0]}
+    print("torch %s, %d CPUs, load average %.1f" % (res["torch"], res["cpus"], res["load_avg_1min"]))
+    if not (a.suite_only or a.llama_only):
+        res["ops"] = bench_ops()
+    if not (a.ops_only or a.llama_only):
         res["suite"] = bench_suite(a.traces.split(",") if a.traces else None)
-    if not a.suite_only:
+    if not (a.ops_only or a.suite_only):
         res["llama3_8b"] = bench_llama(a.batch, a.seq, a.layers)
     if a.json:
         with open(a.json, "w") as f:

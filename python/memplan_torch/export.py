@@ -107,24 +107,53 @@ def _check_fake(device):
                           % device)
 
 
+def _fake_trace(make_fake_job, b, s, optimizer, foreach, notes, prime=None):
+    fm = compat.new_fake_mode()
+    job, note = make_fake_job(b, s, fm)
+    if note and note not in notes:
+        notes.append(note)
+    try:
+        return trace_once(job, optimizer=optimizer, device="cpu", foreach=foreach, fake_mode=fm, prime=prime)
+    except ExportError:
+        raise
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        raise ExportError("memplan_torch: the training step failed under fake tensors: %s: %s; export "
+                          "with --real --device cpu (fake=False, device='cpu') to run it for real"
+                          % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+
+
+def _steady_shape(raw):
+    """What a primed trace must share with the structure point's full one: the steady step's ops, phases,
+    modules, and its allocations, frees and saves as canonical ids, and the number of storages alive before it."""
+    canon, _ = fit.canonical(_steady(raw), raw["initial"])
+    return len(raw["initial"]), [(e["op"], e["phase"], e["module"], sorted(e["alloc"]), sorted(e["free"]),
+                                  sorted(e["saved"])) for e in canon]
+
+
 def _run_fake_traces(make_fake_job, batches, seqs, optimizer, foreach):
-    """Traces at every (batch, seq) point on fake cpu tensors, one FakeTensorMode per point."""
+    """Traces at every (batch, seq) point on fake cpu tensors, one FakeTensorMode per point.
+
+    The first point (fit.fit_points puts the structure point first) runs two whole steps. The others only need
+    their steady step's sizes: their first step is primed (trace_once's prime: an optimizer step on gradients
+    of the parameters the first point found with gradients, no forward or backward), which saves a forward
+    and backward per point (5 of 12 with a sequence fit). A primed trace whose steady step does not have the
+    first point's structure (a module that builds something in its first forward) is traced again whole."""
     raws = {}
     notes = [FAKE_NOTE]
+    first = None
     for s in (seqs or [None]):
         for b in batches:
-            fm = compat.new_fake_mode()
-            job, note = make_fake_job(b, s, fm)
-            if note and note not in notes:
-                notes.append(note)
+            if first is None:
+                first = raws[(b, s)] = _fake_trace(make_fake_job, b, s, optimizer, foreach, notes)
+                shape = _steady_shape(first)
+                continue
             try:
-                raws[(b, s)] = trace_once(job, optimizer=optimizer, device="cpu", foreach=foreach, fake_mode=fm)
+                raw = _fake_trace(make_fake_job, b, s, optimizer, foreach, notes, prime=first["with_grad"])
+                if _steady_shape(raw) != shape:
+                    raw = None
             except ExportError:
-                raise
-            except (RuntimeError, NotImplementedError, TypeError) as e:
-                raise ExportError("memplan_torch: the training step failed under fake tensors: %s: %s; export "
-                                  "with --real (fake=False) to run it for real"
-                                  % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+                raw = None
+            raws[(b, s)] = raw or _fake_trace(make_fake_job, b, s, optimizer, foreach, notes)
     return raws, "cpu", notes
 
 

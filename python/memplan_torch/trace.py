@@ -75,6 +75,18 @@ class _Packed:
 
 
 _LIFT = ("aten.lift_fresh.default",)
+_NAMES = {}  # OpOverload -> "aten.mm.default" (str() of an OpOverload formats it anew each time)
+
+
+def _tensors(seq, out):
+    """Appends the tensors of an op's arguments or outputs (tensors, lists/tuples of them, scalars; no dicts
+    inside aten signatures) to `out`, in order; a pytree-free compat.flatten for the recorder's hot path."""
+    for a in seq:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            _tensors(a, out)
+    return out
 
 # Ops whose meta kernel (what a FakeTensor runs) does not give the outputs the real CPU kernel gives. oneDNN's
 # LSTM (what nn.LSTM runs on CPU in training): `aten.mkldnn_rnn_layer` returns a workspace that backward reads,
@@ -257,12 +269,15 @@ class Recorder(TorchDispatchMode):
     # ---- dispatch ----
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.recording or str(func).startswith(("profiler.", "prim.")):
+        name = _NAMES.get(func)
+        if name is None:
+            name = _NAMES[func] = str(func)
+        if not self.recording or name.startswith(("profiler.", "prim.")):
             # prim.device & co. are metadata queries FakeTensors route through the dispatcher
             return func(*args, **kwargs)
         self.sweep()
         module = self.module_path()
-        in_tensors = [a for a in compat.flatten((args, kwargs)) if isinstance(a, torch.Tensor)]
+        in_tensors = _tensors(args, _tensors(kwargs.values(), []))
         in_sids = []
         for a in in_tensors:
             r = self.lookup(a)
@@ -279,10 +294,10 @@ class Recorder(TorchDispatchMode):
             raise
         except Exception as e:
             raise ExportError(_op_failure(func, module, self.phase, self.device, e, self.fake)) from e
-        if self.fake and str(func) in _REAL_SIZED:
+        if self.fake and name in _REAL_SIZED:
             out = _real_sized_outputs(func, args, kwargs, out)
         lifted = None
-        if self.fake and str(func) in _LIFT and in_tensors and not compat.is_fake(in_tensors[0]) \
+        if self.fake and name in _LIFT and in_tensors and not compat.is_fake(in_tensors[0]) \
                 and isinstance(out, torch.Tensor):
             # torch.tensor(...) under fake execution: the real constant is lifted into a new fake tensor.
             # Executed for real, lift_fresh returns its input, a storage made outside dispatch that is counted
@@ -294,15 +309,15 @@ class Recorder(TorchDispatchMode):
             # comes back as a Python scalar under a dispatch mode; give autograd the tensor it expects
             src = next((a for a in compat.flatten(args) if isinstance(a, torch.Tensor)), None)
             out = torch.tensor(out, dtype=src.dtype if src is not None else None)
-        ev = {"op": str(func), "phase": self.phase, "module": module, "step": self.step,
+        ev = {"op": name, "phase": self.phase, "module": module, "step": self.step,
               "alloc": [], "free": [], "saved": [], "outputs": [], "inputs": in_sids}
         self.events.append(ev)
         for r in self.unseen:
             r.event = len(self.events) - 1
             ev["alloc"].append(r.sid)
         self.unseen = []
-        for t in compat.flatten(out):
-            if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        for t in _tensors((out,), []):
+            if t.layout != torch.strided:
                 continue
             st = compat.storage_of(t)
             key = compat.storage_key(st)
@@ -316,7 +331,7 @@ class Recorder(TorchDispatchMode):
                                       "shape": list(t.shape), "alias": True, "inplace": True})
                 continue
             if rec is None:
-                rec = self._new_storage(t, st, module, str(func), len(self.events) - 1)
+                rec = self._new_storage(t, st, module, name, len(self.events) - 1)
                 ev["alloc"].append(rec.sid)
             ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
                                   "shape": list(t.shape), "alias": alias,
@@ -424,6 +439,7 @@ def _real_sized_outputs(func, args, kwargs, out):
 
 
 _WRAPPED_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 
 
 def _scalar_tensor_args(func, args):
@@ -431,8 +447,10 @@ def _scalar_tensor_args(func, args):
     `x * 0.5`) to a dispatch mode as a Python scalar. An op that takes it as a Tensor then fails: non-reentrant
     checkpointing detaches every tensor autograd saves while it recomputes a block in backward, wrapped numbers
     included (`aten.detach.default ... found type 'float'`). Give such an argument back its 0-dim tensor, with
-    the dtype PyTorch gives wrapped numbers; it is smaller than any tracked allocation."""
-    if not any(type(a) in _WRAPPED_DTYPE for a in args):
+    the dtype PyTorch gives wrapped numbers; it is smaller than any tracked allocation. PyTorch 2.x takes the
+    scalar back where the schema says Tensor; there this does nothing (under fake execution each torch.tensor()
+    here would cost a fake-tensor conversion, about 5 ms: 20% of a transformer's fake export)."""
+    if _TORCH2 or not any(type(a) in _WRAPPED_DTYPE for a in args):
         return args
     try:
         schema = func._schema.arguments
@@ -518,9 +536,15 @@ def _categorize(rec, params, buffers, grads, states, inputs):
     return "temporary"
 
 
-def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=None):
+def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=None, prime=None):
     """Runs two training steps of `job` on `device` under the recorder; with `fake_mode` (a FakeTensorMode
     the job's tensors belong to), under that mode, without computing.
+
+    prime (a list of parameter indices): the first step is only an optimizer step, on gradients made before it
+    for these parameters (those another trace of the same model found with gradients), which creates the
+    optimizer's state as a whole first step does without its forward and backward. The second step, the
+    steady one, is then the same; the first step's forward and backward events are absent (the exporter uses
+    such traces only for sizes at other fit points). With fake tensors the gradients cost nothing.
 
     Returns a raw trace dict (see export.py for the written form)."""
     model = job.model
@@ -533,6 +557,33 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     buffers = [b for b in model.buffers()]
 
     grad_sids = set()
+    with_grad = []
+
+    def optimizer_step(n):
+        rec.set_phase("optimizer", n)
+        for i, p in enumerate(params):
+            if p.grad is not None:
+                if n == 1:
+                    with_grad.append(i)
+                r = rec.lookup(p.grad, create=False)
+                if r is not None:
+                    grad_sids.add(r.sid)
+        opt.step()
+        compat.zero_grad(opt)
+        rec.sweep()
+
+    def prime_step():
+        rec.set_phase("setup", 1)
+        rec.recording = False
+        try:
+            with torch.no_grad():
+                for i in prime:
+                    params[i].grad = torch.empty_like(params[i])
+        finally:
+            rec.recording = True
+        for i in prime:
+            rec.lookup(params[i].grad)  # pre-existing, as inputs are: not allocated by an op of the step
+        optimizer_step(1)
 
     def step(n):
         rec.set_phase("forward", n)
@@ -547,15 +598,7 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
             rec.set_phase("backward", n)
             loss.backward()
         del loss
-        rec.set_phase("optimizer", n)
-        for p in params:
-            if p.grad is not None:
-                r = rec.lookup(p.grad, create=False)
-                if r is not None:
-                    grad_sids.add(r.sid)
-        opt.step()
-        compat.zero_grad(opt)
-        rec.sweep()
+        optimizer_step(n)
 
     rec.install(model)
     marks = {}
@@ -566,7 +609,10 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
             for t in params + buffers + job.tensors():
                 rec.lookup(t)
             marks["step1"] = len(rec.events)
-            step(1)
+            if prime is None:
+                step(1)
+            else:
+                prime_step()
             marks["step2"] = len(rec.events)
             rec.sweep()
             initial = [r.sid for r in sorted(rec.live.values(), key=lambda r: r.sid)]
@@ -597,7 +643,7 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     s_sids = sids(s_tensors)
     buf_set = b_sids
     g_sids = grad_sids
-    return {"recorder": rec, "marks": marks, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
+    return {"recorder": rec, "marks": marks, "with_grad": with_grad, "primed": prime is not None, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
             "params": p_sids, "buffers": buf_set, "inputs": i_sids, "states": s_sids,
             "grads": g_sids, "n_params": sum(p.numel() for p in params),
             "param_bytes": sum(p.numel() * p.element_size() for p in params)}
