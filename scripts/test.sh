@@ -48,6 +48,9 @@ if [ "${MEMPLAN_TORCH2:-1}" != 0 ]; then
 
   section "validation suite on PyTorch 2.x: the same cases, the same tolerance"
   scripts/validate.sh --torch2 --tolerance 3%
+
+  section "exporter scaling on PyTorch 2.x (issue 15): a 400-layer linear stack in under 10x the time of 50 layers"
+  "$(python/torch2_venv.sh)" python/bench_export_scaling.py --layers 50,400
 fi
 # Last, so a failure here does not hide the results above: issue 14's limits on function size.
 section "function size (scripts/funcsize: no function over 120 lines or complexity 40, p90 length <= 40)"
