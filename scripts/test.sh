@@ -43,8 +43,15 @@ if [ "${MEMPLAN_TORCH2:-1}" != 0 ]; then
   section "PyTorch 2.x venv (python/torch2_venv.sh)"
   python/torch2_venv.sh >/dev/null
 
-  section "python (memplan_torch) on PyTorch 2.x"
-  python/run_tests.sh --torch2
+  section "python (memplan_torch) on PyTorch 2.x, with the framework suite (HF Trainer + peft, litgpt, torchtune)"
+  fw=$(mktemp -d "${TMPDIR:-/tmp}/memplan-frameworks.XXXXXX")
+  rc=0
+  MEMPLAN_FRAMEWORKS_OUT="$fw" python/run_tests.sh --torch2 || rc=$?
+  if [ -f "$fw/table.md" ]; then
+    echo "framework suite: one training step each on CPU, measured vs memplan (python/memplan_torch/frameworks.py)"
+    cat "$fw/table.md"
+  fi
+  [ "$rc" = 0 ] || exit "$rc"
 
   section "validation suite on PyTorch 2.x: the same cases, the same tolerance"
   scripts/validate.sh --torch2 --tolerance 3%
