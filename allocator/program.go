@@ -97,192 +97,279 @@ func (d *capacityDevice) Unmap(ptr, size int64) { d.used -= size }
 // on the stream of the forward); NCCL's own buffers are not allocations of
 // the caching allocator and are not in p.
 func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*ProgramResult, error) {
-	nt := len(p.Tensors)
-	owner := make([]ir.TensorID, nt)
+	pr := &programReplayer{p: p, res: &ProgramResult{PeakOp: -1, OOMOp: -1}}
+	if err := pr.owners(); err != nil {
+		return nil, err
+	}
+	if err := pr.lastUses(); err != nil {
+		return nil, err
+	}
+	pr.freeLists()
+	pr.carried()
+	pr.a = New(cfg, &capacityDevice{capacity: capacity})
+	pr.ptr, pr.live = make([]int64, len(p.Tensors)), make([]bool, len(p.Tensors))
+	if ok, err := pr.residents(); err != nil || !ok {
+		return pr.res, err
+	}
+	pr.note(-1, 0)
+	const passes = 2
+	if timeline {
+		pr.res.Timeline = make([]int64, len(p.Ops))
+	}
+	for pass := range passes {
+		for oi := range p.Ops {
+			if ok, err := pr.step(oi, pass, timeline && pass == passes-1); err != nil || !ok {
+				return pr.res, err
+			}
+		}
+	}
+	pr.res.Fragmentation = pr.res.PeakReserved - pr.res.AllocatedAtPeak
+	pr.res.Segments = len(pr.a.Segments())
+	return pr.res, nil
+}
+
+// programReplayer is one ReplayProgram. Its phases: owners (each tensor's
+// storage), lastUses (each storage's last op), freeLists (the storages each
+// op frees), carried (the Keep storages a Carried storage stands for), then
+// on the allocator residents, and step for each op of each pass.
+type programReplayer struct {
+	p       *ir.Program
+	a       *Allocator
+	res     *ProgramResult
+	owner   []ir.TensorID
+	last    []int32 // each storage's last op (-1: none)
+	start   []int32 // frees[start[oi]:start[oi+1]] are the storages op oi frees
+	frees   []ir.TensorID
+	carries [ir.NumCategories][]ir.TensorID // the Keep storages a Carried storage of category c stands for
+	ptr     []int64                         // each live storage's block (-1: none)
+	live    []bool
+}
+
+// owners resolves each tensor to its storage (bases come first).
+func (pr *programReplayer) owners() error {
+	p := pr.p
+	pr.owner = make([]ir.TensorID, len(p.Tensors))
 	for i := range p.Tensors {
 		b := p.Tensors[i].Base
 		if b == ir.NoTensor {
-			owner[i] = ir.TensorID(i)
+			pr.owner[i] = ir.TensorID(i)
 			continue
 		}
 		if b < 0 || int(b) >= i {
-			return nil, fmt.Errorf("tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
+			return fmt.Errorf("tensor %d (%s) has bad base %d", i, p.Tensors[i].Name, b)
 		}
-		owner[i] = owner[b]
+		pr.owner[i] = pr.owner[b]
 	}
-	last := make([]int32, nt)
-	for i := range last {
-		last[i] = -1
+	return nil
+}
+
+// lastUses finds the last op that reads or writes each storage.
+func (pr *programReplayer) lastUses() error {
+	p, nt := pr.p, len(pr.p.Tensors)
+	pr.last = make([]int32, nt)
+	for i := range pr.last {
+		pr.last[i] = -1
 	}
 	for oi := range p.Ops {
 		op := &p.Ops[oi]
 		for _, ts := range [2][]ir.TensorID{op.In, op.Out} {
 			for _, t := range ts {
 				if t < 0 || int(t) >= nt {
-					return nil, fmt.Errorf("op %d (%s) uses tensor %d out of range", oi, op.Name, t)
+					return fmt.Errorf("op %d (%s) uses tensor %d out of range", oi, op.Name, t)
 				}
-				last[owner[t]] = int32(oi)
+				pr.last[pr.owner[t]] = int32(oi)
 			}
 		}
 	}
-	// frees[start[oi]:start[oi+1]] are the storages op oi frees.
-	start := make([]int32, len(p.Ops)+1)
-	freed := func(i int) bool {
-		t := &p.Tensors[i]
-		return t.Base == ir.NoTensor && !t.Resident && !t.Keep && last[i] >= 0
-	}
+	return nil
+}
+
+// freed says whether storage i is freed after its last use.
+func (pr *programReplayer) freed(i int) bool {
+	t := &pr.p.Tensors[i]
+	return t.Base == ir.NoTensor && !t.Resident && !t.Keep && pr.last[i] >= 0
+}
+
+// freeLists lists, per op, the storages it frees (a counting sort by last
+// use).
+func (pr *programReplayer) freeLists() {
+	p, last := pr.p, pr.last
+	pr.start = make([]int32, len(p.Ops)+1)
 	for i := range p.Tensors {
-		if freed(i) {
-			start[last[i]+1]++
+		if pr.freed(i) {
+			pr.start[last[i]+1]++
 		}
 	}
 	for oi := range p.Ops {
-		start[oi+1] += start[oi]
+		pr.start[oi+1] += pr.start[oi]
 	}
-	frees := make([]ir.TensorID, start[len(p.Ops)])
-	fill := append([]int32(nil), start[:len(p.Ops)]...)
+	pr.frees = make([]ir.TensorID, pr.start[len(p.Ops)])
+	fill := append([]int32(nil), pr.start[:len(p.Ops)]...)
 	for i := range p.Tensors {
-		if freed(i) {
-			frees[fill[last[i]]] = ir.TensorID(i)
+		if pr.freed(i) {
+			pr.frees[fill[last[i]]] = ir.TensorID(i)
 			fill[last[i]]++
 		}
 	}
+}
 
-	// carries[c] are the Keep storages a Carried storage of category c
-	// stands for.
-	var carries [ir.NumCategories][]ir.TensorID
-	for i := range p.Tensors {
-		if t := &p.Tensors[i]; t.Keep && t.Base == ir.NoTensor && !t.Host && int(t.Cat) < len(carries) {
-			carries[t.Cat] = append(carries[t.Cat], ir.TensorID(i))
+// carried collects the device Keep storages of each category.
+func (pr *programReplayer) carried() {
+	for i := range pr.p.Tensors {
+		if t := &pr.p.Tensors[i]; t.Keep && t.Base == ir.NoTensor && !t.Host && int(t.Cat) < len(pr.carries) {
+			pr.carries[t.Cat] = append(pr.carries[t.Cat], ir.TensorID(i))
 		}
 	}
-	standsFor := func(o ir.TensorID) []ir.TensorID {
-		if t := &p.Tensors[o]; t.Carried && int(t.Cat) < len(carries) {
-			return carries[t.Cat]
+}
+
+// standsFor is the Keep storages a Carried storage o stands for (nil: o is
+// not carried, or no Keep storage has its category).
+func (pr *programReplayer) standsFor(o ir.TensorID) []ir.TensorID {
+	if t := &pr.p.Tensors[o]; t.Carried && int(t.Cat) < len(pr.carries) {
+		return pr.carries[t.Cat]
+	}
+	return nil
+}
+
+// malloc allocates size bytes for op oi of pass pass; ok is false at an
+// out-of-memory, which it records in the result.
+func (pr *programReplayer) malloc(size int64, oi, pass int) (int64, bool, error) {
+	if size <= 0 {
+		return -1, true, nil // PyTorch hands out no block for an empty tensor
+	}
+	b, err := pr.a.Malloc(size, 0)
+	if err != nil {
+		if errors.Is(err, ErrOOM) {
+			res := pr.res
+			res.OOM, res.OOMOp, res.OOMPass, res.OOMMessage = true, oi, pass, err.Error()
+			return 0, false, nil
 		}
+		return 0, false, err
+	}
+	return b.Ptr, true, nil
+}
+
+func (pr *programReplayer) free(q int64) error {
+	if q < 0 {
 		return nil
 	}
+	return pr.a.Free(q)
+}
 
-	dev := &capacityDevice{capacity: capacity}
-	a := New(cfg, dev)
-	res := &ProgramResult{PeakOp: -1, OOMOp: -1}
-	ptr := make([]int64, nt)
-	live := make([]bool, nt)
-	malloc := func(size int64, oi, pass int) (int64, bool, error) {
-		if size <= 0 {
-			return -1, true, nil // PyTorch hands out no block for an empty tensor
+// note tracks the peaks after op oi of pass pass: the reserved peak and,
+// among the ops at it, the one with the most allocated (so Fragmentation is
+// what the peak itself leaves unused, as explain reports a snapshot's).
+func (pr *programReplayer) note(oi, pass int) {
+	a, res := pr.a, pr.res
+	if a.Reserved > res.PeakReserved || a.Reserved == res.PeakReserved && (a.Allocated > res.AllocatedAtPeak || res.PeakOp < 0) {
+		res.PeakReserved, res.PeakOp, res.PeakPass = a.Reserved, oi, pass
+		res.AllocatedAtPeak = a.Allocated
+	}
+	res.PeakAllocated = max(res.PeakAllocated, a.Allocated)
+	res.PeakRequested = max(res.PeakRequested, a.Requested)
+}
+
+// residents allocates the resident device storages in tensor order (host
+// ones are live without a block).
+func (pr *programReplayer) residents() (bool, error) {
+	for i := range pr.p.Tensors {
+		t := &pr.p.Tensors[i]
+		if !t.Resident || t.Base != ir.NoTensor {
+			continue
 		}
-		b, err := a.Malloc(size, 0)
-		if err != nil {
-			if errors.Is(err, ErrOOM) {
-				res.OOM, res.OOMOp, res.OOMPass, res.OOMMessage = true, oi, pass, err.Error()
-				return 0, false, nil
+		pr.live[i] = true
+		if t.Host {
+			continue
+		}
+		q, ok, err := pr.malloc(int64(t.Bytes), -1, 0)
+		if err != nil || !ok {
+			return false, err
+		}
+		pr.ptr[i] = q
+	}
+	return true, nil
+}
+
+// step runs op oi of pass pass: its outputs' storages, its workspace, the
+// peaks (and the timeline when record), then the workspace and the storages
+// whose last use it is are freed.
+func (pr *programReplayer) step(oi, pass int, record bool) (bool, error) {
+	op := &pr.p.Ops[oi]
+	for _, t := range op.Out {
+		if ok, err := pr.allocOutput(pr.owner[t], oi, pass); err != nil || !ok {
+			return false, err
+		}
+	}
+	ws := int64(-1)
+	if op.Workspace > 0 {
+		q, ok, err := pr.malloc(int64(op.Workspace), oi, pass)
+		if err != nil || !ok {
+			return false, err
+		}
+		ws = q
+	}
+	pr.note(oi, pass)
+	if record {
+		pr.res.Timeline[oi] = pr.a.Reserved
+	}
+	if err := pr.free(ws); err != nil {
+		return false, err
+	}
+	for _, o := range pr.frees[pr.start[oi]:pr.start[oi+1]] {
+		if err := pr.freeStorage(o); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// allocOutput allocates storage o when op oi first writes it: a host
+// storage gets no block, a Carried one the blocks of the Keep storages it
+// stands for that are not alive.
+func (pr *programReplayer) allocOutput(o ir.TensorID, oi, pass int) (bool, error) {
+	if pr.live[o] {
+		return true, nil
+	}
+	pr.live[o] = true
+	pr.ptr[o] = -1
+	if pr.p.Tensors[o].Host {
+		return true, nil
+	}
+	if prev := pr.standsFor(o); len(prev) > 0 {
+		for _, k := range prev {
+			if pr.live[k] {
+				continue
 			}
-			return 0, false, err
-		}
-		return b.Ptr, true, nil
-	}
-	free := func(q int64) error {
-		if q < 0 {
-			return nil
-		}
-		return a.Free(q)
-	}
-	note := func(oi, pass int) {
-		// The reserved peak; among the ops at it, the one with the most
-		// allocated (so Fragmentation is what the peak itself leaves
-		// unused, as explain reports a snapshot's).
-		if a.Reserved > res.PeakReserved || a.Reserved == res.PeakReserved && (a.Allocated > res.AllocatedAtPeak || res.PeakOp < 0) {
-			res.PeakReserved, res.PeakOp, res.PeakPass = a.Reserved, oi, pass
-			res.AllocatedAtPeak = a.Allocated
-		}
-		res.PeakAllocated = max(res.PeakAllocated, a.Allocated)
-		res.PeakRequested = max(res.PeakRequested, a.Requested)
-	}
-	for i := range p.Tensors {
-		t := &p.Tensors[i]
-		if t.Resident && t.Base == ir.NoTensor && !t.Host {
-			q, ok, err := malloc(int64(t.Bytes), -1, 0)
+			q, ok, err := pr.malloc(int64(pr.p.Tensors[k].Bytes), oi, pass)
 			if err != nil || !ok {
-				return res, err
+				return false, err
 			}
-			ptr[i], live[i] = q, true
-		} else if t.Resident && t.Base == ir.NoTensor {
-			live[i] = true
+			pr.ptr[k], pr.live[k] = q, true
 		}
+		return true, nil
 	}
-	note(-1, 0)
-	const passes = 2
-	if timeline {
-		res.Timeline = make([]int64, len(p.Ops))
+	q, ok, err := pr.malloc(int64(pr.p.Tensors[o].Bytes), oi, pass)
+	if err != nil || !ok {
+		return false, err
 	}
-	for pass := range passes {
-		for oi := range p.Ops {
-			op := &p.Ops[oi]
-			for _, t := range op.Out {
-				o := owner[t]
-				if live[o] {
-					continue
-				}
-				live[o] = true
-				ptr[o] = -1
-				if p.Tensors[o].Host {
-					continue
-				}
-				if prev := standsFor(o); len(prev) > 0 {
-					for _, k := range prev {
-						if live[k] {
-							continue
-						}
-						q, ok, err := malloc(int64(p.Tensors[k].Bytes), oi, pass)
-						if err != nil || !ok {
-							return res, err
-						}
-						ptr[k], live[k] = q, true
-					}
-					continue
-				}
-				q, ok, err := malloc(int64(p.Tensors[o].Bytes), oi, pass)
-				if err != nil || !ok {
-					return res, err
-				}
-				ptr[o] = q
-			}
-			ws := int64(-1)
-			if op.Workspace > 0 {
-				q, ok, err := malloc(int64(op.Workspace), oi, pass)
-				if err != nil || !ok {
-					return res, err
-				}
-				ws = q
-			}
-			note(oi, pass)
-			if timeline && pass == passes-1 {
-				res.Timeline[oi] = a.Reserved
-			}
-			if err := free(ws); err != nil {
-				return res, err
-			}
-			for _, o := range frees[start[oi]:start[oi+1]] {
-				if !live[o] {
-					continue
-				}
-				live[o] = false
-				for _, k := range standsFor(o) {
-					if live[k] {
-						live[k] = false
-						if err := free(ptr[k]); err != nil {
-							return res, err
-						}
-					}
-				}
-				if err := free(ptr[o]); err != nil {
-					return res, err
-				}
+	pr.ptr[o] = q
+	return true, nil
+}
+
+// freeStorage frees storage o after its last use, with the Keep storages a
+// Carried one stands for.
+func (pr *programReplayer) freeStorage(o ir.TensorID) error {
+	if !pr.live[o] {
+		return nil
+	}
+	pr.live[o] = false
+	for _, k := range pr.standsFor(o) {
+		if pr.live[k] {
+			pr.live[k] = false
+			if err := pr.free(pr.ptr[k]); err != nil {
+				return err
 			}
 		}
 	}
-	res.Fragmentation = res.PeakReserved - res.AllocatedAtPeak
-	res.Segments = len(a.Segments())
-	return res, nil
+	return pr.free(pr.ptr[o])
 }
