@@ -216,9 +216,9 @@ type pricer struct {
 // seed) are charged the bytes of the distinct device storages they read
 // and write (ir.Storage, Tensor.Bytes) as DRAM traffic — a lower bound,
 // since an in-place op writes inputs that the IR does not list as outputs.
-// Two kinds of op launch no kernel and cost nothing: ops without FLOPs whose
-// outputs are all views (view, reshape, transpose and their backward), and
-// zero_grad(set_to_none=True). A collective costs Cost(kind, Comm.Bytes,
+// Three kinds of op launch no kernel and cost nothing: ops without FLOPs whose
+// outputs are all views (view, reshape, transpose and their backward),
+// zero_grad(set_to_none=True) and release (a dropped reference). A collective costs Cost(kind, Comm.Bytes,
 // {Comm.Ranks, group link}), Comm.Bytes being NCCL-tests' per-rank buffer
 // (the all-reduce buffer, the all-gather output, the reduce-scatter input,
 // the all-to-all send buffer); a send/recv costs Transfer(Comm.Bytes, link)
@@ -342,14 +342,14 @@ func (pr *pricer) root(oi int, t ir.TensorID) (ir.TensorID, error) {
 }
 
 // noKernel reports ops that launch no kernel: views (no FLOPs, every output
-// aliases another storage) and zero_grad(set_to_none=True).
+// aliases another storage), zero_grad(set_to_none=True) and release.
 func (pr *pricer) noKernel(oi int) (bool, error) {
 	op := &pr.p.Ops[oi]
 	if op.FLOPs > 0 {
 		return false, nil
 	}
-	if strings.HasPrefix(op.Name, "zero_grad(set_to_none=True)") {
-		return true, nil
+	if strings.HasPrefix(op.Name, "zero_grad(set_to_none=True)") || op.Name == "release" {
+		return true, nil // release: a Python reference dropped (ops.Builder.Release)
 	}
 	if len(op.Out) == 0 {
 		return false, nil

@@ -28,6 +28,9 @@ type Semantics struct {
 	// EagerRMSNorm runs RMSNorm as transformers' eager ops rather than one
 	// fused kernel.
 	EagerRMSNorm bool
+	// RMSNormFP32Weight (with EagerRMSNorm) applies the weight in float32
+	// before the cast back (torchtune 0.5+ on CPU kernels).
+	RMSNormFP32Weight bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1).
 	MeanSavesInput bool
 	// Loss is how a causal LM's loss is computed.
@@ -98,6 +101,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.Code = m.Code
 	o.MeanSavesInput = m.MeanSavesInput
 	o.EagerRMSNorm = m.EagerRMSNorm
+	o.RMSNormFP32Weight = m.RMSNormFP32Weight
 	o.EagerGELU = m.EagerGELU
 	o.RepeatKV = m.RepeatKV
 	o.FusedSwiGLU = m.FusedSwiGLU

@@ -669,6 +669,14 @@ func (b *Builder) Zeros(name string, dt units.DType, shape ...int64) ir.TensorID
 	return b.node("zeros", nil, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
 }
 
+// Release marks where Python code drops its last reference to xs (a
+// function that held them in local variables returns, a loop deletes its
+// variable): they live at least until here. It computes and saves nothing.
+func (b *Builder) Release(xs ...ir.TensorID) {
+	b.node("release", xs, nil, 0)
+	b.last().MemBytes = 0
+}
+
 // To is an explicit x.float() (or .to(dtype)) in model code, outside
 // autocast's policy; it returns x when it already has that dtype.
 func (b *Builder) To(x ir.TensorID, dt units.DType) ir.TensorID {

@@ -102,6 +102,7 @@ func init() {
 		{Name: "index_add", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_add: index"},
 		{Name: "index_copy", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_copy: source: grad.index_select(dim, index).expand_as(source) saves the source (IndexCopyBackward0 source_)"},
 		{Name: "zeros", Source: "torch.zeros: no inputs, saves nothing"},
+		{Name: "release", Source: "no kernel: the last Python reference to its inputs ends here (a function returns, a variable is deleted); no outputs, saves nothing"},
 		{Name: "kv_cache_update", Source: "inference only: copy k/v into a static cache"},
 		{Name: "mean", BwdFactor: 1, Source: dy + ": mean saves sizes"},
 		{Name: "fused_linear_cross_entropy", SaveOut: []int{1, 2}, BwdFactor: 0, Source: "Liger-Kernel src/liger_kernel/ops/fused_linear_cross_entropy.py (LigerFusedLinearCrossEntropyFunction): the forward computes grad_input and grad_weight chunk by chunk and saves them; backward returns them"},

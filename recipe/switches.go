@@ -59,9 +59,11 @@ var switches = []Switch{
 			s.Sem.Code, err = build.ParseCode(v)
 			return err
 		}},
-	{Key: "kernels.rms-norm", Values: "eager, fused",
-		Doc:   "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). litgpt's own RMSNorm follows model.code",
-		apply: choice([]string{"eager", "fused"}, func(s *engine.Spec, i int) { s.Sem.EagerRMSNorm = i == 0 })},
+	{Key: "kernels.rms-norm", Values: "eager, fp32-weight, fused",
+		Doc: "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fp32-weight: the same ops with the weight applied to the float32 normalised states before the cast back, which are saved instead (torch.nn.functional.rms_norm over a float32 copy, torchtune 0.5+'s RMSNorm, on CPU kernels); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). litgpt's own RMSNorm follows model.code",
+		apply: choice([]string{"eager", "fp32-weight", "fused"}, func(s *engine.Spec, i int) {
+			s.Sem.EagerRMSNorm, s.Sem.RMSNormFP32Weight = i < 2, i == 1
+		})},
 	{Key: "kernels.gelu", Values: "eager, fused",
 		Doc:   "eager: gelu_new (GPT-2, Phi) as transformers' NewGELUActivation runs it (pow, tanh and products: the input, 0.5*x, tanh and 1+tanh are saved); fused: one GELU kernel saving its input (Megatron, lit-gpt, torch.compile). Other GELUs are one kernel either way",
 		apply: choice([]string{"eager", "fused"}, func(s *engine.Spec, i int) { s.Sem.EagerGELU = i == 0 })},

@@ -115,6 +115,12 @@ type Options struct {
 	// products), instead of one fused kernel that saves its input and a
 	// float32 rstd (apex FusedRMSNorm, Liger, Transformer Engine).
 	EagerRMSNorm bool
+	// RMSNormFP32Weight (with EagerRMSNorm) applies the weight to the
+	// float32 normalised states and casts the product back, so the float32
+	// normalised states are kept for the weight's gradient instead of their
+	// cast (torch.nn.functional.rms_norm over a float32 copy, as torchtune
+	// 0.5+'s RMSNorm calls it, run as composite ops on CPU; Gemma's norm).
+	RMSNormFP32Weight bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1), which
 	// unfused RMSNorms (litgpt's) pay for with an x*x per norm.
 	MeanSavesInput bool
@@ -398,15 +404,7 @@ func (m *builder) decoder() {
 		}
 		x = b.Dropout(m.embedDropoutName(), x, a.EmbdDropout)
 	}()
-	var cos, sin ir.TensorID
-	if a.PosEmbedding == "rotary" {
-		func() {
-			defer b.Enter(root + ".rotary_emb")()
-			rd := int64(math.Round(float64(a.HeadDim) * rotaryFrac(a)))
-			cos = b.Buffer("cos", b.ActDType(), B, S, rd)
-			sin = b.Buffer("sin", b.ActDType(), B, S, rd)
-		}()
-	}
+	cos, sin := m.rotaryTables(root)
 	var mask ir.TensorID = ir.NoTensor
 	if m.o.Attention == Eager {
 		func() {
@@ -524,6 +522,14 @@ func (m *builder) decoder() {
 		m.vocabParallelLoss(logits, labels)
 		return
 	}
+	m.logitsLoss(logits, x, labels)
+}
+
+// logitsLoss is the loss over the whole logits, x being the hidden states
+// the head read.
+func (m *builder) logitsLoss(logits, x, labels ir.TensorID) {
+	a, b := m.a, m.b
+	B, S := m.bs()
 	// transformers' ForCausalLMLoss: logits.float(), labels shifted by
 	// padding, cross_entropy over [B*S, V]; LossNative keeps the dtype.
 	lf := logits
@@ -533,6 +539,40 @@ func (m *builder) decoder() {
 	flat := b.View("logits_flat", lf, B*S, int64(a.Vocab))
 	lab := b.View("labels_flat", labels, B*S)
 	b.CrossEntropy("cross_entropy", flat, lab)
+	// The logits live until the loss exists: transformers computes the loss
+	// inside the model's forward (modeling_llama.py @v4.46.0
+	// LlamaForCausalLM.forward: logits = self.lm_head(...); loss =
+	// self.loss_function(logits, labels, ...); ForCausalLMLoss's logits =
+	// logits.float() rebinds only its own argument), and a loop that computes
+	// it holds its variable through the call. transformers' forward also
+	// keeps the base model's output, and with it the last hidden state (the
+	// final norm's output), in its locals until it returns.
+	held := []ir.TensorID{logits}
+	if m.o.Code == CodeHF {
+		held = append(held, x)
+	}
+	b.Release(held...)
+}
+
+// rotaryTables makes the rotary cos and sin tables (unset without rotary
+// positions: the callers read them only for rotary models). transformers computes them in every forward from position_ids,
+// which default to cache_position.unsqueeze(0): [1, S, rd] in the hidden
+// states' dtype, alive while a layer's rotary product keeps them for
+// backward (modeling_llama.py @v4.46.0 LlamaModel.forward,
+// LlamaRotaryEmbedding.forward: cos.to(dtype=x.dtype)). Otherwise they are
+// resident tables of the batch's positions.
+func (m *builder) rotaryTables(root string) (cos, sin ir.TensorID) {
+	a, b := m.a, m.b
+	if a.PosEmbedding != "rotary" {
+		return cos, sin
+	}
+	B, S := m.bs()
+	defer b.Enter(root + ".rotary_emb")()
+	rd := int64(math.Round(float64(a.HeadDim) * rotaryFrac(a)))
+	if m.o.Code == CodeHF && m.o.Training {
+		return b.Zeros("cos", b.ActDType(), 1, S, rd), b.Zeros("sin", b.ActDType(), 1, S, rd)
+	}
+	return b.Buffer("cos", b.ActDType(), B, S, rd), b.Buffer("sin", b.ActDType(), B, S, rd)
 }
 
 func rotaryFrac(a *models.Arch) float64 {

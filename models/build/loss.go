@@ -212,4 +212,9 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 		}
 	}
 	b.Graph().Loss = total
+	// The loop holds the list of chunk logits while the loss function runs
+	// (torchtune recipes/full_finetune_single_device.py @v0.6.1 _loss_step:
+	// loss = self._loss_fn(logits, labels); del logits; litgpt keeps it
+	// longer), so every chunk lives until the loss exists.
+	b.Release(chunks...)
 }

@@ -97,7 +97,11 @@ func (m *builder) litgptRMSNorm(x, w ir.TensorID) ir.TensorID {
 // pow's output where mean.dim keeps its input, and the normalised states in
 // the input dtype when the weight is trained. Gemma's (modeling_gemma.py)
 // multiplies by (1 + weight) in float32 before casting back, so it keeps the
-// float32 normalised states instead.
+// float32 normalised states instead, as torchtune's RMSNorm does from 0.5
+// on when RMSNormFP32Weight is set (torchtune/modules/rms_norm.py @v0.6.1:
+// F.rms_norm(x.float(), weight=self.scale).to(x.dtype); on CPU, torch
+// 2.14.1 runs it as _to_copy, pow, mean, add_, rsqrt, mul, mul, _to_copy,
+// as the framework suite's trace of it shows).
 func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
 	b := m.b
 	dt := b.Tensor(x).DType
@@ -106,7 +110,7 @@ func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
 	ms := b.MeanLast("variance", sq, m.o.MeanSavesInput)
 	r := b.Unary("rsqrt", "rsqrt", ms)
 	h := b.Binary("mul", "normed", xf, r)
-	if m.a.Family == models.FamilyGemma || m.a.Family == models.FamilyGemma2 {
+	if m.a.Family == models.FamilyGemma || m.a.Family == models.FamilyGemma2 || m.o.RMSNormFP32Weight {
 		return b.To(b.Binary("mul", "scaled", h, b.To(w, units.F32)), dt)
 	}
 	return b.Binary("mul", "out", w, b.To(h, dt))
