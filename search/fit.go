@@ -244,6 +244,21 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	if base.Mode != engine.Train {
 		return engine.FieldErrorf(engine.FieldMode, "fit plans training; plan inference with {mode} infer")
 	}
+	if o.GPUs == 0 {
+		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
+	}
+	if o.GlobalBatch == 0 {
+		o.GlobalBatch = base.MicroBatch * max(base.Accum, 1) * max(base.DP, 1)
+	}
+	// A pinned ZeRO stage (or sequence parallelism) with the data (tensor)
+	// parallel degree left to the search is checked at the smallest degree
+	// it needs; the search sets the degree.
+	if o.Pinned.Has(PinZeRO) && !o.Pinned.Has(PinDP) && base.ZeRO > 0 && base.DP <= 1 {
+		base.DP = 2
+	}
+	if o.Pinned.Has(PinSP) && !o.Pinned.Has(PinTP) && base.SP && base.TP <= 1 {
+		base.TP = 2
+	}
 	if err := base.Validate(); err != nil {
 		return err
 	}
@@ -255,12 +270,6 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	}
 	if o.Headroom < 0 || o.Headroom >= 1 {
 		return engine.FieldErrorf(engine.FieldHeadroom, "{headroom} %.2f must be in [0, 1)", o.Headroom)
-	}
-	if o.GPUs == 0 {
-		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
-	}
-	if o.GlobalBatch == 0 {
-		o.GlobalBatch = base.MicroBatch * base.Accum * max(base.DP, 1)
 	}
 	if o.GPUs < 1 || o.GlobalBatch < 1 {
 		return engine.FieldErrorf(engine.FieldGPUs, "{gpus} and {global-batch} must be positive")
