@@ -18,12 +18,17 @@ import (
 func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 	f := &planFlags{}
 	var jsonOut bool
-	var allow string
+	var allow, deny string
 	var gpus, globalBatch int
 	var headroom float64
 	c := &cobra.Command{
 		Use:   "fit",
 		Short: "Find the fastest plan that fits the GPU: micro-batch × accumulation, checkpointing, offload, ZeRO, TP/PP/DP split",
+		Long: "fit searches micro-batch × accumulation at a fixed global batch, checkpointing, offload, the optimizer\n" +
+			"implementation, the ZeRO stage and the TP/PP/DP split of --gpus, and verifies the fastest plans on the full\n" +
+			"model. Every strategy flag given (--micro-batch, --accum, --tp, --sp, --pp, --dp, --zero/--fsdp, --checkpoint,\n" +
+			"--offload, --optimizer-impl) pins its dimension; --deny closes a family, --allow opens options that change\n" +
+			"the training result. Each verified plan prints the memplan plan command that reproduces it.\n\n" + exitHelp,
 		Example: `  memplan fit --model llama-3-70b --gpu h100 --gpus 64 --global-batch 512 --seq 4096 --precision bf16
   memplan fit --model llama-2-7b --gpu rtx-4090 --global-batch 32 --seq 2048 --allow qlora,8bit`,
 		Args: cobra.NoArgs,
@@ -36,7 +41,14 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus)}
+			pins, err := fitPins(f.changed, deny, &spec)
+			if err != nil {
+				return err
+			}
+			base := spec
+			ws := f.warnings(&spec)
+			warn(cmd.ErrOrStderr(), ws)
+			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins}
 			if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
 				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
 					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
@@ -64,14 +76,16 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 				return err
 			}
 			elapsed := time.Since(start)
+			fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
 			return emit(stdout, jsonOut,
-				func(w io.Writer) error { return report.WriteFitJSON(w, res) },
-				func(w io.Writer) error { return report.WriteFitText(w, res, elapsed) })
+				func(w io.Writer) error { return report.WriteFitJSON(w, res, fo) },
+				func(w io.Writer) error { return report.WriteFitText(w, res, elapsed, fo) })
 		},
 	}
 	f.register(c.Flags())
 	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
 	c.Flags().StringVar(&allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
+	c.Flags().StringVar(&deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
 	c.Flags().IntVar(&gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	c.Flags().IntVar(&globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
 	c.Flags().Float64Var(&headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/jedib0t/go-pretty/v6/table"
@@ -13,15 +14,27 @@ import (
 	"github.com/memplan/memplan/units"
 )
 
-// FitPlanJSON is one plan of `memplan fit --json`.
+// FitPlanJSON is one plan of `memplan fit --json`: every choice the search
+// makes, and the plan command that reproduces it.
 type FitPlanJSON struct {
-	Plan       string      `json:"plan"`
-	PeakBytes  units.Bytes `json:"peak_bytes"`
-	StepS      float64     `json:"step_s"`
-	TokensPerS float64     `json:"tokens_per_s,omitempty"`
-	MFU        float64     `json:"mfu,omitempty"`
-	Verified   bool        `json:"verified"`
-	Detail     *PlanJSON   `json:"detail,omitempty"`
+	Plan          string      `json:"plan"`
+	PeakBytes     units.Bytes `json:"peak_bytes"`
+	StepS         float64     `json:"step_s"`
+	TokensPerS    float64     `json:"tokens_per_s,omitempty"`
+	MFU           float64     `json:"mfu,omitempty"`
+	Verified      bool        `json:"verified"`
+	MicroBatch    int         `json:"micro_batch"`
+	Accum         int         `json:"accum"`
+	ZeRO          int         `json:"zero"`
+	TP            int         `json:"tp"`
+	SP            bool        `json:"sp"`
+	PP            int         `json:"pp"`
+	DP            int         `json:"dp"`
+	Checkpoint    string      `json:"checkpoint"`
+	Offload       string      `json:"offload"`
+	OptimizerImpl string      `json:"optimizer_impl"`
+	Command       string      `json:"command,omitempty"`
+	Detail        *PlanJSON   `json:"detail,omitempty"`
 }
 
 // FitJSON is the machine form of `memplan fit`.
@@ -34,12 +47,35 @@ type FitJSON struct {
 	Winner     FitPlanJSON   `json:"winner"`
 	RunnersUp  []FitPlanJSON `json:"runners_up"`
 	Front      []FitPlanJSON `json:"pareto_front"`
+	// Pinned are the dimensions kept as given, Searched the others (field
+	// keys: micro-batch, accum, tp, sp, pp, dp, zero, checkpoint, offload,
+	// optimizer-impl).
+	Pinned   []string `json:"pinned"`
+	Searched []string `json:"searched"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-func fitPlan(p *search.Plan, detail bool) FitPlanJSON {
-	j := FitPlanJSON{Plan: p.Describe(), PeakBytes: p.Peak(), StepS: p.Step().Seconds(), Verified: p.Result != nil}
+// FitOptions add what the CLI knows to fit's report.
+type FitOptions struct {
+	// Command, when set, is the `memplan plan` command line of a plan.
+	Command func(*search.Plan) string
+	// Warnings about the inputs (JSON only; the CLI prints them on stderr).
+	Warnings []string
+}
+
+func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
+	s := &p.Spec
+	j := FitPlanJSON{Plan: p.Describe(), PeakBytes: p.Peak(), StepS: p.Step().Seconds(), Verified: p.Result != nil,
+		MicroBatch: s.MicroBatch, Accum: s.Accum, ZeRO: s.ZeRO, TP: max(s.TP, 1), SP: s.SP, PP: max(s.PP, 1), DP: max(s.DP, 1),
+		Checkpoint: s.Checkpoint.String(), Offload: s.Offload.String(), OptimizerImpl: s.Impl.String()}
+	if j.Offload == "" {
+		j.Offload = "none"
+	}
 	if p.Result != nil {
 		j.TokensPerS, j.MFU = p.TokensPerSec(), p.MFU()
+		if o.Command != nil {
+			j.Command = o.Command(p)
+		}
 	}
 	if detail && p.Result != nil {
 		j.Detail = Build(p.Result, false)
@@ -48,14 +84,17 @@ func fitPlan(p *search.Plan, detail bool) FitPlanJSON {
 }
 
 // WriteFitJSON writes the JSON form.
-func WriteFitJSON(w io.Writer, r *search.Result) error {
+func WriteFitJSON(w io.Writer, r *search.Result, o FitOptions) error {
 	j := FitJSON{Schema: "memplan.fit/v1", LimitBytes: r.Limit, Considered: r.Considered, Estimated: r.Estimated, Verified: r.Verified,
-		Winner: fitPlan(r.Winner, true)}
+		Winner: fitPlan(r.Winner, true, o), Pinned: r.Pinned.Names(), Searched: (search.AllPins &^ r.Pinned).Names(), Warnings: o.Warnings}
+	if j.Pinned == nil {
+		j.Pinned = []string{}
+	}
 	for _, p := range r.RunnersUp {
-		j.RunnersUp = append(j.RunnersUp, fitPlan(p, false))
+		j.RunnersUp = append(j.RunnersUp, fitPlan(p, false, o))
 	}
 	for _, p := range r.Front {
-		j.Front = append(j.Front, fitPlan(p, false))
+		j.Front = append(j.Front, fitPlan(p, false, o))
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -63,19 +102,27 @@ func WriteFitJSON(w io.Writer, r *search.Result) error {
 }
 
 // WriteFitText writes the search result for a person.
-func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration) error {
+func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOptions) error {
 	win := r.Winner
 	s := &win.Spec
 	gpus := s.DP * s.TP * s.PP
 	fmt.Fprintf(w, "memplan fit · %s · %d × %s · global batch %d · limit %s\n", s.JobName(), gpus, s.GPU.Name, s.MicroBatch*s.Accum*s.DP, r.Limit)
 	fmt.Fprintf(w, "searched %d plans: %d estimated on shallow models, %d verified on the full model (%s)\n\n",
 		r.Considered, r.Estimated, r.Verified, elapsed.Round(time.Millisecond))
+	pinned := "none"
+	if names := r.Pinned.Names(); len(names) > 0 {
+		pinned = strings.Join(names, ", ")
+	}
+	fmt.Fprintf(w, "pinned: %s; searched: %s\n\n", pinned, strings.Join((search.AllPins&^r.Pinned).Names(), ", "))
 	fmt.Fprintf(w, "Fastest plan that fits: %s\n", win.Describe())
 	res := win.Result
 	fmt.Fprintf(w, "  peak %s in %s; step %s, %.0f tokens/s over the job, MFU %.1f%% (roofline upper bound)\n",
 		res.PeakBytes(), res.Sim.Peak.Phase, win.Step().Round(time.Millisecond), win.TokensPerSec(), 100*win.MFU())
 	if sim := res.Spec.Accum; sim < s.Accum {
 		fmt.Fprintf(w, "  (simulated with %d micro-steps, whose peak equals that of %d; step time extrapolated)\n", sim, s.Accum)
+	}
+	if o.Command != nil {
+		fmt.Fprintf(w, "  reproduce: %s\n", o.Command(win))
 	}
 	if len(r.RunnersUp) > 0 {
 		t := newTable()
@@ -87,6 +134,11 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration) error {
 		}
 		t.SetColumnConfigs([]table.ColumnConfig{{Number: 1, WidthMax: 90, WidthMaxEnforcer: text.WrapSoft}, {Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}})
 		fmt.Fprintln(w, t.Render())
+		if o.Command != nil {
+			for i, p := range r.RunnersUp {
+				fmt.Fprintf(w, "  runner-up %d: %s\n", i+1, o.Command(p))
+			}
+		}
 	}
 	if len(r.Front) > 0 {
 		t := newTable()
