@@ -21,4 +21,6 @@ fuzz:
 	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s
 	go test ./published -run '^$$' -fuzz FuzzRead -fuzztime 60s
 	go test ./recipe -run '^$$' -fuzz FuzzParse -fuzztime 60s
-	go test ./snapshot -run '^$$' -fuzz FuzzParse -fuzztime 60s
+	go test ./snapshot -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s
+	go test ./snapshot -run '^$$' -fuzz FuzzParseTimeline -fuzztime 60s
+	go test ./allocator -run '^$$' -fuzz FuzzParseConf -fuzztime 60s

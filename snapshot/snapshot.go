@@ -137,7 +137,7 @@ func ReadFile(path string) (*Snapshot, error) {
 // Parse decodes a snapshot pickle.
 func Parse(data []byte) (*Snapshot, error) {
 	if len(data) > 0 && (data[0] == '{' || data[0] == '[') && looksJSON(data) {
-		return nil, errors.New("this is JSON, not a snapshot pickle (a torch.profiler memory timeline? read it with --timeline)")
+		return nil, errors.New("this is JSON, not a snapshot pickle (a torch.profiler memory timeline is read as a timeline, not as a snapshot)")
 	}
 	v, err := Unpickle(data)
 	if err != nil {
