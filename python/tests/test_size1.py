@@ -145,3 +145,16 @@ def test_scratch_bytes_piecewise():
                            (conv, 8, None, 2606408), (line, 1, None, 100), (line, 8, None, 800),
                            (seq, 1, 2, 5), (seq, 1, 8, 5), (seq, 4, 8, 320)]:
         assert scratch_bytes(ev, b, s) == want, (ev, b, s)
+
+
+def test_export_api_at_batch_1_and_sequence_1(tmp_path):
+    """export(model, inputs) with inputs of batch 1 and sequence 1: the inputs are repeated to batch 2 and 4 and
+    tiled to sequences 2, 3 and 4; the document is at batch 1, sequence 1."""
+    from memplan_torch import export
+    model, x, _ = sb.seq_view_or_clone(1, seq_len=1)
+    doc = export(model, x, str(tmp_path / "t.json"), seq_dim=1, device="meta", optimizer="sgd")
+    assert doc["trace_batch"] == 1 and doc["trace_seq"] == 1 and doc["traced_at"] == {"batch": 2, "seq": 2}
+    ref = export_builder("size1_builders:seq_view_or_clone", str(tmp_path / "r.json"), batch=2, seq_len=8,
+                         seq_dim=1, device="meta", optimizer="sgd")
+    for b, s in ((1, 1), (3, 5)):
+        assert replay(doc, b, s)["phases"] == replay(ref, b, s)["phases"]
