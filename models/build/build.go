@@ -672,6 +672,9 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 			name = "query_key_value"
 		}
 		m.qkvParts = m.fusedQKVParts(qd, kd)
+		if m.lora != nil {
+			m.lora.fusedQKV = true
+		}
 		y := m.dense(name, h, a.Hidden, qd+2*kd, a.QKVBias, colPar)
 		m.qkvParts = nil
 		q = b.View("q", y, B, A, S, D)

@@ -79,6 +79,9 @@ func (l *LoRA) validate() error {
 //	alpha=<number>       lora_alpha (default 8)
 //	dropout=<p>          lora_dropout in [0, 1) (default 0)
 //	targets=<names>      module names joined by '+' or ',' , or all-linear
+//	qkv=<parts>          the parts of a fused qkv target that are adapted,
+//	                     q, k and v joined by '+' (litgpt's lora_query,
+//	                     lora_key, lora_value; default: the whole linear)
 //
 // for example "r=16,alpha=32,dropout=0.05,targets=q_proj+v_proj" or
 // "r=16,targets=q_proj,v_proj": since target lists may use commas, every
@@ -100,7 +103,7 @@ func ParseLoRA(s string) (*LoRA, error) {
 				l.Targets = append(l.Targets, splitTargets(tok)...)
 				continue
 			}
-			return nil, fmt.Errorf("LoRA: %q is not key=value (keys: r, alpha, dropout, targets)", tok)
+			return nil, fmt.Errorf("LoRA: %q is not key=value (keys: r, alpha, dropout, targets, qkv)", tok)
 		}
 		key = strings.ToLower(strings.TrimSpace(key))
 		val = strings.TrimSpace(val)
@@ -134,11 +137,34 @@ func ParseLoRA(s string) (*LoRA, error) {
 			}
 			l.Targets = append(l.Targets, splitTargets(val)...)
 			inTargets = true
+		case "qkv":
+			qkv, err := parseQKVParts(val)
+			if err != nil {
+				return nil, err
+			}
+			l.QKV = qkv
 		default:
-			return nil, fmt.Errorf("LoRA: unknown key %q (keys: r, alpha, dropout, targets)", key)
+			return nil, fmt.Errorf("LoRA: unknown key %q (keys: r, alpha, dropout, targets, qkv)", key)
 		}
 	}
 	return l, nil
+}
+
+// parseQKVParts reads qkv=q+v: which of a fused qkv linear's query, key
+// and value columns LoRA adapts.
+func parseQKVParts(s string) (*[3]bool, error) {
+	var parts [3]bool
+	for _, p := range strings.Split(s, "+") {
+		i := strings.Index("qkv", strings.ToLower(strings.TrimSpace(p)))
+		if len(strings.TrimSpace(p)) != 1 || i < 0 {
+			return nil, fmt.Errorf("LoRA: qkv takes q, k and v joined by + (litgpt's lora_query, lora_key, lora_value), got %q", s)
+		}
+		if parts[i] {
+			return nil, fmt.Errorf("LoRA: qkv names %q twice", strings.TrimSpace(p))
+		}
+		parts[i] = true
+	}
+	return &parts, nil
 }
 
 func splitTargets(s string) []string {
@@ -163,6 +189,8 @@ type loraState struct {
 	all     bool
 	targets []string
 	matched map[string]bool
+	// fusedQKV: the model has a fused qkv linear (qkv= can apply).
+	fusedQKV bool
 	// dropped is the shared dropout of each adapter input (SharedDropout).
 	dropped map[ir.TensorID]ir.TensorID
 }
@@ -228,6 +256,9 @@ func (s *loraState) matchesHead(path string) bool {
 
 // unmatched fails on the first target no linear matched.
 func (s *loraState) unmatched(a *models.Arch, names []string) error {
+	if s.cfg.QKV != nil && !s.fusedQKV {
+		return fmt.Errorf("%w: LoRA qkv= adapts parts of a fused qkv linear, and %s has none under this model code (its linears: %s)", ErrBadOptions, a.Name, strings.Join(names, ", "))
+	}
 	for _, t := range s.targets {
 		if !s.matched[t] {
 			return fmt.Errorf("%w: LoRA target %q matches no linear module of %s (its linears: %s)", ErrBadOptions, t, a.Name, strings.Join(names, ", "))

@@ -20,13 +20,16 @@ func TestParseLoRA(t *testing.T) {
 		{"targets=all-linear", LoRA{Rank: 8, Alpha: 8, Targets: []string{"all-linear"}}},
 		{" r = 2 , dropout=0 ", LoRA{Rank: 2, Alpha: 8}},
 		{"", LoRA{Rank: 8, Alpha: 8}},
+		{"targets=qkv_proj,qkv=q+v", LoRA{Rank: 8, Alpha: 8, Targets: []string{"qkv_proj"}, QKV: &[3]bool{true, false, true}}},
+		{"qkv=K,targets=qkv_proj", LoRA{Rank: 8, Alpha: 8, Targets: []string{"qkv_proj"}, QKV: &[3]bool{false, true, false}}},
 	} {
 		got, err := ParseLoRA(tc.in)
 		if err != nil {
 			t.Errorf("ParseLoRA(%q): %v", tc.in, err)
 			continue
 		}
-		if got.Rank != tc.want.Rank || got.Alpha != tc.want.Alpha || got.Dropout != tc.want.Dropout || strings.Join(got.Targets, "|") != strings.Join(tc.want.Targets, "|") {
+		if got.Rank != tc.want.Rank || got.Alpha != tc.want.Alpha || got.Dropout != tc.want.Dropout || strings.Join(got.Targets, "|") != strings.Join(tc.want.Targets, "|") ||
+			(got.QKV == nil) != (tc.want.QKV == nil) || got.QKV != nil && *got.QKV != *tc.want.QKV {
 			t.Errorf("ParseLoRA(%q) = %+v, want %+v", tc.in, *got, tc.want)
 		}
 	}
@@ -42,6 +45,10 @@ func TestParseLoRA(t *testing.T) {
 		{"alpha=-1", `alpha must be a positive number`},
 		{"targets=", `targets needs at least one module name`},
 		{"r=4,r=8", `key "r" given twice`},
+		{"qkv=q+x", `qkv takes q, k and v joined by +`},
+		{"qkv=", `qkv takes q, k and v joined by +`},
+		{"qkv=query", `qkv takes q, k and v joined by +`},
+		{"qkv=q+q", `qkv names "q" twice`},
 	} {
 		_, err := ParseLoRA(tc.in)
 		if err == nil || !strings.HasPrefix(err.Error(), "LoRA: ") || !strings.Contains(err.Error(), tc.want) {

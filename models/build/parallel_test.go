@@ -415,6 +415,8 @@ func TestParallelRefusals(t *testing.T) {
 		{"LoRA dropout 1", "llama-2-7b", nil, Options{LoRA: &LoRA{Rank: 8, Dropout: 1}}, "dropout"},
 		{"LoRA target matches nothing", "llama-2-7b", nil, Options{LoRA: &LoRA{Rank: 8, Targets: []string{"q_proj", "c_attn"}}},
 			`LoRA target "c_attn" matches no linear module of llama-2-7b (its linears: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)`},
+		{"LoRA qkv parts without a fused qkv", "llama-2-7b", nil, Options{LoRA: &LoRA{Rank: 8, Targets: []string{"q_proj"}, QKV: &[3]bool{true, false, true}}},
+			"LoRA qkv= adapts parts of a fused qkv linear, and llama-2-7b has none under this model code"},
 	} {
 		a := tc.arch
 		if a == nil {
