@@ -368,6 +368,31 @@ def write_json(doc, path, flag="--out"):
     atomic.write_json(doc, path, flag)
 
 
+LOSS_CLOSURE = ("memplan_torch: the loss function failed at %s, where the exporter also traces the step to fit "
+                "sizes (the inputs given are %s): %s. A loss whose tensors do not follow the batch (targets "
+                "captured by a closure) cannot run there: pass them as targets= (they are repeated and cut "
+                "with the inputs), or use the builder form, export_builder / `export MODULE:FUNCTION` with "
+                "FUNCTION(batch_size[, seq_len=]) returning (model, inputs, loss_fn, targets)")
+
+
+def _other_size_loss(loss_fn, b, s, batch, seq_len):
+    """loss_fn, failing with LOSS_CLOSURE when it fails at a fit point other than the inputs' own size."""
+    at = "batch %d" % b + (" seq %d" % s if s is not None else "")
+    given = "batch %d" % batch + (" seq %d" % seq_len if s is not None else "")
+
+    def loss(*a):
+        try:
+            return loss_fn(*a)
+        except Exception as e:
+            first = (str(e).splitlines() or [""])[0][:300]
+            if isinstance(e, ExportError):  # an op of the loss failed inside the recorder: its own line
+                cause = first
+            else:
+                cause = "%s: %s" % (type(e).__name__, first)
+            raise ExportError(LOSS_CLOSURE % (at, given, cause.rstrip("."))) from e
+    return loss
+
+
 def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, seq_dim=None, targets=None,
            device="auto", foreach=None, name=None, fake=False):
     """Traces a training step of `model` on `inputs` (at their batch size) and writes a memplan.trace/v1
@@ -392,7 +417,10 @@ def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, se
         if s is not None and s != seq_len:
             inp = harness.narrow_seq(inp, seq_dim, s)
             tgt = harness.narrow_seq(tgt, seq_dim, s) if tgt is not None else None
-        return harness.Job(m, inp, loss_fn, tgt)
+        lf = loss_fn
+        if loss_fn is not None and (b != batch or (s is not None and s != seq_len)):
+            lf = _other_size_loss(loss_fn, b, s, batch, seq_len)
+        return harness.Job(m, inp, lf, tgt)
 
     def make_fake_job(b, s, fm):
         return harness.to_fake(make_job(b, s), fm), None

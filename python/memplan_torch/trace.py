@@ -496,10 +496,25 @@ def _op_failure(func, module, phase, device, e, fake=False):
                                                "which fake tensors do not have",
                "DynamicOutputShapeException": "its output shape depends on tensor values",
                "UnsupportedOperatorException": "it has no fake (meta) implementation in this PyTorch"}.get(
-            type(e).__name__, "%s: %s" % (type(e).__name__, first))
+            type(e).__name__, "%s: %s" % (type(e).__name__, first[:300]))
+        if "no fake impl" in str(e) or "no fake implementation" in str(e):
+            why = ("it has no fake implementation (a custom op: register one with torch.library.register_fake, "
+                   "which computes only its output's shape)")
+        elif "convert all Tensors to FakeTensors" in str(e) or "allow_non_fake_inputs" in str(e):
+            if module == "(loss)":
+                why = ("the loss function reads a tensor that is not among the inputs or targets (captured by a "
+                       "closure?), which stays real: pass it as targets=, or use the builder form "
+                       "MODULE:FUNCTION(batch_size) returning (model, inputs, loss_fn, targets)")
+            else:
+                why = ("it reads a real tensor that is not a parameter, buffer, input or target (a plain tensor "
+                       "attribute: register it with register_buffer)")
         where = "module %r" % module if module else "the root module (or outside any module)"
-        return ("memplan_torch: op %s failed under fake tensors in %s during %s: %s; export with --real "
-                "(fake=False) to run the step for real" % (func, where, phase, why.rstrip(".")))
+        msg = "memplan_torch: op %s failed under fake tensors in %s during %s: %s" % (func, where, phase,
+                                                                                    why.rstrip("."))
+        if "builder form" in why:  # run for real, the closure fails at the second fit point instead
+            return msg
+        return msg + "; or export with --real --device cpu (fake=False, device='cpu') to run the step for real"
+
     msg = "memplan_torch: op %s failed on device %s in %s during %s: %s: %s." % (
         func, device, where, phase, type(e).__name__, first)
     name = str(func)

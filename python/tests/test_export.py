@@ -180,3 +180,21 @@ def test_meta_refuses_what_it_would_trace_differently(tmp_path, builder, what):
     assert auto["trace_device"] == "cpu" and any(what in n for n in auto["notes"])
     assert auto["events"] == cpu["events"]
     assert not torch.is_autocast_enabled()  # the refused autocast context was never entered
+
+
+# ---- clear errors (issue 10, item 7)
+
+def test_loss_closure_that_does_not_follow_the_batch(tmp_path):
+    """A loss closure that captures batch-sized targets fails where the exporter traces at twice the batch; the
+    error says so and names both remedies (targets=, the builder form) in one line; nothing is written."""
+    m, x, y = linear_job(4)
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError) as ei:
+        export(m, x, str(path), loss_fn=lambda out: F.cross_entropy(out, y), device="cpu", foreach=False)
+    msg = str(ei.value)
+    assert "\n" not in msg and "at batch 8" in msg and "inputs given are batch 4" in msg, msg
+    assert "targets=" in msg and "builder form" in msg and "Expected input batch_size (8)" in msg, msg
+    assert not path.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".tmp")]
+    # the same loss with the targets passed as targets= exports
+    doc = export(m, x, str(path), loss_fn=F.cross_entropy, targets=y, device="cpu", foreach=False)
+    assert path.exists() and doc["trace_batch"] == 4

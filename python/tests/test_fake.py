@@ -173,6 +173,64 @@ def test_fake_failure_is_one_line_naming_op_and_module(tmp_path, builder, op, wh
 
 
 @needs_fake
+def test_fake_loss_closure_is_named(tmp_path):
+    """Under fake execution a loss closure's captured targets stay real tensors: the error says what to do."""
+    m, x, loss, y = models.mlp(4)
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError) as ei:
+        export(m, x, str(path), loss_fn=lambda out: loss(out, y), fake=True, foreach=False)
+    msg = str(ei.value)
+    assert "\n" not in msg and "module '(loss)'" in msg and "targets=" in msg and "builder form" in msg, msg
+    assert not path.exists()
+    doc = export(m, x, str(path), loss_fn=loss, targets=y, fake=True, foreach=False)
+    assert doc["execution"] == "fake"
+
+
+@needs_fake
+def test_fake_op_without_fake_kernel_is_named(tmp_path):
+    """A custom op with only a CPU kernel (no torch.library.register_fake: custom fused kernels often lack
+    one) cannot run under fake tensors: one line naming the op and the module, the fix, and --device cpu; the
+    same model exports for real."""
+    import torch.nn as nn
+
+    if not hasattr(torch.library, "custom_op"):
+        pytest.skip("torch.library.custom_op is PyTorch 2.4+")
+
+    @torch.library.custom_op("memplan_test::double_it", mutates_args=())
+    def double_it(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    double_it.register_autograd(lambda ctx, g: g * 2)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(8, 4)
+
+        def forward(self, x):
+            return double_it(self.inner(x))
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Net()
+
+        def forward(self, x):
+            return self.block(x)
+
+    x = torch.randn(2, 8)
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError) as ei:
+        export(Outer(), x, str(path), fake=True, foreach=False)
+    msg = str(ei.value)
+    assert "\n" not in msg and "memplan_test.double_it.default" in msg and "module 'block'" in msg, msg
+    assert "register_fake" in msg and "--real --device cpu" in msg, msg
+    assert not path.exists()
+    doc = export(Outer(), x, str(path), device="cpu", foreach=False)
+    assert any(e["op"] == "memplan_test.double_it.default" for e in doc["events"])
+
+
+@needs_fake
 def test_cli_fake(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE]))
     out = tmp_path / "w.json"
