@@ -24,7 +24,7 @@ var ErrUnknownGPU = errors.New("unknown GPU")
 
 // Link is the host link of a GPU (PCIe).
 type Link struct {
-	Kind  string // "pcie"
+	Kind  string // "pcie" or "nvlink-c2c"
 	Gen   int    // PCIe generation
 	Lanes int    // link width
 	// PerDirection is the bandwidth in one direction, bytes/s, from the
@@ -34,8 +34,12 @@ type Link struct {
 	PerDirection float64
 }
 
-// String formats the link as "PCIe Gen4 x16 (31.5 GB/s/dir)".
+// String formats the link as "PCIe Gen4 x16 (31.5 GB/s/dir)" or
+// "NVLink-C2C (450.0 GB/s/dir)".
 func (l Link) String() string {
+	if l.Kind == "nvlink-c2c" {
+		return fmt.Sprintf("NVLink-C2C (%.1f GB/s/dir)", l.PerDirection/1e9)
+	}
 	return fmt.Sprintf("PCIe Gen%d x%d (%.1f GB/s/dir)", l.Gen, l.Lanes, l.PerDirection/1e9)
 }
 
@@ -126,8 +130,10 @@ type rawGPU struct {
 	FP8               float64  `json:"fp8_tflops"`
 	MemBandwidthGBs   float64  `json:"mem_bandwidth_gbs"`
 	HostLink          struct {
-		Gen   int `json:"gen"`
-		Lanes int `json:"lanes"`
+		Kind  string  `json:"kind"`
+		Gen   int     `json:"gen"`
+		Lanes int     `json:"lanes"`
+		GBs   float64 `json:"gbs"`
 	} `json:"host_link"`
 	NVLinkGBs float64 `json:"nvlink_gbs"`
 	Source    string  `json:"source"`
@@ -199,9 +205,9 @@ func (r rawGPU) toGPU() (GPU, error) {
 			return GPU{}, fmt.Errorf("%s = %v: must be %s", f.name, f.v, map[bool]string{true: "positive", false: "non-negative"}[f.required])
 		}
 	}
-	per, ok := pciePerDirection(r.HostLink.Gen, r.HostLink.Lanes)
-	if !ok {
-		return GPU{}, fmt.Errorf("host_link: unsupported PCIe gen %d x%d", r.HostLink.Gen, r.HostLink.Lanes)
+	link, err := r.hostLink()
+	if err != nil {
+		return GPU{}, err
 	}
 	const tera, giga = 1e12, 1e9
 	return GPU{
@@ -218,10 +224,30 @@ func (r rawGPU) toGPU() (GPU, error) {
 		FP16:              r.FP16 * tera,
 		FP8:               r.FP8 * tera,
 		MemBandwidth:      r.MemBandwidthGBs * giga,
-		HostLink:          Link{Kind: "pcie", Gen: r.HostLink.Gen, Lanes: r.HostLink.Lanes, PerDirection: per},
+		HostLink:          link,
 		NVLink:            r.NVLinkGBs * giga,
 		Source:            r.Source,
 	}, nil
+}
+
+// hostLink reads host_link: a PCIe generation and width, or an NVLink-C2C
+// link of a superchip (its bidirectional GB/s, half each way).
+func (r rawGPU) hostLink() (Link, error) {
+	h := r.HostLink
+	switch h.Kind {
+	case "", "pcie":
+		per, ok := pciePerDirection(h.Gen, h.Lanes)
+		if !ok {
+			return Link{}, fmt.Errorf("host_link: unsupported PCIe gen %d x%d", h.Gen, h.Lanes)
+		}
+		return Link{Kind: "pcie", Gen: h.Gen, Lanes: h.Lanes, PerDirection: per}, nil
+	case "nvlink-c2c":
+		if !(h.GBs > 0) || math.IsInf(h.GBs, 0) || h.Gen != 0 || h.Lanes != 0 {
+			return Link{}, fmt.Errorf("host_link: nvlink-c2c takes gbs > 0 and no gen or lanes")
+		}
+		return Link{Kind: "nvlink-c2c", PerDirection: h.GBs * 1e9 / 2}, nil
+	}
+	return Link{}, fmt.Errorf("host_link: unknown kind %q (pcie or nvlink-c2c)", h.Kind)
 }
 
 type catalog struct {

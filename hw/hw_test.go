@@ -2,6 +2,7 @@ package hw
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -164,6 +165,26 @@ func TestDatasheetFigures(t *testing.T) {
 	if got := get("t4").PeakFLOPs(units.I64); got != 0 {
 		t.Errorf("T4 int64 = %v, want 0", got)
 	}
+	// HGX B200 datasheet: FP8 72 PFLOPS sparse over 8 GPUs = 4.5 dense per
+	// GPU; NVLink 1.8 TB/s per GPU.
+	if b := get("b200"); b.PeakFLOPs(units.FP8) != 4500e12 || b.NVLinkPerDirection() != 900e9 || b.Memory != 180*units.GB {
+		t.Errorf("B200: fp8 %v, nvlink/dir %v, memory %v", b.PeakFLOPs(units.FP8), b.NVLinkPerDirection(), b.Memory)
+	}
+	// AMD MI300X data sheet: BF16 1,307.4 TFLOPS dense, 5.3 TB/s; rocm-smi's
+	// 205822885888 B total.
+	if m := get("mi300x"); m.PeakFLOPs(units.BF16) != 1307.4e12 || m.MemBandwidth != 5.3e12 || m.Capacity() != 205822885888 {
+		t.Errorf("MI300X: bf16 %v, bandwidth %v, capacity %d", m.PeakFLOPs(units.BF16), m.MemBandwidth, m.Capacity())
+	}
+	// GH200: NVLink-C2C 900 GB/s both ways, 450 GB/s each way to the host.
+	if g := get("gh200"); g.HostLink.Kind != "nvlink-c2c" || g.HostLink.PerDirection != 450e9 || g.HostLink.String() != "NVLink-C2C (450.0 GB/s/dir)" {
+		t.Errorf("GH200 host link %+v %s", g.HostLink, g.HostLink)
+	}
+	// Torch's printed capacities (two decimals of GiB).
+	for name, gib := range map[string]float64{"a10g": 22.19, "b200": 178.35} {
+		if got := get(name).Capacity().GiBf(); math.Abs(got-gib) > 1e-9 {
+			t.Errorf("%s capacity %.4f GiB, want %.2f", name, got, gib)
+		}
+	}
 }
 
 func TestParseErrors(t *testing.T) {
@@ -174,6 +195,9 @@ func TestParseErrors(t *testing.T) {
 		"bad gen":       "- {name: x, vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {gen: 2, lanes: 16}, source: s}",
 		"bad memory":    "- {name: x, vendor: v, memory: lots, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {gen: 4, lanes: 16}, source: s}",
 		"no source":     "- {name: x, vendor: v, memory: 1GB, total_memory: 1GB, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {gen: 4, lanes: 16}}",
+		"c2c with gen":  "- {name: x, vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {kind: nvlink-c2c, gen: 5, gbs: 900}, source: s}",
+		"c2c no gbs":    "- {name: x, vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {kind: nvlink-c2c}, source: s}",
+		"bad link kind": "- {name: x, vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {kind: infiniband, gbs: 50}, source: s}",
 		"dup alias":     "- {name: x, aliases: [y], vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {gen: 4, lanes: 16}, source: s}\n- {name: y, vendor: v, memory: 1GB, total_memory: 1GB, total_memory_source: s, fp32_tflops: 1, fp16_tflops: 2, mem_bandwidth_gbs: 1, host_link: {gen: 4, lanes: 16}, source: s}",
 	} {
 		if _, err := buildCatalog([]byte(doc)); err == nil || !strings.HasPrefix(err.Error(), "") {
