@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -21,27 +22,26 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 	var svg, png, against string
 	pf := &planFlags{}
 	c := &cobra.Command{
-		Use:   "explain SNAPSHOT",
+		Use:   "explain SNAPSHOT|TIMELINE",
 		Short: "Explain a CUDA memory snapshot: its peaks, and the live memory at them by ledger category and code site",
 		Long: "explain reads a torch.cuda.memory._dump_snapshot pickle (or a pickled torch.cuda.memory_snapshot() list)\n" +
 			"without executing it, replays its trace through a model of PyTorch's caching allocator, and says where\n" +
-			"the allocated and reserved peaks are and what was live there.",
+			"the allocated and reserved peaks are and what was live there. It also reads torch.profiler's memory\n" +
+			"timeline (export_memory_timeline's .json, .json.gz or .raw.json.gz): its peak and the live tensors there,\n" +
+			"its categories mapped to the ledger.",
 		Example: `  memplan explain snapshot.pickle
   memplan explain snapshot.pickle --json --png timeline.png
+  memplan explain memory_timeline.raw.json.gz                # torch.profiler's export_memory_timeline
   memplan explain snapshot.pickle --against plan.json        # what memplan plan --json predicted
   memplan explain snapshot.pickle --against flags --model ./config.json --micro-batch 4 --seq 128 --precision fp32`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return fmt.Errorf("explain: want one snapshot file, got %d arguments", len(args))
+				return fmt.Errorf("explain: want one snapshot or memory timeline file, got %d arguments", len(args))
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := snapshot.ReadFile(args[0])
-			if err != nil {
-				return err
-			}
-			rep, err := explain.Explain(s, args[0], device)
+			rep, settings, err := readExplained(args[0], device, cmd.Flags().Changed("device"))
 			if err != nil {
 				return err
 			}
@@ -54,7 +54,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			}
 			var ag *againstJSON
 			if against != "" {
-				pj, name, err := planAgainst(against, pf, allocator.ConfigOf(s.Settings))
+				pj, name, err := planAgainst(against, pf, allocator.ConfigOf(settings))
 				if err != nil {
 					return err
 				}
@@ -87,9 +87,38 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 	return c
 }
 
+// readExplained explains a snapshot pickle or a torch.profiler memory
+// timeline, told apart by their first bytes; the allocator settings are the
+// snapshot's (the defaults for a timeline, which records none).
+func readExplained(path string, device int64, deviceSet bool) (*explain.Report, snapshot.Settings, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, snapshot.Settings{}, fmt.Errorf("reading snapshot or memory timeline: %w", err)
+	}
+	if snapshot.IsTimeline(data) {
+		if deviceSet {
+			return nil, snapshot.Settings{}, fmt.Errorf("--device: %s is a torch.profiler memory timeline, which holds the one device it was exported for", path)
+		}
+		tl, err := snapshot.ParseTimeline(data)
+		if err != nil {
+			return nil, snapshot.Settings{}, fmt.Errorf("%s: %w", path, err)
+		}
+		return explain.ExplainTimeline(tl, path), snapshot.DefaultSettings(), nil
+	}
+	s, err := snapshot.Parse(data)
+	if err != nil {
+		return nil, snapshot.Settings{}, fmt.Errorf("%s: %w", path, err)
+	}
+	rep, err := explain.Explain(s, path, device)
+	return rep, s.Settings, err
+}
+
 func explainText(w io.Writer, rep *explain.Report) error {
 	fmt.Fprintln(w, rep.Paragraph)
 	fmt.Fprintln(w)
+	if rep.Source == explain.SourceProfiler {
+		return timelineText(w, rep)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for _, pk := range []struct {
 		name string
@@ -110,4 +139,23 @@ func explainText(w io.Writer, rep *explain.Report) error {
 		fmt.Fprintf(w, "allocator model: reproduces the trace exactly (%d allocation addresses, %d segment events, the final segments)\n", rep.Replay.Addresses, rep.Replay.SegmentEvents)
 	}
 	return nil
+}
+
+// timelineText: a profiler timeline's peak by ledger line and by the
+// profiler's own categories.
+func timelineText(w io.Writer, rep *explain.Report) error {
+	p := rep.PeakAllocated
+	fmt.Fprintf(w, "peak: %s of tensors at time point %d (%.3f ms)\n", units.Bytes(p.Bytes), p.Event, float64(p.TimeUS)/1e3)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, s := range p.ByCategory {
+		fmt.Fprintf(tw, "  %s\t%s\t%.1f%%\t\n", s.Name, units.Bytes(s.Bytes), 100*float64(s.Bytes)/float64(max(p.Bytes, 1)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "  by torch.profiler's categories:")
+	for _, s := range p.ProfilerCategories {
+		fmt.Fprintf(tw, "    %s\t%s\t\n", s.Name, units.Bytes(s.Bytes))
+	}
+	return tw.Flush()
 }

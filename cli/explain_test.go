@@ -37,10 +37,60 @@ func TestExplainCommand(t *testing.T) {
 	}
 }
 
+// explain on torch.profiler's memory timeline: the file's own peak
+// (14,462,020 bytes at point 25: json.load and max(map(sum, sizes)) on
+// testdata/profiler/cpu_mlp_step.json), its categories on the ledger, a plot,
+// and --against a plan, which finds no reserved bytes to compare.
+func TestExplainTimeline(t *testing.T) {
+	var out, errb bytes.Buffer
+	svg := filepath.Join(t.TempDir(), "t.svg")
+	code := Main([]string{"explain", "../testdata/profiler/cpu_mlp_step.raw.json.gz", "--json", "--svg", svg,
+		"--against", "flags", "--model", "gpt2", "--micro-batch", "1", "--seq", "64", "--kernels", "cpu", "--precision", "fp32"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep struct {
+		Source        string `json:"source"`
+		PeakAllocated struct {
+			Bytes      int64 `json:"bytes"`
+			Event      int   `json:"event"`
+			ByCategory []struct {
+				Name  string `json:"name"`
+				Bytes int64  `json:"bytes"`
+			} `json:"by_category"`
+		} `json:"peak_allocated"`
+		Against struct {
+			Snapshot         int64    `json:"snapshot_peak_bytes"`
+			ReservedRelError *float64 `json:"reserved_rel_error"`
+		} `json:"against"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	p := rep.PeakAllocated
+	if rep.Source != "torch.profiler memory timeline" || p.Bytes != 14462020 || p.Event != 25 || len(p.ByCategory) == 0 || p.ByCategory[0].Name != "activations" {
+		t.Errorf("report %+v", rep)
+	}
+	if rep.Against.Snapshot != 14462020 || rep.Against.ReservedRelError != nil {
+		t.Errorf("against %+v", rep.Against)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("time point")) || bytes.Contains(b, []byte(">reserved<")) {
+		t.Errorf("SVG: %v (a timeline's plot has time points and no reserved line)", err)
+	}
+	out.Reset()
+	if code := Main([]string{"explain", "../testdata/profiler/cpu_mlp_step.json"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "AUTOGRAD_DETAIL") {
+		t.Errorf("text: exit %d\n%s", code, out.String())
+	}
+}
+
 // Bad input: one line, exit 1, nothing written.
 func TestExplainBadInput(t *testing.T) {
 	dir := t.TempDir()
 	magma, err := os.ReadFile("../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeline, err := os.ReadFile("../testdata/profiler/cpu_mlp_step.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +105,7 @@ func TestExplainBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"explain"}, "want one snapshot file"},
+		{[]string{"explain"}, "want one snapshot or memory timeline file"},
 		{[]string{"explain", filepath.Join(dir, "missing.pickle")}, "reading snapshot"},
 		{[]string{"explain", write("half.pickle", magma[:len(magma)/3])}, "truncated"},
 		{[]string{"explain", write("evil.pickle", []byte("cos\nsystem\n(S'touch pwned'\ntR."))}, "global os.system"},
@@ -63,6 +113,10 @@ func TestExplainBadInput(t *testing.T) {
 		{[]string{"explain", write("t.json", []byte(`{"a": 1}`))}, "this is JSON"},
 		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--device", "7"}, "--device 7"},
 		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--svg", filepath.Join(dir, "x.pdf")}, "unsupported plot format"},
+		{[]string{"explain", "../testdata/profiler/cpu_mlp_step.json", "--device", "0"}, "--device: ../testdata/profiler/cpu_mlp_step.json is a torch.profiler memory timeline"},
+		{[]string{"explain", write("half.json", timeline[:len(timeline)/2])}, "half.json: not a torch.profiler memory timeline"},
+		{[]string{"explain", write("t.html", []byte("<html><body><img src='data:image/png;base64,AA'></body></html>"))}, "an HTML memory timeline holds only a picture"},
+		{[]string{"explain", write("neg.json", []byte("[[1], [[0,0,0,0,-1,0,0,0,0]]]"))}, "TEMPORARY is -1 bytes"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -95,7 +95,8 @@ type Peak struct {
 	Bytes      int64   `json:"bytes"`
 	BlockBytes int64   `json:"block_bytes,omitempty"` // allocated in whole blocks
 	Reserved   int64   `json:"reserved_bytes"`
-	Event      int     `json:"event"` // -1: before the first event
+	Event      int     `json:"event"`             // -1: before the first event; a profiler timeline's time point
+	TimeUS     int64   `json:"time_us,omitempty"` // a profiler timeline's peak, from its first point
 	Phase      string  `json:"phase"`
 	Site       string  `json:"site,omitempty"`
 	ByCategory []Share `json:"by_category"`
@@ -103,11 +104,15 @@ type Peak struct {
 	// Classified is the fraction of the live bytes in a category other than
 	// unknown.
 	Classified float64 `json:"classified"`
+	// ProfilerCategories are a profiler timeline's live bytes in its own
+	// categories (ProfilerLedger maps them to the ledger).
+	ProfilerCategories []Share `json:"profiler_categories,omitempty"`
 }
 
 // Report is what explain says about one device.
 type Report struct {
 	Schema   string  `json:"schema"`
+	Source   string  `json:"source"` // SourceSnapshot or SourceProfiler
 	File     string  `json:"file"`
 	Layout   string  `json:"layout"`
 	Device   int64   `json:"device"`
@@ -178,7 +183,7 @@ func Explain(s *snapshot.Snapshot, file string, dev int64) (*Report, error) {
 		}
 	}
 	r := replays[dev]
-	rep := &Report{Schema: "memplan.explain/v1", File: file, Layout: s.Layout, Device: dev, Devices: devs}
+	rep := &Report{Schema: "memplan.explain/v1", Source: SourceSnapshot, File: file, Layout: s.Layout, Device: dev, Devices: devs}
 	rep.Settings.Recorded = s.Settings.Recorded
 	rep.Settings.Expandable = s.Settings.Expandable
 	if s.Settings.MaxSplitSize < 1<<62 {

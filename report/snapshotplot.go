@@ -78,7 +78,9 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 		}
 		idx = append(idx, best)
 	}
-	top := rep.PeakReserved.Reserved
+	// A profiler timeline records no reserved bytes: no reserved line.
+	timeline := rep.Source == explain.SourceProfiler
+	top := max(rep.PeakReserved.Reserved, rep.PeakAllocated.Bytes)
 	unit, unitName := units.GiB, "GiB"
 	if top < int64(units.GiB) {
 		unit, unitName = units.MiB, "MiB"
@@ -88,6 +90,10 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 	plt.Title.Text = fmt.Sprintf("%s · device %d", filepath.Base(rep.File), rep.Device)
 	plt.Title.TextStyle.Font = font.From(plotFont, 13)
 	plt.X.Label.Text = "trace event"
+	if timeline {
+		plt.Title.Text = fmt.Sprintf("%s · torch.profiler memory timeline", filepath.Base(rep.File))
+		plt.X.Label.Text = "time point"
+	}
 	plt.Y.Label.Text = "device memory (" + unitName + ")"
 	plt.Y.Tick.Marker = plotYTicker{}
 	plt.X.Min, plt.X.Max = 0, float64(max(n-1, 1))
@@ -132,7 +138,7 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 	for _, i := range idx {
 		res = append(res, plotter.XY{X: float64(i), Y: y(tl[i].Reserved)})
 	}
-	if l, err := plotter.NewLine(res); err == nil {
+	if l, err := plotter.NewLine(res); err == nil && !timeline {
 		l.LineStyle = draw.LineStyle{Color: okabeVermillion, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}
 		plt.Add(l)
 		leg.Add("reserved", l)
