@@ -173,6 +173,11 @@ func (s *Spec) Validate() error {
 	if s.Model == nil {
 		return invalid(FieldModel, "no {model}")
 	}
+	if q := s.Model.Quant; q != nil {
+		// A pre-quantized checkpoint's weights are not the training
+		// dtype's; planning it as if they were would ignore the config.
+		return invalid(FieldModel, "%s's config.json has a quantization_config (%s): training and inference plans take unquantized weights; plan serving it ({mode} serve), or plan the unquantized model (QLoRA quantizes it: {qlora})", s.Model.Name, q)
+	}
 	if err := s.validateSizes(); err != nil {
 		return err
 	}

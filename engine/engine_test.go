@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/ir"
@@ -192,5 +194,22 @@ func TestSpecErrors(t *testing.T) {
 		if _, err := Plan(tc.s); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
+	}
+}
+
+// TestPreQuantizedConfigRefused: a config.json with a quantization_config
+// is refused for training, naming the method, never planned as if its
+// weights were in the training dtype.
+func TestPreQuantizedConfigRefused(t *testing.T) {
+	m, err := models.Lookup("llama-3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := *m
+	q.Quant = &models.Quantization{Method: "awq", Bits: 4, GroupSize: 128}
+	_, err = Plan(Spec{Job: Job{Model: &q}})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != FieldModel || !strings.Contains(err.Error(), "quantization_config (awq 4-bit, group 128)") {
+		t.Errorf("got %v", err)
 	}
 }

@@ -103,6 +103,8 @@ type Arch struct {
 	Name         string // catalog name or file path it came from
 	Family       string // HF model_type (see the Family* constants)
 	Architecture string // config "architectures"[0], e.g. LlamaForCausalLM ("" if absent)
+	// Quant is the config's quantization_config (nil: unquantized weights).
+	Quant *Quantization
 
 	Hidden       int // d_model
 	Layers       int

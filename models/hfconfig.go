@@ -88,6 +88,9 @@ func (p *parser) parse(data []byte) (*Arch, error) {
 	if err = p.fam.parse(p, a); err != nil {
 		return nil, err
 	}
+	if a.Quant, err = p.quantization(); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 

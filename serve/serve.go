@@ -159,6 +159,9 @@ type Spec struct {
 	NonTorch units.Bytes
 	// EnforceEager skips CUDA-graph capture (no graph memory).
 	EnforceEager bool
+	// GroupSize is AWQ's and GPTQ's group (default the config's
+	// quantization_config, else 128).
+	GroupSize int
 }
 
 // Validate fills the defaults and checks every field.
@@ -182,10 +185,53 @@ func (s *Spec) Validate() error {
 	if err := s.validateParallel(); err != nil {
 		return err
 	}
+	if err := s.validateQuant(); err != nil {
+		return err
+	}
 	if err := s.validateDTypes(); err != nil {
 		return err
 	}
 	return s.validateSizes()
+}
+
+// configQuant maps a config.json's quantization_config onto the scheme
+// vLLM loads it as (vLLM reads quant_method from the config, and
+// bitsandbytes' 8-bit as int8 weights with a float32 scale per row).
+func configQuant(q *models.Quantization) Quant {
+	switch {
+	case q.Method == "awq":
+		return AWQ
+	case q.Method == "gptq":
+		return GPTQ
+	case q.Method == "fp8":
+		return FP8
+	case q.Method == "bitsandbytes" && q.Bits == 8:
+		return Int8
+	}
+	return NF4
+}
+
+// validateQuant takes the weight quantization from the model's
+// quantization_config when the spec names none, and refuses a
+// --quantization that contradicts it (vLLM's ModelConfig._verify_quantization
+// raises the same).
+func (s *Spec) validateQuant() error {
+	cq := s.Model.Quant
+	if s.GroupSize < 0 {
+		return bad(FieldQuant, "the quantization group size must be positive, got %d", s.GroupSize)
+	}
+	if cq == nil {
+		return nil
+	}
+	want := configQuant(cq)
+	if s.Quant != NoQuant && s.Quant != want {
+		return bad(FieldQuant, "{quantization} %s contradicts %s's quantization_config (%s)", s.Quant, s.Model.Name, cq)
+	}
+	s.Quant = want
+	if s.GroupSize == 0 {
+		s.GroupSize = cq.GroupSize
+	}
+	return nil
 }
 
 func (s *Spec) validateParallel() error {

@@ -1,8 +1,10 @@
 package serve
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -309,5 +311,66 @@ func TestDoesNotFit(t *testing.T) {
 	}
 	if !r.Fits || r.Blocks == 0 {
 		t.Errorf("tp 2: fits %v with %d blocks", r.Fits, r.Blocks)
+	}
+}
+
+// quantModel is Llama-3-8B's catalog config with quantization_config qc.
+func quantModel(t *testing.T, qc string) *models.Arch {
+	t.Helper()
+	data, err := os.ReadFile("../models/catalog/llama-3-8b.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["quantization_config"] = json.RawMessage(qc)
+	if data, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	a, err := models.ParseHFConfig(data, "awq/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestConfigQuantization: a config's quantization_config sets the weights'
+// scheme and group when --quantization is not given, the same plan as
+// naming it; a contradicting --quantization is refused naming both.
+func TestConfigQuantization(t *testing.T) {
+	g := mustGPU(t, "h100")
+	awq := quantModel(t, `{"quant_method": "awq", "bits": 4, "group_size": 128}`)
+	fromConfig, err := Plan(Spec{Model: awq, GPU: g, MaxModelLen: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, err := Plan(Spec{Model: mustModel(t, "llama-3-8b"), GPU: g, MaxModelLen: 8192, Quant: AWQ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromConfig.Spec.Quant != AWQ || fromConfig.Weights != named.Weights {
+		t.Errorf("config awq: %s, %v; --quantization awq: %v", fromConfig.Spec.Quant, fromConfig.Weights, named.Weights)
+	}
+	g64, err := Plan(Spec{Model: quantModel(t, `{"quant_method": "gptq", "bits": 4, "group_size": 64}`), GPU: g, MaxModelLen: 8192})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g128, err := Plan(Spec{Model: mustModel(t, "llama-3-8b"), GPU: g, MaxModelLen: 8192, Quant: GPTQ})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g64.Spec.Quant != GPTQ || g64.Weights <= g128.Weights {
+		t.Errorf("gptq group 64: %s %v, not above group 128's %v", g64.Spec.Quant, g64.Weights, g128.Weights)
+	}
+	bnb8, err := Plan(Spec{Model: quantModel(t, `{"quant_method": "bitsandbytes", "load_in_8bit": true}`), GPU: g, MaxModelLen: 8192})
+	if err != nil || bnb8.Spec.Quant != Int8 {
+		t.Errorf("bitsandbytes 8-bit: %v %v", err, bnb8)
+	}
+	_, err = Plan(Spec{Model: awq, GPU: g, MaxModelLen: 8192, Quant: FP8})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != FieldQuant || !strings.Contains(err.Error(), "contradicts") || !strings.Contains(err.Error(), "awq 4-bit") {
+		t.Errorf("--quantization fp8 on an awq config: %v", err)
 	}
 }

@@ -75,16 +75,21 @@ func QuantNames() []string { return quantNames[:] }
 // linearBytes is the storage of one [out, in] linear weight under q (dt for
 // unquantized weights).
 func linearBytes(q Quant, out, in int64, dt units.DType) units.Bytes {
+	return groupLinearBytes(q, GroupSize, out, in, dt)
+}
+
+// groupLinearBytes is linearBytes with AWQ's and GPTQ's group of g inputs.
+func groupLinearBytes(q Quant, g, out, in int64, dt units.DType) units.Bytes {
 	switch q {
 	case Int8:
 		return units.Bytes(out*in + 4*out)
 	case FP8:
 		return units.Bytes(out*in + 4)
 	case AWQ:
-		groups := ceilDiv(in, GroupSize)
+		groups := ceilDiv(in, g)
 		return units.Bytes(in*out/2 + groups*out/2 + groups*out*2)
 	case GPTQ:
-		groups := ceilDiv(in, GroupSize)
+		groups := ceilDiv(in, g)
 		return units.Bytes(in*out/2 + groups*out/2 + groups*out*2 + 4*in)
 	case NF4:
 		n := out * in
@@ -110,7 +115,11 @@ func weightBytes(s *Spec) (units.Bytes, error) {
 	H, I, L := int64(a.Hidden), int64(a.Intermediate), int64(a.Layers)
 	q := int64(a.QDim())
 	kvRank := int64(kvHeadsPerRank(s)) * int64(a.HeadDim)
-	lin := func(out, in int64) units.Bytes { return linearBytes(s.Quant, out, in, dt) }
+	g := int64(s.GroupSize)
+	if g == 0 {
+		g = GroupSize
+	}
+	lin := func(out, in int64) units.Bytes { return groupLinearBytes(s.Quant, g, out, in, dt) }
 	// Attention: one fused qkv (column-parallel) and o (row-parallel).
 	attn := lin(q/t+2*kvRank, H) + lin(H, q/t)
 	if a.QKVBias {
