@@ -119,7 +119,8 @@ type Options struct {
 	// float32 normalised states and casts the product back, so the float32
 	// normalised states are kept for the weight's gradient instead of their
 	// cast (torch.nn.functional.rms_norm over a float32 copy, as torchtune
-	// 0.5+'s RMSNorm calls it, run as composite ops on CPU; Gemma's norm).
+	// 0.5+'s RMSNorm calls it, run as composite ops on CPU; Gemma's norm;
+	// litgpt 0.5's own RMSNorm, which it replaces under CodeLitGPT).
 	RMSNormFP32Weight bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1), which
 	// unfused RMSNorms (litgpt's) pay for with an x*x per norm.
@@ -304,7 +305,7 @@ func (m *builder) param(name string, shape ...int64) ir.TensorID {
 func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 	defer m.b.Enter(name)()
 	w := m.param("weight", int64(dim))
-	if m.a.Norm == "rmsnorm" && m.o.Code == CodeLitGPT {
+	if m.a.Norm == "rmsnorm" && m.o.Code == CodeLitGPT && !m.o.RMSNormFP32Weight {
 		return m.litgptRMSNorm(x, w)
 	}
 	if m.a.Norm == "rmsnorm" && m.o.EagerRMSNorm {
@@ -364,66 +365,90 @@ func (m *builder) stackPath() (root, layers string) {
 	return "model", "model.layers"
 }
 
+// decoder builds a decoder-only model: input ids (and labels when
+// training), embeddings, the rotary tables, the eager causal mask, the
+// layers of the slice, the final norm, and the LM head with the loss.
 func (m *builder) decoder() {
 	a, b := m.a, m.b
 	B, S := m.bs()
-	H := int64(a.Hidden)
 	ids := b.Input("input_ids", units.I64, B, S)
 	var labels ir.TensorID
 	if m.o.Training {
 		labels = b.Input("labels", units.I64, B, S)
 	}
 	root, layers := m.stackPath()
-	var wte ir.TensorID
-	var x ir.TensorID
-	func() {
-		defer b.Enter(root)()
-		embName := "embed_tokens"
-		switch a.Family {
-		case models.FamilyGPT2:
-			embName = "wte"
-		case models.FamilyGPTNeoX:
-			embName = "embed_in"
-		}
-		func() {
-			defer b.Enter(embName)()
-			wte, x = m.tokenEmbedding(ids, a.Family != models.FamilyGPT2)
-		}()
-		if a.Family == models.FamilyGPT2 {
-			func() {
-				defer b.Enter("wpe")()
-				wpe := m.param("weight", int64(a.MaxPositions), H)
-				pos := b.Buffer("position_ids", units.I64, 1, S)
-				pe := b.Embedding("out", wpe, pos)
-				x = b.Binary("add", "embeds", x, pe)
-			}()
-			x = m.scatterSeq(x)
-		}
-		if a.EmbedScale {
-			x = b.Scale("embed_scale", x)
-		}
-		x = b.Dropout(m.embedDropoutName(), x, a.EmbdDropout)
-	}()
+	wte, x := m.embeddings(root, ids)
 	cos, sin := m.rotaryTables(root)
-	var mask ir.TensorID = ir.NoTensor
-	if m.o.Attention == Eager {
-		func() {
-			defer b.Enter(root)()
-			if a.Family == models.FamilyGPT2 {
-				// GPT2Attention's registered bool buffer "bias" (max_positions²),
-				// one per layer in HF but identical; where() saves a view of it.
-				mask = b.Buffer("h.attn.bias", units.Bool, 1, 1, int64(a.MaxPositions), int64(a.MaxPositions))
-			} else {
-				// _prepare_4d_causal_attention_mask: a [B,1,S,S] additive mask
-				// in the compute dtype, built once per forward.
-				mask = b.Zeros("causal_mask", m.computeDType(), B, 1, S, S)
-			}
-		}()
+	mask := m.causalMask(root)
+	x = m.layerStack(layers, x, cos, sin, mask)
+	x = m.finalNorm(root, x)
+	if !m.o.Training && m.o.KVContext > 0 {
+		// Generation computes logits for the last position only.
+		x = b.View("last_token", x, B, 1, int64(a.Hidden))
 	}
-	// The layers before a slice are like its own: when the slice trains
-	// parameters, so do they, and the hidden state entering the slice
-	// requires grad even over frozen embeddings (LoRA). Graph builds again
-	// without the assumption when the slice trains none.
+	m.headAndLoss(x, wte, labels)
+}
+
+// embeddings are the token embedding (wte: its weight), GPT-2's learned
+// positions, the embedding scale and dropout.
+func (m *builder) embeddings(root string, ids ir.TensorID) (wte, x ir.TensorID) {
+	a, b := m.a, m.b
+	defer b.Enter(root)()
+	embName := "embed_tokens"
+	switch a.Family {
+	case models.FamilyGPT2:
+		embName = "wte"
+	case models.FamilyGPTNeoX:
+		embName = "embed_in"
+	}
+	func() {
+		defer b.Enter(embName)()
+		wte, x = m.tokenEmbedding(ids, a.Family != models.FamilyGPT2)
+	}()
+	if a.Family == models.FamilyGPT2 {
+		func() {
+			defer b.Enter("wpe")()
+			_, S := m.bs()
+			wpe := m.param("weight", int64(a.MaxPositions), int64(a.Hidden))
+			pos := b.Buffer("position_ids", units.I64, 1, S)
+			pe := b.Embedding("out", wpe, pos)
+			x = b.Binary("add", "embeds", x, pe)
+		}()
+		x = m.scatterSeq(x)
+	}
+	if a.EmbedScale {
+		x = b.Scale("embed_scale", x)
+	}
+	x = b.Dropout(m.embedDropoutName(), x, a.EmbdDropout)
+	return wte, x
+}
+
+// causalMask is eager attention's mask (ir.NoTensor for the fused kernels).
+func (m *builder) causalMask(root string) ir.TensorID {
+	a, b := m.a, m.b
+	if m.o.Attention != Eager {
+		return ir.NoTensor
+	}
+	defer b.Enter(root)()
+	if a.Family == models.FamilyGPT2 {
+		// GPT2Attention's registered bool buffer "bias" (max_positions²),
+		// one per layer in HF but identical; where() saves a view of it.
+		return b.Buffer("h.attn.bias", units.Bool, 1, 1, int64(a.MaxPositions), int64(a.MaxPositions))
+	}
+	// _prepare_4d_causal_attention_mask: a [B,1,S,S] additive mask
+	// in the compute dtype, built once per forward.
+	B, S := m.bs()
+	return b.Zeros("causal_mask", m.computeDType(), B, 1, S, S)
+}
+
+// layerStack runs the layers of the slice (Options.Layers) over x.
+//
+// The layers before a slice are like its own: when the slice trains
+// parameters, so do they, and the hidden state entering the slice requires
+// grad even over frozen embeddings (LoRA). Graph builds again without the
+// assumption when the slice trains none.
+func (m *builder) layerStack(layers string, x, cos, sin, mask ir.TensorID) ir.TensorID {
+	b := m.b
 	firstParam := len(b.Graph().Params)
 	if m.o.Layers[0] > 0 && m.o.Training && !b.Tensor(x).RequiresGrad && !m.frozenPrefix {
 		b.Tensor(x).RequiresGrad = true
@@ -444,71 +469,87 @@ func (m *builder) decoder() {
 			}
 		}
 	}
-	func() {
-		defer b.Enter(root)()
-		switch a.Family {
-		case models.FamilyGPT2:
-			x = m.norm("ln_f", x, a.Hidden)
-		case models.FamilyGPTNeoX:
-			x = m.norm("final_layer_norm", x, a.Hidden)
-		case models.FamilyPhi:
-			x = m.norm("final_layernorm", x, a.Hidden)
-		default:
-			x = m.norm("norm", x, a.Hidden)
-		}
-	}()
-	if !m.o.Training && m.o.KVContext > 0 {
-		// Generation computes logits for the last position only.
-		x = b.View("last_token", x, B, 1, H)
+	return x
+}
+
+// finalNorm is the norm after the last layer, under the family's name.
+func (m *builder) finalNorm(root string, x ir.TensorID) ir.TensorID {
+	defer m.b.Enter(root)()
+	name := "norm"
+	switch m.a.Family {
+	case models.FamilyGPT2:
+		name = "ln_f"
+	case models.FamilyGPTNeoX:
+		name = "final_layer_norm"
+	case models.FamilyPhi:
+		name = "final_layernorm"
 	}
+	return m.norm(name, x, m.a.Hidden)
+}
+
+// headAndLoss is the LM head and, when training, the loss: chunk by chunk
+// for a chunked or fused-linear loss (litgpt's lm_head_chunk_size,
+// torchtune's num_output_chunks), else over the whole logits.
+func (m *builder) headAndLoss(x, wte, labels ir.TensorID) {
+	a := m.a
 	headName := "lm_head"
 	if a.Family == models.FamilyGPTNeoX {
 		headName = "embed_out"
 	}
-	var logits ir.TensorID
-	var headErr error
-	w := wte
-	// A chunked loss runs the head chunk by chunk (litgpt's
-	// lm_head_chunk_size, torchtune's num_output_chunks).
 	chunked := m.o.Training && m.tp <= 1 && a.FinalLogitSoftcap == 0 &&
 		(m.o.Loss.Kind == LossChunked || m.o.Loss.Kind == LossFusedLinear && !a.LMHeadBias && !(m.o.QLoRA && m.o.Quant.Head))
-	func() {
-		defer b.Enter(headName)()
-		if !a.TieEmbeddings {
-			if m.o.QLoRA && m.o.Quant.Head && m.tp <= 1 {
-				w = b.TypedFrozenParam("weight", units.NF4, int64(m.vocab), H)
-				absmax, nested := m.nf4Constants(int64(m.vocab) * H)
-				m.headNF4 = &[2]ir.TensorID{absmax, nested}
-			} else {
-				w = m.param("weight", int64(m.vocab/m.tp), H)
-			}
-		}
-		head := m.lora != nil && m.lora.matchesHead(b.Module())
-		if head && (chunked || m.tp > 1) {
-			headErr = fmt.Errorf("%w: LoRA on the LM head is modelled only with the whole-logits loss and no tensor parallelism", ErrBadOptions)
-			return
-		}
-		if !chunked {
-			logits = m.lmHead(x, w)
-			if head {
-				m.noteLinear(headName)
-				logits = m.loraBranch(x, logits, H, int64(m.vocab))
-			}
-		}
-	}()
-	if headErr != nil {
-		m.err = headErr
+	logits, w, err := m.lmHeadOf(headName, x, wte, chunked)
+	if err != nil {
+		m.err = err
 		return
 	}
-	if chunked && m.o.Loss.Kind == LossFusedLinear {
+	switch {
+	case chunked && m.o.Loss.Kind == LossFusedLinear:
 		m.fusedLinearLoss(headName, x, w, labels)
-		return
-	}
-	if chunked {
+	case chunked:
 		m.chunkedLoss(headName, x, w, labels)
-		return
+	default:
+		m.logitsOut(logits, x, labels)
 	}
-	if a.FinalLogitSoftcap > 0 {
+}
+
+// lmHeadOf is the head's weight w (wte when tied; NF4 under QLoRA's head
+// quantization) and, unless the loss is chunked, the logits (with a LoRA
+// branch when LoRA targets the head).
+func (m *builder) lmHeadOf(headName string, x, wte ir.TensorID, chunked bool) (logits, w ir.TensorID, err error) {
+	a, b := m.a, m.b
+	H := int64(a.Hidden)
+	defer b.Enter(headName)()
+	w = wte
+	if !a.TieEmbeddings {
+		if m.o.QLoRA && m.o.Quant.Head && m.tp <= 1 {
+			w = b.TypedFrozenParam("weight", units.NF4, int64(m.vocab), H)
+			absmax, nested := m.nf4Constants(int64(m.vocab) * H)
+			m.headNF4 = &[2]ir.TensorID{absmax, nested}
+		} else {
+			w = m.param("weight", int64(m.vocab/m.tp), H)
+		}
+	}
+	head := m.lora != nil && m.lora.matchesHead(b.Module())
+	if head && (chunked || m.tp > 1) {
+		return logits, w, fmt.Errorf("%w: LoRA on the LM head is modelled only with the whole-logits loss and no tensor parallelism", ErrBadOptions)
+	}
+	if !chunked {
+		logits = m.lmHead(x, w)
+		if head {
+			m.noteLinear(headName)
+			logits = m.loraBranch(x, logits, H, int64(m.vocab))
+		}
+	}
+	return logits, w, nil
+}
+
+// logitsOut soft-caps the logits (Gemma 2), makes them the graph's output
+// and, when training, computes the loss over them (vocab-parallel under
+// tensor parallelism).
+func (m *builder) logitsOut(logits, x, labels ir.TensorID) {
+	b := m.b
+	if m.a.FinalLogitSoftcap > 0 {
 		logits = b.Scale("softcap.div", logits)
 		logits = b.Unary("tanh", "softcap.tanh", logits)
 		logits = b.Scale("softcap.mul", logits)
