@@ -2,9 +2,12 @@ package models
 
 import (
 	"embed"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -151,7 +154,11 @@ func Suggest(name string, n int) []string {
 // an argument naming an existing file, or ending in ".json", is read as a
 // file; anything else is looked up in the catalog.
 func Resolve(nameOrPath string) (*Arch, error) {
-	if st, err := os.Stat(nameOrPath); err == nil && !st.IsDir() {
+	st, err := os.Stat(nameOrPath)
+	if err == nil && st.IsDir() {
+		return LoadSnapshot(nameOrPath)
+	}
+	if err == nil {
 		return LoadFile(nameOrPath)
 	}
 	if strings.HasSuffix(strings.ToLower(nameOrPath), ".json") {
@@ -190,4 +197,24 @@ func Catalog() []Entry {
 		})
 	}
 	return out
+}
+
+// LoadSnapshot reads a Hugging Face snapshot directory (what
+// huggingface_hub's snapshot_download or save_pretrained writes): its
+// config.json, named by the directory.
+func LoadSnapshot(dir string) (*Arch, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: no config.json in this directory (a Hugging Face snapshot directory holds the model's config.json)", dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	a, err := ParseHFConfig(data, path)
+	if err != nil {
+		return nil, err
+	}
+	a.Name = filepath.Clean(dir)
+	return a, nil
 }

@@ -1,6 +1,8 @@
 package models
 
 import (
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -127,6 +129,57 @@ func TestHumanCount(t *testing.T) {
 	} {
 		if got := HumanCount(n); got != want {
 			t.Errorf("HumanCount(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestResolveSnapshotDir: a Hugging Face snapshot directory resolves to its
+// config.json (named by the directory); a directory without one, or with a
+// config.json that is not one, is one line naming the directory or file.
+func TestResolveSnapshotDir(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "models--meta-llama--Meta-Llama-3-8B", "snapshots", "abc123")
+	if err := os.MkdirAll(good, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile("catalog/llama-3-8b.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(good, "config.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Resolve(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := Lookup("llama-3-8b")
+	if a.Name != good || a.ParamCount() != want.ParamCount() {
+		t.Errorf("snapshot: %s with %d parameters, want %s with %d", a.Name, a.ParamCount(), good, want.ParamCount())
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(dir, "broken")
+	if err := os.MkdirAll(filepath.Join(broken, "config.json"), 0o755); err != nil { // a directory named config.json
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "config.json"), []byte(`{"model_type": "mamba"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, text string }{
+		{empty, empty + ": no config.json in this directory"},
+		{broken, broken + ":"},
+		{bad, filepath.Join(bad, "config.json") + `: unsupported model_type "mamba"`},
+	} {
+		_, err := Resolve(c.path)
+		if err == nil || !strings.HasPrefix(err.Error(), c.text) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line starting %q", c.path, err, c.text)
 		}
 	}
 }
