@@ -318,3 +318,24 @@ func TestFusedSwiGLU(t *testing.T) {
 		t.Errorf("fused SwiGLU saves %v less, want %v", got, want)
 	}
 }
+
+// litgpt 0.5's RMSNorm (litgpt/model.py @v0.5.13) upcasts: x.float(),
+// x * rsqrt(mean(x * x)), times weight.float(), cast back. It keeps the
+// float32 input and float32 normalised states (and a float32 rsqrt and copy
+// of the weight) where lit-gpt 8641822's keeps them in bfloat16: per norm
+// over T tokens of width H, 4·T·H + 2·T + 4·H bytes more. The framework
+// suite measures it (python/memplan_torch/frameworks.py, litgpt 0.5.13).
+func TestLitGPTFP32WeightRMSNorm(t *testing.T) {
+	s := Spec{Job: Job{Model: catalog(t, "llama-3.2-1b"), Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
+	s.Sem.Code = build.CodeLitGPT
+	up := s
+	up.Sem.EagerRMSNorm, up.Sem.RMSNormFP32Weight = true, true
+	a := s.Model
+	r0, r1 := semPlan(t, s), semPlan(t, up)
+	T, H := int64(s.MicroBatch*s.Seq), int64(a.Hidden)
+	norms := int64(2*a.Layers + 1)
+	want := units.Bytes(norms * (4*T*H + 2*T + 4*H))
+	if got := r1.Sim.SavedTotal - r0.Sim.SavedTotal; got != want {
+		t.Errorf("litgpt 0.5's RMSNorm saves %v more, want %v (%d norms)", got, want, norms)
+	}
+}
