@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/jedib0t/go-pretty/v6/table"
-	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -402,56 +400,6 @@ func dirOf(p string) string {
 		return p[:i]
 	}
 	return "."
-}
-
-func newModelsCmd(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "models",
-		Short: "List the embedded model catalog",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			t := table.NewWriter()
-			t.SetStyle(table.StyleLight)
-			t.AppendHeader(table.Row{"name", "family", "params", "", "layers", "hidden", "heads (kv)", "source"})
-			for _, e := range models.Catalog() {
-				a, err := models.Lookup(e.Name)
-				if err != nil {
-					return err
-				}
-				t.AppendRow(table.Row{e.Name, a.Family, models.HumanCount(a.ParamCount()), commas(a.ParamCount()), a.Layers, a.Hidden, fmt.Sprintf("%d (%d)", a.Heads, a.KVHeads), e.Repo})
-			}
-			t.SetColumnConfigs([]table.ColumnConfig{{Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}})
-			_, err := fmt.Fprintln(stdout, t.Render())
-			return err
-		},
-	}
-}
-
-func newGPUsCmd(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "gpus",
-		Short: "List the embedded GPU catalog",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			t := table.NewWriter()
-			t.SetStyle(table.StyleLight)
-			t.AppendHeader(table.Row{"name", "memory", "usable", "bf16 TFLOP/s", "HBM GB/s", "host link", "NVLink GB/s"})
-			for _, g := range hw.All() {
-				bf := "-"
-				if g.BF16 > 0 {
-					bf = fmt.Sprintf("%.1f", g.BF16/1e12)
-				}
-				nv := "-"
-				if g.NVLink > 0 {
-					nv = fmt.Sprintf("%.0f", g.NVLink/1e9)
-				}
-				t.AppendRow(table.Row{g.Name, g.Memory.String(), g.Capacity().String(), bf, fmt.Sprintf("%.0f", g.MemBandwidth/1e9), g.HostLink.String(), nv})
-			}
-			t.SetColumnConfigs([]table.ColumnConfig{{Number: 4, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight}})
-			_, err := fmt.Fprintln(stdout, t.Render())
-			return err
-		},
-	}
 }
 
 // commas formats n with thousands separators (124,439,808).
