@@ -492,41 +492,85 @@ func pareto(ps []*Plan) []*Plan {
 	return front
 }
 
-// enumerate lists the candidate plans.
+// enumerate lists the candidate plans: every parallel layout the GPUs and
+// the model allow (layouts), crossed with the other axes (axesOf: offload,
+// checkpointing, optimizer implementation, precision, optimizer, adapters)
+// and the micro-batches that split a replica's batch.
 func enumerate(base engine.Spec, o Options) []*Plan {
-	a := base.Model
+	ax := axesOf(base, o)
 	var out []*Plan
-	precisions := []ops.Precision{base.Precision}
+	for _, l := range layouts(base, o) {
+		out = ax.cross(out, base, o, l)
+	}
+	return out
+}
+
+// adapter is a choice of adapters: LoRA, with QLoRA's 4-bit base weights or not.
+type adapter struct {
+	lora  *build.LoRA
+	qlora bool
+}
+
+// axes are the choices enumerate crosses with every layout (offload aside,
+// which depends on the ZeRO stage).
+type axes struct {
+	precisions []ops.Precision
+	optimizers []lower.Optimizer
+	adapters   []adapter
+	impls      []lower.Impl
+	ckpts      []engine.CheckpointPolicy
+}
+
+// axesOf is the spec's own choice on each axis, then what Options.Allow
+// adds, unless the dimension is pinned.
+func axesOf(base engine.Spec, o Options) axes {
+	pin := o.Pinned
+	ax := axes{
+		precisions: []ops.Precision{base.Precision},
+		optimizers: []lower.Optimizer{base.Optimizer},
+		adapters:   []adapter{{base.LoRA, base.QLoRA}},
+		impls:      []lower.Impl{base.Impl},
+		ckpts:      []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}},
+	}
 	if o.Allow.LowerPrecision && base.Precision != ops.BF16 {
-		precisions = append(precisions, ops.BF16)
+		ax.precisions = append(ax.precisions, ops.BF16)
 	}
-	optimizers := []lower.Optimizer{base.Optimizer}
 	if o.Allow.EightBit && (base.Optimizer == lower.Adam || base.Optimizer == lower.AdamW) {
-		optimizers = append(optimizers, lower.Adam8bit)
+		ax.optimizers = append(ax.optimizers, lower.Adam8bit)
 	}
-	type adapter struct {
-		lora  *build.LoRA
-		qlora bool
-	}
-	adapters := []adapter{{base.LoRA, base.QLoRA}}
 	if base.LoRA == nil && o.Allow.LoRA {
-		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, false})
+		ax.adapters = append(ax.adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, false})
 	}
 	if !base.QLoRA && o.Allow.QLoRA {
-		adapters = append(adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
+		ax.adapters = append(ax.adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
 	}
-	pin := o.Pinned
-	impls := []lower.Impl{base.Impl}
 	if _, only := base.Optimizer.OnlyImpl(); base.Impl != lower.Fused && !only && !pin.Has(PinImpl) {
-		impls = append(impls, lower.Fused)
+		ax.impls = append(ax.impls, lower.Fused)
 	}
-	ckpts := []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}}
 	if base.Attention == build.Eager {
-		ckpts = append(ckpts, engine.CheckpointPolicy{Kind: engine.CheckpointSelective})
+		ax.ckpts = append(ax.ckpts, engine.CheckpointPolicy{Kind: engine.CheckpointSelective})
 	}
 	if pin.Has(PinCheckpoint) {
-		ckpts = []engine.CheckpointPolicy{base.Checkpoint}
+		ax.ckpts = []engine.CheckpointPolicy{base.Checkpoint}
 	}
+	return ax
+}
+
+// layout is one parallel layout: tensor, pipeline and data parallel degrees
+// (replica: the global batch's share of one data-parallel rank), sequence
+// parallelism and the ZeRO stage.
+type layout struct {
+	tp, pp, dp, replica, zero int
+	sp                        bool
+}
+
+// layouts are the layouts the GPUs and the model allow: TP dividing the
+// heads, KV heads and intermediate size; TP × PP dividing the GPUs; DP
+// dividing the global batch; SP only under TP on a sequence it divides and
+// without experts; ZeRO only with DP. Pinned dimensions keep the spec's.
+func layouts(base engine.Spec, o Options) []layout {
+	a, pin := base.Model, o.Pinned
+	var ls []layout
 	tps, pps, sps := pinned(pin.Has(PinTP), []int{1, 2, 4, 8}, base.TP), pinned(pin.Has(PinPP), []int{1, 2, 4, 8}, base.PP), pinned(pin.Has(PinSP), []bool{false, true}, base.SP)
 	for _, tp := range tps {
 		if tp > o.GPUs || a.Heads%tp != 0 || a.KVHeads%tp != 0 || a.Intermediate%tp != 0 || (tp > 1 && a.Encoder) {
@@ -540,7 +584,6 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != base.DP {
 				continue
 			}
-			replica := o.GlobalBatch / dp
 			for _, sp := range sps {
 				if sp && (tp == 1 || base.Seq%tp != 0 || a.NumExperts > 0) {
 					continue
@@ -553,31 +596,39 @@ func enumerate(base engine.Spec, o Options) []*Plan {
 					continue
 				}
 				for _, zero := range zeros {
-					offloads := []engine.Offload{{}, {Activations: true}, {Optimizer: true}, {Activations: true, Optimizer: true}}
-					if zero == 3 {
-						offloads = append(offloads, engine.Offload{Params: true}, engine.Offload{Params: true, Activations: true})
-					}
-					if offloads = pinned(pin.Has(PinOffload), offloads, base.Offload); offloads[0].Params && zero != 3 {
-						continue
-					}
-					for _, off := range offloads {
-						for _, ck := range ckpts {
-							for _, impl := range impls {
-								for _, prec := range precisions {
-									for _, opt := range optimizers {
-										for _, ad := range adapters {
-											for _, b := range batches(replica, pin, &base) {
-												s := base
-												s.MicroBatch, s.Accum = b, replica/b
-												s.TP, s.SP, s.PP, s.DP, s.ZeRO = tp, sp, pp, dp, zero
-												s.Offload, s.Checkpoint, s.Impl = off, ck, impl
-												s.Precision, s.Optimizer, s.LoRA, s.QLoRA = prec, opt, ad.lora, ad.qlora
-												s.Capacity, s.FirstStep = o.Capacity, false
-												out = append(out, &Plan{Spec: s})
-											}
-										}
-									}
-								}
+					ls = append(ls, layout{tp: tp, pp: pp, dp: dp, replica: o.GlobalBatch / dp, zero: zero, sp: sp})
+				}
+			}
+		}
+	}
+	return ls
+}
+
+// cross appends to out the plans of layout l: each offload the ZeRO stage
+// allows (parameter offload only under ZeRO-3) crossed with every axis and
+// micro-batch.
+func (ax axes) cross(out []*Plan, base engine.Spec, o Options, l layout) []*Plan {
+	offloads := []engine.Offload{{}, {Activations: true}, {Optimizer: true}, {Activations: true, Optimizer: true}}
+	if l.zero == 3 {
+		offloads = append(offloads, engine.Offload{Params: true}, engine.Offload{Params: true, Activations: true})
+	}
+	if offloads = pinned(o.Pinned.Has(PinOffload), offloads, base.Offload); offloads[0].Params && l.zero != 3 {
+		return out
+	}
+	for _, off := range offloads {
+		for _, ck := range ax.ckpts {
+			for _, impl := range ax.impls {
+				for _, prec := range ax.precisions {
+					for _, opt := range ax.optimizers {
+						for _, ad := range ax.adapters {
+							for _, b := range batches(l.replica, o.Pinned, &base) {
+								s := base
+								s.MicroBatch, s.Accum = b, l.replica/b
+								s.TP, s.SP, s.PP, s.DP, s.ZeRO = l.tp, l.sp, l.pp, l.dp, l.zero
+								s.Offload, s.Checkpoint, s.Impl = off, ck, impl
+								s.Precision, s.Optimizer, s.LoRA, s.QLoRA = prec, opt, ad.lora, ad.qlora
+								s.Capacity, s.FirstStep = o.Capacity, false
+								out = append(out, &Plan{Spec: s})
 							}
 						}
 					}
