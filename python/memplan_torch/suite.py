@@ -114,6 +114,9 @@ def _mib(n):
     return "%.2f" % (n / 2 ** 20)
 
 
+FAKE_TOLERANCE = 0.01  # issue 10: fake-tensor traces predict within 1% of the real-execution traces
+
+
 def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
     device = resolve_device(device)
     os.makedirs(out, exist_ok=True)
@@ -138,6 +141,10 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
     # not be the program that is measured. On CUDA, meta first (its non-CPU paths are closer to CUDA's).
     trace_device = "cpu" if device == "cpu" else "auto"
     traces = {}
+    # PyTorch 2.x: every trace is also exported under fake tensors (nothing computed), and each case checks that
+    # the fake trace predicts what the real one predicts, per phase, within FAKE_TOLERANCE (issue 10)
+    fake_check = device == "cpu" and compat.fake_tensors_available()
+    fakes = {}
     for name in sorted({c["trace"] for c in selected}):
         t = TRACES[name]
         ts = time.time()
@@ -148,7 +155,14 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
         traces[name] = doc
         log("trace %-14s %5d events on %-4s %6.1fs" % (name, len(doc["events"]), doc["trace_device"],
                                                           time.time() - ts))
+        if fake_check:
+            ts = time.time()
+            fakes[name] = export_builder(t["model"], os.path.join(out, name + ".fake.trace.json"), fake=True,
+                                         batch=t["batch"], seq_len=t.get("seq_len"), optimizer=t["optimizer"],
+                                         seq_dim=t.get("seq_dim"), name=name, foreach=_foreach(device))
+            log("trace %-14s %5d events fake     %6.1fs" % (name, len(fakes[name]["events"]), time.time() - ts))
     results = []
+    fake_failures = []
     for c in selected:
         ts = time.time()
         w = workload_for(c, device, iters=iters, warmup=warmup)
@@ -182,12 +196,28 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
                 case["trace_replay"]["error_vs_all"] = {
                     p: round(r["phases"].get(p, 0) / case["all_phases"][p] - 1, 4)
                     for p in case["all_phases"] if case["all_phases"][p] > 0}
+        if fake_check:
+            seq = case["seq_len"] if doc.get("seq_dim") is not None else None
+            thr = case["memory"].get("threshold_bytes", 0)
+            rr = replay(doc, case["micro_batch"], seq, min_bytes=thr)["phases"]
+            fr = replay(fakes[c["trace"]], case["micro_batch"], seq, min_bytes=thr)["phases"]
+            err = {p: round(fr.get(p, 0) / rr[p] - 1, 5) for p in rr if rr[p]}
+            case["fake_trace"] = {
+                "note": "memplan_torch.replay of the fake-tensor trace (%s) against the real one at the measured "
+                        "batch, per phase (strategies not applied)" % (c["trace"] + ".fake.trace.json"),
+                "phases": fr, "error_vs_real_trace": err}
+            bad = {p: e for p, e in err.items() if abs(e) > FAKE_TOLERANCE}
+            if bad:
+                fake_failures.append("%s (%s)" % (c["name"], ", ".join("%s %+.2f%%" % (p, 100 * e)
+                                                                      for p, e in sorted(bad.items()))))
         case["wall_s"] = round(time.time() - ts, 2)
         results.append(case)
         ph = case["phases"]
         extra = ""
+        if "fake_trace" in case:
+            extra = " fake-vs-real " + " ".join("%+.2f%%" % (100 * v) for v in case["fake_trace"]["error_vs_real_trace"].values())
         if "trace_replay" in case:
-            extra = " replay err " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_measured"].values())
+            extra += " replay err " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_vs_measured"].values())
             if "error_with_scratch" in case["trace_replay"]:
                 extra += " (+scratch " + " ".join("%+.1f%%" % (100 * v) for v in case["trace_replay"]["error_with_scratch"].values()) + ")"
             if "error_vs_all" in case["trace_replay"]:
@@ -197,6 +227,7 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
             _mib(case["baseline_bytes"]), case["step_time_s"], case["wall_s"], extra))
     doc = document(results)
     doc["suite"] = {"device": device, "trace_device": trace_device, "wall_s": round(time.time() - t0, 2),
+                    "fake_check": fake_check,
                     "checkpoint_mode": compat.checkpoint_mode()}
     write_json(doc, os.path.join(out, "measured.json"))
     lines = ["case                  device  batch  forward_MiB  backward_MiB  optimizer_MiB  start_MiB  "
@@ -208,7 +239,14 @@ def run(out, device="auto", cases=None, iters=2, warmup=1, log=print):
             _mib(c["first_step"]["phases"]["optimizer"]), c["step_time_s"]))
     lines.append("total wall %.1fs, torch %s, checkpointing %s" % (time.time() - t0, compat.TORCH_VERSION,
                                                                    compat.checkpoint_mode()))
+    if fake_check:
+        lines.append("fake-tensor traces vs real-execution traces: %s" % (
+            "within %g%% on every case" % (100 * FAKE_TOLERANCE) if not fake_failures else
+            "beyond %g%% on %s" % (100 * FAKE_TOLERANCE, "; ".join(fake_failures))))
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     log("\n".join(lines))
+    if fake_failures:
+        raise ValueError("memplan_torch: the fake-tensor traces predict beyond %g%% of the real-execution traces on "
+                         "%s (the suite's files are in %s)" % (100 * FAKE_TOLERANCE, "; ".join(fake_failures), out))
     return doc
