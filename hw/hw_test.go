@@ -165,15 +165,30 @@ func TestDatasheetFigures(t *testing.T) {
 	if got := get("t4").PeakFLOPs(units.I64); got != 0 {
 		t.Errorf("T4 int64 = %v, want 0", got)
 	}
-	// HGX B200 datasheet: FP8 72 PFLOPS sparse over 8 GPUs = 4.5 dense per
-	// GPU; NVLink 1.8 TB/s per GPU.
-	if b := get("b200"); b.PeakFLOPs(units.FP8) != 4500e12 || b.NVLinkPerDirection() != 900e9 || b.Memory != 180*units.GB {
-		t.Errorf("B200: fp8 %v, nvlink/dir %v, memory %v", b.PeakFLOPs(units.FP8), b.NVLinkPerDirection(), b.Memory)
+	// NVIDIA Blackwell technical brief pp. 19-20 as cited in pytorch/ao
+	// roofline_utils.py @ 0598012907d6: BF16 2.25, FP8 4.5 PFLOPS dense,
+	// 8.0 TB/s; FP32 80 TFLOPS (HGX B200, 1,000 W); NVLink 1.8 TB/s per GPU.
+	if b := get("b200"); b.PeakFLOPs(units.FP8) != 4500e12 || b.PeakFLOPs(units.BF16) != 2250e12 || b.PeakFLOPs(units.F32) != 80e12 ||
+		b.MemBandwidth != 8e12 || b.NVLinkPerDirection() != 900e9 || b.Memory != 180*units.GB {
+		t.Errorf("B200: fp8 %v, bf16 %v, fp32 %v, bandwidth %v, nvlink/dir %v, memory %v", b.PeakFLOPs(units.FP8),
+			b.PeakFLOPs(units.BF16), b.PeakFLOPs(units.F32), b.MemBandwidth, b.NVLinkPerDirection(), b.Memory)
 	}
-	// AMD MI300X data sheet: BF16 1,307.4 TFLOPS dense, 5.3 TB/s; rocm-smi's
-	// 205822885888 B total.
-	if m := get("mi300x"); m.PeakFLOPs(units.BF16) != 1307.4e12 || m.MemBandwidth != 5.3e12 || m.Capacity() != 205822885888 {
-		t.Errorf("MI300X: bf16 %v, bandwidth %v, capacity %d", m.PeakFLOPs(units.BF16), m.MemBandwidth, m.Capacity())
+	// ROCm "AMD Instinct MI300 microarchitecture" FLOPs/clock/CU x 304 CUs x
+	// 2.1 GHz: FP16/BF16 matrix 2048 -> 1,307.4 TFLOPS, vector FP32 256 ->
+	// 163.4; 5.3 TB/s (MI300X data sheet); rocm-smi's 205822885888 B total.
+	if m := get("mi300x"); m.PeakFLOPs(units.BF16) != 1307.4e12 || m.PeakFLOPs(units.F32) != 163.4e12 ||
+		m.MemBandwidth != 5.3e12 || m.Capacity() != 205822885888 {
+		t.Errorf("MI300X: bf16 %v, fp32 %v, bandwidth %v, capacity %d", m.PeakFLOPs(units.BF16), m.PeakFLOPs(units.F32), m.MemBandwidth, m.Capacity())
+	}
+	// The derivation itself: FLOPs/clock/CU x CUs x clock, rounded to 0.1 TFLOPS.
+	for _, c := range []struct {
+		dt       units.DType
+		perClkCU float64
+	}{{units.F32, 256}, {units.BF16, 2048}, {units.FP8, 4096}} {
+		want := math.Round(c.perClkCU*304*2.1e9/1e11) * 1e11
+		if got := get("mi300x").PeakFLOPs(c.dt); math.Abs(got-want) > 1e6 {
+			t.Errorf("MI300X %v: %v, derived %v", c.dt, got, want)
+		}
 	}
 	// GH200: NVLink-C2C 900 GB/s both ways, 450 GB/s each way to the host.
 	if g := get("gh200"); g.HostLink.Kind != "nvlink-c2c" || g.HostLink.PerDirection != 450e9 || g.HostLink.String() != "NVLink-C2C (450.0 GB/s/dir)" {
