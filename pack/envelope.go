@@ -1,0 +1,559 @@
+package pack
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/memplan/memplan/allocator"
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/explain"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/recipe"
+	"github.com/memplan/memplan/serve"
+	"github.com/memplan/memplan/units"
+)
+
+// Sample is the memory of a curve at time T (seconds from the start of
+// the period).
+type Sample struct {
+	T     float64     `json:"t_s"`
+	Bytes units.Bytes `json:"bytes"`
+}
+
+// maxSamples bounds the samples a curve keeps (each bucket keeps its
+// largest, so the peak survives).
+const maxSamples = 256
+
+// Envelope is one process's device memory: every figure includes the
+// process's CUDA context (Context), which lives outside PyTorch's
+// allocator.
+type Envelope struct {
+	Job    string `json:"job"`
+	Source string `json:"source"` // train, serve, plan or snapshot
+	// Context is the memory outside the caching allocator: the CUDA
+	// context (and libraries) of the process.
+	Context units.Bytes `json:"context_bytes"`
+	// ModelSize is the static model_size: the 16-bit weights (2 bytes per
+	// parameter), the number a scheduler records for a model.
+	ModelSize units.Bytes `json:"model_size_bytes"`
+	// Request is the user-declared size (0: none declared).
+	Request units.Bytes `json:"request_bytes,omitempty"`
+	// Allocated is Context plus the highest allocated bytes (whole
+	// blocks): what the process holds at its busiest moment even if its
+	// allocator cached nothing. Co-located processes whose Allocated sum
+	// over the capacity run out of memory once their phases meet.
+	Allocated units.Bytes `json:"allocated_peak_bytes"`
+	// Peak is Context plus the caching allocator's reserved peak with no
+	// limit: what the process holds once it has run a few steps (the
+	// allocator keeps freed segments cached).
+	Peak units.Bytes `json:"peak_bytes"`
+	// Cap is Context plus the smallest per-process limit
+	// (torch.cuda.set_per_process_memory_fraction × total memory) under
+	// which the allocator, freeing its cache and retrying when it reaches
+	// the limit, never fails; Fraction is that limit as the fraction to
+	// pass.
+	Cap      units.Bytes `json:"cap_bytes"`
+	Fraction float64     `json:"memory_fraction"`
+	// Setting is how to run the process so it stays within Cap.
+	Setting string `json:"setting,omitempty"`
+	// Floor is the lowest point of the allocated curve over a steady
+	// period (Context plus what stays live between steps).
+	Floor units.Bytes `json:"floor_bytes"`
+	// Period is one step (training) or one batch (inference), seconds.
+	Period float64 `json:"period_s"`
+	// Curve is Context plus the allocated bytes over one steady period;
+	// Reserved is Context plus what the allocator reserves over the same
+	// period without a limit, Capped under the limit Cap sets.
+	Curve    []Sample `json:"curve"`
+	Reserved []Sample `json:"reserved_curve,omitempty"`
+	Capped   []Sample `json:"capped_curve,omitempty"`
+}
+
+// Need is the memory policy p counts for e.
+func (e *Envelope) Need(p Policy) units.Bytes {
+	switch p {
+	case Static:
+		if e.Request > 0 {
+			return e.Request
+		}
+		return e.ModelSize
+	case Peaks:
+		return e.Peak
+	case Curve:
+		return e.Cap
+	}
+	return e.Peak
+}
+
+// envelopeOf computes job j's envelope on GPU g.
+func envelopeOf(j *Job, g *hw.GPU) (*Envelope, error) {
+	var (
+		e   *Envelope
+		err error
+	)
+	switch {
+	case j.Train != nil:
+		var s engine.Spec
+		if s, err = j.Train.Spec(); err == nil {
+			e, err = specEnvelope(s, g)
+		}
+		if e != nil {
+			e.Source = "train"
+		}
+	case j.Serve != nil && j.Serve.server() == "vllm":
+		e, err = vllmEnvelope(j.Serve, g)
+	case j.Serve != nil:
+		var s engine.Spec
+		if s, err = j.Serve.Spec(); err == nil {
+			e, err = specEnvelope(s, g)
+		}
+		if e != nil {
+			e.Source = "serve"
+		}
+	case j.pubSpec != nil:
+		e, err = specEnvelope(*j.pubSpec, g)
+		if e != nil {
+			e.Source = "published"
+		}
+	case j.planData != nil:
+		e, err = planEnvelope(j.planData)
+	case j.snap != nil:
+		e, err = snapshotEnvelope(j)
+	default:
+		return nil, fmt.Errorf("job %q: the file it names was not read (pack.ReadFile reads it)", j.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %q: %w", j.Name, err)
+	}
+	e.Job = j.Name
+	if j.Request != "" {
+		e.Request, _ = units.ParseBytes(j.Request)
+	}
+	if e.ModelSize == 0 && e.Request == 0 {
+		return nil, bad(fmt.Sprintf("job %q", j.Name), "a snapshot tells no model size: give request (the size a static scheduler is told)")
+	}
+	if total := g.Capacity(); total > 0 && e.Fraction == 0 {
+		e.Fraction = math.Ceil(float64(e.Cap-e.Context)/float64(total)*1e4) / 1e4
+		e.Setting = fmt.Sprintf("torch.cuda.set_per_process_memory_fraction(%.4f)", e.Fraction)
+	}
+	return e, nil
+}
+
+// vllmEnvelope is a vLLM deployment (package serve) whose KV cache holds
+// Concurrency requests of Context+GenTokens tokens and no more: the
+// smallest gpu_memory_utilization (in thousandths) at which serve.Plan's
+// concurrency at that context reaches it. vLLM allocates the whole KV
+// cache at start-up and keeps the profile run's activations cached, so its
+// memory is flat: budget plus the CUDA graphs it captures after the KV
+// cache (outside the budget).
+func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
+	s, err := v.VLLM(g)
+	if err != nil {
+		return nil, err
+	}
+	r, err := serve.Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	total := float64(r.Spec.TotalMemory)
+	perReq := int64((r.Spec.Context + r.Spec.BlockSize - 1) / r.Spec.BlockSize)
+	kv := units.Bytes(int64(v.Concurrency) * perReq * int64(r.BlockBytes))
+	u := math.Ceil(float64(r.Weights+r.Activation+r.NonTorch+kv)/total*1000) / 1000
+	for ; u <= 1; u += 0.001 {
+		s.Utilization = u
+		if r, err = serve.Plan(s); err != nil {
+			return nil, err
+		}
+		if r.ConcurrencyAtContext >= int64(v.Concurrency) && r.Fits {
+			break
+		}
+	}
+	e := &Envelope{Source: "serve", Context: r.NonTorch, ModelSize: units.Bytes(s.Model.ParamCount()) * 2, Period: 1}
+	used := r.NonTorch + r.Weights + r.Activation + units.Bytes(r.Blocks)*r.BlockBytes + r.CUDAGraphs
+	if u > 1 { // no utilization holds it: what it would take
+		used = r.NonTorch + r.Weights + r.Activation + kv + r.CUDAGraphs
+	}
+	e.Allocated, e.Peak, e.Cap, e.Floor = used, used, used, used
+	if r.Timing != nil && r.Timing.DecodeStep > 0 {
+		e.Period = r.Timing.DecodeStep.Seconds()
+	}
+	e.Curve = []Sample{{0, used}, {e.Period, used}}
+	e.Reserved, e.Capped = e.Curve, e.Curve
+	e.Fraction = min(u, 1)
+	e.Setting = fmt.Sprintf("vllm serve --gpu-memory-utilization %.3f --max-model-len %d --max-num-seqs %d", e.Fraction, s.MaxModelLen, s.MaxNumSeqs)
+	return e, nil
+}
+
+// specEnvelope plans s on g: the allocated curve on the roofline time
+// axis, the caching allocator's reserved peak (allocator.ReplayProgram
+// through engine.Result.PredictReserved) and the smallest per-process
+// limit it survives.
+func specEnvelope(s engine.Spec, g *hw.GPU) (*Envelope, error) {
+	s.GPU, s.Capacity = g, 0
+	res, err := engine.Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	rv, err := res.PredictReserved(allocator.Config{}, false, true)
+	if err != nil {
+		return nil, err
+	}
+	ctx := res.Spec.Sem.Overhead
+	e := &Envelope{Context: ctx, ModelSize: units.Bytes(res.Sim.Params) * 2}
+	allocated := rv.Steady.PeakAllocated
+	if rv.First != nil {
+		allocated = max(allocated, rv.First.PeakAllocated)
+	}
+	e.Allocated = ctx + units.Bytes(allocated)
+	e.Peak = ctx + rv.Peak
+	// Bisect on the iteration that reserves more (the first, whose
+	// optimizer step creates the state, as a rule); verifiedLimit checks
+	// the limit on the other.
+	worst, worstPeak := res.Program, rv.Steady.PeakReserved
+	if rv.First != nil && rv.First.PeakReserved > worstPeak {
+		worst, worstPeak = res.FirstProgram, rv.First.PeakReserved
+	}
+	limit, err := smallestLimit(worst, allocated, worstPeak)
+	if err != nil {
+		return nil, err
+	}
+	// The search assumes failing is monotone in the limit, which the
+	// allocator does not promise: the limit is checked on the other
+	// iteration and on the steady one (whose curve under it is drawn);
+	// where one fails, the process gets its unlimited peak.
+	unlimited := (int64(rv.Peak) + limitStep - 1) / limitStep * limitStep
+	if worst == res.Program && res.FirstProgram != nil {
+		r, err := allocator.ReplayProgram(res.FirstProgram, allocator.Config{AllowedMemory: limit}, 0, false)
+		if err != nil {
+			return nil, err
+		}
+		if r.OOM {
+			limit = unlimited
+		}
+	}
+	capped, err := allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true)
+	if err != nil {
+		return nil, err
+	}
+	if capped.OOM {
+		limit = unlimited
+		if capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
+			return nil, err
+		}
+	}
+	e.Cap = ctx + units.Bytes(min(limit, int64(rv.Peak)))
+	ends := make([]float64, len(res.Program.Ops))
+	if res.Timing != nil && len(res.Timing.Ops) == len(ends) {
+		for i, o := range res.Timing.Ops {
+			ends[i] = o.End.Seconds()
+		}
+		e.Period = res.Timing.Step.Seconds()
+	}
+	if e.Period <= 0 {
+		for i := range ends {
+			ends[i] = float64(i + 1)
+		}
+		e.Period = float64(len(ends))
+	}
+	e.Floor = math.MaxInt64
+	var curve, reserved, cappedCurve []Sample
+	for _, pt := range res.Sim.Timeline {
+		b := ctx + pt.Total
+		curve = append(curve, Sample{ends[pt.Op], b})
+		e.Floor = min(e.Floor, b)
+	}
+	for i, r := range rv.Steady.Timeline {
+		reserved = append(reserved, Sample{ends[i], ctx + units.Bytes(r)})
+	}
+	for i, r := range capped.Timeline {
+		cappedCurve = append(cappedCurve, Sample{ends[i], ctx + units.Bytes(r)})
+	}
+	if len(curve) == 0 {
+		e.Floor = e.Allocated
+	}
+	e.Curve, e.Reserved, e.Capped = downsample(curve), downsample(reserved), downsample(cappedCurve)
+	return e, nil
+}
+
+// limitStep is the granularity of the limit search (a multiple of the
+// caching allocator's 2 MiB segment rounding).
+const limitStep = 64 << 20
+
+// smallestLimit bisects for the smallest per-process limit in
+// [lo, hi] (multiples of limitStep) under which p's two replayed iterations do
+// not run out of memory; hi, the reserved peak without a limit, always
+// suffices. The allocator frees its cache and retries at the limit
+// (CUDACachingAllocator.cpp alloc_block, release_cached_blocks), so the
+// limit can sit below the unlimited reserved peak.
+func smallestLimit(p *ir.Program, lo, hi int64) (int64, error) {
+	ok := func(limit int64) (bool, error) {
+		r, err := allocator.ReplayProgram(p, allocator.Config{AllowedMemory: limit}, 0, false)
+		if err != nil {
+			return false, err
+		}
+		return !r.OOM, nil
+	}
+	lo = lo / limitStep * limitStep
+	hi = (hi + limitStep - 1) / limitStep * limitStep
+	if lo >= hi {
+		return hi, nil
+	}
+	fits, err := ok(lo)
+	if err != nil || fits {
+		return lo, err
+	}
+	for hi-lo > limitStep {
+		mid := (lo + hi) / 2 / limitStep * limitStep
+		if mid <= lo {
+			break
+		}
+		fits, err := ok(mid)
+		if err != nil {
+			return 0, err
+		}
+		if fits {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi, nil
+}
+
+// downsample keeps at most maxSamples samples, the largest of each
+// bucket.
+func downsample(s []Sample) []Sample {
+	slices.SortStableFunc(s, func(a, b Sample) int { return cmpFloat(a.T, b.T) })
+	if len(s) <= maxSamples {
+		return s
+	}
+	step := (len(s) + maxSamples - 1) / maxSamples
+	out := make([]Sample, 0, maxSamples)
+	for lo := 0; lo < len(s); lo += step {
+		best := lo
+		for i := lo; i < min(lo+step, len(s)); i++ {
+			if s[i].Bytes > s[best].Bytes {
+				best = i
+			}
+		}
+		out = append(out, s[best])
+	}
+	return out
+}
+
+// planJSON is the part of 'memplan plan --json' (report.PlanJSON,
+// memplan.plan/v1) a job needs.
+type planJSON struct {
+	Schema string `json:"schema"`
+	Model  string `json:"model"`
+	Mode   string `json:"mode"`
+	Recipe string `json:"recipe"`
+	Params int64  `json:"params"`
+	Peak   struct {
+		Bytes units.Bytes `json:"bytes"`
+	} `json:"peak"`
+	FirstStep *struct {
+		Peak struct {
+			Bytes units.Bytes `json:"bytes"`
+		} `json:"peak"`
+	} `json:"first_step"`
+	Reserved *struct {
+		PeakBytes units.Bytes `json:"peak_bytes"`
+	} `json:"reserved"`
+	Time *struct {
+		StepS      float64 `json:"step_s"`
+		ForwardS   float64 `json:"forward_s"`
+		BackwardS  float64 `json:"backward_s"`
+		OptimizerS float64 `json:"optimizer_s"`
+	} `json:"time"`
+	Timeline []struct {
+		Phase string      `json:"phase"`
+		Total units.Bytes `json:"total"`
+	} `json:"timeline"`
+}
+
+const planSchema = "memplan.plan/v1"
+
+func parsePlan(data []byte) (*planJSON, error) {
+	var p planJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&p); err != nil {
+		return nil, fmt.Errorf("not a plan JSON: %s", jsonMessage(err))
+	}
+	switch {
+	case p.Schema != planSchema:
+		return nil, fmt.Errorf("schema %q is not %s (write it with memplan plan --json)", cut(p.Schema), planSchema)
+	case p.Time == nil || p.Time.StepS <= 0:
+		return nil, fmt.Errorf("no step time: plan it with --gpu")
+	case len(p.Timeline) == 0:
+		return nil, fmt.Errorf("no timeline: plan it without --no-timeline")
+	case p.Params <= 0 || p.Peak.Bytes <= 0:
+		return nil, fmt.Errorf("no parameters or peak")
+	}
+	for _, ev := range p.Timeline {
+		if ev.Total < 0 {
+			return nil, fmt.Errorf("a timeline total is negative")
+		}
+	}
+	return &p, nil
+}
+
+// planEnvelope reads a plan JSON: the timeline's events spread evenly over
+// their phase's time (the JSON keeps per-phase times, not per-op ones), the
+// reserved peak when the plan has one (the allocated peak otherwise), the
+// recipe's CUDA context. A plan JSON carries no program, so its limit is
+// the reserved peak.
+func planEnvelope(data []byte) (*Envelope, error) {
+	p, err := parsePlan(data)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := contextOf(p.Recipe)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envelope{Source: "plan", Context: ctx, ModelSize: units.Bytes(p.Params) * 2, Period: p.Time.StepS}
+	alloc := p.Peak.Bytes
+	if p.FirstStep != nil {
+		alloc = max(alloc, p.FirstStep.Peak.Bytes)
+	}
+	e.Allocated = ctx + alloc
+	e.Peak = e.Allocated
+	if p.Reserved != nil && p.Reserved.PeakBytes > alloc {
+		e.Peak = ctx + p.Reserved.PeakBytes
+	}
+	e.Cap = e.Peak
+	dur := map[string]float64{"forward": p.Time.ForwardS, "backward": p.Time.BackwardS, "optimizer": p.Time.OptimizerS}
+	count := map[string]int{}
+	for _, ev := range p.Timeline {
+		count[ev.Phase]++
+	}
+	start, seen := 0.0, map[string]int{}
+	order := []string{}
+	for _, ev := range p.Timeline {
+		if _, ok := seen[ev.Phase]; !ok {
+			order = append(order, ev.Phase)
+		}
+		seen[ev.Phase]++
+	}
+	offset := map[string]float64{}
+	for _, ph := range order {
+		offset[ph] = start
+		start += dur[ph]
+	}
+	if start <= 0 {
+		start = p.Time.StepS
+	}
+	e.Period = max(start, p.Time.StepS)
+	e.Floor = math.MaxInt64
+	var curve []Sample
+	k := map[string]int{}
+	for i, ev := range p.Timeline {
+		k[ev.Phase]++
+		t := offset[ev.Phase] + dur[ev.Phase]*float64(k[ev.Phase])/float64(count[ev.Phase])
+		if dur[ev.Phase] == 0 {
+			t = e.Period * float64(i+1) / float64(len(p.Timeline))
+		}
+		curve = append(curve, Sample{t, ctx + ev.Total})
+		e.Floor = min(e.Floor, ctx+ev.Total)
+	}
+	e.Curve = downsample(curve)
+	return e, nil
+}
+
+// contextOf is the CUDA context a recipe counts (its cuda.overhead; the
+// hf recipe's cited figure when the plan names none).
+func contextOf(name string) (units.Bytes, error) {
+	if name == "" {
+		name = "hf"
+	}
+	r, err := recipe.Load(name)
+	if err != nil {
+		return 0, fmt.Errorf("recipe: %v", oneLine(err.Error()))
+	}
+	v := r.Value("cuda.overhead")
+	if v == "" {
+		return 0, nil
+	}
+	b, err := units.ParseBytes(v)
+	if err != nil {
+		return 0, fmt.Errorf("recipe %s: cuda.overhead: %v", name, err)
+	}
+	return b, nil
+}
+
+// parsePeriod reads a duration ("1.5s", "450ms").
+func parsePeriod(s string) (float64, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration such as 450ms", cut(s))
+	}
+	return d.Seconds(), nil
+}
+
+// snapshotEnvelope is a snapshot's measured curve (explain's timeline:
+// the live requested bytes and the reserved bytes after each event), on
+// the trace's own clock when it recorded one (time_us), else spread over
+// the job's period. What the snapshot shows is one process's reserved
+// memory; the CUDA context is the hf recipe's figure.
+func snapshotEnvelope(j *Job) (*Envelope, error) {
+	dev := int64(-1)
+	if j.Device != nil {
+		dev = *j.Device
+	}
+	rep, err := explain.Explain(j.snap, j.Snapshot, dev)
+	if err != nil {
+		return nil, err
+	}
+	ctx, err := contextOf("hf")
+	if err != nil {
+		return nil, err
+	}
+	tl := rep.Timeline
+	if len(tl) < 2 {
+		return nil, fmt.Errorf("snapshot %s: its trace has no events to make a curve of", j.Snapshot)
+	}
+	var times []int64
+	if int(rep.Device) < len(j.snap.Traces) {
+		for _, ev := range j.snap.Traces[rep.Device] {
+			times = append(times, ev.TimeUS)
+		}
+	}
+	clocked := len(times) == len(tl)-1 && times[len(times)-1] > times[0]
+	period := 0.0
+	if j.Period != "" {
+		period, _ = parsePeriod(j.Period)
+	}
+	if !clocked && period == 0 {
+		return nil, fmt.Errorf("snapshot %s recorded no times: give period (the wall time its trace covers)", j.Snapshot)
+	}
+	if clocked && period == 0 {
+		period = float64(times[len(times)-1]-times[0]) / 1e6
+	}
+	e := &Envelope{Source: "snapshot", Context: ctx, Period: period, Floor: math.MaxInt64}
+	var curve, reserved []Sample
+	for i, pt := range tl {
+		var live int64
+		for _, b := range pt.ByCat {
+			live += b
+		}
+		t := period * float64(i) / float64(len(tl)-1)
+		if clocked && i > 0 {
+			t = period * float64(times[i-1]-times[0]) / float64(times[len(times)-1]-times[0])
+		}
+		curve = append(curve, Sample{t, ctx + units.Bytes(live)})
+		reserved = append(reserved, Sample{t, ctx + units.Bytes(pt.Reserved)})
+		e.Floor = min(e.Floor, ctx+units.Bytes(live))
+	}
+	e.Allocated = ctx + units.Bytes(rep.PeakAllocated.Bytes)
+	e.Peak = ctx + units.Bytes(max(rep.PeakReserved.Reserved, rep.PeakAllocated.Bytes))
+	e.Cap = e.Peak
+	e.Curve, e.Reserved = downsample(curve), downsample(reserved)
+	return e, nil
+}

@@ -1,0 +1,486 @@
+package pack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/units"
+)
+
+// Schema names the JSON layout of a Result.
+const Schema = "memplan.pack/v1"
+
+// Policy is how a scheduler decides that a set of jobs fits one GPU.
+type Policy uint8
+
+const (
+	// WholeGPU gives every job a GPU of its own: Kubernetes' device
+	// plugin (nvidia.com/gpu is an integer resource; containers do not
+	// share a GPU).
+	WholeGPU Policy = iota
+	// Static counts one number per job: the size the user declared
+	// (Job.Request, as HAMi's nvidia.com/gpumem), else the static
+	// model_size (Envelope.ModelSize); it counts no CUDA context.
+	Static
+	// Peaks counts each process's peak: its CUDA context plus the caching
+	// allocator's reserved peak (Envelope.Peak). Safe without any
+	// cooperation from the jobs.
+	Peaks
+	// Curve reads each process's curve through the caching allocator: it
+	// runs every process under a per-process limit
+	// (torch.cuda.set_per_process_memory_fraction, Envelope.Fraction) at
+	// the smallest the allocator survives, and counts context plus limit
+	// (Envelope.Cap).
+	Curve
+	numPolicies
+)
+
+var policyNames = [numPolicies]string{"whole-gpu", "static", "peaks", "curve"}
+
+func (p Policy) String() string {
+	if p < numPolicies {
+		return policyNames[p]
+	}
+	return "policy(" + strconv.Itoa(int(p)) + ")"
+}
+
+// MarshalJSON writes the policy's name.
+func (p Policy) MarshalJSON() ([]byte, error) { return json.Marshal(p.String()) }
+
+// Policies lists every policy, in the order reports show them.
+func Policies() []Policy { return []Policy{WholeGPU, Static, Peaks, Curve} }
+
+// ParsePolicy reads a policy's name.
+func ParsePolicy(s string) (Policy, error) {
+	if i := slices.Index(policyNames[:], s); i >= 0 {
+		return Policy(i), nil
+	}
+	return 0, fmt.Errorf("unknown policy %q (want %s)", cut(s), strings.Join(policyNames[:], ", "))
+}
+
+// Pool is Count GPUs of one kind.
+type Pool struct {
+	GPU   *hw.GPU
+	Count int
+}
+
+// maxPool bounds the GPUs of a pool.
+const maxPool = 100000
+
+// ParsePool reads "8xh100" (or "h100", one GPU).
+func ParsePool(s string) (Pool, error) {
+	n, name := 1, strings.TrimSpace(s)
+	if i := strings.IndexAny(name, "x×"); i > 0 {
+		if c, err := strconv.Atoi(strings.TrimSpace(name[:i])); err == nil {
+			n, name = c, strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(name[i:], "x"), "×"))
+		}
+	}
+	if n < 1 || n > maxPool {
+		return Pool{}, fmt.Errorf("GPU count must be between 1 and %d, got %d", maxPool, n)
+	}
+	g, err := hw.Lookup(name)
+	if err != nil {
+		return Pool{}, err
+	}
+	return Pool{GPU: g, Count: n}, nil
+}
+
+// Capacity is what one GPU of the pool holds (its total_memory: the CUDA
+// context of each process is counted by the jobs).
+func (p Pool) Capacity() units.Bytes { return p.GPU.Capacity() }
+
+// Options of Pack and Simulate. The zero value compares every policy with
+// no margin.
+type Options struct {
+	// Policies to compare (nil: all).
+	Policies []Policy
+	// Margin is memory every policy but whole-gpu leaves free on each GPU.
+	Margin units.Bytes
+}
+
+func (o *Options) policies() []Policy {
+	if len(o.Policies) == 0 {
+		return Policies()
+	}
+	return o.Policies
+}
+
+// Status of a GPU: what its processes do when they run as the policy runs
+// them.
+type Status string
+
+const (
+	// OK: the processes' reachable memory (Cap under curve, Peak
+	// otherwise) fits.
+	OK Status = "ok"
+	// AtRisk: it fits only if the caching allocators give memory back to
+	// each other, which they do not (a process whose allocation fails
+	// frees its own cache, not another's).
+	AtRisk Status = "at-risk"
+	// OOM: even their allocated peaks (no cache at all) exceed the
+	// capacity; phases that drift meet at those peaks, so a process runs
+	// out of memory.
+	OOM Status = "oom"
+)
+
+// GPUResult is one GPU of an assignment.
+type GPUResult struct {
+	Index int      `json:"gpu"`
+	Jobs  []string `json:"jobs"`
+	// Counted is what the policy counted; Reach what its processes can
+	// hold (the limits under curve, the reserved peaks otherwise);
+	// Allocated the sum of allocated peaks.
+	Counted   units.Bytes `json:"counted_bytes"`
+	Reach     units.Bytes `json:"reach_bytes"`
+	Allocated units.Bytes `json:"allocated_peak_bytes"`
+	// Margin is capacity − Reach: the risk margin (negative: over).
+	Margin units.Bytes `json:"margin_bytes"`
+	Status Status      `json:"status"`
+	// Combined is the sum of the processes' curves over the longest
+	// period on the GPU (reserved curves; under curve, the curves under
+	// their limits), every period starting at 0; CombinedAllocated the
+	// same of the allocated curves.
+	Combined          []Sample `json:"combined_curve"`
+	CombinedAllocated []Sample `json:"combined_allocated_curve"`
+}
+
+// PolicyResult is one policy's assignment.
+type PolicyResult struct {
+	Policy Policy `json:"policy"`
+	// GPUsNeeded is how many GPUs the policy uses for every job it can
+	// place (it may exceed the pool; the assignment lists only the pool's).
+	GPUsNeeded int `json:"gpus_needed"`
+	// Unplaced are jobs left out: larger than a GPU as the policy counts,
+	// or beyond the pool.
+	Unplaced []string    `json:"unplaced,omitempty"`
+	OOMGPUs  int         `json:"oom_gpus"`
+	AtRisk   int         `json:"at_risk_gpus"`
+	GPUs     []GPUResult `json:"assignment"`
+}
+
+// Result compares the policies on one pool.
+type Result struct {
+	Schema    string         `json:"schema"`
+	GPU       string         `json:"gpu"`
+	GPUs      int            `json:"gpus"`
+	Capacity  units.Bytes    `json:"capacity_bytes"`
+	Margin    units.Bytes    `json:"margin_bytes"`
+	Envelopes []*Envelope    `json:"envelopes"`
+	Policies  []PolicyResult `json:"policies"`
+	// Saved is, for each other policy, its GPUs needed minus curve's
+	// (present when curve was compared).
+	Saved map[string]int `json:"gpus_saved_by_curve,omitempty"`
+}
+
+// Envelopes computes the envelope of every job on the pool's GPU: byJob
+// by the job's name, and procs with one per replica (NAME#k when a job has
+// several).
+func Envelopes(jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Envelope, err error) {
+	if pool.GPU == nil {
+		return nil, nil, fmt.Errorf("no GPU")
+	}
+	base := make([]*Envelope, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			base[i], errs[i] = envelopeOf(&jobs[i], pool.GPU)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range errs {
+			if e != nil {
+				return nil, nil, e // the first job's, as a sequential loop would
+			}
+		}
+	}
+	var out []*Envelope
+	byJob = map[string]*Envelope{}
+	for i := range jobs {
+		e := base[i]
+		byJob[e.Job] = e
+		n := jobs[i].replicas()
+		for k := range n {
+			c := *e
+			if n > 1 {
+				c.Job = fmt.Sprintf("%s#%d", e.Job, k+1)
+			}
+			out = append(out, &c)
+		}
+	}
+	return out, byJob, nil
+}
+
+// Pack places jobs on pool under every policy of opt.
+func Pack(jobs []Job, pool Pool, opt Options) (*Result, error) {
+	envs, _, err := Envelopes(jobs, pool)
+	if err != nil {
+		return nil, err
+	}
+	return PackEnvelopes(envs, pool, opt)
+}
+
+// PackEnvelopes places processes whose envelopes are known: first fit,
+// largest need first (ties in the given order), on GPUs in index order.
+func PackEnvelopes(envs []*Envelope, pool Pool, opt Options) (*Result, error) {
+	if err := checkPool(pool, opt); err != nil {
+		return nil, err
+	}
+	if err := checkEnvelopes(envs); err != nil {
+		return nil, err
+	}
+	res := &Result{Schema: Schema, GPU: pool.GPU.Name, GPUs: pool.Count, Capacity: pool.Capacity(), Margin: opt.Margin, Envelopes: envs}
+	for _, p := range opt.policies() {
+		res.Policies = append(res.Policies, packPolicy(envs, pool, opt.Margin, p))
+	}
+	if i := slices.IndexFunc(res.Policies, func(r PolicyResult) bool { return r.Policy == Curve }); i >= 0 {
+		res.Saved = map[string]int{}
+		for _, r := range res.Policies {
+			if r.Policy != Curve {
+				res.Saved[r.Policy.String()] = r.GPUsNeeded - res.Policies[i].GPUsNeeded
+			}
+		}
+	}
+	return res, nil
+}
+
+func checkPool(pool Pool, opt Options) error {
+	switch {
+	case pool.GPU == nil || pool.Count < 1 || pool.Count > maxPool:
+		return fmt.Errorf("a pool is 1 to %d GPUs of a known kind", maxPool)
+	case opt.Margin < 0 || opt.Margin >= pool.Capacity():
+		return fmt.Errorf("margin %s must be between 0 and the GPU's %s", opt.Margin, pool.Capacity())
+	}
+	for _, p := range opt.Policies {
+		if p >= numPolicies {
+			return fmt.Errorf("unknown policy %d", p)
+		}
+	}
+	return nil
+}
+
+// checkEnvelopes holds the order every envelope keeps: context ≤
+// allocated ≤ cap ≤ peak, a positive period.
+func checkEnvelopes(envs []*Envelope) error {
+	if len(envs) == 0 {
+		return fmt.Errorf("no jobs")
+	}
+	for _, e := range envs {
+		if e == nil || e.Context < 0 || e.Allocated < e.Context || e.Cap < e.Allocated || e.Peak < e.Cap || e.Period <= 0 || e.Request < 0 || e.ModelSize < 0 {
+			return fmt.Errorf("job %v: inconsistent memory envelope", name(e))
+		}
+	}
+	return nil
+}
+
+func name(e *Envelope) string {
+	if e == nil {
+		return "(none)"
+	}
+	return strconv.Quote(e.Job)
+}
+
+// packPolicy is first-fit decreasing under policy p.
+func packPolicy(envs []*Envelope, pool Pool, margin units.Bytes, p Policy) PolicyResult {
+	c := pool.Capacity()
+	room := c - margin
+	order := make([]int, len(envs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpBytes(envs[b].Need(p), envs[a].Need(p)) })
+	var bins [][]int
+	var used []units.Bytes
+	out := PolicyResult{Policy: p}
+	for _, i := range order {
+		need := envs[i].Need(p)
+		if p != WholeGPU && need > room {
+			out.Unplaced = append(out.Unplaced, envs[i].Job)
+			continue
+		}
+		b := -1
+		if p != WholeGPU {
+			b = slices.IndexFunc(used, func(u units.Bytes) bool { return u+need <= room })
+		}
+		if b < 0 {
+			bins, used = append(bins, nil), append(used, 0)
+			b = len(bins) - 1
+		}
+		bins[b] = append(bins[b], i)
+		used[b] += need
+	}
+	out.GPUsNeeded = len(bins)
+	for b, set := range bins {
+		if b >= pool.Count {
+			for _, i := range set {
+				out.Unplaced = append(out.Unplaced, envs[i].Job)
+			}
+			continue
+		}
+		g := gpuResult(envs, set, c, p)
+		g.Index, g.Counted = b, used[b]
+		switch g.Status {
+		case OOM:
+			out.OOMGPUs++
+		case AtRisk:
+			out.AtRisk++
+		}
+		out.GPUs = append(out.GPUs, g)
+	}
+	return out
+}
+
+func cmpBytes(a, b units.Bytes) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Held is e's device memory at time t as policy p runs it: its reserved
+// curve, or under curve its curve under its limit (its peak without a
+// curve); t repeats every period.
+func (e *Envelope) Held(p Policy, t float64) units.Bytes {
+	c := e.Reserved
+	if p == Curve {
+		c = e.Capped
+	}
+	if len(c) == 0 {
+		return e.Need(p)
+	}
+	return at(c, e.Period, t)
+}
+
+// Live is e's allocated curve (context included) at time t.
+func (e *Envelope) Live(t float64) units.Bytes {
+	if len(e.Curve) == 0 {
+		return e.Allocated
+	}
+	return at(e.Curve, e.Period, t)
+}
+
+// gpuResult judges the processes set on one GPU of capacity c as policy p
+// runs them.
+func gpuResult(envs []*Envelope, set []int, c units.Bytes, p Policy) GPUResult {
+	g := GPUResult{}
+	var curves, allocated [][]Sample
+	var periods []float64
+	for _, i := range set {
+		e := envs[i]
+		g.Jobs = append(g.Jobs, e.Job)
+		g.Allocated += e.Allocated
+		reach, curve := e.Peak, e.Reserved
+		if p == Curve {
+			reach, curve = e.Cap, e.Capped
+		}
+		if len(curve) == 0 {
+			curve = []Sample{{0, reach}}
+		}
+		g.Reach += reach
+		curves, allocated, periods = append(curves, curve), append(allocated, e.Curve), append(periods, e.Period)
+	}
+	g.Margin = c - g.Reach
+	switch {
+	case g.Allocated > c:
+		g.Status = OOM
+	case g.Reach > c:
+		g.Status = AtRisk
+	default:
+		g.Status = OK
+	}
+	g.Combined, g.CombinedAllocated = combine(curves, periods), combine(allocated, periods)
+	return g
+}
+
+// combine sums periodic curves over the longest period, each starting at
+// 0 and repeating, at maxSamples evenly spaced times and at every
+// sample's own time (so no curve's peak is missed).
+func combine(curves [][]Sample, periods []float64) []Sample {
+	window := 0.0
+	for _, p := range periods {
+		window = max(window, p)
+	}
+	if window <= 0 || len(curves) == 0 {
+		return nil
+	}
+	var ts []float64
+	for k := 0; k <= maxSamples; k++ {
+		ts = append(ts, window*float64(k)/maxSamples)
+	}
+	out := make([]Sample, len(ts))
+	for i, t := range ts {
+		out[i].T = t
+		for j, c := range curves {
+			out[i].Bytes += at(c, periods[j], t)
+		}
+	}
+	// The peak of the sum is at least the sum at every curve's own peak
+	// time; add those points so a narrow spike is not stepped over.
+	for j, c := range curves {
+		pk := 0
+		for k := range c {
+			if c[k].Bytes > c[pk].Bytes {
+				pk = k
+			}
+		}
+		for rep := 0.0; rep*periods[j] < window; rep++ {
+			t := c[pk].T + rep*periods[j]
+			if t > window {
+				break
+			}
+			s := Sample{T: t}
+			for jj, cc := range curves {
+				s.Bytes += at(cc, periods[jj], t)
+			}
+			out = append(out, s)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Sample) int {
+		switch {
+		case a.T < b.T:
+			return -1
+		case a.T > b.T:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// at is curve c (period p) at time t: the value of the first sample at or
+// after t mod p (a sample holds from the previous one's time up to its
+// own), the last past the end.
+func at(c []Sample, p, t float64) units.Bytes {
+	if p > 0 && t > p {
+		t -= float64(int(t/p)) * p
+	}
+	i, _ := slices.BinarySearchFunc(c, t, func(s Sample, t float64) int {
+		switch {
+		case s.T < t:
+			return -1
+		case s.T > t:
+			return 1
+		}
+		return 0
+	})
+	if i >= len(c) {
+		i = len(c) - 1
+	}
+	return c[i].Bytes
+}

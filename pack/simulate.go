@@ -1,0 +1,401 @@
+package pack
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/memplan/memplan/units"
+)
+
+// ArrivalsKind is the version of the arrival trace this package reads.
+const ArrivalsKind = "memplan.arrivals/v1"
+
+// maxArrivals bounds an arrival trace.
+const maxArrivals = 100000
+
+// Trace is an arrival trace: jobs of a job file arriving over time.
+type Trace struct {
+	Kind     string    `json:"kind"`
+	Arrivals []Arrival `json:"arrivals"`
+}
+
+// Arrival is one job arriving At (a duration from the start of the trace,
+// "90m") and running for Duration once placed.
+type Arrival struct {
+	At       string `json:"at"`
+	Duration string `json:"duration"`
+	Job      string `json:"job"`
+
+	at, dur float64
+}
+
+// ParseArrivals reads an arrival trace (YAML or JSON) strictly; every
+// arrival names a job of jobs. name is the file's name in messages.
+func ParseArrivals(data []byte, name string, jobs []Job) (*Trace, error) {
+	if len(data) > maxFileBytes {
+		return nil, bad(name, "larger than %s", units.Bytes(maxFileBytes))
+	}
+	var t Trace
+	if err := strictYAML(data, &t); err != nil {
+		return nil, bad(name, "%v", err)
+	}
+	if t.Kind != ArrivalsKind {
+		if t.Kind == "" {
+			return nil, bad(name, "no kind (want kind: %s)", ArrivalsKind)
+		}
+		return nil, bad(name, "kind %q is not %s", cut(t.Kind), ArrivalsKind)
+	}
+	if len(t.Arrivals) == 0 {
+		return nil, bad(name, "no arrivals")
+	}
+	if len(t.Arrivals) > maxArrivals {
+		return nil, bad(name, "%d arrivals, more than %d", len(t.Arrivals), maxArrivals)
+	}
+	known := map[string]bool{}
+	for _, j := range jobs {
+		known[j.Name] = true
+	}
+	for i := range t.Arrivals {
+		a := &t.Arrivals[i]
+		at := fmt.Sprintf("%s: arrivals[%d]", name, i)
+		if !known[a.Job] {
+			if a.Job == "" {
+				return nil, bad(at, "no job")
+			}
+			return nil, bad(at, "job %q is not in the job file", cut(a.Job))
+		}
+		var err error
+		if a.at, err = parseTime(a.At, true); err != nil {
+			return nil, bad(at, "at: %v", err)
+		}
+		if a.dur, err = parseTime(a.Duration, false); err != nil {
+			return nil, bad(at, "duration: %v", err)
+		}
+	}
+	return &t, nil
+}
+
+// parseTime reads a duration such as "90m" or "1h30m" (zero allowed for an
+// arrival time, not for a duration).
+func parseTime(s string, zero bool) (float64, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil || d < 0 || d == 0 && !zero {
+		return 0, fmt.Errorf("%q is not a positive duration such as 90m", cut(s))
+	}
+	return d.Seconds(), nil
+}
+
+// GenerateArrivals makes a deterministic trace of n arrivals of the
+// jobs (by name), seeded: exponential gaps of mean gap and exponential
+// durations of mean dur (a Poisson stream, as cluster traces are usually
+// modelled), each arrival a job drawn uniformly.
+func GenerateArrivals(seed uint64, n int, names []string, gap, dur time.Duration) *Trace {
+	r := rand.New(rand.NewPCG(seed, 0x6d656d706c616e))
+	t := &Trace{Kind: ArrivalsKind}
+	now := time.Duration(0)
+	for range n {
+		d := time.Duration(r.ExpFloat64()*float64(dur)).Round(time.Minute) + time.Minute
+		a := Arrival{At: now.String(), Duration: d.String(), Job: names[r.IntN(len(names))]}
+		a.at, a.dur = now.Seconds(), d.Seconds()
+		t.Arrivals = append(t.Arrivals, a)
+		now += time.Duration(r.ExpFloat64() * float64(gap)).Round(time.Minute)
+	}
+	return t
+}
+
+// SimPolicy is what one policy does with the arrivals.
+type SimPolicy struct {
+	Policy Policy `json:"policy"`
+	// Started jobs were placed; OOM of them ran out of memory when they
+	// started (OOMJobs names them, "JOB@at"), Completed ran to the end;
+	// Queued were never placed (larger than a GPU as the policy counts).
+	Started   int      `json:"started"`
+	Completed int      `json:"completed"`
+	OOM       int      `json:"oom"`
+	OOMJobs   []string `json:"oom_jobs,omitempty"`
+	AtRisk    int      `json:"at_risk_starts"`
+	Queued    int      `json:"never_placed"`
+	// Waits of the started jobs, seconds: mean, 95th percentile, maximum.
+	MeanWait float64 `json:"mean_wait_s"`
+	P95Wait  float64 `json:"p95_wait_s"`
+	MaxWait  float64 `json:"max_wait_s"`
+	// Makespan is when the last job ended, seconds.
+	Makespan float64 `json:"makespan_s"`
+	// Utilisation is the memory the running jobs use on average over their
+	// period (their allocated curves' means, contexts included) over the
+	// pool's capacity, averaged over the makespan; Busy the mean number of
+	// GPUs running at least one job.
+	Utilisation float64 `json:"memory_utilisation"`
+	Busy        float64 `json:"busy_gpus"`
+}
+
+// SimResult compares the policies on one arrival trace.
+type SimResult struct {
+	Schema   string      `json:"schema"`
+	GPU      string      `json:"gpu"`
+	GPUs     int         `json:"gpus"`
+	Arrivals int         `json:"arrivals"`
+	Policies []SimPolicy `json:"policies"`
+}
+
+// SimSchema names the JSON layout of a SimResult.
+const SimSchema = "memplan.packsim/v1"
+
+// Simulate runs the arrivals of t on pool under every policy of opt. envs
+// are the jobs' envelopes by job name (Envelopes of the job file, replicas
+// aside).
+func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*SimResult, error) {
+	if err := checkPool(pool, opt); err != nil {
+		return nil, err
+	}
+	list := make([]*Envelope, 0, len(envs))
+	for _, e := range envs {
+		list = append(list, e)
+	}
+	if err := checkEnvelopes(list); err != nil {
+		return nil, err
+	}
+	if t == nil || len(t.Arrivals) == 0 || len(t.Arrivals) > maxArrivals {
+		return nil, fmt.Errorf("an arrival trace has 1 to %d arrivals", maxArrivals)
+	}
+	arr := slices.Clone(t.Arrivals)
+	for i := range arr {
+		a := &arr[i]
+		if envs[a.Job] == nil {
+			return nil, fmt.Errorf("arrivals[%d]: no envelope for job %q", i, cut(a.Job))
+		}
+		var err error
+		if a.at, err = parseTime(a.At, true); err != nil {
+			return nil, fmt.Errorf("arrivals[%d]: at: %v", i, err)
+		}
+		if a.dur, err = parseTime(a.Duration, false); err != nil {
+			return nil, fmt.Errorf("arrivals[%d]: duration: %v", i, err)
+		}
+	}
+	out := &SimResult{Schema: SimSchema, GPU: pool.GPU.Name, GPUs: pool.Count, Arrivals: len(arr)}
+	for _, p := range opt.policies() {
+		out.Policies = append(out.Policies, simulate(envs, arr, pool, opt.Margin, p))
+	}
+	return out, nil
+}
+
+// running is a job on a GPU.
+type running struct {
+	arrival int
+	end     float64
+	env     *Envelope
+}
+
+// simulator is one policy's run over the arrivals: an event loop over
+// arrival and end times; at each time it ends jobs, queues arrivals, then
+// places every queued job (in arrival order) that the policy admits on the
+// first GPU that admits it; a placed job whose GPU's allocated peaks then
+// exceed the capacity runs out of memory and leaves at once.
+type simulator struct {
+	envs   map[string]*Envelope
+	arr    []Arrival
+	pool   Pool
+	room   units.Bytes
+	policy Policy
+	gpus   [][]running
+	used   []units.Bytes // what the policy counts on each GPU
+	queue  []int
+	waits  []float64
+	res    SimPolicy
+	// integrals for utilisation: ∫ memory dt and ∫ busy GPUs dt.
+	mem, busy, last float64
+}
+
+func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) SimPolicy {
+	s := &simulator{envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p,
+		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}}
+	order := make([]int, len(arr))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(arr[a].at, arr[b].at) })
+	next := 0
+	for next < len(order) || s.runningJobs() > 0 {
+		t := math.Inf(1)
+		if next < len(order) {
+			t = arr[order[next]].at
+		}
+		t = min(t, s.nextEnd())
+		s.advance(t)
+		s.endJobs(t)
+		for next < len(order) && arr[order[next]].at <= t {
+			s.queue = append(s.queue, order[next])
+			next++
+		}
+		s.place(t)
+		if next == len(order) && s.runningJobs() == 0 {
+			break
+		}
+	}
+	s.res.Queued = len(s.queue)
+	s.finish()
+	return s.res
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (s *simulator) runningJobs() int {
+	n := 0
+	for _, g := range s.gpus {
+		n += len(g)
+	}
+	return n
+}
+
+func (s *simulator) nextEnd() float64 {
+	t := math.Inf(1)
+	for _, g := range s.gpus {
+		for _, r := range g {
+			t = min(t, r.end)
+		}
+	}
+	return t
+}
+
+// advance accumulates the utilisation integrals up to t.
+func (s *simulator) advance(t float64) {
+	dt := t - s.last
+	if dt <= 0 || math.IsInf(t, 1) {
+		return
+	}
+	for _, g := range s.gpus {
+		if len(g) > 0 {
+			s.busy += dt
+		}
+		for _, r := range g {
+			s.mem += dt * float64(mean(r.env))
+		}
+	}
+	s.last = t
+}
+
+// mean is the time-average of e's allocated curve (context included).
+func mean(e *Envelope) units.Bytes {
+	if len(e.Curve) == 0 || e.Period <= 0 {
+		return e.Allocated
+	}
+	var sum, prev float64
+	for _, c := range e.Curve {
+		sum += float64(c.Bytes) * (min(c.T, e.Period) - prev)
+		prev = min(c.T, e.Period)
+	}
+	if prev <= 0 {
+		return e.Allocated
+	}
+	return units.Bytes(sum / prev)
+}
+
+func (s *simulator) endJobs(t float64) {
+	for gi, g := range s.gpus {
+		kept := g[:0]
+		for _, r := range g {
+			if r.end <= t {
+				s.res.Completed++
+				s.used[gi] -= r.env.Need(s.policy)
+				continue
+			}
+			kept = append(kept, r)
+		}
+		s.gpus[gi] = kept
+	}
+}
+
+// place starts every queued job the policy admits somewhere.
+func (s *simulator) place(t float64) {
+	kept := s.queue[:0]
+	for _, ai := range s.queue {
+		a := &s.arr[ai]
+		e := s.envs[a.Job]
+		need := e.Need(s.policy)
+		g := -1
+		for gi := range s.gpus {
+			if s.admits(gi, need) {
+				g = gi
+				break
+			}
+		}
+		if g < 0 {
+			kept = append(kept, ai)
+			continue
+		}
+		s.start(g, ai, t, e, need)
+	}
+	s.queue = kept
+}
+
+func (s *simulator) admits(g int, need units.Bytes) bool {
+	if s.policy == WholeGPU {
+		return len(s.gpus[g]) == 0
+	}
+	return s.used[g]+need <= s.room
+}
+
+// start places arrival ai on GPU g at t, judging the GPU as the policy
+// runs its processes.
+func (s *simulator) start(g, ai int, t float64, e *Envelope, need units.Bytes) {
+	a := &s.arr[ai]
+	s.res.Started++
+	s.waits = append(s.waits, t-a.at)
+	var allocated, reach units.Bytes
+	for _, r := range s.gpus[g] {
+		allocated += r.env.Allocated
+		reach += s.reach(r.env)
+	}
+	allocated += e.Allocated
+	reach += s.reach(e)
+	c := s.pool.Capacity()
+	if allocated > c {
+		s.res.OOM++
+		s.res.OOMJobs = append(s.res.OOMJobs, fmt.Sprintf("%s@%s", a.Job, time.Duration(a.at*float64(time.Second))))
+		return
+	}
+	if reach > c {
+		s.res.AtRisk++
+	}
+	s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: e})
+	s.used[g] += need
+}
+
+func (s *simulator) reach(e *Envelope) units.Bytes {
+	if s.policy == Curve {
+		return e.Cap
+	}
+	return e.Peak
+}
+
+func (s *simulator) finish() {
+	s.res.Makespan = s.last
+	if s.last > 0 {
+		s.res.Utilisation = s.mem / (s.last * float64(s.pool.Count) * float64(s.pool.Capacity()))
+		s.res.Busy = s.busy / s.last
+	}
+	if len(s.waits) == 0 {
+		return
+	}
+	w := slices.Clone(s.waits)
+	slices.Sort(w)
+	var sum float64
+	for _, x := range w {
+		sum += x
+	}
+	s.res.MeanWait = sum / float64(len(w))
+	s.res.MaxWait = w[len(w)-1]
+	s.res.P95Wait = w[min(len(w)-1, int(math.Ceil(0.95*float64(len(w))))-1)]
+}
