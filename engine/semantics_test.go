@@ -169,6 +169,47 @@ func TestChunkedLossHoldsOneFloat32Chunk(t *testing.T) {
 	}
 }
 
+// litgpt 0.5's full fine-tuning runs the head whole and chunks only the
+// cross-entropy, by 128 rows of the flattened, shifted logits
+// (finetune/full.py and utils.py chunked_cross_entropy @v0.5.13): one head
+// linear, ceil(B·(S−1)/128) log_softmax, and a backward that handles one
+// row chunk's gradients at a time, below the same loss in one piece (the
+// framework suite measures it within 0.4%).
+func TestChunkedRowsLoss(t *testing.T) {
+	a := catalog(t, "llama-3.2-1b")
+	s := Spec{Job: Job{Model: a, Seq: 512, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
+	s.Sem.Code = build.CodeLitGPT
+	s.Sem.Loss = build.Loss{Kind: build.LossChunked, Rows: 128, Upcast: build.UpcastOutputs}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := Program(&s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads, ces := 0, 0
+	for _, op := range p.Ops {
+		if op.Phase != ir.Forward {
+			continue
+		}
+		if op.Name == "linear" && strings.HasPrefix(op.Module, "lm_head") {
+			heads++
+		}
+		if op.Name == "log_softmax" {
+			ces++
+		}
+	}
+	if want := (2*511 + 127) / 128; heads != 1 || ces != want {
+		t.Errorf("%d head linears and %d cross-entropies, want 1 and %d", heads, ces, want)
+	}
+	whole := s
+	whole.Sem.Loss = build.Loss{Kind: build.LossChunked, ChunkTokens: 512, Upcast: build.UpcastOutputs}
+	rr, rw := semPlan(t, s), semPlan(t, whole)
+	if rr.Sim.PhasePeak[ir.Backward].Total >= rw.Sim.PhasePeak[ir.Backward].Total {
+		t.Errorf("row-chunked cross-entropy backward peak %v, whole %v: want lower", rr.Sim.PhasePeak[ir.Backward].Total, rw.Sim.PhasePeak[ir.Backward].Total)
+	}
+}
+
 // bitsandbytes' paged optimizers page only state of at least 1e5 values
 // (bitsandbytes/optim/optimizer.py @0.41.1 get_state_buffer): smaller state
 // is an ordinary allocation and counts on the device.

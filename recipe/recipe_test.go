@@ -53,6 +53,8 @@ func TestBadInput(t *testing.T) {
 		{"bitsandbytes=latest", "want a version such as 0.41.1"},
 		{"cuda.overhead=-5", "want a byte size"},
 		{"loss=chunked:tokens=0", "tokens must be a positive integer"},
+		{"loss=chunked:rows=-1", "rows must be a positive integer"},
+		{"loss=chunked:lines=8", `unknown key "lines" (want tokens, chunks, rows, fp32 or fp32-outputs)`},
 		{"optimizer.paged=maybe", "want true or false"},
 	} {
 		err := r.Clone().Set(c.kv)

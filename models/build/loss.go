@@ -52,6 +52,11 @@ type Loss struct {
 	// lm_head_chunk_size=128); when 0, Chunks splits the sequence into that
 	// many chunks (torchtune's num_output_chunks=8).
 	ChunkTokens, Chunks int
+	// Rows, when set, runs the head whole and only cross_entropy in chunks
+	// of Rows rows of the flattened, shifted logits (litgpt 0.5
+	// finetune/full.py: chunked_cross_entropy(logits[..., :-1, :],
+	// targets[..., 1:]), chunk_size=128, litgpt/utils.py @v0.5.13).
+	Rows int
 	// Upcast is where chunks become float32.
 	Upcast Upcast
 }
@@ -66,7 +71,9 @@ func (l Loss) String() string {
 	case LossChunked:
 		var sb strings.Builder
 		sb.WriteString("chunked")
-		if l.ChunkTokens > 0 {
+		if l.Rows > 0 {
+			fmt.Fprintf(&sb, ":rows=%d", l.Rows)
+		} else if l.ChunkTokens > 0 {
 			fmt.Fprintf(&sb, ":tokens=%d", l.ChunkTokens)
 		} else {
 			fmt.Fprintf(&sb, ":chunks=%d", l.Chunks)
@@ -97,7 +104,7 @@ func ParseLoss(s string) (Loss, error) {
 	}
 	rest, ok := strings.CutPrefix(t, "chunked")
 	if !ok {
-		return Loss{}, fmt.Errorf("unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs] or chunked:chunks=N[,...])", s)
+		return Loss{}, fmt.Errorf("unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,...] or chunked:rows=N[,...])", s)
 	}
 	l := Loss{Kind: LossChunked, Chunks: 8}
 	rest = strings.TrimPrefix(rest, ":")
@@ -119,11 +126,13 @@ func ParseLoss(s string) (Loss, error) {
 		}
 		switch k {
 		case "tokens":
-			l.ChunkTokens, l.Chunks = n, 0
+			l.ChunkTokens, l.Chunks, l.Rows = n, 0, 0
 		case "chunks":
-			l.Chunks, l.ChunkTokens = n, 0
+			l.Chunks, l.ChunkTokens, l.Rows = n, 0, 0
+		case "rows":
+			l.Rows, l.Chunks, l.ChunkTokens = n, 0, 0
 		default:
-			return Loss{}, fmt.Errorf("loss %q: unknown key %q (want tokens, chunks, fp32 or fp32-outputs)", s, k)
+			return Loss{}, fmt.Errorf("loss %q: unknown key %q (want tokens, chunks, rows, fp32 or fp32-outputs)", s, k)
 		}
 	}
 	return l, nil
@@ -161,7 +170,9 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 	V := int64(m.vocab)
 	H := b.Shape(x)[2]
 	step := S
-	if c := m.o.Loss.ChunkTokens; c > 0 {
+	if m.o.Loss.Rows > 0 {
+		step = S // the head runs whole; cross_entropy is chunked by rows below
+	} else if c := m.o.Loss.ChunkTokens; c > 0 {
 		step = min(int64(c), S)
 	} else if n := int64(m.o.Loss.Chunks); n > 0 {
 		step = (S + n - 1) / n // torch.chunk: equal chunks, the last smaller
@@ -204,12 +215,18 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 			lg = b.To(lg, units.F32)
 		}
 		lab := b.View(fmt.Sprintf("labels_chunk%d", i), labels, rows)
-		l := b.CrossEntropy(fmt.Sprintf("cross_entropy_chunk%d", i), lg, lab)
-		if total == ir.NoTensor {
-			total = l
-		} else {
-			total = b.Binary("add", fmt.Sprintf("loss_sum%d", i), total, l)
+		if r := int64(m.o.Loss.Rows); r > 0 {
+			// logits.split(chunk_size) over the flattened rows, one
+			// cross_entropy per split
+			for j, start := 0, int64(0); start < rows; j, start = j+1, start+r {
+				n := min(r, rows-start)
+				l := b.CrossEntropy(fmt.Sprintf("cross_entropy_rows%d", j), b.View(fmt.Sprintf("logits_rows%d", j), lg, n, V), b.View(fmt.Sprintf("labels_rows%d", j), lab, n))
+				total = m.addLoss(total, l, fmt.Sprintf("loss_sum_rows%d", j))
+			}
+			continue
 		}
+		l := b.CrossEntropy(fmt.Sprintf("cross_entropy_chunk%d", i), lg, lab)
+		total = m.addLoss(total, l, fmt.Sprintf("loss_sum%d", i))
 	}
 	b.Graph().Loss = total
 	// The loop holds the list of chunk logits while the loss function runs
@@ -217,4 +234,12 @@ func (m *builder) chunkedLoss(head string, x, w, labels ir.TensorID) {
 	// loss = self._loss_fn(logits, labels); del logits; litgpt keeps it
 	// longer), so every chunk lives until the loss exists.
 	b.Release(chunks...)
+}
+
+// addLoss sums chunk losses (the first is the total so far).
+func (m *builder) addLoss(total, l ir.TensorID, name string) ir.TensorID {
+	if total == ir.NoTensor {
+		return l
+	}
+	return m.b.Binary("add", name, total, l)
 }
