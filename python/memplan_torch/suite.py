@@ -37,8 +37,8 @@ TRACES = {
     # (--cases, scripts/validate.sh --heavy)
     "vit_b16_small": dict(model=M + "vit_b16_small", optimizer="adamw", batch=1),
     "swin_small": dict(model=M + "swin_small", optimizer="adamw", batch=1),
-    "vit_b_16": dict(model=M + "vit_b_16", optimizer="adamw", batch=1),
-    "swin_t": dict(model=M + "swin_t", optimizer="adamw", batch=1),
+    "vit_b_16": dict(model=M + "vit_b_16", optimizer="adamw", batch=1, heavy=True),
+    "swin_t": dict(model=M + "swin_t", optimizer="adamw", batch=1, heavy=True),
     # a transformers Llama (hf.py: the catalog's llama-3.2-1b scaled down) after gradient_checkpointing_enable(),
     # non-reentrant (transformers 5.x's default) and reentrant; needs transformers (PyTorch 2.x venv)
     "hf_llama_gc": dict(model="memplan_torch.hf:llama_gc", optimizer="adamw", batch=2, seq_len=64,

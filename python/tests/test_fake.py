@@ -58,8 +58,8 @@ def first_difference(a, b, path="trace"):
 
 
 M = "memplan_torch.models:"
-# the suite's traces (suite.TRACES) and the other models the tests use
-CASES = dict(TRACES)
+# the suite's traces (suite.TRACES, but for the heavy ones: ViT-B/16 and Swin-T) and the other models the tests use
+CASES = {k: v for k, v in TRACES.items() if not v.get("heavy")}
 CASES.update({
     "gpt2_tiny": dict(model=M + "gpt2_tiny", optimizer="adamw", batch=2, seq_len=32),
     "llama_tiny": dict(model=M + "llama_tiny", optimizer="adamw", batch=2, seq_len=16, seq_dim=1),
