@@ -5,7 +5,9 @@ several sizes and matching the traces op by op; each storage size is then fitted
 coefficients.
 """
 
+import contextlib
 import copy
+import sys
 import time
 import torch
 
@@ -112,8 +114,15 @@ def _fake_trace(make_fake_job, b, s, optimizer, foreach, notes, prime=None):
     job, note = make_fake_job(b, s, fm)
     if note and note not in notes:
         notes.append(note)
+    # a transformers model reads FakeTensors as tracing and would build the causal mask a real step does not:
+    # make it decide as on real tensors (hf.real_mask_decisions; only when the builder imported transformers)
+    ctx = contextlib.nullcontext()
+    if "transformers.masking_utils" in sys.modules:
+        from .hf import real_mask_decisions
+        ctx = real_mask_decisions()
     try:
-        return trace_once(job, optimizer=optimizer, device="cpu", foreach=foreach, fake_mode=fm, prime=prime)
+        with ctx:
+            return trace_once(job, optimizer=optimizer, device="cpu", foreach=foreach, fake_mode=fm, prime=prime)
     except ExportError:
         raise
     except (RuntimeError, NotImplementedError, TypeError) as e:
