@@ -149,15 +149,18 @@ def bench_llama(batch=1, seq=2048, layers=32, out=print):
         t0 = time.perf_counter()
         r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=d)
         wall = time.perf_counter() - t0
-        rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        rss_kb, cpu_s = ru.ru_maxrss, ru.ru_utime + ru.ru_stime
         if r.returncode != 0:
             raise SystemExit("llama export failed:\n" + r.stdout.decode())
         doc = json.load(open(path))
     res = dict(batch=batch, seq=seq, layers=layers, n_params=doc["n_params"], events=len(doc["events"]),
-               wall_s=round(wall, 1), export_s=doc["producer"]["elapsed_s"], peak_rss_gib=round(rss_kb / 2 ** 20, 2))
+               wall_s=round(wall, 1), cpu_s=round(cpu_s, 1), export_s=doc["producer"]["elapsed_s"],
+               peak_rss_gib=round(rss_kb / 2 ** 20, 2), load_avg_1min=os.getloadavg()[0])
     out("llama-3-8b shape (%d layers, %.2fB params) fake export at batch %d seq %d: %d events, %.1f s wall "
-        "(%.1f s tracing, the rest importing), peak RSS %.2f GiB"
-        % (layers, doc["n_params"] / 1e9, batch, seq, res["events"], wall, res["export_s"], res["peak_rss_gib"]))
+        "(%.1f s tracing, the rest importing), %.1f s CPU, peak RSS %.2f GiB (load average %.1f)"
+        % (layers, doc["n_params"] / 1e9, batch, seq, res["events"], wall, res["export_s"], res["cpu_s"],
+           res["peak_rss_gib"], res["load_avg_1min"]))
     return res
 
 
