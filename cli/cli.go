@@ -88,6 +88,8 @@ type planFlags struct {
 	jsonOut, noTimeline, noChart, firstStep                                                    bool
 	svg, png                                                                                   string
 	graph, workloadPath                                                                        string
+	hostMemory                                                                                 string
+	gpusPerNode                                                                                int
 	recipe                                                                                     string
 	sets                                                                                       []string
 	changed                                                                                    func(string) bool
@@ -121,7 +123,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			var next *engine.Row
-			if res.Capacity > 0 && !res.Fits {
+			// compare's levers lower the device peak: they are the next
+			// step of a job over its GPU, not of one over its host memory.
+			if res.Capacity > 0 && res.Shortfall > 0 {
 				if next, err = engine.LargestLever(res.Spec); err != nil {
 					return err
 				}
@@ -172,6 +176,8 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
+	fl.StringVar(&f.hostMemory, "host-memory", "", "host memory of one node the job may pin for offload, e.g. 512GiB (a plan over it does not fit)")
+	fl.IntVar(&f.gpusPerNode, "gpus-per-node", engine.DefaultGPUsPerNode, "GPUs of the job that share one node's host memory")
 	fl.StringVar(&f.mode, "mode", "train", "train, infer, or serve (plan only: vLLM's start-up, paged KV cache and concurrency)")
 	fl.IntVar(&f.microBatch, "micro-batch", 1, "sequences (or images) per micro-step")
 	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions))")
@@ -286,6 +292,18 @@ func (f *planFlags) specHardware(s *engine.Spec) error {
 			return fmt.Errorf("--budget: %w", err)
 		}
 	}
+	if f.hostMemory != "" {
+		if s.HostMemory, err = units.ParseBytes(f.hostMemory); err != nil {
+			return fmt.Errorf("--host-memory: %w", err)
+		}
+		if s.HostMemory <= 0 {
+			return fmt.Errorf("--host-memory must be positive, got %q", f.hostMemory)
+		}
+	}
+	if f.gpusPerNode < 1 {
+		return fmt.Errorf("--gpus-per-node must be at least 1, got %d", f.gpusPerNode)
+	}
+	s.GPUsPerNode = f.gpusPerNode
 	return nil
 }
 

@@ -19,6 +19,8 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"plan", "--model", "gpt2", "--no-chart"}, ExitOK, "Peak"},
 		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--no-chart"}, ExitDoesNotFit, "Next step: "},
 		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--json", "--no-timeline"}, ExitDoesNotFit, `"next_step"`},
+		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB", "--no-chart"}, ExitDoesNotFit, "DOES NOT FIT in host memory"},
+		{[]string{"compare", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB"}, ExitNothingFits, "host/node"},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "baseline"},
 		{[]string{"compare", "--model", "gpt2", "--budget", "3GiB", "--micro-batch", "2"}, ExitDoesNotFit, "checkpoint every block"},
 		{[]string{"compare", "--model", "gpt2", "--budget", "100MiB"}, ExitNothingFits, "baseline"},

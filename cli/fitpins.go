@@ -107,7 +107,7 @@ func flagValue(flag string, s *engine.Spec) string {
 // fitOnlyFlags are fit's flags a plan does not take; planSets are the
 // flags planCommand writes from the plan itself.
 var (
-	fitOnlyFlags = []string{"gpus", "global-batch", "headroom", "allow", "deny", "json", "emit", "host-memory"}
+	fitOnlyFlags = []string{"gpus", "global-batch", "headroom", "allow", "deny", "json", "emit", "emit-out"}
 	planSets     = []string{"micro-batch", "accum", "tp", "sp", "pp", "dp", "zero", "fsdp", "checkpoint", "offload", "optimizer-impl",
 		"first-step", "precision", "optimizer", "lora", "qlora"}
 )

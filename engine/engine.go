@@ -133,11 +133,31 @@ type Savings struct {
 // Target is what the job must fit and what is asked of it: GPU, when set,
 // decides Fits and prices the step; Capacity overrides the GPU's usable
 // memory when positive; FirstStep also simulates the first iteration, whose
-// optimizer step creates the optimizer state.
+// optimizer step creates the optimizer state. HostMemory, when positive, is
+// the host memory of one node the job may pin (offloaded state and
+// activations of every GPU on the node); a plan over it does not fit.
+// GPUsPerNode is how many of the job's GPUs share a node's host memory
+// (default 8, an HGX/DGX node; fewer when the job has fewer GPUs).
 type Target struct {
-	GPU       *hw.GPU
-	Capacity  units.Bytes
-	FirstStep bool
+	GPU         *hw.GPU
+	Capacity    units.Bytes
+	FirstStep   bool
+	HostMemory  units.Bytes
+	GPUsPerNode int
+}
+
+// DefaultGPUsPerNode is the GPUs of one node when none is given (an
+// 8-GPU HGX/DGX board).
+const DefaultGPUsPerNode = 8
+
+// GPUsOnNode is how many of the job's GPUs (dp × tp × pp) share one node:
+// GPUsPerNode (default 8), or the job's GPUs when fewer.
+func (s *Spec) GPUsOnNode() int {
+	n := s.GPUsPerNode
+	if n <= 0 {
+		n = DefaultGPUsPerNode
+	}
+	return min(n, max(s.DP, 1)*max(s.TP, 1)*max(s.PP, 1))
 }
 
 // Options say how a plan is computed; they never change its numbers.
@@ -236,6 +256,12 @@ func (s *Spec) validateSizes() error {
 	}
 	if s.Capacity < 0 {
 		return invalid(FieldCapacity, "{budget} must be positive")
+	}
+	if s.HostMemory < 0 {
+		return invalid(FieldHostMemory, "{host-memory} must be positive")
+	}
+	if s.GPUsPerNode < 0 {
+		return invalid(FieldGPUsPerNode, "{gpus-per-node} must be positive, got %d", s.GPUsPerNode)
 	}
 	return nil
 }
@@ -343,6 +369,12 @@ type Result struct {
 	// Shortfall is peak − capacity when it does not fit; Headroom is
 	// capacity − peak when it does.
 	Shortfall, Headroom units.Bytes
+	// HostPeak is the host memory one GPU pins at its peak (offloaded
+	// state and activations; the largest of every stage and the first
+	// step); HostPerNode is HostPeak × Spec.GPUsOnNode. HostShortfall is
+	// HostPerNode − Spec.HostMemory when a host limit is given and
+	// exceeded (then Fits is false).
+	HostPeak, HostPerNode, HostShortfall units.Bytes
 	// Timing is the priced step (roofline upper bound on speed), when a GPU
 	// is given; under pipeline parallelism, the slowest stage's.
 	Timing *cost.Timing
@@ -603,6 +635,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		r.Params = params
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
+		res.HostPeak = max(res.HostPeak, r.HostPeak)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage = p, r, stage
 			// A cached stage's offload transforms made p for this call
@@ -629,6 +662,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			return nil, err
 		}
 		res.First.Params = params
+		res.HostPeak = max(res.HostPeak, res.First.HostPeak)
 	}
 	if pl.auto != nil {
 		res.AutoCheckpointed = append([]string(nil), *pl.auto...)
@@ -645,6 +679,10 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		} else {
 			res.Shortfall = peak - res.Capacity
 		}
+	}
+	res.HostPerNode = res.HostPeak * units.Bytes(s.GPUsOnNode())
+	if s.HostMemory > 0 && res.HostPerNode > s.HostMemory {
+		res.Fits, res.HostShortfall = false, res.HostPerNode-s.HostMemory
 	}
 	return res, nil
 }

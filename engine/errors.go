@@ -37,6 +37,8 @@ const (
 	FieldGlobalBatch
 	FieldHeadroom
 	FieldSet
+	FieldHostMemory
+	FieldGPUsPerNode
 )
 
 // fieldNames are each field's key (how a message refers to it: "{key}")
@@ -68,6 +70,8 @@ var fieldNames = [...]struct{ key, words string }{
 	FieldGlobalBatch: {"global-batch", "global batch"},
 	FieldHeadroom:    {"headroom", "headroom"},
 	FieldSet:         {"set", "recipe setting"},
+	FieldHostMemory:  {"host-memory", "host memory per node"},
+	FieldGPUsPerNode: {"gpus-per-node", "GPUs per node"},
 }
 
 // Key is how messages refer to f ("{micro-batch}").

@@ -37,9 +37,11 @@ var specFields = map[string]string{
 	"Savings.Offload.Optimizer":   "as Activations",
 	"Savings.Offload.Params":      "as Activations",
 
-	"Target.GPU":       "the target judges and prices the program; the GPU's cuBLAS workspace reaches the program through Sem.Workspace, resolved by Validate",
-	"Target.Capacity":  "as GPU (auto checkpointing, which plans against it, is not cached)",
-	"Target.FirstStep": "a key says which iteration it holds (cacheKey.first)",
+	"Target.GPU":         "the target judges and prices the program; the GPU's cuBLAS workspace reaches the program through Sem.Workspace, resolved by Validate",
+	"Target.Capacity":    "as GPU (auto checkpointing, which plans against it, is not cached)",
+	"Target.FirstStep":   "a key says which iteration it holds (cacheKey.first)",
+	"Target.HostMemory":  "as GPU: the host limit judges the simulated program",
+	"Target.GPUsPerNode": "as HostMemory",
 }
 
 func TestKeysCoverEverySpecField(t *testing.T) {

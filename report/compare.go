@@ -15,21 +15,23 @@ import (
 
 // CompareRowJSON is one strategy of `memplan compare --json`.
 type CompareRowJSON struct {
-	Strategy        string      `json:"strategy"`
-	Applies         bool        `json:"applies"`
-	Reason          string      `json:"reason,omitempty"`
-	Changes         string      `json:"changes"`
-	Keeps           string      `json:"keeps"`
-	PeakBytes       units.Bytes `json:"peak_bytes,omitempty"`
-	PeakDeltaBytes  units.Bytes `json:"peak_delta_bytes,omitempty"`
-	PeakPhase       string      `json:"peak_phase,omitempty"`
-	Fits            bool        `json:"fits"`
-	ExtraFLOPs      float64     `json:"extra_flops"`
-	ExtraFLOPsRatio float64     `json:"extra_flops_ratio"`
-	StepS           float64     `json:"step_s,omitempty"`
-	TokensPerS      float64     `json:"tokens_per_s,omitempty"`
-	ThroughputRatio float64     `json:"throughput_ratio,omitempty"`
-	Plan            *PlanJSON   `json:"plan,omitempty"`
+	Strategy       string      `json:"strategy"`
+	Applies        bool        `json:"applies"`
+	Reason         string      `json:"reason,omitempty"`
+	Changes        string      `json:"changes"`
+	Keeps          string      `json:"keeps"`
+	PeakBytes      units.Bytes `json:"peak_bytes,omitempty"`
+	PeakDeltaBytes units.Bytes `json:"peak_delta_bytes,omitempty"`
+	PeakPhase      string      `json:"peak_phase,omitempty"`
+	Fits           bool        `json:"fits"`
+	// HostPerNodeBytes is the host memory one node pins (offload).
+	HostPerNodeBytes units.Bytes `json:"host_per_node_bytes"`
+	ExtraFLOPs       float64     `json:"extra_flops"`
+	ExtraFLOPsRatio  float64     `json:"extra_flops_ratio"`
+	StepS            float64     `json:"step_s,omitempty"`
+	TokensPerS       float64     `json:"tokens_per_s,omitempty"`
+	ThroughputRatio  float64     `json:"throughput_ratio,omitempty"`
+	Plan             *PlanJSON   `json:"plan,omitempty"`
 }
 
 // CompareJSON is the machine form of `memplan compare`.
@@ -58,7 +60,7 @@ func BuildCompare(rows []engine.Row, full bool) *CompareJSON {
 		j.PeakBytes = res.PeakBytes()
 		j.PeakDeltaBytes = j.PeakBytes - base.PeakBytes()
 		j.PeakPhase = res.Sim.Peak.Phase.String()
-		j.Fits = res.Fits
+		j.Fits, j.HostPerNodeBytes = res.Fits, res.HostPerNode
 		j.ExtraFLOPs = engine.TotalFLOPs(res.Program) - baseFLOPs
 		if baseFLOPs > 0 {
 			j.ExtraFLOPsRatio = j.ExtraFLOPs / baseFLOPs
@@ -98,10 +100,10 @@ func WriteCompareText(w io.Writer, rows []engine.Row) error {
 		fmt.Fprintf(w, "capacity %s (%s)\n", base.Capacity, where)
 	}
 	t := newTable()
-	t.AppendHeader(table.Row{"strategy", "peak", "vs baseline", "fits", "extra FLOPs", "step", "tokens/s", "throughput", "changes", "keeps"})
+	t.AppendHeader(table.Row{"strategy", "peak", "vs baseline", "host/node", "fits", "extra FLOPs", "step", "tokens/s", "throughput", "changes", "keeps"})
 	for _, r := range j.Rows {
 		if !r.Applies {
-			t.AppendRow(table.Row{r.Strategy, "-", "-", "-", "-", "-", "-", "-", "n/a: " + r.Reason, ""})
+			t.AppendRow(table.Row{r.Strategy, "-", "-", "-", "-", "-", "-", "-", "-", "n/a: " + r.Reason, ""})
 			continue
 		}
 		fits := "-"
@@ -123,11 +125,15 @@ func WriteCompareText(w io.Writer, rows []engine.Row) error {
 				thr = fmt.Sprintf("%.2f×", r.ThroughputRatio)
 			}
 		}
-		t.AppendRow(table.Row{r.Strategy, r.PeakBytes.String(), delta, fits, fmt.Sprintf("%+.1f%%", 100*r.ExtraFLOPsRatio), step, tps, thr, r.Changes, r.Keeps})
+		host := "-"
+		if r.HostPerNodeBytes > 0 {
+			host = r.HostPerNodeBytes.String()
+		}
+		t.AppendRow(table.Row{r.Strategy, r.PeakBytes.String(), delta, host, fits, fmt.Sprintf("%+.1f%%", 100*r.ExtraFLOPsRatio), step, tps, thr, r.Changes, r.Keeps})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight},
-		{Number: 6, Align: text.AlignRight}, {Number: 7, Align: text.AlignRight}, {Number: 8, Align: text.AlignRight},
-		{Number: 9, WidthMax: 44, WidthMaxEnforcer: text.WrapSoft}, {Number: 10, WidthMax: 36, WidthMaxEnforcer: text.WrapSoft}})
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight},
+		{Number: 6, Align: text.AlignRight}, {Number: 7, Align: text.AlignRight}, {Number: 8, Align: text.AlignRight}, {Number: 9, Align: text.AlignRight},
+		{Number: 10, WidthMax: 44, WidthMaxEnforcer: text.WrapSoft}, {Number: 11, WidthMax: 36, WidthMaxEnforcer: text.WrapSoft}})
 	fmt.Fprintln(w, t.Render())
 	if base.Timing != nil {
 		fmt.Fprintln(w, strings.TrimSpace(`Times are a roofline upper bound on speed (ideal efficiency) on `+s.GPU.Name+`; compare them with each other, not with a stopwatch.`))

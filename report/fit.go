@@ -17,24 +17,27 @@ import (
 // FitPlanJSON is one plan of `memplan fit --json`: every choice the search
 // makes, and the plan command that reproduces it.
 type FitPlanJSON struct {
-	Plan          string      `json:"plan"`
-	PeakBytes     units.Bytes `json:"peak_bytes"`
-	StepS         float64     `json:"step_s"`
-	TokensPerS    float64     `json:"tokens_per_s,omitempty"`
-	MFU           float64     `json:"mfu,omitempty"`
-	Verified      bool        `json:"verified"`
-	MicroBatch    int         `json:"micro_batch"`
-	Accum         int         `json:"accum"`
-	ZeRO          int         `json:"zero"`
-	TP            int         `json:"tp"`
-	SP            bool        `json:"sp"`
-	PP            int         `json:"pp"`
-	DP            int         `json:"dp"`
-	Checkpoint    string      `json:"checkpoint"`
-	Offload       string      `json:"offload"`
-	OptimizerImpl string      `json:"optimizer_impl"`
-	Command       string      `json:"command,omitempty"`
-	Detail        *PlanJSON   `json:"detail,omitempty"`
+	Plan       string      `json:"plan"`
+	PeakBytes  units.Bytes `json:"peak_bytes"`
+	StepS      float64     `json:"step_s"`
+	TokensPerS float64     `json:"tokens_per_s,omitempty"`
+	MFU        float64     `json:"mfu,omitempty"`
+	Verified   bool        `json:"verified"`
+	// HostPerNodeBytes is the host memory one node pins (offloaded state
+	// and activations of its GPUs; verified plans only).
+	HostPerNodeBytes units.Bytes `json:"host_per_node_bytes"`
+	MicroBatch       int         `json:"micro_batch"`
+	Accum            int         `json:"accum"`
+	ZeRO             int         `json:"zero"`
+	TP               int         `json:"tp"`
+	SP               bool        `json:"sp"`
+	PP               int         `json:"pp"`
+	DP               int         `json:"dp"`
+	Checkpoint       string      `json:"checkpoint"`
+	Offload          string      `json:"offload"`
+	OptimizerImpl    string      `json:"optimizer_impl"`
+	Command          string      `json:"command,omitempty"`
+	Detail           *PlanJSON   `json:"detail,omitempty"`
 }
 
 // FitJSON is the machine form of `memplan fit`.
@@ -72,7 +75,7 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 		j.Offload = "none"
 	}
 	if p.Result != nil {
-		j.TokensPerS, j.MFU = p.TokensPerSec(), p.MFU()
+		j.TokensPerS, j.MFU, j.HostPerNodeBytes = p.TokensPerSec(), p.MFU(), p.Result.HostPerNode
 		if o.Command != nil {
 			j.Command = o.Command(p)
 		}
@@ -118,6 +121,7 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	res := win.Result
 	fmt.Fprintf(w, "  peak %s in %s; step %s, %.0f tokens/s over the job, MFU %.1f%% (roofline upper bound)\n",
 		res.PeakBytes(), res.Sim.Peak.Phase, win.Step().Round(time.Millisecond), win.TokensPerSec(), 100*win.MFU())
+	fmt.Fprintf(w, "  host memory %s per node of %d GPUs%s\n", res.HostPerNode, res.Spec.GPUsOnNode(), hostLimit(res.Spec.HostMemory))
 	if sim := res.Spec.Accum; sim < s.Accum {
 		fmt.Fprintf(w, "  (simulated with %d micro-steps, whose peak equals that of %d; step time extrapolated)\n", sim, s.Accum)
 	}
@@ -127,12 +131,12 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	if len(r.RunnersUp) > 0 {
 		t := newTable()
 		t.SetTitle("Runners-up (verified)")
-		t.AppendHeader(table.Row{"plan", "peak", "step", "vs winner"})
+		t.AppendHeader(table.Row{"plan", "peak", "host/node", "step", "vs winner"})
 		for _, p := range r.RunnersUp {
-			t.AppendRow(table.Row{p.Describe(), p.Peak().String(), p.Step().Round(time.Millisecond).String(),
+			t.AppendRow(table.Row{p.Describe(), p.Peak().String(), p.Result.HostPerNode.String(), p.Step().Round(time.Millisecond).String(),
 				fmt.Sprintf("%+.1f%%", 100*(p.Step().Seconds()/win.Step().Seconds()-1))})
 		}
-		t.SetColumnConfigs([]table.ColumnConfig{{Number: 1, WidthMax: 90, WidthMaxEnforcer: text.WrapSoft}, {Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}})
+		t.SetColumnConfigs([]table.ColumnConfig{{Number: 1, WidthMax: 90, WidthMaxEnforcer: text.WrapSoft}, {Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight}})
 		fmt.Fprintln(w, t.Render())
 		if o.Command != nil {
 			for i, p := range r.RunnersUp {
@@ -156,4 +160,12 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	}
 	fmt.Fprintln(w, "Step times are a roofline upper bound on speed; peaks of verified plans are exact simulations, front peaks are lower bounds from shallow models.")
 	return nil
+}
+
+// hostLimit says the host limit a plan was held to, if any.
+func hostLimit(limit units.Bytes) string {
+	if limit <= 0 {
+		return ""
+	}
+	return " (limit " + limit.String() + ")"
 }

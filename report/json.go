@@ -91,6 +91,12 @@ type PlanJSON struct {
 	StagePeaks    []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
 	Offload       string        `json:"offload,omitempty"`
 	HostPeak      units.Bytes   `json:"host_peak_bytes"`
+	// HostPerNode is HostPeak × the job's GPUs on one node (GPUsPerNode);
+	// HostMemory the per-node limit given, HostShortfall how far over it.
+	HostPerNode   units.Bytes   `json:"host_per_node_bytes"`
+	GPUsPerNode   int           `json:"gpus_per_node"`
+	HostMemory    units.Bytes   `json:"host_memory_bytes,omitempty"`
+	HostShortfall units.Bytes   `json:"host_shortfall_bytes,omitempty"`
 	Params        int64         `json:"params"`
 	Peak          PointJSON     `json:"peak"`
 	Phases        phasesJSON    `json:"phases"`
@@ -230,7 +236,8 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		j.GPU = s.GPU.Name
 	}
 	j.TP, j.SP, j.EP, j.QLoRA = s.TP, s.SP, s.EP, s.QLoRA
-	j.DP, j.ZeRO, j.PP, j.PPStage, j.Offload, j.HostPeak = s.DP, s.ZeRO, s.PP, res.Stage, s.Offload.String(), r.HostPeak
+	j.DP, j.ZeRO, j.PP, j.PPStage, j.Offload, j.HostPeak = s.DP, s.ZeRO, s.PP, res.Stage, s.Offload.String(), res.HostPeak
+	j.HostPerNode, j.GPUsPerNode, j.HostMemory, j.HostShortfall = res.HostPerNode, s.GPUsOnNode(), s.HostMemory, res.HostShortfall
 	if len(res.StagePeaks) > 1 {
 		j.StagePeaks = res.StagePeaks
 	}

@@ -132,15 +132,18 @@ func writePeakLines(b *strings.Builder, res *engine.Result) {
 		fmt.Fprintf(b, ", pipeline stage %d of %d (stage peaks %s)", res.Stage+1, len(res.StagePeaks), strings.Join(sp, ", "))
 	}
 	fmt.Fprintln(b)
-	if r.HostPeak > 0 {
-		fmt.Fprintf(b, "Host memory peak %s (offloaded state and activations, pinned)\n", r.HostPeak)
+	if res.HostPeak > 0 {
+		fmt.Fprintf(b, "Host memory peak %s per GPU, %s per node of %d GPUs (offloaded state and activations, pinned)\n", res.HostPeak, res.HostPerNode, s.GPUsOnNode())
+	}
+	if res.HostShortfall > 0 {
+		fmt.Fprintf(b, "DOES NOT FIT in host memory: %s per node, %s over --host-memory %s\n", res.HostPerNode, res.HostShortfall, s.HostMemory)
 	}
 	if res.Capacity > 0 {
 		gpu := "the budget"
 		if s.GPU != nil && s.Capacity == 0 {
 			gpu = s.GPU.Name
 		}
-		if res.Fits {
+		if res.Shortfall == 0 {
 			fmt.Fprintf(b, "Fits on %s (%s usable): %s to spare (%s of capacity used)\n", gpu, res.Capacity, res.Headroom, pct(res.Capacity-res.Headroom, res.Capacity))
 		} else {
 			fmt.Fprintf(b, "DOES NOT FIT on %s (%s usable): needs %s more\n", gpu, res.Capacity, res.Shortfall)
@@ -160,8 +163,11 @@ func writeNextStep(b *strings.Builder, row *engine.Row) {
 	}
 	r := row.Result
 	verdict := "fits"
-	if !r.Fits {
+	switch {
+	case r.Shortfall > 0:
 		verdict = fmt.Sprintf("still %s short; memplan fit searches combinations", r.Shortfall)
+	case !r.Fits:
+		verdict = fmt.Sprintf("but %s over --host-memory; memplan fit searches combinations", r.HostShortfall)
 	}
 	fmt.Fprintf(b, "Next step: %s lowers the peak most, to %s (%s): %s\n", row.Name, r.PeakBytes(), verdict, row.Changes)
 }

@@ -391,8 +391,14 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	switch {
 	case err != nil:
 		c.Dropped = err.Error()
-	case c.Result.PeakBytes() > f.limit:
+	case c.Result.PeakBytes() > f.limit || c.Result.HostShortfall > 0:
 		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), f.limit)
+		if c.Result.HostShortfall > 0 {
+			// Host memory is judged on the full model only (a shallow
+			// model's host peak bounds nothing); a smaller micro-batch
+			// offloads fewer activations.
+			c.Dropped = fmt.Sprintf("host memory %s per node over the host limit %s", c.Result.HostPerNode, c.Spec.HostMemory)
+		}
 		if d := smallerFallback(f.est, f.groupOf[c], c, f.limit); d != nil {
 			f.fits = append(f.fits, d)
 			at, _ := slices.BinarySearchFunc(queue, d, byEstimate)
