@@ -28,6 +28,13 @@ import (
 //     router Linear(hidden, num_local_experts) and num_local_experts gated
 //     experts (w1, w3: hidden->intermediate, w2: intermediate->hidden), top
 //     num_experts_per_tok routing.
+//   - qwen3_moe: qwen3 attention (q_norm/k_norm, explicit head_dim); every
+//     MLP is a Qwen3MoeSparseMoeBlock: a bias-free router weight
+//     [num_experts, hidden] and num_experts gated experts of width
+//     moe_intermediate_size (experts.gate_up_proj [E, 2*I, H], down_proj
+//     [E, H, I]); top num_experts_per_tok routing whose weights are
+//     renormalised to sum to 1 when norm_topk_prob. Dense layers
+//     (mlp_only_layers, decoder_sparse_step > 1) are refused.
 //   - qwen2: llama structure, but q_proj, k_proj and v_proj always carry a
 //     bias and o_proj never does; sliding window only when use_sliding_window.
 //   - qwen3: llama structure with explicit head_dim (128 even where
@@ -71,19 +78,20 @@ import (
 //     (architectures says so) have no pooler and a Linear(hidden, num_labels)
 //     classifier with bias; ViTModel checkpoints have a pooler and no classifier.
 const (
-	FamilyGPT2    = "gpt2"
-	FamilyLlama   = "llama"
-	FamilyMistral = "mistral"
-	FamilyMixtral = "mixtral"
-	FamilyQwen2   = "qwen2"
-	FamilyQwen3   = "qwen3"
-	FamilyGemma   = "gemma"
-	FamilyGemma2  = "gemma2"
-	FamilyPhi3    = "phi3"
-	FamilyGPTNeoX = "gpt_neox"
-	FamilyPhi     = "phi"
-	FamilyBERT    = "bert"
-	FamilyViT     = "vit"
+	FamilyGPT2     = "gpt2"
+	FamilyLlama    = "llama"
+	FamilyMistral  = "mistral"
+	FamilyMixtral  = "mixtral"
+	FamilyQwen2    = "qwen2"
+	FamilyQwen3    = "qwen3"
+	FamilyQwen3MoE = "qwen3_moe"
+	FamilyGemma    = "gemma"
+	FamilyGemma2   = "gemma2"
+	FamilyPhi3     = "phi3"
+	FamilyGPTNeoX  = "gpt_neox"
+	FamilyPhi      = "phi"
+	FamilyBERT     = "bert"
+	FamilyViT      = "vit"
 )
 
 // Activation names accepted in hidden_act / activation_function (the keys of
@@ -140,8 +148,9 @@ type Arch struct {
 	PostNorms        bool // gemma2: post_attention_layernorm + pre/post_feedforward_layernorm (4 norms per layer)
 	EmbedScale       bool // gemma/gemma2 multiply embeddings by sqrt(Hidden)
 
-	NumExperts      int // MoE experts per layer; 0 = dense
-	ExpertsPerToken int // MoE top-k; router is a bias-free Linear(Hidden, NumExperts)
+	NumExperts      int  // MoE experts per layer; 0 = dense
+	ExpertsPerToken int  // MoE top-k; router is a bias-free Linear(Hidden, NumExperts)
+	NormTopK        bool // qwen3_moe norm_topk_prob: the top-k routing weights are divided by their sum
 
 	SlidingWindow            int  // 0 = none
 	SlidingWindowAlternating bool // gemma2: window only on every other layer (even layer indices)
@@ -349,8 +358,8 @@ func (a *Arch) checkExperts() error {
 	} else if a.ExpertsPerToken != 0 {
 		return a.fail("ExpertsPerToken is %d but the model has no experts", a.ExpertsPerToken)
 	}
-	if a.Family == FamilyMixtral && a.NumExperts == 0 {
-		return a.fail("mixtral needs NumExperts > 0")
+	if (a.Family == FamilyMixtral || a.Family == FamilyQwen3MoE) && a.NumExperts == 0 {
+		return a.fail("%s needs NumExperts > 0", a.Family)
 	}
 	return nil
 }

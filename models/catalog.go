@@ -46,6 +46,8 @@ var catalogRepos = map[string]string{
 	"llama-3.2-1b":   "meta-llama/Llama-3.2-1B",
 	"mistral-7b":     "mistralai/Mistral-7B-v0.1",
 	"mixtral-8x7b":   "mistralai/Mixtral-8x7B-v0.1",
+	"phi-2":          "microsoft/phi-2",
+	"qwen3-30b-a3b":  "Qwen/Qwen3-30B-A3B",
 	"phi-1.5":        "microsoft/phi-1_5",
 	"phi-3-mini":     "microsoft/Phi-3-mini-4k-instruct",
 	"pythia-1.4b":    "EleutherAI/pythia-1.4b",

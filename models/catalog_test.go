@@ -14,6 +14,7 @@ var requiredCatalog = []string{
 	"mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b", "gemma-2b", "gemma-7b",
 	"gemma-2-9b", "phi-3-mini", "pythia-160m", "pythia-1.4b", "mixtral-8x7b",
 	"bert-base", "bert-large", "vit-base", "tinyllama-1.1b", "phi-1.5",
+	"phi-2", "qwen3-30b-a3b",
 }
 
 func TestCatalogComplete(t *testing.T) {
@@ -87,7 +88,7 @@ func TestLookupSuggestions(t *testing.T) {
 		{"lama-2-7b", []string{"llama-2-7b", "llama-2-70b", "llama-2-13b"}},
 		{"gpt-2", []string{"gpt2"}},
 		{"mistral", []string{"mistral-7b"}},
-		{"QWEN3", []string{"qwen3-8b"}},
+		{"QWEN3", []string{"qwen3-30b-a3b", "qwen3-8b"}},
 		{"bert", []string{"bert-base"}},
 	}
 	for _, c := range cases {

@@ -93,6 +93,31 @@ var families = []family{
 		SlidingWindow: 4096,
 	},
 	{
+		// Qwen3-MoE: the qwen3 row's attention with every MLP a sparse MoE
+		// block (modeling_qwen3_moe.py @v5.24.0 Qwen3MoeSparseMoeBlock).
+		ModelType:       FamilyQwen3MoE,
+		Source:          "transformers src/transformers/models/qwen3_moe/configuration_qwen3_moe.py @v5.24.0",
+		LoRATargets:     []string{"q_proj", "v_proj"},
+		parse:           (*parser).decoder,
+		HeadDimKey:      true,
+		HeadDim:         128,
+		MaxPositions:    32768,
+		RopeTheta:       1e4,
+		ActKey:          "hidden_act",
+		Act:             "silu",
+		Bias:            attentionBiasKey,
+		QKNorm:          true,
+		Window:          windowIfUsed,
+		SlidingWindow:   4096,
+		MoE:             true,
+		ExpertsKey:      "num_experts",
+		Experts:         128,
+		ExpertsPerToken: 8,
+		ExpertWidthKey:  "moe_intermediate_size",
+		ExpertWidth:     768,
+		NormTopKKey:     true,
+	},
+	{
 		ModelType:    FamilyGemma,
 		Source:       "transformers src/transformers/models/gemma/configuration_gemma.py @v4.51.0",
 		LoRATargets:  []string{"q_proj", "v_proj"},
@@ -227,8 +252,18 @@ type family struct {
 
 	// MoE: every MLP is a sparse mixture of num_local_experts (required)
 	// experts; ExpertsPerToken is the num_experts_per_tok default.
+	// ExpertsKey names the expert count's key instead (Experts its default,
+	// 0: required), ExpertWidthKey the expert width's key (ExpertWidth its
+	// default; "": intermediate_size is the expert width), NormTopKKey reads
+	// norm_topk_prob (default false); such a row also refuses dense layers
+	// (mlp_only_layers, decoder_sparse_step other than 1).
 	MoE             bool
 	ExpertsPerToken int
+	ExpertsKey      string
+	Experts         int
+	ExpertWidthKey  string
+	ExpertWidth     int
+	NormTopKKey     bool
 
 	ResidEmbdDropout bool // reads resid_pdrop and embd_pdrop (default 0)
 }

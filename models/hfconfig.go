@@ -288,23 +288,57 @@ func (p *parser) decoderSoftcaps(a *Arch) error {
 
 // decoderExperts reads the experts of a mixture-of-experts family.
 func (p *parser) decoderExperts(a *Arch) error {
-	if !p.fam.MoE {
+	f := p.fam
+	if !f.MoE {
 		return nil
 	}
 	var err error
-	if a.NumExperts, err = p.reqPos(maxExperts, "num_local_experts"); err != nil {
+	key := "num_local_experts"
+	if f.ExpertsKey != "" {
+		key = f.ExpertsKey
+		a.NumExperts, err = p.optPos(f.Experts, maxExperts, key)
+	} else {
+		a.NumExperts, err = p.reqPos(maxExperts, key)
+	}
+	if err != nil {
 		return err
 	}
-	if a.ExpertsPerToken, err = p.optPos(p.fam.ExpertsPerToken, maxExperts, "num_experts_per_tok"); err != nil {
+	if a.ExpertsPerToken, err = p.optPos(f.ExpertsPerToken, maxExperts, "num_experts_per_tok"); err != nil {
 		return err
 	}
 	if a.ExpertsPerToken > a.NumExperts {
-		return p.errf("\"num_experts_per_tok\" (%d) must not exceed \"num_local_experts\" (%d)", a.ExpertsPerToken, a.NumExperts)
+		return p.errf("\"num_experts_per_tok\" (%d) must not exceed \"%s\" (%d)", a.ExpertsPerToken, key, a.NumExperts)
+	}
+	if f.ExpertWidthKey != "" {
+		if a.Intermediate, err = p.optPos(f.ExpertWidth, maxDim, f.ExpertWidthKey); err != nil {
+			return err
+		}
+		// Qwen3MoeDecoderLayer: a layer in mlp_only_layers, or whose index+1
+		// is not a multiple of decoder_sparse_step, has a dense MLP instead.
+		step, err := p.optPos(1, maxLayers, "decoder_sparse_step")
+		if err != nil {
+			return err
+		}
+		if step != 1 {
+			return p.errf("\"decoder_sparse_step\": %d (dense MLP layers between the expert layers) is not supported for %s", step, a.Family)
+		}
+		if raw, ok := p.get("mlp_only_layers"); ok && !p.isNull("mlp_only_layers") {
+			var layers []json.RawMessage
+			if json.Unmarshal(raw, &layers) != nil {
+				return p.errf("\"mlp_only_layers\" must be a list of layer indices, got %s", describeJSON(raw))
+			}
+			if len(layers) > 0 {
+				return p.errf("\"mlp_only_layers\" (dense MLP layers among the expert layers) is not supported for %s", a.Family)
+			}
+		}
+	}
+	if f.NormTopKKey {
+		if a.NormTopK, err = p.boolDef(false, "norm_topk_prob"); err != nil {
+			return err
+		}
 	}
 	return nil
 }
-
-// decoderDropouts reads the dropouts.
 func (p *parser) decoderDropouts(a *Arch) error {
 	var err error
 	if a.AttnDropout, err = p.prob(0, "attention_dropout"); err != nil {

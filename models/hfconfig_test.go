@@ -97,6 +97,13 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"gpt2 heads do not divide", "gpt2", map[string]any{"n_head": 7}, "", []string{`"n_head" (7) must divide "n_embd" (768)`}},
 		{"kv heads do not divide heads", "llama-3-8b", map[string]any{"num_key_value_heads": 3}, "", []string{`"num_key_value_heads" (3) must divide "num_attention_heads" (32)`}},
 		{"patch larger than image", "vit-base", map[string]any{"patch_size": 448}, "", []string{`"patch_size" (448) must not exceed "image_size" (224)`}},
+		{"qwen3_moe top-k above experts", "qwen3-30b-a3b", map[string]any{"num_experts_per_tok": 129}, "", []string{`"num_experts_per_tok" (129) must not exceed "num_experts" (128)`}},
+		{"qwen3_moe zero experts", "qwen3-30b-a3b", map[string]any{"num_experts": 0}, "", []string{`"num_experts" must be positive`}},
+		{"qwen3_moe expert width string", "qwen3-30b-a3b", map[string]any{"moe_intermediate_size": "768"}, "", []string{`"moe_intermediate_size"`}},
+		{"qwen3_moe dense step", "qwen3-30b-a3b", map[string]any{"decoder_sparse_step": 2}, "", []string{`"decoder_sparse_step": 2 (dense MLP layers between the expert layers) is not supported for qwen3_moe`}},
+		{"qwen3_moe dense layers", "qwen3-30b-a3b", map[string]any{"mlp_only_layers": []int{0}}, "", []string{`"mlp_only_layers" (dense MLP layers among the expert layers) is not supported for qwen3_moe`}},
+		{"qwen3_moe dense layers not a list", "qwen3-30b-a3b", map[string]any{"mlp_only_layers": 3}, "", []string{`"mlp_only_layers" must be a list of layer indices, got 3`}},
+		{"qwen3_moe norm_topk_prob string", "qwen3-30b-a3b", map[string]any{"norm_topk_prob": "yes"}, "", []string{`"norm_topk_prob" must be true or false`}},
 		{"top-k above experts", "mixtral-8x7b", map[string]any{"num_experts_per_tok": 9}, "", []string{`"num_experts_per_tok" (9) must not exceed "num_local_experts" (8)`}},
 
 		// Wrong JSON types.

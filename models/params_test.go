@@ -80,6 +80,16 @@ var realParamCounts = map[string]int64{
 	// + fc1,fc2 2*2048*8192+8192+2048) + final LN 2*2048 + lm_head
 	// 51200*2048+51200 = 104857600 + 24*50354176 + 4096 + 104908800.
 	"phi-1.5": 1_418_270_720,
+	// microsoft/phi-2 model card: "Phi-2 is a Transformer with 2.7 billion
+	// parameters"; HF safetensors parameters {"F16": 2779683840} (Hub API
+	// record) and total_parameters 2779683840 in public model registries.
+	"phi-2": 2_779_683_840,
+	// Qwen/Qwen3-30B-A3B model card: "Number of Parameters: 30.5B in total";
+	// GGUF general.parameter_count 30532122624 (qwen3moe, 48 blocks, 128
+	// experts of width 768). Derived: embed+lm_head 2*151936*2048 + 48*(attn
+	// 18874368 + experts 128*3*2048*768 + router 2048*128 + norms 4352) +
+	// final norm 2048.
+	"qwen3-30b-a3b": 30_532_122_624,
 	// GPTNeoXForCausalLM sizes with embeddings, Pythia size tables:
 	// '160m': 162322944, '1.4b': 1414647808.
 	"pythia-160m": 162_322_944,

@@ -674,7 +674,11 @@ func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID
 	h = m.norm(pre, x, a.Hidden)
 	var y ir.TensorID
 	if a.NumExperts > 0 {
-		y = func() ir.TensorID { defer b.Enter("block_sparse_moe")(); return m.moe(h) }()
+		block := "block_sparse_moe"
+		if a.Family == models.FamilyQwen3MoE {
+			block = "mlp" // Qwen3MoeDecoderLayer.mlp = Qwen3MoeSparseMoeBlock
+		}
+		y = func() ir.TensorID { defer b.Enter(block)(); return m.moe(h) }()
 	} else {
 		y = func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h) }()
 	}
@@ -955,7 +959,11 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 	return y
 }
 
-// moe is MixtralSparseMoeBlock. Routing is assumed balanced: each expert
+// moe is MixtralSparseMoeBlock, and Qwen3MoeSparseMoeBlock (the same
+// router, softmax in float32, top-k and per-expert gated MLPs; with
+// norm_topk_prob the top-k weights are divided by their sum:
+// transformers src/transformers/models/qwen3_moe/modeling_qwen3_moe.py
+// Qwen3MoeTopKRouter @v5.24.0). Routing is assumed balanced: each expert
 // receives tokens·top_k/experts rows (the expectation under the
 // load-balancing objective); real routing varies per batch. Under TP the
 // experts are column/row-parallel behind one f on their input and one g on
@@ -972,6 +980,14 @@ func (m *builder) moe(h ir.TensorID) ir.TensorID {
 	logits := m.dense("gate", flat, a.Hidden, a.NumExperts, false, replicated)
 	probs := b.Softmax("routing_probs", b.To(logits, units.F32), false)
 	wts, idx := b.TopK("topk", probs, K)
+	if a.NormTopK {
+		// router_top_value /= router_top_value.sum(dim=-1, keepdim=True):
+		// the sum saves sizes only and the division both operands
+		// (derivatives.yaml sum.dim_IntList, div.Tensor), which is what
+		// mean and mul save, on the same [T, 1] and [T, K] shapes.
+		sum := b.MeanLast("topk_sum", wts, false)
+		wts = b.Binary("mul", "topk_norm", wts, sum)
+	}
 	wts = b.To(wts, b.Tensor(flat).DType)
 	acc := b.Zeros("final_hidden_states", b.Tensor(flat).DType, T, H)
 	rows := (T*K + E - 1) / E

@@ -143,6 +143,7 @@ FAMILIES = {
     "mixtral": ("mixtral-8x7b", SMALL + ["num_local_experts=4"]),
     "qwen2": ("qwen2.5-0.5b", SMALL),
     "qwen3": ("qwen3-8b", SMALL),
+    "qwen3_moe": ("qwen3-30b-a3b", SMALL + ["num_experts=4", "num_experts_per_tok=2", "moe_intermediate_size=32"]),
     "gemma": ("gemma-2b", SMALL[:3] + ["num_key_value_heads=1"] + SMALL[4:]),
     "gemma2": ("gemma-2-9b", SMALL + ["sliding_window=16", "query_pre_attn_scalar=16"]),
     "phi3": ("phi-3-mini", SMALL[:3] + ["num_key_value_heads=4"] + SMALL[5:]),
