@@ -93,41 +93,7 @@ func (e *Envelope) Need(p Policy) units.Bytes {
 
 // envelopeOf computes job j's envelope on GPU g.
 func envelopeOf(j *Job, g *hw.GPU) (*Envelope, error) {
-	var (
-		e   *Envelope
-		err error
-	)
-	switch {
-	case j.Train != nil:
-		var s engine.Spec
-		if s, err = j.Train.Spec(); err == nil {
-			e, err = specEnvelope(s, g)
-		}
-		if e != nil {
-			e.Source = "train"
-		}
-	case j.Serve != nil && j.Serve.server() == "vllm":
-		e, err = vllmEnvelope(j.Serve, g)
-	case j.Serve != nil:
-		var s engine.Spec
-		if s, err = j.Serve.Spec(); err == nil {
-			e, err = specEnvelope(s, g)
-		}
-		if e != nil {
-			e.Source = "serve"
-		}
-	case j.pubSpec != nil:
-		e, err = specEnvelope(*j.pubSpec, g)
-		if e != nil {
-			e.Source = "published"
-		}
-	case j.planData != nil:
-		e, err = planEnvelope(j.planData)
-	case j.snap != nil:
-		e, err = snapshotEnvelope(j)
-	default:
-		return nil, fmt.Errorf("job %q: the file it names was not read (pack.ReadFile reads it)", j.Name)
-	}
+	e, err := sourceEnvelope(j, g)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", j.Name, err)
 	}
@@ -143,6 +109,41 @@ func envelopeOf(j *Job, g *hw.GPU) (*Envelope, error) {
 		e.Setting = fmt.Sprintf("torch.cuda.set_per_process_memory_fraction(%.4f)", e.Fraction)
 	}
 	return e, nil
+}
+
+// sourceEnvelope is the envelope of what j says runs.
+func sourceEnvelope(j *Job, g *hw.GPU) (*Envelope, error) {
+	var (
+		s      engine.Spec
+		err    error
+		source string
+	)
+	switch {
+	case j.Serve != nil && j.Serve.server() == "vllm":
+		return vllmEnvelope(j.Serve, g)
+	case j.planData != nil:
+		return planEnvelope(j.planData)
+	case j.snap != nil:
+		return snapshotEnvelope(j)
+	case j.Train != nil:
+		source = "train"
+		s, err = j.Train.Spec()
+	case j.Serve != nil:
+		source = "serve"
+		s, err = j.Serve.Spec()
+	case j.pubSpec != nil:
+		s, source = *j.pubSpec, "published"
+	default:
+		return nil, fmt.Errorf("the file it names was not read (pack.ReadFile reads it)")
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := specEnvelope(s, g)
+	if e != nil {
+		e.Source = source
+	}
+	return e, err
 }
 
 // vllmEnvelope is a vLLM deployment (package serve) whose KV cache holds
@@ -193,61 +194,95 @@ func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
 // specEnvelope plans s on g: the allocated curve on the roofline time
 // axis, the caching allocator's reserved peak (allocator.ReplayProgram
 // through engine.Result.PredictReserved) and the smallest per-process
-// limit it survives.
+// limit it survives. It is a driver over an enveloper's phases: plan,
+// reserve, limit, curves.
 func specEnvelope(s engine.Spec, g *hw.GPU) (*Envelope, error) {
 	s.GPU, s.Capacity = g, 0
-	res, err := engine.Plan(s)
-	if err != nil {
-		return nil, err
+	ev := &enveloper{}
+	for _, phase := range []func(engine.Spec) error{ev.plan, ev.reserve, ev.limit, ev.curves} {
+		if err := phase(s); err != nil {
+			return nil, err
+		}
 	}
-	rv, err := res.PredictReserved(allocator.Config{}, false, true)
-	if err != nil {
-		return nil, err
+	return ev.e, nil
+}
+
+// enveloper holds what specEnvelope's phases share.
+type enveloper struct {
+	e         *Envelope
+	res       *engine.Result
+	rv        *engine.Reserved
+	allocated int64 // the highest block bytes of either iteration
+	capped    *allocator.ProgramResult
+}
+
+// plan plans the job; the context is the recipe's CUDA overhead.
+func (ev *enveloper) plan(s engine.Spec) (err error) {
+	if ev.res, err = engine.Plan(s); err != nil {
+		return err
 	}
-	ctx := res.Spec.Sem.Overhead
-	e := &Envelope{Context: ctx, ModelSize: units.Bytes(res.Sim.Params) * 2}
-	allocated := rv.Steady.PeakAllocated
-	if rv.First != nil {
-		allocated = max(allocated, rv.First.PeakAllocated)
+	ev.e = &Envelope{Context: ev.res.Spec.Sem.Overhead, ModelSize: units.Bytes(ev.res.Sim.Params) * 2}
+	return nil
+}
+
+// reserve replays both iterations through the caching allocator without a
+// limit: the allocated and reserved peaks.
+func (ev *enveloper) reserve(engine.Spec) (err error) {
+	if ev.rv, err = ev.res.PredictReserved(allocator.Config{}, false, true); err != nil {
+		return err
 	}
-	e.Allocated = ctx + units.Bytes(allocated)
-	e.Peak = ctx + rv.Peak
-	// Bisect on the iteration that reserves more (the first, whose
-	// optimizer step creates the state, as a rule); verifiedLimit checks
-	// the limit on the other.
+	ev.allocated = ev.rv.Steady.PeakAllocated
+	if ev.rv.First != nil {
+		ev.allocated = max(ev.allocated, ev.rv.First.PeakAllocated)
+	}
+	ev.e.Allocated = ev.e.Context + units.Bytes(ev.allocated)
+	ev.e.Peak = ev.e.Context + ev.rv.Peak
+	return nil
+}
+
+// limit finds the smallest per-process limit: bisected on the iteration
+// that reserves more (the first, whose optimizer step creates the state,
+// as a rule), then checked on the other and on the steady one, whose
+// curve under it is drawn. The search assumes failing is monotone in the
+// limit, which the allocator does not promise: where a check fails, the
+// process gets its unlimited peak.
+func (ev *enveloper) limit(engine.Spec) error {
+	res, rv := ev.res, ev.rv
 	worst, worstPeak := res.Program, rv.Steady.PeakReserved
 	if rv.First != nil && rv.First.PeakReserved > worstPeak {
 		worst, worstPeak = res.FirstProgram, rv.First.PeakReserved
 	}
-	limit, err := smallestLimit(worst, allocated, worstPeak)
+	limit, err := smallestLimit(worst, ev.allocated, worstPeak)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// The search assumes failing is monotone in the limit, which the
-	// allocator does not promise: the limit is checked on the other
-	// iteration and on the steady one (whose curve under it is drawn);
-	// where one fails, the process gets its unlimited peak.
 	unlimited := (int64(rv.Peak) + limitStep - 1) / limitStep * limitStep
 	if worst == res.Program && res.FirstProgram != nil {
 		r, err := allocator.ReplayProgram(res.FirstProgram, allocator.Config{AllowedMemory: limit}, 0, false)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if r.OOM {
 			limit = unlimited
 		}
 	}
-	capped, err := allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true)
-	if err != nil {
-		return nil, err
+	if ev.capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
+		return err
 	}
-	if capped.OOM {
+	if ev.capped.OOM {
 		limit = unlimited
-		if capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
-			return nil, err
+		if ev.capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
+			return err
 		}
 	}
-	e.Cap = ctx + units.Bytes(min(limit, int64(rv.Peak)))
+	ev.e.Cap = ev.e.Context + units.Bytes(min(limit, int64(rv.Peak)))
+	return nil
+}
+
+// curves lays the allocated, reserved and capped curves of the steady
+// iteration on the roofline's time axis (op index when it has none).
+func (ev *enveloper) curves(engine.Spec) error {
+	res, e, ctx := ev.res, ev.e, ev.e.Context
 	ends := make([]float64, len(res.Program.Ops))
 	if res.Timing != nil && len(res.Timing.Ops) == len(ends) {
 		for i, o := range res.Timing.Ops {
@@ -261,24 +296,20 @@ func specEnvelope(s engine.Spec, g *hw.GPU) (*Envelope, error) {
 		}
 		e.Period = float64(len(ends))
 	}
-	e.Floor = math.MaxInt64
-	var curve, reserved, cappedCurve []Sample
+	e.Floor = e.Allocated
+	var curve, reserved, capped []Sample
 	for _, pt := range res.Sim.Timeline {
-		b := ctx + pt.Total
-		curve = append(curve, Sample{ends[pt.Op], b})
-		e.Floor = min(e.Floor, b)
+		curve = append(curve, Sample{ends[pt.Op], ctx + pt.Total})
+		e.Floor = min(e.Floor, ctx+pt.Total)
 	}
-	for i, r := range rv.Steady.Timeline {
+	for i, r := range ev.rv.Steady.Timeline {
 		reserved = append(reserved, Sample{ends[i], ctx + units.Bytes(r)})
 	}
-	for i, r := range capped.Timeline {
-		cappedCurve = append(cappedCurve, Sample{ends[i], ctx + units.Bytes(r)})
+	for i, r := range ev.capped.Timeline {
+		capped = append(capped, Sample{ends[i], ctx + units.Bytes(r)})
 	}
-	if len(curve) == 0 {
-		e.Floor = e.Allocated
-	}
-	e.Curve, e.Reserved, e.Capped = downsample(curve), downsample(reserved), downsample(cappedCurve)
-	return e, nil
+	e.Curve, e.Reserved, e.Capped = downsample(curve), downsample(reserved), downsample(capped)
+	return nil
 }
 
 // limitStep is the granularity of the limit search (a multiple of the
@@ -326,23 +357,30 @@ func smallestLimit(p *ir.Program, lo, hi int64) (int64, error) {
 	return hi, nil
 }
 
-// downsample keeps at most maxSamples samples, the largest of each
-// bucket.
+// downsample keeps at most maxSamples samples: of each bucket its
+// lowest and its highest, in time order, so both the peaks and the troughs
+// between them survive.
 func downsample(s []Sample) []Sample {
 	slices.SortStableFunc(s, func(a, b Sample) int { return cmpFloat(a.T, b.T) })
 	if len(s) <= maxSamples {
 		return s
 	}
-	step := (len(s) + maxSamples - 1) / maxSamples
+	step := (len(s) + maxSamples/2 - 1) / (maxSamples / 2)
 	out := make([]Sample, 0, maxSamples)
 	for lo := 0; lo < len(s); lo += step {
-		best := lo
+		hi, low := lo, lo
 		for i := lo; i < min(lo+step, len(s)); i++ {
-			if s[i].Bytes > s[best].Bytes {
-				best = i
+			if s[i].Bytes > s[hi].Bytes {
+				hi = i
+			}
+			if s[i].Bytes < s[low].Bytes {
+				low = i
 			}
 		}
-		out = append(out, s[best])
+		out = append(out, s[min(hi, low)])
+		if hi != low {
+			out = append(out, s[max(hi, low)])
+		}
 	}
 	return out
 }

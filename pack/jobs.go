@@ -585,6 +585,7 @@ func (t *Train) Spec() (engine.Spec, error) {
 		}
 	}
 	s.QLoRA = t.QLoRA
+	s.TP, s.EP, s.PPInterleave = 1, 1, 1 // one GPU, as plan's defaults
 	for _, v := range []struct {
 		f        engine.Field
 		val, min int
@@ -615,6 +616,7 @@ func (v *Serve) Spec() (engine.Spec, error) {
 		return s, err
 	}
 	s.MicroBatch, s.Seq, s.GenTokens, s.Accum = v.Concurrency, v.Context, v.GenTokens, 1
+	s.TP, s.EP, s.PPInterleave = 1, 1, 1
 	if err := applyRecipe(&s, v.Recipe, v.Set, func(flag string) bool { return given[flag] }); err != nil {
 		return s, err
 	}

@@ -112,7 +112,8 @@ func packPanel(dc draw.Canvas, g *pack.GPUResult, envs map[string]*pack.Envelope
 	plt.Y.Label.TextStyle.Font = font.From(plotFont, 8)
 	plt.X.Tick.Label.Font = font.From(plotFont, 7)
 	plt.Y.Tick.Label.Font = font.From(plotFont, 7)
-	plt.Y.Min, plt.Y.Max = 0, gib(top)*1.08
+	// Room above the capacity line for the legend's rows.
+	plt.Y.Min, plt.Y.Max = 0, gib(top)*(1.06+0.075*float64(len(g.Jobs)+3))
 	var ts []float64
 	for _, s := range g.Combined {
 		ts = append(ts, s.T)
@@ -151,6 +152,13 @@ func packPanel(dc draw.Canvas, g *pack.GPUResult, envs map[string]*pack.Envelope
 		l.LineStyle = draw.LineStyle{Color: color.Black, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}
 		plt.Add(l)
 	}
+	// Drifting phases meet: the sum of the allocated peaks is reached.
+	worst := plotter.XYs{{X: plt.X.Min, Y: gib(float64(g.Allocated))}, {X: plt.X.Max, Y: gib(float64(g.Allocated))}}
+	worstStyle := draw.LineStyle{Color: plotGray, Width: vg.Points(1), Dashes: []vg.Length{vg.Points(1), vg.Points(2)}}
+	if l, err := plotter.NewLine(worst); err == nil {
+		l.LineStyle = worstStyle
+		plt.Add(l)
+	}
 	capLine := plotter.XYs{{X: plt.X.Min, Y: gib(float64(capacity))}, {X: plt.X.Max, Y: gib(float64(capacity))}}
 	if l, err := plotter.NewLine(capLine); err == nil {
 		l.LineStyle = draw.LineStyle{Color: okabeVermillion, Width: vg.Points(1.5)}
@@ -167,6 +175,8 @@ func packPanel(dc draw.Canvas, g *pack.GPUResult, envs map[string]*pack.Envelope
 		heldName = "held (under limits)"
 	}
 	leg.Add(heldName, plotLegendLine{draw.LineStyle{Color: color.Black, Width: vg.Points(1.2), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}})
+	leg.Add("allocated peaks summed", plotLegendLine{worstStyle})
+	leg.Add("capacity", plotLegendLine{draw.LineStyle{Color: okabeVermillion, Width: vg.Points(1.5)}})
 	plt.Legend = leg
 	plt.Draw(dc)
 }

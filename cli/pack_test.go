@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/pack"
+	"github.com/spf13/pflag"
+)
+
+// A small job file: two training jobs in plan's terms and a vLLM service.
+const packJobs = `kind: memplan.jobs/v1
+jobs:
+  - name: gpt2-train
+    train: {model: gpt2, micro-batch: 4, seq: 512}
+    replicas: 3
+  - name: pythia-lora
+    train: {model: pythia-160m, micro-batch: 8, seq: 256, lora: "r=8,alpha=16", precision: bf16}
+  - name: chat
+    serve: {model: qwen2.5-0.5b, concurrency: 16, context: 1024, gen-tokens: 256}
+`
+
+const packArrivals = `kind: memplan.arrivals/v1
+arrivals:
+  - {at: 0s, duration: 2h, job: gpt2-train}
+  - {at: 10m, duration: 1h, job: chat}
+  - {at: 15m, duration: 30m, job: pythia-lora}
+  - {at: 20m, duration: 3h, job: gpt2-train}
+`
+
+func packFiles(t *testing.T) (dir, jobs, arrivals string) {
+	t.Helper()
+	dir = t.TempDir()
+	jobs, arrivals = filepath.Join(dir, "jobs.yaml"), filepath.Join(dir, "arrivals.yaml")
+	if err := os.WriteFile(jobs, []byte(packJobs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(arrivals, []byte(packArrivals), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, jobs, arrivals
+}
+
+func TestPackCommand(t *testing.T) {
+	dir, jobs, arrivals := packFiles(t)
+	png, svg := filepath.Join(dir, "pack.png"), filepath.Join(dir, "pack.svg")
+	code, out, errs := run("pack", jobs, "--gpus", "2xl4", "--arrivals", arrivals, "--png", png, "--svg", svg)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"2 × l4", "What each process needs", "torch.cuda.set_per_process_memory_fraction(", "vllm serve --gpu-memory-utilization",
+		"Assignment: curve", "Simulation: 4 arrivals", "GPUs curve saves:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, p := range []string{png, svg} {
+		if st, err := os.Stat(p); err != nil || st.Size() < 1000 {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".*.tmp")); len(left) > 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+
+	code, out, errs = run("pack", jobs, "--gpus", "2xl4", "--arrivals", arrivals, "--json", "--policy", "static,curve", "--margin", "1GiB")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got struct {
+		Schema     string `json:"schema"`
+		Margin     int64  `json:"margin_bytes"`
+		Envelopes  []json.RawMessage
+		Policies   []struct{ Policy string }
+		Simulation struct {
+			Schema   string
+			Policies []struct {
+				Policy  string
+				Started int
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Schema != pack.Schema || got.Simulation.Schema != pack.SimSchema || got.Margin != 1<<30 || len(got.Envelopes) != 5 ||
+		len(got.Policies) != 2 || got.Policies[0].Policy != "static" || len(got.Simulation.Policies) != 2 {
+		t.Errorf("JSON: %+v", got)
+	}
+}
+
+// Bad flags and files: one line naming the problem, exit 1, nothing on
+// stdout, no plot written.
+func TestPackBadInput(t *testing.T) {
+	dir, jobs, _ := packFiles(t)
+	badJobs := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badJobs, []byte("kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, micro-batch: 0.5}}]"), 0o644)
+	badArr := filepath.Join(dir, "badarr.yaml")
+	os.WriteFile(badArr, []byte("kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, job: nobody}]"), 0o644)
+	huge := filepath.Join(dir, "huge.yaml")
+	os.WriteFile(huge, []byte("kind: memplan.jobs/v1\njobs: [{name: big, train: {model: llama-2-70b}}]"), 0o644)
+	png := filepath.Join(dir, "out.png")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pack"}, "pack: want one job file, got 0 arguments"},
+		{[]string{"pack", jobs}, "pack needs --gpus, e.g. --gpus 8xh100"},
+		{[]string{"pack", jobs, "--gpus", "8xnothing"}, "--gpus: unknown GPU"},
+		{[]string{"pack", jobs, "--gpus", "0xh100"}, "--gpus: GPU count must be between 1 and 100000, got 0"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "greedy"}, `--policy: unknown policy "greedy" (want whole-gpu, static, peaks, curve)`},
+		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "lots"}, "--margin:"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "100GiB"}, "--margin must be between 0 and the GPU's"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "static", "--png", png}, "--plot-policy curve is not among --policy static"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "no", "x.png")}, "no such directory"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "x.gif")}, `unsupported plot format ".gif"`},
+		{[]string{"pack", filepath.Join(dir, "none.yaml"), "--gpus", "h100"}, "cannot read"},
+		{[]string{"pack", badJobs, "--gpus", "h100"}, "micro-batch: expected an integer"},
+		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", badArr}, `arrivals[0]: job "nobody" is not in the job file`},
+		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", filepath.Join(dir, "none.yaml")}, "cannot read"},
+		{[]string{"pack", huge, "--gpus", "l4", "--policy", "whole-gpu", "--plot-policy", "whole-gpu", "--png", png}, ""},
+	} {
+		code, out, errs := run(tc.args...)
+		if tc.want == "" { // a job larger than the GPU is placed alone and drawn; no error
+			if code != 0 {
+				t.Errorf("%v: exit %d: %s", tc.args, code, errs)
+			}
+			continue
+		}
+		if code != 1 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
+		}
+		if _, err := os.Stat(png); err == nil && !strings.Contains(strings.Join(tc.args, " "), huge) {
+			t.Errorf("%v: wrote %s", tc.args, png)
+		}
+	}
+}
+
+// A training job of the job file is the job plan runs with the same flags:
+// the file's keys are plan's flag names.
+func TestPackTrainIsPlansJob(t *testing.T) {
+	for _, tc := range []struct {
+		train pack.Train
+		flags []string
+	}{
+		{pack.Train{Model: "gpt2"}, nil},
+		{pack.Train{Model: "llama-3-8b", MicroBatch: 2, Seq: 1024, Accum: 4, Precision: "bf16", Optimizer: "adamw8bit", Checkpoint: "full", LoRA: "r=16,alpha=32,targets=all-linear"},
+			[]string{"--micro-batch", "2", "--seq", "1024", "--accum", "4", "--precision", "bf16", "--optimizer", "adamw8bit", "--checkpoint", "full", "--lora", "r=16,alpha=32,targets=all-linear"}},
+		{pack.Train{Model: "llama-2-7b", Recipe: "litgpt", Precision: "bf16-true", QLoRA: true, LoRA: "r=8"},
+			[]string{"--recipe", "litgpt", "--precision", "bf16-true", "--qlora", "--lora", "r=8"}},
+		{pack.Train{Model: "qwen2.5-7b", Recipe: "torchtune", Set: []string{"loss=chunked"}, OptimizerImpl: "fused", Attention: "eager", Offload: "activations"},
+			[]string{"--recipe", "torchtune", "--set", "loss=chunked", "--optimizer-impl", "fused", "--attention", "eager", "--offload", "activations"}},
+		{pack.Train{Model: "mistral-7b", Kernels: "cpu", Checkpoint: "every=2"},
+			[]string{"--kernels", "cpu", "--checkpoint", "every=2"}},
+	} {
+		got, err := tc.train.Spec()
+		if err != nil {
+			t.Fatalf("%+v: %v", tc.train, err)
+		}
+		f := &planFlags{}
+		fl := pflag.NewFlagSet("plan", pflag.ContinueOnError)
+		f.register(fl)
+		if err := fl.Parse(append([]string{"--model", tc.train.Model}, tc.flags...)); err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.spec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := want.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(specKey(got), specKey(want)) {
+			t.Errorf("%+v:\n pack %+v\n plan %+v", tc.train, specKey(got), specKey(want))
+		}
+	}
+}
+
+// specKey is a spec with its pointers compared by value and of its target
+// (which pack sets per pool) only what a job file decides.
+func specKey(s engine.Spec) any {
+	type key struct {
+		engine.Spec
+		Model     string
+		LoRA      any
+		FirstStep bool
+	}
+	k := key{Spec: s, Model: s.Model.Name, FirstStep: s.FirstStep}
+	if s.LoRA != nil {
+		k.LoRA = *s.LoRA
+	}
+	k.Spec.Model, k.Spec.LoRA, k.Spec.Target = nil, nil, engine.Target{}
+	return k
+}

@@ -1,0 +1,229 @@
+package pack
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/units"
+)
+
+// genEnvelope draws an envelope that keeps the order every real one keeps
+// (context ≤ allocated ≤ cap ≤ peak) with curves under their peaks.
+func genEnvelope(t *rapid.T, name string) *Envelope {
+	ctx := units.Bytes(rapid.Int64Range(0, 1<<30).Draw(t, "context"))
+	alloc := ctx + units.Bytes(rapid.Int64Range(1<<20, 70<<30).Draw(t, "allocated"))
+	limit := alloc + units.Bytes(rapid.Int64Range(0, 4<<30).Draw(t, "cache"))
+	peak := limit + units.Bytes(rapid.Int64Range(0, 4<<30).Draw(t, "more cache"))
+	period := rapid.Float64Range(0.001, 30).Draw(t, "period")
+	e := &Envelope{Job: name, Source: "train", Context: ctx, Allocated: alloc, Cap: limit, Peak: peak, Period: period,
+		ModelSize: units.Bytes(rapid.Int64Range(0, 40<<30).Draw(t, "model size"))}
+	if rapid.Bool().Draw(t, "declared") {
+		e.Request = units.Bytes(rapid.Int64Range(1, 80<<30).Draw(t, "request"))
+	}
+	n := rapid.IntRange(1, 12).Draw(t, "samples")
+	top := rapid.IntRange(0, n-1).Draw(t, "peak sample")
+	e.Floor = alloc
+	for k := range n {
+		ts := period * float64(k+1) / float64(n)
+		live := ctx + units.Bytes(rapid.Int64Range(0, int64(alloc-ctx)).Draw(t, "live"))
+		if k == top {
+			live = alloc
+		}
+		e.Floor = min(e.Floor, live)
+		e.Curve = append(e.Curve, Sample{ts, live})
+		e.Reserved = append(e.Reserved, Sample{ts, max(live, units.Bytes(rapid.Int64Range(int64(live), int64(peak)).Draw(t, "reserved")))})
+		e.Capped = append(e.Capped, Sample{ts, units.Bytes(rapid.Int64Range(int64(live), int64(limit)).Draw(t, "capped"))})
+	}
+	return e
+}
+
+func genPool(t *rapid.T) Pool {
+	gpus := hw.All()
+	g := gpus[rapid.IntRange(0, len(gpus)-1).Draw(t, "gpu")]
+	return Pool{GPU: &g, Count: rapid.IntRange(1, 8).Draw(t, "count")}
+}
+
+func genEnvelopes(t *rapid.T) []*Envelope {
+	n := rapid.IntRange(1, 24).Draw(t, "jobs")
+	var out []*Envelope
+	for i := range n {
+		out = append(out, genEnvelope(t, fmt.Sprintf("j%d", i)))
+	}
+	return out
+}
+
+// Under curve no GPU holds a set whose combined curve (the processes under
+// their limits) exceeds the capacity less the margin; under curve and
+// peaks no GPU is at risk or out of memory; every process is placed once or
+// listed as unplaced, under every policy.
+func TestPropertyPackPlacesSafely(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		envs, pool := genEnvelopes(t), genPool(t)
+		margin := units.Bytes(rapid.Int64Range(0, int64(pool.Capacity())/8).Draw(t, "margin"))
+		res, err := PackEnvelopes(envs, pool, Options{Margin: margin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		room := pool.Capacity() - margin
+		for _, pr := range res.Policies {
+			seen := map[string]int{}
+			for _, g := range pr.GPUs {
+				for _, j := range g.Jobs {
+					seen[j]++
+				}
+				if pr.Policy == Curve || pr.Policy == Peaks {
+					if g.Reach > room || g.Status != OK {
+						t.Fatalf("%s: GPU %d holds %s of %s (%s)", pr.Policy, g.Index, g.Reach, room, g.Status)
+					}
+					for _, s := range g.Combined {
+						if s.Bytes > room {
+							t.Fatalf("%s: GPU %d's combined curve reaches %s at %gs, over %s", pr.Policy, g.Index, s.Bytes, s.T, room)
+						}
+					}
+				}
+				if pr.Policy == WholeGPU && len(g.Jobs) != 1 {
+					t.Fatalf("whole-gpu put %d jobs on GPU %d", len(g.Jobs), g.Index)
+				}
+			}
+			for _, j := range pr.Unplaced {
+				seen[j]++
+			}
+			for _, e := range envs {
+				if seen[e.Job] != 1 {
+					t.Fatalf("%s: %s placed %d times", pr.Policy, e.Job, seen[e.Job])
+				}
+			}
+			if pr.Policy == WholeGPU && pr.GPUsNeeded != len(envs) {
+				t.Fatalf("whole-gpu needs %d GPUs for %d jobs", pr.GPUsNeeded, len(envs))
+			}
+		}
+	})
+}
+
+// The combined curve is the sum of the curves: at every sample time it
+// equals the sum of each process's curve there, and it reaches the sum of
+// the curves' values at each curve's own peak time.
+func TestPropertyCombineIsTheSum(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		envs := genEnvelopes(t)
+		var curves [][]Sample
+		var periods []float64
+		for _, e := range envs {
+			curves, periods = append(curves, e.Curve), append(periods, e.Period)
+		}
+		comb := combine(curves, periods)
+		for _, s := range comb {
+			var want units.Bytes
+			for _, e := range envs {
+				want += e.Live(s.T)
+			}
+			if s.Bytes != want {
+				t.Fatalf("combined %s at %gs, sum %s", s.Bytes, s.T, want)
+			}
+		}
+	})
+}
+
+// The simulation: deterministic; curve, peaks and whole-gpu never start a
+// job into an OOM (whole-gpu only when a job alone exceeds the GPU); every
+// arrival is started or left queued; a started job that did not run out of
+// memory completes.
+func TestPropertySimulate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		envs, pool := genEnvelopes(t), genPool(t)
+		byJob := map[string]*Envelope{}
+		var names []string
+		for _, e := range envs {
+			byJob[e.Job] = e
+			names = append(names, e.Job)
+		}
+		seed := rapid.Uint64().Draw(t, "seed")
+		tr := GenerateArrivals(seed, rapid.IntRange(1, 60).Draw(t, "arrivals"), names,
+			time.Duration(rapid.IntRange(1, 120).Draw(t, "gap minutes"))*time.Minute,
+			time.Duration(rapid.IntRange(1, 600).Draw(t, "duration minutes"))*time.Minute)
+		a, err := Simulate(byJob, tr, pool, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Simulate(byJob, tr, pool, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatal("two runs differ")
+		}
+		tooBig := 0
+		for _, ar := range tr.Arrivals {
+			if byJob[ar.Job].Allocated > pool.Capacity() {
+				tooBig++
+			}
+		}
+		for _, p := range a.Policies {
+			if p.Started+p.Queued != len(tr.Arrivals) {
+				t.Fatalf("%s: %d started + %d queued of %d", p.Policy, p.Started, p.Queued, len(tr.Arrivals))
+			}
+			if p.Completed != p.Started-p.OOM {
+				t.Fatalf("%s: %d completed of %d started, %d OOM", p.Policy, p.Completed, p.Started, p.OOM)
+			}
+			switch p.Policy {
+			case Curve, Peaks:
+				if p.OOM != 0 || p.AtRisk != 0 {
+					t.Fatalf("%s: %d OOM, %d at risk", p.Policy, p.OOM, p.AtRisk)
+				}
+			case WholeGPU:
+				if p.OOM != tooBig {
+					t.Fatalf("whole-gpu: %d OOM, %d arrivals larger than the GPU", p.OOM, tooBig)
+				}
+			}
+			if p.Utilisation < 0 || p.Utilisation > 1 || p.Busy < 0 || p.Busy > float64(pool.Count)+1e-9 {
+				t.Fatalf("%s: utilisation %g, busy %g", p.Policy, p.Utilisation, p.Busy)
+			}
+			if p.MeanWait < 0 || p.P95Wait > p.MaxWait {
+				t.Fatalf("%s: waits %g %g %g", p.Policy, p.MeanWait, p.P95Wait, p.MaxWait)
+			}
+		}
+	})
+}
+
+// Inconsistent envelopes and pools are refused, not packed.
+func TestPackRefusesInconsistentInput(t *testing.T) {
+	pool, err := ParsePool("2xh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := &Envelope{Job: "a", Context: 1, Allocated: 2, Cap: 3, Peak: 4, Period: 1}
+	for _, tc := range []struct {
+		name string
+		envs []*Envelope
+		pool Pool
+		opt  Options
+	}{
+		{"no jobs", nil, pool, Options{}},
+		{"nil envelope", []*Envelope{nil}, pool, Options{}},
+		{"cap above peak", []*Envelope{{Job: "b", Allocated: 2, Cap: 5, Peak: 4, Period: 1}}, pool, Options{}},
+		{"allocated above cap", []*Envelope{{Job: "b", Allocated: 6, Cap: 5, Peak: 7, Period: 1}}, pool, Options{}},
+		{"no period", []*Envelope{{Job: "b", Allocated: 2, Cap: 3, Peak: 4}}, pool, Options{}},
+		{"no GPU", []*Envelope{good}, Pool{Count: 2}, Options{}},
+		{"no GPUs", []*Envelope{good}, Pool{GPU: pool.GPU}, Options{}},
+		{"negative margin", []*Envelope{good}, pool, Options{Margin: -1}},
+		{"margin over the GPU", []*Envelope{good}, pool, Options{Margin: pool.Capacity()}},
+		{"unknown policy", []*Envelope{good}, pool, Options{Policies: []Policy{numPolicies}}},
+	} {
+		if _, err := PackEnvelopes(tc.envs, tc.pool, tc.opt); err == nil {
+			t.Errorf("%s: packed", tc.name)
+		}
+	}
+	for _, s := range []string{"", "0xh100", "-2xh100", "8xnone", "100001xh100", "x"} {
+		if _, err := ParsePool(s); err == nil {
+			t.Errorf("ParsePool(%q) accepted", s)
+		}
+	}
+	if p, err := ParsePool("8xh100"); err != nil || p.Count != 8 || p.GPU.Name != "h100-sxm" {
+		t.Errorf("8xh100: %+v %v", p, err)
+	}
+}
