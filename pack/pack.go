@@ -375,6 +375,15 @@ func (e *Envelope) Live(t float64) units.Bytes {
 	return at(e.Curve, e.Period, t)
 }
 
+// liveCurve is e's allocated curve, flat at its allocated peak when it has
+// none.
+func (e *Envelope) liveCurve() []Sample {
+	if len(e.Curve) == 0 {
+		return []Sample{{e.Period, e.Allocated}}
+	}
+	return e.Curve
+}
+
 // gpuResult judges the processes set on one GPU of capacity c as policy p
 // runs them.
 func gpuResult(envs []*Envelope, set []int, c units.Bytes, p Policy) GPUResult {
@@ -389,11 +398,12 @@ func gpuResult(envs []*Envelope, set []int, c units.Bytes, p Policy) GPUResult {
 		if p == Curve {
 			reach, curve = e.Cap, e.Capped
 		}
+		live := e.liveCurve()
 		if len(curve) == 0 {
-			curve = []Sample{{0, reach}}
+			curve = []Sample{{e.Period, reach}}
 		}
 		g.Reach += reach
-		curves, allocated, periods = append(curves, curve), append(allocated, e.Curve), append(periods, e.Period)
+		curves, allocated, periods = append(curves, curve), append(allocated, live), append(periods, e.Period)
 	}
 	g.Margin = c - g.Reach
 	switch {
@@ -467,6 +477,9 @@ func combine(curves [][]Sample, periods []float64) []Sample {
 // after t mod p (a sample holds from the previous one's time up to its
 // own), the last past the end.
 func at(c []Sample, p, t float64) units.Bytes {
+	if len(c) == 0 {
+		return 0
+	}
 	if p > 0 && t > p {
 		t -= float64(int(t/p)) * p
 	}
