@@ -43,19 +43,19 @@ type chartGlyphs struct {
 	cat                         [ir.NumCategories]rune
 	vert, tick, origin, axis    rune
 	boundAxis, boundLabel, peak rune
-	capacity                    rune
+	capacity, reserved          rune
 }
 
 var (
 	chartUnicode = chartGlyphs{
 		cat:  [ir.NumCategories]rune{'█', '▓', '▒', '░', ':', '≡', '·'},
 		vert: '│', tick: '┤', origin: '┼', axis: '─',
-		boundAxis: '┬', boundLabel: '│', peak: '▲', capacity: '╌',
+		boundAxis: '┬', boundLabel: '│', peak: '▲', capacity: '╌', reserved: '┄',
 	}
 	chartASCII = chartGlyphs{
 		cat:  [ir.NumCategories]rune{'P', 'G', 'O', 'A', 'T', 'K', '.'},
 		vert: '|', tick: '+', origin: '+', axis: '-',
-		boundAxis: '+', boundLabel: '|', peak: '^', capacity: '-',
+		boundAxis: '+', boundLabel: '|', peak: '^', capacity: '-', reserved: '~',
 	}
 )
 
@@ -77,7 +77,9 @@ func TerminalChart(w io.Writer, r *engine.Result, width, height int) error {
 // index across the iteration, y is device bytes stacked by ledger category.
 // Each column shows the op with the largest total among the ops it covers.
 // Under the axis are the phase boundaries, the peak and a legend; a dashed
-// line marks the capacity when there is one. The output is deterministic.
+// line marks the capacity when there is one, a dotted one the reserved bytes
+// when r has the caching allocator's prediction (engine.Result.PredictReserved
+// with its timeline). The output is deterministic.
 func TerminalChartWith(w io.Writer, r *engine.Result, opt ChartOptions) error {
 	if err := chartCheck(r); err != nil {
 		return err
@@ -105,6 +107,8 @@ type chartDrawer struct {
 	tl            []sim.Point
 	peak          sim.Point
 	capShown      bool
+	reserved      []units.Bytes // at each timeline point; nil: no reserved line
+	reservedTop   units.Bytes
 
 	rowH   float64        // bytes per row
 	tickAt map[int]string // tick labels by level (row from the bottom, 0 is the axis)
@@ -112,8 +116,9 @@ type chartDrawer struct {
 	labelW int            // width of the tick labels
 	plotW  int            // columns of the plot area
 
-	lo      []int        // column c covers ops [lo[c], lo[c+1])
-	cols    []*sim.Point // the largest point of each column
+	lo      []int         // column c covers ops [lo[c], lo[c+1])
+	cols    []*sim.Point  // the largest point of each column
+	resCols []units.Bytes // the most reserved of each column (with a reserved line)
 	peakCol int
 	grid    [][]rune // rows from the top: row k shows level height-k
 
@@ -121,7 +126,10 @@ type chartDrawer struct {
 }
 
 func newChartDrawer(r *engine.Result, opt ChartOptions) *chartDrawer {
-	d := &chartDrawer{r: r, g: chartUnicode, width: opt.Width, height: opt.Height, tl: r.Sim.Timeline, peak: r.Sim.Peak}
+	d := &chartDrawer{r: r, g: chartUnicode, width: opt.Width, height: opt.Height, tl: r.Sim.Timeline, peak: r.Sim.Peak, reserved: reservedSeries(r)}
+	for _, b := range d.reserved {
+		d.reservedTop = max(d.reservedTop, b)
+	}
 	if opt.ASCII {
 		d.g = chartASCII
 	}
@@ -196,6 +204,14 @@ func (d *chartDrawer) columns() {
 		}
 		d.cols[c] = best
 	}
+	if d.reserved != nil {
+		d.resCols = make([]units.Bytes, d.plotW)
+		for c := range d.resCols {
+			for i := d.lo[c]; i < max(d.lo[c+1], d.lo[c]+1); i++ {
+				d.resCols[c] = max(d.resCols[c], d.reserved[i])
+			}
+		}
+	}
 	d.peakCol = d.colOf(d.peak.Op)
 }
 
@@ -209,8 +225,9 @@ func (d *chartDrawer) colOf(op int) int {
 	return d.plotW - 1
 }
 
-// fill stacks each column's categories into the grid and draws the capacity line over the bars too: where it
-// crosses them is the news.
+// fill stacks each column's categories into the grid, marks each column's reserved bytes in the cell that holds
+// them (over the bar's top cell when they share it; none above the top: the reserved line leaves the scale as
+// it was), and draws the capacity line over the bars too: where it crosses them is the news.
 func (d *chartDrawer) fill() {
 	d.grid = make([][]rune, d.height)
 	for k := range d.grid {
@@ -223,6 +240,11 @@ func (d *chartDrawer) fill() {
 				break
 			}
 			d.grid[d.height-lvl][c] = d.g.cat[chartCategoryAt(&p.Cat, mid)]
+		}
+	}
+	for c, b := range d.resCols {
+		if lvl := int(math.Ceil(float64(b) / d.rowH)); lvl >= 1 && lvl <= d.height {
+			d.grid[d.height-lvl][c] = d.g.reserved
 		}
 	}
 	if d.capLvl > 0 {
@@ -364,6 +386,17 @@ func (d *chartDrawer) writeLegend() {
 	}
 	if d.r.Capacity > 0 {
 		items = append(items, d.capacityItem())
+	}
+	if d.reserved != nil {
+		it := string(d.g.reserved) + " reserved " + d.reservedTop.String() + " (caching allocator"
+		if f := d.r.Reserved.First; f != nil && units.Bytes(f.PeakReserved) > d.reservedTop {
+			it += "; first step " + units.Bytes(f.PeakReserved).String() // a program of its own, not drawn
+		}
+		it += ")"
+		if float64(d.reservedTop) > float64(d.height)*d.rowH {
+			it += ", off scale"
+		}
+		items = append(items, it)
 	}
 	cur := ""
 	for _, it := range items {

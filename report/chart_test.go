@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
@@ -293,5 +294,55 @@ func TestChartTicks(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// chartReserved is a copy of gpt2's plan with the caching allocator's
+// reserved prediction and its timeline, as memplan plan makes it.
+func chartReserved(t *testing.T) *engine.Result {
+	t.Helper()
+	r := chartCopy(chartPlan(t, 4, 1))
+	if _, err := r.PredictReserved(allocator.Config{}, false, true); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The reserved line: one mark per column, in the row holding the most
+// reserved bytes of the column's ops (the allocator replay's timeline), on
+// or above the column's bar, none where that is above the top (the scale is
+// the chart's without the line); none without the prediction.
+func TestTerminalChartReservedLine(t *testing.T) {
+	r := chartReserved(t)
+	chartGolden(t, "chart_gpt2_reserved.golden", chartRender(t, r, ChartOptions{Width: 72, Height: 14}))
+	d := newChartDrawer(r, ChartOptions{Width: 72, Height: 14})
+	d.scale()
+	d.columns()
+	d.fill()
+	res := reservedSeries(r)
+	for c := 0; c < d.plotW; c++ {
+		var most units.Bytes
+		for i := d.lo[c]; i < max(d.lo[c+1], d.lo[c]+1); i++ {
+			most = max(most, res[i])
+		}
+		marks := 0
+		for k := range d.grid {
+			if d.grid[k][c] == d.g.reserved {
+				marks++
+				lvl := d.height - k
+				if lo, hi := float64(lvl-1)*d.rowH, float64(lvl)*d.rowH; float64(most) <= lo || float64(most) > hi {
+					t.Errorf("column %d: mark at level %d (%.0f, %.0f], reserved %d", c, lvl, lo, hi, most)
+				}
+				if most < d.cols[c].Total {
+					t.Errorf("column %d: reserved %d under the allocated %d", c, most, d.cols[c].Total)
+				}
+			}
+		}
+		if want := 1; marks != want && (float64(most) <= float64(d.height)*d.rowH || marks != 0) {
+			t.Errorf("column %d: %d reserved marks for %d reserved bytes (top %.0f)", c, marks, most, float64(d.height)*d.rowH)
+		}
+	}
+	if plain := chartRender(t, chartPlan(t, 4, 1), ChartOptions{Width: 72, Height: 14}); strings.ContainsRune(plain, chartUnicode.reserved) || strings.Contains(plain, "reserved") {
+		t.Errorf("a plan without the reserved prediction drew a reserved line:\n%s", plain)
 	}
 }

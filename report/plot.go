@@ -60,6 +60,11 @@ var (
 	plotGray        = color.RGBA{0x99, 0x99, 0x99, 0xFF}
 )
 
+// plotReservedLine draws the caching allocator's reserved bytes over the
+// stack, in plan's plot and explain's alike (dark, not the capacity's
+// vermillion, so that the two lines read apart).
+var plotReservedLine = draw.LineStyle{Color: color.RGBA{0x22, 0x22, 0x22, 0xFF}, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}
+
 // plotColors colors the ledger categories; the capacity line is vermillion.
 var plotColors = [ir.NumCategories]color.Color{
 	ir.Parameter:      okabeBlue,
@@ -178,6 +183,7 @@ type plotSeries struct {
 	unitName string
 	x        []float64 // len(pts)+1 edges, in ops
 	pts      []int     // timeline index of each bucket's largest point
+	reserved []float64 // the most reserved bytes of each bucket, in unit (nil: no reserved line)
 	cats     []ir.Category
 	phases   []plotPhase
 }
@@ -210,6 +216,7 @@ func newPlotSeries(r *engine.Result, maxPoints int) *plotSeries {
 	}
 	s.x = append(s.x, float64(n))
 	top := max(r.Sim.Peak.Total, r.Capacity)
+	res := reservedSeries(r)
 	s.unit, s.unitName = units.GiB, "GiB"
 	switch {
 	case top < units.MiB:
@@ -221,6 +228,15 @@ func newPlotSeries(r *engine.Result, maxPoints int) *plotSeries {
 	for c := ir.Category(0); c < ir.NumCategories; c++ {
 		if present[c] {
 			s.cats = append(s.cats, c)
+		}
+	}
+	if res != nil {
+		for k := range s.pts {
+			var most units.Bytes
+			for i := int(s.x[k]); i < int(s.x[k+1]); i++ {
+				most = max(most, res[i])
+			}
+			s.reserved = append(s.reserved, s.y(most))
 		}
 	}
 	for i := range tl {
@@ -272,6 +288,20 @@ func (a *plotStack) Plot(c draw.Canvas, plt *plot.Plot) {
 		}
 		c.FillPolygon(a.colors[cat], c.ClipPolygonXY(poly))
 		lower, upper = upper, lower
+	}
+}
+
+// plotReserved draws the reserved bytes as steps over the buckets.
+type plotReserved struct{ s *plotSeries }
+
+func (a *plotReserved) Plot(c draw.Canvas, plt *plot.Plot) {
+	trX, trY := plt.Transforms(&c)
+	var line []vg.Point
+	for k, y := range a.s.reserved {
+		line = append(line, vg.Point{X: trX(a.s.x[k]), Y: trY(y)}, vg.Point{X: trX(a.s.x[k+1]), Y: trY(y)})
+	}
+	for _, l := range c.ClipLinesXY(line) {
+		c.StrokeLines(plotReservedLine, l)
 	}
 }
 
@@ -472,6 +502,9 @@ func drawPlot(dc draw.Canvas, r *engine.Result, opt PlotOptions) {
 	small := text.Style{Color: color.Black, Font: font.From(plotFont, 9), Handler: plt.TextHandler}
 	plt.Add(&plotBands{s: s})
 	plt.Add(&plotStack{s: s, r: r, colors: plotColors})
+	if s.reserved != nil {
+		plt.Add(&plotReserved{s: s})
+	}
 	plt.Add(&plotOverlay{s: s, r: r, style: small})
 
 	// Legend, top category first as the stack reads.
@@ -497,6 +530,15 @@ func drawPlot(dc draw.Canvas, r *engine.Result, opt PlotOptions) {
 	for _, ph := range []ir.Phase{ir.Backward, ir.Optimizer} {
 		if hasPhase[ph] {
 			leg.Add(ph.String()+" phase", plotSwatch{color: plotPhaseShade[ph], outline: true})
+		}
+	}
+	// The reserved line last, so that it leaves the rest of the figure as it
+	// was: the y range is not stretched for it (it is clipped at the top;
+	// the text report gives its peak).
+	if s.reserved != nil {
+		if l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: 0}, {X: 1, Y: 0}}); err == nil {
+			l.LineStyle = plotReservedLine
+			leg.Add("reserved", l)
 		}
 	}
 	legW := leg.Rectangle(dc).Max.X - leg.Rectangle(dc).Min.X + vg.Points(16)

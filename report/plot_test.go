@@ -14,6 +14,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/units"
 )
 
 // plotDirFiles lists the names in dir.
@@ -197,5 +198,30 @@ func TestPlotSeriesDownsample(t *testing.T) {
 	var buf bytes.Buffer
 	if err := WritePlotTo(&buf, "svg", r, PlotOptions{MaxPoints: 50}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// plan's plot draws the reserved line, in explain's reserved style, when the
+// plan has the caching allocator's prediction, with the y range reaching
+// its highest step; no such line without it.
+func TestWritePlotReservedLine(t *testing.T) {
+	r := chartReserved(t)
+	s := newPlotSeries(r, DefaultPlotMaxPoints)
+	var top float64
+	for _, y := range s.reserved {
+		top = max(top, y)
+	}
+	if len(s.reserved) != len(s.pts) || top != s.y(units.Bytes(r.Reserved.Steady.PeakReserved)) {
+		t.Errorf("%d reserved steps for %d buckets, highest %.3f, the replay's peak %.3f", len(s.reserved), len(s.pts), top, s.y(units.Bytes(r.Reserved.Steady.PeakReserved)))
+	}
+	var with, without bytes.Buffer
+	if err := WritePlotTo(&with, "svg", r, PlotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WritePlotTo(&without, "svg", chartPlan(t, 4, 1), PlotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(with.String(), ">reserved<") || strings.Contains(without.String(), ">reserved<") {
+		t.Errorf("legend: reserved in the plot with the prediction %v, without it %v", strings.Contains(with.String(), ">reserved<"), strings.Contains(without.String(), ">reserved<"))
 	}
 }

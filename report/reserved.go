@@ -106,3 +106,19 @@ func writeReservedLine(b *strings.Builder, res *engine.Result) {
 	}
 	b.WriteString("\n")
 }
+
+// reservedSeries is the reserved bytes the caching allocator model predicts
+// at each point of r's timeline (its op's high-water mark in the replay of
+// r.Program), nil when the reserved prediction is off or was made without a
+// timeline.
+func reservedSeries(r *engine.Result) []units.Bytes {
+	if r.Reserved == nil || r.Reserved.Steady == nil || len(r.Reserved.Steady.Timeline) != len(r.Program.Ops) {
+		return nil
+	}
+	rt := r.Reserved.Steady.Timeline
+	out := make([]units.Bytes, len(r.Sim.Timeline))
+	for i, pt := range r.Sim.Timeline {
+		out[i] = units.Bytes(rt[pt.Op])
+	}
+	return out
+}

@@ -139,7 +139,7 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 		res = append(res, plotter.XY{X: float64(i), Y: y(tl[i].Reserved)})
 	}
 	if l, err := plotter.NewLine(res); err == nil && !timeline {
-		l.LineStyle = draw.LineStyle{Color: okabeVermillion, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(2)}}
+		l.LineStyle = plotReservedLine
 		plt.Add(l)
 		leg.Add("reserved", l)
 	}
