@@ -29,22 +29,36 @@ func (a askable) Set(v string) error {
 }
 
 func newMaxCmd(stdout io.Writer) *cobra.Command {
-	f := &planFlags{}
+	f, sf, ms := &planFlags{}, &serveFlags{}, &maxServe{}
 	var jsonOut bool
 	asked := map[search.Dim]*bool{}
 	c := &cobra.Command{
 		Use:   "max",
-		Short: "The largest micro-batch, sequence or generated-token count that fits: give '?' to the one to solve",
+		Short: "The largest micro-batch, sequence, generated-token count, or (serving) requests or context that fits: give '?' to the one to solve",
 		Long: "max takes plan's flags and the value '?' for one of --micro-batch, --seq or --gen-tokens, and finds the\n" +
 			"largest value at which the job fits the --gpu or --budget, everything else as given. Each value tried\n" +
 			"is an exact plan; the search relies on the peak never falling as the value grows (every tensor's size\n" +
 			"grows with it, the program's ops and lifetimes do not change). It prints the plan at the answer and\n" +
-			"one step beyond: where that one overflows and what grew.\n\n" + exitHelp,
+			"one step beyond: where that one overflows and what grew. In --mode serve (vLLM), --requests '?' is the\n" +
+			"concurrent requests of --context tokens the paged KV cache holds, and --context '?' the longest context\n" +
+			"--requests N requests get (with --max-model-len following it unless given).\n\n" + exitHelp,
 		Example: `  memplan max --model llama-3-8b --gpu h100 --seq 4096 --micro-batch '?'
   memplan max --model llama-3-8b --gpu h100 --micro-batch 1 --seq '?' --checkpoint full
-  memplan max --model llama-2-7b --gpu a100 --mode infer --seq 2048 --micro-batch 8 --gen-tokens '?' --json`,
+  memplan max --model llama-2-7b --gpu a100 --mode infer --seq 2048 --micro-batch 8 --gen-tokens '?' --json
+  memplan max --mode serve --model llama-3.1-8b --gpu h100 --context 32768 --requests '?'
+  memplan max --mode serve --model llama-3.1-8b --gpu h100 --requests 16 --context '?'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			ms.modeGiven, ms.mode = f.changed("mode"), f.mode
+			if ms.askRequests || ms.askContext || f.mode == "serve" {
+				if !ms.askRequests && !ms.askContext {
+					return fmt.Errorf("max in --mode serve solves for --requests or --context: give it the value '?'")
+				}
+				return ms.run(stdout, jsonOut, sf, f)
+			}
+			if f.changed("requests") {
+				return fmt.Errorf("--requests applies to --mode serve, not --mode %s", f.mode)
+			}
 			d, err := solvedDim(asked)
 			if err != nil {
 				return err
@@ -91,6 +105,16 @@ func newMaxCmd(stdout io.Writer) *cobra.Command {
 		fg.Value = askable{fg.Value, b}
 		fg.Usage += "; '?' solves for it"
 	}
+	sf.register(fl)
+	fl.IntVar(&ms.requests, "requests", 0, "serve: concurrent requests; '?' solves for the most the KV cache holds at --context")
+	for _, a := range []struct {
+		name string
+		b    *bool
+	}{{"requests", &ms.askRequests}, {"context", &ms.askContext}} {
+		fg := fl.Lookup(a.name)
+		fg.Value = askable{fg.Value, a.b}
+	}
+	fl.Lookup("context").Usage += "; '?' solves for the longest context --requests N get"
 	fl.BoolVar(&jsonOut, "json", false, "print the machine-readable JSON (memplan.max/v1)")
 	return c
 }

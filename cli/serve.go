@@ -24,6 +24,8 @@ type serveFlags struct {
 	util                                        float64
 	chunked, eager                              bool
 	changed                                     func(string) bool
+	// contextAsked: max solves for --context (given '?').
+	contextAsked bool
 }
 
 func (f *serveFlags) register(fl *pflag.FlagSet) {
@@ -101,7 +103,7 @@ func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 		v    int
 	}{{"block-size", f.blockSize}, {"max-num-seqs", f.seqs}, {"max-model-len", f.maxModelLen}, {"max-num-batched-tokens", f.batchedTokens},
 		{"context", f.context}, {"prompt", f.prompt}} {
-		if f.changed(c.flag) && c.v <= 0 {
+		if f.changed(c.flag) && c.v <= 0 && !(c.flag == "context" && f.contextAsked) {
 			return s, fmt.Errorf("--%s must be positive, got %d", c.flag, c.v)
 		}
 	}

@@ -98,6 +98,7 @@ const (
 	FieldPrompt         Field = "prompt"
 	FieldTotalMemory    Field = "total-memory"
 	FieldChunkedPrefill Field = "chunked-prefill"
+	FieldRequests       Field = "requests"
 )
 
 // FieldError is an invalid value of one field; Msg names fields as

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// max in serve mode agrees with plan --mode serve: --requests '?' is the
+// requests plan reports at the context; --context '?' is a context at which
+// plan holds the requests, and one token more does not.
+func TestMaxServeAgreesWithPlan(t *testing.T) {
+	type plan struct {
+		Requests int64 `json:"requests_at_context"`
+		Fits     bool  `json:"fits"`
+	}
+	planAt := func(args ...string) plan {
+		t.Helper()
+		code, out, errs := run(append([]string{"plan", "--mode", "serve", "--json"}, args...)...)
+		if code != ExitOK && code != ExitDoesNotFit {
+			t.Fatalf("plan %v: exit %d: %s", args, code, errs)
+		}
+		var p plan
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	job := []string{"--model", "llama-3.1-8b", "--gpu", "rtx-4090"}
+	code, out, errs := run(append([]string{"max", "--json", "--max-model-len", "16384", "--context", "8192", "--requests", "?"}, job...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Schema    string `json:"schema"`
+		Dimension string `json:"dimension"`
+		Value     int64  `json:"value"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Schema != "memplan.max/v1" || j.Dimension != "requests" || j.Value < 1 {
+		t.Fatalf("%+v", j)
+	}
+	if p := planAt(append(job, "--max-model-len", "16384", "--context", "8192")...); p.Requests != j.Value {
+		t.Errorf("max --requests: %d, plan at --context 8192: %d", j.Value, p.Requests)
+	}
+	for _, n := range []int{1, 4, 16} {
+		code, out, errs := run(append([]string{"max", "--json", "--requests", fmt.Sprint(n), "--context", "?"}, job...)...)
+		if code != ExitOK {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		c := j.Value
+		if at := planAt(append(job, "--max-model-len", fmt.Sprint(c), "--context", fmt.Sprint(c))...); !at.Fits || at.Requests < int64(n) {
+			t.Errorf("%d requests: context %d holds %d (fits %v)", n, c, at.Requests, at.Fits)
+		}
+		if b := planAt(append(job, "--max-model-len", fmt.Sprint(c+1), "--context", fmt.Sprint(c+1))...); b.Fits && b.Requests >= int64(n) {
+			t.Errorf("%d requests: context %d also holds %d", n, c+1, b.Requests)
+		}
+	}
+}
+
+func TestMaxServeBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--mode", "train", "--requests", "?"}, "--requests applies to --mode serve, not --mode train"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--requests", "4", "--micro-batch", "?"}, "--requests applies to --mode serve"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "?", "--context", "?"}, "both given '?'"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--context", "?"}, "--context '?' needs --requests N"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--mode", "serve"}, "solves for --requests or --context"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "?", "--micro-batch", "4"}, "--micro-batch does not apply to --mode serve"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "?", "--context", "-3"}, "--context must be positive"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "x", "--context", "?"}, "invalid argument"},
+		{[]string{"max", "--model", "bert-base", "--gpu", "h100", "--requests", "?"}, "encoder"},
+		{[]string{"max", "--model", "llama-3-8b", "--requests", "?"}, "--gpu"},
+	} {
+		code, _, errs := run(c.args...)
+		if code != ExitBadInput || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") > 0 {
+			t.Errorf("%v: exit %d, stderr %q, want one line with %q", c.args, code, errs, c.want)
+		}
+	}
+	// Nothing fits: exit 4.
+	if code, out, _ := run("max", "--model", "llama-3.1-8b", "--gpu", "rtx-4090", "--max-model-len", "8192", "--requests", "100000", "--context", "?"); code != ExitNothingFits || !strings.Contains(out, "Nothing fits") {
+		t.Errorf("100000 requests: exit %d: %s", code, out)
+	}
+}
