@@ -125,7 +125,7 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, err
 	}
 	ck.copy(p, own)
-	ck.e = newEditor(ck.q)
+	ck.e = newInserter(ck.q)
 	ck.backwardOfSegments()
 	for _, s := range ck.segs {
 		ck.recompute(s)

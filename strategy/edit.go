@@ -136,6 +136,13 @@ func newEditor(q *ir.Program) *editor {
 	return e
 }
 
+// newInserter is an editor for a transform that only inserts ops and adds tensors (Checkpoint): it builds no
+// owner table (owner resolves a tensor on demand) and no shard map, which a search's thousands of plans would pay
+// for on every apply.
+func newInserter(q *ir.Program) *editor {
+	return &editor{p: q, before: map[int][]ir.Op{}}
+}
+
 // owner returns the storage of t (tensors added later resolve on demand).
 func (e *editor) owner(t ir.TensorID) ir.TensorID {
 	if int(t) < len(e.owners) {
