@@ -57,13 +57,28 @@ def scratch_bytes(ev, batch, seq=None):
     return int(math.floor(y + 0.5))
 
 
+def first_step_created(doc):
+    """Ids of the initial storages absent before the first step because its optimizer phase creates them:
+    first_step.optimizer_state, and every initial storage first_step.optimizer_events allocates. An optimizer
+    that replaces its state each step (m = b*m + g stored back, not updated in place) creates its state under
+    ids that are initial in the steady step; traces exported before the exporter labelled them
+    optimizer_state list none of them, and counting them live at the start as well as where the first step
+    allocates them counted the state twice. memplan's Go importer (torchtrace.FirstStepCreated) is the same
+    function."""
+    out = set(doc["first_step"]["optimizer_state"])
+    initial = {s["id"] for s in doc["initial_storages"]}
+    for e in doc["first_step"]["optimizer_events"]:
+        out.update(a["id"] for a in e["alloc"] if a["id"] in initial)
+    return out
+
+
 def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):
     """Per-phase peak live bytes of the traced step at `batch`.
 
     Storages smaller than min_bytes are ignored (to compare with an allocator counter with a threshold).
     Returns {"phases": {...}, "peak_bytes", "peak_phase", "baseline_bytes"}."""
     live = {}
-    state = set(doc["first_step"]["optimizer_state"]) if first_step else set()
+    state = first_step_created(doc) if first_step else set()
     for s in doc["initial_storages"]:
         if s["id"] in state:
             continue
