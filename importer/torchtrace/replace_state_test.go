@@ -11,17 +11,57 @@ import (
 
 // replace_state.trace.json (testdata/torch/replace_state.py): an optimizer
 // that replaces its state each step (m = 0.9·m + g stored back into a dict).
-// The steady step frees the initial state (ids 6-9) after allocating the new
-// one; the first step creates the state under those initial ids. Steady peaks
-// are memplan_torch.replay's; first-step peaks are the documented replay
-// with ids 6-9 absent at the start (replay.py double-counts them), by hand at
-// batch 16: params 49792 + inputs 4224 + grads 49792 + zeros_like, mul and add
-// of the first layer's state (3·32768) = 202112.
+// The steady step frees the initial state (ids 6-9, labelled optimizer_state)
+// after allocating the new one; the first step creates the state under those
+// initial ids. Peaks are memplan_torch.replay's (python/tests/test_replace_state.py;
+// before, its first step counted ids 6-9 twice), by hand at batch 16 for the
+// first step: params 49792 + inputs 4224 + grads 49792 + zeros_like, mul and
+// add of the first layer's state (3·32768) = 202112. A trace exported before
+// the exporter labelled the replaced state (category temporary, no
+// first_step.optimizer_state) replays the same.
 func TestReplaceStateOptimizer(t *testing.T) {
 	tr, err := Load(filepath.Join(testdata, "replace_state.trace.json"))
 	if err != nil {
 		t.Fatal(err) // was: allocates storage 6, which is live
 	}
+	if got := tr.First.OptimizerState; len(got) != 4 {
+		t.Fatalf("first_step.optimizer_state = %v, want the 4 replaced state storages", got)
+	}
+	old, err := Load(filepath.Join(testdata, "replace_state.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlabel(old)
+	for _, tr := range []*Trace{tr, old} {
+		checkReplaceState(t, tr)
+	}
+}
+
+// unlabel rewrites tr as exporters before the fix wrote it: the replaced
+// state's initial storages and the first step's allocations of them are
+// temporaries, and first_step.optimizer_state is empty.
+func unlabel(tr *Trace) {
+	state := map[int]bool{}
+	for _, id := range tr.First.OptimizerState {
+		state[id] = true
+	}
+	tr.First.OptimizerState = nil
+	for i := range tr.Initial {
+		if state[tr.Initial[i].ID] {
+			tr.Initial[i].Category = CatTemporary
+		}
+	}
+	for i := range tr.First.OptimizerEvents {
+		for j := range tr.First.OptimizerEvents[i].Alloc {
+			if a := &tr.First.OptimizerEvents[i].Alloc[j]; state[a.ID] {
+				a.Category = CatTemporary
+			}
+		}
+	}
+}
+
+func checkReplaceState(t *testing.T, tr *Trace) {
+	t.Helper()
 	for _, c := range []struct {
 		batch         int
 		steady, first map[string]int64

@@ -142,9 +142,9 @@ func (t *Trace) HasSeq() bool { return t.SeqDim != nil }
 // first_step.optimizer_state and every initial storage that
 // first_step.optimizer_events allocates. An optimizer that replaces its state
 // each step (m = β·m + g stored back, rather than updated in place) creates
-// its state under ids that are initial in the steady step, which the exporter
-// does not categorise as optimizer state (the state it finds after the
-// steady step are that step's new tensors).
+// its state under ids that are initial in the steady step, which exporters
+// before issue 10 did not categorise as optimizer state (they looked only at
+// the state after the steady step: that step's new tensors).
 func (t *Trace) FirstStepCreated() map[int]bool {
 	out := map[int]bool{}
 	for _, id := range t.First.OptimizerState {

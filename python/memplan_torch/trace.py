@@ -551,6 +551,18 @@ def _categorize(rec, params, buffers, grads, states, inputs):
     return "temporary"
 
 
+def state_sids(rec, opt):
+    """Storage ids of the tensors the optimizer holds in its state now."""
+    out = set()
+    for st in opt.state.values():
+        for v in st.values():
+            if isinstance(v, torch.Tensor):
+                r = rec.lookup(v, create=False)
+                if r is not None:
+                    out.add(r.sid)
+    return out
+
+
 def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=None, prime=None):
     """Runs two training steps of `job` on `device` under the recorder; with `fake_mode` (a FakeTensorMode
     the job's tensors belong to), under that mode, without computing.
@@ -631,6 +643,9 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
             marks["step2"] = len(rec.events)
             rec.sweep()
             initial = [r.sid for r in sorted(rec.live.values(), key=lambda r: r.sid)]
+            # the optimizer's state as the steady step starts (ids only: a reference kept here would keep a
+            # state tensor that the step replaces alive)
+            states_before = state_sids(rec, opt)
             marks["step2_ops"] = len(rec.events)
             step(2)
             marks["end"] = len(rec.events)
@@ -650,12 +665,10 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     p_sids = sids(params)
     b_sids = sids(buffers)
     i_sids = sids(job.tensors())
-    s_tensors = []
-    for st in opt.state.values():
-        for v in st.values():
-            if isinstance(v, torch.Tensor):
-                s_tensors.append(v)
-    s_sids = sids(s_tensors)
+    # the state after the steady step, and before it: an optimizer that replaces its state tensors each step
+    # (m = b*m + g stored back) holds other storages at the two points; both are its state (the initial ones
+    # are what the first step creates)
+    s_sids = state_sids(rec, opt) | states_before
     buf_set = b_sids
     g_sids = grad_sids
     return {"recorder": rec, "marks": marks, "with_grad": with_grad, "primed": prime is not None, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,

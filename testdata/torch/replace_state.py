@@ -3,7 +3,7 @@
 frees the initial state storages and the first step creates state lazily under ids that are initial in the
 steady step (issue 10, item 6).
 
-  cd python && /usr/bin/python3 ../testdata/torch/replace_state.py ../testdata/torch/replace_state.trace.json
+  cd python && PYTHONPATH=. /usr/bin/python3 ../testdata/torch/replace_state.py ../testdata/torch/replace_state.trace.json
 """
 
 import sys
