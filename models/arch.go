@@ -48,6 +48,12 @@ import (
 //   - gemma2: gemma plus four RMSNorms per layer (input, post-attention,
 //     pre-feedforward, post-feedforward), attention and final-logit soft-capping,
 //     query_pre_attn_scalar, and sliding-window attention on every other layer.
+//   - gemma3_text: gemma2's four norms per layer, x*(1+w) RMSNorms and
+//     scaled, tied embeddings, plus qwen3-style q_norm/k_norm over head_dim;
+//     no soft-capping unless the config sets it; sliding-window attention on
+//     every layer but each sliding_window_pattern-th (layer_types), whose
+//     rotary tables use rope_local_base_freq while the full-attention layers
+//     use rope_theta (two cos/sin pairs, Gemma3TextModel.forward @v5.24.0).
 //   - phi3: llama-like RMSNorm/rotary/SwiGLU but with a fused qkv_proj
 //     (hidden -> (heads + 2*kv_heads)*head_dim) and a fused gate_up_proj
 //     (hidden -> 2*intermediate), no biases, untied LM head, resid/embd dropout.
@@ -87,6 +93,7 @@ const (
 	FamilyQwen3MoE = "qwen3_moe"
 	FamilyGemma    = "gemma"
 	FamilyGemma2   = "gemma2"
+	FamilyGemma3   = "gemma3_text"
 	FamilyPhi3     = "phi3"
 	FamilyGPTNeoX  = "gpt_neox"
 	FamilyPhi      = "phi"
@@ -154,6 +161,11 @@ type Arch struct {
 
 	SlidingWindow            int  // 0 = none
 	SlidingWindowAlternating bool // gemma2: window only on every other layer (even layer indices)
+	// SlidingWindowPattern n > 0 (gemma3_text): layer i has full attention
+	// when (i+1)%n == 0 and the sliding window otherwise; RopeLocalTheta is
+	// the sliding layers' rotary base.
+	SlidingWindowPattern int
+	RopeLocalTheta       float64
 
 	AttnLogitSoftcap   float64 // gemma2 attn_logit_softcapping; 0 = none
 	FinalLogitSoftcap  float64 // gemma2 final_logit_softcapping; 0 = none
@@ -589,7 +601,9 @@ func HumanCount(n int64) string {
 		s string
 		v float64
 	}{{"T", 1e12}, {"B", 1e9}, {"M", 1e6}, {"K", 1e3}} {
-		if f >= u.v {
+		// 999,885,952 is 1.00B, not 1000M: a count that rounds up to 1000
+		// of the next smaller unit takes this unit.
+		if f >= u.v*0.9995 {
 			f /= u.v
 			unit = u.s
 			break

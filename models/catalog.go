@@ -32,6 +32,7 @@ var catalogRepos = map[string]string{
 	"bert-large":     "google-bert/bert-large-uncased",
 	"gemma-2-9b":     "google/gemma-2-9b",
 	"gemma-2b":       "google/gemma-2b",
+	"gemma-3-1b":     "google/gemma-3-1b-pt",
 	"gemma-7b":       "google/gemma-7b",
 	"gpt2":           "openai-community/gpt2",
 	"gpt2-large":     "openai-community/gpt2-large",

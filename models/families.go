@@ -157,6 +157,31 @@ var families = []family{
 		QueryPreAttnScalar: 256,
 	},
 	{
+		// Gemma 3 text decoder (Gemma3ForCausalLM): gemma2's layer with
+		// q_norm/k_norm and a sliding window on five of every six layers.
+		ModelType:          FamilyGemma3,
+		Source:             "transformers src/transformers/models/gemma3/configuration_gemma3.py @v5.24.0 (Gemma3TextConfig)",
+		LoRATargets:        []string{"q_proj", "v_proj"},
+		parse:              (*parser).decoder,
+		HeadDimKey:         true,
+		HeadDim:            256,
+		MaxPositions:       131072,
+		RopeTheta:          1e6,
+		ActKey:             "hidden_activation",
+		Act:                "gelu_pytorch_tanh",
+		EmbedScale:         true,
+		Bias:               attentionBiasKey,
+		QKNorm:             true,
+		PostNorms:          true,
+		TieEmbeddings:      true,
+		Window:             windowKey,
+		SlidingWindow:      4096,
+		WindowPattern:      6,
+		RopeLocalTheta:     1e4,
+		OptionalSoftcaps:   true,
+		QueryPreAttnScalar: 256,
+	},
+	{
 		ModelType:        FamilyPhi3,
 		Source:           "transformers src/transformers/models/phi3/configuration_phi3.py @v4.51.0",
 		LoRATargets:      []string{"qkv_proj"},
@@ -244,6 +269,14 @@ type family struct {
 	Window            windowPolicy
 	SlidingWindow     int
 	WindowAlternating bool
+	// WindowPattern n > 0: the window is on every layer but each n-th
+	// (sliding_window_pattern, or the config's layer_types), and
+	// RopeLocalTheta is rope_local_base_freq's default for those layers.
+	WindowPattern  int
+	RopeLocalTheta float64
+	// OptionalSoftcaps: attn_logit_softcapping and final_logit_softcapping
+	// default to none (null) but are read when set.
+	OptionalSoftcaps bool
 
 	// Soft-capping defaults (0: the config has no such key).
 	AttnLogitSoftcap   float64 // attn_logit_softcapping

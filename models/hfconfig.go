@@ -260,7 +260,51 @@ func (p *parser) decoderWindow(a *Arch) error {
 		}
 	}
 	a.SlidingWindowAlternating = f.WindowAlternating && a.SlidingWindow > 0
+	if f.WindowPattern > 0 {
+		if a.SlidingWindowPattern, err = p.windowPattern(a, f.WindowPattern); err != nil {
+			return err
+		}
+		if a.RopeLocalTheta, err = p.posFloat(f.RopeLocalTheta, "rope_local_base_freq"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// windowPattern reads Gemma 3's layer pattern: "layer_types" when present
+// (it must be the periodic pattern transformers derives: full_attention on
+// each n-th layer, sliding_attention elsewhere), else
+// "sliding_window_pattern" (Gemma3TextConfig.__post_init__ @v5.24.0).
+func (p *parser) windowPattern(a *Arch, def int) (int, error) {
+	raw, ok := p.get("layer_types")
+	if !ok || p.isNull("layer_types") {
+		return p.optPos(def, maxLayers, "sliding_window_pattern")
+	}
+	var types []string
+	if json.Unmarshal(raw, &types) != nil {
+		return 0, p.errf("\"layer_types\" must be a list of \"sliding_attention\" / \"full_attention\", got %s", describeJSON(raw))
+	}
+	if len(types) != a.Layers {
+		return 0, p.errf("\"layer_types\" has %d entries for %d layers (\"num_hidden_layers\")", len(types), a.Layers)
+	}
+	n := 0
+	for i, t := range types {
+		if t != "sliding_attention" && t != "full_attention" {
+			return 0, p.errf("\"layer_types\"[%d] is %q; want \"sliding_attention\" or \"full_attention\"", i, t)
+		}
+		if t == "full_attention" && n == 0 {
+			n = i + 1
+		}
+	}
+	if n == 0 {
+		n = len(types) + 1 // every layer slides
+	}
+	for i, t := range types {
+		if (t == "full_attention") != ((i+1)%n == 0) {
+			return 0, p.errf("\"layer_types\" is not a repeating pattern of sliding layers and one full-attention layer; not supported for %s", a.Family)
+		}
+	}
+	return n, nil
 }
 
 // decoderSoftcaps reads the soft caps and the query scalar of the families that have them.
@@ -276,8 +320,11 @@ func (p *parser) decoderSoftcaps(a *Arch) error {
 		{&a.FinalLogitSoftcap, f.FinalLogitSoftcap, "final_logit_softcapping"},
 		{&a.QueryPreAttnScalar, f.QueryPreAttnScalar, "query_pre_attn_scalar"},
 	} {
-		if c.def == 0 {
+		if c.def == 0 && !(p.fam.OptionalSoftcaps && c.key != "query_pre_attn_scalar") {
 			continue // the family has no such key
+		}
+		if p.isNull(c.key) {
+			continue // null: no soft-capping
 		}
 		if *c.v, err = p.nonNegFloat(c.def, c.key); err != nil {
 			return err

@@ -104,6 +104,13 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"qwen3_moe dense layers", "qwen3-30b-a3b", map[string]any{"mlp_only_layers": []int{0}}, "", []string{`"mlp_only_layers" (dense MLP layers among the expert layers) is not supported for qwen3_moe`}},
 		{"qwen3_moe dense layers not a list", "qwen3-30b-a3b", map[string]any{"mlp_only_layers": 3}, "", []string{`"mlp_only_layers" must be a list of layer indices, got 3`}},
 		{"qwen3_moe norm_topk_prob string", "qwen3-30b-a3b", map[string]any{"norm_topk_prob": "yes"}, "", []string{`"norm_topk_prob" must be true or false`}},
+		{"gemma3 layer_types not a list", "gemma-3-1b", map[string]any{"layer_types": "sliding"}, "", []string{`"layer_types" must be a list of "sliding_attention" / "full_attention", got string "sliding"`}},
+		{"gemma3 layer_types count", "gemma-3-1b", map[string]any{"layer_types": []string{"full_attention"}}, "", []string{`"layer_types" has 1 entries for 26 layers ("num_hidden_layers")`}},
+		{"gemma3 layer_types unknown", "gemma-3-1b", map[string]any{"num_hidden_layers": 2, "layer_types": []string{"sliding_attention", "chunked_attention"}}, "", []string{`"layer_types"[1] is "chunked_attention"; want "sliding_attention" or "full_attention"`}},
+		{"gemma3 layer_types irregular", "gemma-3-1b", map[string]any{"num_hidden_layers": 3, "layer_types": []string{"full_attention", "sliding_attention", "full_attention"}}, "", []string{`"layer_types" is not a repeating pattern of sliding layers and one full-attention layer; not supported for gemma3_text`}},
+		{"gemma3 pattern zero", "gemma-3-1b", map[string]any{"sliding_window_pattern": 0}, "", []string{`"sliding_window_pattern" must be positive`}},
+		{"gemma3 local rope base", "gemma-3-1b", map[string]any{"rope_local_base_freq": -1}, "", []string{`"rope_local_base_freq"`}},
+		{"gemma3 softcap string", "gemma-3-1b", map[string]any{"attn_logit_softcapping": "50"}, "", []string{`"attn_logit_softcapping"`}},
 		{"top-k above experts", "mixtral-8x7b", map[string]any{"num_experts_per_tok": 9}, "", []string{`"num_experts_per_tok" (9) must not exceed "num_local_experts" (8)`}},
 
 		// Wrong JSON types.
@@ -392,4 +399,32 @@ func FuzzParseHFConfig(f *testing.F) {
 		}
 		_ = a.Describe()
 	})
+}
+
+// Gemma 3's layer pattern and optional soft caps (Gemma3TextConfig @v5.24.0:
+// layer_types from sliding_window_pattern, full attention on each n-th layer).
+func TestGemma3Pattern(t *testing.T) {
+	parse := func(set map[string]any) *Arch {
+		t.Helper()
+		a, err := ParseHFConfig(mutate(t, "gemma-3-1b", set), "gemma-3-1b")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := parse(nil)
+	if a.SlidingWindowPattern != 6 || a.RopeLocalTheta != 1e4 || a.RopeTheta != 1e6 || a.SlidingWindow != 512 ||
+		a.AttnLogitSoftcap != 0 || a.FinalLogitSoftcap != 0 || a.QueryPreAttnScalar != 256 || !a.QKNorm || !a.PostNorms || !a.TieEmbeddings {
+		t.Errorf("gemma-3-1b: %+v", a)
+	}
+	types := []string{"sliding_attention", "sliding_attention", "full_attention", "sliding_attention"}
+	if a := parse(map[string]any{"num_hidden_layers": 4, "layer_types": types}); a.SlidingWindowPattern != 3 {
+		t.Errorf("layer_types %v: pattern %d, want 3", types, a.SlidingWindowPattern)
+	}
+	if a := parse(map[string]any{"num_hidden_layers": 2, "layer_types": []string{"sliding_attention", "sliding_attention"}}); a.SlidingWindowPattern != 3 {
+		t.Errorf("all sliding: pattern %d, want 3 (no full layer among 2)", a.SlidingWindowPattern)
+	}
+	if a := parse(map[string]any{"attn_logit_softcapping": 50, "final_logit_softcapping": 30}); a.AttnLogitSoftcap != 50 || a.FinalLogitSoftcap != 30 {
+		t.Errorf("soft caps read as %v, %v", a.AttnLogitSoftcap, a.FinalLogitSoftcap)
+	}
 }

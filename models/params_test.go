@@ -84,6 +84,11 @@ var realParamCounts = map[string]int64{
 	// parameters"; HF safetensors parameters {"F16": 2779683840} (Hub API
 	// record) and total_parameters 2779683840 in public model registries.
 	"phi-2": 2_779_683_840,
+	// keras-hub gemma3_1b preset "params": 999885952; HF safetensors
+	// total 999885952 for google/gemma-3-1b-it (same shapes as -pt).
+	// Derived: tied embed 262144*1152 + 26*(attn 2949120 + mlp 3*1152*6912
+	// + 4 norms 4*1152 + q/k norms 2*256) + final norm 1152.
+	"gemma-3-1b": 999_885_952,
 	// Qwen/Qwen3-30B-A3B model card: "Number of Parameters: 30.5B in total";
 	// GGUF general.parameter_count 30532122624 (qwen3moe, 48 blocks, 128
 	// experts of width 768). Derived: embed+lm_head 2*151936*2048 + 48*(attn

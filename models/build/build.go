@@ -273,6 +273,10 @@ type builder struct {
 	// that requires grad (FSDPFlat); flatSkip the layers left out.
 	flatViews []ir.TensorID
 	flatSkip  map[string]bool
+	// fullRope is Gemma 3's second cos/sin pair, for its full-attention
+	// layers, when hasFullRope.
+	fullRope    [2]ir.TensorID
+	hasFullRope bool
 }
 
 func (m *builder) bs() (int64, int64) { return int64(m.o.MicroBatch), int64(m.o.Seq) }
@@ -378,7 +382,16 @@ func (m *builder) decoder() {
 	}
 	root, layers := m.stackPath()
 	wte, x := m.embeddings(root, ids)
-	cos, sin := m.rotaryTables(root)
+	cos, sin := m.rotaryTables(root, "")
+	if n := a.SlidingWindowPattern; n > 1 && n <= a.Layers {
+		// Gemma 3 with both layer types: one cos/sin pair per type
+		// (Gemma3TextModel.forward, transformers
+		// src/transformers/models/gemma3/modeling_gemma3.py @v5.24.0:
+		// position_embeddings[layer_type] for set(config.layer_types));
+		// the full-attention layers take the second.
+		m.fullRope[0], m.fullRope[1] = m.rotaryTables(root, "_global")
+		m.hasFullRope = true
+	}
 	mask := m.causalMask(root)
 	x = m.layerStack(layers, x, cos, sin, mask)
 	x = m.finalNorm(root, x)
@@ -457,7 +470,11 @@ func (m *builder) layerStack(layers string, x, cos, sin, mask ir.TensorID) ir.Te
 	for i := m.o.Layers[0]; i < m.o.Layers[1]; i++ {
 		func() {
 			defer b.Enter(layers + "." + strconv.Itoa(i))()
-			x = m.decoderLayer(i, x, cos, sin, mask)
+			c, s := cos, sin
+			if n := m.a.SlidingWindowPattern; m.hasFullRope && (i+1)%n == 0 {
+				c, s = m.fullRope[0], m.fullRope[1]
+			}
+			x = m.decoderLayer(i, x, c, s, mask)
 		}()
 	}
 	if m.assumedGrad {
@@ -602,7 +619,7 @@ func (m *builder) logitsLoss(logits, x, labels ir.TensorID) {
 // backward (modeling_llama.py @v4.46.0 LlamaModel.forward,
 // LlamaRotaryEmbedding.forward: cos.to(dtype=x.dtype)). Otherwise they are
 // resident tables of the batch's positions.
-func (m *builder) rotaryTables(root string) (cos, sin ir.TensorID) {
+func (m *builder) rotaryTables(root, suffix string) (cos, sin ir.TensorID) {
 	a, b := m.a, m.b
 	if a.PosEmbedding != "rotary" {
 		return cos, sin
@@ -611,9 +628,9 @@ func (m *builder) rotaryTables(root string) (cos, sin ir.TensorID) {
 	defer b.Enter(root + ".rotary_emb")()
 	rd := int64(math.Round(float64(a.HeadDim) * rotaryFrac(a)))
 	if m.o.Code == CodeHF && m.o.Training {
-		return b.Zeros("cos", b.ActDType(), 1, S, rd), b.Zeros("sin", b.ActDType(), 1, S, rd)
+		return b.Zeros("cos"+suffix, b.ActDType(), 1, S, rd), b.Zeros("sin"+suffix, b.ActDType(), 1, S, rd)
 	}
-	return b.Buffer("cos", b.ActDType(), B, S, rd), b.Buffer("sin", b.ActDType(), B, S, rd)
+	return b.Buffer("cos"+suffix, b.ActDType(), B, S, rd), b.Buffer("sin"+suffix, b.ActDType(), B, S, rd)
 }
 
 func rotaryFrac(a *models.Arch) float64 {

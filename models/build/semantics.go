@@ -110,7 +110,7 @@ func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
 	ms := b.MeanLast("variance", sq, m.o.MeanSavesInput)
 	r := b.Unary("rsqrt", "rsqrt", ms)
 	h := b.Binary("mul", "normed", xf, r)
-	if m.a.Family == models.FamilyGemma || m.a.Family == models.FamilyGemma2 || m.o.RMSNormFP32Weight {
+	if m.a.Family == models.FamilyGemma || m.a.Family == models.FamilyGemma2 || m.a.Family == models.FamilyGemma3 || m.o.RMSNormFP32Weight {
 		return b.To(b.Binary("mul", "scaled", h, b.To(w, units.F32)), dt)
 	}
 	return b.Binary("mul", "out", w, b.To(h, dt))

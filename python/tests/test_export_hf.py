@@ -146,6 +146,9 @@ FAMILIES = {
     "qwen3_moe": ("qwen3-30b-a3b", SMALL + ["num_experts=4", "num_experts_per_tok=2", "moe_intermediate_size=32"]),
     "gemma": ("gemma-2b", SMALL[:3] + ["num_key_value_heads=1"] + SMALL[4:]),
     "gemma2": ("gemma-2-9b", SMALL + ["sliding_window=16", "query_pre_attn_scalar=16"]),
+    # 3 layers with a pattern of 2: sliding, full, sliding (both rotary pairs, q/k norms)
+    "gemma3_text": ("gemma-3-1b", ["num_hidden_layers=3"] + SMALL[1:3] + ["num_key_value_heads=1"] + SMALL[4:]
+                    + ["sliding_window=16", "sliding_window_pattern=2", "query_pre_attn_scalar=16"]),
     "phi3": ("phi-3-mini", SMALL[:3] + ["num_key_value_heads=4"] + SMALL[5:]),
     "phi": ("phi-1.5", SMALL[:3] + SMALL[5:]),
     "gpt_neox": ("pythia-160m", SMALL[:3] + ["intermediate_size=256", "vocab_size=256"]),
