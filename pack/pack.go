@@ -419,7 +419,7 @@ func gpuResult(envs []*Envelope, set []int, c units.Bytes, p Policy) GPUResult {
 }
 
 // combine sums periodic curves over the longest period, each starting at
-// 0 and repeating, at maxSamples evenly spaced times and at every
+// 0 and repeating, at 4·maxSamples evenly spaced times and at every
 // sample's own time (so no curve's peak is missed).
 func combine(curves [][]Sample, periods []float64) []Sample {
 	window := 0.0
@@ -429,9 +429,10 @@ func combine(curves [][]Sample, periods []float64) []Sample {
 	if window <= 0 || len(curves) == 0 {
 		return nil
 	}
+	const grid = 4 * maxSamples
 	var ts []float64
-	for k := 0; k <= maxSamples; k++ {
-		ts = append(ts, window*float64(k)/maxSamples)
+	for k := 0; k <= grid; k++ {
+		ts = append(ts, window*float64(k)/grid)
 	}
 	out := make([]Sample, len(ts))
 	for i, t := range ts {

@@ -188,6 +188,7 @@ type running struct {
 	arrival int
 	end     float64
 	env     *Envelope
+	mean    units.Bytes // the mean of its allocated curve
 }
 
 // simulator is one policy's run over the arrivals: an event loop over
@@ -204,15 +205,27 @@ type simulator struct {
 	gpus   [][]running
 	used   []units.Bytes // what the policy counts on each GPU
 	queue  []int
-	waits  []float64
-	res    SimPolicy
+	env    []*Envelope // of each arrival
+	// minNeed is the smallest need of any arrival: with less room
+	// everywhere, nothing queued can start.
+	minNeed units.Bytes
+	waits   []float64
+	res     SimPolicy
 	// integrals for utilisation: ∫ memory dt and ∫ busy GPUs dt.
 	mem, busy, last float64
 }
 
 func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) SimPolicy {
 	s := &simulator{envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p,
-		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}}
+		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}, minNeed: math.MaxInt64}
+	for _, a := range arr {
+		e := envs[a.Job]
+		s.env = append(s.env, e)
+		s.minNeed = min(s.minNeed, e.Need(p))
+	}
+	if p == WholeGPU {
+		s.minNeed = 0
+	}
 	order := make([]int, len(arr))
 	for i := range order {
 		order[i] = i
@@ -280,7 +293,7 @@ func (s *simulator) advance(t float64) {
 			s.busy += dt
 		}
 		for _, r := range g {
-			s.mem += dt * float64(mean(r.env))
+			s.mem += dt * float64(r.mean)
 		}
 	}
 	s.last = t
@@ -317,18 +330,25 @@ func (s *simulator) endJobs(t float64) {
 	}
 }
 
-// place starts every queued job the policy admits somewhere.
+// place starts every queued job the policy admits somewhere. A job larger
+// than the most room any GPU has is passed over without trying each GPU
+// (a long queue would otherwise cost queue × GPUs at every event).
 func (s *simulator) place(t float64) {
+	free := s.mostRoom()
+	if free < s.minNeed {
+		return
+	}
 	kept := s.queue[:0]
 	for _, ai := range s.queue {
-		a := &s.arr[ai]
-		e := s.envs[a.Job]
+		e := s.env[ai]
 		need := e.Need(s.policy)
 		g := -1
-		for gi := range s.gpus {
-			if s.admits(gi, need) {
-				g = gi
-				break
+		if need <= free {
+			for gi := range s.gpus {
+				if s.admits(gi, need) {
+					g = gi
+					break
+				}
 			}
 		}
 		if g < 0 {
@@ -336,8 +356,25 @@ func (s *simulator) place(t float64) {
 			continue
 		}
 		s.start(g, ai, t, e, need)
+		free = s.mostRoom()
 	}
 	s.queue = kept
+}
+
+// mostRoom is the largest need some GPU admits now (whole-gpu: any need
+// when a GPU is empty, none otherwise).
+func (s *simulator) mostRoom() units.Bytes {
+	var most units.Bytes = -1
+	for gi := range s.gpus {
+		if s.policy == WholeGPU {
+			if len(s.gpus[gi]) == 0 {
+				return math.MaxInt64
+			}
+			continue
+		}
+		most = max(most, s.room-s.used[gi])
+	}
+	return most
 }
 
 func (s *simulator) admits(g int, need units.Bytes) bool {
@@ -369,7 +406,7 @@ func (s *simulator) start(g, ai int, t float64, e *Envelope, need units.Bytes) {
 	if reach > c {
 		s.res.AtRisk++
 	}
-	s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: e})
+	s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: e, mean: mean(e)})
 	s.used[g] += need
 }
 
