@@ -20,6 +20,9 @@ type Semantics struct {
 	Code build.Code
 	// FusedSwiGLU keeps only gate and up for a gated MLP's backward.
 	FusedSwiGLU bool
+	// HandSiLU and HandSoftmax run SiLU and eager attention's softmax as
+	// hand-written elementwise ops (x * sigmoid(x), exp(x - max) / sum).
+	HandSiLU, HandSoftmax bool
 	// RepeatKV copies grouped k and v to every head before SDPA.
 	RepeatKV bool
 	// EagerGELU runs gelu_new as transformers' eager NewGELUActivation
@@ -105,6 +108,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.EagerGELU = m.EagerGELU
 	o.RepeatKV = m.RepeatKV
 	o.FusedSwiGLU = m.FusedSwiGLU
+	o.HandSiLU, o.HandSoftmax = m.HandSiLU, m.HandSoftmax
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
 		l := *o.LoRA
 		l.ModelDType, l.SharedDropout = m.LoRAModelDType, m.LoRASharedDropout

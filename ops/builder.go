@@ -664,6 +664,25 @@ func (b *Builder) MeanLast(name string, x ir.TensorID, savesInput bool) ir.Tenso
 	return b.node(kind, []ir.TensorID{x}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: withLast(xs, 1), view: ir.NoTensor}}, float64(numel(xs)))[0]
 }
 
+// ReduceLast is a reduction over the last dimension with keepdim (rule
+// sum): one value per row, in the dtype autocast runs the rule in.
+func (b *Builder) ReduceLast(kind, name string, x ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast(kind, x)
+	xs := b.g.Tensors[ins[0]].Shape
+	return b.node(kind, ins, []out{{name: name, dt: dt, shape: withLast(xs, 1), view: ir.NoTensor}}, float64(numel(xs)))[0]
+}
+
+// MaxLast is torch.max(x, dim=-1, keepdim=True): the values, and the int64
+// indices max.dim keeps for backward.
+func (b *Builder) MaxLast(name string, x ir.TensorID) ir.TensorID {
+	xs := b.g.Tensors[x].Shape
+	outs := b.node("max_dim", []ir.TensorID{x}, []out{
+		{name: name, dt: b.g.Tensors[x].DType, shape: withLast(xs, 1), view: ir.NoTensor},
+		{name: name + ".indices", dt: units.I64, shape: withLast(xs, 1), view: ir.NoTensor, noGrad: true},
+	}, float64(numel(xs)))
+	return outs[0]
+}
+
 // Zeros is torch.zeros of the given shape in the activation dtype.
 func (b *Builder) Zeros(name string, dt units.DType, shape ...int64) ir.TensorID {
 	return b.node("zeros", nil, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]

@@ -110,6 +110,15 @@ func init() {
 		{Name: "swiglu_fused", SaveIn: []int{0, 1}, BwdFactor: 2, Source: "Liger-Kernel src/liger_kernel/ops/swiglu.py LigerSiLUMulFunction: ctx.save_for_backward(a, b); backward recomputes silu(a)"},
 		{Name: "pow2", SaveIn: []int{0}, Cast: CastFP32, BwdFactor: 2, Source: dy + ": pow.Tensor_Scalar: self: pow_backward(grad, self, exponent) saves self; autocast runs pow in float32"},
 		{Name: "rsqrt", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": rsqrt: -0.5 * grad * result.pow(3) saves the result"},
+		// Hand-written activations (x * torch.sigmoid(x), exp(x - max) / sum),
+		// as the CS336 course models write them. Autocast runs exp and sum in
+		// float32 (its fp32 list), sigmoid in the input's dtype.
+		{Name: "sigmoid", SaveOut: []int{0}, BwdFactor: 1, Source: dy + ": sigmoid: sigmoid_backward(grad, result) saves the result"},
+		{Name: "exp", SaveOut: []int{0}, Cast: CastFP32, BwdFactor: 1, Source: dy + ": exp: grad * result.conj() saves the result"},
+		{Name: "sub", Cast: Promote, BwdFactor: 0, Source: dy + ": sub.Tensor saves nothing (other: -grad * alpha)"},
+		{Name: "div", SaveIn: []int{0, 1}, Cast: Promote, BwdFactor: 2, Source: dy + ": div.Tensor: self: div_tensor_self_backward(grad, other, ...), other: div_tensor_other_backward(grad, self, other) save both"},
+		{Name: "sum", Cast: CastFP32, BwdFactor: 0, Source: dy + ": sum.dim_IntList: sum_backward(grad, self.sym_sizes(), dim, keepdim) saves sizes"},
+		{Name: "max_dim", SaveOut: []int{1}, BwdFactor: 0, Source: dy + ": max.dim: value_selecting_reduction_backward_symint(grad, dim, indices, self.sym_sizes(), keepdim) saves the indices"},
 		// Collectives (Megatron-LM megatron/core/tensor_parallel/mappings.py,
 		// token dispatchers): they save nothing; Node.Comm / BwdComm say
 		// which collective runs in forward and backward.

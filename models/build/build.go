@@ -102,6 +102,17 @@ type Options struct {
 	// inputs (Liger's SwiGLU), instead of eager ops that also keep silu's
 	// output.
 	FusedSwiGLU bool
+	// HandSiLU runs SiLU as x * torch.sigmoid(x), as the CS336 course
+	// models write it (cs336_basics/model.py): sigmoid keeps its result and
+	// the product keeps x and it, one more tensor of x's size than F.silu,
+	// which keeps x.
+	HandSiLU bool
+	// HandSoftmax runs eager attention's softmax as exp(x - max) / sum, as
+	// the course's cs336_basics/nn_utils.py softmax does: exp keeps its
+	// result and the division keeps it and the row sums, max.dim its
+	// indices, besides the probabilities the context matmul keeps (where
+	// softmax keeps only them).
+	HandSoftmax bool
 	// RepeatKV copies grouped k and v to every query head before SDPA
 	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.48 on
 	// and only without an attention mask).
@@ -328,6 +339,9 @@ func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 func (m *builder) act(name string, x ir.TensorID) ir.TensorID {
 	switch m.a.Act {
 	case "silu", "swish":
+		if m.o.HandSiLU {
+			return m.b.Binary("mul", name, x, m.b.Unary("sigmoid", name+".sigmoid", x))
+		}
 		return m.b.Unary("silu", name, x)
 	case "relu":
 		return m.b.Unary("relu", name, x)
@@ -815,7 +829,9 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 			}
 		}
 		var p ir.TensorID
-		if a.Family == models.FamilyGPT2 || a.Encoder {
+		if m.o.HandSoftmax {
+			p = m.handSoftmax(s)
+		} else if a.Family == models.FamilyGPT2 || a.Encoder {
 			p = b.Softmax("probs", s, false)
 		} else {
 			// softmax(dtype=torch.float32).to(query.dtype)
@@ -826,6 +842,18 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 		return b.MatMul("context", p, vc)
 	}()
 	return m.attentionOut(o, true)
+}
+
+// handSoftmax is the CS336 course's softmax over the last dimension
+// (cs336_basics/nn_utils.py, stanford-cs336/spring2024-assignment2-systems
+// @79810fc5): x - torch.max(x, dim, keepdim=True)[0], torch.exp,
+// division by torch.sum(..., keepdim=True). Under autocast exp and sum run
+// in float32, so the probabilities are float32 like softmax(dtype=float32)'s.
+func (m *builder) handSoftmax(s ir.TensorID) ir.TensorID {
+	b := m.b
+	z := b.Binary("sub", "softmax_shifted", s, b.MaxLast("softmax_max", s))
+	e := b.Unary("exp", "softmax_exp", z)
+	return b.Binary("div", "probs", e, b.ReduceLast("sum", "softmax_sum", e))
 }
 
 // qContiguous reports whether the query reaching attention is contiguous as
