@@ -103,7 +103,9 @@ type Options struct {
 	// output.
 	FusedSwiGLU bool
 	// HandSiLU runs SiLU as x * torch.sigmoid(x), as the CS336 course
-	// models write it (cs336_basics/model.py): sigmoid keeps its result and
+	// models write it (cs336-basics/cs336_basics/model.py silu, the 2025
+	// basics package vendored in assignment2-systems, e.g.
+	// LJX2017/assignment2-systems @3778b997): sigmoid keeps its result and
 	// the product keeps x and it, one more tensor of x's size than F.silu,
 	// which keeps x.
 	HandSiLU bool
@@ -845,8 +847,9 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 }
 
 // handSoftmax is the CS336 course's softmax over the last dimension
-// (cs336_basics/nn_utils.py, stanford-cs336/spring2024-assignment2-systems
-// @79810fc5): x - torch.max(x, dim, keepdim=True)[0], torch.exp,
+// (cs336-basics/cs336_basics/nn_utils.py softmax, the same in
+// stanford-cs336/spring2024-assignment2-systems @79810fc5 and the 2025
+// clones): x - torch.max(x, dim, keepdim=True)[0], torch.exp,
 // division by torch.sum(..., keepdim=True). Under autocast exp and sum run
 // in float32, so the probabilities are float32 like softmax(dtype=float32)'s.
 func (m *builder) handSoftmax(s ir.TensorID) ir.TensorID {
