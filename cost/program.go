@@ -36,6 +36,12 @@ type PriceOptions struct {
 	// zero latency. Both are wire rates of one node; a group that spans
 	// nodes (data parallel across an InfiniBand fabric) must be given here.
 	Networks map[ir.Group]Link
+	// Topology, when set, places the ranks on nodes: a collective of a
+	// group without a Networks entry whose ranks span nodes is priced by
+	// SpanCost on the intra-node default and Topology.InterNode; a
+	// send/recv between pipeline stages on different nodes crosses
+	// InterNode. Nil keeps every group inside one node.
+	Topology *Topology
 	// Overlap says which groups' collectives run on a separate
 	// communication stream, overlapping whatever compute does not depend on
 	// them. A group without an entry takes the default: "dp" overlaps (DDP
@@ -250,6 +256,9 @@ func Price(p *ir.Program, g *hw.GPU, o PriceOptions) (*Timing, error) {
 	if o.HostLink == (Link{}) {
 		o.HostLink = Link{Bandwidth: g.HostLink.PerDirection}
 	}
+	if t := o.Topology; t != nil && (t.GPUsPerNode < 1 || !positive(t.InterNode.Bandwidth) || t.InterNode.Latency < 0 || t.TP < 0 || t.CP < 0 || t.DP < 0) {
+		return nil, invalid("topology: %d GPUs per node, inter-node link %v B/s with latency %v: need at least 1 GPU, a positive bandwidth, a latency >= 0", t.GPUsPerNode, t.InterNode.Bandwidth, t.InterNode.Latency)
+	}
 	pr := &pricer{p: p, g: g, o: o, peak: o.PeakFLOPs}
 	if pr.peak == 0 {
 		pr.peak = g.PeakFLOPs(o.DType)
@@ -419,11 +428,25 @@ var commKinds = [...]Collective{ir.AllReduce: AllReduce, ir.AllGather: AllGather
 // commTime prices a collective on its group's network.
 func (pr *pricer) commTime(c *ir.Comm) (time.Duration, error) {
 	link, ok := pr.o.Networks[c.Group]
+	span := Span{Ranks: c.Ranks, PerNode: c.Ranks, Nodes: 1}
 	if !ok {
 		link = DefaultNetwork(pr.g)
+		if t := pr.o.Topology; t != nil {
+			span = t.Span(c.Group, c.Ranks)
+		}
 	}
 	if c.Bytes < 0 {
 		return 0, invalid("%v of %d bytes", c.Kind, c.Bytes)
+	}
+	if span.Nodes > 1 && c.Kind == ir.SendRecv {
+		// The pipeline's stage boundary that crosses nodes paces it.
+		return Transfer(float64(c.Bytes), pr.o.Topology.InterNode)
+	}
+	if span.Nodes > 1 {
+		if int(c.Kind) >= len(commKinds) {
+			return 0, invalid("unknown collective %v", c.Kind)
+		}
+		return SpanCost(commKinds[c.Kind], float64(c.Bytes), span, link, pr.o.Topology.InterNode)
 	}
 	if c.Kind == ir.SendRecv {
 		if c.Ranks < 1 {

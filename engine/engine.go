@@ -138,26 +138,73 @@ type Savings struct {
 // activations of every GPU on the node); a plan over it does not fit.
 // GPUsPerNode is how many of the job's GPUs share a node's host memory
 // (default 8, an HGX/DGX node; fewer when the job has fewer GPUs).
+//
+// A job of more GPUs than a node holds spans nodes: its ranks are placed
+// as cost.Topology says (tensor parallel innermost) and collectives whose
+// group spans nodes are priced on InterNode, each GPU's link to the other
+// nodes (zero: the GPU catalog's node network, hw.GPU.Node; when neither
+// is known every group is priced as if inside one node).
 type Target struct {
 	GPU         *hw.GPU
 	Capacity    units.Bytes
 	FirstStep   bool
 	HostMemory  units.Bytes
 	GPUsPerNode int
+	InterNode   cost.Link
 }
 
-// DefaultGPUsPerNode is the GPUs of one node when none is given (an
-// 8-GPU HGX/DGX board).
+// DefaultGPUsPerNode is the GPUs of one node when neither the spec nor
+// the GPU catalog gives one (an 8-GPU HGX/DGX board).
 const DefaultGPUsPerNode = 8
 
-// GPUsOnNode is how many of the job's GPUs (dp × tp × pp) share one node:
-// GPUsPerNode (default 8), or the job's GPUs when fewer.
-func (s *Spec) GPUsOnNode() int {
-	n := s.GPUsPerNode
-	if n <= 0 {
-		n = DefaultGPUsPerNode
+// NodeGPUs is the GPUs of one node: GPUsPerNode when given, else the GPU
+// catalog's node size, else DefaultGPUsPerNode.
+func (s *Spec) NodeGPUs() int {
+	if s.GPUsPerNode > 0 {
+		return s.GPUsPerNode
 	}
-	return min(n, max(s.DP, 1)*max(s.TP, 1)*max(s.PP, 1))
+	if s.GPU != nil && s.GPU.Node != nil {
+		return s.GPU.Node.GPUs
+	}
+	return DefaultGPUsPerNode
+}
+
+// JobGPUs is dp × tp × pp.
+func (s *Spec) JobGPUs() int { return max(s.DP, 1) * max(s.TP, 1) * max(s.PP, 1) }
+
+// GPUsOnNode is how many of the job's GPUs (dp × tp × pp) share one node:
+// NodeGPUs, or the job's GPUs when fewer.
+func (s *Spec) GPUsOnNode() int {
+	return min(s.NodeGPUs(), s.JobGPUs())
+}
+
+// Nodes is how many nodes the job's GPUs fill.
+func (s *Spec) Nodes() int {
+	n := s.NodeGPUs()
+	return (s.JobGPUs() + n - 1) / n
+}
+
+// InterNodeLink is the link collectives across nodes are priced on:
+// InterNode when given, else the GPU catalog's node network; ok is false
+// when neither is known.
+func (s *Spec) InterNodeLink() (cost.Link, bool) {
+	if s.InterNode != (cost.Link{}) {
+		return s.InterNode, true
+	}
+	if s.GPU != nil && s.GPU.Node != nil {
+		return cost.Link{Bandwidth: s.GPU.Node.NetworkPerDirection}, true
+	}
+	return cost.Link{}, false
+}
+
+// Topology is the placement Price uses: nil when the job fits on one node
+// or no inter-node link is known.
+func (s *Spec) Topology() *cost.Topology {
+	link, ok := s.InterNodeLink()
+	if s.Nodes() < 2 || !ok {
+		return nil
+	}
+	return &cost.Topology{GPUsPerNode: s.NodeGPUs(), InterNode: link, TP: s.TP, DP: s.DP}
 }
 
 // Options say how a plan is computed; they never change its numbers.
@@ -439,7 +486,7 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 	}
 	dp := float64(max(s.DP, 1))
 	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep() * dp,
-		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp})
+		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp, Topology: s.Topology()})
 	if err != nil || s.PP < 2 {
 		return t, err
 	}

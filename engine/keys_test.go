@@ -37,11 +37,13 @@ var specFields = map[string]string{
 	"Savings.Offload.Optimizer":   "as Activations",
 	"Savings.Offload.Params":      "as Activations",
 
-	"Target.GPU":         "the target judges and prices the program; the GPU's cuBLAS workspace reaches the program through Sem.Workspace, resolved by Validate",
-	"Target.Capacity":    "as GPU (auto checkpointing, which plans against it, is not cached)",
-	"Target.FirstStep":   "a key says which iteration it holds (cacheKey.first)",
-	"Target.HostMemory":  "as GPU: the host limit judges the simulated program",
-	"Target.GPUsPerNode": "as HostMemory",
+	"Target.GPU":                 "the target judges and prices the program; the GPU's cuBLAS workspace reaches the program through Sem.Workspace, resolved by Validate",
+	"Target.Capacity":            "as GPU (auto checkpointing, which plans against it, is not cached)",
+	"Target.FirstStep":           "a key says which iteration it holds (cacheKey.first)",
+	"Target.HostMemory":          "as GPU: the host limit judges the simulated program",
+	"Target.GPUsPerNode":         "as HostMemory; it also places the ranks on nodes, which prices, never builds, the program",
+	"Target.InterNode.Bandwidth": "as GPU: the inter-node link prices the program's collectives, it never changes the program",
+	"Target.InterNode.Latency":   "as InterNode.Bandwidth",
 }
 
 func TestKeysCoverEverySpecField(t *testing.T) {

@@ -71,8 +71,22 @@ type GPU struct {
 	// NVLink is the per-GPU NVLink bandwidth, both directions summed, as
 	// NVIDIA prints it; 0 when the part has none.
 	NVLink float64
+	// Node is the server the catalog's figures assume this GPU sits in
+	// (GPUs per node and each GPU's inter-node network); nil when the
+	// catalog gives none (PCIe cards sold into many different servers).
+	Node *Node
 
 	Source string
+}
+
+// Node is a multi-GPU server: GPUs share its intra-node link (NVLink);
+// each GPU has its own network adapter to the other nodes (the
+// rail-optimised DGX/HGX layout), NetworkPerDirection bytes/s per GPU and
+// per direction, a wire rate.
+type Node struct {
+	GPUs                int
+	NetworkPerDirection float64
+	Source              string
 }
 
 var ccRE = regexp.MustCompile(`^[0-9]{1,2}\.[0-9]$`)
@@ -136,7 +150,12 @@ type rawGPU struct {
 		GBs   float64 `json:"gbs"`
 	} `json:"host_link"`
 	NVLinkGBs float64 `json:"nvlink_gbs"`
-	Source    string  `json:"source"`
+	Node      *struct {
+		GPUs        int     `json:"gpus"`
+		NetworkGbps float64 `json:"network_gbps"`
+		Source      string  `json:"source"`
+	} `json:"node"`
+	Source string `json:"source"`
 }
 
 // pcieLaneGTs is the per-lane line rate in GT/s by generation (PCI-SIG).
@@ -209,6 +228,10 @@ func (r rawGPU) toGPU() (GPU, error) {
 	if err != nil {
 		return GPU{}, err
 	}
+	node, err := r.node()
+	if err != nil {
+		return GPU{}, err
+	}
 	const tera, giga = 1e12, 1e9
 	return GPU{
 		Name:              r.Name,
@@ -226,8 +249,22 @@ func (r rawGPU) toGPU() (GPU, error) {
 		MemBandwidth:      r.MemBandwidthGBs * giga,
 		HostLink:          link,
 		NVLink:            r.NVLinkGBs * giga,
+		Node:              node,
 		Source:            r.Source,
 	}, nil
+}
+
+// node reads node: GPUs per node and each GPU's network in Gb/s per
+// direction (as adapters are sold: "400Gb/s InfiniBand"), with its source.
+func (r rawGPU) node() (*Node, error) {
+	n := r.Node
+	if n == nil {
+		return nil, nil
+	}
+	if n.GPUs < 1 || math.IsNaN(n.NetworkGbps) || math.IsInf(n.NetworkGbps, 0) || n.NetworkGbps <= 0 || n.Source == "" {
+		return nil, fmt.Errorf("node: gpus >= 1, network_gbps > 0 and source are required")
+	}
+	return &Node{GPUs: n.GPUs, NetworkPerDirection: n.NetworkGbps * 1e9 / 8, Source: n.Source}, nil
 }
 
 // hostLink reads host_link: a PCIe generation and width, or an NVLink-C2C
@@ -314,6 +351,10 @@ func Lookup(name string) (*GPU, error) {
 	if i, ok := c.index[k]; ok {
 		g := c.gpus[i]
 		g.Aliases = append([]string(nil), g.Aliases...)
+		if g.Node != nil {
+			n := *g.Node
+			g.Node = &n
+		}
 		return &g, nil
 	}
 	return nil, fmt.Errorf("%w %q; closest: %s", ErrUnknownGPU, name, strings.Join(c.closest(k, 3), ", "))
@@ -357,6 +398,10 @@ func All() []GPU {
 	out := make([]GPU, len(c.gpus))
 	for i, g := range c.gpus {
 		g.Aliases = append([]string(nil), g.Aliases...)
+		if g.Node != nil {
+			n := *g.Node
+			g.Node = &n
+		}
 		out[i] = g
 	}
 	return out
