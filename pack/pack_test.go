@@ -295,3 +295,44 @@ func TestSnapshotJob(t *testing.T) {
 		t.Errorf("request %s", e.Request)
 	}
 }
+
+// A transformers service (server: hf) is engine's inference plan: its
+// allocated peak holds the weights and the KV cache of every request, and
+// it goes through the caching allocator as a training job does.
+func TestHFServeJob(t *testing.T) {
+	pool, err := ParsePool("l4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := Job{Name: "hf-chat", Serve: &Serve{Model: "qwen2.5-0.5b", Concurrency: 8, Context: 512, GenTokens: 128, Server: "hf"}}
+	if err := j.check("jobs.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	e, err := envelopeOf(&j, pool.GPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkEnvelopes([]*Envelope{e}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := j.Serve.Spec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Qwen2.5-0.5B: 24 layers, 2 KV heads of 64; bf16 keys and values of
+	// 8 sequences of 640 tokens.
+	kv := units.Bytes(2 * 24 * 2 * 64 * 2 * 8 * 640)
+	weights := units.Bytes(s.Model.ParamCount()) * 2
+	if e.Source != "serve" || e.Allocated-e.Context < weights+kv || e.Setting == "" {
+		t.Errorf("envelope %+v: allocated %s, weights %s + KV %s", e, e.Allocated-e.Context, weights, kv)
+	}
+	// Four times the requests hold at least three more of those caches.
+	j4 := Job{Name: "hf-chat-32", Serve: &Serve{Model: "qwen2.5-0.5b", Concurrency: 32, Context: 512, GenTokens: 128, Server: "hf"}}
+	e4, err := envelopeOf(&j4, pool.GPU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e4.Allocated-e.Allocated < 3*kv {
+		t.Errorf("32 requests hold %s, 8 hold %s: less than 3 KV caches (%s) apart", e4.Allocated, e.Allocated, 3*kv)
+	}
+}
