@@ -1,24 +1,27 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	frameworks "github.com/memplan/memplan/emit"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/search"
 )
 
 func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
-	f := &planFlags{}
+	f := &planFlags{searched: true}
 	var jsonOut bool
-	var allow, deny string
+	var allow, deny, emitTo, emitOut string
 	var gpus, globalBatch int
 	var headroom float64
 	c := &cobra.Command{
@@ -44,6 +47,15 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			pins, err := fitPins(f.changed, deny, &spec)
 			if err != nil {
 				return err
+			}
+			if err := checkEmit(emitTo, emitOut, &spec); err != nil {
+				return err
+			}
+			if f.nodes > 0 {
+				if gpus > 0 && gpus != f.nodes*spec.NodeGPUs() {
+					return fmt.Errorf("--gpus %d contradicts --nodes %d × %d GPUs per node", gpus, f.nodes, spec.NodeGPUs())
+				}
+				gpus = f.nodes * spec.NodeGPUs()
 			}
 			base := spec
 			ws := f.warnings(&spec)
@@ -77,6 +89,9 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			}
 			elapsed := time.Since(start)
 			fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
+			if fo.Emitted, err = emitWinner(emitTo, emitOut, res.Winner); err != nil {
+				return err
+			}
 			return emit(stdout, jsonOut,
 				func(w io.Writer) error { return report.WriteFitJSON(w, res, fo) },
 				func(w io.Writer) error { return report.WriteFitText(w, res, elapsed, fo) })
@@ -86,6 +101,8 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
 	c.Flags().StringVar(&allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
 	c.Flags().StringVar(&deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
+	c.Flags().StringVar(&emitTo, "emit", "", "write the winner's framework config: "+strings.Join(frameworks.Names(), ", ")+" (after the report, or to --emit-out)")
+	c.Flags().StringVar(&emitOut, "emit-out", "", "the file --emit writes (written whole, or not at all)")
 	c.Flags().IntVar(&gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	c.Flags().IntVar(&globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
 	c.Flags().Float64Var(&headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")

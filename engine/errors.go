@@ -39,6 +39,7 @@ const (
 	FieldSet
 	FieldHostMemory
 	FieldGPUsPerNode
+	FieldEmit
 )
 
 // fieldNames are each field's key (how a message refers to it: "{key}")
@@ -72,6 +73,7 @@ var fieldNames = [...]struct{ key, words string }{
 	FieldSet:         {"set", "recipe setting"},
 	FieldHostMemory:  {"host-memory", "host memory per node"},
 	FieldGPUsPerNode: {"gpus-per-node", "GPUs per node"},
+	FieldEmit:        {"emit", "framework config"},
 }
 
 // Key is how messages refer to f ("{micro-batch}").

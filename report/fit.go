@@ -56,6 +56,16 @@ type FitJSON struct {
 	Pinned   []string `json:"pinned"`
 	Searched []string `json:"searched"`
 	Warnings []string `json:"warnings,omitempty"`
+	// Emitted is the winner's framework config (fit --emit).
+	Emitted *EmittedJSON `json:"emitted,omitempty"`
+}
+
+// EmittedJSON is the framework config fit --emit wrote for the winner: its
+// text, or the file it went to.
+type EmittedJSON struct {
+	Framework string `json:"framework"`
+	File      string `json:"file,omitempty"`
+	Config    string `json:"config,omitempty"`
 }
 
 // FitOptions add what the CLI knows to fit's report.
@@ -64,6 +74,8 @@ type FitOptions struct {
 	Command func(*search.Plan) string
 	// Warnings about the inputs (JSON only; the CLI prints them on stderr).
 	Warnings []string
+	// Emitted is the winner's framework config, when asked for.
+	Emitted *EmittedJSON
 }
 
 func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
@@ -89,7 +101,7 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 // WriteFitJSON writes the JSON form.
 func WriteFitJSON(w io.Writer, r *search.Result, o FitOptions) error {
 	j := FitJSON{Schema: "memplan.fit/v1", LimitBytes: r.Limit, Considered: r.Considered, Estimated: r.Estimated, Verified: r.Verified,
-		Winner: fitPlan(r.Winner, true, o), Pinned: r.Pinned.Names(), Searched: (search.AllPins &^ r.Pinned).Names(), Warnings: o.Warnings}
+		Winner: fitPlan(r.Winner, true, o), Pinned: r.Pinned.Names(), Searched: (search.AllPins &^ r.Pinned).Names(), Warnings: o.Warnings, Emitted: o.Emitted}
 	if j.Pinned == nil {
 		j.Pinned = []string{}
 	}
@@ -159,6 +171,13 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 		fmt.Fprintln(w, t.Render())
 	}
 	fmt.Fprintln(w, "Step times are a roofline upper bound on speed; peaks of verified plans are exact simulations, front peaks are lower bounds from shallow models.")
+	if e := o.Emitted; e != nil {
+		if e.File != "" {
+			fmt.Fprintf(w, "\nThe winner's %s config: %s\n", e.Framework, e.File)
+		} else {
+			fmt.Fprintf(w, "\nThe winner's %s config (--emit-out FILE writes it to a file):\n%s", e.Framework, e.Config)
+		}
+	}
 	return nil
 }
 

@@ -577,7 +577,8 @@ type layout struct {
 func layouts(base engine.Spec, o Options) []layout {
 	a, pin := base.Model, o.Pinned
 	var ls []layout
-	tps, pps, sps := pinned(pin.Has(PinTP), []int{1, 2, 4, 8}, base.TP), pinned(pin.Has(PinPP), []int{1, 2, 4, 8}, base.PP), pinned(pin.Has(PinSP), []bool{false, true}, base.SP)
+	// A spec's degree of 0 is 1 (none).
+	tps, pps, sps := pinned(pin.Has(PinTP), []int{1, 2, 4, 8}, max(base.TP, 1)), pinned(pin.Has(PinPP), []int{1, 2, 4, 8}, max(base.PP, 1)), pinned(pin.Has(PinSP), []bool{false, true}, base.SP)
 	for _, tp := range tps {
 		if tp > o.GPUs || a.Heads%tp != 0 || a.KVHeads%tp != 0 || a.Intermediate%tp != 0 || (tp > 1 && a.Encoder) {
 			continue
@@ -587,7 +588,7 @@ func layouts(base engine.Spec, o Options) []layout {
 				continue
 			}
 			dp := o.GPUs / (tp * pp)
-			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != base.DP {
+			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != max(base.DP, 1) {
 				continue
 			}
 			for _, sp := range sps {
