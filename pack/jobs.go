@@ -147,11 +147,11 @@ func ReadFile(path string) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := Parse(data, path)
+	dir := filepath.Dir(path)
+	f, err := parse(data, path, dir)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Dir(path)
 	for i := range f.Jobs {
 		if err := f.Jobs[i].load(dir, where(path, i, f.Jobs[i].Name)); err != nil {
 			return nil, err
@@ -265,7 +265,11 @@ func (j *Job) SetSnapshot(s *snapshot.Snapshot) {
 // a wrong kind, duplicate names and jobs that say what runs twice or not
 // at all are errors naming the job and the key. name is the file's name in
 // messages.
-func Parse(data []byte, name string) (*File, error) {
+func Parse(data []byte, name string) (*File, error) { return parse(data, name, "") }
+
+// parse is Parse with a model given as a relative path (a config.json or
+// a snapshot directory) taken relative to dir, as the files a job names are.
+func parse(data []byte, name, dir string) (*File, error) {
 	if len(data) > maxFileBytes {
 		return nil, bad(name, "larger than %s", units.Bytes(maxFileBytes))
 	}
@@ -290,6 +294,7 @@ func Parse(data []byte, name string) (*File, error) {
 	for i := range f.Jobs {
 		j := &f.Jobs[i]
 		at := where(name, i, j.Name)
+		j.relativeModel(dir)
 		if err := j.check(at); err != nil {
 			return nil, err
 		}
@@ -367,6 +372,42 @@ func cut(s string) string {
 }
 
 func (j *Job) replicas() int { return max(j.Replicas, 1) }
+
+// relativeModel takes a model given as a relative path that exists under
+// dir (a config.json or a model directory) relative to dir; a catalog name
+// stays as it is.
+func (j *Job) relativeModel(dir string) {
+	if dir == "" {
+		return
+	}
+	for _, m := range []*string{trainModel(j.Train), serveModel(j.Serve)} {
+		if m == nil || *m == "" || filepath.IsAbs(*m) {
+			continue
+		}
+		if p := filepath.Join(dir, *m); fileExists(p) {
+			*m = p
+		}
+	}
+}
+
+func trainModel(t *Train) *string {
+	if t == nil {
+		return nil
+	}
+	return &t.Model
+}
+
+func serveModel(v *Serve) *string {
+	if v == nil {
+		return nil
+	}
+	return &v.Model
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
 
 // check validates what can be checked without planning.
 func (j *Job) check(at string) error {

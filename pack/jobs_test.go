@@ -211,3 +211,27 @@ func FuzzParseArrivals(f *testing.F) {
 		}
 	})
 }
+
+// A model given as a config.json path is read relative to the job file.
+func TestModelPathRelativeToJobFile(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "jobs")
+	if err := os.MkdirAll(filepath.Join(sub, "models"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "vocab_size": 1000, "n_positions": 512}`
+	if err := os.WriteFile(filepath.Join(sub, "models", "tiny.json"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(sub, "jobs.yaml")
+	if err := os.WriteFile(p, []byte("kind: memplan.jobs/v1\njobs: [{name: tiny, train: {model: models/tiny.json, seq: 128}}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.Jobs[0].Train.Model; got != filepath.Join(sub, "models", "tiny.json") {
+		t.Errorf("model %q", got)
+	}
+}
