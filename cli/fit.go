@@ -27,13 +27,21 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fit",
 		Short: "Find the fastest plan that fits the GPU: micro-batch × accumulation, checkpointing, offload, ZeRO, TP/PP/DP split",
-		Long: "fit searches micro-batch × accumulation at a fixed global batch, checkpointing, offload, the optimizer\n" +
-			"implementation, the ZeRO stage and the TP/PP/DP split of --gpus, and verifies the fastest plans on the full\n" +
-			"model. Every strategy flag given (--micro-batch, --accum, --tp, --sp, --pp, --dp, --zero/--fsdp, --checkpoint,\n" +
-			"--offload, --optimizer-impl) pins its dimension; --deny closes a family, --allow opens options that change\n" +
-			"the training result. Each verified plan prints the memplan plan command that reproduces it.\n\n" + exitHelp,
+		Long: "fit searches, by default: micro-batch × accumulation at a fixed global batch (the first 16 divisors of a\n" +
+			"replica's share), checkpointing (none, every 2nd block, every block; selective too with --attention eager),\n" +
+			"offload (none, activations, optimizer, both; under ZeRO-3 also params, params+activations), the optimizer\n" +
+			"implementation (the given one and fused), the ZeRO stage (0-3 when dp > 1) and the split of --gpus into\n" +
+			"tp × pp × dp (tp and pp in 1, 2, 4, 8; tp dividing the heads, KV heads and intermediate size; sp on and off\n" +
+			"under tp). It keeps the precision, the optimizer, the adapters and the recipe as given; --allow opens families\n" +
+			"that change the training result: lora (LoRA r=16, alpha=32 on every linear), qlora (the same on an NF4 base),\n" +
+			"8bit (adamw8bit for Adam/AdamW), precision (bf16: 16-bit parameters with float32 master weights). Every\n" +
+			"strategy flag given (--micro-batch, --accum, --tp, --sp, --pp, --dp, --zero/--fsdp, --checkpoint, --offload,\n" +
+			"--optimizer-impl) pins its dimension; --deny closes a family. A plan over --host-memory (per node) does not\n" +
+			"fit. Each verified plan prints the memplan plan command that reproduces it; --emit writes the winner's\n" +
+			"DeepSpeed, accelerate, torchtune or litgpt config.\n\n" + exitHelp,
 		Example: `  memplan fit --model llama-3-70b --gpu h100 --gpus 64 --global-batch 512 --seq 4096 --precision bf16
-  memplan fit --model llama-2-7b --gpu rtx-4090 --global-batch 32 --seq 2048 --allow qlora,8bit`,
+  memplan fit --model llama-2-7b --gpu rtx-4090 --global-batch 32 --seq 2048 --allow qlora,8bit
+  memplan fit --model llama-3-8b --gpu h100 --gpus 8 --global-batch 64 --recipe torchtune --zero 3 --emit torchtune --emit-out 8B_full.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			spec, err := f.spec()
