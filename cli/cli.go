@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
@@ -89,10 +90,14 @@ type planFlags struct {
 	svg, png                                                                                   string
 	graph, workloadPath                                                                        string
 	hostMemory                                                                                 string
-	gpusPerNode                                                                                int
-	recipe                                                                                     string
-	sets                                                                                       []string
-	changed                                                                                    func(string) bool
+	gpusPerNode, nodes                                                                         int
+	cluster                                                                                    string
+	// searched is set by fit: its GPUs are --gpus (or --nodes × GPUs per
+	// node), split by the search, so --nodes is not checked against dp × tp × pp.
+	searched bool
+	recipe   string
+	sets     []string
+	changed  func(string) bool
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
@@ -177,7 +182,9 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
 	fl.StringVar(&f.hostMemory, "host-memory", "", "host memory of one node the job may pin for offload, e.g. 512GiB (a plan over it does not fit)")
-	fl.IntVar(&f.gpusPerNode, "gpus-per-node", engine.DefaultGPUsPerNode, "GPUs of the job that share one node's host memory")
+	fl.IntVar(&f.gpusPerNode, "gpus-per-node", 0, "GPUs of one node: they share its host memory and NVLink, ranks fill a node tensor parallel first (default: the GPU catalog's node, else 8)")
+	fl.IntVar(&f.nodes, "nodes", 0, "nodes the job runs on: dp × tp × pp must be nodes × GPUs per node (fit: the GPUs to split, unless --gpus)")
+	fl.StringVar(&f.cluster, "cluster", "", "a cluster file (YAML: gpus_per_node, inter_node: {gbps, latency_us}) giving the link collectives across nodes are priced on")
 	fl.StringVar(&f.mode, "mode", "train", "train, infer, or serve (plan only: vLLM's start-up, paged KV cache and concurrency)")
 	fl.IntVar(&f.microBatch, "micro-batch", 1, "sequences (or images) per micro-step")
 	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions))")
@@ -300,10 +307,50 @@ func (f *planFlags) specHardware(s *engine.Spec) error {
 			return fmt.Errorf("--host-memory must be positive, got %q", f.hostMemory)
 		}
 	}
-	if f.gpusPerNode < 1 {
+	if f.changed("gpus-per-node") && f.gpusPerNode < 1 {
 		return fmt.Errorf("--gpus-per-node must be at least 1, got %d", f.gpusPerNode)
 	}
 	s.GPUsPerNode = f.gpusPerNode
+	if f.changed("nodes") && f.nodes < 1 {
+		return fmt.Errorf("--nodes must be at least 1, got %d", f.nodes)
+	}
+	return f.specCluster(s)
+}
+
+// specCluster reads --cluster: its inter-node link, and its GPUs per node
+// unless --gpus-per-node says the same or nothing.
+func (f *planFlags) specCluster(s *engine.Spec) error {
+	if f.cluster == "" {
+		return nil
+	}
+	data, err := os.ReadFile(f.cluster)
+	if err != nil {
+		return fmt.Errorf("--cluster: cannot read %s", f.cluster)
+	}
+	c, err := hw.ParseCluster(data)
+	if err != nil {
+		return fmt.Errorf("--cluster %s: %v", f.cluster, err)
+	}
+	if c.GPUsPerNode > 0 {
+		if f.changed("gpus-per-node") && f.gpusPerNode != c.GPUsPerNode {
+			return fmt.Errorf("--gpus-per-node %d contradicts --cluster %s (gpus_per_node: %d)", f.gpusPerNode, f.cluster, c.GPUsPerNode)
+		}
+		s.GPUsPerNode = c.GPUsPerNode
+	}
+	s.InterNode = cost.Link{Bandwidth: c.InterNodePerDirection, Latency: c.InterNodeLatency}
+	return nil
+}
+
+// checkNodes holds --nodes to the plan's GPUs: dp × tp × pp must fill the
+// nodes exactly.
+func (f *planFlags) checkNodes(s *engine.Spec) error {
+	if f.nodes == 0 || f.searched {
+		return nil
+	}
+	if want := f.nodes * s.NodeGPUs(); s.JobGPUs() != want {
+		return fmt.Errorf("--nodes %d × %d GPUs per node = %d GPUs, but --dp %d × --tp %d × --pp %d = %d; make them equal (e.g. --dp %d)",
+			f.nodes, s.NodeGPUs(), want, max(s.DP, 1), max(s.TP, 1), max(s.PP, 1), s.JobGPUs(), max(want/(max(s.TP, 1)*max(s.PP, 1)), 1))
+	}
 	return nil
 }
 
@@ -327,7 +374,7 @@ func (f *planFlags) specParallel(s *engine.Spec) error {
 		}
 		s.ZeRO = 3
 	}
-	return nil
+	return f.checkNodes(s)
 }
 
 // specCheckpoint reads the checkpointing policy.

@@ -43,6 +43,9 @@ func (f *planFlags) warnings(s *engine.Spec) []string {
 			}
 		}
 	}
+	if _, ok := s.InterNodeLink(); !ok && s.GPU != nil && s.Nodes() > 1 {
+		add("the job's %d GPUs fill %d nodes of %d, but the GPU catalog has no inter-node network for the %s: collectives across nodes are priced as inside one node; give --cluster FILE", s.JobGPUs(), s.Nodes(), s.NodeGPUs(), s.GPU.Name)
+	}
 	if s.Device == ops.CPU && s.GPU != nil {
 		add("--kernels cpu plans CPU kernels' memory (dropout masks in the input dtype) on the %s, which runs CUDA kernels", s.GPU.Name)
 	}
