@@ -227,7 +227,13 @@ func TestPackRefusesInconsistentInput(t *testing.T) {
 			t.Errorf("ParsePool(%q) accepted", s)
 		}
 	}
-	if p, err := ParsePool("8xh100"); err != nil || p.Count != 8 || p.GPU.Name != "h100-sxm" {
-		t.Errorf("8xh100: %+v %v", p, err)
+	for _, tc := range []struct {
+		in   string
+		n    int
+		name string
+	}{{"8xh100", 8, "h100-sxm"}, {"h100", 1, "h100-sxm"}, {"rtx-4090", 1, "rtx-4090"}, {"2xrtx-4090", 2, "rtx-4090"}, {"4×a100-80gb", 4, "a100-80gb"}} {
+		if p, err := ParsePool(tc.in); err != nil || p.Count != tc.n || p.GPU.Name != tc.name {
+			t.Errorf("%s: %+v %v", tc.in, p, err)
+		}
 	}
 }
