@@ -3,6 +3,7 @@ package serve
 import (
 	"testing"
 
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/units"
 	"pgregory.net/rapid"
@@ -111,3 +112,21 @@ func mustModelT(rt *rapid.T, name string) *modelsArch {
 type modelsArch = models.Arch
 
 var resolveModel = models.Resolve
+
+// BenchmarkMaxContextLlama3_70B: max --context '?' for 64 requests of
+// llama-3-70b over tp 8 H100s (target: under 1 s, as max's others).
+func BenchmarkMaxContextLlama3_70B(b *testing.B) {
+	m, err := models.Resolve("llama-3-70b")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := hw.Lookup("h100")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := MaxContext(Spec{Model: m, GPU: g, TP: 8}, 64); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
