@@ -139,6 +139,9 @@ func Parse(data []byte) (*Snapshot, error) {
 	if len(data) > 0 && (data[0] == '{' || data[0] == '[') && looksJSON(data) {
 		return nil, errors.New("this is JSON, not a snapshot pickle (a torch.profiler memory timeline is read as a timeline, not as a snapshot)")
 	}
+	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) || bytes.HasPrefix(bytes.TrimSpace(data), []byte("<")) {
+		return nil, errors.New("this is gzip or HTML, not a snapshot pickle (a torch.profiler memory timeline is read as a timeline, not as a snapshot)")
+	}
 	v, err := Unpickle(data)
 	if err != nil {
 		return nil, err

@@ -112,6 +112,8 @@ func TestBadInput(t *testing.T) {
 		{"an integer", []byte("\x80\x02K\x01."), "not a CUDA memory snapshot: the pickle holds a int"},
 		{"a dict without segments", []byte("\x80\x02}X\x01\x00\x00\x00aK\x01s."), "a dict without \"segments\" (keys: a)"},
 		{"JSON", []byte("{\"segments\": []}"), "this is JSON, not a snapshot pickle"},
+		{"a gzipped profiler timeline", []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3}, "this is gzip or HTML, not a snapshot pickle"},
+		{"an HTML profiler timeline", []byte("<html><body></body></html>"), "this is gzip or HTML, not a snapshot pickle"},
 		{"unknown action", []byte("\x80\x02}(X\x08\x00\x00\x00segments]X\x0d\x00\x00\x00device_traces]]}(X\x06\x00\x00\x00actionX\x04\x00\x00\x00zoomX\x04\x00\x00\x00addrK\x00X\x04\x00\x00\x00sizeK\x00uaau."), "unknown action \"zoom\""},
 		{"segment without blocks", []byte("\x80\x02]}(X\x07\x00\x00\x00addressK\x00X\x0a\x00\x00\x00total_sizeK\x01ua."), "has no \"blocks\""},
 	}
