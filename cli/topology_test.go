@@ -84,3 +84,58 @@ func TestTopologyPlanStepTime(t *testing.T) {
 		t.Errorf("no warning: %q", errs)
 	}
 }
+
+// compare and fit price their plans over the same nodes: GPT-2 on 16 H100s
+// is slower over two 8-GPU nodes than inside one 16-GPU node.
+func TestTopologyCompareAndFit(t *testing.T) {
+	var steps [2][]float64
+	for i, where := range [][]string{{"--gpus-per-node", "16"}, {"--nodes", "2"}} {
+		code, out, errs := run(append([]string{"compare", "--json", "--model", "gpt2", "--gpu", "h100", "--dp", "16"}, where...)...)
+		if code != 0 && code != 3 {
+			t.Fatalf("compare %v: exit %d: %s", where, code, errs)
+		}
+		var c struct {
+			Strategies []struct {
+				Step float64 `json:"step_s"`
+			} `json:"strategies"`
+		}
+		if err := json.Unmarshal([]byte(out), &c); err != nil || len(c.Strategies) == 0 {
+			t.Fatalf("compare %v: %v", where, err)
+		}
+		for _, s := range c.Strategies {
+			steps[i] = append(steps[i], s.Step)
+		}
+	}
+	slower := 0
+	for i := range steps[0] {
+		if steps[1][i] < steps[0][i] {
+			t.Errorf("compare strategy %d: %vs over two nodes, %vs in one", i, steps[1][i], steps[0][i])
+		}
+		if steps[1][i] > steps[0][i] {
+			slower++
+		}
+	}
+	if slower == 0 {
+		t.Error("compare: no strategy is slower over two nodes")
+	}
+	var fits [2]float64
+	for i, where := range [][]string{{"--gpus", "16", "--gpus-per-node", "16"}, {"--nodes", "2"}} {
+		code, out, errs := run(append([]string{"fit", "--json", "--model", "gpt2", "--gpu", "h100", "--global-batch", "64"}, where...)...)
+		if code != 0 {
+			t.Fatalf("fit %v: exit %d: %s", where, code, errs)
+		}
+		var f struct {
+			Winner struct {
+				DP   int     `json:"dp"`
+				Step float64 `json:"step_s"`
+			} `json:"winner"`
+		}
+		if err := json.Unmarshal([]byte(out), &f); err != nil {
+			t.Fatal(err)
+		}
+		fits[i] = f.Winner.Step
+	}
+	if !(fits[1] > fits[0]) {
+		t.Errorf("fit winner: %vs over two nodes, %vs in one", fits[1], fits[0])
+	}
+}
