@@ -3,6 +3,7 @@ package torchtrace
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,6 +42,13 @@ type Options struct {
 	// Batch·Accum: the batch is built whole and split into micro-batch views,
 	// as memplan_torch's measurement does.
 	FullBatchInputs bool
+	// Hold is how long the training loop keeps the model's output
+	// (loop.hold-outputs): HoldNone as recorded (memplan_torch drops it once
+	// the loss exists), HoldBackward until the micro-step's backward is done,
+	// HoldNextForward until the next forward returns and rebinds the
+	// variable (the previous step's output is alive as the steady step
+	// starts). Other than HoldNone it needs the trace's model_output.
+	Hold lower.Hold
 }
 
 // ErrOptions wraps invalid options.
@@ -60,6 +68,8 @@ type builder struct {
 	initial map[int]ir.TensorID // initial storages, by trace id
 	dying   []ir.TensorID       // initial storages the replayed step frees
 	last    map[int]ir.TensorID // storages the last micro-step allocated, by trace id
+	held    map[int]bool        // the model output's storages, when the loop holds them (Options.Hold)
+	prevOut []ir.TensorID       // the output a variable still holds (HoldNextForward)
 }
 
 // Program replays the trace as an ir.Program (see Options).
@@ -81,6 +91,15 @@ func (t *Trace) Program(o Options) (*ir.Program, error) {
 			}
 		}
 		bd.s = int64(o.Seq)
+	}
+	if o.Hold != lower.HoldNone {
+		if t.ModelOutput == nil {
+			return nil, fmt.Errorf("%w: trace %s does not record the model's output (model_output; exported before memplan_torch recorded it), so loop.hold-outputs cannot apply: re-export it, or plan with --set loop.hold-outputs=false (as recorded)", ErrOptions, t.label())
+		}
+		bd.held = map[int]bool{}
+		for _, id := range t.ModelOutput.Storages {
+			bd.held[id] = true
+		}
 	}
 	if err := bd.build(); err != nil {
 		return nil, err
@@ -233,6 +252,9 @@ func (bd *builder) build() error {
 	bd.created = bd.t.FirstStepCreated()
 	bd.freed = bd.t.initialFrees(bd.o)
 	bd.initialStorages()
+	if bd.o.Hold == lower.HoldNextForward && !bd.o.FirstStep {
+		bd.carriedOutput()
+	}
 	endLive := map[int]bool{}
 	for _, id := range bd.t.EndLive {
 		endLive[id] = true
@@ -247,13 +269,62 @@ func (bd *builder) build() error {
 		if err := bd.replaceOptimizer(bd.initial); err != nil {
 			return err
 		}
-		return bd.bornAtStart(bd.dying)
+	} else {
+		bd.optimizerStep()
+		if bd.err != nil {
+			return bd.err
+		}
 	}
-	bd.optimizerStep()
-	if bd.err != nil {
-		return bd.err
+	if len(bd.prevOut) > 0 {
+		// Still bound when the iteration ends.
+		bd.p.Ops = append(bd.p.Ops, ir.Op{Name: "outputs still bound", Phase: ir.Optimizer, In: bd.prevOut, Node: -1})
 	}
 	return bd.bornAtStart(bd.dying)
+}
+
+// carriedOutput adds the previous iteration's output, which a variable holds
+// into the steady step until the model returns (HoldNextForward): live from
+// the start, freed when the first micro-step rebinds the variable.
+func (bd *builder) carriedOutput() {
+	var b units.Bytes
+	for i := range bd.t.Events {
+		for j := range bd.t.Events[i].Alloc {
+			if a := &bd.t.Events[i].Alloc[j]; bd.held[a.ID] {
+				b += bd.size(a, bd.b)
+			}
+		}
+	}
+	id := bd.add(ir.Tensor{Name: "previous outputs", Shape: []int64{int64(b)}, DType: units.U8, Bytes: b, Base: ir.NoTensor, Cat: ir.Temporary, Carried: true})
+	bd.dying = append(bd.dying, id)
+	bd.prevOut = []ir.TensorID{id}
+}
+
+// rebind frees the output a variable held once the model of micro-step m
+// has returned.
+func (bd *builder) rebind(m int) {
+	if len(bd.prevOut) > 0 {
+		bd.p.Ops = append(bd.p.Ops, ir.Op{Name: "outputs = model(...) (rebinds)", Phase: ir.Forward, Micro: m, In: bd.prevOut, Node: -1})
+		bd.prevOut = nil
+	}
+}
+
+// holdOutputs ends micro-step m's hold of the model's output (allocated as
+// local): after its backward (HoldBackward), or at the next rebind.
+func (bd *builder) holdOutputs(m int, local map[int]ir.TensorID) {
+	var outs []ir.TensorID
+	for _, id := range bd.t.ModelOutput.Storages {
+		if tid, ok := local[id]; ok {
+			outs = append(outs, tid)
+		}
+	}
+	switch bd.o.Hold {
+	case lower.HoldBackward:
+		if len(outs) > 0 {
+			bd.p.Ops = append(bd.p.Ops, ir.Op{Name: "del outputs", Phase: ir.Backward, Micro: m, In: outs, Node: -1})
+		}
+	case lower.HoldNextForward:
+		bd.prevOut = outs
+	}
 }
 
 // stateOf reports whether s is an initial storage the recorded optimizer owns (its state), whatever the
@@ -310,10 +381,16 @@ func (bd *builder) microStep(m int, endLive map[int]bool) {
 	if m > 0 {
 		maps = []map[int]ir.TensorID{local, bd.grads, bd.initial}
 	}
+	if bd.held != nil && t.ModelOutput.ReturnedAt < 0 {
+		bd.rebind(m)
+	}
 	for i := range t.Events {
 		e := &t.Events[i]
 		if e.Phase == PhaseOptimizer {
 			break
+		}
+		if bd.held != nil {
+			e = bd.unheld(e)
 		}
 		op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e)}
 		for j := range e.Alloc {
@@ -341,8 +418,24 @@ func (bd *builder) microStep(m int, endLive map[int]bool) {
 		}
 		readsOf(&op, e, maps)
 		bd.p.Ops = append(bd.p.Ops, op)
+		if bd.held != nil && i == t.ModelOutput.ReturnedAt {
+			bd.rebind(m)
+		}
+	}
+	if bd.held != nil {
+		bd.holdOutputs(m, local)
 	}
 	bd.last = local
+}
+
+// unheld is e without the frees of the output storages the loop holds.
+func (bd *builder) unheld(e *Event) *Event {
+	if !slices.ContainsFunc(e.Free, func(id int) bool { return bd.held[id] }) {
+		return e
+	}
+	c := *e
+	c.Free = slices.DeleteFunc(slices.Clone(e.Free), func(id int) bool { return bd.held[id] })
+	return &c
 }
 
 // optimizerStep replays the recorded optimizer step (the first step's with Options.FirstStep): state it

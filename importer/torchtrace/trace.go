@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -130,9 +131,27 @@ type Trace struct {
 	Events      []Event
 	EndLive     []int
 	First       FirstStep
+	// ModelOutput is what the model returned in the steady step (nil in
+	// traces exported before memplan_torch recorded it).
+	ModelOutput *ModelOutput
 
 	file string
 }
+
+// ModelOutput is the model's output in the steady step: the storages its
+// tensors are in (allocated by the step) and the index of the event after
+// which the model returned (-1: before the first event). A loop that keeps
+// the output in a variable keeps these storages past the loss.
+type ModelOutput struct {
+	Storages   []int
+	ReturnedAt int
+	// Hold is the habit of the loop the exporter modelled, when it says
+	// ("none", "backward", "next-forward"; export-hf: "none", the Trainer's).
+	Hold string
+}
+
+// Holds are the values of model_output.hold, in lower.Hold's order.
+var Holds = []string{"none", "backward", "next-forward"}
 
 // HasSeq reports whether sizes are modelled in the sequence length too.
 func (t *Trace) HasSeq() bool { return t.SeqDim != nil }
@@ -467,6 +486,14 @@ func (p *parser) trace(m map[string]any) *Trace {
 	t.First.Exact = p.reqBool(fs, "first_step", "exact")
 	t.First.OptimizerState = p.ints(p.get(fs, "first_step", "optimizer_state"), "first_step.optimizer_state")
 	t.First.OptimizerEvents = p.events(p.get(fs, "first_step", "optimizer_events"), "first_step.optimizer_events", t)
+	if v, ok := m["model_output"]; ok && v != nil {
+		mo := p.obj(v, "model_output")
+		t.ModelOutput = &ModelOutput{Storages: p.ints(p.get(mo, "model_output", "storages"), "model_output.storages"),
+			ReturnedAt: int(p.reqInt(mo, "model_output", "returned_at")), Hold: p.optStr(mo, "model_output", "hold")}
+		if h := t.ModelOutput.Hold; h != "" && !slices.Contains(Holds, h) {
+			p.fail("model_output.hold", "unknown hold %q (want none, backward or next-forward)", h)
+		}
+	}
 	return t
 }
 
@@ -667,4 +694,26 @@ func (p *parser) check(t *Trace) {
 		}
 	}
 	walk(t.First.OptimizerEvents, "first_step.optimizer_events", first, true)
+	if mo := t.ModelOutput; mo != nil {
+		p.checkModelOutput(t, mo)
+	}
+}
+
+// checkModelOutput: the output's storages are allocated by the steady step's
+// forward events up to the one the model returned at.
+func (p *parser) checkModelOutput(t *Trace, mo *ModelOutput) {
+	if mo.ReturnedAt < -1 || mo.ReturnedAt >= len(t.Events) || (mo.ReturnedAt >= 0 && t.Events[mo.ReturnedAt].Phase != PhaseForward) {
+		p.fail("model_output.returned_at", "%d is not the index of a forward event", mo.ReturnedAt)
+	}
+	made := map[int]bool{}
+	for i := 0; i <= mo.ReturnedAt; i++ {
+		for _, a := range t.Events[i].Alloc {
+			made[a.ID] = true
+		}
+	}
+	for i, id := range mo.Storages {
+		if !made[id] {
+			p.fail(fmt.Sprintf("model_output.storages[%d]", i), "storage %d is not allocated by the forward before event %d", id, mo.ReturnedAt)
+		}
+	}
 }

@@ -367,6 +367,12 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
             "optimizer_events": first,
         },
     }
+    mo = base.get("model_output")
+    if mo is not None:
+        # the storages the step allocates for the model's output, and the event after which the model returned:
+        # a loop that keeps the output in a variable keeps them past the loss (memplan's loop.hold-outputs)
+        doc["model_output"] = {"storages": sorted(newid[s] for s in mo[1] if s in steady_alloc_set),
+                               "returned_at": mo[0] - m["step2"]}
     doc["producer"]["elapsed_s"] = round(time.time() - t0, 3)
     return doc
 

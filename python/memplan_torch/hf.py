@@ -469,6 +469,11 @@ def export_hf(model, path, seq=None, batch=2, precision=DEFAULT_PRECISION, overr
                            ", gradient_checkpointing_enable(use_reentrant=%s)" % (gradient_checkpointing == "reentrant")
                            if gradient_checkpointing else "",
                            ", peft LoRA %s" % json.dumps(lora, sort_keys=True) if lora else ""))
+    if "model_output" in doc:
+        # the loop this trace is of: Trainer.compute_loss returns the loss only, so the outputs (the logits) are
+        # dropped before backward (transformers src/transformers/trainer.py compute_loss, training_step; memplan's
+        # hf recipe: loop.hold-outputs=false); `memplan plan --graph` plans this habit unless told another
+        doc["model_output"]["hold"] = "none"
     write_json(doc, path)
     return doc
 

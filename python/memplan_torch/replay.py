@@ -72,11 +72,28 @@ def first_step_created(doc):
     return out
 
 
-def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):
+HOLDS = ("none", "backward", "next-forward")
+
+
+def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False, hold="none"):
     """Per-phase peak live bytes of the traced step at `batch`.
 
     Storages smaller than min_bytes are ignored (to compare with an allocator counter with a threshold).
+    hold is how long the training loop keeps the model's output (memplan's loop.hold-outputs; needs the
+    trace's model_output): "none" as recorded (dropped once the loss exists), "backward" until backward is
+    done (`out = model(x); loss = f(out); loss.backward()`), "next-forward" until the next step's model
+    returns and rebinds the variable (through the optimizer step; the previous step's output is alive as the
+    steady step starts, not as the first one does).
     Returns {"phases": {...}, "peak_bytes", "peak_phase", "baseline_bytes"}."""
+    if hold not in HOLDS:
+        raise ValueError("memplan_torch: hold must be one of %s, got %r" % (", ".join(HOLDS), hold))
+    held, returned_at = set(), -1
+    if hold != "none":
+        mo = doc.get("model_output")
+        if mo is None:
+            raise ValueError("memplan_torch: trace %s does not record the model's output (model_output: exported "
+                             "before issue 10); re-export it to replay hold=%s" % (doc.get("name"), hold))
+        held, returned_at = set(mo["storages"]), mo["returned_at"]
     live = {}
     state = first_step_created(doc) if first_step else set()
     for s in doc["initial_storages"]:
@@ -86,12 +103,18 @@ def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):
         if n >= min_bytes:
             live[s["id"]] = n
     cur = sum(live.values())
+    sizes = {a["id"]: storage_bytes(a, batch, seq) for e in doc["events"] for a in e["alloc"] if a["id"] in held}
+    carried = 0
+    if hold == "next-forward" and not first_step:
+        carried = sum(n for n in sizes.values() if n >= min_bytes)  # the previous step's output
+        cur += carried
     base = cur
     peaks = {}
     events = doc["events"]
     if first_step:
         events = [e for e in events if e["phase"] != "optimizer"] + doc["first_step"]["optimizer_events"]
-    for e in events:
+    last_backward = max((i for i, e in enumerate(events) if e["phase"] != "optimizer"), default=-1)
+    for i, e in enumerate(events):
         for a in e["alloc"]:
             n = storage_bytes(a, batch, seq)
             if n >= min_bytes:
@@ -102,7 +125,14 @@ def replay(doc, batch, seq=None, first_step=False, min_bytes=0, scratch=False):
         if top > peaks.get(ph, 0):
             peaks[ph] = top
         for f in e["free"]:
-            cur -= live.pop(f, 0)
+            if f not in held:
+                cur -= live.pop(f, 0)
+        if i == returned_at:
+            cur -= carried  # the variable is rebound to this step's output
+            carried = 0
+        if i == last_backward and hold == "backward":
+            for f in held:
+                cur -= live.pop(f, 0)
     peak_phase = max(peaks, key=lambda p: peaks[p]) if peaks else None
     return {"phases": peaks, "peak_bytes": peaks.get(peak_phase, base), "peak_phase": peak_phase,
             "baseline_bytes": base}

@@ -83,6 +83,18 @@ def validate_trace(doc):
                           % (sorted(steady)[:10], sorted(doc["end_live"])[:10]))
     fs = doc["first_step"]
     _need(fs, "first_step", [("optimizer_state", (list,)), ("optimizer_events", (list,)), ("exact", (bool,))])
+    mo = doc.get("model_output")
+    if mo is not None:
+        _need(mo, "model_output", [("storages", (list,)), ("returned_at", (int,))])
+        r = mo["returned_at"]
+        if not -1 <= r < len(doc["events"]) or (r >= 0 and doc["events"][r]["phase"] != "forward"):
+            raise SchemaError("model_output: returned_at %r is not the index of a forward event" % (r,))
+        made = {a["id"] for e in doc["events"][:r + 1] for a in e["alloc"]}
+        for sid in mo["storages"]:
+            if sid not in made:
+                raise SchemaError("model_output: storage %r is not allocated by the forward before event %d" % (sid, r))
+        if mo.get("hold", "none") not in ("none", "backward", "next-forward"):
+            raise SchemaError("model_output: hold %r is not none, backward or next-forward" % (mo["hold"],))
     return len(doc["events"])
 
 

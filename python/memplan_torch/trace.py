@@ -551,6 +551,26 @@ def _categorize(rec, params, buffers, grads, states, inputs):
     return "temporary"
 
 
+def _output_sids(rec, out):
+    """Storage ids of the tensors in a model's output (a tensor, tuples, lists, dicts: a transformers ModelOutput
+    is an OrderedDict), in order, each once."""
+    ids = []
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            r = rec.lookup(o, create=False)
+            if r is not None and r.sid not in ids:
+                ids.append(r.sid)
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                walk(x)
+        elif isinstance(o, dict):
+            for x in o.values():
+                walk(x)
+    walk(out)
+    return ids
+
+
 def state_sids(rec, opt):
     """Storage ids of the tensors the optimizer holds in its state now."""
     out = set()
@@ -612,10 +632,13 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
             rec.lookup(params[i].grad)  # pre-existing, as inputs are: not allocated by an op of the step
         optimizer_step(1)
 
+    model_output = {}  # step -> (index of the model's last forward event, storage ids of its output tensors)
+
     def step(n):
         rec.set_phase("forward", n)
         with torch.autograd.graph.saved_tensors_hooks(rec.pack, rec.unpack):
             out = job.forward()
+            model_output[n] = (len(rec.events) - 1, _output_sids(rec, out))
             rec.loss_region = True
             try:
                 loss = job.loss(out)
@@ -671,7 +694,7 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     s_sids = state_sids(rec, opt) | states_before
     buf_set = b_sids
     g_sids = grad_sids
-    return {"recorder": rec, "marks": marks, "with_grad": with_grad, "primed": prime is not None, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
+    return {"recorder": rec, "marks": marks, "model_output": model_output.get(2), "with_grad": with_grad, "primed": prime is not None, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
             "params": p_sids, "buffers": buf_set, "inputs": i_sids, "states": s_sids,
             "grads": g_sids, "n_params": sum(p.numel() for p in params),
             "param_bytes": sum(p.numel() * p.element_size() for p in params)}
