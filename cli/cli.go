@@ -407,6 +407,7 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 		return err
 	}
 	if s.Trace != nil {
+		f.traceHold(s)
 		s.TraceOptimizer = f.changed("optimizer") || f.changed("optimizer-impl")
 		if !f.changed("micro-batch") {
 			s.MicroBatch = 0
@@ -429,6 +430,29 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 		}
 	}
 	return nil
+}
+
+// traceHold sets how long the loop keeps a trace's model output: --set
+// loop.hold-outputs when given, else --recipe's when given, else the loop
+// the exporter modelled (export-hf: the Trainer's, none), else a plain
+// loop's (`out = model(x); loss = f(out); loss.backward()` holds it through
+// backward). A trace that does not record its output (exported before
+// memplan_torch did) is replayed as recorded (dropped once the loss exists)
+// unless the switch is set.
+func (f *planFlags) traceHold(s *engine.Spec) {
+	if slices.ContainsFunc(f.sets, func(kv string) bool { return strings.HasPrefix(kv, "loop.hold-outputs=") }) {
+		return
+	}
+	mo := s.Trace.ModelOutput
+	switch {
+	case mo == nil:
+		s.Sem.Hold = lower.HoldNone
+	case f.changed("recipe"):
+	case mo.Hold != "":
+		s.Sem.Hold = lower.Hold(slices.Index(torchtrace.Holds, mo.Hold))
+	default:
+		s.Sem.Hold = lower.HoldBackward
+	}
 }
 
 // applyRecipe applies --recipe and --set: a recipe's value for a switch that

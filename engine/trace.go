@@ -47,7 +47,7 @@ type Counter struct {
 // s.Count says.
 func traceProgram(s *Spec, first bool) (*ir.Program, error) {
 	c := s.Count
-	o := torchtrace.Options{Batch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, FirstStep: first, FullBatchInputs: c.WholeBatch}
+	o := torchtrace.Options{Batch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, FirstStep: first, FullBatchInputs: c.WholeBatch, Hold: s.Sem.Hold}
 	switch {
 	case c.Measured:
 		o.MinBytes, o.Granularity, o.NoScratch = c.MinBytes, c.Granularity, !c.Scratch

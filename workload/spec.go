@@ -2,6 +2,7 @@ package workload
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,7 +23,8 @@ import (
 // optimizer (the recorded step when the trace ran the same one, else
 // lower.OptimizerStep's), non-reentrant checkpointing of every block of the
 // block list (checkpoint_blocks, else the module path with the most indexed
-// children, as memplan_torch picks), activation offload, the kernels of
+// children, as memplan_torch picks), activation offload, how long the loop
+// keeps the model's output (hold_outputs), the kernels of
 // the device, and memory counted as the device's measurement counts it
 // (Counter), with the batch built whole and split into micro-batches.
 func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, error) {
@@ -61,6 +63,7 @@ func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, er
 		s.Checkpoint = engine.CheckpointModulesOf(blocks + ".*")
 	}
 	s.Offload.Activations = w.Strategy.Offload == "activations"
+	s.Sem.Hold = []lower.Hold{lower.HoldNone, lower.HoldBackward, lower.HoldNextForward}[slices.Index(Holds, w.HoldOutputs)]
 	s.Device = ops.CUDA
 	if w.Device == "cpu" {
 		s.Device = ops.CPU

@@ -39,7 +39,10 @@ type Workload struct {
 	Seed      int            `json:"seed"`
 	Optimizer string         `json:"optimizer"`
 	Foreach   *bool          `json:"foreach"`
-	Strategy  Strategy       `json:"strategy"`
+	// HoldOutputs is how long the loop keeps the model's output: none,
+	// backward or next-forward (memplan's loop.hold-outputs).
+	HoldOutputs string   `json:"hold_outputs"`
+	Strategy    Strategy `json:"strategy"`
 }
 
 // Strategy is the workload's memory-saving recipe.
@@ -92,6 +95,7 @@ var topFields = []field{
 	{"seed", kInt, int64(0)},
 	{"optimizer", kStr, "adamw"},
 	{"foreach", kBool, nil},
+	{"hold_outputs", kStr, "none"},
 	{"strategy", kMap, nil},
 }
 
@@ -110,6 +114,7 @@ var (
 	Devices     = []string{"auto", "cpu", "cuda"}
 	Checkpoints = []string{"none", "blocks"}
 	Offloads    = []string{"none", "activations"}
+	Holds       = []string{"none", "backward", "next-forward"}
 	Optimizers  = []string{"adamw", "sgd", "sgd-momentum"}
 	dtypes      = map[string]bool{"float32": true, "float16": true, "bfloat16": true, "float64": true,
 		"fp32": true, "float": true, "fp16": true, "half": true, "bf16": true, "fp64": true, "double": true}
@@ -187,7 +192,7 @@ func Validate(where string, obj any) (*Workload, error) {
 		Schema: top["schema"].(string), Model: top["model"].(string), DType: top["dtype"].(string),
 		Batch: toInt(top["batch"]), BatchDim: toInt(top["batch_dim"]), Device: top["device"].(string),
 		Warmup: toInt(top["warmup"]), Iters: toInt(top["iters"]), Seed: toInt(top["seed"]),
-		Optimizer: top["optimizer"].(string), ModelArgs: map[string]any{},
+		Optimizer: top["optimizer"].(string), ModelArgs: map[string]any{}, HoldOutputs: top["hold_outputs"].(string),
 	}
 	if v := top["name"]; v != nil {
 		w.Name = v.(string)
@@ -234,6 +239,9 @@ func Validate(where string, obj any) (*Workload, error) {
 	}
 	if !contains(Optimizers, w.Optimizer) {
 		return nil, bad(where, "field 'optimizer': unknown optimizer '%s' (choose one of: %s)", w.Optimizer, strings.Join(Optimizers, ", "))
+	}
+	if !contains(Holds, w.HoldOutputs) {
+		return nil, bad(where, "field 'hold_outputs' must be one of %s, got '%s'", strings.Join(Holds, ", "), w.HoldOutputs)
 	}
 	var sobj any = map[string]any{}
 	if v := top["strategy"]; v != nil {

@@ -48,6 +48,8 @@ func TestParseBad(t *testing.T) {
 		{"model: m:f\nbatch: 2\nwarmup: -1\n", "field 'warmup' must be >= 0"},
 		{"model: m:f\nbatch: 2\ndtype: int8\n", "field 'dtype': dtype 'int8' is not a floating-point"},
 		{"model: m:f\nbatch: 2\ndevice: tpu\n", "field 'device' must be one of auto, cpu, cuda, got 'tpu'"},
+		{"model: m:f\nbatch: 2\nhold_outputs: always\n", "field 'hold_outputs' must be one of none, backward, next-forward, got 'always'"},
+		{"model: m:f\nbatch: 2\nhold_outputs: true\n", "field 'hold_outputs' must be a string, got true"},
 		{"model: m:f\nbatch: 2\noptimizer: lion\n", "field 'optimizer': unknown optimizer 'lion'"},
 		{"model: m:f\nbatch: 2\nschema: memplan.workload/v2\n", "field 'schema' must be 'memplan.workload/v1'"},
 		{"model: m:f\nbatch: 2\nforeach: yes please\n", "field 'foreach' must be a boolean"},
@@ -98,7 +100,7 @@ sys.path.insert(0, "../python")
 from memplan_torch import workload as w
 print(json.dumps({"top": [[k, v[1]] for k, v in w._TOP.items()], "strategy": [[k, v[1]] for k, v in w._STRATEGY.items()],
                   "devices": list(w.DEVICES), "checkpoints": list(w.CHECKPOINTS), "offloads": list(w.OFFLOADS),
-                  "optimizers": list(w.harness.OPTIMIZERS)}))
+                  "optimizers": list(w.harness.OPTIMIZERS), "holds": list(w.HOLDS)}))
 `).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -106,6 +108,7 @@ print(json.dumps({"top": [[k, v[1]] for k, v in w._TOP.items()], "strategy": [[k
 	var py struct {
 		Top, Strategy                              [][2]any
 		Devices, Checkpoints, Offloads, Optimizers []string
+		Holds                                      []string
 	}
 	if err := json.Unmarshal(out, &py); err != nil {
 		t.Fatal(err)
@@ -129,7 +132,7 @@ print(json.dumps({"top": [[k, v[1]] for k, v in w._TOP.items()], "strategy": [[k
 	for _, c := range []struct {
 		what   string
 		go_, p []string
-	}{{"devices", Devices, py.Devices}, {"checkpoints", Checkpoints, py.Checkpoints}, {"offloads", Offloads, py.Offloads}, {"optimizers", Optimizers, py.Optimizers}} {
+	}{{"devices", Devices, py.Devices}, {"checkpoints", Checkpoints, py.Checkpoints}, {"offloads", Offloads, py.Offloads}, {"optimizers", Optimizers, py.Optimizers}, {"holds", Holds, py.Holds}} {
 		if !reflect.DeepEqual(c.go_, c.p) {
 			t.Errorf("%s: Go %v, Python %v", c.what, c.go_, c.p)
 		}

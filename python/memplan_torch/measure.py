@@ -140,7 +140,12 @@ def apply_checkpoint(model, path=None):
     return name, len(blocks)
 
 
-def _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx):
+def _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx, hold="none", held=None):
+    """One optimizer step of k micro-steps. hold (workload hold_outputs) is how long the loop keeps the model's
+    output: "none" drops it once the loss exists, "backward" after loss.backward(), "next-forward" keeps it in
+    held["out"] until the next forward returns (so across steps, through the optimizer)."""
+    if held is None:
+        held = {}
     phases = {p: 0 for p in PHASES}
     allp = {p: 0 for p in PHASES}
     mem.sync()
@@ -151,8 +156,11 @@ def _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx):
         mem.reset_peak()
         with offload_ctx():
             out = job.forward(micro_inputs[i])
+            if hold == "next-forward":
+                held["out"] = out  # rebinds the loop's variable: the previous output dies here
             loss = job.loss(out, micro_targets[i] if micro_targets is not None else None)
-            del out
+            if hold != "backward":
+                del out
             if k > 1:
                 loss = loss / k
             phases["forward"] = max(phases["forward"], mem.peak())
@@ -160,6 +168,8 @@ def _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx):
             mem.reset_peak()
             loss.backward()
             del loss
+            if hold == "backward":
+                del out
         phases["backward"] = max(phases["backward"], mem.peak())
         allp["backward"] = max(allp["backward"], mem.all_peak() or 0)
     mem.reset_peak()
@@ -237,11 +247,14 @@ def measure_workload(w, mem=None):
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     del params
 
-    first = _less_floor(_step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx), floor, afloor)
+    hold, held = w["hold_outputs"], {}
+    first = _less_floor(_step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx, hold, held), floor,
+                        afloor)
     for _ in range(w["warmup"]):
-        _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx)
-    runs = [_less_floor(_step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx), floor, afloor)
-            for _ in range(w["iters"])]
+        _step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx, hold, held)
+    runs = [_less_floor(_step(job, opt, micro_inputs, micro_targets, k, mem, offload_ctx, hold, held), floor,
+                        afloor) for _ in range(w["iters"])]
+    held.clear()
     phases = {p: max(r["phases"][p] for r in runs) for p in PHASES}
     peak_phase = max(PHASES, key=lambda p: phases[p])
     case = {

@@ -27,6 +27,7 @@ _TOP = {
     "seed": ((int,), 0),
     "optimizer": ((str,), "adamw"),
     "foreach": ((bool,), None),
+    "hold_outputs": ((str,), "none"),
     "strategy": ((dict,), None),
 }
 _REQUIRED = ("model", "batch")
@@ -39,6 +40,9 @@ _STRATEGY = {
 DEVICES = ("auto", "cpu", "cuda")
 CHECKPOINTS = ("none", "blocks")
 OFFLOADS = ("none", "activations")
+# how long the loop keeps the model's output in a variable (memplan's loop.hold-outputs): dropped once the loss
+# exists; until backward is done; until the next forward returns and rebinds it (through the optimizer step)
+HOLDS = ("none", "backward", "next-forward")
 
 
 class WorkloadError(ValueError):
@@ -98,6 +102,9 @@ def validate(obj, where="workload"):
     if w["optimizer"] not in harness.OPTIMIZERS:
         raise WorkloadError("%s: field 'optimizer': unknown optimizer %r (choose one of: %s)"
                             % (where, w["optimizer"], ", ".join(harness.OPTIMIZERS)))
+    if w["hold_outputs"] not in HOLDS:
+        raise WorkloadError("%s: field 'hold_outputs' must be one of %s, got %r"
+                            % (where, ", ".join(HOLDS), w["hold_outputs"]))
     if w["model_args"] is None:
         w["model_args"] = {}
     s = _check(where + ": strategy", w["strategy"] or {}, _STRATEGY)
