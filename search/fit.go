@@ -17,6 +17,7 @@ package search
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -60,6 +61,10 @@ type Options struct {
 	// Pinned are the dimensions the search keeps at the base spec's value
 	// (fit's strategy flags and --deny); the others it chooses.
 	Pinned Pins
+	// Context, when set, cancels the search: Fit checks it between states
+	// and verification batches and returns its error (a service's request
+	// deadline or a client that went away).
+	Context context.Context
 }
 
 // Pins is a set of the dimensions fit searches.
@@ -220,7 +225,13 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	f.est = newEstimator(base.Model)
 	f.est.limit = f.limit
 	f.estimate()
+	if err := f.cancelled(); err != nil {
+		return nil, err
+	}
 	f.verify()
+	if err := f.cancelled(); err != nil {
+		return nil, err
+	}
 	if len(f.verified) == 0 {
 		return f.res, f.nothingFits()
 	}
@@ -295,6 +306,14 @@ type fitter struct {
 	verified []*Plan
 }
 
+// cancelled is the error of o.Context once it is done (nil without one).
+func (f *fitter) cancelled() error {
+	if f.o.Context == nil {
+		return nil
+	}
+	return context.Cause(f.o.Context)
+}
+
 // estimate bounds every candidate on shallow models: bundles of states, one worker each.
 func (f *fitter) estimate() {
 	groups := groupByAllButBatch(f.cands)
@@ -346,6 +365,9 @@ func (f *fitter) searchBundle(b [][][]*Plan, report func(n, size int)) {
 	m := newMemo()
 	be := f.est.withCache(&engine.Cache{})
 	for i, k := range b {
+		if f.cancelled() != nil {
+			return
+		}
 		if i > 0 && k[0][0].Spec.ZeRO != b[i-1][0][0].Spec.ZeRO {
 			// Sharded programs of the last stage are done
 			// with (states come by ZeRO stage).
@@ -360,7 +382,7 @@ func (f *fitter) searchBundle(b [][][]*Plan, report func(n, size int)) {
 // Workers at a time (the same plans as one at a time, in order).
 func (f *fitter) verify() {
 	queue := append([]*Plan(nil), f.fits...)
-	for len(queue) > 0 && len(f.verified) <= f.o.Keep {
+	for len(queue) > 0 && len(f.verified) <= f.o.Keep && f.cancelled() == nil {
 		batch := queue[:min(f.o.Workers, len(queue))]
 		queue = queue[len(batch):]
 		errs := make([]error, len(batch))

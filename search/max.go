@@ -1,6 +1,7 @@
 package search
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/memplan/memplan/engine"
@@ -74,6 +75,13 @@ func (r *MaxResult) AtCap() bool { return r.Value == r.Cap }
 // quadratic at worst in a sequence), then bisects the bracket; each probe
 // is an exact plan without a timeline.
 func Max(base engine.Spec, d Dim) (*MaxResult, error) {
+	return MaxContext(context.Background(), base, d)
+}
+
+// MaxContext is Max cancelled by ctx: each probe checks it first and the
+// search returns its error (a service's request deadline or a client that
+// went away).
+func MaxContext(ctx context.Context, base engine.Spec, d Dim) (*MaxResult, error) {
 	r := &MaxResult{Dim: d, Step: 1}
 	if err := r.refuse(&base); err != nil {
 		return nil, err
@@ -103,7 +111,7 @@ func Max(base engine.Spec, d Dim) (*MaxResult, error) {
 	if base.CapacityBytes() <= 0 {
 		return nil, engine.FieldErrorf(engine.FieldGPU, "max needs a {gpu} or a {budget} to fit")
 	}
-	m := &maxSolver{base: base, r: r}
+	m := &maxSolver{base: base, r: r, ctx: ctx}
 	lo, hi, err := m.bracket()
 	if err != nil {
 		return nil, err
@@ -182,6 +190,7 @@ func (r *MaxResult) bounds(base *engine.Spec) error {
 // maxSolver holds what Max's phases share: the job, the answer being built
 // and the peaks seen (units of Step → peak), which guide the next probe.
 type maxSolver struct {
+	ctx   context.Context
 	base  engine.Spec
 	r     *MaxResult
 	peaks map[int]float64
@@ -213,6 +222,11 @@ func (m *maxSolver) spec(v int) engine.Spec {
 // plan simulates base at value v (without the per-op timeline: Max
 // reports peaks).
 func (m *maxSolver) plan(v int) (*engine.Result, error) {
+	if m.ctx != nil {
+		if err := context.Cause(m.ctx); err != nil {
+			return nil, err
+		}
+	}
 	m.r.Plans++
 	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true})
 }
