@@ -41,7 +41,7 @@ import torch
 
 from . import compat, harness
 from .export import build_trace, write_json
-from .trace import ExportError
+from .trace import ExportError, answered_reads
 
 PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "pure-bf16", "pure-fp16")
 PLAN_PRECISIONS = ("fp32", "amp-bf16", "amp-fp16", "bf16", "fp16", "pure-bf16", "pure-fp16")  # memplan plan's
@@ -360,7 +360,9 @@ def real_mask_decisions():
     key/value heads (repeat_kv). Run for real, the same step finds no packing (the model's own position ids
     are arange(S) in every row: this exporter never passes position_ids), passes no mask, uses
     is_causal=True and, for grouped-query attention, enable_gqa=True. This patch returns that answer, None,
-    for fake position ids, and only for them; it is undone on exit."""
+    for fake position ids, and only for them, after running the check's ops on them as the real step does
+    (the position diff, its cumsum, `(mask[:, -1] == 0).all()` and the read of that value, which
+    trace.answered_reads answers True), so the fake trace records the real one's events; it is undone on exit."""
     try:
         import transformers.masking_utils as mu
     except ImportError:  # pragma: no cover
@@ -372,9 +374,16 @@ def real_mask_decisions():
         return
 
     def find_packed_sequence_indices(position_ids, *a, **kw):
-        if compat.is_fake(position_ids):
-            return None
-        return orig(position_ids, *a, **kw)
+        if not compat.is_fake(position_ids):
+            return orig(position_ids, *a, **kw)
+        # transformers/masking_utils.py find_packed_sequence_indices @v5.24.0, with the real step's answer
+        first_dummy_value = position_ids[:, :1] - 1
+        position_diff = torch.diff(position_ids, prepend=first_dummy_value, dim=-1)
+        packed_sequence_mask = (position_diff != 1).cumsum(-1)
+        with answered_reads(True):
+            one_sequence_per_row = bool((packed_sequence_mask[:, -1] == 0).all())
+        assert one_sequence_per_row
+        return None
 
     mu.find_packed_sequence_indices = find_packed_sequence_indices
     try:

@@ -98,6 +98,26 @@ def _tensors(seq, out):
 # the real ones' sizes and storage sharing.
 _REAL_SIZED = ("aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default")
 
+# Values a real step reads from a tensor (`bool(t)`, `t.item()`: aten._local_scalar_dense) that a fake step is told,
+# in order, by code that knows them (hf.real_mask_decisions: transformers' packed-sequence check, whose answer for
+# the model's own arange position ids is known): the read is recorded as the real step records it and returns the
+# value instead of failing under fake tensors. Empty outside such code.
+_ANSWERS = []
+
+
+@contextlib.contextmanager
+def answered_reads(*values):
+    """The next len(values) value reads of a fake step return these values (see _ANSWERS); all must be read."""
+    n = len(_ANSWERS)
+    _ANSWERS.extend(values)
+    try:
+        yield
+    finally:
+        left = len(_ANSWERS) - n
+        del _ANSWERS[n:]
+        if left > 0:
+            raise AssertionError("memplan_torch: %d answered value read(s) not made" % left)
+
 
 class Recorder(TorchDispatchMode):
     def __init__(self, device, fake=False):
@@ -289,7 +309,10 @@ class Recorder(TorchDispatchMode):
             c.reset_peak()
         args = _scalar_tensor_args(func, args)
         try:
-            out = func(*args, **kwargs)
+            if self.fake and _ANSWERS and name == "aten._local_scalar_dense.default":
+                out = _ANSWERS.pop(0)  # what the real step reads here (answered_reads)
+            else:
+                out = func(*args, **kwargs)
         except ExportError:
             raise
         except Exception as e:
