@@ -220,9 +220,15 @@ type Options struct {
 	// micro-batches in flight and no embedding, and the same as the last
 	// without the head and loss).
 	Stages []int
+	// AllAccum simulates every micro-step; by default a plan of more than
+	// four micro-steps without pipelining simulates the three that show its
+	// peak and extrapolates its step time (shortAccum).
+	AllAccum bool
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
 	wholeStages bool
+	// shortAccum: this plan is planShortAccum's three micro-steps.
+	shortAccum bool
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -235,7 +241,10 @@ func (s *Spec) Validate() error {
 		return invalid(FieldSet, "the cuBLAS workspace and the memory overheads must not be negative")
 	}
 	if s.Trace != nil {
-		return s.validateTraceJob()
+		if err := s.validateTraceJob(); err != nil {
+			return err
+		}
+		return s.validateLimits()
 	}
 	if s.Model == nil {
 		return invalid(FieldModel, "no {model}")
@@ -246,6 +255,9 @@ func (s *Spec) Validate() error {
 		return invalid(FieldModel, "%s's config.json has a quantization_config (%s): training and inference plans take unquantized weights; plan serving it ({mode} serve), or plan the unquantized model (QLoRA quantizes it: {qlora})", s.Model.Name, q)
 	}
 	if err := s.validateSizes(); err != nil {
+		return err
+	}
+	if err := s.validateLimits(); err != nil {
 		return err
 	}
 	return s.validateOptions()
@@ -435,6 +447,10 @@ type Result struct {
 	// Reserved is the caching allocator's prediction, when PredictReserved
 	// was asked for it.
 	Reserved *Reserved
+	// SimAccum is the micro-steps Program and Sim hold when fewer than
+	// Spec.Accum were simulated (they show the same peak; Timing is the
+	// step of Spec.Accum), else 0.
+	SimAccum int
 
 	// owned: Program was made for this result alone (Release may recycle
 	// it), not taken from a Cache.
@@ -661,6 +677,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	}
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
 		return nil, invalid(FieldPP, "pipeline stages %v are not all in [0, %d)", o.Stages, s.PP)
+	}
+	if !o.AllAccum && !o.shortAccum && shortAccum(&s) > 0 {
+		return planShortAccum(s, o)
 	}
 	pl := &planner{s: &s, o: o}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}

@@ -62,35 +62,38 @@ type EventJSON struct {
 
 // PlanJSON is the machine form of `memplan plan`.
 type PlanJSON struct {
-	Schema        string        `json:"schema"`
-	Model         string        `json:"model"`
-	Family        string        `json:"family"`
-	Mode          string        `json:"mode"`
-	MicroBatch    int           `json:"micro_batch"`
-	Seq           int           `json:"seq"`
-	Accum         int           `json:"accum"`
-	GenTokens     int           `json:"gen_tokens,omitempty"`
-	Precision     string        `json:"precision"`
-	Optimizer     string        `json:"optimizer,omitempty"`
-	OptimizerImpl string        `json:"optimizer_impl,omitempty"`
-	Attention     string        `json:"attention"`
-	Checkpoint    string        `json:"checkpoint,omitempty"`
-	Recipe        string        `json:"recipe,omitempty"`
-	Checkpointed  []string      `json:"checkpointed_modules,omitempty"`
-	GPU           string        `json:"gpu,omitempty"`
-	TP            int           `json:"tp,omitempty"`
-	SP            bool          `json:"sp,omitempty"`
-	EP            int           `json:"ep,omitempty"`
-	LoRARank      int           `json:"lora_rank,omitempty"`
-	LoRATargets   []string      `json:"lora_targets,omitempty"`
-	QLoRA         bool          `json:"qlora,omitempty"`
-	DP            int           `json:"dp,omitempty"`
-	ZeRO          int           `json:"zero,omitempty"`
-	PP            int           `json:"pp,omitempty"`
-	PPStage       int           `json:"pp_stage"`
-	StagePeaks    []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
-	Offload       string        `json:"offload,omitempty"`
-	HostPeak      units.Bytes   `json:"host_peak_bytes"`
+	Schema     string `json:"schema"`
+	Model      string `json:"model"`
+	Family     string `json:"family"`
+	Mode       string `json:"mode"`
+	MicroBatch int    `json:"micro_batch"`
+	Seq        int    `json:"seq"`
+	Accum      int    `json:"accum"`
+	// SimulatedAccum is the micro-steps the timeline holds when fewer than
+	// accum were simulated (the same peak: engine.Result.SimAccum).
+	SimulatedAccum int           `json:"simulated_accum,omitempty"`
+	GenTokens      int           `json:"gen_tokens,omitempty"`
+	Precision      string        `json:"precision"`
+	Optimizer      string        `json:"optimizer,omitempty"`
+	OptimizerImpl  string        `json:"optimizer_impl,omitempty"`
+	Attention      string        `json:"attention"`
+	Checkpoint     string        `json:"checkpoint,omitempty"`
+	Recipe         string        `json:"recipe,omitempty"`
+	Checkpointed   []string      `json:"checkpointed_modules,omitempty"`
+	GPU            string        `json:"gpu,omitempty"`
+	TP             int           `json:"tp,omitempty"`
+	SP             bool          `json:"sp,omitempty"`
+	EP             int           `json:"ep,omitempty"`
+	LoRARank       int           `json:"lora_rank,omitempty"`
+	LoRATargets    []string      `json:"lora_targets,omitempty"`
+	QLoRA          bool          `json:"qlora,omitempty"`
+	DP             int           `json:"dp,omitempty"`
+	ZeRO           int           `json:"zero,omitempty"`
+	PP             int           `json:"pp,omitempty"`
+	PPStage        int           `json:"pp_stage"`
+	StagePeaks     []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
+	Offload        string        `json:"offload,omitempty"`
+	HostPeak       units.Bytes   `json:"host_peak_bytes"`
 	// HostPerNode is HostPeak × the job's GPUs on one node (GPUsPerNode);
 	// HostMemory the per-node limit given, HostShortfall how far over it.
 	HostPerNode   units.Bytes   `json:"host_per_node_bytes"`
@@ -211,7 +214,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	j := &PlanJSON{
 		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
-		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, GenTokens: s.GenTokens,
+		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, SimulatedAccum: res.SimAccum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
 		Recipe: s.Sem.Recipe, Checkpointed: res.AutoCheckpointed,
 		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),

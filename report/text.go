@@ -88,7 +88,7 @@ func textHeader(res *engine.Result) string {
 		if s.TraceOptimizer {
 			opt = fmt.Sprintf("%s (%s)", s.Optimizer, s.Impl)
 		}
-		head += fmt.Sprintf(" · accum %d · %s", s.Accum, opt) + parallelism(s)
+		head += fmt.Sprintf(" · accum %d%s · %s", s.Accum, simulated(res), opt) + parallelism(s)
 		if s.Checkpoint.Kind != engine.NoCheckpoint {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
@@ -102,7 +102,7 @@ func textHeader(res *engine.Result) string {
 	if s.Mode != engine.Train {
 		return head + fmt.Sprintf(" · +%d generated · %s · %s attention", s.GenTokens, s.Precision, s.Attention)
 	}
-	head += fmt.Sprintf(" · accum %d · %s · %s (%s) · %s attention", s.Accum, s.Precision, s.Optimizer, s.Impl, s.Attention)
+	head += fmt.Sprintf(" · accum %d%s · %s · %s (%s) · %s attention", s.Accum, simulated(res), s.Precision, s.Optimizer, s.Impl, s.Attention)
 	head += parallelism(s)
 	if s.Sem.Recipe != "" {
 		head += " · recipe " + s.Sem.Recipe
@@ -116,13 +116,37 @@ func textHeader(res *engine.Result) string {
 	return head
 }
 
+// simulated says how many of the micro-steps were simulated when fewer
+// than all were (engine.Result.SimAccum).
+func simulated(res *engine.Result) string {
+	if res.SimAccum == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d simulated: the micro-steps between the first and the last hold the same memory)", res.SimAccum)
+}
+
+// microStep names micro-step m (0-based) of the simulated program in the
+// plan's micro-steps: with fewer simulated, the last simulated is the
+// plan's last and the ones between stand for every micro-step between.
+func microStep(res *engine.Result, m int) string {
+	k := res.SimAccum
+	switch {
+	case k == 0 || m == 0:
+		return fmt.Sprint(m + 1)
+	case m == k-1:
+		return fmt.Sprint(res.Spec.Accum)
+	default:
+		return fmt.Sprintf("2–%d", res.Spec.Accum-1)
+	}
+}
+
 // writePeakLines writes where the peak is, the host peak, whether it fits, and a higher first step.
 func writePeakLines(b *strings.Builder, res *engine.Result) {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	name, module := res.PeakOp()
 	fmt.Fprintf(b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
 	if p.MicroBatches > 1 {
-		fmt.Fprintf(b, ", micro-step %d of %d", r.Peak.Micro+1, p.MicroBatches)
+		fmt.Fprintf(b, ", micro-step %s of %d", microStep(res, r.Peak.Micro), max(p.MicroBatches, s.Accum))
 	}
 	if len(res.StagePeaks) > 1 {
 		var sp []string

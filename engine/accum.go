@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"math"
+	"time"
+
+	"github.com/memplan/memplan/cost"
+)
+
+// MaxPipelineAccum bounds the micro-steps of a pipelined plan: a pipeline
+// schedule is simulated micro-step by micro-step (GPipe holds every
+// micro-batch, interleaving needs all of them), about a megabyte of program
+// each, so 1024 of them stay within a few seconds and under 2 GB.
+const MaxPipelineAccum = 1024
+
+// shortAccum is the number of micro-steps that show the peak of a plan of
+// s.Accum micro-steps without pipelining: three show the peak of any k ≥ 3
+// — the first (gradients created), one between (every gradient
+// accumulating, nothing reduced yet) and the last (where ZeRO, DDP and
+// offload reduce or move gradients); every micro-step between the first and
+// the last holds the same memory as the one between. This is the argument
+// package search simulates fit's plans with (search.simAccum,
+// search.TestPropertySimAccumShowsPeak); TestShortAccumShowsPeak checks it
+// for plan. It is 0 when every micro-step is simulated: under pipelining
+// (the schedule holds micro-batches in flight) and for k ≤ 4.
+func shortAccum(s *Spec) int {
+	if s.PP > 1 || s.Accum <= 4 || s.Mode != Train {
+		return 0
+	}
+	return 3
+}
+
+// planShortAccum plans s (validated, s.Accum > 4, no pipeline) with three
+// micro-steps, which peak as s.Accum do, and prices the step of s.Accum
+// micro-steps from the steps of three and four: every micro-step between the
+// first and the last is the same ops on the same streams, so each time and
+// FLOP total is affine in the micro-steps from the third on
+// (TestShortAccumTiming checks the extrapolation against a full plan).
+func planShortAccum(s Spec, o Options) (*Result, error) {
+	k := s.Accum
+	s3 := s
+	s3.Accum = 3
+	o.shortAccum = true
+	r, err := PlanWith(s3, o)
+	if err != nil {
+		return nil, err
+	}
+	r.Spec.Accum, r.SimAccum = k, 3
+	if r.Timing == nil {
+		return r, nil
+	}
+	s4 := s
+	s4.Accum = 4
+	if err := s4.Validate(); err != nil {
+		return nil, err
+	}
+	p4, err := Program(&s4, false)
+	if err != nil {
+		return nil, err
+	}
+	t4, err := Price(&s4, p4)
+	if err != nil {
+		return nil, err
+	}
+	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t4, k); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// extrapolate is the timing of k micro-steps from t3 and t4, the timings of
+// three and four (t3's per-op times stay: they are aligned with the
+// three-micro-step program the result keeps).
+func extrapolate(s *Spec, t3, t4 *cost.Timing, k int) (*cost.Timing, error) {
+	n := float64(k - 3)
+	var overflow bool
+	dur := func(a, b time.Duration) time.Duration {
+		v := float64(a) + n*float64(b-a)
+		if v >= math.MaxInt64 || v < 0 {
+			overflow = true
+			return 0
+		}
+		return time.Duration(math.Round(v))
+	}
+	fl := func(a, b float64) float64 { return a + n*(b-a) }
+	t := *t3
+	for i := range t.Phases {
+		p, q := &t.Phases[i], &t4.Phases[i]
+		p.Compute, p.Comm, p.Transfer, p.Wall = dur(p.Compute, q.Compute), dur(p.Comm, q.Comm), dur(p.Transfer, q.Transfer), dur(p.Wall, q.Wall)
+		p.FLOPs = fl(p.FLOPs, q.FLOPs)
+	}
+	t.Idle = dur(t3.Idle, t4.Idle)
+	t.Step = dur(t3.Step, t4.Step)
+	t.Compute = dur(t3.Compute, t4.Compute)
+	t.Comm, t.Transfer = dur(t3.Comm, t4.Comm), dur(t3.Transfer, t4.Transfer)
+	t.ExposedComm, t.ExposedTransfer = dur(t3.ExposedComm, t4.ExposedComm), dur(t3.ExposedTransfer, t4.ExposedTransfer)
+	t.Recompute = dur(t3.Recompute, t4.Recompute)
+	t.RecomputeFLOPs = fl(t3.RecomputeFLOPs, t4.RecomputeFLOPs)
+	t.FLOPs, t.ModelFLOPs = fl(t3.FLOPs, t4.FLOPs), fl(t3.ModelFLOPs, t4.ModelFLOPs)
+	if overflow {
+		return nil, invalid(FieldAccum, "a step of {accum} %d micro-steps would take more than %s", k, time.Duration(math.MaxInt64).Round(time.Hour))
+	}
+	t.TokensPerSec, t.SamplesPerSec, t.MFU, t.HFU = 0, 0, 0, 0
+	if t.Step <= 0 {
+		return &t, nil
+	}
+	dp := float64(max(s.DP, 1))
+	var err error
+	if t.TokensPerSec, err = cost.TokensPerSecond(s.TokensPerStep()*dp, t.Step); err != nil {
+		return nil, err
+	}
+	if t.SamplesPerSec, err = cost.SamplesPerSecond(float64(s.MicroBatch)*float64(s.Accum)*dp, t.Step); err != nil {
+		return nil, err
+	}
+	if t.PeakFLOPs > 0 {
+		if t.MFU, err = cost.MFU(t.ModelFLOPs, t.Step, t.PeakFLOPs); err != nil {
+			return nil, err
+		}
+		if t.HFU, err = cost.MFU(t.FLOPs, t.Step, t.PeakFLOPs); err != nil {
+			return nil, err
+		}
+	}
+	return &t, nil
+}

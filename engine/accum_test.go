@@ -1,0 +1,150 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/ops"
+)
+
+// accumJobs are plans without pipelining over several models and
+// strategies: plain, ZeRO 1–3 over data parallelism, full and every-2
+// checkpointing, activation and optimizer offload, the first step.
+func accumJobs(t *testing.T) []Spec {
+	gpu, err := hw.Lookup("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Spec
+	for _, m := range []string{"gpt2", "llama-3.2-1b"} {
+		base := Spec{Job: Job{Model: lookup(t, m), MicroBatch: 2, Seq: 256, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: Target{GPU: gpu}}
+		out = append(out, base)
+		for z := 0; z <= 3; z++ {
+			s := base
+			s.DP, s.ZeRO = 4, z
+			out = append(out, s)
+		}
+		s := base
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		out = append(out, s)
+		s = base
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
+		s.DP, s.ZeRO = 2, 2
+		out = append(out, s)
+		s = base
+		s.Offload = Offload{Activations: true, Optimizer: true}
+		out = append(out, s)
+		s = base
+		s.FirstStep = true
+		s.Impl = lower.Fused
+		out = append(out, s)
+	}
+	return out
+}
+
+func name(s Spec) string {
+	return fmt.Sprintf("%s/dp%d-zero%d/ckpt%v/off%v/first%v", s.Model.Name, s.DP, s.ZeRO, s.Checkpoint, s.Offload, s.FirstStep)
+}
+
+// A plan of k micro-steps without pipelining peaks as one of three does
+// (shortAccum): accum 3, 4, 7 and 1000 report the same device, host and
+// first-step peaks, and the plan of 1000 simulates three micro-steps.
+func TestShortAccumShowsPeak(t *testing.T) {
+	for _, base := range accumJobs(t) {
+		t.Run(name(base), func(t *testing.T) {
+			var want *Result
+			for _, k := range []int{3, 4, 7, 1000} {
+				s := base
+				s.Accum = k
+				r := mustPlan(t, s)
+				if r.Spec.Accum != k {
+					t.Fatalf("accum %d reported as %d", k, r.Spec.Accum)
+				}
+				if k > 4 && r.SimAccum != 3 {
+					t.Fatalf("accum %d simulated %d micro-steps", k, r.SimAccum)
+				}
+				if want == nil {
+					want = r
+					continue
+				}
+				if r.Sim.Peak.Total != want.Sim.Peak.Total || r.HostPeak != want.HostPeak {
+					t.Errorf("accum %d peaks at %s (host %s), accum 3 at %s (host %s)", k, r.Sim.Peak.Total, r.HostPeak, want.Sim.Peak.Total, want.HostPeak)
+				}
+				if (r.First == nil) != (want.First == nil) || r.First != nil && r.First.Peak.Total != want.First.Peak.Total {
+					t.Errorf("accum %d: first step differs from accum 3's", k)
+				}
+			}
+		})
+	}
+}
+
+// The step of k micro-steps extrapolated from three and four equals the
+// step of all k simulated (to a nanosecond per micro-step of rounding),
+// with the same FLOPs, throughput and MFU.
+func TestShortAccumTiming(t *testing.T) {
+	for _, base := range accumJobs(t) {
+		for _, k := range []int{5, 9} {
+			s := base
+			s.Accum = k
+			short := mustPlan(t, s)
+			full, err := PlanWith(s, Options{AllAccum: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if short.SimAccum != 3 || full.SimAccum != 0 {
+				t.Fatalf("simulated %d and %d micro-steps", short.SimAccum, full.SimAccum)
+			}
+			if short.Sim.Peak.Total != full.Sim.Peak.Total {
+				t.Errorf("%s accum %d: peak %s short, %s in full", name(base), k, short.Sim.Peak.Total, full.Sim.Peak.Total)
+			}
+			a, b := short.Timing, full.Timing
+			tol := time.Duration(k)
+			if d := a.Step - b.Step; d < -tol || d > tol {
+				t.Errorf("%s accum %d: step %v short, %v in full", name(base), k, a.Step, b.Step)
+			}
+			for i := range a.Phases {
+				if d := a.Phases[i].Wall - b.Phases[i].Wall; d < -tol || d > tol {
+					t.Errorf("%s accum %d: phase %d wall %v short, %v in full", name(base), k, i, a.Phases[i].Wall, b.Phases[i].Wall)
+				}
+			}
+			if !near(a.FLOPs, b.FLOPs) || !near(a.ModelFLOPs, b.ModelFLOPs) || !near(a.MFU, b.MFU) || !near(a.TokensPerSec, b.TokensPerSec) || !near(a.SamplesPerSec, b.SamplesPerSec) {
+				t.Errorf("%s accum %d: FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", name(base), k, a.FLOPs, b.FLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
+			}
+		}
+	}
+}
+
+func near(a, b float64) bool {
+	d := a - b
+	if d < 0 {
+		d = -d
+	}
+	return d <= 1e-9*max(a, b, -a, -b)+1e-12
+}
+
+// A pipeline simulates every micro-step: its accumulation is bounded.
+func TestPipelineAccumLimit(t *testing.T) {
+	s := Spec{Job: Job{Model: lookup(t, "gpt2"), Seq: 128, Accum: MaxPipelineAccum + 1}, Parallel: Parallel{PP: 2}}
+	_, err := Plan(s)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	t.Log(err)
+}
+
+// BenchmarkPlanAccumMillion plans llama-3.2-1b (seq 512) with a million
+// micro-steps: three are simulated, so it costs about a plan of four
+// (the issue: 10,000 micro-steps took 131 s and 12.6 GB).
+func BenchmarkPlanAccumMillion(b *testing.B) {
+	gpu, _ := hw.Lookup("h100")
+	s := Spec{Job: Job{Model: lookup(b, "llama-3.2-1b"), MicroBatch: 1, Seq: 512, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 1_000_000}, Target: Target{GPU: gpu}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Plan(s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
