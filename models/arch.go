@@ -73,6 +73,13 @@ import (
 //     nn.Linear(hidden, vocab, bias=True)); resid_pdrop after attention and
 //     after the MLP, embd_pdrop after the embeddings. qk_layernorm=true is
 //     refused.
+//   - falcon (falcon-7b: parallel_attn, multi_query, no alibi, no bias, the
+//     old decoder architecture; others are refused by key): one LayerNorm with
+//     bias per layer feeding attention and MLP in parallel, plus ln_f; a fused
+//     query_key_value (hidden -> (heads + 2)*head_dim: one key and one value
+//     head), no biases; full rotary; non-gated GELU MLP dense_h_to_4h /
+//     dense_4h_to_h (ffn_hidden_size, default 4*hidden); lm_head tied to
+//     word_embeddings unless tie_word_embeddings is false.
 //   - bert: bidirectional post-LN encoder; embeddings = word, learned position
 //     and token_type tables summed, then a LayerNorm; q/k/v/o with bias; LayerNorm
 //     after attention and after the MLP; counted as BertModel with its pooler
@@ -97,6 +104,7 @@ const (
 	FamilyPhi3     = "phi3"
 	FamilyGPTNeoX  = "gpt_neox"
 	FamilyPhi      = "phi"
+	FamilyFalcon   = "falcon"
 	FamilyBERT     = "bert"
 	FamilyViT      = "vit"
 )
@@ -140,7 +148,7 @@ type Arch struct {
 
 	Act         string // hidden_act: gelu, gelu_new, gelu_pytorch_tanh, silu, relu ...
 	GatedMLP    bool   // gate_proj+up_proj+down_proj (SwiGLU/GeGLU) vs fc1/fc2
-	FusedQKV    bool   // gpt2 c_attn, gpt_neox query_key_value, phi3 qkv_proj (matters for op structure, not params)
+	FusedQKV    bool   // gpt2 c_attn, gpt_neox and falcon query_key_value, phi3 qkv_proj (matters for op structure, not params)
 	FusedGateUp bool   // phi3 gate_up_proj
 
 	QKVBias bool // q/k/v projections carry a bias

@@ -48,6 +48,7 @@ var catalogRepos = map[string]string{
 	"mistral-7b":     "mistralai/Mistral-7B-v0.1",
 	"mixtral-8x7b":   "mistralai/Mixtral-8x7B-v0.1",
 	"phi-2":          "microsoft/phi-2",
+	"falcon-7b":      "tiiuae/falcon-7b",
 	"qwen3-30b-a3b":  "Qwen/Qwen3-30B-A3B",
 	"phi-1.5":        "microsoft/phi-1_5",
 	"phi-3-mini":     "microsoft/Phi-3-mini-4k-instruct",

@@ -14,7 +14,7 @@ var requiredCatalog = []string{
 	"mistral-7b", "qwen2.5-0.5b", "qwen2.5-7b", "qwen3-8b", "gemma-2b", "gemma-7b",
 	"gemma-2-9b", "phi-3-mini", "pythia-160m", "pythia-1.4b", "mixtral-8x7b",
 	"bert-base", "bert-large", "vit-base", "tinyllama-1.1b", "phi-1.5",
-	"phi-2", "qwen3-30b-a3b", "gemma-3-1b",
+	"phi-2", "qwen3-30b-a3b", "gemma-3-1b", "falcon-7b",
 }
 
 func TestCatalogComplete(t *testing.T) {

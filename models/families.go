@@ -210,6 +210,12 @@ var families = []family{
 		parse:       (*parser).phi,
 	},
 	{
+		ModelType:   FamilyFalcon,
+		Source:      "transformers src/transformers/models/falcon/configuration_falcon.py @v5.24.0",
+		LoRATargets: []string{"query_key_value"},
+		parse:       (*parser).falcon,
+	},
+	{
 		ModelType:   FamilyBERT,
 		Source:      "transformers src/transformers/models/bert/configuration_bert.py @v4.51.0",
 		LoRATargets: []string{"query", "value"},

@@ -511,6 +511,80 @@ func (p *parser) phi(a *Arch) error {
 	return nil
 }
 
+// falcon: FalconConfig as FalconForCausalLM runs it (transformers
+// src/transformers/models/falcon/modeling_falcon.py @v5.24.0), falcon-7b's
+// structure: parallel attention and MLP after one input_layernorm,
+// multi-query attention (one key and one value head in the fused
+// query_key_value), rotary positions, no biases. The other structures
+// (alibi, new_decoder_architecture's grouped heads and two norms, a
+// sequential block, biases) are refused by key.
+func (p *parser) falcon(a *Arch) error {
+	var err error
+	if a.Hidden, err = p.reqPos(maxDim, "hidden_size"); err != nil {
+		return err
+	}
+	if a.Layers, err = p.reqPos(maxLayers, "num_hidden_layers"); err != nil {
+		return err
+	}
+	if a.Heads, err = p.reqPos(maxHeads, "num_attention_heads"); err != nil {
+		return err
+	}
+	if a.Vocab, err = p.reqPos(maxVocab, "vocab_size"); err != nil {
+		return err
+	}
+	if err = p.headDim(a, 0); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		key       string
+		def, want bool
+		why       string
+	}{
+		{"alibi", false, false, "ALiBi attention biases are not modelled"},
+		{"new_decoder_architecture", false, false, "the grouped-head decoder of Falcon-40B/180B is not modelled"},
+		{"parallel_attn", true, true, "the sequential block is not modelled"},
+		{"multi_query", true, true, "multi-head key/value projections are not modelled"},
+		{"bias", false, false, "linear biases are not modelled"},
+	} {
+		v, err := p.boolDef(f.def, f.key)
+		if err != nil {
+			return err
+		}
+		if v != f.want {
+			return p.errf("%q: %v is not supported for falcon (%s; falcon-7b's structure is)", f.key, v, f.why)
+		}
+	}
+	a.KVHeads = 1
+	if a.Intermediate, err = p.optPos(4*a.Hidden, maxDim, "ffn_hidden_size"); err != nil {
+		return err
+	}
+	if a.MaxPositions, err = p.optPos(2048, maxPositions, "max_position_embeddings"); err != nil {
+		return err
+	}
+	a.PosEmbedding, a.RotaryPct = "rotary", 1
+	if a.RopeTheta, err = p.posFloat(10000, "rope_theta"); err != nil {
+		return err
+	}
+	a.Norm, a.NormBias = "layernorm", true
+	if a.NormEps, err = p.eps(1e-5, "layer_norm_epsilon"); err != nil {
+		return err
+	}
+	if a.Act, err = p.act("gelu", "activation"); err != nil {
+		return err
+	}
+	a.FusedQKV, a.ParallelResidual, a.SharedNorm = true, true, true
+	if a.TieEmbeddings, err = p.boolDef(true, "tie_word_embeddings"); err != nil {
+		return err
+	}
+	if a.AttnDropout, err = p.prob(0, "attention_dropout"); err != nil {
+		return err
+	}
+	if a.HiddenDropout, err = p.prob(0, "hidden_dropout"); err != nil {
+		return err
+	}
+	return nil
+}
+
 // bert: BertConfig, counted as BertModel with pooler.
 func (p *parser) bert(a *Arch) error {
 	var err error

@@ -84,6 +84,14 @@ var realParamCounts = map[string]int64{
 	// parameters"; HF safetensors parameters {"F16": 2779683840} (Hub API
 	// record) and total_parameters 2779683840 in public model registries.
 	"phi-2": 2_779_683_840,
+	// transformers 5.24.0 FalconForCausalLM(falcon-7b's config.json)
+	// .num_parameters() on the meta device: 6921720704, lm_head tied to
+	// word_embeddings (counted once). Derived: embed 65024*4544 + 32*(LN
+	// 2*4544 + query_key_value 4544*(71+2)*64 + dense 4544*4544 + MLP
+	// 2*4544*18176) + ln_f 2*4544. (The Hub's "7.22B" for tiiuae/falcon-7b
+	// counts the checkpoint's stored copy of lm_head.weight again:
+	// 6921720704 + 65024*4544 = 7217189760.)
+	"falcon-7b": 6_921_720_704,
 	// keras-hub gemma3_1b preset "params": 999885952; HF safetensors
 	// total 999885952 for google/gemma-3-1b-it (same shapes as -pt).
 	// Derived: tied embed 262144*1152 + 26*(attn 2949120 + mlp 3*1152*6912

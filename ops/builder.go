@@ -558,6 +558,26 @@ func (b *Builder) SDPA(name string, q, k, v ir.TensorID, causal bool) ir.TensorI
 	return outs[0]
 }
 
+// SDPAMasked is scaled_dot_product_attention with an explicit float mask
+// [B, 1, S, T] on the flash kernel for CPU
+// (_scaled_dot_product_flash_attention_for_cpu takes attn_mask and saves it
+// with q, k, v, the output and logsumexp); k and v may have fewer heads than
+// q (broadcast).
+func (b *Builder) SDPAMasked(name string, q, k, v, mask ir.TensorID) ir.TensorID {
+	ins, dt := b.autocast("sdpa_flash_masked", q, k, v, mask)
+	qs := b.Shape(ins[0])
+	B, A, S, D := qs[0], qs[1], qs[2], qs[3]
+	ks := b.g.Tensors[ins[1]].Shape
+	flops := 4 * float64(B*A) * float64(S) * float64(ks[2]) * float64(D)
+	outs := b.node("sdpa_flash_masked", ins, []out{
+		{name: name, dt: dt, shape: qs, view: ir.NoTensor},
+		{name: name + ".logsumexp", dt: units.F32, shape: []int64{B, A, S}, view: ir.NoTensor, noGrad: true},
+	}, flops)
+	b.last().NoGrad = []int{3}
+	b.last().BwdWorkspace = units.F32.Size(B*A*S*D) + units.F32.Size(B*A*S)
+	return outs[0]
+}
+
 // CrossEntropy is F.cross_entropy(logits [N, V], labels [N]): log_softmax
 // then nll_loss. It returns the scalar loss and marks it as the graph's loss.
 func (b *Builder) CrossEntropy(name string, logits, labels ir.TensorID) ir.TensorID {

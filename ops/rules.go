@@ -97,6 +97,7 @@ func init() {
 		{Name: "to_copy", BwdFactor: 0, Source: dy + ": _to_copy saves nothing (autocast cast)"},
 		{Name: "view", View: true, Source: dy + ": view/reshape/transpose/select/slice save sizes only"},
 		{Name: "sdpa_flash", SaveIn: []int{0, 1, 2}, SaveOut: []int{0, 1}, Cast: Lower, BwdFactor: 2.5, Source: dy + ": _scaled_dot_product_flash_attention: query, key, value, output, logsumexp (+ philox seed/offset)"},
+		{Name: "sdpa_flash_masked", SaveIn: []int{0, 1, 2, 3}, SaveOut: []int{0, 1}, Cast: Lower, BwdFactor: 2.5, Source: dy + ": _scaled_dot_product_flash_attention_for_cpu with attn_mask: query, key, value, attn_mask, output, logsumexp"},
 		{Name: "router_topk", SaveOut: []int{1}, BwdFactor: 1, Source: dy + ": topk: indices"},
 		{Name: "index_select", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_select/index: index"},
 		{Name: "index_add", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_add: index"},

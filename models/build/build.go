@@ -377,7 +377,7 @@ func (m *builder) newGELU(name string, x ir.TensorID) ir.TensorID {
 // layerPrefix is the HF module path of the decoder stack.
 func (m *builder) stackPath() (root, layers string) {
 	switch m.a.Family {
-	case models.FamilyGPT2:
+	case models.FamilyGPT2, models.FamilyFalcon:
 		return "transformer", "transformer.h"
 	case models.FamilyGPTNeoX:
 		return "gpt_neox", "gpt_neox.layers"
@@ -409,6 +409,9 @@ func (m *builder) decoder() {
 		m.hasFullRope = true
 	}
 	mask := m.causalMask(root)
+	if a.Family == models.FamilyFalcon {
+		mask = m.falconMask(root)
+	}
 	x = m.layerStack(layers, x, cos, sin, mask)
 	x = m.finalNorm(root, x)
 	if !m.o.Training && m.o.KVContext > 0 {
@@ -429,6 +432,8 @@ func (m *builder) embeddings(root string, ids ir.TensorID) (wte, x ir.TensorID) 
 		embName = "wte"
 	case models.FamilyGPTNeoX:
 		embName = "embed_in"
+	case models.FamilyFalcon:
+		embName = "word_embeddings"
 	}
 	func() {
 		defer b.Enter(embName)()
@@ -510,7 +515,7 @@ func (m *builder) finalNorm(root string, x ir.TensorID) ir.TensorID {
 	defer m.b.Enter(root)()
 	name := "norm"
 	switch m.a.Family {
-	case models.FamilyGPT2:
+	case models.FamilyGPT2, models.FamilyFalcon:
 		name = "ln_f"
 	case models.FamilyGPTNeoX:
 		name = "final_layer_norm"
@@ -676,6 +681,8 @@ func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID
 		return b.Binary("add", "residual2", x, mlp)
 	case models.FamilyPhi:
 		return m.phiLayer(i, x, cos, sin, mask)
+	case models.FamilyFalcon:
+		return m.falconLayer(i, x, cos, sin, mask)
 	case models.FamilyGPTNeoX:
 		h1 := m.norm("input_layernorm", x, a.Hidden)
 		att := func() ir.TensorID { defer b.Enter("attention")(); return m.attention(i, h1, cos, sin, mask) }()
@@ -953,7 +960,7 @@ func (m *builder) attentionOut(o ir.TensorID, contiguous bool) ir.TensorID {
 	switch a.Family {
 	case models.FamilyGPT2:
 		outName = "c_proj"
-	case models.FamilyGPTNeoX, models.FamilyPhi:
+	case models.FamilyGPTNeoX, models.FamilyPhi, models.FamilyFalcon:
 		outName = "dense"
 	case models.FamilyBERT, models.FamilyViT:
 		outName = "output.dense"

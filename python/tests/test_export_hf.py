@@ -151,6 +151,8 @@ FAMILIES = {
                     + ["sliding_window=16", "sliding_window_pattern=2", "query_pre_attn_scalar=16"]),
     "phi3": ("phi-3-mini", SMALL[:3] + ["num_key_value_heads=4"] + SMALL[5:]),
     "phi": ("phi-1.5", SMALL[:3] + SMALL[5:]),
+    # multi-query: one key/value head whatever the heads; ffn_hidden_size defaults to 4 * hidden
+    "falcon": ("falcon-7b", SMALL[:3] + ["vocab_size=256"]),
     "gpt_neox": ("pythia-160m", SMALL[:3] + ["intermediate_size=256", "vocab_size=256"]),
     "gpt2": ("gpt2", ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256", "n_positions=128"]),
     "bert": ("bert-base", SMALL[:3] + SMALL[5:]),

@@ -1,0 +1,104 @@
+package build
+
+import (
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
+)
+
+// Falcon (falcon-7b) as transformers' modeling_falcon.py runs it
+// (src/transformers/models/falcon/modeling_falcon.py @v5.24.0, FalconModel,
+// FalconDecoderLayer, FalconAttention with sdpa, FalconMLP). Outside the
+// layer it is the shared decoder path under FalconModel's names
+// (transformer.word_embeddings, transformer.h.N, transformer.ln_f) with the
+// rotary tables of FalconRotaryEmbedding and an lm_head tied to the
+// embedding.
+
+// falconLayer is FalconDecoderLayer with parallel_attn and the old decoder
+// architecture: one input_layernorm feeds self_attention and mlp,
+//
+//	mlp_output += attention_output                  (in place)
+//	output = dropout_add(mlp_output, residual, hidden_dropout)
+//
+// The in-place sum is modelled as an add (one [B, S, H] more while it runs).
+func (m *builder) falconLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	h := m.norm("input_layernorm", x, a.Hidden)
+	att := func() ir.TensorID { defer b.Enter("self_attention")(); return m.falconAttention(h, cos, sin, mask) }()
+	mlp := func() ir.TensorID { defer b.Enter("mlp")(); return m.mlp(h) }()
+	y := b.Binary("add", "mlp_plus_attn", mlp, att)
+	y = b.Dropout("hidden_dropout", y, a.HiddenDropout)
+	return b.Binary("add", "residual", y, x)
+}
+
+// falconMask is FalconModel's causal mask: create_causal_mask with
+// allow_is_causal_skip=False materialises a bool [B, 1, S, S] mask (an
+// expanded [1, 1, S, S]) that every layer's attention receives.
+func (m *builder) falconMask(root string) ir.TensorID {
+	defer m.b.Enter(root)()
+	_, S := m.bs()
+	return m.b.Zeros("causal_mask", units.Bool, 1, 1, S, S)
+}
+
+// falconAttention is FalconAttention.forward under sdpa with multi_query:
+// fused_qkv viewed as [B, S, heads + 2, D]; the query is a slice (a view),
+// the key and value are fused_qkv[..., [-2], :] and [..., [-1], :] (advanced
+// indexing: copies of one head); rotary on both; then
+// scaled_dot_product_attention(q, k, v, attn_mask=mask) with the single key
+// and value head broadcast over the query heads. ATen turns the bool mask
+// into a float one of the query's dtype per call (convert_boolean_attn_mask,
+// where(mask, 0, -inf): [B, 1, S, S]), which the kernel saves.
+//
+// On CPU kernels the flash kernel runs (it takes a mask and broadcast heads;
+// measured in the trace of torch 2.14.1). On CUDA the flash kernel refuses
+// any explicit mask and the memory-efficient one unequal head counts
+// (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp: check_for_attn_mask,
+// check_batch_size_and_num_heads_dense<false>), so the math path runs:
+// scaled q and kᵀ, the broadcast kᵀ and v expanded by matmul into copies of
+// every head, the scores plus the mask, softmax, and the context matmul.
+func (m *builder) falconAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	B, S := m.bs()
+	A, _, D := m.localHeads()
+	y := m.dense("query_key_value", m.colIn(h), a.Hidden, (a.Heads+2)*a.HeadDim, a.QKVBias, colPar)
+	q := b.View("q", y, B, A, S, D)
+	k := b.Copy("k", b.View("k_head", y, B, 1, S, D), B, 1, S, D)
+	v := b.Copy("v", b.View("v_head", y, B, 1, S, D), B, 1, S, D)
+	q = b.Rotary("q_rot", q, cos, sin)
+	k = b.Rotary("k_rot", k, cos, sin)
+	dt := b.Tensor(q).DType
+	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
+		dt = ac
+	}
+	bias := b.Zeros("attn_mask_float", dt, B, 1, S, S)
+	b.Release(mask)
+	if m.o.Device == ops.CPU {
+		return m.attentionOut(b.SDPAMasked("sdpa", q, k, v, bias), false)
+	}
+	return m.attentionOut(m.falconMathSDPA(q, k, v, bias), true)
+}
+
+// falconMathSDPA is ATen's _scaled_dot_product_attention_math
+// (aten/src/ATen/native/transformers/attention.cpp @v2.14.1) on a query of
+// A heads and a key and value of one head: 16-bit inputs computed in
+// float32, q and kᵀ each scaled by sqrt(scale), matmul's broadcast of kᵀ
+// and v over the heads copied out (and saved), the mask added, softmax
+// saved, the output cast back.
+func (m *builder) falconMathSDPA(q, k, v, bias ir.TensorID) ir.TensorID {
+	b := m.b
+	B, S := m.bs()
+	A, _, D := m.localHeads()
+	dt := b.Tensor(q).DType
+	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
+		dt = ac
+		q, k, v = b.To(q, dt), b.To(k, dt), b.To(v, dt)
+	}
+	q, k, v = b.To(q, units.F32), b.To(k, units.F32), b.To(v, units.F32)
+	qs := b.Copy("q_contig", b.Scale("q_scaled", q), B, A, S, D)
+	ks := b.Copy("k_t_expand", b.Scale("k_t_scaled", b.View("k_t", k, B, 1, D, S)), B, A, D, S)
+	s := b.MatMul("scores", qs, ks)
+	s = b.Binary("add", "masked", s, b.To(bias, units.F32))
+	p := b.Softmax("probs", s, false)
+	o := b.MatMul("context", p, b.Copy("v_expand", v, B, A, S, D))
+	return b.To(o, dt)
+}
