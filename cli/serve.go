@@ -47,7 +47,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet) {
 
 // servedFlags are the training-only flags plan --mode serve refuses.
 var notServeFlags = []string{"micro-batch", "accum", "gen-tokens", "optimizer", "optimizer-impl", "checkpoint", "dp", "zero", "fsdp",
-	"pp", "pp-schedule", "pp-interleave", "offload", "lora", "qlora", "sp", "ep", "budget", "graph", "workload", "precision", "seq", "host-memory", "gpus-per-node"}
+	"pp", "pp-schedule", "pp-interleave", "offload", "lora", "qlora", "sp", "ep", "budget", "graph", "workload", "precision", "seq", "host-memory", "gpus-per-node", "nodes", "cluster"}
 
 // spec reads the serving job.
 func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {

@@ -33,6 +33,8 @@ func TestTopologyBadInput(t *testing.T) {
 		{[]string{"plan", "--gpu", "h100", "--cluster", typo}, "not a cluster file"},
 		{[]string{"plan", "--gpu", "h100", "--cluster", four, "--gpus-per-node", "8"}, "--gpus-per-node 8 contradicts --cluster"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--nodes", "2", "--gpus", "8"}, "--gpus 8 contradicts --nodes 2"},
+		{[]string{"plan", "--mode", "serve", "--model", "llama-3-8b", "--gpu", "h100", "--nodes", "2"}, "--nodes does not apply to --mode serve"},
+		{[]string{"plan", "--mode", "serve", "--model", "llama-3-8b", "--gpu", "h100", "--cluster", four}, "--cluster does not apply to --mode serve"},
 	} {
 		code, out, errs := run(tc.args...)
 		if code != 1 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
