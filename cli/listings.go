@@ -98,8 +98,17 @@ type gpuRow struct {
 	HostLink          string   `json:"host_link"`
 	HostLinkGBs       float64  `json:"host_link_gbs_per_direction"`
 	NVLink            float64  `json:"nvlink_gbs,omitempty"`
+	Node              *nodeRow `json:"node,omitempty"`
 	Source            string   `json:"source"`
 	TotalMemorySource string   `json:"total_memory_source"`
+}
+
+// nodeRow is the server a catalog GPU is sold in: GPUs per node and each
+// GPU's network to other nodes (Gb/s per direction), with its source.
+type nodeRow struct {
+	GPUs        int     `json:"gpus"`
+	NetworkGbps float64 `json:"network_gbps"`
+	Source      string  `json:"source"`
 }
 
 func newGPUsCmd(stdout io.Writer) *cobra.Command {
@@ -121,6 +130,9 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 						FP32: g.FP32 / 1e12, TF32: g.TF32 / 1e12, BF16: g.BF16 / 1e12, FP16: g.FP16 / 1e12, FP8: g.FP8 / 1e12,
 						MemBandwidth: g.MemBandwidth / 1e9, HostLink: g.HostLink.String(), HostLinkGBs: g.HostLink.PerDirection / 1e9,
 						NVLink: g.NVLink / 1e9, Source: g.Source, TotalMemorySource: g.TotalMemorySource})
+					if n := g.Node; n != nil {
+						rows[len(rows)-1].Node = &nodeRow{GPUs: n.GPUs, NetworkGbps: n.NetworkPerDirection * 8 / 1e9, Source: n.Source}
+					}
 				}
 				return writeJSON(stdout, struct {
 					Schema string   `json:"schema"`

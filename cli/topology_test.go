@@ -141,3 +141,37 @@ func TestTopologyCompareAndFit(t *testing.T) {
 		t.Errorf("fit winner: %vs over two nodes, %vs in one", fits[1], fits[0])
 	}
 }
+
+// memplan gpus -o json names each catalog GPU's node (GPUs, network per GPU
+// in Gb/s, source) where the catalog has one.
+func TestGPUsJSONNode(t *testing.T) {
+	code, out, errs := run("gpus", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var d struct {
+		GPUs []struct {
+			Name string `json:"name"`
+			Node *struct {
+				GPUs        int     `json:"gpus"`
+				NetworkGbps float64 `json:"network_gbps"`
+				Source      string  `json:"source"`
+			} `json:"node"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, g := range d.GPUs {
+		if g.Node != nil {
+			nodes[g.Name] = true
+			if g.Node.GPUs != 8 || g.Node.NetworkGbps != 400 || g.Node.Source == "" {
+				t.Errorf("%s: node %+v", g.Name, *g.Node)
+			}
+		}
+	}
+	if !nodes["h100-sxm"] || !nodes["h200"] || !nodes["b200"] || nodes["rtx-4090"] {
+		t.Errorf("GPUs with a node: %v", nodes)
+	}
+}
