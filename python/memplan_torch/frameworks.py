@@ -68,17 +68,18 @@ CASES = [
 PHASES = ("forward", "backward", "optimizer")
 TOLERANCE = 0.03
 
-# Differences beyond TOLERANCE that are understood, keyed by (case, path): the range each phase's error was in when
-# it was explained (a point either side of the measurement, so a new gap cannot hide behind an old explanation) and
-# the mechanism, with the source that shows it.
-EXPLAINED = {
-    ("litgpt-lora-bf16", "trace"): dict(
-        phases={"backward": (-0.105, -0.08), "optimizer": (-0.37, -0.34)},
-        why="the exporter's loop drops the model's outputs before backward (memplan_torch/trace.py trace_once: "
-            "del out); litgpt's keeps the float32 chunk logits bound through backward and the optimizer step "
-            "(litgpt/finetune/lora.py @v0.5.13 fit: logits = model(...) stays bound until the next forward), "
-            "2.0 MiB here; the catalog path models it (loop.hold-outputs=true) and is within 1.3%. The trace "
-            "path needs the exporter's output-lifetime switch (issue 10, item 6)"),
+# Differences beyond TOLERANCE that are understood, keyed by (case, path "catalog" or "trace"): dict(phases={phase:
+# (low, high)}, why=...): the range each phase's error was in when it was explained (a point either side of the
+# measurement, so a new gap cannot hide behind an old explanation) and the mechanism, with the source that shows
+# it. Empty: every case is within TOLERANCE on both paths.
+EXPLAINED = {}
+
+# How long each framework's loop keeps the model's output (memplan's loop.hold-outputs), for the trace path's
+# replay (the catalog path takes it from the recipe, which says the same)
+HOLD = {
+    "hf": "false",  # transformers trainer.py Trainer.training_step: compute_loss returns the loss only
+    "litgpt": "true",  # litgpt/finetune/lora.py @v0.5.13 fit: logits = model(...) stays bound to the next forward
+    "torchtune": "false",  # recipes/lora_finetune_single_device.py @v0.6.1 _loss_step: del logits before backward
 }
 
 
@@ -430,9 +431,12 @@ def trace_builder(case):
         return ("the exporter's loop steps one optimizer after backward; torchtune's optimizer_in_bwd steps one per "
                 "parameter inside it (training.register_optim_in_bwd_hooks)")
     if fw == "litgpt" and not case.get("lora"):
-        return ("litgpt's chunked_cross_entropy splits the B*(S-1) rows into 128-row chunks (litgpt/utils.py "
-                "@v0.5.13), so the op sequence changes with the batch and the exporter's size model cannot fit it; "
-                "bf16-mixed also refuses the exporter's loss.backward() (Fabric wants fabric.backward)")
+        why = ("litgpt's chunked_cross_entropy splits the B*(S-1) rows into 128-row chunks (litgpt/utils.py "
+               "@v0.5.13), so the op sequence changes with the batch and the exporter's size model cannot fit it")
+        if case["precision"] == "amp-bf16":
+            why += ("; Fabric's bf16-mixed also refuses the exporter's loss.backward() (\"requires you to call "
+                    "fabric.backward(loss)\")")
+        return why
     if fw == "hf":
         def build(b, seq_len=SEQ):
             m = _hf_step_module(case)
@@ -507,7 +511,8 @@ def predict_trace(case, memplan, out_dir):
                        name=case["name"], builder=build)
     except ExportError as e:  # e.g. a loop whose op sequence depends on the batch size
         return {"error": str(e).splitlines()[0]}
-    r = _plan(memplan, ["--graph", path, "--micro-batch", str(BATCH)], None)
+    r = _plan(memplan, ["--graph", path, "--micro-batch", str(BATCH), "--set",
+                        "loop.hold-outputs=" + HOLD[case["framework"]]], None)
     r["trace"] = path
     return r
 
