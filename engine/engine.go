@@ -695,6 +695,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := checkProgramBytes(&s, p); err != nil {
+			return nil, err
+		}
 		r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
 		if err != nil {
 			return nil, err
@@ -722,6 +725,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		var params int64
 		var err error
 		if res.FirstProgram, params, err = pl.stageProgram(true, res.Stage); err != nil {
+			return nil, err
+		}
+		if err := checkProgramBytes(&s, res.FirstProgram); err != nil {
 			return nil, err
 		}
 		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: o.NoTimeline}); err != nil {

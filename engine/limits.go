@@ -1,8 +1,11 @@
 package engine
 
 import (
-	"math/bits"
+	"fmt"
 
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/units"
 )
 
@@ -25,21 +28,11 @@ const (
 	MaxGPUs = 1 << 24
 	// MaxBytes bounds the sum of every tensor a program allocates (2^62 B
 	// = 4 EiB): under it, no sum of live bytes can wrap.
-	MaxBytes = units.Bytes(1) << 62
+	MaxBytes = units.MaxBytes
 )
 
-// mulChecked is a × b for non-negative a, b, with ok false when it exceeds
-// limit (or int64).
-func mulChecked(a, b, limit int64) (int64, bool) {
-	if a < 0 || b < 0 {
-		return 0, false
-	}
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi != 0 || lo > uint64(limit) {
-		return 0, false
-	}
-	return int64(lo), true
-}
+// mulChecked is units.MulChecked.
+func mulChecked(a, b, limit int64) (int64, bool) { return units.MulChecked(a, b, limit) }
 
 // validateLimits checks the filled job's dimensions against the limits.
 func (s *Spec) validateLimits() error {
@@ -63,5 +56,132 @@ func (s *Spec) validateLimits() error {
 			return invalid(FieldDP, "{dp} × {tp} × {pp} is over the limit of %d GPUs", MaxGPUs)
 		}
 	}
+	if s.Trace != nil {
+		return s.validateTraceSizes()
+	}
+	return s.validateModelSize()
+}
+
+// validateModelSize bounds the size of the program a model job builds and
+// of its largest tensors, before anything is built: the blocks (layers ×
+// (1 + experts), each expert its own MLP of ops) and, per micro-step, the
+// elements of the widest activation (micro-batch × tokens × the widest of
+// hidden, FFN, vocabulary and, for eager attention, heads × tokens).
+func (s *Spec) validateModelSize() error {
+	a := s.Model
+	if _, ok := mulChecked(int64(a.Layers), int64(1+a.NumExperts), MaxBlocks); !ok {
+		return invalid(FieldModel, "%s has %d layers × %d experts: over the limit of %d layers × (1 + experts) a plan builds (Kimi K2, the largest published, has 61 × 385)", a.Name, a.Layers, a.NumExperts, MaxBlocks)
+	}
+	tokens := int64(s.Seq) + int64(s.GenTokens)
+	width := int64(max(a.Hidden, a.Intermediate, a.Vocab, a.QDim(), 1))
+	if s.Attention == build.Eager {
+		if w, ok := mulChecked(int64(max(a.Heads, 1)), tokens, MaxElements); !ok || w > width {
+			width = max(w, width)
+			if !ok {
+				width = MaxElements + 1
+			}
+		}
+	}
+	rows, _ := mulChecked(int64(s.MicroBatch), tokens, MaxTokens)
+	if _, ok := mulChecked(rows, width, MaxElements); !ok {
+		what := "micro-batch × tokens × width"
+		if s.Attention == build.Eager {
+			what += " (eager attention's scores: heads × tokens wide)"
+		}
+		return invalid(FieldSeq, "{micro-batch} %d × {seq} %d of %s is over the limit of 2^58 elements in one activation (%s; 2^58 fp32 elements are 1 EiB): no GPU holds it", s.MicroBatch, tokens, a.Name, what)
+	}
 	return nil
+}
+
+// More limits (see above).
+const (
+	// MaxBlocks bounds layers × (1 + experts): DeepSeek-V3 has 61 × 257,
+	// Kimi K2 61 × 385, Qwen3-Next 48 × 513.
+	MaxBlocks = 1 << 15
+	// MaxElements bounds one activation's elements (2^58: 8-byte
+	// elements stay under MaxBytes/2).
+	MaxElements = 1 << 58
+)
+
+// checkProgramBytes refuses a program whose tensors total more than
+// MaxBytes (so no sum of live bytes can wrap).
+func checkProgramBytes(s *Spec, p *ir.Program) error {
+	var total units.Bytes
+	for i := range p.Tensors {
+		b := p.Tensors[i].Bytes
+		if b < 0 || b > MaxBytes-total {
+			return invalid(FieldMicroBatch, "%s at {micro-batch} %d × {seq} %d allocates more than 4 EiB (2^62 bytes) over one step: no GPU holds it", s.JobName(), s.MicroBatch, s.Seq)
+		}
+		total += b
+	}
+	return nil
+}
+
+// validateTraceSizes checks every storage of the trace at the planned
+// micro-batch and sequence without wrapping: each at most MaxBytes.
+func (s *Spec) validateTraceSizes() error {
+	t := s.Trace
+	b, seq := int64(s.MicroBatch), t.TraceSeq
+	if t.HasSeq() && s.Seq > 0 {
+		seq = int64(s.Seq)
+	}
+	check := func(st *torchtrace.Storage, where string) error {
+		if _, ok := storageSize(st, b, seq); !ok {
+			return invalid(FieldMicroBatch, "trace %s: storage %d (%s) is over 4 EiB (2^62 bytes) at {micro-batch} %d × {seq} %d: no GPU holds it", s.JobName(), st.ID, where, b, seq)
+		}
+		return nil
+	}
+	for i := range t.Initial {
+		if err := check(&t.Initial[i], "initial"); err != nil {
+			return err
+		}
+	}
+	for _, evs := range [][]torchtrace.Event{t.Events, t.First.OptimizerEvents} {
+		for i := range evs {
+			for j := range evs[i].Alloc {
+				if err := check(&evs[i].Alloc[j], fmt.Sprintf("allocated by event %d", evs[i].Index)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// storageSize is st.Size(b, seq) with every product and sum checked
+// against MaxBytes (ok false past it).
+func storageSize(st *torchtrace.Storage, b, seq int64) (int64, bool) {
+	terms := []struct{ c, x, y, z int64 }{
+		{st.Const, 1, 1, 1}, {st.PerBatch, b, 1, 1}, {st.PerSeq, seq, 1, 1}, {st.PerSeq2, seq, seq, 1},
+		{st.PerBatchSeq, b, seq, 1}, {st.PerBatchSeq2, b, seq, seq},
+	}
+	var sum int64
+	for _, t := range terms {
+		c := t.c
+		neg := c < 0
+		if neg {
+			c = -c
+			if c < 0 {
+				return 0, false
+			}
+		}
+		v, ok := mulChecked(c, t.x, int64(MaxBytes))
+		if ok {
+			v, ok = mulChecked(v, t.y, int64(MaxBytes))
+		}
+		if ok {
+			v, ok = mulChecked(v, t.z, int64(MaxBytes))
+		}
+		if !ok {
+			return 0, false
+		}
+		if neg {
+			v = -v
+		}
+		if v > 0 && sum > int64(MaxBytes)-v || v < 0 && sum < -int64(MaxBytes)-v {
+			return 0, false
+		}
+		sum += v
+	}
+	return sum, true
 }

@@ -1,6 +1,7 @@
 package search
 
 import (
+	"math"
 	"sync"
 	"time"
 
@@ -114,7 +115,11 @@ func stepAt(r *engine.Result, sim, accum int) time.Duration {
 	if s.PP > 1 {
 		bubble = micro * float64(s.PP-1) / float64(max(s.PPInterleave, 1))
 	}
-	return t.Phases[ir.Optimizer].Wall + time.Duration(micro*float64(accum)+bubble)
+	d := float64(t.Phases[ir.Optimizer].Wall) + micro*float64(accum) + bubble
+	if d >= math.MaxInt64 { // past 292 years: saturate rather than wrap
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(d)
 }
 
 // run plans s with its model cut to layers (0: full depth) and its

@@ -259,7 +259,20 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 		o.GPUs = max(base.DP, 1) * max(base.TP, 1) * max(base.PP, 1)
 	}
 	if o.GlobalBatch == 0 {
-		o.GlobalBatch = base.MicroBatch * max(base.Accum, 1) * max(base.DP, 1)
+		g, ok := units.MulChecked(int64(base.MicroBatch), int64(max(base.Accum, 1)), MaxGlobalBatch)
+		if ok {
+			g, ok = units.MulChecked(g, int64(max(base.DP, 1)), MaxGlobalBatch)
+		}
+		if !ok || base.MicroBatch < 0 {
+			return engine.FieldErrorf(engine.FieldGlobalBatch, "{micro-batch} × {accum} × {dp} is over the limit of %d samples per optimizer step", MaxGlobalBatch)
+		}
+		o.GlobalBatch = int(g)
+	}
+	if o.GlobalBatch > MaxGlobalBatch {
+		return engine.FieldErrorf(engine.FieldGlobalBatch, "{global-batch} %d is over the limit of %d samples per optimizer step", o.GlobalBatch, MaxGlobalBatch)
+	}
+	if o.GPUs > engine.MaxGPUs {
+		return engine.FieldErrorf(engine.FieldGPUs, "{gpus} %d is over the limit of %d GPUs", o.GPUs, engine.MaxGPUs)
 	}
 	// A pinned ZeRO stage (or sequence parallelism) with the data (tensor)
 	// parallel degree left to the search is checked at the smallest degree
@@ -279,7 +292,7 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	if o.Capacity <= 0 || base.GPU == nil {
 		return engine.FieldErrorf(engine.FieldGPU, "fit needs a {gpu} (its speed ranks the plans; a {budget} may lower its memory)")
 	}
-	if o.Headroom < 0 || o.Headroom >= 1 {
+	if !(o.Headroom >= 0 && o.Headroom < 1) { // NaN too
 		return engine.FieldErrorf(engine.FieldHeadroom, "{headroom} %.2f must be in [0, 1)", o.Headroom)
 	}
 	if o.GPUs < 1 || o.GlobalBatch < 1 {
@@ -293,6 +306,11 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	}
 	return nil
 }
+
+// MaxGlobalBatch bounds fit's samples per optimizer step: 2^24 (16.7M
+// sequences; the largest published runs step on a few thousand), so that a
+// step extrapolated to its micro-steps stays inside time.Duration.
+const MaxGlobalBatch = 1 << 24
 
 // fitter is one Fit.
 type fitter struct {

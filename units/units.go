@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -193,3 +194,28 @@ func ParseDType(s string) (DType, error) {
 	}
 	return Invalid, fmt.Errorf("unknown dtype %q", s)
 }
+
+// MulChecked is a × b for non-negative a and b, and false when either is
+// negative or the product exceeds limit (or int64): the overflow-checked
+// product every size, FLOP or time total built from user input goes
+// through.
+func MulChecked(a, b, limit int64) (int64, bool) {
+	if a < 0 || b < 0 {
+		return 0, false
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > uint64(limit) {
+		return 0, false
+	}
+	return int64(lo), true
+}
+
+// MulBytes is b × n, false past MaxBytes.
+func MulBytes(b Bytes, n int64) (Bytes, bool) {
+	v, ok := MulChecked(int64(b), n, int64(MaxBytes))
+	return Bytes(v), ok
+}
+
+// MaxBytes is the largest size a plan holds: 2^62 bytes (4 EiB), so that any
+// sum of two sizes stays inside int64.
+const MaxBytes = Bytes(1) << 62

@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -65,4 +66,32 @@ func FuzzParseBytes(f *testing.F) {
 			t.Fatalf("ParseBytes(%q): unwrapped error %v", s, err)
 		}
 	})
+}
+
+func TestMulChecked(t *testing.T) {
+	for _, c := range []struct {
+		a, b, limit int64
+		want        int64
+		ok          bool
+	}{
+		{3, 4, 100, 12, true},
+		{0, 1 << 62, 1, 0, true},
+		{1 << 31, 1 << 31, 1 << 62, 1 << 62, true},
+		{1 << 31, 1<<31 + 1, 1 << 62, 0, false},
+		{1 << 62, 4, math.MaxInt64, 0, false}, // wraps to 0 unchecked
+		{math.MaxInt64, math.MaxInt64, math.MaxInt64, 0, false},
+		{-1, 5, 100, 0, false},
+		{10, 11, 100, 0, false},
+	} {
+		got, ok := MulChecked(c.a, c.b, c.limit)
+		if got != c.want || ok != c.ok {
+			t.Errorf("MulChecked(%d, %d, %d) = %d, %v; want %d, %v", c.a, c.b, c.limit, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := MulBytes(GiB, 1<<32); !ok {
+		t.Error("4 EiB refused")
+	}
+	if _, ok := MulBytes(GiB, 1<<32+1); ok {
+		t.Error("past 4 EiB accepted")
+	}
 }

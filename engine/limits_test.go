@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/models/build"
+)
+
+// Every limit is refused in one line naming its field, before anything
+// large is built; each case here wrapped an int64 or ran out of memory
+// before the limits (issue 15).
+func TestLimits(t *testing.T) {
+	lm, err := torchtrace.Load("../testdata/torch/lm.trace.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A storage of 2^50 bytes per sample (a trace's size model is read from
+	// the file) at 2^20 samples.
+	wide := *lm
+	wide.Events = append([]torchtrace.Event(nil), lm.Events...)
+	for i := range wide.Events {
+		if len(wide.Events[i].Alloc) > 0 {
+			ev := wide.Events[i]
+			ev.Alloc = append([]torchtrace.Storage(nil), ev.Alloc...)
+			ev.Alloc[0].PerBatch = 1 << 50
+			wide.Events[i] = ev
+			break
+		}
+	}
+	moe := *lookup(t, "mixtral-8x7b")
+	moe.Name, moe.Layers, moe.NumExperts, moe.Hidden = "mixtral-4096", 4096, 4096, 64
+	for _, c := range []struct {
+		name  string
+		s     Spec
+		field Field
+		want  string
+	}{
+		{"accum", Spec{Job: Job{Model: lookup(t, "gpt2"), Accum: MaxAccum + 1}}, FieldAccum, "over the limit of 1073741824 micro-steps"},
+		{"pipeline accum", Spec{Job: Job{Model: lookup(t, "gpt2"), Accum: 5000}, Parallel: Parallel{PP: 2}}, FieldAccum, "limit of 1024 micro-steps for a pipeline"},
+		{"tokens", Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1 << 20, Seq: 1 << 15}}, FieldMicroBatch, "2^34 tokens"},
+		{"tokens wrap", Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 1 << 62, Seq: 1 << 10}}, FieldMicroBatch, "2^34 tokens"},
+		{"gpus", Spec{Job: Job{Model: lookup(t, "gpt2")}, Parallel: Parallel{TP: 1 << 12, PP: 1 << 12, Sharding: Sharding{DP: 2}}}, FieldDP, "limit of 16777216 GPUs"},
+		{"eager scores", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 30, Attention: build.Eager}}, FieldSeq, "2^58 elements"},
+		{"eager total", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 25, Attention: build.Eager}}, FieldMicroBatch, "more than 4 EiB"},
+		{"experts", Spec{Job: Job{Model: &moe, Seq: 128}}, FieldModel, "4096 layers × 4096 experts"},
+		{"trace micro-batch", Spec{Job: Job{Trace: lm, MicroBatch: 1 << 62}}, FieldMicroBatch, "2^34 tokens"},
+		{"trace storage", Spec{Job: Job{Trace: &wide, MicroBatch: 1 << 20}}, FieldMicroBatch, "is over 4 EiB (2^62 bytes) at micro-batch 1048576"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Plan(c.s)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line on field %v with %q", err, c.field, c.want)
+			}
+		})
+	}
+}
+
+// storageSize never wraps: each product and the sum are checked.
+func TestStorageSizeChecked(t *testing.T) {
+	for _, c := range []struct {
+		st     torchtrace.Storage
+		b, seq int64
+		want   int64
+		ok     bool
+	}{
+		{torchtrace.Storage{Const: 8, PerBatch: 4, PerBatchSeq: 2}, 3, 5, 8 + 12 + 30, true},
+		{torchtrace.Storage{PerBatch: 1 << 40}, 1 << 30, 1, 0, false},
+		{torchtrace.Storage{PerBatchSeq2: 2}, 1 << 20, 1 << 20, 1 << 61, true},
+		{torchtrace.Storage{PerBatchSeq2: 8}, 1 << 20, 1 << 20, 0, false},
+		{torchtrace.Storage{PerBatch: 1 << 61, PerSeq: 1 << 61, Const: 1 << 61}, 1, 1, 0, false},
+		{torchtrace.Storage{PerBatch: 1 << 61, PerSeq: -(1 << 61)}, 1, 1, 0, true},
+		{torchtrace.Storage{PerBatch: -1 << 63}, 1, 1, 0, false},
+	} {
+		got, ok := storageSize(&c.st, c.b, c.seq)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%+v at %d, %d: %d, %v; want %d, %v", c.st, c.b, c.seq, got, ok, c.want, c.ok)
+		}
+	}
+}
