@@ -285,112 +285,148 @@ func getString(d *Dict, key, what string) (string, error) {
 func (c *converter) segments(l *List, what string) ([]Segment, error) {
 	segs := make([]Segment, 0, len(l.Items))
 	for i, sv := range l.Items {
-		w := fmt.Sprintf("%s[%d]", what, i)
-		d, err := asDict(sv, w)
+		s, err := c.segment(sv, fmt.Sprintf("%s[%d]", what, i))
 		if err != nil {
 			return nil, err
-		}
-		var s Segment
-		if s.Device, err = getIntOr(d, "device", w, 0); err != nil {
-			return nil, err
-		}
-		if s.Address, err = getInt(d, "address", w); err != nil {
-			return nil, err
-		}
-		if s.TotalSize, err = getInt(d, "total_size", w); err != nil {
-			return nil, err
-		}
-		if s.Stream, err = getIntOr(d, "stream", w, 0); err != nil {
-			return nil, err
-		}
-		if s.TotalSize <= 0 || s.Address < 0 || s.Device < 0 || s.Device > 1<<16 {
-			return nil, layoutError("%s has address %d, total_size %d, device %d", w, s.Address, s.TotalSize, s.Device)
-		}
-		if e, ok := d.Get("is_expandable"); ok {
-			b, ok := e.(bool)
-			if !ok {
-				return nil, layoutError("%s.is_expandable is a %s", w, TypeName(e))
-			}
-			s.Expandable = b
-		}
-		if t, ok := d.Get("segment_type"); ok {
-			ts, ok := t.(string)
-			if !ok || (ts != "large" && ts != "small") {
-				return nil, layoutError("%s.segment_type is %v, want \"large\" or \"small\"", w, t)
-			}
-			s.Large = ts == "large"
-		} else {
-			// Layouts without segment_type: small segments are kSmallBuffer
-			// (2 MiB); a large segment is at least kMinLargeAlloc (10 MiB)
-			// or a 20 MiB kLargeBuffer (CUDACachingAllocator.cpp,
-			// get_allocation_size).
-			s.Large = s.TotalSize != 2<<20
-		}
-		bv, ok := d.Get("blocks")
-		if !ok {
-			return nil, layoutError("%s has no \"blocks\"", w)
-		}
-		bl, ok := bv.(*List)
-		if !ok {
-			return nil, layoutError("%s.blocks is a %s, not a list", w, TypeName(bv))
-		}
-		off := s.Address
-		for j, bvi := range bl.Items {
-			bw := fmt.Sprintf("%s.blocks[%d]", w, j)
-			bd, err := asDict(bvi, bw)
-			if err != nil {
-				return nil, err
-			}
-			var b Block
-			if b.Size, err = getInt(bd, "size", bw); err != nil {
-				return nil, err
-			}
-			if b.Address, err = getIntOr(bd, "address", bw, off); err != nil {
-				return nil, err
-			}
-			if b.Requested, err = getIntOr(bd, "requested_size", bw, b.Size); err != nil {
-				return nil, err
-			}
-			if b.State, err = getString(bd, "state", bw); err != nil {
-				return nil, err
-			}
-			switch b.State {
-			case "active_allocated", "active_pending_free", "inactive":
-			default:
-				return nil, layoutError("%s.state is %q", bw, truncate(b.State))
-			}
-			if b.Size <= 0 || b.Address != off || b.Requested < 0 {
-				return nil, layoutError("%s (address %d, size %d) does not continue its segment at %d", bw, b.Address, b.Size, off)
-			}
-			off += b.Size
-			fv, ok := bd.Get("frames")
-			if !ok {
-				// torch 2.0: the frames are in the last history entry.
-				if hv, ok := bd.Get("history"); ok {
-					if hl, ok := hv.(*List); ok && len(hl.Items) > 0 {
-						if hd, ok := hl.Items[len(hl.Items)-1].(*Dict); ok {
-							fv, _ = hd.Get("frames")
-						}
-					}
-				}
-			}
-			if fv != nil {
-				if b.Frames, err = c.frameList(fv, bw); err != nil {
-					return nil, err
-				}
-			}
-			s.Blocks = append(s.Blocks, b)
-			if b.Allocated() {
-				s.AllocatedSize += b.Size
-				s.RequestedSize += b.Requested
-			}
-		}
-		if len(s.Blocks) > 0 && off != s.Address+s.TotalSize {
-			return nil, layoutError("%s: its blocks add up to %d bytes, its total_size is %d", w, off-s.Address, s.TotalSize)
 		}
 		segs = append(segs, s)
 	}
 	return segs, nil
+}
+
+// segment reads one segment w: its place, its kind and its blocks, which
+// must tile it.
+func (c *converter) segment(sv any, w string) (Segment, error) {
+	var s Segment
+	d, err := asDict(sv, w)
+	if err != nil {
+		return s, err
+	}
+	if s.Device, err = getIntOr(d, "device", w, 0); err != nil {
+		return s, err
+	}
+	if s.Address, err = getInt(d, "address", w); err != nil {
+		return s, err
+	}
+	if s.TotalSize, err = getInt(d, "total_size", w); err != nil {
+		return s, err
+	}
+	if s.Stream, err = getIntOr(d, "stream", w, 0); err != nil {
+		return s, err
+	}
+	if s.TotalSize <= 0 || s.Address < 0 || s.Device < 0 || s.Device > 1<<16 {
+		return s, layoutError("%s has address %d, total_size %d, device %d", w, s.Address, s.TotalSize, s.Device)
+	}
+	if err := segmentKind(d, w, &s); err != nil {
+		return s, err
+	}
+	bv, ok := d.Get("blocks")
+	if !ok {
+		return s, layoutError("%s has no \"blocks\"", w)
+	}
+	bl, ok := bv.(*List)
+	if !ok {
+		return s, layoutError("%s.blocks is a %s, not a list", w, TypeName(bv))
+	}
+	off := s.Address
+	for j, bvi := range bl.Items {
+		b, err := c.block(bvi, fmt.Sprintf("%s.blocks[%d]", w, j), off)
+		if err != nil {
+			return s, err
+		}
+		off += b.Size
+		s.Blocks = append(s.Blocks, b)
+		if b.Allocated() {
+			s.AllocatedSize += b.Size
+			s.RequestedSize += b.Requested
+		}
+	}
+	if len(s.Blocks) > 0 && off != s.Address+s.TotalSize {
+		return s, layoutError("%s: its blocks add up to %d bytes, its total_size is %d", w, off-s.Address, s.TotalSize)
+	}
+	return s, nil
+}
+
+// segmentKind reads whether segment w is expandable and which pool it
+// serves.
+func segmentKind(d *Dict, w string, s *Segment) error {
+	if e, ok := d.Get("is_expandable"); ok {
+		b, ok := e.(bool)
+		if !ok {
+			return layoutError("%s.is_expandable is a %s", w, TypeName(e))
+		}
+		s.Expandable = b
+	}
+	t, ok := d.Get("segment_type")
+	if !ok {
+		// Layouts without segment_type: small segments are kSmallBuffer
+		// (2 MiB); a large segment is at least kMinLargeAlloc (10 MiB)
+		// or a 20 MiB kLargeBuffer (CUDACachingAllocator.cpp,
+		// get_allocation_size).
+		s.Large = s.TotalSize != 2<<20
+		return nil
+	}
+	ts, ok := t.(string)
+	if !ok || (ts != "large" && ts != "small") {
+		return layoutError("%s.segment_type is %v, want \"large\" or \"small\"", w, t)
+	}
+	s.Large = ts == "large"
+	return nil
+}
+
+// block reads block bw, which must start at off (where the previous one
+// ended).
+func (c *converter) block(bvi any, bw string, off int64) (Block, error) {
+	var b Block
+	bd, err := asDict(bvi, bw)
+	if err != nil {
+		return b, err
+	}
+	if b.Size, err = getInt(bd, "size", bw); err != nil {
+		return b, err
+	}
+	if b.Address, err = getIntOr(bd, "address", bw, off); err != nil {
+		return b, err
+	}
+	if b.Requested, err = getIntOr(bd, "requested_size", bw, b.Size); err != nil {
+		return b, err
+	}
+	if b.State, err = getString(bd, "state", bw); err != nil {
+		return b, err
+	}
+	switch b.State {
+	case "active_allocated", "active_pending_free", "inactive":
+	default:
+		return b, layoutError("%s.state is %q", bw, truncate(b.State))
+	}
+	if b.Size <= 0 || b.Address != off || b.Requested < 0 {
+		return b, layoutError("%s (address %d, size %d) does not continue its segment at %d", bw, b.Address, b.Size, off)
+	}
+	if fv := blockFrames(bd); fv != nil {
+		if b.Frames, err = c.frameList(fv, bw); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// blockFrames is a block's frames: its own, or (torch 2.0) those of its
+// last history entry; nil when it has none.
+func blockFrames(bd *Dict) any {
+	if fv, ok := bd.Get("frames"); ok {
+		return fv
+	}
+	hv, ok := bd.Get("history")
+	if !ok {
+		return nil
+	}
+	if hl, ok := hv.(*List); ok && len(hl.Items) > 0 {
+		if hd, ok := hl.Items[len(hl.Items)-1].(*Dict); ok {
+			fv, _ := hd.Get("frames")
+			return fv
+		}
+	}
+	return nil
 }
 
 func (c *converter) frameList(v any, what string) ([]Frame, error) {
