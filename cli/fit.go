@@ -68,7 +68,7 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			base := spec
 			ws := f.warnings(&spec)
 			warn(cmd.ErrOrStderr(), ws)
-			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins}
+			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context()}
 			if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
 				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
 					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
@@ -87,7 +87,9 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 			// at 400%, 1.98 s and 300-390 MB at 200%; at 100%, 1.75-2.26 s
 			// in 3 runs: a larger heap saves collections but pays page
 			// faults). The process is the CLI's to tune, not the library's.
-			if os.Getenv("GOGC") == "" {
+			// memplan serve runs fits side by side: the setting is the
+			// service's, not one request's.
+			if os.Getenv("GOGC") == "" && !isAPI(cmd) {
 				defer debug.SetGCPercent(debug.SetGCPercent(400))
 			}
 			start := time.Now()

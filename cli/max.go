@@ -76,7 +76,7 @@ func newMaxCmd(stdout io.Writer) *cobra.Command {
 				}
 			}
 			warn(cmd.ErrOrStderr(), ws)
-			r, err := search.Max(spec, d)
+			r, err := search.MaxContext(cmd.Context(), spec, d)
 			nothing := errors.Is(err, search.ErrNothingFits)
 			if err != nil && !nothing {
 				return err

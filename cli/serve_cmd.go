@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/memplan/memplan/server"
+)
+
+// APIBackend runs the CLI's commands for the HTTP service (package server).
+type APIBackend struct{}
+
+// Commands are the commands the service exposes.
+func (APIBackend) Commands() []string { return APICommands() }
+
+// Fields are command's request fields.
+func (APIBackend) Fields(command string) []server.Field {
+	var out []server.Field
+	for _, f := range APIFields(command) {
+		out = append(out, server.Field{Key: f.Key, Type: f.Type, Ask: f.Ask, Help: f.Help, Default: f.Default, Required: f.Required})
+	}
+	return out
+}
+
+// Parse decodes a request body (ParseAPIRequest).
+func (APIBackend) Parse(command string, body []byte) (server.Request, error) {
+	vals, canon, err := ParseAPIRequest(command, body)
+	return server.Request{Values: vals, Canonical: canon}, err
+}
+
+// Run runs the command (RunAPI).
+func (APIBackend) Run(ctx context.Context, command string, r server.Request) (server.Answer, error) {
+	res, err := RunAPI(ctx, command, r.Values)
+	if err != nil {
+		return server.Answer{}, err
+	}
+	return server.Answer{Doc: res.Doc, Exit: res.Exit}, nil
+}
+
+func newServeCmd(stderr io.Writer) *cobra.Command {
+	var addr string
+	var cfg server.Config
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve plan, compare, fit, max, explain and pack as a JSON HTTP API (POST /v1/COMMAND, /openapi.json, /metrics)",
+		Long: "serve answers POST /v1/plan, /v1/compare, /v1/fit, /v1/max, /v1/explain and /v1/pack: a JSON object of the\n" +
+			"command's flags ('-' written '_', e.g. {\"model\": \"llama-3-8b\", \"gpu\": \"h100\", \"micro_batch\": 4}) answered with\n" +
+			"the document its --json prints (a job that does not fit too, with Memplan-Exit-Status: 3). explain takes\n" +
+			"the snapshot base64-encoded in \"snapshot\", pack the job file's text in \"jobs\". Errors are {\"error\", \"field\"}:\n" +
+			"400 bad input, 413 too large, 422 nothing fits, 429/503 busy (Retry-After), 503 past --timeout. It caches\n" +
+			"answers, logs one JSON line per request on stderr and exposes Prometheus metrics at /metrics.\n" +
+			"(plan --mode serve is a different thing: vLLM serving a model.)",
+		Example: `  memplan serve --addr 127.0.0.1:8080
+  curl -s localhost:8080/v1/plan -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := slog.New(slog.NewJSONHandler(stderr, nil))
+			cfg.Logger = log
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("--addr %s: %w", addr, err)
+			}
+			hs := &http.Server{Handler: server.New(APIBackend{}, cfg), ReadHeaderTimeout: 10 * time.Second,
+				ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			done := make(chan error, 1)
+			go func() { done <- hs.Serve(ln) }()
+			log.Info("serving", "addr", ln.Addr().String())
+			select {
+			case err := <-done:
+				return err
+			case <-ctx.Done():
+			}
+			log.Info("shutting down")
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := hs.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
+			return nil
+		},
+	}
+	fl := c.Flags()
+	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
+	fl.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "each request's time limit (fit and max stop at it)")
+	fl.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "requests computing at once (default: the CPUs)")
+	fl.IntVar(&cfg.MaxQueue, "max-queue", 0, "requests waiting for a place beyond those (default 8 × --max-in-flight); past it, 429")
+	fl.DurationVar(&cfg.QueueWait, "queue-wait", 5*time.Second, "how long a request waits for a place; past it, 503")
+	fl.Int64Var(&cfg.MaxBody, "max-body", 64<<10, "largest request body in bytes for plan, compare, fit and max")
+	fl.Int64Var(&cfg.MaxFileBody, "max-file-body", 64<<20, "largest request body in bytes for explain and pack (they carry a file)")
+	fl.IntVar(&cfg.CacheEntries, "cache-entries", 4096, "answers kept in the cache (-1: no cache)")
+	fl.Int64Var(&cfg.CacheBytes, "cache-bytes", 256<<20, "bytes of answers kept in the cache")
+	return c
+}

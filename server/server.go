@@ -1,0 +1,412 @@
+// Package server is memplan's HTTP service (memplan serve): the commands a
+// Backend runs (the CLI's plan, compare, fit, max, explain and pack) as a
+// versioned JSON API, POST /v1/COMMAND with a JSON object of the command's
+// fields, answered with the document the command's --json prints. Around
+// each request: a body size limit, a time limit (the request's context,
+// which fit and max check between plans, cancelled too when the client goes
+// away), bounded concurrency (a semaphore with a short queue; 429 or 503
+// with Retry-After past it), an LRU cache of answers keyed by the canonical
+// request, one structured log line (log/slog) and Prometheus metrics.
+//
+// Statuses: 200 with the document for every answer, a job that does not
+// fit included (the document says so, and the Memplan-Exit-Status header
+// carries the CLI's exit status, 3); 400 for bad input and 422 when fit
+// finds no plan that fits or max no value, both {"error": ..., "field": ...}
+// naming the request field; 413 past the size limit; 429 and 503 when busy;
+// 503 past the time limit. A 500 is a bug (a recovered panic), never input.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Field is one field of a command's request body.
+type Field struct {
+	Key      string // JSON key
+	Type     string // JSON schema type: integer, number, boolean, string, array (of strings)
+	Ask      bool   // also takes the string "?"
+	Help     string
+	Default  string
+	Required bool
+}
+
+// Request is a parsed request: the fields' values and the canonical form
+// of the request (the cache's key).
+type Request struct {
+	Values    map[string][]string
+	Canonical []byte
+}
+
+// Answer is a command's JSON document and the CLI's exit status for it (0,
+// or 3 when the job does not fit).
+type Answer struct {
+	Doc  []byte
+	Exit int
+}
+
+// Backend runs commands.
+type Backend interface {
+	Commands() []string
+	Fields(command string) []Field
+	Parse(command string, body []byte) (Request, error)
+	Run(ctx context.Context, command string, r Request) (Answer, error)
+}
+
+// StatusError is a Backend error with its HTTP status and the request
+// field it is about ("" when none).
+type StatusError interface {
+	error
+	HTTPStatus() int
+	FieldKey() string
+}
+
+// Config of a Server. Zero values take the defaults documented per field.
+type Config struct {
+	// MaxBody is the largest request body for plan, compare, fit and max
+	// (default 64 KiB); MaxFileBody for explain and pack, whose bodies carry
+	// a file (default 64 MiB).
+	MaxBody, MaxFileBody int64
+	// Timeout is each request's time limit (default 60 s).
+	Timeout time.Duration
+	// MaxInFlight requests compute at once (default GOMAXPROCS); MaxQueue
+	// more wait (default 8 × MaxInFlight), each at most QueueWait (default
+	// 5 s). A request past the queue gets 429, one that waited too long 503.
+	MaxInFlight, MaxQueue int
+	QueueWait             time.Duration
+	// CacheEntries and CacheBytes bound the answer cache (default 4096
+	// entries, 256 MiB); CacheEntries < 0 turns it off.
+	CacheEntries int
+	CacheBytes   int64
+	// Logger gets one line per request (default: JSON on stderr).
+	Logger *slog.Logger
+}
+
+// Server is the HTTP handler.
+type Server struct {
+	cfg     Config
+	backend Backend
+	mux     *http.ServeMux
+	sem     chan struct{}
+	waiting atomic.Int64
+	cache   *lru
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	m       metrics
+	openapi []byte
+}
+
+type metrics struct {
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	inFlight  prometheus.Gauge
+	queued    prometheus.Gauge
+	cacheHits *prometheus.CounterVec
+	cacheMiss *prometheus.CounterVec
+	rejected  *prometheus.CounterVec
+	cacheSize prometheus.GaugeFunc
+}
+
+// New builds a server over b.
+func New(b Backend, cfg Config) *Server {
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = 64 << 10
+	}
+	if cfg.MaxFileBody <= 0 {
+		cfg.MaxFileBody = 64 << 20
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 60 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = runtime.GOMAXPROCS(0)
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 8 * cfg.MaxInFlight
+	}
+	if cfg.QueueWait <= 0 {
+		cfg.QueueWait = 5 * time.Second
+	}
+	if cfg.CacheEntries == 0 {
+		cfg.CacheEntries = 4096
+	}
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = 256 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, backend: b, mux: http.NewServeMux(), sem: make(chan struct{}, cfg.MaxInFlight), log: cfg.Logger}
+	if cfg.CacheEntries > 0 {
+		s.cache = newLRU(cfg.CacheEntries, cfg.CacheBytes)
+	}
+	s.initMetrics()
+	doc, err := json.MarshalIndent(OpenAPI(b), "", "  ")
+	if err != nil {
+		panic(err) // a document of maps and strings always marshals
+	}
+	s.openapi = doc
+	for _, c := range b.Commands() {
+		s.mux.Handle("/v1/"+c, s.route("/v1/"+c, s.command(c)))
+	}
+	s.mux.Handle("/openapi.json", s.route("/openapi.json", s.get(func(w http.ResponseWriter, r *http.Request) int {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(s.openapi)
+		return http.StatusOK
+	})))
+	s.mux.Handle("/healthz", s.route("/healthz", s.get(func(w http.ResponseWriter, r *http.Request) int {
+		return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "in_flight": len(s.sem), "queued": s.waiting.Load()})
+	})))
+	s.mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.mux.Handle("/", s.route("other", func(w http.ResponseWriter, r *http.Request) int {
+		if r.URL.Path == "/" {
+			return writeError(w, http.StatusNotFound, "", "no web page yet (issue 13, item 3): the API is POST /v1/{plan,compare,fit,max,explain,pack}, described at /openapi.json")
+		}
+		return writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route %s (the API is described at /openapi.json)", r.URL.Path))
+	}))
+	return s
+}
+
+func (s *Server) initMetrics() {
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.m = metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_http_requests_total",
+			Help: "HTTP requests answered, by route and status."}, []string{"route", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "memplan_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by route and status.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"route", "status"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memplan_http_in_flight",
+			Help: "Requests computing now (holding the semaphore)."}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memplan_http_queued",
+			Help: "Requests waiting for the semaphore."}),
+		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_cache_hits_total",
+			Help: "Answers served from the cache, by route."}, []string{"route"}),
+		cacheMiss: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_cache_misses_total",
+			Help: "Answers computed (not in the cache), by route."}, []string{"route"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_http_rejected_total",
+			Help: "Requests refused for load: queue_full (429) or queue_timeout (503)."}, []string{"reason"}),
+	}
+	s.m.cacheSize = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "memplan_cache_bytes",
+		Help: "Bytes of answers in the cache."}, func() float64 {
+		if s.cache == nil {
+			return 0
+		}
+		return float64(s.cache.size())
+	})
+	s.reg.MustRegister(s.m.requests, s.m.latency, s.m.inFlight, s.m.queued, s.m.cacheHits, s.m.cacheMiss, s.m.rejected, s.m.cacheSize)
+}
+
+// ServeHTTP serves the API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// handler answers a request and returns the status it wrote.
+type handler func(w http.ResponseWriter, r *http.Request) int
+
+// route wraps h with recovery, metrics and the request's log line.
+func (s *Server) route(name string, h handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		status := func() (status int) {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.Error("panic", "route", name, "panic", fmt.Sprint(p))
+					status = writeError(rec, http.StatusInternalServerError, "", "internal error (a bug in memplan, not your request)")
+				}
+			}()
+			return h(rec, r)
+		}()
+		d := time.Since(start)
+		code := strconv.Itoa(status)
+		s.m.requests.WithLabelValues(name, code).Inc()
+		s.m.latency.WithLabelValues(name, code).Observe(d.Seconds())
+		lvl := slog.LevelInfo
+		if status >= 500 {
+			lvl = slog.LevelError
+		}
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("route", name), slog.Int("status", status),
+			slog.Float64("ms", float64(d.Microseconds())/1000), slog.Int("bytes", rec.n), slog.String("remote", r.RemoteAddr)}
+		if rec.cache != "" {
+			attrs = append(attrs, slog.String("cache", rec.cache))
+		}
+		if rec.errMsg != "" {
+			attrs = append(attrs, slog.String("error", rec.errMsg))
+		}
+		s.log.LogAttrs(r.Context(), lvl, "request", attrs...)
+	})
+}
+
+// get allows GET (and HEAD) only.
+func (s *Server) get(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) int {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			return writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here: use GET")
+		}
+		return h(w, r)
+	}
+}
+
+// command answers POST /v1/COMMAND: read the body under its limit, parse
+// it, answer from the cache or compute under the semaphore and the time
+// limit.
+func (s *Server) command(name string) handler {
+	limit := s.cfg.MaxBody
+	for _, f := range s.backend.Fields(name) {
+		if f.Required { // a command whose body carries a file
+			limit = s.cfg.MaxFileBody
+		}
+	}
+	return func(w http.ResponseWriter, r *http.Request) int {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			return writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here: POST a JSON object of the command's fields (see /openapi.json)")
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		if err != nil {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
+			}
+			return writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+		}
+		req, err := s.backend.Parse(name, body)
+		if err != nil {
+			return writeBackendError(w, err)
+		}
+		key := string(req.Canonical)
+		if s.cache != nil {
+			if a, ok := s.cache.get(key); ok {
+				s.m.cacheHits.WithLabelValues(name).Inc()
+				w.(*recorder).cache = "hit"
+				return writeAnswer(w, a, "hit")
+			}
+			s.m.cacheMiss.WithLabelValues(name).Inc()
+			w.(*recorder).cache = "miss"
+		}
+		ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.Timeout, fmt.Errorf("the request ran past its time limit of %s", s.cfg.Timeout))
+		defer cancel()
+		if status, ok := s.acquire(ctx, w); !ok {
+			return status
+		}
+		defer s.release()
+		a, err := s.backend.Run(ctx, name, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return writeError(w, http.StatusServiceUnavailable, "", "the request was stopped: "+context.Cause(ctx).Error())
+			}
+			return writeBackendError(w, err)
+		}
+		if s.cache != nil {
+			s.cache.put(key, a)
+		}
+		return writeAnswer(w, a, "miss")
+	}
+}
+
+// acquire takes a place in the semaphore: at once when one is free, else
+// in the queue when it has room (429 when not) for at most QueueWait (503
+// past it, or when ctx ends).
+func (s *Server) acquire(ctx context.Context, w http.ResponseWriter) (int, bool) {
+	select {
+	case s.sem <- struct{}{}:
+		s.m.inFlight.Inc()
+		return 0, true
+	default:
+	}
+	if s.waiting.Add(1) > int64(s.cfg.MaxQueue) {
+		s.waiting.Add(-1)
+		s.m.rejected.WithLabelValues("queue_full").Inc()
+		w.Header().Set("Retry-After", "1")
+		return writeError(w, http.StatusTooManyRequests, "", fmt.Sprintf("busy: %d requests computing and %d waiting; retry later", s.cfg.MaxInFlight, s.cfg.MaxQueue)), false
+	}
+	s.m.queued.Inc()
+	defer func() { s.waiting.Add(-1); s.m.queued.Dec() }()
+	t := time.NewTimer(s.cfg.QueueWait)
+	defer t.Stop()
+	select {
+	case s.sem <- struct{}{}:
+		s.m.inFlight.Inc()
+		return 0, true
+	case <-t.C:
+		s.m.rejected.WithLabelValues("queue_timeout").Inc()
+		w.Header().Set("Retry-After", "1")
+		return writeError(w, http.StatusServiceUnavailable, "", fmt.Sprintf("busy: waited %s for one of %d places; retry later", s.cfg.QueueWait, s.cfg.MaxInFlight)), false
+	case <-ctx.Done():
+		return writeError(w, http.StatusServiceUnavailable, "", "the request was stopped while waiting: "+context.Cause(ctx).Error()), false
+	}
+}
+
+func (s *Server) release() {
+	<-s.sem
+	s.m.inFlight.Dec()
+}
+
+// recorder remembers what a handler wrote, for the log line.
+type recorder struct {
+	http.ResponseWriter
+	n      int
+	cache  string
+	errMsg string
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	n, err := r.ResponseWriter.Write(b)
+	r.n += n
+	return n, err
+}
+
+func writeAnswer(w http.ResponseWriter, a Answer, cache string) int {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Memplan-Exit-Status", strconv.Itoa(a.Exit))
+	h.Set("Memplan-Cache", cache)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(a.Doc)
+	return http.StatusOK
+}
+
+func writeBackendError(w http.ResponseWriter, err error) int {
+	var se StatusError
+	if errors.As(err, &se) {
+		return writeError(w, se.HTTPStatus(), se.FieldKey(), se.Error())
+	}
+	// A backend error without a status is about the input (the CLI's exit
+	// status 1): 400, never a 500.
+	return writeError(w, http.StatusBadRequest, "", err.Error())
+}
+
+// errorBody is every error's JSON.
+type errorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, status int, field, msg string) int {
+	if r, ok := w.(*recorder); ok {
+		r.errMsg = msg
+	}
+	return writeJSON(w, status, errorBody{Error: msg, Field: field})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+	return status
+}

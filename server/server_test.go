@@ -1,0 +1,385 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/memplan/memplan/cli"
+	"github.com/memplan/memplan/internal/msgcheck"
+	"github.com/memplan/memplan/server"
+)
+
+func newServer(t testing.TB, cfg server.Config) *httptest.Server {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
+	ts := httptest.NewServer(server.New(cli.APIBackend{}, cfg))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func post(t testing.TB, url, body string) reply {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// errorOf decodes an error body: one JSON object with "error" (one line)
+// and maybe "field".
+func errorOf(t *testing.T, r reply) (msg, field string) {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+		Field string `json:"field"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(r.body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Error == "" {
+		t.Fatalf("status %d: not a JSON error body: %s", r.status, r.body)
+	}
+	if strings.Contains(e.Error, "\n") {
+		t.Errorf("error is more than one line: %q", e.Error)
+	}
+	if strings.Contains(e.Error, "--") {
+		t.Errorf("error names a flag, not a request field: %q", e.Error)
+	}
+	if p := msgcheck.Problems(e.Error); len(p) > 0 {
+		t.Errorf("error %q: %v", e.Error, p)
+	}
+	return e.Error, e.Field
+}
+
+// Every route's bad input: a 4xx with a one-line JSON error naming the
+// request field, never a 500.
+func TestBadInput(t *testing.T) {
+	ts := newServer(t, server.Config{MaxBody: 1 << 10, MaxFileBody: 4 << 10})
+	huge := `{"model": "` + strings.Repeat("x", 2<<10) + `"}`
+	hugeFile := `{"snapshot": "` + strings.Repeat("A", 8<<10) + `"}`
+	type row struct {
+		route, body string
+		status      int
+		field, want string
+	}
+	var rows []row
+	for _, c := range []string{"plan", "compare", "fit", "max"} {
+		ask := ""
+		if c == "max" {
+			ask = `, "micro_batch": "?"`
+		}
+		rows = append(rows,
+			row{c, `{"model": `, 400, "", "not valid JSON (it ends early)"},
+			row{c, `{"model": "gpt2",}`, 400, "", "not valid JSON"},
+			row{c, `[1, 2]`, 400, "", "must be one JSON object"},
+			row{c, ``, 400, "", "must be one JSON object"},
+			row{c, `{"model": "gpt2"} {}`, 400, "", "data after its JSON object"},
+			row{c, `{"modle": "gpt2"}`, 400, "modle", `unknown field "modle"`},
+			row{c, `{"micro-batch": 2}`, 400, "micro-batch", `did you mean "micro_batch"`},
+			row{c, `{"svg": "/tmp/x.svg"}`, 400, "svg", `unknown field "svg"`},
+			row{c, `{"graph": "/etc/passwd"}`, 400, "graph", `unknown field "graph"`},
+			row{c, `{"micro_batch": "4"}`, 400, "micro_batch", "must be an integer"},
+			row{c, `{"micro_batch": 1.5}`, 400, "micro_batch", "must be a whole number"},
+			row{c, `{"micro_batch": 99999999999999999999}`, 400, "micro_batch", "must be a whole number"},
+			row{c, `{"model": 7}`, 400, "model", `field "model" must be a string, not a number`},
+			row{c, `{"sp": "yes"}`, 400, "sp", "must be true or false"},
+			row{c, `{"set": "a=b"}`, 400, "set", "must be an array of strings"},
+			row{c, `{"set": [1]}`, 400, "set", "must be an array of strings"},
+			row{c, `{"model": "gpt2", "model": "gpt2"}`, 400, "model", "given twice"},
+			row{c, `{"model": null}`, 400, "model", "not null"},
+			row{c, huge, 413, "", "over the limit of 1024 bytes"},
+			row{c, `{"model": "nope", "gpu": "h100"` + ask + `}`, 400, "", `unknown model "nope"`},
+			row{c, `{"model": "./config.json"}`, 400, "model", "catalog models"},
+			row{c, `{"recipe": "/etc/recipe.yaml"}`, 400, "recipe", "recipe names"},
+			row{c, `{"model": "gpt2", "gpu": "h100", "seq": -1` + ask + `}`, 400, "seq", "seq"},
+		)
+	}
+	rows = append(rows,
+		row{"plan", `{"model": "gpt2", "gpu": "h100", "micro_batch": -4}`, 400, "micro_batch", "micro_batch must be at least 1"},
+		row{"plan", `{"model": "gpt2", "gpu": "h100", "micro_batch": "?"}`, 400, "micro_batch", "must be an integer"},
+		row{"max", `{"model": "gpt2", "gpu": "h100"}`, 400, "", `'?'`},
+		row{"fit", `{"model": "llama-3-70b", "gpu": "rtx-4090", "global_batch": 8}`, 422, "", "no plan fits"},
+		row{"explain", `{}`, 400, "snapshot", `field "snapshot" is required`},
+		row{"explain", `{"snapshot": "not base64!"}`, 400, "snapshot", "not base64"},
+		row{"explain", `{"snapshot": "` + base64.StdEncoding.EncodeToString([]byte("garbage")) + `"}`, 400, "", `field "snapshot": not a valid pickle`},
+		row{"explain", `{"snapshot": 5}`, 400, "snapshot", "must be a string"},
+		row{"explain", hugeFile, 413, "", "over the limit of 4096 bytes"},
+		row{"pack", `{"gpus": "8xh100"}`, 400, "jobs", `field "jobs" is required`},
+		row{"pack", `{"jobs": "kind: [", "gpus": "8xh100"}`, 400, "", ""},
+		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs: []\n"}`, 400, "gpus", "gpus"},
+		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs:\n  - name: a\n    plan: /etc/passwd\n", "gpus": "8xh100"}`, 400, "", ""},
+	)
+	for _, r := range rows {
+		t.Run(r.route+" "+r.body[:min(len(r.body), 40)], func(t *testing.T) {
+			got := post(t, ts.URL+"/v1/"+r.route, r.body)
+			if got.status != r.status {
+				t.Fatalf("status %d, want %d: %s", got.status, r.status, got.body)
+			}
+			msg, field := errorOf(t, got)
+			if field != r.field && r.field != "" {
+				t.Errorf("field %q, want %q (%s)", field, r.field, msg)
+			}
+			if !strings.Contains(msg, r.want) {
+				t.Errorf("error %q does not say %q", msg, r.want)
+			}
+		})
+	}
+	for _, c := range []string{"plan", "explain"} {
+		resp, err := http.Get(ts.URL + "/v1/" + c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+			t.Errorf("GET /v1/%s: %d, Allow %q, want 405 POST", c, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
+}
+
+// A plan, compare, max, explain and pack request answers with the document
+// the CLI's --json prints for the same flags (byte for byte), a job that
+// does not fit included; a repeated request (its keys in another order) is
+// a cache hit with the same bytes.
+func TestAnswersEqualCLI(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	snap, err := os.ReadFile("../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	jobs := "kind: memplan.jobs/v1\njobs:\n  - name: small\n    train: {model: gpt2, micro-batch: 2, seq: 512}\n    replicas: 3\n"
+	if err := os.WriteFile(dir+"/jobs.yaml", []byte(jobs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snapPath := dir + "/snapshot"
+	if err := os.WriteFile(snapPath, snap, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jb, _ := json.Marshal(jobs)
+	for _, c := range []struct {
+		route, body, again string
+		args               []string
+		exit               string
+	}{
+		{"plan", `{"model": "gpt2", "gpu": "h100", "micro_batch": 4, "no_timeline": true}`, `{"no_timeline":true,"micro_batch":4,"gpu":"h100","model":"gpt2"}`,
+			[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "4", "--no-timeline", "--json"}, "0"},
+		{"plan", `{"model": "llama-3-8b", "gpu": "rtx-4090", "no_timeline": true}`, "",
+			[]string{"plan", "--model", "llama-3-8b", "--gpu", "rtx-4090", "--no-timeline", "--json"}, "3"},
+		{"compare", `{"model": "gpt2", "gpu": "h100", "micro_batch": 8}`, "",
+			[]string{"compare", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "8", "--json"}, "0"},
+		{"max", `{"model": "gpt2", "gpu": "h100", "micro_batch": "?", "seq": 1024}`, "",
+			[]string{"max", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "?", "--seq", "1024", "--json"}, "0"},
+		{"plan", `{"mode": "serve", "model": "llama-3.1-8b", "gpu": "h100", "set": ["cuda.overhead=1GiB"]}`, "",
+			[]string{"plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--set", "cuda.overhead=1GiB", "--json"}, ""},
+		{"explain", `{"snapshot": "` + base64.StdEncoding.EncodeToString(snap) + `"}`, "",
+			[]string{"explain", snapPath, "--json"}, "0"},
+		{"pack", `{"jobs": ` + string(jb) + `, "gpus": "2xh100"}`, "",
+			[]string{"pack", dir + "/jobs.yaml", "--gpus", "2xh100", "--json"}, "0"},
+	} {
+		t.Run(c.route+" "+c.body[:min(40, len(c.body))], func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := cli.Main(c.args, &out, &errb)
+			got := post(t, ts.URL+"/v1/"+c.route, c.body)
+			if got.status != 200 {
+				t.Fatalf("status %d: %s (CLI exit %d: %s)", got.status, got.body, code, errb.String())
+			}
+			want := strings.ReplaceAll(out.String(), dir+"/", "")
+			if string(got.body) != want {
+				t.Errorf("answer differs from the CLI's --json (%d vs %d bytes)", len(got.body), len(want))
+			}
+			if c.exit != "" && got.header.Get("Memplan-Exit-Status") != c.exit {
+				t.Errorf("Memplan-Exit-Status %q, want %q", got.header.Get("Memplan-Exit-Status"), c.exit)
+			}
+			if c.again != "" {
+				again := post(t, ts.URL+"/v1/"+c.route, c.again)
+				if again.header.Get("Memplan-Cache") != "hit" || !bytes.Equal(again.body, got.body) {
+					t.Errorf("repeated request: cache %q, same bytes %v", again.header.Get("Memplan-Cache"), bytes.Equal(again.body, got.body))
+				}
+			}
+		})
+	}
+}
+
+// A request past its time limit stops (fit checks its context between
+// states) with 503; the long search does not run on.
+func TestTimeLimit(t *testing.T) {
+	ts := newServer(t, server.Config{Timeout: 50 * time.Millisecond, CacheEntries: -1})
+	start := time.Now()
+	got := post(t, ts.URL+"/v1/fit", `{"model": "llama-3-8b", "gpu": "h100", "gpus": 8, "global_batch": 64}`)
+	if got.status != 503 {
+		t.Fatalf("status %d, want 503: %s", got.status, got.body)
+	}
+	msg, _ := errorOf(t, got)
+	if !strings.Contains(msg, "time limit of 50ms") {
+		t.Errorf("error %q does not name the time limit", msg)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a 50ms limit took %s to answer", d)
+	}
+}
+
+// blocking is a backend whose Run waits for release or its context.
+type blocking struct {
+	cli.APIBackend
+	started, release chan struct{}
+	stopped          chan error
+}
+
+func (b *blocking) Run(ctx context.Context, c string, r server.Request) (server.Answer, error) {
+	b.started <- struct{}{}
+	select {
+	case <-b.release:
+		return server.Answer{Doc: []byte("{}\n")}, nil
+	case <-ctx.Done():
+		b.stopped <- ctx.Err()
+		return server.Answer{}, ctx.Err()
+	}
+}
+
+// Bounded concurrency: with one place and one queue slot, a third request
+// gets 429 with Retry-After; one that waits past QueueWait 503. A client
+// that goes away cancels its computation.
+func TestConcurrencyAndCancellation(t *testing.T) {
+	b := &blocking{started: make(chan struct{}, 4), release: make(chan struct{}), stopped: make(chan error, 4)}
+	srv := httptest.NewServer(server.New(b, server.Config{MaxInFlight: 1, MaxQueue: 1, QueueWait: time.Second, CacheEntries: -1,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}))
+	defer srv.Close()
+	first := make(chan reply, 1)
+	go func() { first <- post(t, srv.URL+"/v1/plan", `{"model": "gpt2"}`) }()
+	<-b.started
+	queued := make(chan reply, 1)
+	go func() { queued <- post(t, srv.URL+"/v1/plan", `{"model": "gpt2", "seq": 8}`) }()
+	waitQueued(t, srv.URL, 1)
+	over := post(t, srv.URL+"/v1/plan", `{"model": "gpt2", "seq": 16}`)
+	if over.status != 429 || over.header.Get("Retry-After") == "" {
+		t.Errorf("request past the queue: %d Retry-After %q, want 429 with Retry-After", over.status, over.header.Get("Retry-After"))
+	}
+	if q := <-queued; q.status != 503 || q.header.Get("Retry-After") == "" {
+		t.Errorf("request that waited past QueueWait: %d, want 503 with Retry-After: %s", q.status, q.body)
+	}
+	close(b.release)
+	if f := <-first; f.status != 200 {
+		t.Errorf("first request: %d", f.status)
+	}
+
+	// A client that goes away: its request's context ends.
+	b.release = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/plan", strings.NewReader(`{"model": "gpt2", "seq": 32}`))
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-b.started
+	cancel()
+	select {
+	case err := <-b.stopped:
+		if err != context.Canceled {
+			t.Errorf("computation stopped with %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the computation of a request whose client went away was not cancelled")
+	}
+}
+
+// waitQueued waits until /healthz says n requests wait.
+func waitQueued(t *testing.T, url string, n int) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		resp, err := http.Get(url + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h struct{ Queued int }
+		_ = json.NewDecoder(resp.Body).Decode(&h)
+		resp.Body.Close()
+		if h.Queued == n {
+			return
+		}
+	}
+	t.Fatalf("%d requests never queued", n)
+}
+
+// /metrics counts requests by route and status, cache hits and in-flight
+// requests; /healthz answers; / points at the API.
+func TestMetricsHealthAndRoot(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	body := `{"model": "gpt2", "gpu": "h100", "no_timeline": true}`
+	post(t, ts.URL+"/v1/plan", body)
+	post(t, ts.URL+"/v1/plan", body)
+	post(t, ts.URL+"/v1/plan", `{"bad": 1}`)
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`memplan_http_requests_total{route="/v1/plan",status="200"} 2`,
+		`memplan_http_requests_total{route="/v1/plan",status="400"} 1`,
+		`memplan_cache_hits_total{route="plan"} 1`,
+		`memplan_cache_misses_total{route="plan"} 1`,
+		`memplan_http_request_duration_seconds_bucket{route="/v1/plan",status="200",le="+Inf"} 2`,
+		`memplan_http_in_flight 0`,
+		`process_resident_memory_bytes`,
+	} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/": 404, "/nope": 404} {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || !json.Valid(b) {
+			t.Errorf("GET %s: %d %s, want %d with JSON", path, resp.StatusCode, b, want)
+		}
+	}
+}
+
+// One JSON log line per request, with route, status, duration and cache.
+func TestLogLines(t *testing.T) {
+	var buf bytes.Buffer
+	ts := newServer(t, server.Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	post(t, ts.URL+"/v1/plan", `{"model": "gpt2", "gpu": "h100", "no_timeline": true}`)
+	post(t, ts.URL+"/v1/plan", `{"modle": 1}`)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want 2: %s", len(lines), buf.String())
+	}
+	var l struct {
+		Msg, Route, Cache, Error string
+		Status                   int
+		MS                       *float64 `json:"ms"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil || l.Route != "/v1/plan" || l.Status != 200 || l.Cache != "miss" || l.MS == nil {
+		t.Errorf("log line %s (%v)", lines[0], err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &l); err != nil || l.Status != 400 || !strings.Contains(l.Error, "modle") {
+		t.Errorf("log line %s (%v)", lines[1], err)
+	}
+}
