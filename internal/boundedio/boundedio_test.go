@@ -122,7 +122,6 @@ func TestWriteFile(t *testing.T) {
 // SIGTERM while a file is written removes its temporary file and exits 143.
 func TestSignalRemovesTemporary(t *testing.T) {
 	if dir := os.Getenv("BOUNDEDIO_CHILD_DIR"); dir != "" {
-		HandleSignals()
 		WriteFile(filepath.Join(dir, "out.png"), 0o644, func(w io.Writer) error {
 			io.WriteString(w, "partial")
 			os.WriteFile(filepath.Join(dir, "started"), nil, 0o644)

@@ -14,13 +14,13 @@ import (
 var pending = struct {
 	sync.Mutex
 	files map[string]bool
+	sig   chan os.Signal
 }{files: map[string]bool{}}
 
 // WriteFile writes path whole: write fills a temporary file in the target's
 // directory, which is renamed over the target when write and the close
-// succeed and removed otherwise (and on SIGINT/SIGTERM, after
-// HandleSignals). A symlink is written through: its final target is
-// replaced, the link stays. A target that exists and is not a regular file
+// succeed and removed otherwise (on SIGINT or SIGTERM too: track). A
+// symlink is written through: its final target is replaced, the link stays. A target that exists and is not a regular file
 // (a directory, a named pipe, a device) is refused. The file gets mode perm.
 func WriteFile(path string, perm os.FileMode, write func(io.Writer) error) (err error) {
 	target := path
@@ -69,43 +69,37 @@ func WriteFile(path string, perm os.FileMode, write func(io.Writer) error) (err 
 	return nil
 }
 
+// track adds or removes a temporary file; while any is open, SIGINT and
+// SIGTERM remove them all and exit with 128 + the signal's number, as a
+// shell reports it (and the default handling resumes when none is).
 func track(name string, add bool) {
 	pending.Lock()
 	defer pending.Unlock()
 	if add {
 		pending.files[name] = true
-	} else {
-		delete(pending.files, name)
+		if len(pending.files) == 1 {
+			pending.sig = make(chan os.Signal, 1)
+			signal.Notify(pending.sig, os.Interrupt, syscall.SIGTERM)
+			go onSignal(pending.sig)
+		}
+		return
+	}
+	delete(pending.files, name)
+	if len(pending.files) == 0 && pending.sig != nil {
+		signal.Stop(pending.sig)
+		close(pending.sig)
+		pending.sig = nil
 	}
 }
 
-// RemovePending removes every temporary file WriteFile has open.
-func RemovePending() {
+func onSignal(c chan os.Signal) {
+	s, ok := <-c
+	if !ok {
+		return
+	}
 	pending.Lock()
-	defer pending.Unlock()
 	for name := range pending.files {
 		os.Remove(name)
-		delete(pending.files, name)
 	}
-}
-
-var handleOnce sync.Once
-
-// HandleSignals makes SIGINT and SIGTERM remove the temporary files being
-// written and exit with 128 + the signal's number, as a shell reports it.
-// A command line program calls it once at start.
-func HandleSignals() {
-	handleOnce.Do(func() {
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, os.Interrupt, syscall.SIGTERM)
-		go func() {
-			s := <-c
-			RemovePending()
-			code := 130
-			if s == syscall.SIGTERM {
-				code = 143
-			}
-			os.Exit(code)
-		}()
-	})
+	os.Exit(128 + int(s.(syscall.Signal)))
 }
