@@ -75,7 +75,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
 	root.AddCommand(newDiagnoseCmd(stdout), newMaxCmd(stdout))
 	root.AddCommand(newPackCmd(stdout))
-	root.AddCommand(newServeCmd(stderr))
+	root.AddCommand(newExtenderCmd(stderr))
 	root.SetVersionTemplate("memplan {{.Version}}\n")
 	return root
 }

@@ -1,0 +1,267 @@
+package k8s
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/internal/msgcheck"
+	"github.com/memplan/memplan/pack"
+	"github.com/memplan/memplan/units"
+)
+
+// The ExtenderArgs in testdata are what kube-scheduler's HTTPExtender
+// sends with nodeCacheCapable: false (the pod and a NodeList), written
+// for this test by the script in testdata/README.md: nodes labelled as GPU
+// feature discovery labels them, pods.json as kubectl get pods -A -o json
+// lists them.
+func readArgs(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func testExtender(t *testing.T, p pack.Policy) *Extender {
+	t.Helper()
+	pods, err := ReadPodFile("testdata/pods.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Extender{Planner: &Planner{Policy: p}, Pods: pods}
+}
+
+func post(t *testing.T, srv *httptest.Server, verb string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/"+verb, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	return resp, buf.Bytes()
+}
+
+// envelope of a job on an H100, as pack computes it.
+func envelope(t *testing.T, w string) *pack.Envelope {
+	t.Helper()
+	wl, err := ParseWorkload(w, "t/x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := hw.Lookup("h100")
+	e, err := (&Planner{}).Envelope(wl, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+const xl = "train: {model: gpt2-xl, micro-batch: 4, seq: 1024, precision: amp-bf16, checkpoint: full}"
+
+func TestExtenderFilterRecorded(t *testing.T) {
+	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
+	defer srv.Close()
+	resp, body := post(t, srv, "filter", readArgs(t, "args-xl.json"))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var res extenderv1.ExtenderFilterResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != "" {
+		t.Fatalf("error %q", res.Error)
+	}
+	if got := strings.Join(*res.NodeNames, ","); got != "gpu-a,gpu-c" {
+		t.Errorf("nodes %s, want gpu-a,gpu-c", got)
+	}
+	if len(res.Nodes.Items) != 2 {
+		t.Errorf("%d nodes in Nodes", len(res.Nodes.Items))
+	}
+	// gpu-b's one H100 holds two gpt2-xl fine-tunes (35.85 GiB each under
+	// curve): 7.5 GiB left, a third needs 35.85 — room preemption could
+	// make, so FailedNodes.
+	if r := res.FailedNodes["gpu-b"]; !strings.Contains(r, "needs 35.85 GiB") {
+		t.Errorf("gpu-b: %q", r)
+	}
+	for n, want := range map[string]string{"cpu-1": "no nvidia.com/gpu.product label", "gpu-mig": "MIG device"} {
+		if r := res.FailedAndUnresolvableNodes[n]; !strings.Contains(r, want) {
+			t.Errorf("%s: %q, want %q", n, r, want)
+		}
+	}
+	for _, r := range res.FailedNodes {
+		checkMsg(t, r)
+	}
+	for _, r := range res.FailedAndUnresolvableNodes {
+		checkMsg(t, r)
+	}
+}
+
+// The same node that curve refuses, the static model_size policy admits:
+// it counts 2.90 GiB for the gpt2-xl fine-tune, and the three processes'
+// allocated peaks then exceed the H100 — the OOM the extender prevents.
+func TestExtenderStaticWouldOOM(t *testing.T) {
+	var args extenderv1.ExtenderArgs
+	if err := json.Unmarshal(readArgs(t, "args-xl.json"), &args); err != nil {
+		t.Fatal(err)
+	}
+	res := testExtender(t, pack.Static).Filter(context.Background(), &args)
+	if _, failed := res.FailedNodes["gpu-b"]; failed || res.Error != "" {
+		t.Fatalf("static refused gpu-b: %+v", res)
+	}
+	e := envelope(t, xl)
+	g, _ := hw.Lookup("h100")
+	if 3*e.Allocated <= g.Capacity() {
+		t.Fatalf("three gpt2-xl allocated peaks %s fit %s: the scenario shows nothing", 3*e.Allocated, g.Capacity())
+	}
+	if e.ModelSize*3 > g.Capacity() {
+		t.Fatal("static should count less than a GPU")
+	}
+}
+
+func TestExtenderPrioritizeTightest(t *testing.T) {
+	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
+	defer srv.Close()
+	resp, body := post(t, srv, "prioritize", readArgs(t, "args-xl.json"))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	var list extenderv1.HostPriorityList
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	score := map[string]int64{}
+	for _, h := range list {
+		score[h.Host] = h.Score
+	}
+	// gpu-a's free GPU holds a Qwen service (19.27 GiB), gpu-c's a Llama 3
+	// 8B service (25.68 GiB): beside the 35.85 GiB job gpu-c is fuller.
+	e, q, l := envelope(t, xl), envelope(t, "serve: {model: qwen2.5-7b, concurrency: 64, context: 1024, gen-tokens: 256}"), envelope(t, "serve: {model: llama-3-8b, concurrency: 32, context: 2048, gen-tokens: 512}")
+	g, _ := hw.Lookup("h100")
+	want := func(u units.Bytes) int64 {
+		return Placement{Fits: true, Used: u, Room: g.Capacity()}.Score(extenderv1.MaxExtenderPriority)
+	}
+	if score["gpu-a"] != want(e.Cap+q.Cap) || score["gpu-c"] != want(e.Cap+l.Cap) || score["gpu-c"] <= score["gpu-a"] {
+		t.Errorf("scores %v: want gpu-a %d < gpu-c %d", score, want(e.Cap+q.Cap), want(e.Cap+l.Cap))
+	}
+	for _, n := range []string{"gpu-b", "cpu-1", "gpu-mig"} {
+		if score[n] != 0 {
+			t.Errorf("%s scored %d", n, score[n])
+		}
+	}
+}
+
+func TestExtenderPodWithoutAnnotation(t *testing.T) {
+	var args extenderv1.ExtenderArgs
+	json.Unmarshal(readArgs(t, "args-plain.json"), &args)
+	res := testExtender(t, pack.Curve).Filter(context.Background(), &args)
+	if res.Error != "" || len(*res.NodeNames) != 5 {
+		t.Fatalf("a pod without the annotation should pass every node: %+v", res)
+	}
+}
+
+// Errors are the pod's, not the nodes': Error set, no node failed.
+func TestExtenderErrors(t *testing.T) {
+	for _, c := range []struct{ file, want string }{
+		{"args-bad.json", "annotation memplan.io/workload"},
+		{"args-big.json", ""},
+	} {
+		var args extenderv1.ExtenderArgs
+		json.Unmarshal(readArgs(t, c.file), &args)
+		res := testExtender(t, pack.Curve).Filter(context.Background(), &args)
+		if c.want == "" {
+			// llama-2-13b full fine-tune needs more than an H100: every
+			// H100 node is unresolvable, not an error.
+			if res.Error != "" || len(*res.NodeNames) != 0 || !strings.Contains(res.FailedAndUnresolvableNodes["gpu-a"], "more than a whole h100") {
+				t.Errorf("%s: %+v", c.file, res)
+			}
+			continue
+		}
+		if !strings.Contains(res.Error, c.want) || len(res.FailedNodes) != 0 {
+			t.Errorf("%s: error %q, want %q", c.file, res.Error, c.want)
+		}
+		checkMsg(t, res.Error)
+	}
+}
+
+func TestExtenderBadRequests(t *testing.T) {
+	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
+	defer srv.Close()
+	for _, c := range []struct{ verb, body, want string }{
+		{"filter", "", "EOF"},
+		{"filter", "{", "unexpected EOF"},
+		{"filter", `{"Nodes": {"items": []}}`, "no Pod"},
+		{"prioritize", `[1,2]`, "cannot unmarshal"},
+	} {
+		resp, body := post(t, srv, c.verb, []byte(c.body))
+		if resp.StatusCode != 400 || !strings.Contains(string(body), c.want) {
+			t.Errorf("%s %q: %d %s, want 400 %q", c.verb, c.body, resp.StatusCode, body, c.want)
+		}
+	}
+	// NodeNames only (a node-cache-capable configuration): an Error.
+	x := testExtender(t, pack.Curve)
+	var args extenderv1.ExtenderArgs
+	json.Unmarshal(readArgs(t, "args-xl.json"), &args)
+	args.Nodes = nil
+	if res := x.Filter(context.Background(), &args); !strings.Contains(res.Error, "nodeCacheCapable: false") {
+		t.Errorf("NodeNames only: %+v", res)
+	}
+}
+
+// A pod source that fails is the pod's error.
+type failing struct{}
+
+func (failing) Pods(context.Context) ([]*corev1.Pod, error) {
+	return nil, errors.New("connection refused")
+}
+
+func TestExtenderPodSourceFails(t *testing.T) {
+	var args extenderv1.ExtenderArgs
+	json.Unmarshal(readArgs(t, "args-xl.json"), &args)
+	x := &Extender{Planner: &Planner{Policy: pack.Curve}, Pods: failing{}}
+	if res := x.Filter(context.Background(), &args); !strings.Contains(res.Error, "listing the pods bound to nodes: connection refused") {
+		t.Errorf("%+v", res)
+	}
+}
+
+// The API server source: the request it makes and a PodList answer.
+func TestAPIServerPods(t *testing.T) {
+	data := readArgs(t, "pods.json")
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/pods" || r.Header.Get("Authorization") != "Bearer tok" || !strings.Contains(r.URL.Query().Get("fieldSelector"), "spec.nodeName!=") {
+			http.Error(w, `{"kind":"Status","message":"forbidden"}`, http.StatusForbidden)
+			return
+		}
+		w.Write(data)
+	}))
+	defer api.Close()
+	pods, err := (&APIServer{Base: api.URL, Token: "tok"}).Pods(context.Background())
+	if err != nil || len(pods) != 7 {
+		t.Fatalf("%d pods, %v", len(pods), err)
+	}
+	_, err = (&APIServer{Base: api.URL, Token: "other"}).Pods(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "403 Forbidden") {
+		t.Errorf("%v", err)
+	}
+}
+
+func checkMsg(t *testing.T, msg string) {
+	t.Helper()
+	if p := msgcheck.Problems(msg); len(p) > 0 {
+		t.Errorf("%q: %v", msg, p)
+	}
+}

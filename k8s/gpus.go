@@ -1,0 +1,86 @@
+package k8s
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/memplan/memplan/hw"
+)
+
+// Labels GPU feature discovery sets on a node (NVIDIA/k8s-device-plugin
+// internal/lm/resource.go @ aaccdfd2, baseLabeler).
+const (
+	ProductLabel = "nvidia.com/gpu.product"
+	CountLabel   = "nvidia.com/gpu.count"
+	// GPUResource is the device plugin's extended resource: a pod that
+	// limits it without a workload annotation holds whole GPUs.
+	GPUResource corev1.ResourceName = "nvidia.com/gpu"
+	maxGPUs                         = 1024
+)
+
+// ErrNoGPUs marks a node without GPU feature discovery's labels: not a
+// GPU node, or one GFD has not labelled.
+var ErrNoGPUs = errors.New("no GPU labels")
+
+// NodeGPUs is a node's GPUs: the catalog entry of their product and how
+// many. Every problem names the label.
+type NodeGPUs struct {
+	GPU   *hw.GPU
+	Count int
+}
+
+// GPUsOf reads a node's GPUs from its labels.
+func GPUsOf(node *corev1.Node) (NodeGPUs, error) {
+	product, ok := node.Labels[ProductLabel]
+	if !ok {
+		return NodeGPUs{}, fmt.Errorf("%w: node has no %s label", ErrNoGPUs, ProductLabel)
+	}
+	if strings.Contains(product, "-MIG-") {
+		return NodeGPUs{}, fmt.Errorf("label %s=%s is a MIG device; memplan places processes on whole GPUs", ProductLabel, cut(product))
+	}
+	// A time-sliced GPU keeps its name with -SHARED appended
+	// (resourceLabeler.getProductName).
+	name := strings.TrimSuffix(product, "-SHARED")
+	g, err := hw.Lookup(name)
+	if err != nil {
+		return NodeGPUs{}, fmt.Errorf("label %s=%s names no GPU of memplan's catalog (see 'memplan gpus')", ProductLabel, cut(product))
+	}
+	c, ok := node.Labels[CountLabel]
+	if !ok {
+		return NodeGPUs{}, fmt.Errorf("node has %s but no %s label", ProductLabel, CountLabel)
+	}
+	n, err := strconv.Atoi(c)
+	if err != nil || n < 1 || n > maxGPUs {
+		return NodeGPUs{}, fmt.Errorf("label %s=%s is not a GPU count between 1 and %d", CountLabel, cut(c), maxGPUs)
+	}
+	return NodeGPUs{GPU: g, Count: n}, nil
+}
+
+// wholeGPUs is how many GPUs a pod limits (nvidia.com/gpu, the device
+// plugin's integer resource), over its containers and the largest init
+// container as the scheduler counts a pod's requests.
+func wholeGPUs(p *corev1.Pod) int64 {
+	var sum, initMax int64
+	for _, c := range p.Spec.Containers {
+		if q, ok := c.Resources.Limits[GPUResource]; ok {
+			sum += q.Value()
+		}
+	}
+	for _, c := range p.Spec.InitContainers {
+		if q, ok := c.Resources.Limits[GPUResource]; ok {
+			initMax = max(initMax, q.Value())
+		}
+	}
+	return max(sum, initMax)
+}
+
+func cut(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

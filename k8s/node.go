@@ -1,0 +1,140 @@
+package k8s
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/pack"
+	"github.com/memplan/memplan/units"
+)
+
+// Planner turns workloads into envelopes on a GPU (cached: planning a job
+// takes from milliseconds to seconds) and judges nodes.
+type Planner struct {
+	// Policy is pack.Peaks or pack.Curve.
+	Policy pack.Policy
+	// Margin is kept free on every GPU.
+	Margin units.Bytes
+	// Refs is the directory plan: and snapshot: references are read from.
+	Refs string
+
+	mu    sync.Mutex
+	cache map[string]*entry
+}
+
+type entry struct {
+	once sync.Once
+	env  *pack.Envelope
+	err  error
+}
+
+// maxCache bounds the envelopes kept; past it the cache starts over.
+const maxCache = 4096
+
+// Envelope is w's envelope on GPU g.
+func (p *Planner) Envelope(w *Workload, g *hw.GPU) (*pack.Envelope, error) {
+	k := g.Name + "\x00" + w.key
+	p.mu.Lock()
+	if p.cache == nil || len(p.cache) >= maxCache {
+		p.cache = map[string]*entry{}
+	}
+	e, ok := p.cache[k]
+	if !ok {
+		e = &entry{}
+		p.cache[k] = e
+	}
+	p.mu.Unlock()
+	e.once.Do(func() {
+		envs, _, err := pack.Envelopes([]pack.Job{*w.Job}, pack.Pool{GPU: g, Count: 1})
+		if err != nil {
+			e.err = err
+			return
+		}
+		e.env = envs[0]
+	})
+	if e.err != nil {
+		return nil, e.err
+	}
+	c := *e.env
+	c.Job = w.Job.Name
+	return &c, nil
+}
+
+// PodName is namespace/name.
+func PodName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// WorkloadOf reads a pod's annotation; nil without one.
+func (p *Planner) WorkloadOf(pod *corev1.Pod) (*Workload, error) {
+	v, ok := pod.Annotations[WorkloadAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	return ParseWorkload(v, PodName(pod), p.Refs)
+}
+
+// Verdict of a node for a pod.
+type Verdict struct {
+	Placement
+	// Unresolvable: removing pods would not help (the node has no GPUs
+	// memplan knows, or what runs there cannot be read).
+	Unresolvable bool
+}
+
+// ErrPlan wraps a workload memplan cannot plan (an unknown model, a job
+// that does not fit any GPU of its kind): an error for the pod, not a
+// property of one node.
+var ErrPlan = errors.New("cannot plan the pod's workload")
+
+// Judge decides whether w (of pod) fits node beside pods (those bound to
+// it). The error is the pod's (its workload cannot be planned); a node
+// that cannot hold it, or whose GPUs or pods cannot be read, is a Verdict.
+func (p *Planner) Judge(w *Workload, node *corev1.Node, pods []*corev1.Pod) (Verdict, error) {
+	gpus, err := GPUsOf(node)
+	if err != nil {
+		return Verdict{Placement: Placement{GPU: -1, Reason: err.Error()}, Unresolvable: true}, nil
+	}
+	env, err := p.Envelope(w, gpus.GPU)
+	if err != nil {
+		return Verdict{}, fmt.Errorf("%w on %s: %s", ErrPlan, gpus.GPU.Name, oneLine(err.Error()))
+	}
+	var procs []Proc
+	var whole int64
+	for _, q := range pods {
+		if q.Spec.NodeName != node.Name || q.Status.Phase == corev1.PodSucceeded || q.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		qw, err := p.WorkloadOf(q)
+		if err != nil {
+			return Verdict{Placement: Placement{GPU: -1, Reason: "a pod running there: " + err.Error()}, Unresolvable: true}, nil
+		}
+		if qw == nil {
+			whole += wholeGPUs(q)
+			continue
+		}
+		qe, err := p.Envelope(qw, gpus.GPU)
+		if err != nil {
+			return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("pod %s running there cannot be planned: %s", PodName(q), oneLine(err.Error()))}, Unresolvable: true}, nil
+		}
+		g := -1
+		if s, ok := q.Annotations[GPUAnnotation]; ok {
+			if g, err = strconv.Atoi(s); err != nil || g < 0 || g >= gpus.Count {
+				return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("pod %s: annotation %s=%s is not a GPU index below %d", PodName(q), GPUAnnotation, cut(s), gpus.Count)}, Unresolvable: true}, nil
+			}
+		}
+		procs = append(procs, Proc{Name: PodName(q), Need: qe.Need(p.Policy), GPU: g})
+	}
+	need := env.Need(p.Policy)
+	if need > gpus.GPU.Capacity()-p.Margin {
+		return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("needs %s, more than a whole %s less the margin", need, gpus.GPU.Name)}, Unresolvable: true}, nil
+	}
+	pl := Place(gpus.GPU.Capacity(), gpus.Count, whole, p.Margin, procs, need)
+	if !pl.Fits {
+		pl.Reason = fmt.Sprintf("%s GPUs under the %s policy: %s", gpus.GPU.Name, p.Policy, pl.Reason)
+	}
+	return Verdict{Placement: pl}, nil
+}

@@ -1,0 +1,154 @@
+package k8s
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/memplan/memplan/pack"
+	"github.com/memplan/memplan/snapshot"
+)
+
+const (
+	// WorkloadAnnotation holds a pod's job (pack's job vocabulary, no name).
+	WorkloadAnnotation = "memplan.io/workload"
+	// GPUAnnotation pins a running pod to one GPU of its node (0-based), as
+	// a device plugin that assigns GPUs records it.
+	GPUAnnotation = "memplan.io/gpu"
+	// maxAnnotation bounds the annotation (Kubernetes bounds all of a pod's
+	// annotations to 256 KiB together: apimachinery's
+	// TotalAnnotationSizeLimitB).
+	maxAnnotation = 256 << 10
+	// maxRef bounds a plan file an annotation names; a snapshot may be
+	// larger.
+	maxRef, maxSnapshotRef = 16 << 20, 1 << 30
+)
+
+// ErrWorkload wraps every problem with a workload annotation.
+var ErrWorkload = errors.New("bad workload annotation")
+
+type workloadError struct{ msg string }
+
+func (e *workloadError) Error() string { return e.msg }
+func (e *workloadError) Unwrap() error { return ErrWorkload }
+
+func badWorkload(pod, format string, a ...any) error {
+	return &workloadError{fmt.Sprintf("pod %s: annotation %s: %s", pod, WorkloadAnnotation, fmt.Sprintf(format, a...))}
+}
+
+// ParseWorkload reads the annotation value of pod (namespace/name) into a
+// job named after the pod, strictly as pack reads a job file. A plan: or
+// snapshot: it names is read from under refs ("" refuses them); the path
+// must stay inside refs.
+func ParseWorkload(value, pod, refs string) (*Workload, error) {
+	if strings.TrimSpace(value) == "" {
+		return nil, badWorkload(pod, "empty")
+	}
+	if len(value) > maxAnnotation {
+		return nil, badWorkload(pod, "longer than %d bytes", maxAnnotation)
+	}
+	js, err := yaml.YAMLToJSON([]byte(value))
+	if err != nil {
+		return nil, badWorkload(pod, "not YAML or JSON: %s", oneLine(err.Error()))
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(js, &obj); err != nil || obj == nil {
+		return nil, badWorkload(pod, "want a mapping such as {train: {model: gpt2, micro-batch: 8}}")
+	}
+	if _, ok := obj["name"]; ok {
+		return nil, badWorkload(pod, "name is the pod's; leave it out")
+	}
+	if _, ok := obj["replicas"]; ok {
+		return nil, badWorkload(pod, "replicas: a pod is one process; use a Deployment's replicas")
+	}
+	obj["name"], _ = json.Marshal(pod)
+	file, _ := json.Marshal(map[string]any{"kind": pack.Kind, "jobs": []any{obj}})
+	f, err := pack.Parse(file, "annotation")
+	if err != nil {
+		msg := oneLine(err.Error())
+		msg = strings.TrimPrefix(msg, fmt.Sprintf("annotation: job %q: ", pod))
+		msg = strings.TrimPrefix(msg, "annotation: ")
+		return nil, badWorkload(pod, "%s", msg)
+	}
+	j := &f.Jobs[0]
+	var ref []byte
+	if j.Published != "" {
+		return nil, badWorkload(pod, "a published row is for job files; give the job as train or serve")
+	}
+	switch {
+	case j.Plan != "":
+		data, err := readRef(refs, j.Plan, maxRef)
+		if err != nil {
+			return nil, badWorkload(pod, "plan %s: %v", j.Plan, err)
+		}
+		ref = data
+		if err := j.SetPlan(data); err != nil {
+			return nil, badWorkload(pod, "plan %s: %s", j.Plan, oneLine(err.Error()))
+		}
+	case j.Snapshot != "":
+		data, err := readRef(refs, j.Snapshot, maxSnapshotRef)
+		if err != nil {
+			return nil, badWorkload(pod, "snapshot %s: %v", j.Snapshot, err)
+		}
+		ref = data
+		s, err := snapshot.Parse(data)
+		if err != nil {
+			return nil, badWorkload(pod, "snapshot %s: %s", j.Snapshot, oneLine(err.Error()))
+		}
+		j.SetSnapshot(s)
+	}
+	return &Workload{Job: j, key: jobKey(j, ref)}, nil
+}
+
+// Workload is a pod's job and its identity for the envelope cache.
+type Workload struct {
+	Job *pack.Job
+	key string
+}
+
+// readRef reads name under dir, refusing paths that leave it.
+func readRef(dir, name string, limit int64) ([]byte, error) {
+	if dir == "" {
+		return nil, errors.New("no reference directory (the extender's --refs) to read it from")
+	}
+	if filepath.IsAbs(name) || !filepath.IsLocal(name) {
+		return nil, errors.New("must be a relative path inside the reference directory")
+	}
+	fh, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, err
+	}
+	defer fh.Close()
+	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return data, nil
+}
+
+// jobKey is a job's identity for the envelope cache: its JSON without the
+// name, with the digest of the plan or snapshot it names.
+func jobKey(j *pack.Job, ref []byte) string {
+	c := *j
+	c.Name = ""
+	b, _ := json.Marshal(&c)
+	sum := sha256.Sum256(ref)
+	return string(b) + "#" + hex.EncodeToString(sum[:])
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
