@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	frameworks "github.com/memplan/memplan/emit"
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/search"
 )
@@ -57,21 +59,8 @@ func emitWinner(name, out string, win *search.Plan) (*report.EmittedJSON, error)
 		e.Config = text
 		return e, nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*")
-	if err != nil {
-		return nil, fmt.Errorf("--emit-out %s: %v", out, err)
-	}
-	_, werr := tmp.WriteString(text)
-	cerr := tmp.Close()
-	if werr == nil && cerr == nil {
-		werr = os.Rename(tmp.Name(), out)
-	}
-	if werr != nil || cerr != nil {
-		_ = os.Remove(tmp.Name())
-		if werr == nil {
-			werr = cerr
-		}
-		return nil, fmt.Errorf("--emit-out %s: %v", out, werr)
+	if err := boundedio.WriteFile(out, 0o644, func(w io.Writer) error { _, err := io.WriteString(w, text); return err }); err != nil {
+		return nil, fmt.Errorf("--emit-out: %v", err)
 	}
 	e.File = out
 	return e, nil

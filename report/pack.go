@@ -3,8 +3,9 @@ package report
 import (
 	"fmt"
 	"image/color"
-	"os"
-	"path/filepath"
+	"io"
+
+	"github.com/memplan/memplan/internal/boundedio"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -49,36 +50,19 @@ func WritePackPlot(path string, res *pack.Result, p pack.Policy) (err error) {
 	cols := min(len(pr.GPUs), 4)
 	rows := (len(pr.GPUs) + cols - 1) / cols
 	w, h := DefaultPlotWidth, vg.Length(rows)*2.6*vg.Inch
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("drawing plot: %v", r)
+	return boundedio.WriteFile(path, 0o644, func(f io.Writer) error {
+		var canvas vg.CanvasWriterTo
+		if format == "svg" {
+			canvas = vgsvg.New(w, h)
+		} else {
+			canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(DefaultPlotDPI))}
 		}
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+		drawPack(draw.New(canvas), res, pr, rows, cols)
+		if _, err := canvas.WriteTo(f); err != nil {
+			return fmt.Errorf("writing plot: %w", err)
 		}
-	}()
-	var canvas vg.CanvasWriterTo
-	if format == "svg" {
-		canvas = vgsvg.New(w, h)
-	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(DefaultPlotDPI))}
-	}
-	drawPack(draw.New(canvas), res, pr, rows, cols)
-	if _, err = canvas.WriteTo(f); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return os.Chmod(path, 0o644)
+		return nil
+	})
 }
 
 func drawPack(dc draw.Canvas, res *pack.Result, pr *pack.PolicyResult, rows, cols int) {

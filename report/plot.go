@@ -5,9 +5,10 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/memplan/memplan/internal/boundedio"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -107,29 +108,7 @@ func WritePlot(path string, r *engine.Result, opt PlotOptions) (err error) {
 	if err := chartCheck(r); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := WritePlotTo(f, format, r, opt); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return nil
+	return boundedio.WriteFile(path, 0o644, func(w io.Writer) error { return WritePlotTo(w, format, r, opt) })
 }
 
 // WritePlotTo is WritePlot to a writer; format is "svg", "png" or "pdf".

@@ -3,8 +3,10 @@ package report
 import (
 	"fmt"
 	"image/color"
-	"os"
+	"io"
 	"path/filepath"
+
+	"github.com/memplan/memplan/internal/boundedio"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -32,36 +34,19 @@ func WriteSnapshotPlot(path string, rep *explain.Report) (err error) {
 	if format == "pdf" {
 		return fmt.Errorf("unsupported plot format \".pdf\" for a snapshot (want .svg or .png)")
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("drawing plot: %v", p)
+	return boundedio.WriteFile(path, 0o644, func(f io.Writer) error {
+		var canvas vg.CanvasWriterTo
+		if format == "svg" {
+			canvas = vgsvg.New(DefaultPlotWidth, DefaultPlotHeight)
+		} else {
+			canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(DefaultPlotWidth, DefaultPlotHeight), vgimg.UseDPI(DefaultPlotDPI))}
 		}
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+		drawSnapshot(draw.New(canvas), rep)
+		if _, err := canvas.WriteTo(f); err != nil {
+			return fmt.Errorf("writing plot: %w", err)
 		}
-	}()
-	var canvas vg.CanvasWriterTo
-	if format == "svg" {
-		canvas = vgsvg.New(DefaultPlotWidth, DefaultPlotHeight)
-	} else {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(DefaultPlotWidth, DefaultPlotHeight), vgimg.UseDPI(DefaultPlotDPI))}
-	}
-	drawSnapshot(draw.New(canvas), rep)
-	if _, err = canvas.WriteTo(f); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("writing plot: %w", err)
-	}
-	return os.Chmod(path, 0o644)
+		return nil
+	})
 }
 
 func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
