@@ -64,6 +64,40 @@ def _scratch_below(make_job, batch, batches, seqs, optimizer, dev, foreach, base
     return out
 
 
+def _align_all(raws, base_key):
+    """fit.align of the trace at base_key with each other one: {key: fit.Alignment}."""
+    base = raws[base_key]
+    base_canon, _ = _canonical(base)
+    out = {}
+    for key, raw in raws.items():
+        if key == base_key:
+            continue
+        if len(raw["initial"]) != len(base["initial"]):
+            raise ExportError("memplan_torch: %d storages are alive at the start of the step at %s but %d "
+                              "at %s" % (len(base["initial"]), _point(base_key), len(raw["initial"]), _point(key)))
+        out[key] = fit.align(base_canon, _canonical(raw)[0], "%s and %s" % (_point(base_key), _point(key)))
+    return out
+
+
+def _regions_text(a, b, al, most=3):
+    """The first aliasing substitutions of an alignment, as 'op+op vs op' with the module."""
+    ea, eb = _steady(a), _steady(b)
+    out = []
+    for (i0, i1), (j0, j1) in al.regions[:most]:
+        x = "+".join(e["op"].replace("aten.", "").replace(".default", "") for e in ea[i0:i1]) or "nothing"
+        y = "+".join(e["op"].replace("aten.", "").replace(".default", "") for e in eb[j0:j1]) or "nothing"
+        mod = (ea[i0:i1] or eb[j0:j1])[0]["module"] or "<root>"
+        out.append("%s vs %s in %r" % (x, y, mod))
+    if len(al.regions) > most:
+        out.append("%d more" % (len(al.regions) - most))
+    return ", ".join(out)
+
+
+def describe_storage(raw, sid):
+    r = raw["recorder"].storages[sid]
+    return "the storage allocated by %s in module %r" % (r.op or "(before the step)", r.module or "<root>")
+
+
 def _point(key):
     return "batch %d" % key[0] + (" seq %d" % key[1] if key[1] is not None else "")
 
@@ -211,22 +245,50 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
                          batch, " seq %d" % seq_len if seqs else "", "/".join(map(str, batches)),
                          " seq " + "/".join(map(str, sorted(seqs))) if seqs else "", base_key[0],
                          " seq %d" % base_key[1] if seqs else "", batch, " seq %d" % seq_len if seqs else ""))
+    alignments = _align_all(raws, base_key)
+    if any(al.regions for al in alignments.values()):
+        # the traces differ in aliasing (a view at one size, a copy of the same elements at another): the trace
+        # at the largest fit point decides what is allocated, since PyTorch takes the view paths at the small
+        # sizes (a dimension of 1 inside the model) and the copies at every larger one; its copies are sized at
+        # the other points by the elements the view there covers (fit.Alignment)
+        big = max(raws, key=lambda k: (k[0], k[1] or 0))
+        notes.append("the traces at %s and %s differ only in aliasing (%s): the events are those at %s, where "
+                     "PyTorch copies; each copy is sized at the other points by the elements it copies" % (
+                         _point(base_key), ", ".join(_point(k) for k, al in alignments.items() if al.regions),
+                         "; ".join(_regions_text(raws[base_key], raws[k], al) for k, al in alignments.items()
+                                   if al.regions), _point(big)))
+        base_key = big
+        alignments = _align_all(raws, base_key)
     base = raws[base_key]
     base_events = _steady(base)
     base_canon, base_ids = _canonical(base)
     base_inv = {v: k for k, v in base_ids.items()}
-    # sid_at[key][base sid] = the same storage's sid in the trace at key
-    sid_at = {}
+    # sid_at[key][base sid] = the same storage's sid in the trace at key; derived[key][base sid] = the bytes of a
+    # storage the base trace copies where the trace at key views
+    sid_at, derived = {}, {}
     for key, raw in raws.items():
         canon, ids = _canonical(raw)
-        if key != base_key:
-            if len(raw["initial"]) != len(base["initial"]):
-                raise ExportError("memplan_torch: %d storages are alive at the start of the step at %s but %d "
-                                  "at %s" % (len(base["initial"]), _point(base_key), len(raw["initial"]),
-                                             _point(key)))
-            fit.align(base_canon, canon, "%s and %s" % (_point(base_key), _point(key)))
         inv = {v: k for k, v in ids.items()}
-        sid_at[key] = {base_inv[c]: inv[c] for c in base_inv if c in inv}
+        al = alignments.get(key)
+        if al is None or not al.regions:
+            sid_at[key] = {base_inv[c]: inv[c] for c in base_inv if c in inv}
+        else:
+            sid_at[key] = {base_inv[c]: inv[al.smap.get(c, c)] for c in base_inv
+                           if c in al.smap or (c not in al.only_a and c in inv and c < len(raw["initial"]))}
+        derived[key] = {}
+        for c, how in (al.only_a.items() if al is not None else ()):
+            if how is None:
+                raise ExportError("memplan_torch: %s copies where the trace at %s views, and nothing there gives "
+                                  "the bytes it copies" % (describe_storage(base, base_inv[c]), _point(key)))
+            kind, what = how
+            if kind == "shape":
+                shape, dt = what
+                n = 1
+                for d in shape:
+                    n *= d
+                derived[key][base_inv[c]] = n * torch.empty((), dtype=getattr(torch, dt)).element_size()
+            else:
+                derived[key][base_inv[c]] = ("storage", inv[what])
         fa, fb = _first_opt_allocs(base), _first_opt_allocs(raw)
         if len(fa) != len(fb):
             raise ExportError("memplan_torch: the first optimizer step allocates %d storages at %s but %d at %s"
@@ -276,6 +338,12 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         rec.storages[sid].op or "(before the step)", rec.storages[sid].module or "<root>")
 
     def nbytes(key, sid):
+        d = derived.get(key, {}).get(sid)
+        if d is not None:
+            return raws[key]["recorder"].storages[d[1]].nbytes if isinstance(d, tuple) else d
+        if sid not in sid_at[key]:
+            raise ExportError("memplan_torch: %s has no counterpart in the trace at %s (the traces differ in "
+                              "aliasing around it)" % (label_of(sid), _point(key)))
         return raws[key]["recorder"].storages[sid_at[key][sid]].nbytes
 
     sizes = fit.size_models(nbytes, batches, seqs, sorted(set(order)), label_of)
@@ -318,9 +386,15 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
     scratch_measured = all(r["scratch_measured"] for r in raws.values())
     if scratch_measured:
         canon = {key: _steady(raw) for key, raw in raws.items()}
+        # event i of the base trace at each point (an op a view replaced there: no kernel, no scratch)
+        at = {key: (alignments[key].event_map() if key in alignments else None) for key in raws}
+
+        def scratch_at(k, i):
+            j = i if at[k] is None else at[k].get(i)
+            return canon[k][j].get("scratch", 0) if j is not None else 0
         small = _scratch_below(make_job, batch, batches, seqs, optimizer, dev, foreach, base_events)
         for i, ev in enumerate(steady):
-            pts = [[k[0], k[1], canon[k][i].get("scratch", 0)] for k in sorted(raws, key=lambda k: (k[1] or 0, k[0]))]
+            pts = [[k[0], k[1], scratch_at(k, i)] for k in sorted(raws, key=lambda k: (k[1] or 0, k[0]))]
             # the point below the fit is listed last: readers that take the first two points per sequence
             # length (memplan before it) keep the fit's line
             pts += [[batch, s, y[i]] for s, y in small.items() if y.get(i) is not None]

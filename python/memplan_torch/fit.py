@@ -50,18 +50,21 @@ def fit_points(batch, seq_len=None, seq_dim=None):
 
 def canonical(events, initial):
     """Events with storage ids renumbered by first appearance (initial storages first), so that traces at
-    different sizes compare even when their first steps created different numbers of storages. Returns
-    (events, {raw id: canonical id})."""
+    different sizes compare even when their first steps created different numbers of storages. Each event's
+    "inputs" and output storages are renumbered too ("inputs_c", "outputs_c"; None for a storage not seen yet).
+    Returns (events, {raw id: canonical id})."""
     ids = {}
     for s in sorted(initial):
         ids[s] = len(ids)
     out = []
     for e in events:
+        c = dict(e)
+        c["inputs_c"] = [ids.get(s) for s in e.get("inputs", ())]
         for s in e["alloc"]:
             ids.setdefault(s, len(ids))
-        c = dict(e)
         for f in ("alloc", "free", "saved"):
             c[f] = [ids.setdefault(s, len(ids)) for s in e[f]]
+        c["outputs_c"] = [dict(o, storage=ids.get(o["storage"])) for o in e.get("outputs", ())]
         out.append(c)
     return out, ids
 
@@ -70,31 +73,153 @@ def describe(ev):
     return "%s (phase %s, module %r)" % (ev["op"], ev["phase"], ev["module"] or "<root>")
 
 
+# Ops that may stand for one another between two traces of the same program at different sizes: PyTorch
+# chooses between a view and a copy of the same elements by the strides it gets (a reshape of a permuted tensor
+# is a view when the permuted dimensions have size 1, else clone + _unsafe_view; .contiguous() is nothing or a
+# clone; an expand followed by a reshape is a view or a copy; a repeat of a size-1 dimension where expand
+# would do). "view": returns an alias of its input; "copy": allocates the same elements anew.
+TOLERATED = {
+    "aten.view.default": "view",
+    "aten._reshape_alias.default": "view",
+    "aten._unsafe_view.default": "view",
+    "aten.reshape.default": "view",
+    "aten.expand.default": "view",
+    "aten.alias.default": "view",
+    "aten.as_strided.default": "view",
+    "aten.squeeze.dim": "view",
+    "aten.squeeze.dims": "view",
+    "aten.squeeze.default": "view",
+    "aten.unsqueeze.default": "view",
+    "aten.clone.default": "copy",
+    "aten.contiguous.default": "copy",
+    "aten.copy.default": "copy",
+    "aten.copy_.default": "copy",
+    "aten.repeat.default": "copy",
+    "aten.expand_copy.default": "copy",
+    "aten.view_copy.default": "copy",
+    "aten._reshape_copy.default": "copy",
+}
+
+
+class Alignment:
+    """The result of align: pairs [(i, j)] of matched events; smap {storage of a: storage of b} (canonical ids);
+    regions [((i0, i1), (j0, j1))] where the traces differ only in aliasing (a[i0:i1] stands for b[j0:j1]);
+    only_a / only_b {storage: (how, what)}: storages a copy allocates in one trace where the other views, with
+    what to size them by in the other trace: ("shape", (shape, dtype)) of the view there, or ("storage", sid)
+    of the storage the copy reads (its image in the other trace; an upper bound of the bytes copied)."""
+
+    def __init__(self):
+        self.pairs, self.smap, self.regions, self.only_a, self.only_b = [], {}, [], {}, {}
+
+    def event_map(self):
+        return dict(self.pairs)
+
+
+def _run_end(evs, i):
+    """The end of the run of tolerated ops from i in one phase and module."""
+    if i >= len(evs) or evs[i]["op"] not in TOLERATED:
+        return i
+    key = (evs[i]["phase"], evs[i]["module"])
+    k = i
+    while k < len(evs) and evs[k]["op"] in TOLERATED and (evs[k]["phase"], evs[k]["module"]) == key:
+        k += 1
+    return k
+
+
+def _same(x, y):
+    return x["op"] == y["op"] and x["phase"] == y["phase"] and x["module"] == y["module"]
+
+
+def _sized_by(own, other, other_map):
+    """For each storage a copy allocates in `own` (a region of one trace), what gives its bytes in the other
+    trace, whose region `other` views: the last view output of the same dtype there, else the copy's input."""
+    out = {}
+    for e in own:
+        for s in e["alloc"]:
+            o = next((o for o in e.get("outputs_c", ()) if o["storage"] == s), None)
+            dt = o["dtype"] if o else None
+            seen = [p for x in other for p in x.get("outputs_c", ()) if p["dtype"] == dt]
+            if seen:
+                out[s] = ("shape", (list(seen[-1]["shape"]), dt))
+                continue
+            src = [other_map[c] for c in e.get("inputs_c", ()) if c is not None and c in other_map]
+            out[s] = ("storage", src[0]) if src else None
+    return out
+
+
 def align(a, b, what):
-    """Checks two canonical event lists match op for op; raises ExportError naming the first difference,
-    with the op of each trace and its module."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        x, y = a[i], b[i]
-        for field in ("op", "phase", "module"):
-            if x[field] != y[field]:
+    """Matches two canonical event lists op for op, allowing runs of aliasing ops (TOLERATED) where one trace
+    views and the other copies the same elements. Returns an Alignment; raises ExportError naming the first
+    real difference, with the op of each trace and its module.
+
+    Matching is two-pointer: equal ops (op, phase, module) pair; at a difference, the run of tolerated ops of
+    one phase and module from each side (either may be empty) is skipped when the ops after them match, or
+    both traces end there. Matched events must allocate as many storages (paired in order); their frees and
+    saves must agree through that pairing, except for the storages a skipped run touches (its allocations and
+    inputs), whose lifetimes the view or the copy changes."""
+    al = Alignment()
+    inv = {}
+    tainted_a, tainted_b = set(), set()
+    i = j = 0
+    n, m = len(a), len(b)
+    while i < n or j < m:
+        if i < n and j < m and _same(a[i], b[j]):
+            x, y = a[i], b[j]
+            if len(x["alloc"]) != len(y["alloc"]):
+                raise ExportError(
+                    "memplan_torch: traces at %s do not align at op %d %s: its alloc storages differ (%d vs %d "
+                    "storages). Storage lifetimes depend on the size; the model cannot be exported with a size "
+                    "model." % (what, i, describe(x), len(x["alloc"]), len(y["alloc"])))
+            for s, t in zip(x["alloc"], y["alloc"]):
+                al.smap[s] = t
+                inv[t] = s
+            for field in ("free", "saved"):
+                xs = sorted(al.smap.get(s, s) for s in x[field] if s not in tainted_a
+                            and al.smap.get(s, s) not in tainted_b)
+                ys = sorted(t for t in y[field] if t not in tainted_b and inv.get(t, t) not in tainted_a)
+                if xs != ys:
+                    raise ExportError(
+                        "memplan_torch: traces at %s do not align at op %d %s: its %s storages differ "
+                        "(%s vs %s). Storage lifetimes depend on the size; the model cannot be exported with a "
+                        "size model." % (what, i, describe(x), field, x[field][:8], y[field][:8]))
+            al.pairs.append((i, j))
+            i += 1
+            j += 1
+            continue
+        ri, rj = _run_end(a, i), _run_end(b, j)
+        skip = None
+        for ci, cj in ((ri, rj), (ri, j), (i, rj)):
+            if (ci, cj) == (i, j):
+                continue
+            if (ci == n and cj == m) or (ci < n and cj < m and _same(a[ci], b[cj])):
+                skip = (ci, cj)
+                break
+        if skip is None:
+            if i < n and j < m:
                 raise ExportError(
                     "memplan_torch: traces at %s do not align at op %d: %s vs %s. The model runs different "
                     "ops at different sizes (data- or shape-dependent control flow); it cannot be exported "
                     "with a size model. Make the control flow independent of the batch/sequence size."
-                    % (what, i, describe(x), describe(y)))
-        for field in ("alloc", "free", "saved"):
-            if sorted(x[field]) != sorted(y[field]):
-                raise ExportError(
-                    "memplan_torch: traces at %s do not align at op %d %s: its %s storages differ "
-                    "(%s vs %s). Storage lifetimes depend on the size; the model cannot be exported with a "
-                    "size model." % (what, i, describe(x), field, x[field][:8], y[field][:8]))
-    if len(a) != len(b):
-        longer = a if len(a) > len(b) else b
-        raise ExportError(
-            "memplan_torch: traces at %s do not align: %d vs %d ops; the first extra op is %d %s. The model "
-            "runs a size-dependent number of ops (a loop over the batch or sequence?)."
-            % (what, len(a), len(b), n, describe(longer[n])))
+                    % (what, i, describe(a[i]), describe(b[j])))
+            longer, k = (a, i) if i < n else (b, j)
+            raise ExportError(
+                "memplan_torch: traces at %s do not align: %d vs %d ops; the first extra op is %d %s. The model "
+                "runs a size-dependent number of ops (a loop over the batch or sequence?)."
+                % (what, n, m, k, describe(longer[k])))
+        ra, rb = a[i:skip[0]], b[j:skip[1]]
+        al.regions.append(((i, skip[0]), (j, skip[1])))
+        al.only_a.update(_sized_by(ra, rb, al.smap))
+        al.only_b.update(_sized_by(rb, ra, inv))
+        for e in ra:
+            tainted_a.update(e["alloc"])
+            tainted_a.update(c for c in e.get("inputs_c", ()) if c is not None)
+        for e in rb:
+            tainted_b.update(e["alloc"])
+            tainted_b.update(c for c in e.get("inputs_c", ()) if c is not None)
+        tainted_b.update(al.smap[s] for s in list(tainted_a) if s in al.smap)
+        tainted_a.update(inv[t] for t in list(tainted_b) if t in inv)
+        i, j = skip
+    return al
 
 
 def fit_line(points, label):

@@ -123,3 +123,32 @@ class _SeqNet(nn.Module):
 def seq_view_or_clone(batch_size, seq_len=8, d=16):
     torch.manual_seed(0)
     return _SeqNet(d), torch.randn(batch_size, seq_len, d), None
+
+
+class HalfViewOrClone(nn.Module):
+    """A dimension of 1 inside the model at a traced batch of 2: the first half of the batch goes through a
+    reshape of its transpose, a view at batch 2 (a half of 1), clone + _unsafe_view at 4 and above."""
+
+    def forward(self, h):
+        b, d = h.shape
+        g = h[: b // 2]
+        k = g.t().reshape(d * (b // 2)).reshape(d, b // 2).t()
+        return torch.cat([k, k]) * 2
+
+
+class HalfExpandRepeat(nn.Module):
+    """expand vs repeat: h[:b//2] repeated twice where its rows are 1 (repeat) — expand + reshape at 2 (a view)
+    and a copy at 4."""
+
+    def forward(self, h):
+        b, d = h.shape
+        g = h[: b // 2].mean(0, keepdim=True)
+        return h + g.expand(b, d).reshape(b * d).reshape(b, d)
+
+
+def half_view_or_clone(batch_size):
+    return _job(HalfViewOrClone(), batch_size)
+
+
+def half_expand(batch_size):
+    return _job(HalfExpandRepeat(), batch_size)

@@ -19,13 +19,29 @@ def _raw(builder, batch, seq=None, device="meta"):
     return trace_once(job, optimizer="sgd", device=device)
 
 
+def _alignment(a, b):
+    return fit.align(_canonical(a)[0], _canonical(b)[0], "test")
+
+
 def _difference(a, b):
-    """The first difference of two raw traces (None when they align)."""
+    """The first difference of two raw traces (None when they align, aliasing substitutions allowed)."""
     try:
-        fit.align(_canonical(a)[0], _canonical(b)[0], "test")
+        _alignment(a, b)
         return None
     except ExportError as e:
         return str(e)
+
+
+def _strict_difference(a, b):
+    """The first op where two raw traces differ, as 'op (phase, module) vs op (...)', or a saved-storage
+    difference; None when they are equal op for op."""
+    x, y = _canonical(a)[0], _canonical(b)[0]
+    for i, (p, q) in enumerate(zip(x, y)):
+        if (p["op"], p["phase"], p["module"]) != (q["op"], q["phase"], q["module"]):
+            return "at op %d: %s vs %s" % (i, fit.describe(p), fit.describe(q))
+        if sorted(p["saved"]) != sorted(q["saved"]):
+            return "%s: its saved storages differ" % fit.describe(p)
+    return None if len(x) == len(y) else "length %d vs %d" % (len(x), len(y))
 
 
 def _aligns(a, b):
@@ -49,9 +65,9 @@ SPECIALISED = [
 def test_size1_specialisation_exports_at_batch_1(tmp_path, name, builder, op):
     # the specialisation is real: traces at 1 and 2 differ (this is what failed before issue 16) ...
     r1, r2, r4 = _raw(builder, 1), _raw(builder, 2), _raw(builder, 4)
-    diff = _difference(r1, r2)
+    diff = _strict_difference(r1, r2)
     assert diff is not None and re.search(op, diff), "%s: not the size-1 specialisation to test: %s" % (name, diff)
-    assert _aligns(r2, r4)
+    assert _aligns(r2, r4) and not _alignment(r2, r4).regions
     # ... and batch 1 exports: traced at 2 and 4, written at 1
     doc = export_builder("size1_builders:" + builder.__name__, str(tmp_path / "t.json"), batch=1, device="meta",
                          optimizer="sgd")
@@ -70,7 +86,7 @@ def test_size1_specialisation_exports_at_batch_1(tmp_path, name, builder, op):
 
 def test_sequence_of_1_is_traced_at_2_3_4(tmp_path):
     r1, r2 = _raw(sb.seq_view_or_clone, 2, 1), _raw(sb.seq_view_or_clone, 2, 2)
-    assert re.search(_VIEW + r" \(phase forward, module 'mid'\) vs aten\.clone\.default", _difference(r1, r2))
+    assert re.search(_VIEW + r" \(phase forward, module 'mid'\) vs aten\.clone\.default", _strict_difference(r1, r2))
     doc = export_builder("size1_builders:seq_view_or_clone", str(tmp_path / "t.json"), batch=1, seq_len=1,
                          seq_dim=1, device="meta", optimizer="sgd")
     validate_trace(doc)
@@ -158,3 +174,54 @@ def test_export_api_at_batch_1_and_sequence_1(tmp_path):
                          seq_dim=1, device="meta", optimizer="sgd")
     for b, s in ((1, 1), (3, 5)):
         assert replay(doc, b, s)["phases"] == replay(ref, b, s)["phases"]
+
+
+# Issue 16, aliasing: traces at fit points >= 2 that differ only in a view at one size and a copy of the same
+# elements at another (a dimension of 1 inside the model at the smaller point) align; the trace at the larger
+# point decides what is allocated (the copy), sized at the smaller point by the elements the view there covers.
+ALIASING = [
+    # name, builder, the substitution the first alignment reports (trace at batch 2 vs batch 4)
+    ("view/clone at a half batch of 1", sb.half_view_or_clone, r"view\+view vs clone\+_unsafe_view\+view in 'mid'"),
+    ("batch 1 specialisation vs 2", sb.view_or_clone, None),
+]
+
+
+def _peaks(doc, b):
+    return replay(doc, b)["phases"]
+
+
+@pytest.mark.parametrize("name,builder,regions", ALIASING[:1], ids=[a[0] for a in ALIASING[:1]])
+def test_aliasing_difference_aligns_and_predicts(tmp_path, name, builder, regions):
+    r2, r4 = _raw(builder, 2, device="cpu"), _raw(builder, 4, device="cpu")
+    assert _strict_difference(r2, r4) is not None
+    al = _alignment(r2, r4)
+    assert al.regions and al.only_b, name
+    doc = export_builder("size1_builders:" + builder.__name__, str(tmp_path / "t.json"), batch=2, device="cpu",
+                         optimizer="sgd")
+    validate_trace(doc)
+    assert doc["traced_at"] == {"batch": 4, "seq": None}
+    assert any(re.search(regions, n) for n in doc["notes"]), doc["notes"]
+    # against a document whose traces all copy (batch 4: traced at 4 and 8, equal op for op): the same
+    # prediction at every batch the copy runs at, exactly
+    ref = export_builder("size1_builders:" + builder.__name__, str(tmp_path / "r.json"), batch=4, device="cpu",
+                         optimizer="sgd")
+    assert not any("aliasing" in n for n in ref["notes"])
+    for b in (4, 8, 16):
+        got, want = _peaks(doc, b), _peaks(ref, b)
+        for p in want:
+            assert abs(got[p] - want[p]) <= 0.01 * want[p], (b, p, got[p], want[p])
+
+
+def test_size1_traces_against_the_aliasing_table():
+    """Traces at batch 1 and 2, through the aliasing table: the contiguous no-op and the squeeze align; view/clone
+    and expand/reshape still differ past the aliasing (at batch 1 the head's backward takes another kernel path:
+    mm vs t, expand vs sum), one reason the exporter never traces at 1 — refused naming both ops and the module."""
+    want = {"contiguous": None, "squeeze": None,
+            "view/clone": r"aten\.mm\.default \(phase backward, module 'fc2'\) vs aten\.t\.default",
+            "expand/reshape": r"aten\.expand\.default \(phase backward, module 'fc2'\) vs aten\.sum"}
+    for name, builder, _ in SPECIALISED:
+        d = _difference(_raw(builder, 1), _raw(builder, 2))
+        if want[name] is None:
+            assert d is None, (name, d)
+        else:
+            assert d is not None and re.search(want[name], d), (name, d)
