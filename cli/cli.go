@@ -76,6 +76,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newDiagnoseCmd(stdout), newMaxCmd(stdout))
 	root.AddCommand(newPackCmd(stdout))
 	root.AddCommand(newExtenderCmd(stderr))
+	root.AddCommand(newServeCmd(stderr))
 	root.SetVersionTemplate("memplan {{.Version}}\n")
 	return root
 }
