@@ -486,59 +486,25 @@ func (c *TrainConfig) defaults() {
 	}
 }
 
-// optimizer appends the optimizer step and zero_grad.
+// optimizer appends the optimizer step and zero_grad. Its phases: register every trained parameter with its
+// float32 master and its state tensors (addMaster, addState), write the update in the configured implementation
+// (multiTensorUpdate for foreach and fused, perParamUpdate for the single-tensor loop), then copy the masters back
+// into the parameters and drop the gradients.
 func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	row := c.Optimizer.row()
 	s := &step{l: l, row: row, wd: c.WeightDecay, perParam: map[ir.TensorID][]ir.TensorID{}}
-	var lowPrec, lowGrads, master32 []ir.TensorID // parameters with a float32 master, their gradients, the masters
+	m := &masterSet{}
 	init := ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
-	var gradBytes32 units.Bytes
 	lazy := c.FirstStep && !row.eager
 	for _, pid := range l.p.Params {
 		gid, ok := pgrad[pid]
 		if !ok {
 			continue // frozen or unused
 		}
-		pt := l.p.Tensors[pid]
 		s.params = append(s.params, pid)
 		s.grads = append(s.grads, gid)
-		dt := pt.DType
-		if c.Precision.MasterWeights() && pt.DType != units.F32 {
-			// Master weights exist from the optimizer's construction.
-			// Parameters already in float32 (LoRA adapters) are their own
-			// master and need no upcast gradient.
-			dt = units.F32
-			gradBytes32 += units.F32.Size(pt.Numel())
-			mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
-				Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
-			s.weights = append(s.weights, mid)
-			lowPrec = append(lowPrec, pid)
-			lowGrads = append(lowGrads, gid)
-			master32 = append(master32, mid)
-		} else {
-			s.weights = append(s.weights, pid)
-		}
-		if c.StateDType != units.Invalid {
-			dt = c.StateDType
-		}
-		for _, st := range row.states(&pt, dt) {
-			// bitsandbytes pages only tensors of at least 1e5 values
-			// (optim/optimizer.py @0.41.1 get_state_buffer); smaller
-			// state is an ordinary torch allocation.
-			paged := c.PagedState && pt.Numel() >= 100000
-			t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: paged}
-			if lazy {
-				t.Keep = true
-			} else {
-				t.Resident = true
-			}
-			id := l.add(t)
-			s.perParam[pid] = append(s.perParam[pid], id)
-			s.all = append(s.all, id)
-			if lazy {
-				init.Out = append(init.Out, id)
-			}
-		}
+		dt := l.addMaster(c, s, m, pid, gid)
+		l.addState(c, s, pid, dt, lazy, &init)
 	}
 	if len(s.params) == 0 {
 		return
@@ -550,46 +516,113 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	if impl == Foreach && row.foreach == nil {
 		impl = Single
 	}
-	name := c.Optimizer.String()
 	switch impl {
 	case Foreach, Fused:
-		s.g = s.grads
-		if gradBytes32 > 0 {
-			// Gradients are upcast to float32 for the update of the
-			// master weights, all at once for a multi-tensor step.
-			g32 := l.add(ir.Tensor{Name: "grads.float32", Shape: []int64{int64(gradBytes32 / 4)}, DType: units.F32, Bytes: gradBytes32, Base: ir.NoTensor, Cat: ir.Temporary})
-			s.emit("_foreach_copy_(grads_fp32, grads)", lowGrads, []ir.TensorID{g32}, 0)
-			s.g = []ir.TensorID{g32}
-			for i, pid := range s.params {
-				if s.weights[i] == pid {
-					s.g = append(s.g, s.grads[i])
-				}
-			}
-		}
-		if impl == Fused {
-			s.emit("_fused_"+name+"_", cat(s.weights, s.g, s.all), nil, 0)
-			break
-		}
-		row.foreach(s)
+		l.multiTensorUpdate(s, m, impl == Fused, c.Optimizer.String())
 	case Single:
-		for i, pid := range s.params {
-			pt := &l.p.Tensors[pid]
-			w := s.weights[i]
-			in := cat([]ir.TensorID{w, s.grads[i]}, s.perParam[pid])
-			var ws units.Bytes
-			if w != pid {
-				ws += units.F32.Size(pt.Numel()) // grad.float()
-			}
-			if row.single != nil {
-				ws += row.single(s, i)
-			}
-			l.p.Ops = append(l.p.Ops, ir.Op{Name: name + ".step", Module: pt.Name, Phase: ir.Optimizer, In: in, Workspace: ws, Node: -1})
-		}
+		l.perParamUpdate(s, c.Optimizer.String())
 	}
-	if len(lowPrec) > 0 {
-		s.emit("_foreach_copy_(params, master_params)", cat(lowPrec, master32), nil, 0)
+	if len(m.lowPrec) > 0 {
+		s.emit("_foreach_copy_(params, master_params)", cat(m.lowPrec, m.master32), nil, 0)
 	}
 	if c.ZeroGrad == ZeroToNone {
 		s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
+	}
+}
+
+// masterSet is what the optimizer keeps for parameters with a float32 master: the parameters, their gradients,
+// the masters, and the bytes of those gradients upcast to float32.
+type masterSet struct {
+	lowPrec, lowGrads, master32 []ir.TensorID
+	gradBytes32                 units.Bytes
+}
+
+// addMaster records the tensor the update writes for parameter pid: a float32 master when the precision keeps
+// master weights and the parameter is not float32 already, else the parameter itself. It returns the dtype the
+// parameter's state is sized in before any StateDType override.
+func (l *lowerer) addMaster(c TrainConfig, s *step, m *masterSet, pid, gid ir.TensorID) units.DType {
+	pt := l.p.Tensors[pid]
+	if !c.Precision.MasterWeights() || pt.DType == units.F32 {
+		// Parameters already in float32 (LoRA adapters) are their own
+		// master and need no upcast gradient.
+		s.weights = append(s.weights, pid)
+		return pt.DType
+	}
+	// Master weights exist from the optimizer's construction.
+	m.gradBytes32 += units.F32.Size(pt.Numel())
+	mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
+		Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
+	s.weights = append(s.weights, mid)
+	m.lowPrec = append(m.lowPrec, pid)
+	m.lowGrads = append(m.lowGrads, gid)
+	m.master32 = append(m.master32, mid)
+	return units.F32
+}
+
+// addState adds parameter pid's optimizer state: resident from before the iteration, or, on a lazy optimizer's
+// first step, kept from the init_state op that creates it.
+func (l *lowerer) addState(c TrainConfig, s *step, pid ir.TensorID, dt units.DType, lazy bool, init *ir.Op) {
+	pt := l.p.Tensors[pid]
+	if c.StateDType != units.Invalid {
+		dt = c.StateDType
+	}
+	for _, st := range s.row.states(&pt, dt) {
+		// bitsandbytes pages only tensors of at least 1e5 values
+		// (optim/optimizer.py @0.41.1 get_state_buffer); smaller
+		// state is an ordinary torch allocation.
+		paged := c.PagedState && pt.Numel() >= 100000
+		t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: paged}
+		if lazy {
+			t.Keep = true
+		} else {
+			t.Resident = true
+		}
+		id := l.add(t)
+		s.perParam[pid] = append(s.perParam[pid], id)
+		s.all = append(s.all, id)
+		if lazy {
+			init.Out = append(init.Out, id)
+		}
+	}
+}
+
+// multiTensorUpdate writes a foreach or fused step over every parameter at once; the gradients of parameters with
+// a float32 master are first upcast into one float32 buffer.
+func (l *lowerer) multiTensorUpdate(s *step, m *masterSet, fused bool, name string) {
+	s.g = s.grads
+	if m.gradBytes32 > 0 {
+		// Gradients are upcast to float32 for the update of the
+		// master weights, all at once for a multi-tensor step.
+		g32 := l.add(ir.Tensor{Name: "grads.float32", Shape: []int64{int64(m.gradBytes32 / 4)}, DType: units.F32, Bytes: m.gradBytes32, Base: ir.NoTensor, Cat: ir.Temporary})
+		s.emit("_foreach_copy_(grads_fp32, grads)", m.lowGrads, []ir.TensorID{g32}, 0)
+		s.g = []ir.TensorID{g32}
+		for i, pid := range s.params {
+			if s.weights[i] == pid {
+				s.g = append(s.g, s.grads[i])
+			}
+		}
+	}
+	if fused {
+		s.emit("_fused_"+name+"_", cat(s.weights, s.g, s.all), nil, 0)
+		return
+	}
+	s.row.foreach(s)
+}
+
+// perParamUpdate writes one step op per parameter, each with the workspace of its own upcast gradient and of what
+// the optimizer's single-tensor step allocates.
+func (l *lowerer) perParamUpdate(s *step, name string) {
+	for i, pid := range s.params {
+		pt := &l.p.Tensors[pid]
+		w := s.weights[i]
+		in := cat([]ir.TensorID{w, s.grads[i]}, s.perParam[pid])
+		var ws units.Bytes
+		if w != pid {
+			ws += units.F32.Size(pt.Numel()) // grad.float()
+		}
+		if s.row.single != nil {
+			ws += s.row.single(s, i)
+		}
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: name + ".step", Module: pt.Name, Phase: ir.Optimizer, In: in, Workspace: ws, Node: -1})
 	}
 }
