@@ -22,6 +22,9 @@ type Planner struct {
 	Margin units.Bytes
 	// Refs is the directory plan: and snapshot: references are read from.
 	Refs string
+	// Pinned, when set, gives the GPU a pod holds before its annotation
+	// memplan.io/gpu is read (the scheduler plugin's reservations).
+	Pinned func(*corev1.Pod) (int, bool)
 
 	mu    sync.Mutex
 	cache map[string]*entry
@@ -121,7 +124,9 @@ func (p *Planner) Judge(w *Workload, node *corev1.Node, pods []*corev1.Pod) (Ver
 			return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("pod %s running there cannot be planned: %s", PodName(q), oneLine(err.Error()))}, Unresolvable: true}, nil
 		}
 		g := -1
-		if s, ok := q.Annotations[GPUAnnotation]; ok {
+		if i, ok := p.pinned(q); ok && i < gpus.Count {
+			g = i
+		} else if s, ok := q.Annotations[GPUAnnotation]; ok {
 			if g, err = strconv.Atoi(s); err != nil || g < 0 || g >= gpus.Count {
 				return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("pod %s: annotation %s=%s is not a GPU index below %d", PodName(q), GPUAnnotation, cut(s), gpus.Count)}, Unresolvable: true}, nil
 			}
@@ -137,4 +142,11 @@ func (p *Planner) Judge(w *Workload, node *corev1.Node, pods []*corev1.Pod) (Ver
 		pl.Reason = fmt.Sprintf("%s GPUs under the %s policy: %s", gpus.GPU.Name, p.Policy, pl.Reason)
 	}
 	return Verdict{Placement: pl}, nil
+}
+
+func (p *Planner) pinned(q *corev1.Pod) (int, bool) {
+	if p.Pinned == nil {
+		return -1, false
+	}
+	return p.Pinned(q)
 }
