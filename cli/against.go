@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/explain"
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/units"
 )
@@ -40,7 +40,7 @@ type againstJSON struct {
 
 // readPlanJSON reads what `memplan plan --json` wrote.
 func readPlanJSON(path string) (*report.PlanJSON, error) {
-	b, err := os.ReadFile(path)
+	b, err := boundedio.ReadFile(path, boundedio.TraceFile)
 	if err != nil {
 		return nil, fmt.Errorf("--against: %v", err)
 	}

@@ -70,7 +70,7 @@ func TestExplainAgainstBadInput(t *testing.T) {
 	os.WriteFile(other, []byte(`{"schema": "memplan.compare/v1"}`), 0o644)
 	snap := filepath.Join("..", "testdata", "snapshots", "MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
 	for _, c := range []struct{ against, want string }{
-		{filepath.Join(dir, "missing.json"), "--against: open"},
+		{filepath.Join(dir, "missing.json"), "--against: cannot read"},
 		{notJSON, "not a plan JSON"},
 		{other, `schema "memplan.compare/v1"`},
 	} {

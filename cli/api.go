@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -94,6 +96,19 @@ type APIField struct {
 
 // APIFields lists the fields of command name's requests, sorted by key.
 func APIFields(name string) []APIField {
+	return slices.Clone(apiFields()[name])
+}
+
+// apiFields are every command's fields, read once from their flag sets.
+var apiFields = sync.OnceValue(func() map[string][]APIField {
+	out := map[string][]APIField{}
+	for name := range apiCommands {
+		out[name] = fieldsOf(name)
+	}
+	return out
+})
+
+func fieldsOf(name string) []APIField {
 	ac, ok := apiCommands[name]
 	if !ok {
 		return nil
@@ -163,10 +178,7 @@ func ParseAPIRequest(name string, body []byte) (map[string][]string, []byte, err
 	if _, ok := apiCommands[name]; !ok {
 		return nil, nil, &APIError{Status: 404, Msg: fmt.Sprintf("no command %q", name)}
 	}
-	fields := map[string]APIField{}
-	for _, f := range APIFields(name) {
-		fields[f.Key] = f
-	}
+	fields := apiFieldMaps()[name]
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	bad := func(field, format string, a ...any) error {
@@ -230,6 +242,18 @@ func ParseAPIRequest(name string, body []byte) (map[string][]string, []byte, err
 	canon.WriteByte('}')
 	return vals, canon.Bytes(), nil
 }
+
+// apiFieldMaps are apiFields by key.
+var apiFieldMaps = sync.OnceValue(func() map[string]map[string]APIField {
+	out := map[string]map[string]APIField{}
+	for name, fs := range apiFields() {
+		out[name] = map[string]APIField{}
+		for _, f := range fs {
+			out[name][f.Key] = f
+		}
+	}
+	return out
+})
 
 // syntaxAt is where a JSON syntax error is, for a message.
 func syntaxAt(err error) string {

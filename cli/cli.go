@@ -19,6 +19,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -325,9 +326,9 @@ func (f *planFlags) specCluster(s *engine.Spec) error {
 	if f.cluster == "" {
 		return nil
 	}
-	data, err := os.ReadFile(f.cluster)
+	data, err := boundedio.ReadFile(f.cluster, boundedio.SmallFile)
 	if err != nil {
-		return fmt.Errorf("--cluster: cannot read %s", f.cluster)
+		return fmt.Errorf("--cluster: %v", err)
 	}
 	c, err := hw.ParseCluster(data)
 	if err != nil {

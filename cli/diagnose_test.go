@@ -15,7 +15,7 @@ func TestDiagnoseAndReservedBadInput(t *testing.T) {
 	}{
 		{[]string{"diagnose", "--model", "lama-2-7b"}, `unknown model "lama-2-7b"`},
 		{[]string{"diagnose", "--micro-batch", "0"}, "--micro-batch"},
-		{[]string{"diagnose", "extra"}, `reading snapshot: open extra`}, // a positional argument is a snapshot file
+		{[]string{"diagnose", "extra"}, `reading snapshot: cannot read extra: no such file`}, // a positional argument is a snapshot file
 		{[]string{"plan", "--alloc-conf", "max_split_size_mb:4"}, "--alloc-conf: max_split_size_mb:4"},
 		{[]string{"plan", "--alloc-conf", "expandable_segments:maybe"}, "--alloc-conf: expandable_segments:maybe"},
 		{[]string{"plan", "--alloc-conf", "backend:cudaMallocAsync"}, "only the native caching allocator"},

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/explain"
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/snapshot"
 	"github.com/memplan/memplan/units"
@@ -91,7 +91,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 // timeline, told apart by their first bytes; the allocator settings are the
 // snapshot's (the defaults for a timeline, which records none).
 func readExplained(path string, device int64, deviceSet bool) (*explain.Report, snapshot.Settings, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.LargeFile)
 	if err != nil {
 		return nil, snapshot.Settings{}, fmt.Errorf("reading snapshot or memory timeline: %w", err)
 	}

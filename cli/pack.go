@@ -10,6 +10,7 @@ import (
 	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
 
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/units"
@@ -118,9 +119,9 @@ func (f *packFlags) run(stdout io.Writer, path string) error {
 	}
 	var trace *pack.Trace
 	if f.arrivals != "" {
-		data, err := os.ReadFile(f.arrivals)
+		data, err := boundedio.ReadFile(f.arrivals, boundedio.TraceFile)
 		if err != nil {
-			return fmt.Errorf("cannot read %s: %v", f.arrivals, unwrapPathErr(err))
+			return err
 		}
 		if trace, err = pack.ParseArrivals(data, f.arrivals, file.Jobs); err != nil {
 			return err

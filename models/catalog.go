@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/agnivade/levenshtein"
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 // The catalog holds real HuggingFace config.json files, one per model, named
@@ -208,7 +209,7 @@ func Catalog() []Entry {
 // config.json, named by the directory.
 func LoadSnapshot(dir string) (*Arch, error) {
 	path := filepath.Join(dir, "config.json")
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.SmallFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s: no config.json in this directory (a Hugging Face snapshot directory holds the model's config.json)", dir)
 	}

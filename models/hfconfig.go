@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 // ParseHFConfig parses the contents of a HuggingFace config.json into an
@@ -40,7 +41,7 @@ func ParseHFConfig(data []byte, name string) (*Arch, error) {
 
 // LoadFile reads and parses a config.json file; the path becomes Arch.Name.
 func LoadFile(path string) (*Arch, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.SmallFile)
 	if err != nil {
 		return nil, fmt.Errorf("%w", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -161,9 +162,9 @@ func ReadFile(path string) (*File, error) {
 }
 
 func readBounded(path string, limit int64) ([]byte, error) {
-	fh, err := os.Open(path)
+	fh, err := boundedio.Open(path)
 	if err != nil {
-		return nil, &inputError{fmt.Sprintf("cannot read %s: %v", path, unwrapPath(err))}
+		return nil, &inputError{err.Error()}
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, limit+1))

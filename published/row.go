@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"reflect"
 	"strings"
 
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/units"
 )
 
@@ -159,14 +159,13 @@ func Read(r io.Reader, name string) ([]Row, error) {
 
 // ReadFile reads a published file.
 func ReadFile(path string) ([]Row, error) {
-	f, err := os.Open(path)
+	// Open refuses a pipe or device without blocking; Read bounds the
+	// lines and the total (maxLineBytes, maxTotalBytes).
+	f, err := boundedio.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrFile, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrFile, path)
-	}
 	return Read(f, path)
 }
 

@@ -11,8 +11,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 //go:embed recipes/*.yaml
@@ -128,20 +127,9 @@ func Load(nameOrPath string) (*Recipe, error) {
 	if !strings.ContainsAny(nameOrPath, "/.") {
 		return nil, fmt.Errorf("%w: unknown recipe %q (recipes: %s; or give a recipe file)", ErrRecipe, nameOrPath, strings.Join(Names(), ", "))
 	}
-	f, err := os.Open(nameOrPath)
+	data, err := boundedio.ReadFile(nameOrPath, maxFileBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrRecipe, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is not a regular file", ErrRecipe, nameOrPath)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrRecipe, nameOrPath, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrRecipe, nameOrPath, maxFileBytes)
 	}
 	return Parse(bytes.TrimSpace(data), nameOrPath)
 }

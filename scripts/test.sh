@@ -30,6 +30,9 @@ go vet ./...
 section go test
 go test -count=1 ./...
 
+section "memplan serve load test, short (cmd/loadtest: 50 clients for 5 s; fails on an error, not on latency, which the host decides)"
+go run ./cmd/loadtest --clients 50 --duration 5s --new-rate 1 --check-errors > /dev/null
+
 section "python (memplan_torch) on Debian's PyTorch 1.13: installs it when missing"
 python/run_tests.sh
 

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
+
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 // Action is what a trace event records (TraceEntry::Action in
@@ -123,7 +124,7 @@ func (s *Snapshot) Devices() []int64 {
 
 // ReadFile reads a snapshot pickle. Errors are one line naming the file.
 func ReadFile(path string) (*Snapshot, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.LargeFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading snapshot: %w", err)
 	}

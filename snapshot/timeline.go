@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"os"
 	"strconv"
+
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 // This file reads torch.profiler's memory timeline, the files
@@ -107,7 +108,7 @@ func IsTimeline(data []byte) bool {
 // ReadTimelineFile reads a torch.profiler memory timeline. Errors are one
 // line naming the file.
 func ReadTimelineFile(path string) (*Timeline, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.LargeFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading memory timeline: %w", err)
 	}

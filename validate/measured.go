@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/workload"
 )
 
@@ -90,7 +91,7 @@ type rawCase struct {
 
 // LoadMeasured reads a memplan.measured/v1 file.
 func LoadMeasured(path string) (*Measured, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.TraceFile)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {

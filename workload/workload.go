@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memplan/memplan/internal/boundedio"
 	"sigs.k8s.io/yaml"
 )
 
@@ -147,7 +148,7 @@ func bad(where, format string, a ...any) error {
 // Load reads a YAML or JSON workload file and validates it; errors name the
 // file and the field.
 func Load(path string) (*Workload, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.SmallFile)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/memplan/memplan/internal/boundedio"
 )
 
 // Schema is the trace version this package reads.
@@ -188,7 +190,7 @@ var ErrSchema = errors.New("unsupported schema")
 
 // Load reads and parses a trace file; errors name the file.
 func Load(path string) (*Trace, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedio.ReadFile(path, boundedio.TraceFile)
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {

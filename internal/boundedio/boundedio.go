@@ -32,19 +32,14 @@ var ErrTooLarge = errors.New("file too large")
 // device, pipe, socket or directory without blocking, and a file larger
 // than limit bytes. Errors name path and say what is wrong in one line.
 func ReadFile(path string, limit int64) ([]byte, error) {
-	// O_NONBLOCK: opening a named pipe with no writer returns at once
-	// (the mode check below refuses it) instead of waiting for one.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read %s: %w", path, unwrap(err))
+		return nil, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("cannot read %s: %w", path, unwrap(err))
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("cannot read %s: %w (%s)", path, ErrNotRegular, kind(st.Mode()))
 	}
 	if st.Size() > limit {
 		return nil, fmt.Errorf("cannot read %s: %w (%d bytes, the limit is %d)", path, ErrTooLarge, st.Size(), limit)
@@ -57,6 +52,28 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("cannot read %s: %w (over %d bytes)", path, ErrTooLarge, limit)
 	}
 	return data, nil
+}
+
+// Open opens the regular file at path for reading (symlinks followed),
+// refusing a device, pipe, socket or directory without blocking; the
+// caller bounds what it reads.
+func Open(path string) (*os.File, error) {
+	// O_NONBLOCK: opening a named pipe with no writer returns at once
+	// (the mode check below refuses it) instead of waiting for one.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", path, unwrap(err))
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cannot read %s: %w", path, unwrap(err))
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("cannot read %s: %w (%s)", path, ErrNotRegular, kind(st.Mode()))
+	}
+	return f, nil
 }
 
 func kind(m os.FileMode) string {
