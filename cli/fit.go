@@ -10,6 +10,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	frameworks "github.com/memplan/memplan/emit"
@@ -18,12 +19,17 @@ import (
 	"github.com/memplan/memplan/search"
 )
 
+// fitFlags are fit's flags: plan's (spec, with searched set) and fit's own.
+type fitFlags struct {
+	plan                         *planFlags
+	jsonOut                      bool
+	allow, deny, emitTo, emitOut string
+	gpus, globalBatch            int
+	headroom                     float64
+}
+
 func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
-	f := &planFlags{searched: true}
-	var jsonOut bool
-	var allow, deny, emitTo, emitOut string
-	var gpus, globalBatch int
-	var headroom float64
+	ff := &fitFlags{plan: &planFlags{searched: true}}
 	c := &cobra.Command{
 		Use:   "fit",
 		Short: "Find the fastest plan that fits the GPU: micro-batch × accumulation, checkpointing, offload, ZeRO, TP/PP/DP split",
@@ -43,78 +49,105 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
   memplan fit --model llama-2-7b --gpu rtx-4090 --global-batch 32 --seq 2048 --allow qlora,8bit
   memplan fit --model llama-3-8b --gpu h100 --gpus 8 --global-batch 64 --recipe torchtune --zero 3 --emit torchtune --emit-out 8B_full.yaml`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, err := f.spec()
-			if err != nil {
-				return err
-			}
-			a, err := engine.ParseAllow(allow)
-			if err != nil {
-				return err
-			}
-			pins, err := fitPins(f.changed, deny, &spec)
-			if err != nil {
-				return err
-			}
-			if err := checkEmit(emitTo, emitOut, &spec); err != nil {
-				return err
-			}
-			if f.nodes > 0 {
-				if gpus > 0 && gpus != f.nodes*spec.NodeGPUs() {
-					return fmt.Errorf("--gpus %d contradicts --nodes %d × %d GPUs per node", gpus, f.nodes, spec.NodeGPUs())
-				}
-				gpus = f.nodes * spec.NodeGPUs()
-			}
-			base := spec
-			ws := f.warnings(&spec)
-			warn(cmd.ErrOrStderr(), ws)
-			o := search.Options{GPUs: gpus, GlobalBatch: globalBatch, Headroom: headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context()}
-			if fd, ok := stderr.(*os.File); ok && term.IsTerminal(int(fd.Fd())) {
-				bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
-					progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-				o.Progress = func(done, total int) {
-					bar.ChangeMax(total)
-					_ = bar.Set(done)
-				}
-				defer bar.Finish()
-			}
-			// A search allocates gigabytes of short-lived programs and
-			// keeps little live (each bundle's cache and a few recycled
-			// arrays), so the collector runs often for little. Unless GOGC
-			// says otherwise, collect at 400% heap growth while searching
-			// (one cold fit on the search.BenchmarkFitLlama3_70B plan, 8
-			// interleaved runs each: median 1.89 s and 400-570 MB peak RSS
-			// at 400%, 1.98 s and 300-390 MB at 200%; at 100%, 1.75-2.26 s
-			// in 3 runs: a larger heap saves collections but pays page
-			// faults). The process is the CLI's to tune, not the library's.
-			// memplan serve runs fits side by side: the setting is the
-			// service's, not one request's.
-			if os.Getenv("GOGC") == "" && !isAPI(cmd) {
-				defer debug.SetGCPercent(debug.SetGCPercent(400))
-			}
-			start := time.Now()
-			res, err := search.Fit(spec, o)
-			if err != nil {
-				return err
-			}
-			elapsed := time.Since(start)
-			fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
-			if fo.Emitted, err = emitWinner(emitTo, emitOut, res.Winner); err != nil {
-				return err
-			}
-			return emit(stdout, jsonOut,
-				func(w io.Writer) error { return report.WriteFitJSON(w, res, fo) },
-				func(w io.Writer) error { return report.WriteFitText(w, res, elapsed, fo) })
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return ff.run(cmd, stdout, stderr) },
 	}
-	f.register(c.Flags())
-	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
-	c.Flags().StringVar(&allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
-	c.Flags().StringVar(&deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
-	c.Flags().StringVar(&emitTo, "emit", "", "write the winner's framework config: "+strings.Join(frameworks.Names(), ", ")+" (after the report, or to --emit-out)")
-	c.Flags().StringVar(&emitOut, "emit-out", "", "the file --emit writes (written whole, or not at all)")
-	c.Flags().IntVar(&gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
-	c.Flags().IntVar(&globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
-	c.Flags().Float64Var(&headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
+	ff.register(c.Flags())
 	return c
+}
+
+func (ff *fitFlags) register(fs *pflag.FlagSet) {
+	ff.plan.register(fs)
+	fs.BoolVar(&ff.jsonOut, "json", false, "print the machine-readable JSON")
+	fs.StringVar(&ff.allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
+	fs.StringVar(&ff.deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
+	fs.StringVar(&ff.emitTo, "emit", "", "write the winner's framework config: "+strings.Join(frameworks.Names(), ", ")+" (after the report, or to --emit-out)")
+	fs.StringVar(&ff.emitOut, "emit-out", "", "the file --emit writes (written whole, or not at all)")
+	fs.IntVar(&ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
+	fs.IntVar(&ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
+	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
+}
+
+// run is fit's command: read the flags into a spec and search options, search, then report the result and write
+// the winner's framework config.
+func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
+	spec, a, pins, gpus, err := ff.parse()
+	if err != nil {
+		return err
+	}
+	base := spec
+	ws := ff.plan.warnings(&spec)
+	warn(cmd.ErrOrStderr(), ws)
+	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context()}
+	if finish := showProgress(stderr, &o); finish != nil {
+		defer finish()
+	}
+	// A search allocates gigabytes of short-lived programs and
+	// keeps little live (each bundle's cache and a few recycled
+	// arrays), so the collector runs often for little. Unless GOGC
+	// says otherwise, collect at 400% heap growth while searching
+	// (one cold fit on the search.BenchmarkFitLlama3_70B plan, 8
+	// interleaved runs each: median 1.89 s and 400-570 MB peak RSS
+	// at 400%, 1.98 s and 300-390 MB at 200%; at 100%, 1.75-2.26 s
+	// in 3 runs: a larger heap saves collections but pays page
+	// faults). The process is the CLI's to tune, not the library's.
+	// memplan serve runs fits side by side: the setting is the
+	// service's, not one request's.
+	if os.Getenv("GOGC") == "" && !isAPI(cmd) {
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
+	}
+	start := time.Now()
+	res, err := search.Fit(spec, o)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
+	if fo.Emitted, err = emitWinner(ff.emitTo, ff.emitOut, res.Winner); err != nil {
+		return err
+	}
+	return emit(stdout, ff.jsonOut,
+		func(w io.Writer) error { return report.WriteFitJSON(w, res, fo) },
+		func(w io.Writer) error { return report.WriteFitText(w, res, elapsed, fo) })
+}
+
+// parse reads the flags into the spec, the families --allow opens, the dimensions the flags pin and the GPUs the
+// job may use (--gpus, or --nodes × the GPUs per node).
+func (ff *fitFlags) parse() (spec engine.Spec, a engine.Allow, pins search.Pins, gpus int, err error) {
+	f := ff.plan
+	if spec, err = f.spec(); err != nil {
+		return spec, a, pins, 0, err
+	}
+	if a, err = engine.ParseAllow(ff.allow); err != nil {
+		return spec, a, pins, 0, err
+	}
+	if pins, err = fitPins(f.changed, ff.deny, &spec); err != nil {
+		return spec, a, pins, 0, err
+	}
+	if err = checkEmit(ff.emitTo, ff.emitOut, &spec); err != nil {
+		return spec, a, pins, 0, err
+	}
+	gpus = ff.gpus
+	if f.nodes > 0 {
+		if gpus > 0 && gpus != f.nodes*spec.NodeGPUs() {
+			return spec, a, pins, 0, fmt.Errorf("--gpus %d contradicts --nodes %d × %d GPUs per node", gpus, f.nodes, spec.NodeGPUs())
+		}
+		gpus = f.nodes * spec.NodeGPUs()
+	}
+	return spec, a, pins, gpus, nil
+}
+
+// showProgress draws a progress bar on stderr while the search runs, when stderr is a terminal; it returns the
+// function that clears the bar, or nil when there is none.
+func showProgress(stderr io.Writer, o *search.Options) func() {
+	fd, ok := stderr.(*os.File)
+	if !ok || !term.IsTerminal(int(fd.Fd())) {
+		return nil
+	}
+	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
+		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
+	o.Progress = func(done, total int) {
+		bar.ChangeMax(total)
+		_ = bar.Set(done)
+	}
+	return func() { _ = bar.Finish() }
 }
