@@ -28,10 +28,17 @@ func (a askable) Set(v string) error {
 	return a.Value.Set(v)
 }
 
+// maxFlags are max's flags: plan's, serve's, the serving question's, and which dimension is given '?'.
+type maxFlags struct {
+	plan    *planFlags
+	serve   *serveFlags
+	ms      *maxServe
+	jsonOut bool
+	asked   map[search.Dim]*bool
+}
+
 func newMaxCmd(stdout io.Writer) *cobra.Command {
-	f, sf, ms := &planFlags{}, &serveFlags{}, &maxServe{}
-	var jsonOut bool
-	asked := map[search.Dim]*bool{}
+	mf := &maxFlags{plan: &planFlags{}, serve: &serveFlags{}, ms: &maxServe{}, asked: map[search.Dim]*bool{}}
 	c := &cobra.Command{
 		Use:   "max",
 		Short: "The largest micro-batch, sequence, generated-token count, or (serving) requests or context that fits: give '?' to the one to solve",
@@ -48,64 +55,25 @@ func newMaxCmd(stdout io.Writer) *cobra.Command {
   memplan max --mode serve --model llama-3.1-8b --gpu h100 --context 32768 --requests '?'
   memplan max --mode serve --model llama-3.1-8b --gpu h100 --requests 16 --context '?'`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ms.modeGiven, ms.mode = f.changed("mode"), f.mode
-			if ms.askRequests || ms.askContext || f.mode == "serve" {
-				if !ms.askRequests && !ms.askContext {
-					return fmt.Errorf("max in --mode serve solves for --requests or --context: give it the value '?'")
-				}
-				return ms.run(stdout, jsonOut, sf, f)
-			}
-			if f.changed("requests") {
-				return fmt.Errorf("--requests applies to --mode serve, not --mode %s", f.mode)
-			}
-			d, err := solvedDim(asked)
-			if err != nil {
-				return err
-			}
-			spec, err := f.spec()
-			if err != nil {
-				return err
-			}
-			// The asked dimension's value is not the user's: no warning
-			// about it.
-			var ws []string
-			for _, w := range f.warnings(&spec) {
-				if !strings.HasPrefix(w, "--"+d.Field().Key()+" ") {
-					ws = append(ws, w)
-				}
-			}
-			warn(cmd.ErrOrStderr(), ws)
-			r, err := search.MaxContext(cmd.Context(), spec, d)
-			nothing := errors.Is(err, search.ErrNothingFits)
-			if err != nil && !nothing {
-				return err
-			}
-			var next *engine.Row
-			if nothing {
-				if next, err = engine.LargestLever(r.Beyond.Spec); err != nil {
-					return err
-				}
-			}
-			err = emit(stdout, jsonOut,
-				func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },
-				func(w io.Writer) error { return report.WriteMaxText(w, r, next) })
-			if err == nil && nothing {
-				return verdict(ExitNothingFits)
-			}
-			return err
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return mf.run(cmd, stdout) },
 	}
-	fl := c.Flags()
-	f.register(fl)
+	mf.register(c.Flags())
+	return c
+}
+
+// register adds plan's and serve's flags, lets each dimension max can solve for (and serve's --requests and
+// --context) take '?', and adds max's own.
+func (mf *maxFlags) register(fl *pflag.FlagSet) {
+	ms := mf.ms
+	mf.plan.register(fl)
 	for _, d := range search.Dims() {
 		b := new(bool)
-		asked[d] = b
+		mf.asked[d] = b
 		fg := fl.Lookup(d.Field().Key())
 		fg.Value = askable{fg.Value, b}
 		fg.Usage += "; '?' solves for it"
 	}
-	sf.register(fl)
+	mf.serve.register(fl)
 	fl.IntVar(&ms.requests, "requests", 0, "serve: concurrent requests; '?' solves for the most the KV cache holds at --context")
 	for _, a := range []struct {
 		name string
@@ -115,8 +83,65 @@ func newMaxCmd(stdout io.Writer) *cobra.Command {
 		fg.Value = askable{fg.Value, a.b}
 	}
 	fl.Lookup("context").Usage += "; '?' solves for the longest context --requests N get"
-	fl.BoolVar(&jsonOut, "json", false, "print the machine-readable JSON (memplan.max/v1)")
-	return c
+	fl.BoolVar(&mf.jsonOut, "json", false, "print the machine-readable JSON (memplan.max/v1)")
+}
+
+// run answers a serving question in --mode serve, else solves for the one training or inference dimension given
+// '?'.
+func (mf *maxFlags) run(cmd *cobra.Command, stdout io.Writer) error {
+	f, ms := mf.plan, mf.ms
+	ms.modeGiven, ms.mode = f.changed("mode"), f.mode
+	if ms.askRequests || ms.askContext || f.mode == "serve" {
+		if !ms.askRequests && !ms.askContext {
+			return fmt.Errorf("max in --mode serve solves for --requests or --context: give it the value '?'")
+		}
+		return ms.run(stdout, mf.jsonOut, mf.serve, f)
+	}
+	if f.changed("requests") {
+		return fmt.Errorf("--requests applies to --mode serve, not --mode %s", f.mode)
+	}
+	d, err := solvedDim(mf.asked)
+	if err != nil {
+		return err
+	}
+	return mf.solve(cmd, stdout, d)
+}
+
+// solve finds the largest value of dimension d that fits and prints the plan there and one step beyond; when
+// nothing fits it names the largest lever and exits with ExitNothingFits.
+func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) error {
+	f := mf.plan
+	spec, err := f.spec()
+	if err != nil {
+		return err
+	}
+	// The asked dimension's value is not the user's: no warning
+	// about it.
+	var ws []string
+	for _, w := range f.warnings(&spec) {
+		if !strings.HasPrefix(w, "--"+d.Field().Key()+" ") {
+			ws = append(ws, w)
+		}
+	}
+	warn(cmd.ErrOrStderr(), ws)
+	r, err := search.MaxContext(cmd.Context(), spec, d)
+	nothing := errors.Is(err, search.ErrNothingFits)
+	if err != nil && !nothing {
+		return err
+	}
+	var next *engine.Row
+	if nothing {
+		if next, err = engine.LargestLever(r.Beyond.Spec); err != nil {
+			return err
+		}
+	}
+	err = emit(stdout, mf.jsonOut,
+		func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },
+		func(w io.Writer) error { return report.WriteMaxText(w, r, next) })
+	if err == nil && nothing {
+		return verdict(ExitNothingFits)
+	}
+	return err
 }
 
 // solvedDim is the one dimension given '?'.
