@@ -461,84 +461,17 @@ type group[T int64 | float64] struct {
 }
 
 // breakdown holds the parameter formulas once, evaluated exactly in int64 or
-// as an overflow-free estimate in float64.
+// as an overflow-free estimate in float64: one function per group.
 func breakdown[T int64 | float64](a *Arch) []group[T] {
-	H, L, I := T(a.Hidden), T(a.Layers), T(a.Intermediate)
-	b := func(on bool, n T) T {
-		if on {
-			return n
-		}
-		return 0
-	}
-	// One norm over n features: LayerNorm weight+bias, RMSNorm weight only.
-	norm := func(n T) T {
-		if a.Norm == "layernorm" && a.NormBias {
-			return 2 * n
-		}
-		return n
-	}
-
-	var emb T
-	if a.Family == FamilyViT {
-		// cls_token (H) + position_embeddings ((patches+1) x H) +
-		// patch Conv2d weight (H x C x p x p) and bias (H).
-		p := T(a.PatchSize)
-		emb = H + T(a.MaxPositions)*H + H*T(a.Channels)*p*p + H
-	} else {
-		emb = T(a.Vocab) * H
-		if a.PosEmbedding == "learned" {
-			emb += T(a.MaxPositions) * H
-		}
-		if a.Family == FamilyBERT {
-			emb += T(a.TypeVocab) * H
-		}
-	}
-
-	// Attention: Q, K, V (fused or separate: same count) and the output projection.
-	q, kv := T(a.QDim()), T(a.KVDim())
-	attn := H*q + 2*H*kv + q*H + b(a.QKVBias, q+2*kv) + b(a.OutBias, H)
-
-	// MLP: gated (gate, up, down) or plain (fc1, fc2); MoE = experts + bias-free router.
-	var mlp T
-	if a.GatedMLP {
-		mlp = 3*H*I + b(a.MLPBias, 2*I+H)
-	} else {
-		mlp = 2*H*I + b(a.MLPBias, I+H)
-	}
-	if a.NumExperts > 0 {
-		mlp = T(a.NumExperts)*mlp + H*T(a.NumExperts)
-	}
-
-	// Norms: 2 per layer (4 with gemma2 post-norms, 1 with phi's shared
-	// input_layernorm), Qwen3 q/k norms over head_dim, plus one more: the
-	// final norm, or BERT's embedding LayerNorm (BERT is post-LN and has no
-	// final norm).
-	perNorms := 2 * norm(H)
-	switch {
-	case a.PostNorms:
-		perNorms = 4 * norm(H)
-	case a.SharedNorm:
-		perNorms = norm(H)
-	}
-	if a.QKNorm {
-		perNorms += 2 * T(a.HeadDim)
-	}
-	norms := L*perNorms + norm(H)
-
-	var lmHead T
-	if !a.Encoder && !a.TieEmbeddings {
-		lmHead = T(a.Vocab) * H
-	}
-	if a.LMHeadBias {
-		lmHead += T(a.Vocab) // phi: nn.Linear(hidden, vocab, bias=True), not tied
-	}
-
+	L, H := T(a.Layers), T(a.Hidden)
+	attn, mlp := attentionParams[T](a), mlpParams[T](a)
+	perNorms, norms := normParams[T](a)
 	gs := []group[T]{
-		{"embeddings", 0, emb},
+		{"embeddings", 0, embeddingParams[T](a)},
 		{"attention", attn, L * attn},
 		{"mlp", mlp, L * mlp},
 		{"norms", perNorms, norms},
-		{"lm_head", 0, lmHead},
+		{"lm_head", 0, lmHeadParams[T](a)},
 	}
 	if a.Pooler {
 		gs = append(gs, group[T]{"pooler", 0, H*H + H})
@@ -548,6 +481,94 @@ func breakdown[T int64 | float64](a *Arch) []group[T] {
 		gs = append(gs, group[T]{"classifier", 0, H*n + n})
 	}
 	return gs
+}
+
+// onlyIf is n when on holds, else 0.
+func onlyIf[T int64 | float64](on bool, n T) T {
+	if on {
+		return n
+	}
+	return 0
+}
+
+// normSize is one norm over n features: LayerNorm weight+bias, RMSNorm weight only.
+func normSize[T int64 | float64](a *Arch, n T) T {
+	if a.Norm == "layernorm" && a.NormBias {
+		return 2 * n
+	}
+	return n
+}
+
+// embeddingParams counts the input tables: tokens (with learned positions and BERT's token types), or ViT's
+// patch embedding.
+func embeddingParams[T int64 | float64](a *Arch) T {
+	H := T(a.Hidden)
+	if a.Family == FamilyViT {
+		// cls_token (H) + position_embeddings ((patches+1) x H) +
+		// patch Conv2d weight (H x C x p x p) and bias (H).
+		p := T(a.PatchSize)
+		return H + T(a.MaxPositions)*H + H*T(a.Channels)*p*p + H
+	}
+	emb := T(a.Vocab) * H
+	if a.PosEmbedding == "learned" {
+		emb += T(a.MaxPositions) * H
+	}
+	if a.Family == FamilyBERT {
+		emb += T(a.TypeVocab) * H
+	}
+	return emb
+}
+
+// attentionParams is one layer's attention: Q, K, V (fused or separate: same count) and the output projection.
+func attentionParams[T int64 | float64](a *Arch) T {
+	H := T(a.Hidden)
+	q, kv := T(a.QDim()), T(a.KVDim())
+	return H*q + 2*H*kv + q*H + onlyIf(a.QKVBias, q+2*kv) + onlyIf(a.OutBias, H)
+}
+
+// mlpParams is one layer's MLP: gated (gate, up, down) or plain (fc1, fc2); MoE = experts + bias-free router.
+func mlpParams[T int64 | float64](a *Arch) T {
+	H, I := T(a.Hidden), T(a.Intermediate)
+	var mlp T
+	if a.GatedMLP {
+		mlp = 3*H*I + onlyIf(a.MLPBias, 2*I+H)
+	} else {
+		mlp = 2*H*I + onlyIf(a.MLPBias, I+H)
+	}
+	if a.NumExperts > 0 {
+		mlp = T(a.NumExperts)*mlp + H*T(a.NumExperts)
+	}
+	return mlp
+}
+
+// normParams is one layer's norms and the whole model's. Norms: 2 per layer (4 with gemma2 post-norms, 1 with
+// phi's shared input_layernorm), Qwen3 q/k norms over head_dim, plus one more: the final norm, or BERT's embedding
+// LayerNorm (BERT is post-LN and has no final norm).
+func normParams[T int64 | float64](a *Arch) (perLayer, total T) {
+	H := T(a.Hidden)
+	perNorms := 2 * normSize(a, H)
+	switch {
+	case a.PostNorms:
+		perNorms = 4 * normSize(a, H)
+	case a.SharedNorm:
+		perNorms = normSize(a, H)
+	}
+	if a.QKNorm {
+		perNorms += 2 * T(a.HeadDim)
+	}
+	return perNorms, T(a.Layers)*perNorms + normSize(a, H)
+}
+
+// lmHeadParams is the output projection when it is not tied to the embeddings, and phi's bias.
+func lmHeadParams[T int64 | float64](a *Arch) T {
+	var lmHead T
+	if !a.Encoder && !a.TieEmbeddings {
+		lmHead = T(a.Vocab) * T(a.Hidden)
+	}
+	if a.LMHeadBias {
+		lmHead += T(a.Vocab) // phi: nn.Linear(hidden, vocab, bias=True), not tied
+	}
+	return lmHead
 }
 
 // ParamBreakdown splits ParamCount into named groups: embeddings (token,
