@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/search"
@@ -374,6 +375,9 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 	if r := vals["recipe"]; len(r) == 1 && looksLikePath(r[0]) {
 		return nil, &APIError{Status: 400, Field: "recipe", Msg: fmt.Sprintf("field \"recipe\": the service takes recipe names, not recipe files: %q", r[0])}
 	}
+	if err := selfContained(ac, vals); err != nil {
+		return nil, err
+	}
 	var out bytes.Buffer
 	c := ac.build(&out)
 	c.SetOut(io.Discard)
@@ -473,6 +477,50 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 		ae.Status = 422
 	}
 	return nil, ae
+}
+
+// fileKeys are the keys of a job file (pack) that name other files.
+var fileKeys = map[string]bool{"plan": true, "snapshot": true, "published": true}
+
+// selfContained refuses a request file that names other files: the service
+// reads no file of its disk for a caller (a job file's names resolve beside
+// it, and ".." would climb out of the request's directory).
+func selfContained(ac apiCommand, vals map[string][]string) error {
+	if ac.file == nil || ac.file.base64 || vals[ac.file.key] == nil {
+		return nil
+	}
+	key := ac.file.key
+	var doc any
+	if err := yaml.Unmarshal([]byte(vals[key][0]), &doc); err != nil {
+		return nil // the command says what is wrong with it
+	}
+	var walk func(v any, at string) error
+	walk = func(v any, at string) error {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				if fileKeys[k] {
+					return &APIError{Status: 400, Field: key, Msg: fmt.Sprintf("field %q: %s names a file (%s); the service reads none from its disk: give the job in train or serve terms", key, at+k, k)}
+				}
+				if err := walk(e, at+k+"."); err != nil {
+					return err
+				}
+			}
+		case []any:
+			for i, e := range v {
+				if err := walk(e, fmt.Sprintf("%s%d.", at, i)); err != nil {
+					return err
+				}
+			}
+		case string:
+			last := at[strings.LastIndex(strings.TrimSuffix(at, "."), ".")+1:]
+			if ((last == "model." || last == "recipe.") && looksLikePath(v)) || strings.Contains(v, "..") {
+				return &APIError{Status: 400, Field: key, Msg: fmt.Sprintf("field %q: %s is a path (%q); the service reads no file from its disk: name catalog models and recipes", key, strings.TrimSuffix(at, "."), v)}
+			}
+		}
+		return nil
+	}
+	return walk(doc, "")
 }
 
 // apiAnnotation marks a command run by RunAPI: process-wide tuning (fit's

@@ -127,7 +127,9 @@ func TestBadInput(t *testing.T) {
 		row{"pack", `{"gpus": "8xh100"}`, 400, "jobs", `field "jobs" is required`},
 		row{"pack", `{"jobs": "kind: [", "gpus": "8xh100"}`, 400, "", ""},
 		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs: []\n"}`, 400, "gpus", "gpus"},
-		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs:\n  - name: a\n    plan: /etc/passwd\n", "gpus": "8xh100"}`, 400, "", ""},
+		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs:\n  - name: a\n    plan: /etc/passwd\n", "gpus": "8xh100"}`, 400, "jobs", "jobs.0.plan names a file"},
+		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs:\n  - name: a\n    snapshot: ../../../etc/hostname\n", "gpus": "8xh100"}`, 400, "jobs", "jobs.0.snapshot names a file"},
+		row{"pack", `{"jobs": "kind: memplan.jobs/v1\njobs:\n  - name: a\n    train: {model: ../../x/config.json}\n", "gpus": "8xh100"}`, 400, "jobs", "jobs.0.train.model is a path"},
 	)
 	for _, r := range rows {
 		t.Run(r.route+" "+r.body[:min(len(r.body), 40)], func(t *testing.T) {
