@@ -49,8 +49,36 @@ func WriteSnapshotPlot(path string, rep *explain.Report) (err error) {
 	})
 }
 
+// drawSnapshot draws the snapshot's timeline: each category's bytes stacked at the largest point of every bucket
+// (snapshotPoints), on axes sized to the peak (snapshotPlot), with the reserved line for a memory snapshot.
 func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 	tl := rep.Timeline
+	idx := snapshotPoints(tl)
+	// A profiler timeline records no reserved bytes: no reserved line.
+	timeline := rep.Source == explain.SourceProfiler
+	plt, y := snapshotPlot(rep, timeline)
+	leg := plot.NewLegend()
+	leg.TextStyle.Font = font.From(plotFont, 10)
+	leg.Top, leg.Left = true, true
+	stackCategories(plt, &leg, tl, idx, y)
+	var res plotter.XYs
+	for _, i := range idx {
+		res = append(res, plotter.XY{X: float64(i), Y: y(tl[i].Reserved)})
+	}
+	if l, err := plotter.NewLine(res); err == nil && !timeline {
+		l.LineStyle = plotReservedLine
+		plt.Add(l)
+		leg.Add("reserved", l)
+	}
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	legW := leg.Rectangle(dc).Max.X - leg.Rectangle(dc).Min.X + vg.Points(16)
+	plt.Draw(draw.Crop(dc, 0, -legW, 0, 0))
+	leg.Draw(draw.Crop(dc, dc.Max.X-dc.Min.X-legW+vg.Points(8), 0, 0, -vg.Points(30)))
+}
+
+// snapshotPoints are the indices plotted: the largest point of each of at most DefaultPlotMaxPoints buckets.
+func snapshotPoints(tl []explain.Point) []int {
 	n := len(tl)
 	step := max(1, (n+DefaultPlotMaxPoints-1)/DefaultPlotMaxPoints)
 	var idx []int // the largest point of each bucket
@@ -63,8 +91,13 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 		}
 		idx = append(idx, best)
 	}
-	// A profiler timeline records no reserved bytes: no reserved line.
-	timeline := rep.Source == explain.SourceProfiler
+	return idx
+}
+
+// snapshotPlot is the titled plot with axes from the first to the last point and up to the peak, in GiB (MiB
+// under one GiB), and the function that converts bytes to that unit.
+func snapshotPlot(rep *explain.Report, timeline bool) (*plot.Plot, func(int64) float64) {
+	n := len(rep.Timeline)
 	top := max(rep.PeakReserved.Reserved, rep.PeakAllocated.Bytes)
 	unit, unitName := units.GiB, "GiB"
 	if top < int64(units.GiB) {
@@ -83,9 +116,12 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 	plt.Y.Tick.Marker = plotYTicker{}
 	plt.X.Min, plt.X.Max = 0, float64(max(n-1, 1))
 	plt.Y.Min, plt.Y.Max = 0, max(y(top), 1e-9)*1.1
-	leg := plot.NewLegend()
-	leg.TextStyle.Font = font.From(plotFont, 10)
-	leg.Top, leg.Left = true, true
+	return plt, y
+}
+
+// stackCategories adds one filled band per category present in the timeline, stacked in category order, each
+// with its legend entry.
+func stackCategories(plt *plot.Plot, leg *plot.Legend, tl []explain.Point, idx []int, y func(int64) float64) {
 	lower := make([]float64, len(idx))
 	for c := ir.Category(0); c <= explain.Unknown; c++ {
 		present := false
@@ -119,20 +155,6 @@ func drawSnapshot(dc draw.Canvas, rep *explain.Report) {
 		}
 		lower = upper
 	}
-	var res plotter.XYs
-	for _, i := range idx {
-		res = append(res, plotter.XY{X: float64(i), Y: y(tl[i].Reserved)})
-	}
-	if l, err := plotter.NewLine(res); err == nil && !timeline {
-		l.LineStyle = plotReservedLine
-		plt.Add(l)
-		leg.Add("reserved", l)
-	}
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	legW := leg.Rectangle(dc).Max.X - leg.Rectangle(dc).Min.X + vg.Points(16)
-	plt.Draw(draw.Crop(dc, 0, -legW, 0, 0))
-	leg.Draw(draw.Crop(dc, dc.Max.X-dc.Min.X-legW+vg.Points(8), 0, 0, -vg.Points(30)))
 }
 
 func total(p explain.Point) int64 {
