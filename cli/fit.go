@@ -81,20 +81,7 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if finish := showProgress(stderr, &o); finish != nil {
 		defer finish()
 	}
-	// A search allocates gigabytes of short-lived programs and
-	// keeps little live (each bundle's cache and a few recycled
-	// arrays), so the collector runs often for little. Unless GOGC
-	// says otherwise, collect at 400% heap growth while searching
-	// (one cold fit on the search.BenchmarkFitLlama3_70B plan, 8
-	// interleaved runs each: median 1.89 s and 400-570 MB peak RSS
-	// at 400%, 1.98 s and 300-390 MB at 200%; at 100%, 1.75-2.26 s
-	// in 3 runs: a larger heap saves collections but pays page
-	// faults). The process is the CLI's to tune, not the library's.
-	// memplan serve runs fits side by side: the setting is the
-	// service's, not one request's.
-	if os.Getenv("GOGC") == "" && !isAPI(cmd) {
-		defer debug.SetGCPercent(debug.SetGCPercent(400))
-	}
+	defer searchGC(cmd)()
 	start := time.Now()
 	res, err := search.Fit(spec, o)
 	if err != nil {
@@ -150,4 +137,23 @@ func showProgress(stderr io.Writer, o *search.Options) func() {
 		_ = bar.Set(done)
 	}
 	return func() { _ = bar.Finish() }
+}
+
+// searchGC tunes the collector for a search, and returns the function that restores it. A search allocates gigabytes of short-lived programs and
+// keeps little live (each bundle's cache and a few recycled
+// arrays), so the collector runs often for little. Unless GOGC
+// says otherwise, collect at 400% heap growth while searching
+// (one cold fit on the search.BenchmarkFitLlama3_70B plan, 8
+// interleaved runs each: median 1.89 s and 400-570 MB peak RSS
+// at 400%, 1.98 s and 300-390 MB at 200%; at 100%, 1.75-2.26 s
+// in 3 runs: a larger heap saves collections but pays page
+// faults). The process is the CLI's to tune, not the library's.
+// memplan serve runs fits side by side: the setting is the
+// service's, not one request's.
+func searchGC(cmd *cobra.Command) func() {
+	if os.Getenv("GOGC") == "" && !isAPI(cmd) {
+		old := debug.SetGCPercent(400)
+		return func() { debug.SetGCPercent(old) }
+	}
+	return func() {}
 }

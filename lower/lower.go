@@ -512,8 +512,20 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	if len(init.Out) > 0 {
 		l.p.Ops = append(l.p.Ops, init)
 	}
+	l.update(c, s, m)
+	if len(m.lowPrec) > 0 {
+		s.emit("_foreach_copy_(params, master_params)", cat(m.lowPrec, m.master32), nil, 0)
+	}
+	if c.ZeroGrad == ZeroToNone {
+		s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
+	}
+}
+
+// update writes the step in the configured implementation; an optimizer without a foreach form runs the
+// single-tensor loop.
+func (l *lowerer) update(c TrainConfig, s *step, m *masterSet) {
 	impl := c.Impl
-	if impl == Foreach && row.foreach == nil {
+	if impl == Foreach && s.row.foreach == nil {
 		impl = Single
 	}
 	switch impl {
@@ -521,12 +533,6 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 		l.multiTensorUpdate(s, m, impl == Fused, c.Optimizer.String())
 	case Single:
 		l.perParamUpdate(s, c.Optimizer.String())
-	}
-	if len(m.lowPrec) > 0 {
-		s.emit("_foreach_copy_(params, master_params)", cat(m.lowPrec, m.master32), nil, 0)
-	}
-	if c.ZeroGrad == ZeroToNone {
-		s.emit("zero_grad(set_to_none=True)", s.grads, nil, 0)
 	}
 }
 
