@@ -33,3 +33,4 @@ fuzz:
 	go test ./snapshot -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s
 	go test ./snapshot -run '^$$' -fuzz FuzzParseTimeline -fuzztime 60s
 	go test ./allocator -run '^$$' -fuzz FuzzParseConf -fuzztime 60s
+	go test ./engine -run '^$$' -fuzz FuzzPlanTraceSizes -fuzztime 60s -fuzzminimizetime 10s

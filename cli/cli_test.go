@@ -169,6 +169,16 @@ func FuzzPlanFlags(f *testing.F) {
 	f.Add("llama-3.2-1b", "2147483647", "2147483647", "3", "bf16", "sgd", "eager", "infer", "9")
 	f.Add("bert-base", "-1", "0", "x", "fp32", "adafactor", "eager", "train", "-2")
 	f.Add("vit-base", "1", "99999999", "1", "amp-fp16", "adamw8bit", "sdpa", "infer", "0")
+	// The limits' edges (issue 15): a million micro-steps (three simulated),
+	// accum past 2^30, tokens past 2^34, eager scores of 2^25 tokens, a
+	// micro-batch that wraps int64 when multiplied, generated tokens past
+	// the token limit.
+	f.Add("llama-3.2-1b", "512", "1", "1000000", "amp-bf16", "adamw", "sdpa", "train", "0")
+	f.Add("gpt2", "128", "1", "1073741825", "amp-bf16", "adamw", "sdpa", "train", "0")
+	f.Add("llama-3.2-1b", "131072", "131072", "1", "bf16", "adamw", "sdpa", "train", "0")
+	f.Add("llama-3-70b", "33554432", "1", "1", "bf16", "adamw", "eager", "train", "0")
+	f.Add("gpt2", "1024", "4611686018427387904", "4", "fp32", "sgd", "sdpa", "train", "0")
+	f.Add("llama-3.2-1b", "1", "1", "1", "bf16", "adamw", "sdpa", "infer", "17179869184")
 	f.Fuzz(func(t *testing.T, model, seq, mb, accum, prec, opt, att, mode, gen string) {
 		args := []string{"plan", "--model", model, "--seq", seq, "--micro-batch", mb, "--accum", accum,
 			"--precision", prec, "--optimizer", opt, "--attention", att, "--mode", mode, "--gen-tokens", gen,

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
 )
@@ -42,11 +43,21 @@ func accumJobs(t *testing.T) []Spec {
 		s.Impl = lower.Fused
 		out = append(out, s)
 	}
+	// Traces: a language model and a CNN, replayed with their recorded
+	// optimizer and with AdamW.
+	for _, f := range []string{"lm.trace.json", "mobilenet_v2.trace.json"} {
+		tr, err := torchtrace.Load("../testdata/torch/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, Spec{Job: Job{Trace: tr}, Target: Target{GPU: gpu}})
+		out = append(out, Spec{Job: Job{Trace: tr, Optimizer: lower.AdamW, TraceOptimizer: true}, Target: Target{GPU: gpu}})
+	}
 	return out
 }
 
 func name(s Spec) string {
-	return fmt.Sprintf("%s/dp%d-zero%d/ckpt%v/off%v/first%v", s.Model.Name, s.DP, s.ZeRO, s.Checkpoint, s.Offload, s.FirstStep)
+	return fmt.Sprintf("%s/dp%d-zero%d/ckpt%v/off%v/first%v/opt%v", s.JobName(), s.DP, s.ZeRO, s.Checkpoint, s.Offload, s.FirstStep, s.TraceOptimizer)
 }
 
 // A plan of k micro-steps without pipelining peaks as one of three does
