@@ -95,8 +95,13 @@ def _tensors(seq, out):
 # `aten.mkldnn_rnn_layer_backward` returns one tensor as both bias gradients, where the real kernel returns two
 # (and FakeTensorMode's dispatch cache, on a hit, two as well). Under fake execution such an op is run once for
 # real on zeros of the same shapes (memoized per shapes and arguments), and its fake outputs are made to have
-# the real ones' sizes and storage sharing.
-_REAL_SIZED = ("aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default")
+# the real ones' sizes, strides and storage sharing. `aten.native_layer_norm_backward` on CPU returns its input
+# gradient contiguous (aten/src/ATen/native/layer_norm.cpp, layer_norm_backward_cpu: empty_like(X, ...,
+# MemoryFormat::Contiguous)) where the meta kernel gives it the output gradient's strides: with a permuted output
+# gradient (torchvision's Swin: permute + adaptive_avg_pool2d after the final norm) the next reshape is a view
+# for real but a clone + _unsafe_view fake (3 events more, another temporary).
+_REAL_SIZED = ("aten.mkldnn_rnn_layer.default", "aten.mkldnn_rnn_layer_backward.default",
+               "aten.native_layer_norm_backward.default")
 
 # Values a real step reads from a tensor (`bool(t)`, `t.item()`: aten._local_scalar_dense) that a fake step is told,
 # in order, by code that knows them (hf.real_mask_decisions: transformers' packed-sequence check, whose answer for
@@ -419,10 +424,11 @@ def _signature(x):
 
 
 def _real_sized_outputs(func, args, kwargs, out):
-    """`out` (a tuple of fake tensors) with the real kernel's output sizes and storage sharing: the op runs once
-    for real on zero tensors of the arguments' shapes, dtypes and strides (outside every dispatch mode; not
-    under no_grad, where oneDNN's LSTM makes no workspace), and a fake output whose size differs, or that shares
-    its storage with an earlier output where the real one does not, is replaced by a new fake tensor."""
+    """`out` (a tuple of fake tensors) with the real kernel's output sizes, strides and storage sharing: the op
+    runs once for real on zero tensors of the arguments' shapes, dtypes and strides (outside every dispatch mode;
+    not under no_grad, where oneDNN's LSTM makes no workspace), and a fake output whose size or strides differ,
+    or that shares its storage with an earlier output where the real one does not, is replaced by a new fake
+    tensor."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     key = (str(func), _signature((args, sorted(kwargs.items()))))
     real_outs = _REAL_SIZES.get(key)
@@ -454,7 +460,7 @@ def _real_sized_outputs(func, args, kwargs, out):
             continue
         shape, stride, dtype, shares = ro
         k = compat.storage_key(compat.storage_of(t))
-        if tuple(t.shape) != shape or (shares is None and k in keys):
+        if tuple(t.shape) != shape or tuple(t.stride()) != stride or (shares is None and k in keys):
             t = out[i] = torch.empty_strided(shape, stride, dtype=dtype, device=t.device)
             k = compat.storage_key(compat.storage_of(t))
         keys.append(k)
