@@ -70,7 +70,7 @@ func (f *planFlags) sizeWarnings(s *engine.Spec) []string {
 		s.Seq = 0
 		return ws
 	}
-	if n := s.Seq + s.GenTokens; a.PosEmbedding != "learned" && a.MaxPositions > 0 && n > a.MaxPositions {
+	if n := s.Seq + s.GenTokens; a.PosEmbedding != models.PosLearned && a.MaxPositions > 0 && n > a.MaxPositions {
 		what := fmt.Sprintf("--seq %d", s.Seq)
 		if s.GenTokens > 0 {
 			what += fmt.Sprintf(" + --gen-tokens %d", s.GenTokens)

@@ -301,7 +301,7 @@ func (s *Spec) validateSizes() error {
 	if s.Seq < 0 {
 		return invalid(FieldSeq, "{seq} must be positive, got %d", s.Seq)
 	}
-	if s.Model.PosEmbedding == "learned" && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
+	if s.Model.PosEmbedding == models.PosLearned && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
 		return invalid(FieldSeq, "{seq} %d exceeds %s's %d learned positions", s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
 	}
 	if s.Accum == 0 {

@@ -7,6 +7,16 @@ import (
 	"strings"
 )
 
+// PosEmbedding is how a model encodes token positions. Its values are the
+// spellings the model's own documentation uses, so messages that print one
+// read as before.
+type PosEmbedding string
+
+const (
+	PosLearned PosEmbedding = "learned" // an absolute position table (gpt2, bert, vit)
+	PosRotary  PosEmbedding = "rotary"  // rotary embeddings applied inside attention
+)
+
 // Family names, equal to the HuggingFace config.json "model_type" values.
 // Each family's defaults and policies are its row of families (families.go).
 //
@@ -138,9 +148,9 @@ type Arch struct {
 	Vocab        int // 0 for vit (no token embedding)
 	MaxPositions int // learned table rows for gpt2/bert; context limit for rotary; num_patches+1 for vit
 
-	PosEmbedding string  // "learned" (gpt2/bert/vit absolute position table) or "rotary"
-	RotaryPct    float64 // fraction of each head that is rotated (gpt_neox rotary_pct, phi partial_rotary_factor); 1 for rotary families, 0 for learned
-	RopeTheta    float64 // rotary base; 0 for learned positions
+	PosEmbedding PosEmbedding // PosLearned (gpt2/bert/vit absolute position table) or PosRotary
+	RotaryPct    float64      // fraction of each head that is rotated (gpt_neox rotary_pct, phi partial_rotary_factor); 1 for rotary families, 0 for learned
+	RopeTheta    float64      // rotary base; 0 for learned positions
 
 	Norm     string // "layernorm" or "rmsnorm"
 	NormBias bool   // LayerNorm has a bias
@@ -316,11 +326,11 @@ func (a *Arch) checkHeads() error {
 // checkPositions checks the position embedding and its rotary parameters.
 func (a *Arch) checkPositions() error {
 	switch a.PosEmbedding {
-	case "learned":
+	case PosLearned:
 		if a.RotaryPct != 0 {
 			return a.fail("RotaryPct must be 0 with learned positions, got %g", a.RotaryPct)
 		}
-	case "rotary":
+	case PosRotary:
 		if !(a.RotaryPct > 0 && a.RotaryPct <= 1) {
 			return a.fail("RotaryPct must be in (0, 1], got %g", a.RotaryPct)
 		}
@@ -510,7 +520,7 @@ func embeddingParams[T int64 | float64](a *Arch) T {
 		return H + T(a.MaxPositions)*H + H*T(a.Channels)*p*p + H
 	}
 	emb := T(a.Vocab) * H
-	if a.PosEmbedding == "learned" {
+	if a.PosEmbedding == PosLearned {
 		emb += T(a.MaxPositions) * H
 	}
 	if a.Family == FamilyBERT {

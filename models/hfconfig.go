@@ -121,7 +121,7 @@ func (p *parser) gpt2(a *Arch) error {
 		return err
 	}
 	a.KVHeads = a.Heads
-	a.PosEmbedding = "learned"
+	a.PosEmbedding = PosLearned
 	a.Norm, a.NormBias = "layernorm", true
 	a.GatedMLP = false
 	a.FusedQKV = true
@@ -185,7 +185,7 @@ func (p *parser) decoderPositions(a *Arch) error {
 	if a.MaxPositions, err = p.optPos(f.MaxPositions, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
-	a.PosEmbedding = "rotary"
+	a.PosEmbedding = PosRotary
 	if a.RopeTheta, err = p.posFloat(f.RopeTheta, "rope_theta"); err != nil {
 		return err
 	}
@@ -416,7 +416,7 @@ func (p *parser) neox(a *Arch) error {
 	if a.MaxPositions, err = p.optPos(2048, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
-	a.PosEmbedding = "rotary"
+	a.PosEmbedding = PosRotary
 	if a.RotaryPct, err = p.frac(0.25, "rotary_pct", "partial_rotary_factor"); err != nil {
 		return err
 	}
@@ -470,7 +470,7 @@ func (p *parser) phi(a *Arch) error {
 	if a.MaxPositions, err = p.optPos(2048, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
-	a.PosEmbedding = "rotary"
+	a.PosEmbedding = PosRotary
 	if a.RotaryPct, err = p.frac(0.5, "partial_rotary_factor"); err != nil {
 		return err
 	}
@@ -562,7 +562,7 @@ func (p *parser) falcon(a *Arch) error {
 	if a.MaxPositions, err = p.optPos(2048, maxPositions, "max_position_embeddings"); err != nil {
 		return err
 	}
-	a.PosEmbedding, a.RotaryPct = "rotary", 1
+	a.PosEmbedding, a.RotaryPct = PosRotary, 1
 	if a.RopeTheta, err = p.posFloat(10000, "rope_theta"); err != nil {
 		return err
 	}
@@ -609,7 +609,7 @@ func (p *parser) bert(a *Arch) error {
 	if a.TypeVocab, err = p.optNonNeg(2, maxVocab, "type_vocab_size"); err != nil {
 		return err
 	}
-	a.PosEmbedding = "learned"
+	a.PosEmbedding = PosLearned
 	a.Norm, a.NormBias = "layernorm", true
 	if a.NormEps, err = p.eps(1e-12, "layer_norm_eps"); err != nil {
 		return err
@@ -665,7 +665,7 @@ func (p *parser) vit(a *Arch) error {
 	if a.MaxPositions > maxPositions {
 		return p.errf("\"image_size\"/\"patch_size\" gives %d patches, more than the supported %d", a.MaxPositions-1, maxPositions-1)
 	}
-	a.PosEmbedding = "learned"
+	a.PosEmbedding = PosLearned
 	a.Norm, a.NormBias = "layernorm", true
 	if a.NormEps, err = p.eps(1e-12, "layer_norm_eps"); err != nil {
 		return err

@@ -164,7 +164,7 @@ func weightBytes(s *Spec) (units.Bytes, error) {
 		head += dt.Size(vpad / t)
 	}
 	total := units.Bytes(L)*(attn+mlp) + emb + head + dt.Size(norms+other)
-	if a.PosEmbedding == "rotary" {
+	if a.PosEmbedding == models.PosRotary {
 		rot := int64(float64(a.HeadDim) * a.RotaryPct)
 		total += dt.Size(int64(a.MaxPositions) * rot)
 	}

@@ -642,7 +642,7 @@ func (m *builder) logitsLoss(logits, x, labels ir.TensorID) {
 // resident tables of the batch's positions.
 func (m *builder) rotaryTables(root, suffix string) (cos, sin ir.TensorID) {
 	a, b := m.a, m.b
-	if a.PosEmbedding != "rotary" {
+	if a.PosEmbedding != models.PosRotary {
 		return cos, sin
 	}
 	B, S := m.bs()
@@ -782,7 +782,7 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 	B, S := m.bs()
 	A, KV, D := m.localHeads()
 	q, k, v := m.qkv(m.colIn(h))
-	if a.PosEmbedding == "rotary" {
+	if a.PosEmbedding == models.PosRotary {
 		q = b.Rotary("q_rot", q, cos, sin)
 		k = b.Rotary("k_rot", k, cos, sin)
 	}
@@ -879,7 +879,7 @@ func (m *builder) qContiguous() bool {
 	if m.o.Code == CodeLitGPT {
 		return true
 	}
-	if m.a.PosEmbedding != "rotary" {
+	if m.a.PosEmbedding != models.PosRotary {
 		return false
 	}
 	switch m.a.Family {

@@ -28,7 +28,7 @@ func Arch(t *rapid.T) *models.Arch {
 	if a.Vocab > 0 {
 		a.Vocab = rapid.IntRange(8, 300).Draw(t, "vocab")
 	}
-	if a.MaxPositions > 0 && a.PosEmbedding == "learned" && a.Family != models.FamilyViT {
+	if a.MaxPositions > 0 && a.PosEmbedding == models.PosLearned && a.Family != models.FamilyViT {
 		a.MaxPositions = 64
 	}
 	if a.Family == models.FamilyViT {
