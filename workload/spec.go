@@ -97,7 +97,7 @@ func Counter(device string, threshold int64, tr *torchtrace.Trace) engine.Counte
 		threshold = TrackerThreshold
 	}
 	return engine.Counter{Measured: true, MinBytes: threshold, WholeBatch: true,
-		Scratch: tr.TraceDevice == "cpu" && tr.ScratchKind == "measured"}
+		Scratch: tr.TraceDevice == torchtrace.DeviceCPU && tr.ScratchKind == torchtrace.ScratchMeasured}
 }
 
 // BlockList guesses the module list a "blocks" checkpoint wraps, as

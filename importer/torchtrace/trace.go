@@ -111,21 +111,41 @@ type FirstStep struct {
 // PhaseRange is the inclusive event range of a phase.
 type PhaseRange struct{ First, Last int }
 
+// Device is a trace's trace_device, the device memplan_torch ran the step on
+// (python/memplan_torch/export.py). The reader keeps any spelling; the
+// constants are the ones memplan acts on.
+type Device string
+
+const (
+	DeviceCPU  Device = "cpu"
+	DeviceCUDA Device = "cuda"
+)
+
+// ScratchKind is a trace's scratch field: whether the exporter measured
+// in-kernel scratch (python/memplan_torch/export.py writes "measured" or
+// "not measured"; older traces leave it out).
+type ScratchKind string
+
+const (
+	ScratchMeasured    ScratchKind = "measured"
+	ScratchNotMeasured ScratchKind = "not measured"
+)
+
 // Trace is a parsed memplan.trace/v1 document.
 type Trace struct {
 	Schema      string
 	Name        string
 	Source      string
 	Torch       string // producer.torch
-	TraceDevice string
+	TraceDevice Device // trace_device: where the step was traced
 	Notes       []string
 	Optimizer   string
 	Foreach     *bool
 	BatchDim    int
 	SeqDim      *int // nil: no sequence size model
 	TraceBatch  int64
-	TraceSeq    int64 // 0 without a sequence size model
-	ScratchKind string
+	TraceSeq    int64       // 0 without a sequence size model
+	ScratchKind ScratchKind // scratch: whether in-kernel scratch was measured
 	NParams     int64
 	ParamBytes  int64
 	Phases      map[string]PhaseRange
@@ -438,7 +458,7 @@ func (p *parser) trace(m map[string]any) *Trace {
 		pm := p.obj(v, "producer")
 		t.Torch = p.optStr(pm, "producer", "torch")
 	}
-	t.TraceDevice = p.reqStr(m, "", "trace_device")
+	t.TraceDevice = Device(p.reqStr(m, "", "trace_device"))
 	if v, ok := m["notes"]; ok && v != nil {
 		for i, x := range p.list(v, "notes") {
 			t.Notes = append(t.Notes, p.strv(x, fmt.Sprintf("notes[%d]", i)))
@@ -466,7 +486,7 @@ func (p *parser) trace(m map[string]any) *Trace {
 			p.fail("trace_seq", "must be at least 1 when seq_dim is set, got %d", t.TraceSeq)
 		}
 	}
-	t.ScratchKind = p.optStr(m, "", "scratch")
+	t.ScratchKind = ScratchKind(p.optStr(m, "", "scratch"))
 	if n, ok := p.optInt(m, "", "n_params"); ok {
 		t.NParams = n
 	}
