@@ -60,7 +60,7 @@ var switches = []Switch{
 			return err
 		}},
 	{Key: "kernels.rms-norm", Values: "eager, fp32-weight, fused",
-		Doc: "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fp32-weight: the same ops with the weight applied to the float32 normalised states before the cast back, which are saved instead (torch.nn.functional.rms_norm over a float32 copy, torchtune 0.5+'s RMSNorm, on CPU kernels; litgpt 0.5's own RMSNorm, litgpt/model.py @v0.5.13: x.float(), x * rsqrt(mean(x * x)), times weight.float(), cast back); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). Otherwise litgpt's own RMSNorm follows model.code",
+		Doc: "eager: RMSNorm as transformers' LlamaRMSNorm runs it (a float32 copy of the input, pow, mean, rsqrt, two products: the float32 input and the normalised states are saved); fp32-weight: the same ops with the weight applied to the float32 normalised states before the cast back, which are saved instead (torch.nn.functional.rms_norm over a float32 copy with a 16-bit weight, torchtune 0.5+'s RMSNorm: the fused kernel wants matching dtypes, aten/src/ATen/native/layer_norm.cpp @v2.14.1 warns \"Cannot dispatch to fused implementation\" and runs the composite ops; litgpt 0.5's own RMSNorm, litgpt/model.py @v0.5.13: x.float(), x * rsqrt(mean(x * x)), times weight.float(), cast back); fused: one kernel saving its input and a float32 rstd (apex, Liger, Transformer Engine). Otherwise litgpt's own RMSNorm follows model.code",
 		apply: choice([]string{"eager", "fp32-weight", "fused"}, func(s *engine.Spec, i int) {
 			s.Sem.EagerRMSNorm, s.Sem.RMSNormFP32Weight = i < 2, i == 1
 		})},

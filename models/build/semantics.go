@@ -99,9 +99,11 @@ func (m *builder) litgptRMSNorm(x, w ir.TensorID) ir.TensorID {
 // multiplies by (1 + weight) in float32 before casting back, so it keeps the
 // float32 normalised states instead, as torchtune's RMSNorm does from 0.5
 // on when RMSNormFP32Weight is set (torchtune/modules/rms_norm.py @v0.6.1:
-// F.rms_norm(x.float(), weight=self.scale).to(x.dtype); on CPU, torch
-// 2.14.1 runs it as _to_copy, pow, mean, add_, rsqrt, mul, mul, _to_copy,
-// as the framework suite's trace of it shows).
+// F.rms_norm(x.float(), weight=self.scale).to(x.dtype): a float32 input
+// with a 16-bit weight is refused by the fused kernel, "Cannot dispatch to
+// fused implementation", aten/src/ATen/native/layer_norm.cpp @v2.14.1, and
+// runs as _to_copy, pow, mean, add_, rsqrt, mul, mul, _to_copy, as the
+// framework suite's trace of it on CPU shows).
 func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
 	b := m.b
 	dt := b.Tensor(x).DType

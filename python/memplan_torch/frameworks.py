@@ -355,9 +355,10 @@ def plan_args(case):
         tg = "qkv_proj,qkv=q+v" if fw == "litgpt" else ",".join(LORA["targets"])
         a += ["--lora", LORA_FLAG % (LORA["r"], LORA["alpha"], drop, tg)]
     if fw == "torchtune":
-        # torchtune/modules/rms_norm.py @v0.6.1: F.rms_norm(x.float(), weight=self.scale).to(x.dtype), which
-        # torch 2.14.1 runs on CPU as composite ops that keep the float32 normalised states for the weight's
-        # gradient (the recipe's eager value is 0.4's x_normed.type_as(x) * self.scale)
+        # torchtune/modules/rms_norm.py @v0.6.1: F.rms_norm(x.float(), weight=self.scale).to(x.dtype); the fused
+        # kernel refuses a float32 input with a bfloat16 weight ("Cannot dispatch to fused implementation",
+        # aten/src/ATen/native/layer_norm.cpp @v2.14.1), so composite ops run and keep the float32 normalised
+        # states for the weight's gradient (the recipe's eager value is 0.4's x_normed.type_as(x) * self.scale)
         a += ["--set", "kernels.rms-norm=fp32-weight"]
     if fw == "litgpt":
         # litgpt/model.py @v0.5.13 RMSNorm.forward upcasts (x.float(), times weight.float(), cast back) where the
