@@ -23,9 +23,9 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 // CounterFor is how a measured case counted its memory (its memory kind
 // and threshold), for its trace tr.
 func CounterFor(m Memory, tr *torchtrace.Trace) engine.Counter {
-	device := "cpu"
+	device := workload.DeviceCPU
 	if m.Kind == "cuda_caching_allocator" {
-		device = "cuda"
+		device = workload.DeviceCUDA
 	}
 	return workload.Counter(device, m.Threshold, tr)
 }
@@ -51,7 +51,7 @@ func Predict(w *workload.Workload, tr *torchtrace.Trace) (Prediction, error) {
 // with its first step.
 func PredictWith(w *workload.Workload, tr *torchtrace.Trace, c engine.Counter) (Prediction, error) {
 	pr := Prediction{Case: w.Name}
-	if w.Strategy.Offload != "none" {
+	if w.Strategy.Offload != workload.OffloadNone {
 		// On a CPU the "host" is the same memory: offload cases are
 		// measured for their time only and not compared here.
 		pr.Pending = "activation offload moves nothing off a CPU device"

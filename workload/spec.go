@@ -62,10 +62,10 @@ func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, er
 		}
 		s.Checkpoint = engine.CheckpointModulesOf(blocks + ".*")
 	}
-	s.Offload.Activations = w.Strategy.Offload == "activations"
+	s.Offload.Activations = w.Strategy.Offload == OffloadActivations
 	s.Sem.Hold = []lower.Hold{lower.HoldNone, lower.HoldBackward, lower.HoldNextForward}[slices.Index(Holds, w.HoldOutputs)]
 	s.Device = ops.CUDA
-	if w.Device == "cpu" {
+	if w.Device == DeviceCPU {
 		s.Device = ops.CPU
 	}
 	s.Count = DeviceCounter(w.Device, tr)
@@ -83,14 +83,14 @@ const TrackerThreshold = 1024
 // positive, replaces it) and sees in-kernel scratch only when the trace
 // recorded it measured. Either way the batch is built whole and split into
 // micro-batches.
-func DeviceCounter(device string, tr *torchtrace.Trace) engine.Counter {
+func DeviceCounter(device Device, tr *torchtrace.Trace) engine.Counter {
 	return Counter(device, 0, tr)
 }
 
 // Counter is DeviceCounter with the CPU tracker's threshold (0: the
 // default).
-func Counter(device string, threshold int64, tr *torchtrace.Trace) engine.Counter {
-	if device == "cuda" {
+func Counter(device Device, threshold int64, tr *torchtrace.Trace) engine.Counter {
+	if device == DeviceCUDA {
 		return engine.Counter{Measured: true, Granularity: 512, WholeBatch: true}
 	}
 	if threshold == 0 {

@@ -34,7 +34,7 @@ type Workload struct {
 	Batch     int            `json:"batch"` // samples per optimizer step
 	SeqLen    *int           `json:"seq_len"`
 	BatchDim  int            `json:"batch_dim"`
-	Device    string         `json:"device"`
+	Device    Device         `json:"device"`
 	Warmup    int            `json:"warmup"`
 	Iters     int            `json:"iters"`
 	Seed      int            `json:"seed"`
@@ -46,19 +46,45 @@ type Workload struct {
 	Strategy    Strategy `json:"strategy"`
 }
 
+// Device is a workload's device field: where memplan_torch runs and
+// measures it.
+type Device string
+
+const (
+	DeviceAuto Device = "auto" // cuda when present, else cpu (memplan_torch measure.resolve_device)
+	DeviceCPU  Device = "cpu"
+	DeviceCUDA Device = "cuda"
+)
+
+// CheckpointMode is a workload's strategy.checkpoint field.
+type CheckpointMode string
+
+const (
+	CheckpointNone   CheckpointMode = "none"
+	CheckpointBlocks CheckpointMode = "blocks" // every block of the module list (checkpoint_blocks)
+)
+
+// OffloadMode is a workload's strategy.offload field.
+type OffloadMode string
+
+const (
+	OffloadNone        OffloadMode = "none"
+	OffloadActivations OffloadMode = "activations" // saved activations go to host memory
+)
+
 // Strategy is the workload's memory-saving recipe.
 type Strategy struct {
-	Accumulation     int     `json:"accumulation"`
-	Checkpoint       string  `json:"checkpoint"`        // none | blocks
-	CheckpointBlocks *string `json:"checkpoint_blocks"` // module path of the block list
-	Offload          string  `json:"offload"`           // none | activations
+	Accumulation     int            `json:"accumulation"`
+	Checkpoint       CheckpointMode `json:"checkpoint"`        // none | blocks
+	CheckpointBlocks *string        `json:"checkpoint_blocks"` // module path of the block list
+	Offload          OffloadMode    `json:"offload"`           // none | activations
 }
 
 // MicroBatch is Batch / Accumulation.
 func (w *Workload) MicroBatch() int { return w.Batch / w.Strategy.Accumulation }
 
 // Checkpointed reports whether the workload checkpoints its blocks.
-func (w *Workload) Checkpointed() bool { return w.Strategy.Checkpoint == "blocks" }
+func (w *Workload) Checkpointed() bool { return w.Strategy.Checkpoint == CheckpointBlocks }
 
 type kind uint8
 
@@ -110,7 +136,9 @@ var strategyFields = []field{
 var required = []string{"model", "batch"}
 
 // Accepted values (memplan_torch: DEVICES, CHECKPOINTS, OFFLOADS,
-// harness.OPTIMIZERS, compat.parse_dtype).
+// harness.OPTIMIZERS, compat.parse_dtype). Devices, Checkpoints and Offloads
+// spell the Device, CheckpointMode and OffloadMode constants; the reader
+// converts a field only after checking it is one of them.
 var (
 	Devices     = []string{"auto", "cpu", "cuda"}
 	Checkpoints = []string{"none", "blocks"}
@@ -191,7 +219,7 @@ func Validate(where string, obj any) (*Workload, error) {
 	}
 	w := &Workload{
 		Schema: top["schema"].(string), Model: top["model"].(string), DType: top["dtype"].(string),
-		Batch: toInt(top["batch"]), BatchDim: toInt(top["batch_dim"]), Device: top["device"].(string),
+		Batch: toInt(top["batch"]), BatchDim: toInt(top["batch_dim"]), Device: Device(top["device"].(string)),
 		Warmup: toInt(top["warmup"]), Iters: toInt(top["iters"]), Seed: toInt(top["seed"]),
 		Optimizer: top["optimizer"].(string), ModelArgs: map[string]any{}, HoldOutputs: top["hold_outputs"].(string),
 	}
@@ -235,7 +263,7 @@ func Validate(where string, obj any) (*Workload, error) {
 	if !dtypes[w.DType] {
 		return nil, bad(where, "field 'dtype': dtype '%s' is not a floating-point torch dtype (float32, float16, bfloat16, float64)", w.DType)
 	}
-	if !contains(Devices, w.Device) {
+	if !contains(Devices, string(w.Device)) {
 		return nil, bad(where, "field 'device' must be one of %s, got '%s'", strings.Join(Devices, ", "), w.Device)
 	}
 	if !contains(Optimizers, w.Optimizer) {
@@ -252,7 +280,7 @@ func Validate(where string, obj any) (*Workload, error) {
 	if err != nil {
 		return nil, err
 	}
-	w.Strategy = Strategy{Accumulation: toInt(s["accumulation"]), Checkpoint: s["checkpoint"].(string), Offload: s["offload"].(string)}
+	w.Strategy = Strategy{Accumulation: toInt(s["accumulation"]), Checkpoint: CheckpointMode(s["checkpoint"].(string)), Offload: OffloadMode(s["offload"].(string))}
 	if v := s["checkpoint_blocks"]; v != nil {
 		b := v.(string)
 		w.Strategy.CheckpointBlocks = &b
@@ -263,10 +291,10 @@ func Validate(where string, obj any) (*Workload, error) {
 	if w.Batch%w.Strategy.Accumulation != 0 {
 		return nil, bad(where, "field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)", w.Batch, w.Strategy.Accumulation)
 	}
-	if !contains(Checkpoints, w.Strategy.Checkpoint) {
+	if !contains(Checkpoints, string(w.Strategy.Checkpoint)) {
 		return nil, bad(where, "field 'strategy.checkpoint' must be one of %s, got '%s'", strings.Join(Checkpoints, ", "), w.Strategy.Checkpoint)
 	}
-	if !contains(Offloads, w.Strategy.Offload) {
+	if !contains(Offloads, string(w.Strategy.Offload)) {
 		return nil, bad(where, "field 'strategy.offload' must be one of %s, got '%s'", strings.Join(Offloads, ", "), w.Strategy.Offload)
 	}
 	if w.Name == "" && top["name"] == nil {
