@@ -46,11 +46,33 @@ func (p Phases) Peak() (string, int64) {
 	return best, n
 }
 
+// MemoryKind is the counter named by a case's memory.kind
+// (python/memplan_torch/measure.py writes one of the constants).
+type MemoryKind string
+
+const (
+	MemTrack             MemoryKind = "memtrack"               // the CPU LD_PRELOAD tracker (csrc/memtrack.c)
+	CUDACachingAllocator MemoryKind = "cuda_caching_allocator" // torch.cuda's allocator statistics
+)
+
 // Memory is the counter a case was measured with (its "memory" object).
 type Memory struct {
+	Kind      MemoryKind `json:"kind"`
+	Threshold int64      `json:"threshold_bytes"`
+	Overflow  int64      `json:"overflow"`
+}
+
+// rawMemory is a case's "memory" object as read: kind stays a plain string
+// so a wrong JSON type is reported as before ("must be string").
+type rawMemory struct {
 	Kind      string `json:"kind"` // memtrack | cuda_caching_allocator
 	Threshold int64  `json:"threshold_bytes"`
 	Overflow  int64  `json:"overflow"`
+}
+
+// memory converts the memory object read; any kind is kept, as before.
+func (r rawMemory) memory() Memory {
+	return Memory{Kind: MemoryKind(r.Kind), Threshold: r.Threshold, Overflow: r.Overflow}
 }
 
 // Case is one measured workload.
@@ -84,9 +106,9 @@ type rawCase struct {
 	FirstStep  *struct {
 		Phases *Phases `json:"phases"`
 	} `json:"first_step"`
-	Memory     Memory `json:"memory"`
-	Trace      string `json:"trace"`
-	TraceBatch int    `json:"trace_batch"`
+	Memory     rawMemory `json:"memory"`
+	Trace      string    `json:"trace"`
+	TraceBatch int       `json:"trace_batch"`
 }
 
 // LoadMeasured reads a memplan.measured/v1 file.
@@ -150,7 +172,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 			return nil, fmt.Errorf("%w", err)
 		}
 		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: *rc.Phases,
-			First: *rc.FirstStep.Phases, Memory: rc.Memory, Trace: rc.Trace, TraceBatch: rc.TraceBatch}
+			First: *rc.FirstStep.Phases, Memory: rc.Memory.memory(), Trace: rc.Trace, TraceBatch: rc.TraceBatch}
 		if rc.SeqLen != nil {
 			c.SeqLen = *rc.SeqLen
 		}

@@ -24,7 +24,7 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 // and threshold), for its trace tr.
 func CounterFor(m Memory, tr *torchtrace.Trace) engine.Counter {
 	device := workload.DeviceCPU
-	if m.Kind == "cuda_caching_allocator" {
+	if m.Kind == CUDACachingAllocator {
 		device = workload.DeviceCUDA
 	}
 	return workload.Counter(device, m.Threshold, tr)
