@@ -17,6 +17,14 @@ const (
 	PosRotary  PosEmbedding = "rotary"  // rotary embeddings applied inside attention
 )
 
+// Norm is a model's normalisation layer.
+type Norm string
+
+const (
+	LayerNorm Norm = "layernorm" // torch.nn.LayerNorm: mean and variance
+	RMSNorm   Norm = "rmsnorm"   // root-mean-square norm (transformers LlamaRMSNorm)
+)
+
 // Family names, equal to the HuggingFace config.json "model_type" values.
 // Each family's defaults and policies are its row of families (families.go).
 //
@@ -152,8 +160,8 @@ type Arch struct {
 	RotaryPct    float64      // fraction of each head that is rotated (gpt_neox rotary_pct, phi partial_rotary_factor); 1 for rotary families, 0 for learned
 	RopeTheta    float64      // rotary base; 0 for learned positions
 
-	Norm     string // "layernorm" or "rmsnorm"
-	NormBias bool   // LayerNorm has a bias
+	Norm     Norm // LayerNorm or RMSNorm
+	NormBias bool // LayerNorm has a bias
 	NormEps  float64
 
 	Act         string // hidden_act: gelu, gelu_new, gelu_pytorch_tanh, silu, relu ...
@@ -346,8 +354,8 @@ func (a *Arch) checkPositions() error {
 // checkNorm checks the normalisation, its epsilon and the activation.
 func (a *Arch) checkNorm() error {
 	switch a.Norm {
-	case "layernorm":
-	case "rmsnorm":
+	case LayerNorm:
+	case RMSNorm:
 		if a.NormBias {
 			return a.fail("RMSNorm has no bias")
 		}
@@ -503,7 +511,7 @@ func onlyIf[T int64 | float64](on bool, n T) T {
 
 // normSize is one norm over n features: LayerNorm weight+bias, RMSNorm weight only.
 func normSize[T int64 | float64](a *Arch, n T) T {
-	if a.Norm == "layernorm" && a.NormBias {
+	if a.Norm == LayerNorm && a.NormBias {
 		return 2 * n
 	}
 	return n

@@ -122,7 +122,7 @@ func (p *parser) gpt2(a *Arch) error {
 	}
 	a.KVHeads = a.Heads
 	a.PosEmbedding = PosLearned
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	a.GatedMLP = false
 	a.FusedQKV = true
 	a.QKVBias, a.OutBias, a.MLPBias = true, true, true
@@ -202,7 +202,7 @@ func (p *parser) decoderPositions(a *Arch) error {
 func (p *parser) decoderLayers(a *Arch) error {
 	f := p.fam
 	var err error
-	a.Norm = "rmsnorm"
+	a.Norm = RMSNorm
 	if a.NormEps, err = p.eps(1e-6, "rms_norm_eps"); err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (p *parser) neox(a *Arch) error {
 	if a.RopeTheta, err = p.posFloat(10000, "rotary_emb_base", "rope_theta"); err != nil {
 		return err
 	}
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	if a.NormEps, err = p.eps(1e-5, "layer_norm_eps"); err != nil {
 		return err
 	}
@@ -488,7 +488,7 @@ func (p *parser) phi(a *Arch) error {
 	if qkNorm {
 		return p.errf("\"qk_layernorm\": true is not supported for phi (q_layernorm/k_layernorm are not modelled)")
 	}
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	if a.NormEps, err = p.eps(1e-5, "layer_norm_eps"); err != nil {
 		return err
 	}
@@ -566,7 +566,7 @@ func (p *parser) falcon(a *Arch) error {
 	if a.RopeTheta, err = p.posFloat(10000, "rope_theta"); err != nil {
 		return err
 	}
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	if a.NormEps, err = p.eps(1e-5, "layer_norm_epsilon"); err != nil {
 		return err
 	}
@@ -610,7 +610,7 @@ func (p *parser) bert(a *Arch) error {
 		return err
 	}
 	a.PosEmbedding = PosLearned
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	if a.NormEps, err = p.eps(1e-12, "layer_norm_eps"); err != nil {
 		return err
 	}
@@ -666,7 +666,7 @@ func (p *parser) vit(a *Arch) error {
 		return p.errf("\"image_size\"/\"patch_size\" gives %d patches, more than the supported %d", a.MaxPositions-1, maxPositions-1)
 	}
 	a.PosEmbedding = PosLearned
-	a.Norm, a.NormBias = "layernorm", true
+	a.Norm, a.NormBias = LayerNorm, true
 	if a.NormEps, err = p.eps(1e-12, "layer_norm_eps"); err != nil {
 		return err
 	}

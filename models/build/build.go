@@ -322,13 +322,13 @@ func (m *builder) param(name string, shape ...int64) ir.TensorID {
 func (m *builder) norm(name string, x ir.TensorID, dim int) ir.TensorID {
 	defer m.b.Enter(name)()
 	w := m.param("weight", int64(dim))
-	if m.a.Norm == "rmsnorm" && m.o.Code == CodeLitGPT && !m.o.RMSNormFP32Weight {
+	if m.a.Norm == models.RMSNorm && m.o.Code == CodeLitGPT && !m.o.RMSNormFP32Weight {
 		return m.litgptRMSNorm(x, w)
 	}
-	if m.a.Norm == "rmsnorm" && m.o.EagerRMSNorm {
+	if m.a.Norm == models.RMSNorm && m.o.EagerRMSNorm {
 		return m.hfRMSNorm(x, w)
 	}
-	if m.a.Norm == "rmsnorm" {
+	if m.a.Norm == models.RMSNorm {
 		return m.b.RMSNorm("out", x, w)
 	}
 	bi := ir.NoTensor
