@@ -712,7 +712,13 @@ def main(argv=None):
         trace = "all" if a.trace == "all" else [n for n in a.trace.split(",") if n and n != "none"]
         for n in ([] if trace == "all" else trace):
             case_by_name(n)
+        if a.memplan and not (os.path.isfile(a.memplan) and os.access(a.memplan, os.X_OK)):
+            raise FrameworkError("memplan_torch.frameworks: --memplan %s is not an executable file" % a.memplan)
         out = a.out or tempfile.mkdtemp(prefix="memplan-frameworks.")
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as e:
+            raise FrameworkError("memplan_torch.frameworks: --out %s: %s" % (out, e.strerror or e))
         memplan = a.memplan or _build_memplan(out)
         run(out, memplan, names, trace)
     except FrameworkError as e:

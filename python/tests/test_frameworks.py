@@ -41,7 +41,9 @@ def test_plan_args_follow_the_case():
 def test_bad_input_one_line():
     env = dict(os.environ, PYTHONPATH=PY_ROOT)
     for args, want in ((["--cases", "hf-nosuch"], "unknown case 'hf-nosuch'"),
-                       (["--trace", "nosuch"], "unknown case 'nosuch'")):
+                       (["--trace", "nosuch"], "unknown case 'nosuch'"),
+                       (["--memplan", "/nonexistent/memplan"], "--memplan /nonexistent/memplan is not an executable"),
+                       (["--memplan", sys.executable, "--out", "/proc/memplan-frameworks"], "--out /proc/memplan")):
         r = subprocess.run([sys.executable, "-m", "memplan_torch.frameworks"] + args, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         err = r.stderr.decode().strip()
