@@ -218,9 +218,9 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 					pins = append(pins, "{"+n+"}")
 				}
 			}
-			return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d keeping %s as given (the global batch must divide among data-parallel replicas, the GPUs into tp × pp × dp)", o.GPUs, o.GlobalBatch, strings.Join(pins, ", "))
+			return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d keeping %s as given (the global batch must divide among data-parallel replicas, the GPUs into tp × pp × dp, a pipeline's batch into at most %d micro-steps)", o.GPUs, o.GlobalBatch, strings.Join(pins, ", "), engine.MaxPipelineAccum)
 		}
-		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas)", o.GPUs, o.GlobalBatch)
+		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas, and a pipeline's into at most %d micro-steps)", o.GPUs, o.GlobalBatch, engine.MaxPipelineAccum)
 	}
 	f.est = newEstimator(base.Model)
 	f.est.limit = f.limit
@@ -669,6 +669,9 @@ func (ax axes) cross(out []*Plan, base engine.Spec, o Options, l layout) []*Plan
 					for _, opt := range ax.optimizers {
 						for _, ad := range ax.adapters {
 							for _, b := range batches(l.replica, o.Pinned, &base) {
+								if l.pp > 1 && l.replica/b > engine.MaxPipelineAccum {
+									continue // plan refuses it: a pipeline simulates every micro-step
+								}
 								s := base
 								s.MicroBatch, s.Accum = b, l.replica/b
 								s.TP, s.SP, s.PP, s.DP, s.ZeRO = l.tp, l.sp, l.pp, l.dp, l.zero
