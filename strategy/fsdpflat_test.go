@@ -1,9 +1,10 @@
 package strategy_test
 
 import (
-	"github.com/memplan/memplan/models/modeltest"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/models/modeltest"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
