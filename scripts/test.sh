@@ -30,6 +30,13 @@ go vet ./...
 section go test
 go test -count=1 ./...
 
+# The scheduler plugin is its own module (it builds k8s.io/kubernetes' scheduler, which the main module does not
+# pull): vet and test it inside the scheduler framework. MEMPLAN_K8S_PLUGIN=0 skips it.
+if [ "${MEMPLAN_K8S_PLUGIN:-1}" != 0 ]; then
+  section "k8s/plugin module: MemplanGPU in the scheduler framework, and the kube-scheduler binary builds"
+  (cd k8s/plugin && go vet ./... && go test -count=1 ./... && go build -o /dev/null ./cmd/kube-scheduler)
+fi
+
 section "memplan serve load test, short (cmd/loadtest: 50 clients for 5 s; fails on an error, not on latency, which the host decides)"
 go run ./cmd/loadtest --clients 50 --duration 5s --new-rate 1 --check-errors > /dev/null
 
