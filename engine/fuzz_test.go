@@ -1,29 +1,23 @@
 package engine
 
 import (
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/importer/torchtrace"
 )
 
-// tinyTrace is importer/torchtrace's tiny fixture (trace_test.go): three
-// events, small enough that the fuzzer mutates rather than minimizes.
-const tinyTrace = `{"schema": "memplan.trace/v1", "trace_device": "meta", "trace_batch": 2, "optimizer": "sgd",
- "initial_storages": [
-  {"id": 0, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "parameter", "saved": true},
-  {"id": 1, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "input", "saved": false}],
- "events": [
-  {"index": 0, "op": "aten.mm.default", "phase": "forward", "module": "fc", "alloc": [
-    {"id": 2, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation", "saved": true}],
-   "free": [], "saved": [2], "outputs": [{"storage": 2, "dtype": "float32", "shape": [2, 4], "alias": false, "inplace": false}]},
-  {"index": 1, "op": "aten.mm.default", "phase": "backward", "module": "fc", "alloc": [
-    {"id": 3, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "gradient", "saved": false}],
-   "free": [2], "saved": [], "outputs": [{"storage": 3, "dtype": "float32", "shape": [4, 4], "alias": false, "inplace": false}]},
-  {"index": 2, "op": "aten.add_.Tensor", "phase": "optimizer", "module": "", "alloc": [], "free": [3], "saved": [],
-   "outputs": [{"storage": 0, "dtype": "float32", "shape": [4, 4], "alias": true, "inplace": true}]}],
- "end_live": [0, 1],
- "first_step": {"exact": true, "optimizer_state": [], "optimizer_events": []}}`
+// tinyTrace is testdata/torch/three_events.trace.json (importer/torchtrace's
+// tiny fixture): three events, small enough that the fuzzer mutates rather
+// than minimizes.
+var tinyTrace = func() string {
+	b, err := os.ReadFile("../testdata/torch/three_events.trace.json")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 // FuzzPlanTraceSizes plans small traces at extreme micro-batches,
 // accumulations and pipeline degrees: a plan is refused in one line or

@@ -7,21 +7,17 @@ import (
 	"testing"
 )
 
-const tiny = `{"schema": "memplan.trace/v1", "trace_device": "meta", "trace_batch": 2, "optimizer": "sgd",
- "initial_storages": [
-  {"id": 0, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "parameter", "saved": true},
-  {"id": 1, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "input", "saved": false}],
- "events": [
-  {"index": 0, "op": "aten.mm.default", "phase": "forward", "module": "fc", "alloc": [
-    {"id": 2, "bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation", "saved": true}],
-   "free": [], "saved": [2], "outputs": [{"storage": 2, "dtype": "float32", "shape": [2, 4], "alias": false, "inplace": false}]},
-  {"index": 1, "op": "aten.mm.default", "phase": "backward", "module": "fc", "alloc": [
-    {"id": 3, "bytes": 64, "bytes_const": 64, "bytes_per_batch": 0, "dtype": "float32", "shape": [4, 4], "category": "gradient", "saved": false}],
-   "free": [2], "saved": [], "outputs": [{"storage": 3, "dtype": "float32", "shape": [4, 4], "alias": false, "inplace": false}]},
-  {"index": 2, "op": "aten.add_.Tensor", "phase": "optimizer", "module": "", "alloc": [], "free": [3], "saved": [],
-   "outputs": [{"storage": 0, "dtype": "float32", "shape": [4, 4], "alias": true, "inplace": true}]}],
- "end_live": [0, 1],
- "first_step": {"exact": true, "optimizer_state": [], "optimizer_events": []}}`
+// tiny is testdata/torch/three_events.trace.json: three events (forward,
+// backward, optimizer), small enough to edit by string replacement.
+var tiny = readFixture("../../testdata/torch/three_events.trace.json")
+
+func readFixture(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
 
 func TestParseTiny(t *testing.T) {
 	tr, err := Parse([]byte(tiny))
