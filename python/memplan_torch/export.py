@@ -379,7 +379,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
                 "free": ids(e["free"]),
                 "saved": ids(e["saved"]),
                 "inputs": ids(e.get("inputs", ())),
-                "outputs": [{"storage": remap(o["storage"]), "dtype": o["dtype"], "shape": o["shape"],
+                "outputs": [{"storage": remap(o["storage"]), "dtype": o["dtype"], "shape": list(o["shape"]),
                              "alias": o["alias"], "inplace": o["inplace"]} for o in e["outputs"]]}
 
     steady = [event_obj(i, e, newid.get) for i, e in enumerate(base_events)]

@@ -59,12 +59,12 @@ def canonical(events, initial):
     out = []
     for e in events:
         c = dict(e)
-        c["inputs_c"] = [ids.get(s) for s in e.get("inputs", ())]
+        c["inputs_c"] = tuple(ids.get(s) for s in e.get("inputs", ()))
         for s in e["alloc"]:
             ids.setdefault(s, len(ids))
-        for f in ("alloc", "free", "saved"):
-            c[f] = [ids.setdefault(s, len(ids)) for s in e[f]]
-        c["outputs_c"] = [dict(o, storage=ids.get(o["storage"])) for o in e.get("outputs", ())]
+        for f in ("alloc", "free", "saved"):  # tuples, as trace._seal says why
+            c[f] = tuple(ids.setdefault(s, len(ids)) for s in e[f])
+        c["outputs_c"] = tuple(dict(o, storage=ids.get(o["storage"])) for o in e.get("outputs", ()))
         out.append(c)
     return out, ids
 

@@ -28,6 +28,18 @@ class ExportError(RuntimeError):
     """A model the exporter cannot trace; the message names the op or module and what to do."""
 
 
+def _seal(ev):
+    """Freezes an event no later op can change (the recorder appends only to the last one) into tuples: a
+    tuple of ints, and a dict holding only those, leave the garbage collector's tracking, so its full
+    collections, which visit every tracked object, do not grow with the trace (with lists, they made the
+    export of a 400-layer stack take 9.4x the time of 50 layers instead of 8x; issue 15)."""
+    for f in ("alloc", "free", "saved", "inputs"):
+        ev[f] = tuple(ev[f])
+    for o in ev["outputs"]:
+        o["shape"] = tuple(o["shape"])
+    ev["outputs"] = tuple(ev["outputs"])
+
+
 class _Storage:
     __slots__ = ("sid", "key", "ref", "nbytes", "dtype", "shape", "category", "saved", "module", "phase",
                  "op", "event", "buffer", "preexisting", "freed_event", "death")
@@ -339,6 +351,8 @@ class Recorder(TorchDispatchMode):
             out = torch.tensor(out, dtype=src.dtype if src is not None else None)
         ev = {"op": name, "phase": self.phase, "module": module, "step": self.step,
               "alloc": [], "free": [], "saved": [], "outputs": [], "inputs": in_sids}
+        if self.events:
+            _seal(self.events[-1])
         self.events.append(ev)
         for r in self.unseen:
             r.event = len(self.events) - 1
