@@ -3,6 +3,7 @@ package k8s
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -66,8 +67,9 @@ func GPUsOf(node *corev1.Node) (NodeGPUs, error) {
 func wholeGPUs(p *corev1.Pod) int64 {
 	var sum, initMax int64
 	for _, c := range p.Spec.Containers {
-		if q, ok := c.Resources.Limits[GPUResource]; ok {
-			sum += q.Value()
+		if q, ok := c.Resources.Limits[GPUResource]; ok && q.Value() > 0 {
+			// Saturate: two limits of 2^63-1 once summed to -2 (0 GPUs).
+			sum = min(sum, math.MaxInt64-q.Value()) + q.Value()
 		}
 	}
 	for _, c := range p.Spec.InitContainers {
