@@ -60,6 +60,9 @@ var realParamCounts = map[string]int64{
 	// HF API "total": 7615616512 for Qwen2.5-7B(-Instruct); GGUF
 	// general.parameter_count 7615616512.
 	"qwen2.5-7b": 7_615_616_512,
+	// keras-hub qwen2.5_instruct_32b_en preset "params": 32763876352; GGUF
+	// general.parameter_count of qwen2.5:32b 32763876352.
+	"qwen2.5-32b-it": 32_763_876_352,
 	// HF safetensors {"total":8190735360,"parameters":{"BF16":8190735360}}
 	// for Qwen/Qwen3-8B.
 	"qwen3-8b": 8_190_735_360,
