@@ -98,6 +98,25 @@ const (
 //     head), no biases; full rotary; non-gated GELU MLP dense_h_to_4h /
 //     dense_4h_to_h (ffn_hidden_size, default 4*hidden); lm_head tied to
 //     word_embeddings unless tie_word_embeddings is false.
+//   - deepseek_v2, deepseek_v3 (transformers DeepseekV2/V3ForCausalLM,
+//     DeepSeek's modeling_deepseek.py): llama's RMSNorm, rotary and SwiGLU
+//     with multi-head latent attention: q_proj (hidden -> heads*(nope+rope)),
+//     or when q_lora_rank is set q_a_proj (hidden -> q_lora_rank),
+//     q_a_layernorm and q_b_proj (q_lora_rank -> heads*(nope+rope));
+//     kv_a_proj_with_mqa (hidden -> kv_lora_rank + rope: the latent and one
+//     rotary key shared by every head), kv_a_layernorm over the latent,
+//     kv_b_proj (kv_lora_rank -> heads*(nope+v_head_dim)); o_proj
+//     (heads*v_head_dim -> hidden); biases on q_a/kv_a/o only with
+//     attention_bias. The first first_k_dense_replace layers have a dense
+//     MLP of intermediate_size; the others a MoE of n_routed_experts
+//     experts of moe_intermediate_size (top num_experts_per_tok, a
+//     bias-free router [n_routed_experts, hidden]) plus n_shared_experts
+//     shared experts run as one MLP of n_shared*moe_intermediate_size that
+//     every token passes. V3's router e_score_correction_bias is a buffer
+//     in transformers, not a parameter. The multi-token-prediction layers
+//     (num_nextn_predict_layers, model.layers.61 of V3) are not loaded by
+//     transformers and not counted (MTPParamCount gives them). A layer
+//     pattern other than moe_layer_freq 1 is refused.
 //   - bert: bidirectional post-LN encoder; embeddings = word, learned position
 //     and token_type tables summed, then a LayerNorm; q/k/v/o with bias; LayerNorm
 //     after attention and after the MLP; counted as BertModel with its pooler
@@ -109,22 +128,24 @@ const (
 //     (architectures says so) have no pooler and a Linear(hidden, num_labels)
 //     classifier with bias; ViTModel checkpoints have a pooler and no classifier.
 const (
-	FamilyGPT2     = "gpt2"
-	FamilyLlama    = "llama"
-	FamilyMistral  = "mistral"
-	FamilyMixtral  = "mixtral"
-	FamilyQwen2    = "qwen2"
-	FamilyQwen3    = "qwen3"
-	FamilyQwen3MoE = "qwen3_moe"
-	FamilyGemma    = "gemma"
-	FamilyGemma2   = "gemma2"
-	FamilyGemma3   = "gemma3_text"
-	FamilyPhi3     = "phi3"
-	FamilyGPTNeoX  = "gpt_neox"
-	FamilyPhi      = "phi"
-	FamilyFalcon   = "falcon"
-	FamilyBERT     = "bert"
-	FamilyViT      = "vit"
+	FamilyGPT2       = "gpt2"
+	FamilyLlama      = "llama"
+	FamilyMistral    = "mistral"
+	FamilyMixtral    = "mixtral"
+	FamilyQwen2      = "qwen2"
+	FamilyQwen3      = "qwen3"
+	FamilyQwen3MoE   = "qwen3_moe"
+	FamilyGemma      = "gemma"
+	FamilyGemma2     = "gemma2"
+	FamilyGemma3     = "gemma3_text"
+	FamilyPhi3       = "phi3"
+	FamilyGPTNeoX    = "gpt_neox"
+	FamilyPhi        = "phi"
+	FamilyFalcon     = "falcon"
+	FamilyDeepSeekV2 = "deepseek_v2"
+	FamilyDeepSeekV3 = "deepseek_v3"
+	FamilyBERT       = "bert"
+	FamilyViT        = "vit"
 )
 
 // Activation names accepted in hidden_act / activation_function (the keys of
@@ -184,6 +205,23 @@ type Arch struct {
 	NumExperts      int  // MoE experts per layer; 0 = dense
 	ExpertsPerToken int  // MoE top-k; router is a bias-free Linear(Hidden, NumExperts)
 	NormTopK        bool // qwen3_moe norm_topk_prob: the top-k routing weights are divided by their sum
+	// SharedExperts (deepseek n_shared_experts) run as one gated MLP of
+	// SharedExperts*Intermediate beside the routed experts; DenseLayers
+	// (first_k_dense_replace) first layers have a dense gated MLP of
+	// DenseIntermediate instead of experts.
+	SharedExperts     int
+	DenseLayers       int
+	DenseIntermediate int
+	// MTPLayers is DeepSeek-V3's num_nextn_predict_layers: modules in the
+	// checkpoint that transformers does not load (MTPParamCount).
+	MTPLayers int
+
+	// Multi-head latent attention (deepseek, KVLoRARank > 0): HeadDim is
+	// qk_nope_head_dim + qk_rope_head_dim; QLoRARank is q_lora_rank (0: a
+	// plain q_proj), KVLoRARank kv_lora_rank, QKRopeDim qk_rope_head_dim
+	// (the rotary part of each query and key head, the key's shared by every
+	// head), VHeadDim v_head_dim.
+	QLoRARank, KVLoRARank, QKRopeDim, VHeadDim int
 
 	SlidingWindow            int  // 0 = none
 	SlidingWindowAlternating bool // gemma2: window only on every other layer (even layer indices)
@@ -238,6 +276,34 @@ func (a *Arch) KVDim() int { return a.KVHeads * a.HeadDim }
 // IsMoE reports whether the MLP is a sparse mixture of experts.
 func (a *Arch) IsMoE() bool { return a.NumExperts > 0 }
 
+// MLA reports whether attention is multi-head latent attention (DeepSeek).
+func (a *Arch) MLA() bool { return a.KVLoRARank > 0 }
+
+// VDim is the width of one value head: v_head_dim under MLA, else HeadDim.
+func (a *Arch) VDim() int {
+	if a.MLA() {
+		return a.VHeadDim
+	}
+	return a.HeadDim
+}
+
+// MoELayer reports whether decoder layer i has experts (false for the
+// first DenseLayers layers and for dense models).
+func (a *Arch) MoELayer(i int) bool { return a.NumExperts > 0 && i >= a.DenseLayers }
+
+// KVCacheElems is what a paged KV cache stores per token and per layer, in
+// elements, summed over every KV head: keys and values (2·KVHeads·HeadDim),
+// or under MLA the compressed latent and the shared rotary key,
+// kv_lora_rank + qk_rope_head_dim (vLLM's MLA backends cache only those,
+// one "head" of 576 for DeepSeek-V2/V3: DeepSeek-V2 paper, arXiv 2405.04434,
+// Table 1, (d_c + d_h^R)·l with d_c = 4·d_h = 512 and d_h^R = d_h/2 = 64).
+func (a *Arch) KVCacheElems() int {
+	if a.MLA() {
+		return a.KVLoRARank + a.QKRopeDim
+	}
+	return 2 * a.KVHeads * a.HeadDim
+}
+
 // Limits keep every parameter-count product far inside int64.
 const (
 	maxDim        = 1 << 20 // hidden, intermediate, head_dim, image_size
@@ -261,7 +327,7 @@ func (a *Arch) Validate() error {
 		return a.fail("unsupported family %q (supported: %s)", a.Family, strings.Join(Families(), ", "))
 	}
 	for _, check := range []func() error{a.checkSizes, a.checkHeads, a.checkPositions, a.checkNorm,
-		a.checkDropouts, a.checkExperts, a.checkOptions, a.checkFamilyFields} {
+		a.checkDropouts, a.checkExperts, a.checkDeepSeek, a.checkOptions, a.checkFamilyFields} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -402,6 +468,44 @@ func (a *Arch) checkExperts() error {
 	return nil
 }
 
+// isDeepSeek reports whether f is a DeepSeek family.
+func isDeepSeek(f string) bool { return f == FamilyDeepSeekV2 || f == FamilyDeepSeekV3 }
+
+// checkDeepSeek checks multi-head latent attention, the shared experts and
+// the dense first layers: DeepSeek's fields, zero elsewhere.
+func (a *Arch) checkDeepSeek() error {
+	if !isDeepSeek(a.Family) {
+		if a.MLA() || a.QLoRARank|a.QKRopeDim|a.VHeadDim|a.SharedExperts|a.DenseLayers|a.DenseIntermediate|a.MTPLayers != 0 {
+			return a.fail("latent attention, shared experts and dense first layers are DeepSeek's (%s has none)", a.Family)
+		}
+		return nil
+	}
+	for _, b := range []archBound{{"KVLoRARank", a.KVLoRARank, maxDim}, {"VHeadDim", a.VHeadDim, maxDim}, {"QKRopeDim", a.QKRopeDim, a.HeadDim - 1}} {
+		if b.v <= 0 || b.v > b.max {
+			return a.fail("%s must be in [1, %d], got %d", b.name, b.max, b.v)
+		}
+	}
+	switch {
+	case a.QKRopeDim%2 != 0:
+		return a.fail("QKRopeDim must be even (rotary pairs), got %d", a.QKRopeDim)
+	case a.QLoRARank < 0 || a.QLoRARank > maxDim:
+		return a.fail("QLoRARank must be in [0, %d], got %d", maxDim, a.QLoRARank)
+	case a.KVHeads != a.Heads:
+		return a.fail("KVHeads must equal Heads under latent attention, got %d and %d", a.KVHeads, a.Heads)
+	case a.NumExperts == 0:
+		return a.fail("%s needs NumExperts > 0", a.Family)
+	case a.SharedExperts < 0 || a.SharedExperts > maxExperts:
+		return a.fail("SharedExperts must be in [0, %d], got %d", maxExperts, a.SharedExperts)
+	case a.DenseLayers < 0 || a.DenseLayers > a.Layers:
+		return a.fail("DenseLayers must be in [0, Layers=%d], got %d", a.Layers, a.DenseLayers)
+	case a.DenseLayers > 0 && (a.DenseIntermediate <= 0 || a.DenseIntermediate > maxDim):
+		return a.fail("DenseIntermediate must be in [1, %d], got %d", maxDim, a.DenseIntermediate)
+	case a.MTPLayers < 0 || a.MTPLayers > maxLayers:
+		return a.fail("MTPLayers must be in [0, %d], got %d", maxLayers, a.MTPLayers)
+	}
+	return nil
+}
+
 // checkOptions checks the switches that need one another, the sliding window and the soft caps.
 func (a *Arch) checkOptions() error {
 	switch {
@@ -487,7 +591,7 @@ func breakdown[T int64 | float64](a *Arch) []group[T] {
 	gs := []group[T]{
 		{"embeddings", 0, embeddingParams[T](a)},
 		{"attention", attn, L * attn},
-		{"mlp", mlp, L * mlp},
+		{"mlp", mlp, mlpTotal[T](a)},
 		{"norms", perNorms, norms},
 		{"lm_head", 0, lmHeadParams[T](a)},
 	}
@@ -539,9 +643,38 @@ func embeddingParams[T int64 | float64](a *Arch) T {
 
 // attentionParams is one layer's attention: Q, K, V (fused or separate: same count) and the output projection.
 func attentionParams[T int64 | float64](a *Arch) T {
+	if a.MLA() {
+		return mlaParams[T](a)
+	}
 	H := T(a.Hidden)
 	q, kv := T(a.QDim()), T(a.KVDim())
 	return H*q + 2*H*kv + q*H + onlyIf(a.QKVBias, q+2*kv) + onlyIf(a.OutBias, H)
+}
+
+// mlaParams is one layer's latent attention without its two norms (counted
+// under norms): q_proj or q_a_proj and q_b_proj, kv_a_proj_with_mqa,
+// kv_b_proj and o_proj (DeepseekV3Attention.__init__).
+func mlaParams[T int64 | float64](a *Arch) T {
+	H, A, D := T(a.Hidden), T(a.Heads), T(a.HeadDim)
+	ql, kvl, rope, v := T(a.QLoRARank), T(a.KVLoRARank), T(a.QKRopeDim), T(a.VHeadDim)
+	q := H * A * D
+	if a.QLoRARank > 0 {
+		q = H*ql + onlyIf(a.QKVBias, ql) + ql*A*D
+	}
+	kv := H*(kvl+rope) + onlyIf(a.QKVBias, kvl+rope) + kvl*A*(D-rope+v)
+	return q + kv + A*v*H + onlyIf(a.OutBias, H)
+}
+
+// mlpTotal is every layer's MLP: the dense first layers' and the expert
+// layers'.
+func mlpTotal[T int64 | float64](a *Arch) T {
+	dense := T(a.DenseLayers)
+	total := (T(a.Layers) - dense) * mlpParams[T](a)
+	if a.DenseLayers > 0 {
+		H, I := T(a.Hidden), T(a.DenseIntermediate)
+		total += dense * 3 * H * I
+	}
+	return total
 }
 
 // mlpParams is one layer's MLP: gated (gate, up, down) or plain (fc1, fc2); MoE = experts + bias-free router.
@@ -555,6 +688,8 @@ func mlpParams[T int64 | float64](a *Arch) T {
 	}
 	if a.NumExperts > 0 {
 		mlp = T(a.NumExperts)*mlp + H*T(a.NumExperts)
+		// DeepSeek's shared experts: one gated MLP of n_shared widths.
+		mlp += 3 * H * T(a.SharedExperts) * I
 	}
 	return mlp
 }
@@ -574,6 +709,9 @@ func normParams[T int64 | float64](a *Arch) (perLayer, total T) {
 	if a.QKNorm {
 		perNorms += 2 * T(a.HeadDim)
 	}
+	if a.MLA() {
+		perNorms += T(a.QLoRARank) + T(a.KVLoRARank) // q_a_layernorm, kv_a_layernorm
+	}
 	return perNorms, T(a.Layers)*perNorms + normSize(a, H)
 }
 
@@ -591,7 +729,8 @@ func lmHeadParams[T int64 | float64](a *Arch) T {
 
 // ParamBreakdown splits ParamCount into named groups: embeddings (token,
 // position, token-type, patch and CLS tables), attention and mlp (all layers;
-// PerLayer gives one layer's share; MoE routers count under mlp), norms (every
+// PerLayer gives one layer's share, an expert layer's where DeepSeek's first
+// layers are dense; MoE routers and shared experts count under mlp), norms (every
 // norm including Qwen3 q/k norms, BERT's embedding LayerNorm and the final
 // norm), lm_head (0 when tied, plus phi's bias), and pooler / classifier
 // when present. The totals sum to ParamCount. Call Validate first; the
@@ -603,6 +742,22 @@ func (a *Arch) ParamBreakdown() []ParamGroup {
 		out[i] = ParamGroup{Name: g.name, PerLayer: g.perLayer, Total: g.total}
 	}
 	return out
+}
+
+// MTPParamCount is the parameters of DeepSeek-V3's multi-token-prediction
+// modules (num_nextn_predict_layers), which the checkpoint holds after the
+// main layers and transformers does not load: per module enorm and hnorm,
+// eh_proj (2·hidden -> hidden, no bias), one expert decoder layer and
+// shared_head.norm; its embed_tokens and shared_head.head share the main
+// model's (deepseek-ai/DeepSeek-V3 README_WEIGHTS.md). 0 for other models.
+func (a *Arch) MTPParamCount() int64 {
+	if a.MTPLayers == 0 {
+		return 0
+	}
+	H := int64(a.Hidden)
+	perNorms, _ := normParams[int64](a)
+	layer := attentionParams[int64](a) + mlpParams[int64](a) + perNorms
+	return int64(a.MTPLayers) * (3*H + 2*H*H + layer)
 }
 
 // ParamCount is the exact number of parameters of the real checkpoint's
@@ -628,6 +783,9 @@ func (a *Arch) Describe() string {
 	}
 	if a.NumExperts > 0 {
 		fmt.Fprintf(&sb, ", %d experts top-%d x ffn %d", a.NumExperts, a.ExpertsPerToken, a.Intermediate)
+		if a.SharedExperts > 0 {
+			fmt.Fprintf(&sb, " + %d shared", a.SharedExperts)
+		}
 	} else {
 		fmt.Fprintf(&sb, ", ffn %d", a.Intermediate)
 	}

@@ -21,7 +21,10 @@ import (
 // catalogRepos, with one exception: catalog/vit-base.json replaces the 1000
 // ImageNet class names of id2label/label2id with the equivalent
 // "num_labels": 1000 (which PretrainedConfig also accepts); the names do not
-// change the architecture.
+// change the architecture. And catalog/deepseek-v3.json leaves out the
+// checkpoint's quantization_config (block-wise fp8, 128x128 scales, which
+// memplan refuses by name): the entry is the BF16 model DeepSeek's
+// inference/fp8_cast_bf16.py converts it to, the one training recipes load.
 //
 //go:embed catalog/*.json
 var catalogFS embed.FS
@@ -29,38 +32,41 @@ var catalogFS embed.FS
 // catalogRepos maps catalog names to the HuggingFace repository whose
 // config.json the catalog file reproduces.
 var catalogRepos = map[string]string{
-	"bert-base":      "google-bert/bert-base-uncased",
-	"bert-large":     "google-bert/bert-large-uncased",
-	"gemma-2-9b":     "google/gemma-2-9b",
-	"gemma-2b":       "google/gemma-2b",
-	"gemma-3-1b":     "google/gemma-3-1b-pt",
-	"gemma-7b":       "google/gemma-7b",
-	"gpt2":           "openai-community/gpt2",
-	"gpt2-large":     "openai-community/gpt2-large",
-	"gpt2-medium":    "openai-community/gpt2-medium",
-	"gpt2-xl":        "openai-community/gpt2-xl",
-	"llama-2-13b":    "meta-llama/Llama-2-13b-hf",
-	"llama-2-70b":    "meta-llama/Llama-2-70b-hf",
-	"llama-2-7b":     "meta-llama/Llama-2-7b-hf",
-	"llama-3-70b":    "meta-llama/Meta-Llama-3-70B",
-	"llama-3-8b":     "meta-llama/Meta-Llama-3-8B",
-	"llama-3.1-8b":   "meta-llama/Llama-3.1-8B",
-	"llama-3.2-1b":   "meta-llama/Llama-3.2-1B",
-	"mistral-7b":     "mistralai/Mistral-7B-v0.1",
-	"mixtral-8x7b":   "mistralai/Mixtral-8x7B-v0.1",
-	"phi-2":          "microsoft/phi-2",
-	"falcon-7b":      "tiiuae/falcon-7b",
-	"qwen3-30b-a3b":  "Qwen/Qwen3-30B-A3B",
-	"phi-1.5":        "microsoft/phi-1_5",
-	"phi-3-mini":     "microsoft/Phi-3-mini-4k-instruct",
-	"pythia-1.4b":    "EleutherAI/pythia-1.4b",
-	"pythia-160m":    "EleutherAI/pythia-160m",
-	"qwen2.5-0.5b":   "Qwen/Qwen2.5-0.5B",
-	"qwen2.5-7b":     "Qwen/Qwen2.5-7B",
-	"qwen2.5-32b-it": "Qwen/Qwen2.5-32B-Instruct",
-	"qwen3-8b":       "Qwen/Qwen3-8B",
-	"tinyllama-1.1b": "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T",
-	"vit-base":       "google/vit-base-patch16-224",
+	"bert-base":        "google-bert/bert-base-uncased",
+	"bert-large":       "google-bert/bert-large-uncased",
+	"deepseek-v2":      "deepseek-ai/DeepSeek-V2",
+	"deepseek-v2-lite": "deepseek-ai/DeepSeek-V2-Lite",
+	"deepseek-v3":      "deepseek-ai/DeepSeek-V3",
+	"gemma-2-9b":       "google/gemma-2-9b",
+	"gemma-2b":         "google/gemma-2b",
+	"gemma-3-1b":       "google/gemma-3-1b-pt",
+	"gemma-7b":         "google/gemma-7b",
+	"gpt2":             "openai-community/gpt2",
+	"gpt2-large":       "openai-community/gpt2-large",
+	"gpt2-medium":      "openai-community/gpt2-medium",
+	"gpt2-xl":          "openai-community/gpt2-xl",
+	"llama-2-13b":      "meta-llama/Llama-2-13b-hf",
+	"llama-2-70b":      "meta-llama/Llama-2-70b-hf",
+	"llama-2-7b":       "meta-llama/Llama-2-7b-hf",
+	"llama-3-70b":      "meta-llama/Meta-Llama-3-70B",
+	"llama-3-8b":       "meta-llama/Meta-Llama-3-8B",
+	"llama-3.1-8b":     "meta-llama/Llama-3.1-8B",
+	"llama-3.2-1b":     "meta-llama/Llama-3.2-1B",
+	"mistral-7b":       "mistralai/Mistral-7B-v0.1",
+	"mixtral-8x7b":     "mistralai/Mixtral-8x7B-v0.1",
+	"phi-2":            "microsoft/phi-2",
+	"falcon-7b":        "tiiuae/falcon-7b",
+	"qwen3-30b-a3b":    "Qwen/Qwen3-30B-A3B",
+	"phi-1.5":          "microsoft/phi-1_5",
+	"phi-3-mini":       "microsoft/Phi-3-mini-4k-instruct",
+	"pythia-1.4b":      "EleutherAI/pythia-1.4b",
+	"pythia-160m":      "EleutherAI/pythia-160m",
+	"qwen2.5-0.5b":     "Qwen/Qwen2.5-0.5B",
+	"qwen2.5-7b":       "Qwen/Qwen2.5-7B",
+	"qwen2.5-32b-it":   "Qwen/Qwen2.5-32B-Instruct",
+	"qwen3-8b":         "Qwen/Qwen3-8B",
+	"tinyllama-1.1b":   "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T",
+	"vit-base":         "google/vit-base-patch16-224",
 }
 
 var (

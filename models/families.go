@@ -216,6 +216,25 @@ var families = []family{
 		parse:       (*parser).falcon,
 	},
 	{
+		// DeepSeek-V2 and -V3: multi-head latent attention, shared and
+		// routed experts, dense first layers (models/deepseek.go). peft has
+		// no default LoRA targets for them (utils/constants.py @00073fe8):
+		// memplan adapts the latent key/value projections every DeepSeek
+		// attention has.
+		ModelType:   FamilyDeepSeekV2,
+		Source:      "transformers src/transformers/models/deepseek_v2/configuration_deepseek_v2.py @v5.24.0 (DeepseekV2Config; the keys of deepseek-ai/DeepSeek-V2 configuration_deepseek.py)",
+		LoRATargets: []string{"kv_a_proj_with_mqa", "kv_b_proj"},
+		parse:       (*parser).deepseek,
+		HeadDimKey:  true,
+	},
+	{
+		ModelType:   FamilyDeepSeekV3,
+		Source:      "transformers src/transformers/models/deepseek_v3/configuration_deepseek_v3.py @v5.24.0 (DeepseekV3Config, read at commit 001f85b3)",
+		LoRATargets: []string{"kv_a_proj_with_mqa", "kv_b_proj"},
+		parse:       (*parser).deepseek,
+		HeadDimKey:  true,
+	},
+	{
 		ModelType:   FamilyBERT,
 		Source:      "transformers src/transformers/models/bert/configuration_bert.py @v4.51.0",
 		LoRATargets: []string{"query", "value"},

@@ -106,6 +106,23 @@ var realParamCounts = map[string]int64{
 	// 18874368 + experts 128*3*2048*768 + router 2048*128 + norms 4352) +
 	// final norm 2048.
 	"qwen3-30b-a3b": 30_532_122_624,
+	// DeepSeek: no exact published totals were found; derived from the
+	// module shapes of DeepseekV3ForCausalLM (transformers
+	// modeling_deepseek_v3.py @00b676f8; DeepseekV2ForCausalLM has the same
+	// modules; the V3 router's e_score_correction_bias is a buffer there)
+	// and checked against the published rounded totals in
+	// TestDeepSeekPublishedTotals: V2-Lite "15.7B", V2 "236B", V3 "671B".
+	// V2-Lite: embed+head 2*102400*2048 + 27*(attn q_proj 2048*16*192 +
+	// kv_a 2048*576 + kv_b 512*16*256 + o 16*128*2048 + norms 2*2048+512)
+	// + 1 dense MLP 3*2048*10944 + 26*(64 experts 3*2048*1408 + router
+	// 64*2048 + 2 shared 3*2048*2816) + final norm 2048.
+	"deepseek-v2-lite": 15_706_484_224,
+	// V2: q_a 5120*1536, q_a_layernorm 1536, q_b 1536*128*192; 60 layers,
+	// 1 dense (12288), 59 MoE (160 experts of 1536, 2 shared).
+	"deepseek-v2": 235_741_434_880,
+	// V3 main model (the 61 layers transformers loads; 3 dense of 18432, 58
+	// MoE of 256 experts of 2048 and 1 shared); MTPParamCount is apart.
+	"deepseek-v3": 671_026_404_352,
 	// GPTNeoXForCausalLM sizes with embeddings, Pythia size tables:
 	// '160m': 162322944, '1.4b': 1414647808.
 	"pythia-160m": 162_322_944,
@@ -173,7 +190,11 @@ func TestParamBreakdownSumsToParamCount(t *testing.T) {
 			if g.Total < 0 || g.PerLayer < 0 {
 				t.Errorf("%s: negative group %+v", n, g)
 			}
-			if g.PerLayer != 0 && g.Total < g.PerLayer*int64(a.Layers) {
+			layers := int64(a.Layers)
+			if g.Name == "mlp" {
+				layers -= int64(a.DenseLayers) // PerLayer is an expert layer's
+			}
+			if g.PerLayer != 0 && g.Total < g.PerLayer*layers {
 				t.Errorf("%s: group %q total %d < %d layers * %d", n, g.Name, g.Total, a.Layers, g.PerLayer)
 			}
 			sum += g.Total
@@ -230,6 +251,17 @@ func TestParamBreakdownGroups(t *testing.T) {
 		{"phi-1.5", "norms", 2 * 2048, 24*2*2048 + 2*2048},
 		{"phi-1.5", "lm_head", 0, 51200*2048 + 51200},
 		{"phi-1.5", "attention", 4 * (2048*2048 + 2048), 24 * 4 * (2048*2048 + 2048)},
+		// deepseek-v2-lite: MLA with a plain q_proj (2048 -> 16*192),
+		// kv_a_proj_with_mqa 2048 -> 512+64, kv_b_proj 512 -> 16*(128+128),
+		// o_proj 16*128 -> 2048; norms add kv_a_layernorm (512).
+		{"deepseek-v2-lite", "attention", 2048*16*192 + 2048*576 + 512*16*256 + 16*128*2048, 27 * (2048*16*192 + 2048*576 + 512*16*256 + 16*128*2048)},
+		{"deepseek-v2-lite", "norms", 2*2048 + 512, 27*(2*2048+512) + 2048},
+		// deepseek-v3: q_a 7168 -> 1536, q_b 1536 -> 128*192; norms add
+		// q_a_layernorm and kv_a_layernorm. mlp: 3 dense layers of 18432,
+		// 58 expert layers (256 experts of 2048, router, 1 shared expert).
+		{"deepseek-v3", "attention", 7168*1536 + 1536*128*192 + 7168*576 + 512*128*256 + 128*128*7168, 61 * (7168*1536 + 1536*128*192 + 7168*576 + 512*128*256 + 128*128*7168)},
+		{"deepseek-v3", "norms", 2*7168 + 1536 + 512, 61*(2*7168+1536+512) + 7168},
+		{"deepseek-v3", "mlp", 257*3*7168*2048 + 7168*256, 3*3*7168*18432 + 58*(257*3*7168*2048+7168*256)},
 		// phi-3-mini: fused qkv 3072 -> 9216, gate_up 3072 -> 16384.
 		{"phi-3-mini", "mlp", 3072*16384 + 8192*3072, 32 * (3072*16384 + 8192*3072)},
 	}
