@@ -121,6 +121,27 @@ func TestPublishedStartupLogs(t *testing.T) {
 			model: "qwen2.5-32b-it", gpu: "l40s", tp: 2, maxModelLen: 10000, util: 0.90,
 			loggedTotal: gib(44.42), blocks: 3947,
 		},
+		{
+			// vllm-project/vllm#12663, the same vLLM (v0.7.1, V0 engine),
+			// model and tp as #15815 on two 48 GB GPUs the excerpt does not
+			// name (total_gpu_memory 47.50 GiB), max_model_len 12288. The
+			// engine line of the same run (11:50, duplicated in #12664):
+			// "Initializing a V0 LLM engine (v0.7.1) with config:
+			// model='.../Qwen2.5-32B-Instruct', ... dtype=torch.bfloat16,
+			// max_seq_len=12288, ... tensor_parallel_size=2, ...
+			// enforce_eager=True, ... chunked_prefill_enabled=False". The
+			// profile: "total_gpu_memory (47.50GiB) x gpu_memory_utilization
+			// (0.90) = 42.75GiB", "model weights take 30.71GiB;
+			// non_torch_memory takes 0.29GiB; PyTorch activation peak memory
+			// takes 1.54GiB; the rest of the memory reserved for KV Cache is
+			// 10.21GiB", "# CUDA blocks: 5225", "Maximum concurrency for
+			// 12288 tokens per request: 6.80x". The same three terms as
+			// #15815 err the same ways (weights −0.19, peak 1.30 for 1.54,
+			// non-torch 0.88 for 0.29 GiB).
+			name: "qwen2.5-32b-it 2×48 GB tp 2 (vllm 12663)", url: "https://github.com/vllm-project/vllm/issues/12663",
+			model: "qwen2.5-32b-it", tp: 2, maxModelLen: 12288, util: 0.90,
+			loggedTotal: gib(47.50), blocks: 5225, concurrency: 6.80,
+		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,8 +149,16 @@ func TestPublishedStartupLogs(t *testing.T) {
 			if c.loggedTotal > 0 {
 				totals = append(totals, c.loggedTotal)
 			}
+			var gpu *hw.GPU
+			if c.gpu == "" {
+				// The log does not name its GPU: only its
+				// total_gpu_memory is checked.
+				totals = totals[1:]
+			} else {
+				gpu = mustGPU(t, c.gpu)
+			}
 			for _, total := range totals {
-				r, err := Plan(Spec{Model: mustModel(t, c.model), GPU: mustGPU(t, c.gpu), TP: c.tp, MaxModelLen: c.maxModelLen,
+				r, err := Plan(Spec{Model: mustModel(t, c.model), GPU: gpu, TP: c.tp, MaxModelLen: c.maxModelLen,
 					Utilization: c.util, NonTorch: c.nonTorch, TotalMemory: total})
 				if err != nil {
 					t.Fatal(err)
