@@ -15,6 +15,8 @@ func (s *Spec) validateTrace() error {
 		return invalid(FieldMode, "a trace records a training step; {mode} infer needs a {model}")
 	case s.TP > 1 || s.SP || s.EP > 1 || s.LoRA != nil || s.QLoRA:
 		return invalid(FieldTrace, "{tp}, {sp}, {ep}, {lora} and {qlora} rebuild the model's graph; they need a {model} (a catalog name or config.json), not a {graph}")
+	case (s.DP > 1 || s.ZeRO > 0) && s.Trace.ParamGrads == nil:
+		return invalid(FieldDP, "trace %s is %s, which does not record which gradient belongs to which parameter: re-export it with memplan_torch (memplan.trace/v2 records param_grads) to plan {dp} or {zero}", s.JobName(), s.Trace.Schema)
 	case s.Seq != 0 && !s.Trace.HasSeq():
 		return invalid(FieldSeq, "{seq} %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with memplan_torch export --seq-dim)", s.Seq, s.Trace.Name)
 	}

@@ -247,6 +247,11 @@ type Program struct {
 	MicroBatches int
 	// Params are the parameter tensors (for model-state accounting).
 	Params []TensorID
+	// GradOf pairs each gradient storage with its parameter (gradient →
+	// parameter) in programs whose backward ops come from no graph node: a
+	// replayed trace, whose exporter records each parameter's .grad. nil:
+	// strategies pair them through the nodes.
+	GradOf map[TensorID]TensorID
 }
 
 // Storage returns the tensor that owns t's storage.

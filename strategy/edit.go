@@ -37,6 +37,7 @@ func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
 		op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
 	}
 	q.Params = append([]ir.TensorID(nil), p.Params...)
+	q.GradOf = p.GradOf // read only: tensor ids stay those of p
 	return q
 }
 

@@ -783,17 +783,24 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		if len(fresh) == 0 {
 			continue
 		}
-		fi := int32(-1)
-		if op.Node >= 0 && op.Micro >= 0 {
-			fi = fwd[int(op.Node)*micros+op.Micro]
-		}
-		if fi < 0 {
-			return nil, fmt.Errorf("cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
-		}
 		var cands []ir.TensorID
-		for _, t := range q.Ops[fi].In {
-			if isParam.has(t) && q.Tensors[t].RequiresGrad && !hasGrad[t] && !containsTensor(cands, t) {
-				cands = append(cands, t)
+		if q.GradOf != nil {
+			var err error
+			if cands, err = recordedParams(q, oi, fresh, hasGrad); err != nil {
+				return nil, err
+			}
+		} else {
+			fi := int32(-1)
+			if op.Node >= 0 && op.Micro >= 0 {
+				fi = fwd[int(op.Node)*micros+op.Micro]
+			}
+			if fi < 0 {
+				return nil, fmt.Errorf("cannot tell which parameters op %d (%s) computes gradients for", oi, op.Name)
+			}
+			for _, t := range q.Ops[fi].In {
+				if isParam.has(t) && q.Tensors[t].RequiresGrad && !hasGrad[t] && !containsTensor(cands, t) {
+					cands = append(cands, t)
+				}
 			}
 		}
 		if len(cands) != len(fresh) {
@@ -807,6 +814,24 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		}
 	}
 	return pg, nil
+}
+
+// recordedParams are the parameters of the gradients fresh that op oi
+// creates, from the program's recorded pairing (Program.GradOf: a trace's
+// param_grads).
+func recordedParams(q *ir.Program, oi int, fresh []ir.TensorID, hasGrad []bool) ([]ir.TensorID, error) {
+	out := make([]ir.TensorID, len(fresh))
+	for i, g := range fresh {
+		p, ok := q.GradOf[g]
+		if !ok || p < 0 || int(p) >= len(q.Tensors) {
+			return nil, fmt.Errorf("gradient %s of op %d (%s) belongs to no recorded parameter", q.Tensors[g].Name, oi, q.Ops[oi].Name)
+		}
+		if hasGrad[p] {
+			return nil, fmt.Errorf("parameter %s has two gradients (%s, of op %d, is the second)", q.Tensors[p].Name, q.Tensors[g].Name, oi)
+		}
+		out[i] = p
+	}
+	return out, nil
 }
 
 // forwardOps indexes the first forward op of each node in each micro-step:

@@ -265,6 +265,7 @@ func (bd *builder) build() error {
 	if bd.err != nil {
 		return bd.err
 	}
+	bd.pairGrads()
 	if bd.o.Optimizer != nil {
 		if err := bd.replaceOptimizer(bd.initial); err != nil {
 			return err
@@ -280,6 +281,22 @@ func (bd *builder) build() error {
 		bd.p.Ops = append(bd.p.Ops, ir.Op{Name: "outputs still bound", Phase: ir.Optimizer, In: bd.prevOut, Node: -1})
 	}
 	return bd.bornAtStart(bd.dying)
+}
+
+// pairGrads records each gradient's parameter (the trace's param_grads, v2)
+// as Program.GradOf, which data parallelism and ZeRO shard by.
+func (bd *builder) pairGrads() {
+	if bd.t.ParamGrads == nil {
+		return
+	}
+	bd.p.GradOf = map[ir.TensorID]ir.TensorID{}
+	for _, pg := range bd.t.ParamGrads {
+		g, gok := bd.grads[pg.Grad]
+		p, pok := bd.initial[pg.Param]
+		if _, dup := bd.p.GradOf[g]; gok && pok && !dup {
+			bd.p.GradOf[g] = p
+		}
+	}
 }
 
 // carriedOutput adds the previous iteration's output, which a variable holds

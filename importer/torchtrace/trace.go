@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,8 +17,14 @@ import (
 	"github.com/memplan/memplan/internal/boundedio"
 )
 
-// Schema is the trace version this package reads.
-const Schema = "memplan.trace/v1"
+// Trace versions this package reads. v2 adds param_grads (each
+// parameter's gradient storage), which data parallelism and ZeRO need.
+const (
+	SchemaV1 = "memplan.trace/v1"
+	SchemaV2 = "memplan.trace/v2"
+	// Schema is the newest version, the one memplan_torch writes.
+	Schema = SchemaV2
+)
 
 const schemaPrefix = "memplan.trace/v"
 
@@ -131,9 +138,13 @@ const (
 	ScratchNotMeasured ScratchKind = "not measured"
 )
 
-// Trace is a parsed memplan.trace/v1 document.
+// ParamGrad pairs a parameter's storage with its gradient's: the storage
+// AccumulateGrad bound to the parameter's .grad in the steady step.
+type ParamGrad struct{ Param, Grad int }
+
+// Trace is a parsed memplan.trace/v1 or v2 document.
 type Trace struct {
-	Schema      string
+	Schema      string // SchemaV1 or SchemaV2
 	Name        string
 	Source      string
 	Torch       string // producer.torch
@@ -156,6 +167,8 @@ type Trace struct {
 	// ModelOutput is what the model returned in the steady step (nil in
 	// traces exported before memplan_torch recorded it).
 	ModelOutput *ModelOutput
+	// ParamGrads are the parameters' gradient storages (v2; nil in v1).
+	ParamGrads []ParamGrad
 
 	file string
 }
@@ -277,15 +290,19 @@ func parse(file string, data []byte) (t *Trace, err error) {
 		}
 		p.fail("", "missing \"schema\": not a memplan trace (want %q)", Schema)
 	}
-	if schema != Schema {
+	if schema != SchemaV1 && schema != SchemaV2 {
 		if v, ok := strings.CutPrefix(schema, schemaPrefix); ok {
-			if n, e := strconv.Atoi(v); e == nil && n > 1 {
-				panic(&perr{fmt.Sprintf("%s is schema %s; this memplan reads v1 — upgrade memplan", file, schema)})
+			if n, e := strconv.Atoi(v); e == nil && n > 2 {
+				panic(&perr{fmt.Sprintf("%s is schema %s; this memplan reads v1 and v2 — upgrade memplan", file, schema)})
 			}
 		}
 		panic(&perr{fmt.Sprintf("%s: schema %q is not a memplan trace (want %q)", file, schema, Schema)})
 	}
 	t = p.trace(m)
+	t.Schema = schema
+	if schema == SchemaV2 {
+		t.ParamGrads = p.paramGrads(p.get(m, "", "param_grads"))
+	}
 	t.file = file
 	p.check(t)
 	return t, nil
@@ -449,6 +466,17 @@ func (p *parser) shape(v any, path string) []int64 {
 }
 
 // ---- document ----
+
+func (p *parser) paramGrads(v any) []ParamGrad {
+	l := p.list(v, "param_grads")
+	out := make([]ParamGrad, len(l))
+	for i, x := range l {
+		path := fmt.Sprintf("param_grads[%d]", i)
+		pm := p.obj(x, path)
+		out[i] = ParamGrad{p.storageID(p.get(pm, path, "param"), join(path, "param")), p.storageID(p.get(pm, path, "grad"), join(path, "grad"))}
+	}
+	return out
+}
 
 func (p *parser) trace(m map[string]any) *Trace {
 	t := &Trace{Schema: Schema, Phases: map[string]PhaseRange{}}
@@ -632,56 +660,21 @@ func (p *parser) event(v any, path string, i int, t *Trace) Event {
 	return e
 }
 
-// check verifies the document's invariants: ids unique, frees and outputs
-// refer to live storages, phases in order.
+// check verifies the document's invariants: ids unique, every storage an
+// event reads, saves, views or frees live there, phases in order, v2's
+// param_grads. Each error names the event index and its op.
 func (p *parser) check(t *Trace) {
+	w := &walker{p: p, known: map[int]bool{}, decl: declared(t)}
 	live := map[int]bool{}
-	known := map[int]bool{}
 	for i, s := range t.Initial {
-		if known[s.ID] {
+		if w.known[s.ID] {
 			p.fail(fmt.Sprintf("initial_storages[%d]", i), "storage id %d listed twice", s.ID)
 		}
-		known[s.ID] = true
+		w.known[s.ID] = true
 		live[s.ID] = true
 	}
-	walk := func(events []Event, path string, live map[int]bool, firstStep bool) {
-		last := 0
-		order := map[string]int{PhaseForward: 0, PhaseBackward: 1, PhaseOptimizer: 2}
-		for i := range events {
-			e := &events[i]
-			ep := fmt.Sprintf("%s[%d]", path, i)
-			if order[e.Phase] < last {
-				p.fail(join(ep, "phase"), "%s after %s", e.Phase, []string{"forward", "backward", "optimizer"}[last])
-			}
-			last = order[e.Phase]
-			for j, a := range e.Alloc {
-				if live[a.ID] {
-					p.fail(fmt.Sprintf("%s.alloc[%d]", ep, j), "allocates storage %d, which is live", a.ID)
-				}
-				if known[a.ID] && !firstStep {
-					p.fail(fmt.Sprintf("%s.alloc[%d]", ep, j), "storage id %d is allocated twice", a.ID)
-				}
-				known[a.ID] = true
-				live[a.ID] = true
-			}
-			for j, o := range e.Outputs {
-				if !live[o.Storage] {
-					p.fail(fmt.Sprintf("%s.outputs[%d].storage", ep, j), "storage %d is not live", o.Storage)
-				}
-			}
-			for j, f := range e.Free {
-				if !live[f] {
-					p.fail(fmt.Sprintf("%s.free[%d]", ep, j), "frees storage %d, which is not live", f)
-				}
-				delete(live, f)
-			}
-		}
-	}
-	steady := map[int]bool{}
-	for k := range live {
-		steady[k] = true
-	}
-	walk(t.Events, "events", steady, false)
+	steady := maps.Clone(live)
+	w.walk(t.Events, "events", steady, false)
 	for i, id := range t.EndLive {
 		if !steady[id] {
 			p.fail(fmt.Sprintf("end_live[%d]", i), "storage %d is not live after the last event", id)
@@ -708,16 +701,139 @@ func (p *parser) check(t *Trace) {
 			fb = append(fb, e)
 		}
 	}
-	walk(fb, "events", first, true)
+	w.walk(fb, "events", first, true)
 	for i := range t.First.OptimizerEvents {
 		e := &t.First.OptimizerEvents[i]
 		if e.Phase != PhaseOptimizer {
 			p.fail(fmt.Sprintf("first_step.optimizer_events[%d].phase", i), "is %q, want optimizer", e.Phase)
 		}
 	}
-	walk(t.First.OptimizerEvents, "first_step.optimizer_events", first, true)
+	w.walk(t.First.OptimizerEvents, "first_step.optimizer_events", first, true)
 	if mo := t.ModelOutput; mo != nil {
 		p.checkModelOutput(t, mo)
+	}
+	if t.Schema != SchemaV1 {
+		p.checkParamGrads(t)
+	}
+}
+
+// declared is every storage id the document declares: initial storages and
+// every event's alloc.
+func declared(t *Trace) map[int]bool {
+	d := map[int]bool{}
+	for i := range t.Initial {
+		d[t.Initial[i].ID] = true
+	}
+	for _, evs := range [][]Event{t.Events, t.First.OptimizerEvents} {
+		for i := range evs {
+			for j := range evs[i].Alloc {
+				d[evs[i].Alloc[j].ID] = true
+			}
+		}
+	}
+	return d
+}
+
+// walker replays events over a live set, refusing any use of a storage that
+// is not live there: read (inputs), saved, viewed (an alias output), freed.
+type walker struct {
+	p       *parser
+	known   map[int]bool   // ids allocated so far (the steady walk)
+	decl    map[int]bool   // ids the document declares
+	freedAt map[int]string // the event that freed each storage, in this walk
+}
+
+var phaseOrder = map[string]int{PhaseForward: 0, PhaseBackward: 1, PhaseOptimizer: 2}
+
+func (w *walker) walk(events []Event, path string, live map[int]bool, firstStep bool) {
+	p := w.p
+	w.freedAt = map[int]string{}
+	last := 0
+	for i := range events {
+		e := &events[i]
+		ep := fmt.Sprintf("%s[%d]", path, i)
+		at := func(field string, j int) string { return fmt.Sprintf("%s.%s[%d] (%s)", ep, field, j, e.Op) }
+		if phaseOrder[e.Phase] < last {
+			p.fail(join(ep, "phase"), "%s after %s", e.Phase, []string{"forward", "backward", "optimizer"}[last])
+		}
+		last = phaseOrder[e.Phase]
+		for j, a := range e.Alloc {
+			if live[a.ID] {
+				p.fail(at("alloc", j), "allocates storage %d, which is live", a.ID)
+			}
+			if w.known[a.ID] && !firstStep {
+				p.fail(at("alloc", j), "storage id %d is allocated twice", a.ID)
+			}
+			w.known[a.ID] = true
+			live[a.ID] = true
+			delete(w.freedAt, a.ID)
+		}
+		// after the allocs: a tensor made outside the dispatcher (torch.tensor)
+		// is first seen, and allocated, as an input of the op that reads it
+		for j, id := range e.Inputs {
+			w.use(live, id, at("inputs", j), "reads")
+		}
+		for j, o := range e.Outputs {
+			verb := "outputs"
+			if o.Alias {
+				verb = "returns a view of"
+			}
+			w.use(live, o.Storage, at("outputs", j)+".storage", verb)
+		}
+		for j, id := range e.Saved {
+			w.use(live, id, at("saved", j), "saves")
+		}
+		for j, id := range e.Free {
+			if _, twice := w.freedAt[id]; twice {
+				p.fail(at("free", j), "frees storage %d twice (first after %s)", id, w.freedAt[id])
+			}
+			w.use(live, id, at("free", j), "frees")
+			delete(live, id)
+			w.freedAt[id] = ep
+		}
+	}
+}
+
+// use refuses verb on storage id at path unless it is live.
+func (w *walker) use(live map[int]bool, id int, path, verb string) {
+	switch {
+	case live[id]:
+	case w.freedAt[id] != "":
+		w.p.fail(path, "%s storage %d after its free after %s", verb, id, w.freedAt[id])
+	case !w.decl[id]:
+		w.p.fail(path, "%s storage %d, which is never allocated (no initial storage or alloc has that id)", verb, id)
+	default:
+		w.p.fail(path, "%s storage %d, which is not live", verb, id)
+	}
+}
+
+// checkParamGrads: each pair is an initial parameter (not a buffer), listed
+// once, and a gradient storage of the step.
+func (p *parser) checkParamGrads(t *Trace) {
+	param, grad := map[int]bool{}, map[int]bool{}
+	for i := range t.Initial {
+		s := &t.Initial[i]
+		param[s.ID] = s.Category == CatParameter && !s.Buffer
+		grad[s.ID] = s.Category == CatGradient
+	}
+	for i := range t.Events {
+		for _, a := range t.Events[i].Alloc {
+			grad[a.ID] = a.Category == CatGradient
+		}
+	}
+	seen := map[int]bool{}
+	for i, pg := range t.ParamGrads {
+		path := fmt.Sprintf("param_grads[%d]", i)
+		if !param[pg.Param] {
+			p.fail(join(path, "param"), "storage %d is not a parameter (an initial storage of category parameter, not a buffer)", pg.Param)
+		}
+		if seen[pg.Param] {
+			p.fail(join(path, "param"), "parameter %d is listed twice", pg.Param)
+		}
+		seen[pg.Param] = true
+		if !grad[pg.Grad] {
+			p.fail(join(path, "grad"), "storage %d is not a gradient (a storage of category gradient)", pg.Grad)
+		}
 	}
 }
 

@@ -15,7 +15,7 @@ from . import atomic, compat, fit, harness
 from .replay import scratch_bytes
 from .trace import ExportError, _categorize, trace_once
 
-SCHEMA = "memplan.trace/v1"
+SCHEMA = "memplan.trace/v2"  # v2: param_grads
 SEQ_TERMS = fit.SEQ_TERMS
 
 
@@ -441,6 +441,10 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
             "optimizer_events": first,
         },
     }
+    # each parameter's gradient storage (what AccumulateGrad wrote to .grad in the steady step): data parallelism
+    # and ZeRO shard a gradient with its parameter (memplan.trace/v2)
+    doc["param_grads"] = sorted(({"param": newid[p], "grad": newid[g]} for p, g in base["param_grads"]
+                                 if p in newid and g in newid), key=lambda d: d["param"])
     mo = base.get("model_output")
     if mo is not None:
         # the storages the step allocates for the model's output, and the event after which the model returned:

@@ -33,6 +33,25 @@ def _storage(s, where, doc):
         raise SchemaError("%s: the size model does not give 'bytes' at the trace batch" % where)
 
 
+def _param_grads(doc):
+    """v2's param_grads: each an initial parameter (not a buffer) and a gradient storage of the document."""
+    _need(doc, "trace", [("param_grads", (list,))])
+    params = {s["id"] for s in doc["initial_storages"] if s["category"] == "parameter" and not s.get("buffer")}
+    grads = {a["id"] for e in doc["events"] for a in e["alloc"] if a["category"] == "gradient"}
+    grads |= {s["id"] for s in doc["initial_storages"] if s["category"] == "gradient"}
+    seen = set()
+    for i, pg in enumerate(doc["param_grads"]):
+        w = "param_grads[%d]" % i
+        if not isinstance(pg, dict):
+            raise SchemaError("%s: not an object" % w)
+        _need(pg, w, [("param", (int,)), ("grad", (int,))])
+        if pg["param"] not in params or pg["param"] in seen:
+            raise SchemaError("%s: param %r is not a parameter's storage listed once" % (w, pg["param"]))
+        seen.add(pg["param"])
+        if pg["grad"] not in grads:
+            raise SchemaError("%s: grad %r is not a gradient storage" % (w, pg["grad"]))
+
+
 def validate_trace(doc):
     """Raises SchemaError on the first problem; returns the number of events."""
     if not isinstance(doc, dict):
@@ -40,8 +59,8 @@ def validate_trace(doc):
     _need(doc, "trace", [("schema", (str,)), ("trace_batch", (int,)), ("initial_storages", (list,)),
                          ("events", (list,)), ("first_step", (dict,)), ("end_live", (list,)),
                          ("trace_device", (str,)), ("producer", (dict,))])
-    if doc["schema"] != "memplan.trace/v1":
-        raise SchemaError("trace: schema is %r, not memplan.trace/v1" % doc["schema"])
+    if doc["schema"] not in ("memplan.trace/v1", "memplan.trace/v2"):
+        raise SchemaError("trace: schema is %r, not memplan.trace/v1 or v2" % doc["schema"])
     live = set()
     seen = set()
     for s in doc["initial_storages"]:
@@ -83,6 +102,8 @@ def validate_trace(doc):
                           % (sorted(steady)[:10], sorted(doc["end_live"])[:10]))
     fs = doc["first_step"]
     _need(fs, "first_step", [("optimizer_state", (list,)), ("optimizer_events", (list,)), ("exact", (bool,))])
+    if doc["schema"] == "memplan.trace/v2":
+        _param_grads(doc)
     mo = doc.get("model_output")
     if mo is not None:
         _need(mo, "model_output", [("storages", (list,)), ("returned_at", (int,))])

@@ -648,6 +648,7 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
 
     grad_sids = set()
     with_grad = []
+    param_grads = []  # (parameter's storage, its .grad's storage) as the steady step's optimizer phase starts
 
     def optimizer_step(n):
         rec.set_phase("optimizer", n)
@@ -658,6 +659,9 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
                 r = rec.lookup(p.grad, create=False)
                 if r is not None:
                     grad_sids.add(r.sid)
+                    q = rec.lookup(p, create=False)
+                    if n == 2 and q is not None:
+                        param_grads.append((q.sid, r.sid))
         opt.step()
         compat.zero_grad(opt)
         rec.sweep()
@@ -739,5 +743,5 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     g_sids = grad_sids
     return {"recorder": rec, "marks": marks, "model_output": model_output.get(2), "with_grad": with_grad, "primed": prime is not None, "scratch_measured": rec.counters is not None, "initial": initial, "end_live": end_live,
             "params": p_sids, "buffers": buf_set, "inputs": i_sids, "states": s_sids,
-            "grads": g_sids, "n_params": sum(p.numel() for p in params),
+            "grads": g_sids, "param_grads": param_grads, "n_params": sum(p.numel() for p in params),
             "param_bytes": sum(p.numel() * p.element_size() for p in params)}

@@ -93,7 +93,7 @@ def test_symlink_is_written_through(workdir):
     r = _run(["export", "builders:wide_mlp", "--device", "meta", "--out", "link.json"], str(workdir))
     assert r.returncode == 0, r.stderr.decode()
     assert os.path.islink(str(workdir / "link.json"))
-    assert json.loads((workdir / "real.json").read_text())["schema"] == "memplan.trace/v1"
+    assert json.loads((workdir / "real.json").read_text())["schema"] == "memplan.trace/v2"
     assert not [p for p in os.listdir(str(workdir)) if p.startswith(".tmp")]
 
 

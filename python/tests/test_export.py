@@ -24,7 +24,7 @@ def test_trace_schema_validates(tmp_path, device):
     path = tmp_path / "t.json"
     doc = export(m, x, str(path), loss_fn=F.cross_entropy, targets=y, device=device)
     on_disk = json.loads(path.read_text())
-    assert on_disk["schema"] == "memplan.trace/v1"
+    assert on_disk["schema"] == "memplan.trace/v2"
     assert validate_trace(on_disk) == len(doc["events"])
     assert on_disk["trace_device"] == device
     phases = [e["phase"] for e in on_disk["events"]]

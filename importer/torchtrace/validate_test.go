@@ -1,0 +1,80 @@
+package torchtrace
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every trace committed under testdata passes the reader's checks (the
+// replay invariants: nothing read, saved, viewed or freed when not live).
+func TestCommittedTracesValidate(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(testdata, "*.trace.json"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("found %d traces under %s (%v)", len(files), testdata, err)
+	}
+	more, _ := filepath.Glob("../../testdata/*/*.trace.json")
+	for _, f := range append(files, more...) {
+		if _, err := Load(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// Bad traces derived from three_events.trace.json: each refused in one line
+// naming the event index and its op.
+func TestValidateReplay(t *testing.T) {
+	edit := func(pairs ...string) string {
+		s := tiny
+		for i := 0; i < len(pairs); i += 2 {
+			if !strings.Contains(s, pairs[i]) {
+				t.Fatalf("fixture lacks %q", pairs[i])
+			}
+			s = strings.Replace(s, pairs[i], pairs[i+1], 1)
+		}
+		return s
+	}
+	fwd := `"free": [], "saved": [2]`
+	bwd := `"free": [2], "saved": []`
+	for _, c := range []struct{ name, in, want string }{
+		{"read after free", edit(`"free": [3], "saved": []`, `"free": [3], "saved": [], "inputs": [0, 2]`),
+			"events[2].inputs[1] (aten.add_.Tensor): reads storage 2 after its free after events[1]"},
+		{"saved after free", edit(`"free": [3], "saved": []`, `"free": [3], "saved": [2]`),
+			"events[2].saved[0] (aten.add_.Tensor): saves storage 2 after its free after events[1]"},
+		{"view of a freed base", edit(`"outputs": [{"storage": 0, "dtype": "float32", "shape": [4, 4], "alias": true`, `"outputs": [{"storage": 2, "dtype": "float32", "shape": [4, 4], "alias": true`),
+			"events[2].outputs[0] (aten.add_.Tensor).storage: returns a view of storage 2 after its free after events[1]"},
+		{"freed twice", edit(`"free": [3], "saved": []`, `"free": [3, 2], "saved": []`),
+			"events[2].free[1] (aten.add_.Tensor): frees storage 2 twice (first after events[1])"},
+		{"freed twice in one event", edit(bwd, `"free": [2, 2], "saved": []`),
+			"events[1].free[1] (aten.mm.default): frees storage 2 twice (first after events[1])"},
+		{"free of a storage never allocated", edit(bwd, `"free": [2, 7], "saved": []`),
+			"events[1].free[1] (aten.mm.default): frees storage 7, which is never allocated (no initial storage or alloc has that id)"},
+		{"free before the alloc", edit(fwd, `"free": [3], "saved": [2]`),
+			"events[0].free[0] (aten.mm.default): frees storage 3, which is not live"},
+		{"read of an id never allocated", edit(fwd, `"free": [], "saved": [2], "inputs": [1, 0, 99]`),
+			"events[0].inputs[2] (aten.mm.default): reads storage 99, which is never allocated"},
+		{"id out of range", edit(fwd, `"free": [], "saved": [2], "inputs": [1, 2147483648]`),
+			"events[0].inputs[1]: storage id 2147483648 out of range"},
+		{"negative id", edit(fwd, `"free": [], "saved": [-1]`), "events[0].saved[0]: storage id -1 out of range"},
+		{"allocates a live storage", edit(`"id": 3, "bytes": 64`, `"id": 1, "bytes": 64`),
+			"events[1].alloc[0] (aten.mm.default): allocates storage 1, which is live"},
+		{"v2 without param_grads", edit("memplan.trace/v1", "memplan.trace/v2"), `trace: missing "param_grads"`},
+		{"v2 param is a gradient", edit("memplan.trace/v1", "memplan.trace/v2", `"end_live"`, `"param_grads": [{"param": 3, "grad": 3}], "end_live"`),
+			"param_grads[0].param: storage 3 is not a parameter"},
+		{"v2 grad is an input", edit("memplan.trace/v1", "memplan.trace/v2", `"end_live"`, `"param_grads": [{"param": 0, "grad": 1}], "end_live"`),
+			"param_grads[0].grad: storage 1 is not a gradient"},
+		{"v2 parameter twice", edit("memplan.trace/v1", "memplan.trace/v2", `"end_live"`, `"param_grads": [{"param": 0, "grad": 3}, {"param": 0, "grad": 3}], "end_live"`),
+			"param_grads[1].param: parameter 0 is listed twice"},
+		{"v3", edit("memplan.trace/v1", "memplan.trace/v3"), "trace is schema memplan.trace/v3; this memplan reads v1 and v2 — upgrade memplan"},
+	} {
+		_, err := Parse([]byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: got %v\nwant %q", c.name, err, c.want)
+		}
+	}
+	v2 := edit("memplan.trace/v1", "memplan.trace/v2", `"end_live"`, `"param_grads": [{"param": 0, "grad": 3}], "end_live"`)
+	tr, err := Parse([]byte(v2))
+	if err != nil || len(tr.ParamGrads) != 1 || tr.ParamGrads[0] != (ParamGrad{0, 3}) || tr.Schema != SchemaV2 {
+		t.Fatalf("v2: %v %+v", err, tr)
+	}
+}
