@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -31,7 +32,7 @@ func TestOpenAPI(t *testing.T) {
 	if err := doc.Validate(context.Background()); err != nil {
 		t.Fatalf("validating /openapi.json: %v", err)
 	}
-	want := []string{"/healthz", "/metrics", "/openapi.json"}
+	want := []string{"/", "/healthz", "/metrics", "/openapi.json", "/static/{file}", "/v1/catalog"}
 	for _, c := range cli.APICommands() {
 		want = append(want, "/v1/"+c)
 	}
@@ -45,6 +46,7 @@ func TestOpenAPI(t *testing.T) {
 		t.Errorf("paths %v, want %v", got, want)
 	}
 	for _, p := range want {
+		p = strings.ReplaceAll(p, "{file}", "app.js")
 		resp, err := http.Get(ts.URL + p)
 		if err != nil {
 			t.Fatal(err)

@@ -171,12 +171,13 @@ func New(b Backend, cfg Config) *Server {
 		return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "in_flight": len(s.sem), "queued": s.waiting.Load()})
 	})))
 	s.mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
-	s.mux.Handle("/", s.route("other", func(w http.ResponseWriter, r *http.Request) int {
-		if r.URL.Path == "/" {
-			return writeError(w, http.StatusNotFound, "", "no web page yet (issue 13, item 3): the API is POST /v1/{plan,compare,fit,max,explain,pack}, described at /openapi.json")
-		}
-		return writeError(w, http.StatusNotFound, "", fmt.Sprintf("no route %s (the API is described at /openapi.json)", r.URL.Path))
-	}))
+	if c, ok := b.(Cataloger); ok {
+		s.mux.Handle("/v1/catalog", s.route("/v1/catalog", s.catalog(c)))
+	}
+	assets := pageAssets()
+	s.mux.Handle("/static/", s.route("/static/", s.page(assets)))
+	s.mux.Handle("/{$}", s.route("/", s.page(assets)))
+	s.mux.Handle("/", s.route("other", s.page(assets)))
 	return s
 }
 

@@ -350,7 +350,7 @@ func TestMetricsHealthAndRoot(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	for path, want := range map[string]int{"/healthz": 200, "/": 404, "/nope": 404} {
+	for path, want := range map[string]int{"/healthz": 200, "/nope": 404} {
 		resp, err := http.Get(ts.URL + path)
 		if err != nil {
 			t.Fatal(err)

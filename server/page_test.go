@@ -1,0 +1,170 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/recipe"
+	"github.com/memplan/memplan/server"
+)
+
+func get(t *testing.T, url string, header map[string]string) reply {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+// The page and every asset index.html names are served byte for byte as
+// the files in web/, with their content type, an ETag that answers 304,
+// and caching by kind: the page's own files revalidated on each load, the
+// versioned vendor files immutable.
+func TestPageServesEmbeddedFiles(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	index, err := os.ReadFile("web/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := regexp.MustCompile(`(?:src|href)="(/static/[^"]+)"`).FindAllStringSubmatch(string(index), -1)
+	if len(refs) != 4 {
+		t.Fatalf("index.html names %d assets, want 4 (app.js, app.css, uPlot's js and css): %v", len(refs), refs)
+	}
+	type want struct{ path, file, ctype, cache string }
+	cases := []want{{"/", "web/index.html", "text/html; charset=utf-8", "no-cache"}}
+	for _, r := range refs {
+		c := want{path: r[1], file: "web/" + strings.TrimPrefix(r[1], "/static/"), cache: "no-cache"}
+		c.ctype = map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}[r[1][strings.LastIndex(r[1], "."):]]
+		if strings.HasPrefix(r[1], "/static/vendor/") {
+			c.cache = "public, max-age=31536000, immutable"
+		}
+		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		body, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := get(t, ts.URL+c.path, nil)
+		if r.status != 200 || string(r.body) != string(body) {
+			t.Errorf("GET %s: %d, %d bytes; want 200 with %s's %d bytes", c.path, r.status, len(r.body), c.file, len(body))
+		}
+		if got := r.header.Get("Content-Type"); got != c.ctype {
+			t.Errorf("GET %s: Content-Type %q, want %q", c.path, got, c.ctype)
+		}
+		if got := r.header.Get("Cache-Control"); got != c.cache {
+			t.Errorf("GET %s: Cache-Control %q, want %q", c.path, got, c.cache)
+		}
+		if r.header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("GET %s: no X-Content-Type-Options: nosniff", c.path)
+		}
+		etag := r.header.Get("ETag")
+		if again := get(t, ts.URL+c.path, map[string]string{"If-None-Match": etag}); etag == "" || again.status != 304 || len(again.body) != 0 {
+			t.Errorf("GET %s with If-None-Match %s: %d with %d bytes, want 304 and none", c.path, etag, again.status, len(again.body))
+		}
+		if other := get(t, ts.URL+c.path, map[string]string{"If-None-Match": `"0"`}); other.status != 200 {
+			t.Errorf("GET %s with a stale ETag: %d, want 200", c.path, other.status)
+		}
+	}
+	csp := get(t, ts.URL+"/", nil).header.Get("Content-Security-Policy")
+	if !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "script-src 'self'") {
+		t.Errorf("the page's Content-Security-Policy %q does not keep it to its own origin", csp)
+	}
+}
+
+// Paths that are not the page's files are the API's JSON 404 (the vendor
+// directory's LICENSE and VERSION are in the repository, not served), and
+// the page's paths take GET and HEAD only.
+func TestPageRefuses(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	for _, path := range []string{"/static/nope.js", "/static/", "/static/vendor/uplot-1.6.32/LICENSE",
+		"/static/vendor/uplot-1.6.32/VERSION", "/index.html", "/static/index.html", "/static/../server.go", "/nope"} {
+		r := get(t, ts.URL+path, nil)
+		if r.status != 404 || !json.Valid(r.body) || r.header.Get("Content-Type") != "application/json" {
+			t.Errorf("GET %s: %d %q %s, want 404 with a JSON error", path, r.status, r.header.Get("Content-Type"), r.body)
+		}
+	}
+	for _, path := range []string{"/", "/static/app.js"} {
+		r := post(t, ts.URL+path, "{}")
+		if r.status != 405 || r.header.Get("Allow") != "GET, HEAD" {
+			t.Errorf("POST %s: %d Allow %q, want 405 Allow GET, HEAD", path, r.status, r.header.Get("Allow"))
+		}
+		errorOf(t, r)
+		resp, err := http.Head(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(b) != 0 || resp.ContentLength <= 0 {
+			t.Errorf("HEAD %s: %d, %d bytes, Content-Length %d; want 200, no body, the length", path, resp.StatusCode, len(b), resp.ContentLength)
+		}
+	}
+}
+
+// GET /v1/catalog lists exactly the embedded catalogs' models, GPUs and
+// recipes: what the page's pickers offer is what plan accepts.
+func TestCatalog(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	r := get(t, ts.URL+"/v1/catalog", nil)
+	if r.status != 200 || r.header.Get("Content-Type") != "application/json" {
+		t.Fatalf("GET /v1/catalog: %d %q", r.status, r.header.Get("Content-Type"))
+	}
+	var doc struct {
+		Schema  string
+		Models  []struct{ Name string }
+		GPUs    []struct{ Name string }
+		Recipes []struct{ Name string }
+	}
+	if err := json.Unmarshal(r.body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	names := func(n int, name func(int) string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = name(i)
+		}
+		return out
+	}
+	var wantModels, wantGPUs, wantRecipes []string
+	for _, e := range models.Catalog() {
+		wantModels = append(wantModels, e.Name)
+	}
+	for _, g := range hw.All() {
+		wantGPUs = append(wantGPUs, g.Name)
+	}
+	rs, err := recipe.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range rs {
+		wantRecipes = append(wantRecipes, x.Name)
+	}
+	if doc.Schema != "memplan.catalog/v1" ||
+		!slices.Equal(names(len(doc.Models), func(i int) string { return doc.Models[i].Name }), wantModels) ||
+		!slices.Equal(names(len(doc.GPUs), func(i int) string { return doc.GPUs[i].Name }), wantGPUs) ||
+		!slices.Equal(names(len(doc.Recipes), func(i int) string { return doc.Recipes[i].Name }), wantRecipes) {
+		t.Errorf("catalog %s, want models %v, GPUs %v, recipes %v", r.body, wantModels, wantGPUs, wantRecipes)
+	}
+	if p := post(t, ts.URL+"/v1/catalog", "{}"); p.status != 405 {
+		t.Errorf("POST /v1/catalog: %d, want 405", p.status)
+	}
+}
