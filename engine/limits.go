@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models/build"
@@ -118,70 +116,20 @@ func checkProgramBytes(s *Spec, p *ir.Program) error {
 }
 
 // validateTraceSizes checks every storage of the trace at the planned
-// micro-batch and sequence without wrapping: each at most MaxBytes.
+// micro-batch and sequence without wrapping: each at most MaxBytes
+// (torchtrace's CheckSizes names the event and op that allocates it).
 func (s *Spec) validateTraceSizes() error {
 	t := s.Trace
 	b, seq := int64(s.MicroBatch), t.TraceSeq
 	if t.HasSeq() && s.Seq > 0 {
 		seq = int64(s.Seq)
 	}
-	check := func(st *torchtrace.Storage, where string) error {
-		if _, ok := storageSize(st, b, seq); !ok {
-			return invalid(FieldMicroBatch, "trace %s: storage %d (%s) is over 4 EiB (2^62 bytes) at {micro-batch} %d × {seq} %d: no GPU holds it", s.JobName(), st.ID, where, b, seq)
-		}
-		return nil
-	}
-	for i := range t.Initial {
-		if err := check(&t.Initial[i], "initial"); err != nil {
-			return err
-		}
-	}
-	for _, evs := range [][]torchtrace.Event{t.Events, t.First.OptimizerEvents} {
-		for i := range evs {
-			for j := range evs[i].Alloc {
-				if err := check(&evs[i].Alloc[j], fmt.Sprintf("allocated by event %d", evs[i].Index)); err != nil {
-					return err
-				}
-			}
-		}
+	if err := t.CheckSizes(b, seq); err != nil {
+		return invalid(FieldMicroBatch, "{micro-batch} %d × {seq} %d: %s", b, seq, err)
 	}
 	return nil
 }
 
 // storageSize is st.Size(b, seq) with every product and sum checked
 // against MaxBytes (ok false past it).
-func storageSize(st *torchtrace.Storage, b, seq int64) (int64, bool) {
-	terms := []struct{ c, x, y, z int64 }{
-		{st.Const, 1, 1, 1}, {st.PerBatch, b, 1, 1}, {st.PerSeq, seq, 1, 1}, {st.PerSeq2, seq, seq, 1},
-		{st.PerBatchSeq, b, seq, 1}, {st.PerBatchSeq2, b, seq, seq},
-	}
-	var sum int64
-	for _, t := range terms {
-		c := t.c
-		neg := c < 0
-		if neg {
-			c = -c
-			if c < 0 {
-				return 0, false
-			}
-		}
-		v, ok := mulChecked(c, t.x, int64(MaxBytes))
-		if ok {
-			v, ok = mulChecked(v, t.y, int64(MaxBytes))
-		}
-		if ok {
-			v, ok = mulChecked(v, t.z, int64(MaxBytes))
-		}
-		if !ok {
-			return 0, false
-		}
-		if neg {
-			v = -v
-		}
-		if v > 0 && sum > int64(MaxBytes)-v || v < 0 && sum < -int64(MaxBytes)-v {
-			return 0, false
-		}
-		sum += v
-	}
-	return sum, true
-}
+func storageSize(st *torchtrace.Storage, b, seq int64) (int64, bool) { return st.SizeChecked(b, seq) }

@@ -47,7 +47,7 @@ func TestLimits(t *testing.T) {
 		{"eager total", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 25, Attention: build.Eager}}, FieldMicroBatch, "more than 4 EiB"},
 		{"experts", Spec{Job: Job{Model: &moe, Seq: 128}}, FieldModel, "4096 layers × 4096 experts"},
 		{"trace micro-batch", Spec{Job: Job{Trace: lm, MicroBatch: 1 << 62}}, FieldMicroBatch, "2^34 tokens"},
-		{"trace storage", Spec{Job: Job{Trace: &wide, MicroBatch: 1 << 20}}, FieldMicroBatch, "is over 4 EiB (2^62 bytes) at micro-batch 1048576"},
+		{"trace storage", Spec{Job: Job{Trace: &wide, MicroBatch: 1 << 20}}, FieldMicroBatch, "is over 4 EiB (2^62 bytes) at batch 1048576"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Plan(c.s)

@@ -92,6 +92,9 @@ func (t *Trace) Program(o Options) (*ir.Program, error) {
 		}
 		bd.s = int64(o.Seq)
 	}
+	if err := bd.checkSizes(); err != nil {
+		return nil, err
+	}
 	if o.Hold != lower.HoldNone {
 		if t.ModelOutput == nil {
 			return nil, fmt.Errorf("%w: trace %s does not record the model's output (model_output; exported before memplan_torch recorded it), so loop.hold-outputs cannot apply: re-export it, or plan with --set loop.hold-outputs=false (as recorded)", ErrOptions, t.label())
@@ -105,6 +108,26 @@ func (t *Trace) Program(o Options) (*ir.Program, error) {
 		return nil, err
 	}
 	return bd.p, nil
+}
+
+// checkSizes refuses sizes that leave 2^62 bytes at the replay's batch and
+// sequence, and the inputs' at batch × accum when they are built whole.
+func (bd *builder) checkSizes() error {
+	if err := bd.t.CheckSizes(bd.b, bd.s); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if !bd.o.FullBatchInputs || bd.o.Accum < 2 {
+		return nil
+	}
+	whole, ok := units.MulChecked(bd.b, int64(bd.o.Accum), math.MaxInt64)
+	if !ok {
+		return fmt.Errorf("%w: %s: batch %d × accum %d overflows", ErrOptions, bd.t.label(), bd.b, bd.o.Accum)
+	}
+	err := bd.t.checkSizes(whole, bd.s, func(s *Storage) bool { return s.Category == CatInput })
+	if err != nil {
+		return fmt.Errorf("%w: %w (the inputs of every micro-step, built whole)", ErrOptions, err)
+	}
+	return nil
 }
 
 func (t *Trace) label() string {

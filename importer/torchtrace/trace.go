@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/units"
 )
 
 // Trace versions this package reads. v2 adds param_grads (each
@@ -68,6 +69,82 @@ func (s *Storage) BatchScaled() bool {
 // Size is the storage's bytes at batch b and sequence length seq.
 func (s *Storage) Size(b, seq int64) int64 {
 	return s.Const + s.PerBatch*b + s.PerSeq*seq + s.PerSeq2*seq*seq + s.PerBatchSeq*b*seq + s.PerBatchSeq2*b*seq*seq
+}
+
+// SizeChecked is Size with every product and sum checked against
+// units.MaxBytes (2^62 bytes; any sum of two sizes under it stays inside
+// int64): false when a term or a partial sum leaves ±MaxBytes.
+func (s *Storage) SizeChecked(b, seq int64) (int64, bool) {
+	terms := [...]struct{ c, x, y, z int64 }{
+		{s.Const, 1, 1, 1}, {s.PerBatch, b, 1, 1}, {s.PerSeq, seq, 1, 1}, {s.PerSeq2, seq, seq, 1},
+		{s.PerBatchSeq, b, seq, 1}, {s.PerBatchSeq2, b, seq, seq},
+	}
+	const lim = int64(units.MaxBytes)
+	var sum int64
+	for _, t := range terms {
+		c, neg := t.c, t.c < 0
+		if neg {
+			if c = -c; c < 0 {
+				return 0, false
+			}
+		}
+		v, ok := units.MulChecked(c, t.x, lim)
+		if ok {
+			v, ok = units.MulChecked(v, t.y, lim)
+		}
+		if ok {
+			v, ok = units.MulChecked(v, t.z, lim)
+		}
+		if !ok {
+			return 0, false
+		}
+		if neg {
+			v = -v
+		}
+		if v > 0 && sum > lim-v || v < 0 && sum < -lim-v {
+			return 0, false
+		}
+		sum += v
+	}
+	return sum, true
+}
+
+// CheckSizes refuses a storage whose size model leaves 2^62 bytes (4 EiB,
+// units.MaxBytes) at batch b and sequence seq, naming where the trace
+// declares it: the initial storage, or the event index and op that
+// allocates it.
+func (t *Trace) CheckSizes(b, seq int64) error {
+	return t.checkSizes(b, seq, func(*Storage) bool { return true })
+}
+
+func (t *Trace) checkSizes(b, seq int64, which func(*Storage) bool) error {
+	bad := func(s *Storage, at string) error {
+		if _, ok := s.SizeChecked(b, seq); ok || !which(s) {
+			return nil
+		}
+		atSeq := ""
+		if t.HasSeq() {
+			atSeq = fmt.Sprintf(", sequence %d", seq)
+		}
+		return fmt.Errorf("%s: %s: storage %d (%s%s) is over 4 EiB (2^62 bytes) at batch %d%s by its size model: no GPU holds it",
+			t.label(), at, s.ID, s.DType, where(s.Module), b, atSeq)
+	}
+	for i := range t.Initial {
+		if err := bad(&t.Initial[i], fmt.Sprintf("initial_storages[%d]", i)); err != nil {
+			return err
+		}
+	}
+	for k, evs := range [][]Event{t.Events, t.First.OptimizerEvents} {
+		path := []string{"events", "first_step.optimizer_events"}[k]
+		for i := range evs {
+			for j := range evs[i].Alloc {
+				if err := bad(&evs[i].Alloc[j], fmt.Sprintf("%s[%d].alloc[%d] (%s)", path, i, j, evs[i].Op)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // Output is one tensor an event returned.

@@ -116,6 +116,13 @@ func TestProgramOptionErrors(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(tiny))
+	// small seeds near the replay checks: v2's param_grads, inputs read,
+	// a size model that overflows at large batches
+	v2 := strings.Replace(strings.Replace(tiny, "memplan.trace/v1", "memplan.trace/v2", 1), `"end_live"`, `"param_grads": [{"param": 0, "grad": 3}], "end_live"`, 1)
+	f.Add([]byte(v2))
+	f.Add([]byte(strings.Replace(v2, `"free": [3], "saved": []`, `"free": [3], "saved": [], "inputs": [0, 3]`, 1)))
+	f.Add([]byte(strings.Replace(tiny, `"bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`,
+		`"bytes": 2199023255552, "bytes_const": 0, "bytes_per_batch": 1099511627776, "dtype": "float32", "shape": [2, 4], "category": "activation"`, 1)))
 	for _, name := range []string{"lm_sgd.trace.json", "resnet18.trace.json"} {
 		if data, err := os.ReadFile(filepath.Join(testdata, name)); err == nil {
 			f.Add(data)
@@ -129,7 +136,7 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		for _, o := range []Options{{}, {Batch: 3, Accum: 2}, {FirstStep: true, MinBytes: 1024}} {
+		for _, o := range []Options{{}, {Batch: 3, Accum: 2}, {FirstStep: true, MinBytes: 1024}, {Batch: 1 << 40, Accum: 3, FullBatchInputs: true}} {
 			p, err := tr.Program(o)
 			if err != nil {
 				continue

@@ -1,6 +1,8 @@
 package torchtrace
 
 import (
+	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,5 +78,42 @@ func TestValidateReplay(t *testing.T) {
 	tr, err := Parse([]byte(v2))
 	if err != nil || len(tr.ParamGrads) != 1 || tr.ParamGrads[0] != (ParamGrad{0, 3}) || tr.Schema != SchemaV2 {
 		t.Fatalf("v2: %v %+v", err, tr)
+	}
+}
+
+// Sizes that leave 2^62 bytes when scaled to the replay's batch or
+// sequence are refused naming the storage's event and op, never wrapped.
+func TestProgramRefusesOverflow(t *testing.T) {
+	big := strings.Replace(tiny, `"bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`,
+		`"bytes": 2199023255552, "bytes_const": 0, "bytes_per_batch": 1099511627776, "dtype": "float32", "shape": [2, 4], "category": "activation"`, 1)
+	tr, err := Parse([]byte(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Program(Options{Batch: 1 << 20}); err != nil {
+		t.Fatalf("2^60 bytes is under the limit: %v", err)
+	}
+	for _, c := range []struct {
+		batch int
+		where string
+	}{{1 << 23, "events[0].alloc[0] (aten.mm.default): storage 2"}, {1 << 40, "events[0].alloc[0] (aten.mm.default): storage 2"}, {math.MaxInt, "initial_storages[1]: storage 1"}} {
+		_, err := tr.Program(Options{Batch: c.batch})
+		want := fmt.Sprintf("%s (float32) is over 4 EiB (2^62 bytes) at batch %d by its size model", c.where, c.batch)
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("batch %d: got %v\nwant %s", c.batch, err, want)
+		}
+	}
+	// The inputs built whole (batch × accum) are checked at that batch.
+	in := strings.Replace(tiny, `"bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "input"`,
+		`"bytes": 2199023255552, "bytes_const": 0, "bytes_per_batch": 1099511627776, "dtype": "float32", "shape": [2, 4], "category": "input"`, 1)
+	if tr, err = Parse([]byte(in)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tr.Program(Options{Batch: 1 << 20, Accum: 1 << 10, FullBatchInputs: true})
+	if err == nil || !strings.Contains(err.Error(), "initial_storages[1]: storage 1 (float32) is over 4 EiB (2^62 bytes) at batch 1073741824") {
+		t.Errorf("whole-batch inputs: got %v", err)
+	}
+	if _, err = tr.Program(Options{Batch: 1 << 20, Accum: 1 << 10}); err != nil {
+		t.Errorf("micro-batch inputs are 2^60 bytes: %v", err)
 	}
 }
