@@ -26,6 +26,9 @@ import (
 //   - FusedMoE (fused_moe.py fused_experts): intermediate_cache1 [N, topk,
 //     2I/tp], cache2 [N, topk, I/tp], cache3 [N, topk, H] and the router
 //     logits [N, E].
+//   - under TP, o_proj and down_proj (RowParallelLinear) all-reduce their
+//     [N, H] output out of place, so one more [N, H] is live at each
+//     phase's peak (layerElems).
 //
 // Every activation is in the serving dtype. The logits phase holds the
 // final hidden states [N, H] and the logits [S, V] of S = min(max_num_seqs,
@@ -72,6 +75,17 @@ func layerElems(s *Spec) (attn, mlp int64) {
 	if a.ParallelResidual {
 		// Parallel attention and MLP (GPT-NeoX, Phi): the attention output
 		// lives while the MLP runs.
+		mlp += H
+	}
+	if t > 1 {
+		// Under TP the row-parallel o_proj and down_proj end in an
+		// all-reduce that vLLM makes out of place (GroupCoordinator.all_reduce,
+		// vllm/distributed/parallel_state.py @v0.7.1: "PyTorch custom ops
+		// do not support mutation ... So we always make the all-reduce
+		// operation out-of-place"; pynccl's all_reduce allocates its output
+		// with torch.empty_like): the projection's [N, H] output and the
+		// reduced copy are live together.
+		attn += H
 		mlp += H
 	}
 	return attn, mlp

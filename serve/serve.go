@@ -23,6 +23,11 @@
 // max_model_len (vllm/executor/executor_base.py initialize_cache @v0.6.4,
 // v1/core/kv_cache_utils.py @PR #13596).
 //
+// What counts as non-torch memory changed with vLLM 0.7, whose worker takes
+// its baseline after the CUDA context: Spec.Release picks the profiler (V064
+// by default, V07). Under TP the row-parallel layers' all-reduce is out of
+// place, so the profile peak holds one more [N, hidden] (layerElems).
+//
 // CUDA graphs are captured after the KV cache is allocated
 // (worker.py _warm_up_model → capture_model), so their memory is outside
 // the budget gpu_memory_utilization sets; Result.CUDAGraphs estimates it.
@@ -65,6 +70,26 @@ const (
 	maxGraphBatch = 256
 )
 
+// Release is the vLLM release whose memory profiler a plan follows. The
+// two differ in what they subtract as non-torch memory (validateRelease).
+type Release string
+
+const (
+	// V064: vLLM 0.6.4's worker (PR #9352) subtracts every byte outside
+	// torch's allocator on the device after the profile run, the CUDA
+	// context included (vllm#10517's 0.6.4 logs: non_torch_memory 0.35 GiB
+	// on one RTX 3090). The default.
+	V064 Release = "0.6"
+	// V07: vLLM 0.7's worker takes its baseline snapshot once CUDA is
+	// initialised and before the distributed environment exists
+	// (vllm/worker/worker.py init_device @v0.7.1: torch.cuda.set_device,
+	// empty_cache, reset_peak_memory_stats, then self.baseline_snapshot =
+	// MemorySnapshot(), then init_worker_distributed_environment) and
+	// subtracts only the non-torch memory grown past it: NCCL's buffers
+	// under TP, not the CUDA context.
+	V07 Release = "0.7"
+)
+
 // Non-torch memory (outside the caching allocator), the same cited
 // figures the training recipes use (recipe/recipes/hf.yaml cuda.overhead,
 // nccl.overhead): the CUDA context with lazy module loading, and the
@@ -99,6 +124,7 @@ const (
 	FieldTotalMemory    Field = "total-memory"
 	FieldChunkedPrefill Field = "chunked-prefill"
 	FieldRequests       Field = "requests"
+	FieldRelease        Field = "vllm-version"
 )
 
 // FieldError is an invalid value of one field; Msg names fields as
@@ -154,10 +180,16 @@ type Spec struct {
 	// (default Context).
 	Prompt int
 	// NonTorch is device memory outside the caching allocator that the
-	// profile counts: zero takes CUDAContext plus NCCLBuffers when TP > 1;
-	// negative counts none (vLLM before PR #9352 took its baseline after
-	// the CUDA context was created).
+	// profile counts: zero takes the Release's (V064: CUDAContext, plus
+	// NCCLBuffers when TP > 1; V07: NCCLBuffers when TP > 1); negative
+	// counts none (vLLM before PR #9352 took its baseline after the CUDA
+	// context was created).
 	NonTorch units.Bytes
+	// Release is the vLLM release whose profiler is followed (default
+	// V064).
+	Release Release
+	// nonTorchWhat says what NonTorch holds (set by Validate).
+	nonTorchWhat string
 	// EnforceEager skips CUDA-graph capture (no graph memory).
 	EnforceEager bool
 	// GroupSize is AWQ's and GPTQ's group (default the config's
@@ -353,16 +385,39 @@ func (s *Spec) validateSizes() error {
 	if s.Prompt < 0 || s.Prompt > s.MaxModelLen {
 		return bad(FieldPrompt, "{prompt} must be in [1, {max-model-len} %d], got %d", s.MaxModelLen, s.Prompt)
 	}
-	if s.NonTorch < 0 {
-		s.NonTorch = 0
-	} else if s.NonTorch == 0 {
+	return s.validateRelease()
+}
+
+// validateRelease checks the vLLM release and fills the non-torch memory
+// its profiler subtracts.
+func (s *Spec) validateRelease() error {
+	switch s.Release {
+	case "":
+		s.Release = V064
+	case V064, V07:
+	default:
+		return bad(FieldRelease, "{vllm-version} must be %s (vLLM 0.6.4's profiler) or %s (vLLM 0.7's), got %q", V064, V07, string(s.Release))
+	}
+	if s.NonTorch != 0 {
+		s.nonTorchWhat = "as given"
+		s.NonTorch = max(s.NonTorch, 0)
+		return nil
+	}
+	s.nonTorchWhat = "CUDA context"
+	if s.Release == V064 {
 		s.NonTorch = CUDAContext
-		if s.TP > 1 {
-			s.NonTorch += NCCLBuffers
-		}
+	} else {
+		s.nonTorchWhat = "none past vLLM 0.7's baseline, which follows the CUDA context"
+	}
+	if s.TP > 1 {
+		s.NonTorch += NCCLBuffers
+		s.nonTorchWhat = map[Release]string{V064: "CUDA context and NCCL buffers", V07: "NCCL buffers (vLLM 0.7's baseline follows the CUDA context)"}[s.Release]
 	}
 	return nil
 }
+
+// NonTorchWhat says what the non-torch memory of a validated spec holds.
+func (s *Spec) NonTorchWhat() string { return s.nonTorchWhat }
 
 // Result is what vLLM would log at start-up, per GPU of the TP group, and
 // the roofline timing.
@@ -456,9 +511,16 @@ func kvHeadsPerRank(s *Spec) int {
 }
 
 // BlockBytes is CacheEngine.get_cache_block_size: key and value blocks of
-// every layer (vllm/worker/cache_engine.py).
+// every layer (vllm/worker/cache_engine.py). Under multi-head latent
+// attention (DeepSeek) the cache holds one entry of kv_lora_rank +
+// qk_rope_head_dim per token and layer, no separate value, on every TP
+// rank (get_cache_block_size: value_cache_entry = 0 when use_mla; the MLA
+// backends' KV cache shape [blocks, block_size, 576]).
 func BlockBytes(s *Spec) units.Bytes {
 	a := s.Model
+	if a.MLA() {
+		return s.KVDType.Size(int64(s.BlockSize) * int64(a.KVCacheElems()) * int64(a.Layers))
+	}
 	per := int64(s.BlockSize) * int64(kvHeadsPerRank(s)) * int64(a.HeadDim)
 	return s.KVDType.Size(2 * per * int64(a.Layers))
 }

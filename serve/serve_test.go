@@ -50,6 +50,7 @@ func TestPublishedStartupLogs(t *testing.T) {
 		maxModelLen   int
 		util          float64
 		nonTorch      units.Bytes
+		release       Release     // the vLLM release's profiler (default V064)
 		loggedTotal   units.Bytes // 0: not logged
 		blocks        int64
 		concurrency   float64 // 0: not logged
@@ -112,13 +113,15 @@ func TestPublishedStartupLogs(t *testing.T) {
 			// the rest of the memory reserved for KV Cache is 7.71GiB",
 			// "# CUDA blocks: 3947" (2 MiB blocks: 4 KV heads per rank × 128
 			// × 64 layers). The same formula as v0.6.4 (39.98 − 30.71 −
-			// 0.30 − 1.26 = 7.71). memplan is 2.7% low, its three terms off
-			// in both directions: weights 30.52 GiB, the parameter bytes (the
-			// log's 30.71 is 0.19 GiB more, not modelled), profile peak 1.06
-			// GiB (MLP phase at 10000 tokens; logged 1.26) and non-torch 0.88
-			// GiB (CUDA context and one NCCL communicator; logged 0.30).
+			// 0.30 − 1.26 = 7.71), with V07's non-torch baseline. memplan's
+			// three terms: weights 30.52 GiB, the parameter bytes (the log's
+			// 30.71 is 0.19 GiB more, not modelled); profile peak 1.15 GiB
+			// (MLP phase at 10000 tokens with the out-of-place all-reduce's
+			// copy; logged 1.26); non-torch 0.51 GiB (one NCCL communicator;
+			// logged 0.30). Without V07 (the CUDA context counted too) it
+			// would be 3.7–3.9% low.
 			name: "qwen2.5-32b-it 2×l40s tp 2 (vllm 15815)", url: "https://github.com/vllm-project/vllm/issues/15815",
-			model: "qwen2.5-32b-it", gpu: "l40s", tp: 2, maxModelLen: 10000, util: 0.90,
+			model: "qwen2.5-32b-it", gpu: "l40s", tp: 2, maxModelLen: 10000, util: 0.90, release: V07,
 			loggedTotal: gib(44.42), blocks: 3947,
 		},
 		{
@@ -136,10 +139,10 @@ func TestPublishedStartupLogs(t *testing.T) {
 			// takes 1.54GiB; the rest of the memory reserved for KV Cache is
 			// 10.21GiB", "# CUDA blocks: 5225", "Maximum concurrency for
 			// 12288 tokens per request: 6.80x". The same three terms as
-			// #15815 err the same ways (weights −0.19, peak 1.30 for 1.54,
-			// non-torch 0.88 for 0.29 GiB).
+			// #15815 err the same ways (weights −0.19, peak 1.42 for 1.54,
+			// non-torch 0.51 for 0.29 GiB).
 			name: "qwen2.5-32b-it 2×48 GB tp 2 (vllm 12663)", url: "https://github.com/vllm-project/vllm/issues/12663",
-			model: "qwen2.5-32b-it", tp: 2, maxModelLen: 12288, util: 0.90,
+			model: "qwen2.5-32b-it", tp: 2, maxModelLen: 12288, util: 0.90, release: V07,
 			loggedTotal: gib(47.50), blocks: 5225, concurrency: 6.80,
 		},
 	}
@@ -159,7 +162,7 @@ func TestPublishedStartupLogs(t *testing.T) {
 			}
 			for _, total := range totals {
 				r, err := Plan(Spec{Model: mustModel(t, c.model), GPU: gpu, TP: c.tp, MaxModelLen: c.maxModelLen,
-					Utilization: c.util, NonTorch: c.nonTorch, TotalMemory: total})
+					Utilization: c.util, NonTorch: c.nonTorch, TotalMemory: total, Release: c.release})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -209,6 +212,53 @@ func TestProfileRunPeak(t *testing.T) {
 		if math.Abs(got-c.peak) > 0.02 {
 			t.Errorf("max_model_len %d: peak_torch_memory %.3f GiB, log %.2f GiB", c.maxModelLen, got, c.peak)
 		}
+	}
+}
+
+// TestReleaseNonTorch: vLLM 0.6.4's profiler counts the CUDA context as
+// non-torch memory, 0.7's takes its baseline after it; both count NCCL's
+// buffers under TP; a given figure is kept.
+func TestReleaseNonTorch(t *testing.T) {
+	m, g := mustModel(t, "llama-3-8b"), mustGPU(t, "h100")
+	for _, c := range []struct {
+		rel      Release
+		tp       int
+		nonTorch units.Bytes
+		want     units.Bytes
+		what     string
+	}{
+		{"", 1, 0, CUDAContext, "CUDA context"},
+		{V064, 2, 0, CUDAContext + NCCLBuffers, "CUDA context and NCCL buffers"},
+		{V07, 1, 0, 0, "none past vLLM 0.7's baseline"},
+		{V07, 2, 0, NCCLBuffers, "NCCL buffers"},
+		{V07, 2, 1 << 30, 1 << 30, "as given"},
+		{V064, 1, -1, 0, "as given"},
+	} {
+		r, err := Plan(Spec{Model: m, GPU: g, TP: c.tp, MaxModelLen: 8192, Release: c.rel, NonTorch: c.nonTorch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.NonTorch != c.want || !strings.HasPrefix(r.Spec.NonTorchWhat(), c.what) {
+			t.Errorf("release %q tp %d: non-torch %v (%s), want %v (%s)", c.rel, c.tp, r.NonTorch, r.Spec.NonTorchWhat(), c.want, c.what)
+		}
+	}
+}
+
+// TestTPAllReduceOutOfPlace: under TP one more [N, H] (the all-reduced copy
+// of o_proj's and down_proj's output) is live at each phase's peak than the
+// rank's share of the unsharded layer would hold.
+func TestTPAllReduceOutOfPlace(t *testing.T) {
+	m := mustModel(t, "llama-3-8b")
+	H, I := int64(m.Hidden), int64(m.Intermediate)
+	one := Spec{Model: m, TP: 1}
+	two := Spec{Model: m, TP: 2}
+	_, mlp1 := layerElems(&one)
+	_, mlp2 := layerElems(&two)
+	if want := 2*H + 3*I + H; mlp1 != want {
+		t.Errorf("tp 1 mlp %d elements per token, want %d", mlp1, want)
+	}
+	if want := 2*H + 3*I/2 + 2*H; mlp2 != want {
+		t.Errorf("tp 2 mlp %d elements per token, want %d", mlp2, want)
 	}
 }
 
@@ -333,6 +383,7 @@ func TestBadSpecs(t *testing.T) {
 		{Spec{Model: m, GPU: g, Context: 9000}, FieldContext, "{context}"},
 		{Spec{Model: m, GPU: g, Prompt: -5}, FieldPrompt, "{prompt}"},
 		{Spec{Model: m, TotalMemory: -1}, FieldGPU, "{gpu}"},
+		{Spec{Model: m, GPU: g, Release: "0.5"}, FieldRelease, `{vllm-version} must be 0.6 (vLLM 0.6.4's profiler) or 0.7 (vLLM 0.7's), got "0.5"`},
 	} {
 		_, err := Plan(c.s)
 		var fe *FieldError
