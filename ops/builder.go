@@ -550,8 +550,12 @@ func (b *Builder) SDPA(name string, q, k, v ir.TensorID, causal bool) ir.TensorI
 	if causal {
 		flops /= 2
 	}
+	// The output has v's head width (DeepSeek's MLA: queries and keys of
+	// 192, values of 128; the memory-efficient kernel takes unequal widths).
+	os := append([]int64(nil), qs...)
+	os[3] = b.g.Tensors[ins[2]].Shape[3]
 	outs := b.node("sdpa_flash", ins, []out{
-		{name: name, dt: dt, shape: qs, view: ir.NoTensor},
+		{name: name, dt: dt, shape: os, view: ir.NoTensor},
 		{name: name + ".logsumexp", dt: units.F32, shape: []int64{B, A, S}, view: ir.NoTensor, noGrad: true},
 	}, flops)
 	b.last().BwdWorkspace = units.F32.Size(B*A*S*D) + units.F32.Size(B*A*S)

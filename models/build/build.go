@@ -683,6 +683,8 @@ func (m *builder) decoderLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID
 		return m.phiLayer(i, x, cos, sin, mask)
 	case models.FamilyFalcon:
 		return m.falconLayer(i, x, cos, sin, mask)
+	case models.FamilyDeepSeekV2, models.FamilyDeepSeekV3:
+		return m.deepseekLayer(i, x, cos, sin, mask)
 	case models.FamilyGPTNeoX:
 		h1 := m.norm("input_layernorm", x, a.Hidden)
 		att := func() ir.TensorID { defer b.Enter("attention")(); return m.attention(i, h1, cos, sin, mask) }()

@@ -53,7 +53,8 @@ func checkParallel(a *models.Arch, o *Options) error {
 		for _, d := range []struct {
 			name string
 			v    int
-		}{{"attention heads", a.Heads}, {"KV heads", a.KVHeads}, {"intermediate size", a.Intermediate}} {
+		}{{"attention heads", a.Heads}, {"KV heads", a.KVHeads}, {"intermediate size", a.Intermediate},
+			{"dense-layer intermediate size", a.DenseIntermediate}} {
 			if d.v%t != 0 {
 				return bad("TP=%d does not divide %s's %s (%d)", t, a.Name, d.name, d.v)
 			}
