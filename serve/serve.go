@@ -511,9 +511,16 @@ func kvHeadsPerRank(s *Spec) int {
 }
 
 // BlockBytes is CacheEngine.get_cache_block_size: key and value blocks of
-// every layer (vllm/worker/cache_engine.py).
+// every layer (vllm/worker/cache_engine.py). Under multi-head latent
+// attention (DeepSeek) the cache holds one entry of kv_lora_rank +
+// qk_rope_head_dim per token and layer, no separate value, on every TP
+// rank (get_cache_block_size: value_cache_entry = 0 when use_mla; the MLA
+// backends' KV cache shape [blocks, block_size, 576]).
 func BlockBytes(s *Spec) units.Bytes {
 	a := s.Model
+	if a.MLA() {
+		return s.KVDType.Size(int64(s.BlockSize) * int64(a.KVCacheElems()) * int64(a.Layers))
+	}
 	per := int64(s.BlockSize) * int64(kvHeadsPerRank(s)) * int64(a.HeadDim)
 	return s.KVDType.Size(2 * per * int64(a.Layers))
 }

@@ -163,10 +163,37 @@ func weightBytes(s *Spec) (units.Bytes, error) {
 	if a.LMHeadBias {
 		head += dt.Size(vpad / t)
 	}
-	total := units.Bytes(L)*(attn+mlp) + emb + head + dt.Size(norms+other)
+	layers := units.Bytes(L) * (attn + mlp)
+	if a.MLA() {
+		layers = deepseekBytes(s, lin, mlp)
+	}
+	total := layers + emb + head + dt.Size(norms+other)
 	if a.PosEmbedding == models.PosRotary {
 		rot := int64(float64(a.HeadDim) * a.RotaryPct)
 		total += dt.Size(int64(a.MaxPositions) * rot)
 	}
 	return total, nil
+}
+
+// deepseekBytes is DeepSeek-V2/V3's layers as vLLM's deepseek_v2.py holds
+// them on one GPU: DeepseekV2MLAAttention's q_a_proj and kv_a_proj_with_mqa
+// replicated, q_b_proj (or q_proj) and kv_b_proj column-parallel, o_proj
+// row-parallel; the routed experts (experts, as weightBytes sizes them),
+// plus DeepseekV2MoE's shared_experts, one MLP of n_shared widths split
+// over the ranks; a dense MLP in the first first_k_dense_replace layers.
+// Norms (q_a_layernorm and kv_a_layernorm included) are counted with the
+// others.
+func deepseekBytes(s *Spec, lin func(out, in int64) units.Bytes, experts units.Bytes) units.Bytes {
+	a, t := s.Model, int64(s.TP)
+	H, A, D := int64(a.Hidden), int64(a.Heads), int64(a.HeadDim)
+	ql, kvl, R, V := int64(a.QLoRARank), int64(a.KVLoRARank), int64(a.QKRopeDim), int64(a.VHeadDim)
+	q := lin(A*D/t, H)
+	if ql > 0 {
+		q = lin(ql, H) + lin(A*D/t, ql)
+	}
+	attn := q + lin(kvl+R, H) + lin(A*(D-R+V)/t, kvl) + lin(H, A*V/t)
+	gated := func(I int64) units.Bytes { return lin(2*I/t, H) + lin(H, I/t) }
+	moe := experts + gated(int64(a.SharedExperts)*int64(a.Intermediate))
+	L, dense := int64(a.Layers), int64(a.DenseLayers)
+	return units.Bytes(L)*attn + units.Bytes(L-dense)*moe + units.Bytes(dense)*gated(int64(a.DenseIntermediate))
 }
