@@ -1,0 +1,170 @@
+// memplan's web page end to end in headless Chromium (Debian's chromium,
+// driven by playwright-core): memplan serve on a free loopback port, the
+// page loaded with every request off the loopback origin refused (it must
+// work offline), the numbers it shows checked against the API's JSON for
+// the same request, a what-if control changed and checked again, a
+// snapshot from testdata uploaded and its explanation checked, a pack run
+// checked, and a screenshot taken.
+//
+// Environment: MEMPLAN (the binary; default: go build ./cmd/memplan into a
+// temporary directory), CHROMIUM (default /usr/bin/chromium), SCREENSHOT
+// (where the PNG goes; default a temporary file; docs/page.png for the
+// README).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { readFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+const snapshotFile = join(root, "testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl");
+const tmp = mkdtempSync(join(tmpdir(), "memplan-e2e-"));
+let server, base, browser, page;
+const problems = []; // console errors, page errors, refused requests
+
+// startServer runs memplan serve on 127.0.0.1:0 and reads the port it got
+// from its "serving" log line.
+async function startServer() {
+  let bin = process.env.MEMPLAN;
+  if (!bin) {
+    bin = join(tmp, "memplan");
+    execFileSync("go", ["build", "-o", bin, "./cmd/memplan"], { cwd: root, stdio: "inherit" });
+  }
+  server = spawn(bin, ["serve", "--addr", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
+  return new Promise((res, rej) => {
+    let buf = "";
+    const timer = setTimeout(() => rej(new Error("memplan serve did not log its address in 20 s:\n" + buf)), 20000);
+    server.on("exit", (code) => rej(new Error("memplan serve exited with " + code + ":\n" + buf)));
+    server.stderr.on("data", (d) => {
+      buf += d;
+      const m = buf.match(/"msg":"serving","addr":"([^"]+)"/);
+      if (m) {
+        clearTimeout(timer);
+        res("http://" + m[1]);
+      }
+    });
+  });
+}
+
+async function api(command, body) {
+  const resp = await fetch(base + "/v1/" + command, { method: "POST", body: JSON.stringify(body) });
+  const doc = await resp.json();
+  assert.equal(resp.status, 200, command + ": " + JSON.stringify(doc));
+  return doc;
+}
+
+const GIB = 1024 ** 3;
+const gib = (b) => (b / GIB).toFixed(2) + " GiB";
+const text = (sel) => page.locator(sel).innerText();
+const bytesShown = async (sel) => Number((await text(sel)).replace(/,/g, ""));
+
+// planned waits until the page has shown the plan of a request that has
+// want's fields, and returns that request.
+async function planned(want) {
+  await page.waitForFunction((w) => {
+    const b = document.body.dataset;
+    if (b.state !== "ready" || !b.planned) return false;
+    const got = JSON.parse(b.planned);
+    return Object.entries(w).every(([k, v]) => got[k] === v);
+  }, want, { timeout: 60000 });
+  return JSON.parse(await page.evaluate(() => document.body.dataset.planned));
+}
+
+// checkPlan compares what the page shows with the API's plan and compare
+// documents for req.
+async function checkPlan(req) {
+  const [plan, cmp] = await Promise.all([api("plan", req), api("compare", req)]);
+  assert.equal(await bytesShown("#peak-bytes"), plan.peak.bytes, "peak bytes");
+  assert.equal(await text("#peak-human"), gib(plan.peak.bytes));
+  assert.match(await text("#peak-where"), new RegExp(plan.peak.op.replace(/[()[\]*+?.]/g, "\\$&")));
+  assert.equal(await text("#fits"), plan.fits ? "fits" : "does not fit");
+  assert.equal(await text("#reserved"), gib(plan.reserved.peak_bytes));
+  const step = await text("#step-time");
+  assert.ok(Math.abs(parseFloat(step) / 1000 - plan.time.step_s) < 1e-4, `step time ${step} vs ${plan.time.step_s} s`);
+  for (const [cat, bytes] of Object.entries(plan.ledger)) {
+    const shown = await page.locator(`#ledger tr[data-category="${cat}"] td.exact`).innerText();
+    assert.equal(Number(shown.replace(/,/g, "")), bytes, "ledger " + cat);
+  }
+  const rows = await page.locator("#strategies tbody tr").evaluateAll((trs) =>
+    trs.map((tr) => [tr.dataset.strategy, Number(tr.dataset.peakBytes), tr.cells[2].innerText]));
+  const want = cmp.strategies.filter((s) => s.applies).map((s) => [s.strategy, s.peak_bytes, s.fits ? "fits" : "does not fit"]);
+  assert.deepEqual(rows, want, "strategy table");
+  return plan;
+}
+
+// checkHover checks the op shown under the timeline: the peak's before the
+// mouse comes, then, with the mouse over the chart, the plan's op at the
+// index shown.
+async function checkHover(plan) {
+  const atPeak = await text("#hover");
+  assert.ok(atPeak.startsWith(`#${plan.peak.op_index} ${plan.peak.op} `) && atPeak.endsWith(gib(plan.peak.bytes)),
+    `before hovering the timeline shows the peak's op: ${atPeak}`);
+  const over = page.locator("#timeline .u-over");
+  const box = await over.boundingBox();
+  await page.mouse.move(box.x + box.width * 0.4, box.y + box.height / 2);
+  const shown = await text("#hover");
+  const m = shown.match(/^#(\d+) (\S+)/);
+  assert.ok(m, "hover shows an op: " + shown);
+  const ev = plan.timeline[Number(m[1])];
+  assert.equal(m[2], ev.op);
+  if (ev.module) assert.ok(shown.includes(" · " + ev.module + " · "), `hover ${shown} lacks module ${ev.module}`);
+}
+
+before(async () => {
+  base = await startServer();
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+    args: process.getuid && process.getuid() === 0 ? ["--no-sandbox"] : [],
+  });
+  page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on("console", (m) => m.type() === "error" && problems.push("console: " + m.text()));
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+  await page.route("**/*", (route) => {
+    if (route.request().url().startsWith(base + "/")) return route.continue();
+    problems.push("refused off-origin request " + route.request().url());
+    return route.abort();
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.kill();
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+test("the page shows the API's numbers, re-plans, explains, packs", async () => {
+  await page.goto(base + "/");
+  const first = await planned({ model: "llama-3.2-1b", gpu: "h100-sxm", recipe: "hf" });
+  assert.deepEqual(first, { model: "llama-3.2-1b", gpu: "h100-sxm", recipe: "hf" });
+  const plan = await checkPlan(first);
+  await checkHover(plan);
+
+  await page.fill("#micro_batch", "4");
+  const second = await planned({ micro_batch: 4 });
+  assert.deepEqual(second, { ...first, micro_batch: 4 });
+  const plan4 = await checkPlan(second);
+  assert.ok(plan4.peak.bytes > plan.peak.bytes, "micro-batch 4 peaks higher than 1");
+
+  await page.setInputFiles("#snapshot", snapshotFile);
+  await page.locator("#explain").waitFor({ state: "visible", timeout: 60000 });
+  const ex = await api("explain", { snapshot: readFileSync(snapshotFile).toString("base64") });
+  assert.equal(await text("#explain-summary"), ex.summary);
+  assert.equal(await page.locator("#explain-sites tbody tr").count(), ex.peak_allocated.by_site.length);
+
+  await page.click("#pack-run");
+  await page.locator("#pack").waitFor({ state: "visible", timeout: 60000 });
+  const pk = await api("pack", { jobs: await page.inputValue("#jobs"), gpus: await page.inputValue("#pool") });
+  const shown = await page.locator("#policies tbody tr").evaluateAll((trs) =>
+    trs.map((tr) => [tr.dataset.policy, Number(tr.cells[1].innerText), Number(tr.cells[4].innerText)]));
+  assert.deepEqual(shown, pk.policies.map((p) => [p.policy, p.gpus_needed, p.oom_gpus]));
+  const curve = pk.policies.find((p) => p.policy === "curve");
+  assert.equal(await page.locator("#assignment tbody tr").count(), curve.assignment.length);
+
+  await page.evaluate(() => window.scrollTo(0, 0));
+  const shot = process.env.SCREENSHOT || join(tmp, "page.png");
+  await page.screenshot({ path: shot, fullPage: true });
+  assert.deepEqual(problems, []);
+});
