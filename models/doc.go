@@ -6,7 +6,7 @@
 //
 //   - ParseHFConfig / LoadFile parse a config.json (gpt2, llama, mistral,
 //     mixtral, qwen2, qwen3, qwen3_moe, gemma, gemma2, gemma3_text, phi,
-//     phi3, gpt_neox, falcon, bert, vit).
+//     phi3, gpt_neox, falcon, deepseek_v2, deepseek_v3, bert, vit).
 //   - Lookup / Names / Catalog / Suggest use the embedded catalog of real
 //     configs (gpt2 ... mixtral-8x7b, bert-base, vit-base).
 //   - Resolve accepts either a path or a catalog name.
