@@ -152,7 +152,10 @@ test("the page shows the API's numbers, re-plans, explains, packs", async () => 
   await page.locator("#explain").waitFor({ state: "visible", timeout: 60000 });
   const ex = await api("explain", { snapshot: readFileSync(snapshotFile).toString("base64") });
   assert.equal(await text("#explain-summary"), ex.summary);
-  assert.equal(await page.locator("#explain-sites tbody tr").count(), ex.peak_allocated.by_site.length);
+  for (const [id, rows] of [["#explain-cats", ex.peak_allocated.by_category], ["#explain-sites", ex.peak_allocated.by_site]]) {
+    const shownRows = await page.locator(id + " tbody tr").evaluateAll((trs) => trs.map((tr) => [tr.cells[0].innerText, tr.cells[1].innerText]));
+    assert.deepEqual(shownRows, rows.map((r) => [r.name, gib(r.bytes)]), id);
+  }
 
   await page.click("#pack-run");
   await page.locator("#pack").waitFor({ state: "visible", timeout: 60000 });
