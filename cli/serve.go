@@ -18,7 +18,7 @@ import (
 // serveFlags are plan --mode serve's flags, named as vLLM's engine
 // arguments.
 type serveFlags struct {
-	dtype, quant, kvDType, totalMemory          string
+	dtype, quant, kvDType, totalMemory, release string
 	blockSize, maxModelLen, batchedTokens, seqs int
 	context, prompt                             int
 	util                                        float64
@@ -43,6 +43,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.context, "context", 0, "serve: tokens per request for the concurrency (default --max-model-len)")
 	fl.IntVar(&f.prompt, "prompt", 0, "serve: prompt tokens time to first token is priced at (default --context)")
 	fl.StringVar(&f.totalMemory, "total-memory", "", "serve: the GPU's total memory as torch.cuda.mem_get_info reports it (default the catalog's)")
+	fl.StringVar(&f.release, "vllm-version", string(serve.V064), "serve: the vLLM release whose memory profiler to follow: 0.6 (v0.6.4: the CUDA context counts as non-torch memory) or 0.7 (v0.7 on: only what grows after it, NCCL's buffers)")
 }
 
 // servedFlags are the training-only flags plan --mode serve refuses.
@@ -93,7 +94,7 @@ func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 	}
 	s.BlockSize, s.Utilization, s.MaxModelLen = f.blockSize, f.util, f.maxModelLen
 	s.MaxNumBatchedTokens, s.MaxNumSeqs, s.Context, s.Prompt = f.batchedTokens, f.seqs, f.context, f.prompt
-	s.EnforceEager = f.eager
+	s.EnforceEager, s.Release = f.eager, serve.Release(f.release)
 	if f.changed("chunked-prefill") {
 		on := f.chunked
 		s.ChunkedPrefill = &on
@@ -155,6 +156,7 @@ type serveReport struct {
 	MaxNumBatchedTokens  int     `json:"max_num_batched_tokens"`
 	MaxNumSeqs           int     `json:"max_num_seqs"`
 	ChunkedPrefill       bool    `json:"chunked_prefill"`
+	VLLMVersion          string  `json:"vllm_version"`
 	TotalMemory          int64   `json:"total_gpu_memory_bytes"`
 	Budget               int64   `json:"budget_bytes"`
 	Weights              int64   `json:"weights_bytes"`
@@ -181,7 +183,7 @@ func serveJSON(r *serve.Result) serveReport {
 	s := r.Spec
 	j := serveReport{Schema: "memplan.serve/v1", Model: s.Model.Name, TP: s.TP, DType: s.DType.String(), Quantization: s.Quant.String(),
 		KVCacheDType: s.KVDType.String(), BlockSize: s.BlockSize, GPUMemoryUtilization: s.Utilization, MaxModelLen: s.MaxModelLen,
-		MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, ChunkedPrefill: *s.ChunkedPrefill,
+		MaxNumBatchedTokens: s.MaxNumBatchedTokens, MaxNumSeqs: s.MaxNumSeqs, ChunkedPrefill: *s.ChunkedPrefill, VLLMVersion: string(s.Release),
 		TotalMemory: int64(s.TotalMemory), Budget: int64(r.Budget), Weights: int64(r.Weights), Activation: int64(r.Activation),
 		ActivationAt: r.ActivationAt, NonTorch: int64(r.NonTorch), KVAvailable: int64(max(r.KVAvailable, 0)), BlockBytes: int64(r.BlockBytes),
 		Blocks: r.Blocks, Tokens: r.Tokens, MaxConcurrency: r.MaxConcurrency, Context: s.Context, Requests: r.ConcurrencyAtContext,
@@ -206,7 +208,7 @@ func writeServeText(w io.Writer, r *serve.Result) error {
 	fmt.Fprintf(&b, "Per GPU: total_gpu_memory %.2f GiB × gpu_memory_utilization %.2f = %.2f GiB\n", s.TotalMemory.GiBf(), s.Utilization, r.Budget.GiBf())
 	fmt.Fprintf(&b, "  weights            %9.2f GiB\n", r.Weights.GiBf())
 	fmt.Fprintf(&b, "  activation peak    %9.2f GiB  profile run of %d tokens (%d sequences), at the %s\n", r.Activation.GiBf(), s.MaxNumBatchedTokens, s.MaxNumSeqs, r.ActivationAt)
-	fmt.Fprintf(&b, "  non-torch memory   %9.2f GiB  CUDA context and NCCL buffers\n", r.NonTorch.GiBf())
+	fmt.Fprintf(&b, "  non-torch memory   %9.2f GiB  %s\n", r.NonTorch.GiBf(), s.NonTorchWhat())
 	fmt.Fprintf(&b, "  KV cache           %9.2f GiB\n\n", max(r.KVAvailable, 0).GiBf())
 	fmt.Fprintf(&b, "# GPU blocks: %d (%s each)\n", r.Blocks, r.BlockBytes)
 	fmt.Fprintf(&b, "GPU KV cache size: %d tokens\n", r.Tokens)

@@ -62,6 +62,7 @@ func TestPlanServeBadInput(t *testing.T) {
 		{[]string{"--total-memory", "lots"}, "--total-memory"},
 		{[]string{"--total-memory", "0"}, "--total-memory"},
 		{[]string{"--max-num-seqs", "0"}, "--max-num-seqs must be positive"},
+		{[]string{"--vllm-version", "0.5"}, `--vllm-version must be 0.6 (vLLM 0.6.4's profiler) or 0.7 (vLLM 0.7's), got "0.5"`},
 	} {
 		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
 		if code != ExitBadInput || out != "" || !strings.Contains(errs, c.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {

@@ -44,9 +44,13 @@ func profilePeak(s *Spec) (units.Bytes, string) {
 	S := min(int64(s.MaxNumSeqs), N)
 	vpad := ceilDiv(int64(a.Vocab), vocabPadding) * vocabPadding
 	logits := dt.Size(N*int64(a.Hidden)) + dt.Size(S*vpad)
-	layer, where := dt.Size(N*attn), "attention (qkv, output and o_proj output)"
+	reduced := ""
+	if s.TP > 1 {
+		reduced = " and its all-reduced copy"
+	}
+	layer, where := dt.Size(N*attn), "attention (qkv, output and o_proj output"+reduced+")"
 	if m := dt.Size(N * mlp); m > layer {
-		layer, where = m, "mlp (gate_up, activation and down_proj output)"
+		layer, where = m, "mlp (gate_up, activation and down_proj output"+reduced+")"
 	}
 	if logits > layer {
 		return logits, "logits of the sampled positions"
