@@ -114,7 +114,12 @@ func decodePods(data []byte) ([]*corev1.Pod, error) {
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fmt.Errorf("not a PodList: %s", oneLine(err.Error()))
 	}
-	if list.Kind != "" && list.Kind != "PodList" && list.Kind != "List" {
+	// kubectl and the API server always write the kind; a JSON file
+	// without one (a plan, a measurement) once read as zero pods.
+	if list.Kind == "" {
+		return nil, errors.New("no kind: not a PodList (kubectl get pods -A -o json)")
+	}
+	if list.Kind != "PodList" && list.Kind != "List" {
 		return nil, fmt.Errorf("kind %q is not PodList", cut(list.Kind))
 	}
 	out := make([]*corev1.Pod, len(list.Items))

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/snapshot"
 )
@@ -122,21 +121,12 @@ func readRef(dir, name string, limit int64) ([]byte, error) {
 	if filepath.IsAbs(name) || !filepath.IsLocal(name) {
 		return nil, errors.New("must be a relative path inside the reference directory")
 	}
-	fh, err := os.Open(filepath.Join(dir, name))
+	// boundedio refuses a named pipe (it blocked the extender at start-up)
+	// or a device (/dev/zero was read to the limit) without reading it.
+	p := filepath.Join(dir, name)
+	data, err := boundedio.ReadFile(p, limit)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, err
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("larger than %d bytes", limit)
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "cannot read "+p+": "))
 	}
 	return data, nil
 }
