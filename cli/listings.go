@@ -99,8 +99,20 @@ type gpuRow struct {
 	HostLinkGBs       float64  `json:"host_link_gbs_per_direction"`
 	NVLink            float64  `json:"nvlink_gbs,omitempty"`
 	Node              *nodeRow `json:"node,omitempty"`
+	MIG               *migRow  `json:"mig,omitempty"`
 	Source            string   `json:"source"`
 	TotalMemorySource string   `json:"total_memory_source"`
+}
+
+// migRow is a Multi-Instance GPU profile's place in its GPU: the whole
+// GPU's catalog name, the profile, its SMs of the GPU's and its fraction of
+// the memory (the figures the time model scales by).
+type migRow struct {
+	Parent         string  `json:"parent"`
+	Profile        string  `json:"profile"`
+	SMs            int     `json:"sms"`
+	ParentSMs      int     `json:"parent_sms"`
+	MemoryFraction float64 `json:"memory_fraction"`
 }
 
 // nodeRow is the server a catalog GPU is sold in: GPUs per node and each
@@ -117,7 +129,9 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 		Use:   "gpus",
 		Short: "List the embedded GPU catalog",
 		Long: "List the embedded GPU catalog. \"datasheet\" is the capacity the vendor prints (decimal GB); " +
-			"\"usable\" is what a process can allocate (torch's total_memory, GiB), which plans are checked against.",
+			"\"usable\" is what a process can allocate (torch's total_memory, GiB), which plans are checked against. " +
+			"MIG profiles are entries <gpu>-mig-<profile> (e.g. h100-80gb-mig-3g.40gb): the instance's memory, " +
+			"the compute of its share of the SMs and the bandwidth of its share of the memory.",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if err := checkListFormat(out); err != nil {
@@ -132,6 +146,9 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 						NVLink: g.NVLink / 1e9, Source: g.Source, TotalMemorySource: g.TotalMemorySource})
 					if n := g.Node; n != nil {
 						rows[len(rows)-1].Node = &nodeRow{GPUs: n.GPUs, NetworkGbps: n.NetworkPerDirection * 8 / 1e9, Source: n.Source}
+					}
+					if m := g.MIG; m != nil {
+						rows[len(rows)-1].MIG = &migRow{Parent: m.Parent, Profile: m.Profile, SMs: m.SMs, ParentSMs: m.ParentSMs, MemoryFraction: m.MemoryFraction}
 					}
 				}
 				return writeJSON(stdout, struct {

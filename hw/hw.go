@@ -75,6 +75,9 @@ type GPU struct {
 	// (GPUs per node and each GPU's inter-node network); nil when the
 	// catalog gives none (PCIe cards sold into many different servers).
 	Node *Node
+	// MIG is set for a Multi-Instance GPU profile (mig.go), nil for a whole
+	// GPU.
+	MIG *MIG
 
 	Source string
 }
@@ -155,7 +158,8 @@ type rawGPU struct {
 		NetworkGbps float64 `json:"network_gbps"`
 		Source      string  `json:"source"`
 	} `json:"node"`
-	Source string `json:"source"`
+	Source string     `json:"source"`
+	MIG    *rawMIGSet `json:"mig"`
 }
 
 // pcieLaneGTs is the per-lane line rate in GT/s by generation (PCI-SIG).
@@ -184,7 +188,11 @@ func parseCatalog(data []byte) ([]GPU, error) {
 		if err != nil {
 			return nil, fmt.Errorf("catalog entry %d (%q): %w", i, r.Name, err)
 		}
-		gpus = append(gpus, g)
+		slices, err := migSlices(g, r.MIG)
+		if err != nil {
+			return nil, fmt.Errorf("catalog entry %d (%q): %w", i, r.Name, err)
+		}
+		gpus = append(append(gpus, g), slices...)
 	}
 	return gpus, nil
 }
@@ -355,6 +363,10 @@ func Lookup(name string) (*GPU, error) {
 			n := *g.Node
 			g.Node = &n
 		}
+		if g.MIG != nil {
+			m := *g.MIG
+			g.MIG = &m
+		}
 		return &g, nil
 	}
 	return nil, fmt.Errorf("%w %q; closest: %s", ErrUnknownGPU, name, strings.Join(c.closest(k, 3), ", "))
@@ -401,6 +413,10 @@ func All() []GPU {
 		if g.Node != nil {
 			n := *g.Node
 			g.Node = &n
+		}
+		if g.MIG != nil {
+			m := *g.MIG
+			g.MIG = &m
 		}
 		out[i] = g
 	}
