@@ -301,6 +301,14 @@ func (s *Spec) validateSizes() error {
 	if s.Seq < 0 {
 		return invalid(FieldSeq, "{seq} must be positive, got %d", s.Seq)
 	}
+	// Each bounded before their sum, which wrapped (gen-tokens 2^63-1
+	// made --seq -9223372036854773761 in the token-limit message).
+	if s.Seq > MaxTokens {
+		return invalid(FieldSeq, "{seq} %d is over the limit of 2^34 tokens", s.Seq)
+	}
+	if s.GenTokens > MaxTokens {
+		return invalid(FieldGenTokens, "{gen-tokens} %d is over the limit of 2^34 tokens", s.GenTokens)
+	}
 	if s.Model.PosEmbedding == models.PosLearned && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
 		return invalid(FieldSeq, "{seq} %d exceeds %s's %d learned positions", s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
 	}
