@@ -65,6 +65,9 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
   curl -s localhost:8080/v1/plan -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkServeFlags(&cfg); err != nil {
+				return err
+			}
 			log := slog.New(slog.NewJSONHandler(stderr, nil))
 			cfg.Logger = log
 			ln, err := net.Listen("tcp", addr)
@@ -103,4 +106,25 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 	fl.IntVar(&cfg.CacheEntries, "cache-entries", 4096, "answers kept in the cache (-1: no cache)")
 	fl.Int64Var(&cfg.CacheBytes, "cache-bytes", 256<<20, "bytes of answers kept in the cache")
 	return c
+}
+
+// checkServeFlags refuses negative limits, which server.New would quietly
+// replace by its defaults (probes: serve --timeout -1s, --max-body -1
+// served with 60 s and 64 KiB); 0 is each flag's default, and
+// --cache-entries -1 turns the cache off.
+func checkServeFlags(cfg *server.Config) error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"--timeout", int64(cfg.Timeout)}, {"--queue-wait", int64(cfg.QueueWait)}, {"--max-in-flight", int64(cfg.MaxInFlight)},
+		{"--max-queue", int64(cfg.MaxQueue)}, {"--max-body", cfg.MaxBody}, {"--max-file-body", cfg.MaxFileBody},
+		{"--cache-bytes", cfg.CacheBytes}} {
+		if f.v < 0 {
+			return fmt.Errorf("%s must not be negative (0 is its default)", f.name)
+		}
+	}
+	if cfg.CacheEntries < -1 {
+		return fmt.Errorf("--cache-entries must be -1 (no cache), 0 (its default) or more, got %d", cfg.CacheEntries)
+	}
+	return nil
 }
