@@ -1,16 +1,18 @@
 // Package workload reads memplan.workload/v1 files (docs/measure-format.md):
 // the pinned training job — model builder, dtype, batch, sequence, optimizer,
 // strategy — that python/memplan_torch measures and memplan predicts. It is
-// the Go twin of memplan_torch/workload.py; a test parses every workload of
-// the validation suite with both and requires the same result, and compares
-// their field tables, so prediction and measurement cannot drift apart.
+// the Go twin of memplan_torch/workload.py: both read their fields, types,
+// defaults, ranges and choices, and how a plain YAML scalar reads, from one
+// table (fields.json), and both run the odd-YAML corpus of
+// testdata/workload/odd against the same expectations, so prediction and
+// measurement cannot drift apart.
 package workload
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"sort"
@@ -18,7 +20,6 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/internal/boundedio"
-	"sigs.k8s.io/yaml"
 )
 
 // Schema is the version this package reads.
@@ -86,65 +87,16 @@ func (w *Workload) MicroBatch() int { return w.Batch / w.Strategy.Accumulation }
 // Checkpointed reports whether the workload checkpoints its blocks.
 func (w *Workload) Checkpointed() bool { return w.Strategy.Checkpoint == CheckpointBlocks }
 
-type kind uint8
-
-const (
-	kInt kind = iota
-	kStr
-	kMap
-	kBool
-)
-
-func (k kind) String() string {
-	return [...]string{"integer", "string", "mapping", "boolean"}[k]
-}
-
-type field struct {
-	name string
-	kind kind
-	def  any // nil: none (required or null)
-}
-
-// Top and strategy fields, in memplan_torch/workload.py's order (_TOP,
-// _STRATEGY); TestFieldsMatchPython holds the two tables equal.
-var topFields = []field{
-	{"schema", kStr, Schema},
-	{"name", kStr, nil},
-	{"model", kStr, nil},
-	{"model_args", kMap, nil},
-	{"dtype", kStr, "float32"},
-	{"batch", kInt, nil},
-	{"seq_len", kInt, nil},
-	{"batch_dim", kInt, int64(0)},
-	{"device", kStr, "auto"},
-	{"warmup", kInt, int64(1)},
-	{"iters", kInt, int64(3)},
-	{"seed", kInt, int64(0)},
-	{"optimizer", kStr, "adamw"},
-	{"foreach", kBool, nil},
-	{"hold_outputs", kStr, "none"},
-	{"strategy", kMap, nil},
-}
-
-var strategyFields = []field{
-	{"accumulation", kInt, int64(1)},
-	{"checkpoint", kStr, "none"},
-	{"checkpoint_blocks", kStr, nil},
-	{"offload", kStr, "none"},
-}
-
-var required = []string{"model", "batch"}
-
-// Accepted values (memplan_torch: DEVICES, CHECKPOINTS, OFFLOADS,
-// harness.OPTIMIZERS, compat.parse_dtype). Devices, Checkpoints and Offloads
-// spell the Device, CheckpointMode and OffloadMode constants; the reader
-// converts a field only after checking it is one of them.
+// Accepted values (fields.json's choices; memplan_torch: DEVICES,
+// CHECKPOINTS, OFFLOADS, HOLDS, harness.OPTIMIZERS). Devices, Checkpoints
+// and Offloads spell the Device, CheckpointMode and OffloadMode constants;
+// the reader converts a field only after checking it is one of them.
 var (
-	Devices     = []string{"auto", "cpu", "cuda"}
-	Checkpoints = []string{"none", "blocks"}
-	Offloads    = []string{"none", "activations"}
-	Holds       = []string{"none", "backward", "next-forward"}
-	Optimizers  = []string{"adamw", "sgd", "sgd-momentum"}
+	Devices     = choices("device")
+	Checkpoints = choices("strategy.checkpoint")
+	Offloads    = choices("strategy.offload")
+	Holds       = choices("hold_outputs")
+	Optimizers  = choices("optimizer")
 	dtypes      = map[string]bool{"float32": true, "float16": true, "bfloat16": true, "float64": true,
 		"fp32": true, "float": true, "fp16": true, "half": true, "bf16": true, "fp64": true, "double": true}
 )
@@ -152,11 +104,11 @@ var (
 // FieldNames lists the top-level and strategy field names (for tests and
 // documentation).
 func FieldNames() (top, strategy []string) {
-	for _, f := range topFields {
-		top = append(top, f.name)
+	for _, f := range table.Top {
+		top = append(top, f.Name)
 	}
-	for _, f := range strategyFields {
-		strategy = append(strategy, f.name)
+	for _, f := range table.Strategy {
+		strategy = append(strategy, f.Name)
 	}
 	return top, strategy
 }
@@ -190,33 +142,39 @@ func Load(path string) (*Workload, error) {
 // Parse validates a workload document (YAML, of which JSON is a subset);
 // where names it in errors.
 func Parse(where string, data []byte) (*Workload, error) {
-	js, err := yaml.YAMLToJSON(data)
+	obj, err := decodeYAML(where, data)
 	if err != nil {
-		msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
-		return nil, bad(where, "invalid YAML: %s", strings.ReplaceAll(msg, "\n", " "))
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber()
-	var obj any
-	if err := dec.Decode(&obj); err != nil {
-		return nil, bad(where, "invalid document: %v", err)
+		return nil, err
 	}
 	return Validate(where, obj)
 }
 
-// Validate checks a decoded document (numbers as json.Number, float64 or
-// int) and returns the workload with defaults filled, as
-// memplan_torch.workload.validate does.
+// Validate checks a decoded document (numbers as json.Number, int64,
+// bigInt, float64 or int) against the field table (fields.json) and returns
+// the workload with defaults filled, as memplan_torch.workload.validate
+// does.
 func Validate(where string, obj any) (*Workload, error) {
-	top, err := check(where, obj, topFields)
+	top, err := check(where, obj, table.Top, "")
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range required {
-		if top[k] == nil {
-			return nil, bad(where, "missing required field '%s'", k)
-		}
+	var sobj any = map[string]any{}
+	if v := top["strategy"]; v != nil {
+		sobj = v
 	}
+	s, err := check(where+": strategy", sobj, table.Strategy, "strategy.")
+	if err != nil {
+		return nil, err
+	}
+	w := fill(top, s)
+	if err := w.validate(where); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// fill is the workload of the checked top-level and strategy fields.
+func fill(top, s map[string]any) *Workload {
 	w := &Workload{
 		Schema: top["schema"].(string), Model: top["model"].(string), DType: top["dtype"].(string),
 		Batch: toInt(top["batch"]), BatchDim: toInt(top["batch_dim"]), Device: Device(top["device"].(string)),
@@ -225,6 +183,8 @@ func Validate(where string, obj any) (*Workload, error) {
 	}
 	if v := top["name"]; v != nil {
 		w.Name = v.(string)
+	} else {
+		w.Name = w.Model[strings.LastIndexByte(w.Model, ':')+1:]
 	}
 	if v := top["seq_len"]; v != nil {
 		n := toInt(v)
@@ -237,79 +197,29 @@ func Validate(where string, obj any) (*Workload, error) {
 	if v := top["model_args"]; v != nil {
 		w.ModelArgs = v.(map[string]any)
 	}
-	if w.Schema != Schema {
-		return nil, bad(where, "field 'schema' must be '%s', got '%s'", Schema, w.Schema)
-	}
-	if !strings.Contains(w.Model, ":") {
-		return nil, bad(where, "field 'model' must be MODULE:FUNCTION, got '%s'", w.Model)
-	}
-	if w.Batch < 1 {
-		return nil, bad(where, "field 'batch' must be >= 1, got %d", w.Batch)
-	}
-	if w.SeqLen != nil && *w.SeqLen < 1 {
-		return nil, bad(where, "field 'seq_len' must be >= 1, got %d", *w.SeqLen)
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"warmup", w.Warmup}, {"seed", w.Seed}, {"batch_dim", w.BatchDim}} {
-		if f.v < 0 {
-			return nil, bad(where, "field '%s' must be >= 0, got %d", f.name, f.v)
-		}
-	}
-	if w.Iters < 1 {
-		return nil, bad(where, "field 'iters' must be >= 1, got %d", w.Iters)
-	}
-	if !dtypes[w.DType] {
-		return nil, bad(where, "field 'dtype': dtype '%s' is not a floating-point torch dtype (float32, float16, bfloat16, float64)", w.DType)
-	}
-	if !contains(Devices, string(w.Device)) {
-		return nil, bad(where, "field 'device' must be one of %s, got '%s'", strings.Join(Devices, ", "), w.Device)
-	}
-	if !contains(Optimizers, w.Optimizer) {
-		return nil, bad(where, "field 'optimizer': unknown optimizer '%s' (choose one of: %s)", w.Optimizer, strings.Join(Optimizers, ", "))
-	}
-	if !contains(Holds, w.HoldOutputs) {
-		return nil, bad(where, "field 'hold_outputs' must be one of %s, got '%s'", strings.Join(Holds, ", "), w.HoldOutputs)
-	}
-	var sobj any = map[string]any{}
-	if v := top["strategy"]; v != nil {
-		sobj = v
-	}
-	s, err := check(where+": strategy", sobj, strategyFields)
-	if err != nil {
-		return nil, err
-	}
 	w.Strategy = Strategy{Accumulation: toInt(s["accumulation"]), Checkpoint: CheckpointMode(s["checkpoint"].(string)), Offload: OffloadMode(s["offload"].(string))}
 	if v := s["checkpoint_blocks"]; v != nil {
 		b := v.(string)
 		w.Strategy.CheckpointBlocks = &b
 	}
-	if w.Strategy.Accumulation < 1 {
-		return nil, bad(where, "field 'strategy.accumulation' must be >= 1, got %d", w.Strategy.Accumulation)
-	}
-	if w.Batch%w.Strategy.Accumulation != 0 {
-		return nil, bad(where, "field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)", w.Batch, w.Strategy.Accumulation)
-	}
-	if !contains(Checkpoints, string(w.Strategy.Checkpoint)) {
-		return nil, bad(where, "field 'strategy.checkpoint' must be one of %s, got '%s'", strings.Join(Checkpoints, ", "), w.Strategy.Checkpoint)
-	}
-	if !contains(Offloads, string(w.Strategy.Offload)) {
-		return nil, bad(where, "field 'strategy.offload' must be one of %s, got '%s'", strings.Join(Offloads, ", "), w.Strategy.Offload)
-	}
-	if w.Name == "" && top["name"] == nil {
-		w.Name = w.Model[strings.LastIndexByte(w.Model, ':')+1:]
-	}
-	return w, nil
+	return w
 }
 
-func contains(xs []string, v string) bool {
-	for _, x := range xs {
-		if x == v {
-			return true
-		}
+// validate checks what the table's types, ranges and choices do not.
+func (w *Workload) validate(where string) error {
+	if w.Schema != Schema {
+		return bad(where, "field 'schema' must be %s, got %s", quote(Schema), quote(w.Schema))
 	}
-	return false
+	if !strings.Contains(w.Model, ":") {
+		return bad(where, "field 'model' must be MODULE:FUNCTION, got %s", quote(w.Model))
+	}
+	if !dtypes[w.DType] {
+		return bad(where, "field 'dtype': dtype %s is not a floating-point torch dtype (float32, float16, bfloat16, float64)", quote(w.DType))
+	}
+	if w.Batch%w.Strategy.Accumulation != 0 {
+		return bad(where, "field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)", w.Batch, w.Strategy.Accumulation)
+	}
+	return nil
 }
 
 func toInt(v any) int {
@@ -322,18 +232,20 @@ func toInt(v any) int {
 	return 0
 }
 
-// check refuses unknown fields and wrong types and fills defaults; integers
-// come back as int64.
-func check(where string, obj any, spec []field) (map[string]any, error) {
+// check refuses unknown fields, wrong types, values out of range or not
+// among the choices, and missing required fields, and fills defaults;
+// integers come back as int64. prefix names the fields in messages
+// ("strategy.").
+func check(where string, obj any, spec []fieldSpec, prefix string) (map[string]any, error) {
 	m, ok := obj.(map[string]any)
 	if !ok {
 		return nil, bad(where, "must be a mapping, got %s", describe(obj))
 	}
-	known := map[string]field{}
+	known := map[string]*fieldSpec{}
 	var names []string
-	for _, f := range spec {
-		known[f.name] = f
-		names = append(names, f.name)
+	for i := range spec {
+		known[spec[i].Name] = &spec[i]
+		names = append(names, spec[i].Name)
 	}
 	sort.Strings(names)
 	keys := make([]string, 0, len(m))
@@ -343,78 +255,137 @@ func check(where string, obj any, spec []field) (map[string]any, error) {
 	sort.Strings(keys)
 	out := map[string]any{}
 	for _, k := range keys {
-		v := m[k]
 		f, ok := known[k]
 		if !ok {
 			return nil, bad(where, "unknown field '%s' (known fields: %s)", k, strings.Join(names, ", "))
 		}
-		if v == nil {
+		if m[k] == nil {
 			continue
 		}
-		got, ok := typed(v, f.kind)
-		if !ok {
-			return nil, bad(where, "field '%s' must be a %s, got %s", k, f.kind, describe(v))
+		v, err := f.value(m[k])
+		if err != "" {
+			return nil, bad(strings.TrimSuffix(where, ": strategy"), "field '%s%s' %s", prefix, k, err)
 		}
-		out[k] = got
+		out[k] = v
 	}
 	for _, f := range spec {
-		if out[f.name] == nil && f.def != nil {
-			out[f.name] = f.def
+		if out[f.Name] == nil && f.Default != nil {
+			out[f.Name] = f.Default
+		}
+		if out[f.Name] == nil && f.Required {
+			return nil, bad(where, "missing required field '%s%s'", prefix, f.Name)
 		}
 	}
 	return out, nil
 }
 
-func typed(v any, k kind) (any, bool) {
-	switch k {
-	case kInt:
+// value is v as field f's type, or why it is not ("must be ...").
+func (f *fieldSpec) value(v any) (any, string) {
+	got, ok := typed(v, f.Type)
+	if !ok {
+		return nil, fmt.Sprintf("must be %s, got %s", article(f.Type), describe(v))
+	}
+	switch x := got.(type) {
+	case bigInt:
+		if strings.HasPrefix(string(x), "-") {
+			return nil, fmt.Sprintf("must be >= %d, got %s", *f.Min, x)
+		}
+		return nil, fmt.Sprintf("must be <= %d, got %s", *f.Max, x)
+	case int64:
+		if f.Min != nil && x < *f.Min {
+			return nil, fmt.Sprintf("must be >= %d, got %d", *f.Min, x)
+		}
+		if f.Max != nil && x > *f.Max {
+			return nil, fmt.Sprintf("must be <= %d, got %d", *f.Max, x)
+		}
+	case string:
+		if f.Choices != nil && !contains(f.Choices, x) {
+			return nil, fmt.Sprintf("must be one of %s, got %s", strings.Join(f.Choices, ", "), quote(x))
+		}
+	}
+	return got, ""
+}
+
+func contains(xs []string, v string) bool {
+	for _, x := range xs {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// typed is v as type t (fields.json), integers as int64 or bigInt.
+func typed(v any, t string) (any, bool) {
+	switch t {
+	case "integer":
 		switch x := v.(type) {
 		case json.Number:
-			n, err := strconv.ParseInt(x.String(), 10, 64)
-			if err != nil {
-				return nil, false
+			if n, err := strconv.ParseInt(x.String(), 10, 64); err == nil {
+				return n, true
 			}
-			return n, true
+			if b, ok := new(big.Int).SetString(x.String(), 10); ok {
+				return bigInt(b.String()), true
+			}
 		case int:
 			return int64(x), true
-		case int64:
+		case int64, bigInt:
 			return x, true
-		case float64:
-			if x == float64(int64(x)) && !strings.ContainsAny(strconv.FormatFloat(x, 'g', -1, 64), ".e") {
-				return int64(x), true
-			}
 		}
 		return nil, false
-	case kStr:
+	case "string":
 		s, ok := v.(string)
 		return s, ok
-	case kMap:
+	case "mapping":
 		m, ok := v.(map[string]any)
 		return m, ok
-	case kBool:
+	case "boolean":
 		b, ok := v.(bool)
 		return b, ok
 	}
 	return nil, false
 }
 
+// quote is s as a JSON string (one line whatever it holds), as
+// memplan_torch/workload.py's _quote writes it.
+func quote(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// article is "an integer", "a string", ...
+func article(t string) string {
+	if t == "integer" {
+		return "an integer"
+	}
+	return "a " + t
+}
+
+// describe names v's kind as memplan_torch/workload.py's _describe does.
 func describe(v any) string {
 	switch x := v.(type) {
 	case nil:
 		return "null"
 	case string:
-		return strconv.Quote(x)
+		return "a string"
 	case bool:
-		if x {
-			return "true"
-		}
-		return "false"
+		return "a boolean"
+	case int, int64, bigInt:
+		return "an integer"
+	case float64:
+		return "a float"
 	case json.Number:
-		return x.String()
+		if _, ok := new(big.Int).SetString(x.String(), 10); ok {
+			return "an integer"
+		}
+		return "a float"
 	case []any:
 		return "a list"
 	case map[string]any:
 		return "a mapping"
 	}
-	return fmt.Sprint(v)
+	return fmt.Sprintf("a %T", v)
 }

@@ -9,6 +9,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/search"
 )
 
 const suiteDir = "../testdata/torch/workloads"
@@ -30,28 +34,30 @@ func TestParseGood(t *testing.T) {
 func TestParseBad(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"model: m:f\nbacth: 16\n", "w.yaml: unknown field 'bacth' (known fields: batch, batch_dim, device"},
-		{"model: m:f\nbatch: '16'\n", `w.yaml: field 'batch' must be a integer, got "16"`},
-		{"model: m:f\nbatch: 16.5\n", "field 'batch' must be a integer, got 16.5"},
-		{"model: m:f\nbatch: true\n", "field 'batch' must be a integer, got true"},
+		{"model: m:f\nbatch: '16'\n", `w.yaml: field 'batch' must be an integer, got a string`},
+		{"model: m:f\nbatch: 16.5\n", "field 'batch' must be an integer, got a float"},
+		{"model: m:f\nbatch: true\n", "field 'batch' must be an integer, got a boolean"},
 		{"model: m:f\n", "w.yaml: missing required field 'batch'"},
 		{"batch: 2\n", "missing required field 'model'"},
 		{"model: m:f\nbatch: 2\nstrategy: {checkpointing: blocks}\n", "w.yaml: strategy: unknown field 'checkpointing' (known fields: accumulation, checkpoint, checkpoint_blocks, offload)"},
 		{"model: m:f\nbatch: 2\nstrategy: [1]\n", "field 'strategy' must be a mapping, got a list"},
+		{"model: m:f\nbatch: 2\nstrategy: {accumulation: x}\n", "w.yaml: field 'strategy.accumulation' must be an integer, got a string"},
+		{"model: \"m:f\\nx\"\nbatch: 2\ndevice: \"a\\nb\"\n", `field 'device' must be one of auto, cpu, cuda, got "a\nb"`},
 		{"model: m:f\nbatch: 6\nstrategy: {accumulation: 4}\n", "field 'batch' (6) must be divisible by 'strategy.accumulation' (4)"},
 		{"model: m:f\nbatch: 2\nstrategy: {accumulation: 0}\n", "field 'strategy.accumulation' must be >= 1, got 0"},
-		{"model: m:f\nbatch: 2\nstrategy: {checkpoint: all}\n", "field 'strategy.checkpoint' must be one of none, blocks, got 'all'"},
+		{"model: m:f\nbatch: 2\nstrategy: {checkpoint: all}\n", "field 'strategy.checkpoint' must be one of none, blocks, got \"all\""},
 		{"model: m:f\nbatch: 2\nstrategy: {offload: disk}\n", "field 'strategy.offload' must be one of none, activations"},
-		{"model: mf\nbatch: 2\n", "field 'model' must be MODULE:FUNCTION, got 'mf'"},
+		{"model: mf\nbatch: 2\n", "field 'model' must be MODULE:FUNCTION, got \"mf\""},
 		{"model: m:f\nbatch: 0\n", "field 'batch' must be >= 1, got 0"},
 		{"model: m:f\nbatch: 2\nseq_len: 0\n", "field 'seq_len' must be >= 1"},
 		{"model: m:f\nbatch: 2\niters: 0\n", "field 'iters' must be >= 1"},
 		{"model: m:f\nbatch: 2\nwarmup: -1\n", "field 'warmup' must be >= 0"},
-		{"model: m:f\nbatch: 2\ndtype: int8\n", "field 'dtype': dtype 'int8' is not a floating-point"},
-		{"model: m:f\nbatch: 2\ndevice: tpu\n", "field 'device' must be one of auto, cpu, cuda, got 'tpu'"},
-		{"model: m:f\nbatch: 2\nhold_outputs: always\n", "field 'hold_outputs' must be one of none, backward, next-forward, got 'always'"},
-		{"model: m:f\nbatch: 2\nhold_outputs: true\n", "field 'hold_outputs' must be a string, got true"},
-		{"model: m:f\nbatch: 2\noptimizer: lion\n", "field 'optimizer': unknown optimizer 'lion'"},
-		{"model: m:f\nbatch: 2\nschema: memplan.workload/v2\n", "field 'schema' must be 'memplan.workload/v1'"},
+		{"model: m:f\nbatch: 2\ndtype: int8\n", "field 'dtype': dtype \"int8\" is not a floating-point"},
+		{"model: m:f\nbatch: 2\ndevice: tpu\n", "field 'device' must be one of auto, cpu, cuda, got \"tpu\""},
+		{"model: m:f\nbatch: 2\nhold_outputs: always\n", "field 'hold_outputs' must be one of none, backward, next-forward, got \"always\""},
+		{"model: m:f\nbatch: 2\nhold_outputs: true\n", "field 'hold_outputs' must be a string, got a boolean"},
+		{"model: m:f\nbatch: 2\noptimizer: lion\n", "field 'optimizer' must be one of adamw, sgd, sgd-momentum, got \"lion\""},
+		{"model: m:f\nbatch: 2\nschema: memplan.workload/v2\n", "field 'schema' must be \"memplan.workload/v1\""},
 		{"model: m:f\nbatch: 2\nforeach: yes please\n", "field 'foreach' must be a boolean"},
 		{"- 1\n- 2\n", "w.yaml: must be a mapping, got a list"},
 		{"model: [m:f\n", "w.yaml: invalid YAML"},
@@ -90,52 +96,26 @@ func pythonWithTorch(t *testing.T) string {
 	return py
 }
 
-// TestFieldsMatchPython: the Go and Python readers have the same fields with
-// the same defaults.
-func TestFieldsMatchPython(t *testing.T) {
-	python := pythonWithTorch(t)
-	out, err := exec.Command(python, "-c", `
-import json, sys
-sys.path.insert(0, "../python")
-from memplan_torch import workload as w
-print(json.dumps({"top": [[k, v[1]] for k, v in w._TOP.items()], "strategy": [[k, v[1]] for k, v in w._STRATEGY.items()],
-                  "devices": list(w.DEVICES), "checkpoints": list(w.CHECKPOINTS), "offloads": list(w.OFFLOADS),
-                  "optimizers": list(w.harness.OPTIMIZERS), "holds": list(w.HOLDS)}))
-`).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	var py struct {
-		Top, Strategy                              [][2]any
-		Devices, Checkpoints, Offloads, Optimizers []string
-		Holds                                      []string
-	}
-	if err := json.Unmarshal(out, &py); err != nil {
-		t.Fatal(err)
-	}
-	cmp := func(what string, spec []field, pyf [][2]any) {
-		if len(spec) != len(pyf) {
-			t.Errorf("%s: Go has %d fields, Python %d", what, len(spec), len(pyf))
-		}
-		for i := range min(len(spec), len(pyf)) {
-			def := spec[i].def
-			if n, ok := def.(int64); ok {
-				def = float64(n)
-			}
-			if spec[i].name != pyf[i][0] || !reflect.DeepEqual(def, pyf[i][1]) {
-				t.Errorf("%s field %d: Go %s=%v, Python %v=%v", what, i, spec[i].name, spec[i].def, pyf[i][0], pyf[i][1])
-			}
-		}
-	}
-	cmp("top", topFields, py.Top)
-	cmp("strategy", strategyFields, py.Strategy)
+// TestTableLimits: the field table's bounds are engine's and search's
+// limits where one applies (a workload plans as an engine.Spec, and fit
+// searches at most search.MaxGlobalBatch samples per step).
+func TestTableLimits(t *testing.T) {
+	want := map[string]int64{"batch": search.MaxGlobalBatch, "seq_len": engine.MaxTokens, "strategy.accumulation": engine.MaxAccum}
 	for _, c := range []struct {
-		what   string
-		go_, p []string
-	}{{"devices", Devices, py.Devices}, {"checkpoints", Checkpoints, py.Checkpoints}, {"offloads", Offloads, py.Offloads}, {"optimizers", Optimizers, py.Optimizers}, {"holds", Holds, py.Holds}} {
-		if !reflect.DeepEqual(c.go_, c.p) {
-			t.Errorf("%s: Go %v, Python %v", c.what, c.go_, c.p)
+		prefix string
+		fs     []fieldSpec
+	}{{"", table.Top}, {"strategy.", table.Strategy}} {
+		for _, f := range c.fs {
+			if w, ok := want[c.prefix+f.Name]; ok && (f.Max == nil || *f.Max != w) {
+				t.Errorf("%s%s: table max %v, want %d", c.prefix, f.Name, f.Max, w)
+			}
+			if f.Type == "integer" && (f.Min == nil || f.Max == nil) {
+				t.Errorf("%s%s: an integer field without min and max", c.prefix, f.Name)
+			}
 		}
+	}
+	if table.Limits.Bytes != boundedio.SmallFile {
+		t.Errorf("table limits.bytes %d, the Go reader reads up to %d", table.Limits.Bytes, boundedio.SmallFile)
 	}
 }
 

@@ -5,148 +5,267 @@ field named.
 """
 
 import json
+import math
 import os
+import re
 
-from . import compat, harness
+from . import compat
 
-SCHEMA = "memplan.workload/v1"
+def _table_path():
+    """fields.json: beside this module when installed with it, else the repository's workload/fields.json."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (os.path.join(here, "fields.json"), os.path.join(here, "..", "..", "workload", "fields.json")):
+        if os.path.exists(p):
+            return p
+    raise ImportError("memplan_torch.workload: workload/fields.json (the field table) not found beside %s" % here)
 
-# field -> (types, default); None default with required=True means required
-_TOP = {
-    "schema": ((str,), SCHEMA),
-    "name": ((str,), None),
-    "model": ((str,), None),
-    "model_args": ((dict,), None),
-    "dtype": ((str,), "float32"),
-    "batch": ((int,), None),
-    "seq_len": ((int,), None),
-    "batch_dim": ((int,), 0),
-    "device": ((str,), "auto"),
-    "warmup": ((int,), 1),
-    "iters": ((int,), 3),
-    "seed": ((int,), 0),
-    "optimizer": ((str,), "adamw"),
-    "foreach": ((bool,), None),
-    "hold_outputs": ((str,), "none"),
-    "strategy": ((dict,), None),
-}
-_REQUIRED = ("model", "batch")
-_STRATEGY = {
-    "accumulation": ((int,), 1),
-    "checkpoint": ((str,), "none"),
-    "checkpoint_blocks": ((str,), None),
-    "offload": ((str,), "none"),
-}
-DEVICES = ("auto", "cpu", "cuda")
-CHECKPOINTS = ("none", "blocks")
-OFFLOADS = ("none", "activations")
+
+# The field table memplan's Go reader embeds (workload/fields.json): one table, so the readers cannot drift apart.
+with open(_table_path()) as _f:
+    TABLE = json.load(_f)
+SCHEMA = TABLE["schema"]
+_TYPES = {"integer": int, "string": str, "mapping": dict, "boolean": bool}
+# field -> (types, default), in the table's order
+_TOP = {f["name"]: ((_TYPES[f["type"]],), f.get("default")) for f in TABLE["top"]}
+_STRATEGY = {f["name"]: ((_TYPES[f["type"]],), f.get("default")) for f in TABLE["strategy"]}
+_SPECS = {"": {f["name"]: f for f in TABLE["top"]}, "strategy.": {f["name"]: f for f in TABLE["strategy"]}}
+_REQUIRED = tuple(f["name"] for f in TABLE["top"] if f.get("required"))
+DEVICES = tuple(_SPECS[""]["device"]["choices"])
+CHECKPOINTS = tuple(_SPECS["strategy."]["checkpoint"]["choices"])
+OFFLOADS = tuple(_SPECS["strategy."]["offload"]["choices"])
 # how long the loop keeps the model's output in a variable (memplan's loop.hold-outputs): dropped once the loss
 # exists; until backward is done; until the next forward returns and rebinds it (through the optimizer step)
-HOLDS = ("none", "backward", "next-forward")
+HOLDS = tuple(_SPECS[""]["hold_outputs"]["choices"])
+OPTIMIZERS = tuple(_SPECS[""]["optimizer"]["choices"])
+_SCALARS = {k: re.compile(v) for k, v in TABLE["scalars"].items()}
+_LIMITS = TABLE["limits"]
 
 
 class WorkloadError(ValueError):
     pass
 
 
-def _typename(types):
-    return " or ".join({int: "integer", str: "string", dict: "mapping", bool: "boolean"}[t] for t in types)
+def _describe(v):
+    """v's kind, as the Go reader's describe names it."""
+    if v is None:
+        return "null"
+    for t, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
+                    (list, "a list"), (dict, "a mapping")):
+        if isinstance(v, t):
+            return name
+    return "a " + type(v).__name__
 
 
-def _check(where, obj, spec):
+def _quote(s):
+    """s as a JSON string (one line whatever it holds), as the Go reader's quote writes it."""
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _article(t):
+    return "an integer" if t == "integer" else "a " + t
+
+
+def _field_error(f, v):
+    """Why v is not a value of field f ("must be ..."), or None."""
+    t = _TYPES[f["type"]]
+    if not isinstance(v, t) or (isinstance(v, bool) and t is not bool):
+        return "must be %s, got %s" % (_article(f["type"]), _describe(v))
+    if t is int:
+        if "min" in f and v < f["min"]:
+            return "must be >= %d, got %d" % (f["min"], v)
+        if "max" in f and v > f["max"]:
+            return "must be <= %d, got %d" % (f["max"], v)
+    if t is str and f.get("choices") is not None and v not in f["choices"]:
+        return "must be one of %s, got %s" % (", ".join(f["choices"]), _quote(v))
+    return None
+
+
+def _check(where, obj, spec, prefix):
     if not isinstance(obj, dict):
-        raise WorkloadError("%s: must be a mapping, got %s" % (where, type(obj).__name__))
+        raise WorkloadError("%s: must be a mapping, got %s" % (where, _describe(obj)))
+    fields = _SPECS[prefix]
     out = {}
-    for k, v in obj.items():
-        if k not in spec:
-            raise WorkloadError("%s: unknown field %r (known fields: %s)" % (where, k, ", ".join(sorted(spec))))
-        types, _ = spec[k]
+    for k in sorted(obj):
+        v = obj[k]
+        if k not in fields:
+            raise WorkloadError("%s: unknown field '%s' (known fields: %s)" % (where, k, ", ".join(sorted(fields))))
         if v is None:
-            out[k] = None
             continue
-        ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
-        if not ok:
-            raise WorkloadError("%s: field %r must be a %s, got %r" % (where, k, _typename(types), v))
+        why = _field_error(fields[k], v)
+        if why:
+            top = where[:-len(": strategy")] if where.endswith(": strategy") else where
+            raise WorkloadError("%s: field '%s%s' %s" % (top, prefix, k, why))
         out[k] = v
-    for k, (_, d) in spec.items():
+    for k, f in fields.items():
         if out.get(k) is None:
-            out[k] = d
+            out[k] = f.get("default")
+        if out[k] is None and f.get("required"):
+            raise WorkloadError("%s: missing required field '%s%s'" % (where, prefix, k))
     return out
 
 
 def validate(obj, where="workload"):
-    """Validates a workload mapping and returns it normalised with defaults filled."""
-    w = _check(where, obj, _TOP)
-    for k in _REQUIRED:
-        if w.get(k) is None:
-            raise WorkloadError("%s: missing required field %r" % (where, k))
+    """Validates a workload mapping against the field table and returns it normalised with defaults filled."""
+    w = _check(where, obj, _TOP, "")
+    s = _check(where + ": strategy", w["strategy"] or {}, _STRATEGY, "strategy.")
     if w["schema"] != SCHEMA:
-        raise WorkloadError("%s: field 'schema' must be %r, got %r" % (where, SCHEMA, w["schema"]))
+        raise WorkloadError("%s: field 'schema' must be %s, got %s" % (where, _quote(SCHEMA), _quote(w["schema"])))
     if ":" not in w["model"]:
-        raise WorkloadError("%s: field 'model' must be MODULE:FUNCTION, got %r" % (where, w["model"]))
-    if w["batch"] < 1:
-        raise WorkloadError("%s: field 'batch' must be >= 1, got %d" % (where, w["batch"]))
-    if w["seq_len"] is not None and w["seq_len"] < 1:
-        raise WorkloadError("%s: field 'seq_len' must be >= 1, got %d" % (where, w["seq_len"]))
-    for k in ("warmup", "seed", "batch_dim"):
-        if w[k] < 0:
-            raise WorkloadError("%s: field %r must be >= 0, got %d" % (where, k, w[k]))
-    if w["iters"] < 1:
-        raise WorkloadError("%s: field 'iters' must be >= 1, got %d" % (where, w["iters"]))
+        raise WorkloadError("%s: field 'model' must be MODULE:FUNCTION, got %s" % (where, _quote(w["model"])))
     try:
         compat.parse_dtype(w["dtype"])
     except ValueError as e:
         raise WorkloadError("%s: field 'dtype': %s" % (where, e))
-    if w["device"] not in DEVICES:
-        raise WorkloadError("%s: field 'device' must be one of %s, got %r" % (where, ", ".join(DEVICES), w["device"]))
-    if w["optimizer"] not in harness.OPTIMIZERS:
-        raise WorkloadError("%s: field 'optimizer': unknown optimizer %r (choose one of: %s)"
-                            % (where, w["optimizer"], ", ".join(harness.OPTIMIZERS)))
-    if w["hold_outputs"] not in HOLDS:
-        raise WorkloadError("%s: field 'hold_outputs' must be one of %s, got %r"
-                            % (where, ", ".join(HOLDS), w["hold_outputs"]))
-    if w["model_args"] is None:
-        w["model_args"] = {}
-    s = _check(where + ": strategy", w["strategy"] or {}, _STRATEGY)
-    if s["accumulation"] < 1:
-        raise WorkloadError("%s: field 'strategy.accumulation' must be >= 1, got %d" % (where, s["accumulation"]))
     if w["batch"] % s["accumulation"]:
         raise WorkloadError("%s: field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)"
                             % (where, w["batch"], s["accumulation"]))
-    if s["checkpoint"] not in CHECKPOINTS:
-        raise WorkloadError("%s: field 'strategy.checkpoint' must be one of %s, got %r"
-                            % (where, ", ".join(CHECKPOINTS), s["checkpoint"]))
-    if s["offload"] not in OFFLOADS:
-        raise WorkloadError("%s: field 'strategy.offload' must be one of %s, got %r"
-                            % (where, ", ".join(OFFLOADS), s["offload"]))
+    if w["model_args"] is None:
+        w["model_args"] = {}
     w["strategy"] = s
     if w["name"] is None:
         w["name"] = w["model"].split(":")[-1]
     return w
 
 
+def _yaml_loader():
+    """A PyYAML loader that only composes nodes, tagging every implicit node with its kind (_decode resolves plain
+    scalars with the table's patterns, as the Go reader does), or None without PyYAML."""
+    try:
+        import yaml
+    except ImportError:
+        return None
+
+    class Loader(yaml.SafeLoader):
+        yaml_implicit_resolvers = {}
+
+        def resolve(self, kind, value, implicit):
+            if kind is yaml.ScalarNode:
+                return "memplan:plain" if implicit[0] else "memplan:quoted"
+            return "memplan:map" if kind is yaml.MappingNode else "memplan:seq"
+
+    return Loader
+
+
+class _Decoder:
+    """Turns composed YAML nodes into values as workload/yaml.go's converter does: plain scalars by the table's
+    patterns (null, booleans, decimal integers, floats; anything else a string), quoted ones as strings, aliases
+    expanded (counted), and explicit tags, merge keys, duplicate keys and keys that are not strings refused."""
+
+    def __init__(self, where):
+        self.where, self.count = where, 0
+
+    def fail(self, msg):
+        raise WorkloadError("%s: %s" % (self.where, msg))
+
+    def value(self, n, path, depth):
+        import yaml
+        self.count += 1
+        if self.count > _LIMITS["values"]:
+            self.fail("the document expands to over %d values (aliases included)" % _LIMITS["values"])
+        if depth > _LIMITS["depth"]:
+            self.fail("%s nests deeper than %d levels" % (_field_name(path), _LIMITS["depth"]))
+        if not n.tag.startswith("memplan:"):
+            self.fail("%s has an explicit YAML tag (%s); write the value plainly"
+                      % (_field_name(path), n.tag.replace("tag:yaml.org,2002:", "!!")))
+        if isinstance(n, yaml.MappingNode):
+            return self.mapping(n, path, depth)
+        if isinstance(n, yaml.SequenceNode):
+            return [self.value(e, path, depth + 1) for e in n.value]
+        return self.scalar(n, path)
+
+    def mapping(self, n, path, depth):
+        out = {}
+        for kn, vn in n.value:
+            if kn.tag == "memplan:plain" and kn.value == "<<":
+                self.fail("merge keys ('<<') are not supported; write the fields out")
+            k = self.value(kn, path, depth + 1)
+            if not isinstance(k, str):
+                self.fail("a mapping key must be a string, got %s" % _describe(k))
+            name = path + "." + k if path else k
+            if k in out:
+                self.fail("field '%s' is given twice" % name)
+            out[k] = self.value(vn, name, depth + 1)
+        return out
+
+    def scalar(self, n, path):
+        s = n.value
+        if n.tag != "memplan:plain":
+            return s
+        if _SCALARS["null"].match(s):
+            return None
+        if _SCALARS["bool"].match(s):
+            return s.lower() == "true"
+        if _SCALARS["int"].match(s):
+            return int(s)
+        if _SCALARS["float"].match(s):
+            t = s.lower().lstrip("+-")
+            f = float("nan") if t == ".nan" else float("inf") if t == ".inf" else float(s)
+            if math.isinf(f) or math.isnan(f):
+                self.fail("%s must be a finite number, got %s (JSON has no infinities or NaN)" % (_field_name(path), s))
+            return f
+        return s
+
+
+def _field_name(path):
+    return "field '%s'" % path if path else "the document"
+
+
+def decode_yaml(text, where):
+    """The one YAML document of text as plain values (see _Decoder); several documents are refused."""
+    import yaml
+    # Explicit tags are refused before they construct anything; the node's own tag says which.
+    try:
+        docs = list(yaml.compose_all(text, Loader=_yaml_loader()))
+    except yaml.YAMLError as e:
+        raise WorkloadError("%s: invalid YAML: %s" % (where, " ".join(str(e).split())))
+    if not docs:
+        return None
+    if len(docs) > 1:
+        raise WorkloadError("%s: holds %d YAML documents; a workload is one" % (where, len(docs)))
+    return _Decoder(where).value(docs[0], "", 0)
+
+
+def _json_pairs(where):
+    def hook(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise WorkloadError("%s: field '%s' is given twice" % (where, k))
+            out[k] = v
+        return out
+    return hook
+
+
 def load(path):
     """Reads a YAML (needs PyYAML) or JSON workload file and validates it."""
-    with open(path) as f:
-        text = f.read()
     where = os.path.basename(path)
-    if path.endswith(".json"):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_LIMITS["bytes"] + 1)
+    except OSError as e:
+        raise WorkloadError("%s: %s" % (path, e.strerror or e))
+    if len(data) > _LIMITS["bytes"]:
+        raise WorkloadError("%s: is over the limit of %d bytes for a workload file" % (where, _LIMITS["bytes"]))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError("%s: is not UTF-8 text (byte %d)" % (where, e.start))
+    if path.endswith(".json") or _yaml_loader() is None:
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, object_pairs_hook=_json_pairs(where), parse_constant=_no_constant(where))
         except ValueError as e:
-            raise WorkloadError("%s: invalid JSON: %s" % (where, e))
-    else:
-        try:
-            import yaml
-        except ImportError:
-            try:
-                obj = json.loads(text)
-            except ValueError:
+            if isinstance(e, WorkloadError):
+                raise
+            if not path.endswith(".json"):
                 raise WorkloadError("%s: PyYAML is not installed (apt-get install python3-yaml); "
                                     "write the workload as JSON instead" % where)
-        else:
-            try:
-                obj = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise WorkloadError("%s: invalid YAML: %s" % (where, e))
+            raise WorkloadError("%s: invalid JSON: %s" % (where, e))
+    else:
+        obj = decode_yaml(text, where)
     return validate(obj, where)
+
+
+def _no_constant(where):
+    def refuse(name):
+        raise WorkloadError("%s: invalid JSON: %s is not a number" % (where, name))
+    return refuse

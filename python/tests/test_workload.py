@@ -1,4 +1,5 @@
 import json
+import os
 
 import pytest
 
@@ -35,15 +36,18 @@ def test_json_workload(tmp_path):
 
 @pytest.mark.parametrize("patch,needle", [
     ({"bacth": 8}, "unknown field 'bacth'"),
-    ({"batch": "8"}, "field 'batch' must be a integer"),
-    ({"optimizer": "adam"}, "unknown optimizer 'adam'"),
+    ({"batch": "8"}, "field 'batch' must be an integer, got a string"),
+    ({"batch": 8.0}, "field 'batch' must be an integer, got a float"),
+    ({"batch": 2 ** 70}, "field 'batch' must be <= 16777216, got 1180591620717411303424"),
+    ({"optimizer": "adam"}, "field 'optimizer' must be one of adamw, sgd, sgd-momentum, got \"adam\""),
     ({"dtype": "int8"}, "field 'dtype'"),
     ({"strategy": {"checkpointing": "blocks"}}, "strategy: unknown field 'checkpointing'"),
     ({"strategy": {"accumulation": 3}}, "must be divisible by 'strategy.accumulation' (3)"),
     ({"strategy": {"offload": "weights"}}, "field 'strategy.offload' must be one of none, activations"),
     ({"model": "nocolon"}, "field 'model' must be MODULE:FUNCTION"),
     ({"device": "tpu"}, "field 'device' must be one of"),
-    ({"iters": True}, "field 'iters' must be a integer"),
+    ({"iters": True}, "field 'iters' must be an integer, got a boolean"),
+    ({"strategy": {"accumulation": "2"}}, "field 'strategy.accumulation' must be an integer, got a string"),
 ])
 def test_wrong_fields_are_named(patch, needle):
     w = {"model": "builders:wide_mlp", "batch": 8}
@@ -57,3 +61,56 @@ def test_missing_required():
     with pytest.raises(WorkloadError) as ei:
         validate({"model": "builders:wide_mlp"})
     assert "missing required field 'batch'" in str(ei.value)
+
+
+ODD = os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "workload", "odd")
+
+
+def _odd_cases():
+    with open(os.path.join(ODD, "expect.json")) as f:
+        want = json.load(f)
+    names = sorted(n for n in os.listdir(ODD) if n.endswith(".yaml"))
+    assert sorted(want) == names, "testdata/workload/odd/expect.json must name every .yaml there, and only those"
+    return [(n, want[n]) for n in names]
+
+
+@pytest.mark.parametrize("name,want", _odd_cases())
+def test_odd_corpus(name, want):
+    """The odd YAML corpus the Go reader's TestOddCorpus runs too: same expectations, so the readers agree."""
+    pytest.importorskip("yaml")
+    path = os.path.join(ODD, name)
+    if "refuse" in want:
+        with pytest.raises(WorkloadError) as ei:
+            load(path)
+        msg = str(ei.value)
+        assert msg.startswith(name + ": ") and want["refuse"] in msg and "\n" not in msg, msg
+        return
+    w = load(path)
+    for k, v in want["accept"].items():
+        assert w[k] == v, (k, w[k], v)
+
+
+def test_optimizers_are_the_harness_ones():
+    """The table's optimizer choices are the ones the harness builds."""
+    from memplan_torch import harness, workload
+    assert tuple(harness.OPTIMIZERS) == workload.OPTIMIZERS
+
+
+def test_load_refuses_bad_bytes(tmp_path):
+    p = tmp_path / "w.yaml"
+    p.write_bytes(b"model: m:f\nbatch: \xff\n")
+    with pytest.raises(WorkloadError, match="w.yaml: is not UTF-8 text"):
+        load(str(p))
+    p.write_bytes(b"#" * (1 << 20 + 1))
+    with pytest.raises(WorkloadError, match="over the limit of 1048576 bytes"):
+        load(str(p))
+
+
+def test_json_duplicates_and_constants(tmp_path):
+    p = tmp_path / "w.json"
+    p.write_text('{"model": "m:f", "batch": 2, "batch": 4}')
+    with pytest.raises(WorkloadError, match="field 'batch' is given twice"):
+        load(str(p))
+    p.write_text('{"model": "m:f", "batch": NaN}')
+    with pytest.raises(WorkloadError, match="NaN is not a number"):
+        load(str(p))
