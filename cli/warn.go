@@ -46,6 +46,14 @@ func (f *planFlags) warnings(s *engine.Spec) []string {
 	if _, ok := s.InterNodeLink(); !ok && s.GPU != nil && s.Nodes() > 1 {
 		add("the job's %d GPUs fill %d nodes of %d, but the GPU catalog has no inter-node network for the %s: collectives across nodes are priced as inside one node; give --cluster FILE", s.JobGPUs(), s.Nodes(), s.NodeGPUs(), s.GPU.Name)
 	}
+	if s.Trace != nil && s.Trace.ParamGrads == nil && s.DP > 1 {
+		add("trace %s is %s, which does not record which gradient belongs to which parameter: --dp matches them by dtype and size (the same memory and traffic; --zero 3 needs the record: re-export it)", s.JobName(), s.Trace.Schema)
+	}
+	if s.Trace != nil && s.GPU != nil {
+		if rec, priced := s.TracePriceDType(); rec != priced {
+			add("the %s has no %s tensor cores: the trace's %s matmuls are priced at its %s rate (PyTorch runs them there, emulated)", s.GPU.Name, rec, rec, priced)
+		}
+	}
 	if s.Device == ops.CPU && s.GPU != nil {
 		add("--kernels cpu plans CPU kernels' memory (dropout masks in the input dtype) on the %s, which runs CUDA kernels", s.GPU.Name)
 	}

@@ -509,7 +509,7 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 		return nil, nil
 	}
 	dp := float64(max(s.DP, 1))
-	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.ComputeDType(), TokensPerStep: s.TokensPerStep() * dp,
+	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
 		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp, Topology: s.Topology()})
 	if err != nil || s.PP < 2 {
 		return t, err

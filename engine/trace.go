@@ -5,6 +5,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
 )
 
 // validateTrace checks a spec whose job is a recorded PyTorch trace rather
@@ -15,10 +16,16 @@ func (s *Spec) validateTrace() error {
 		return invalid(FieldMode, "a trace records a training step; {mode} infer needs a {model}")
 	case s.TP > 1 || s.SP || s.EP > 1 || s.LoRA != nil || s.QLoRA:
 		return invalid(FieldTrace, "{tp}, {sp}, {ep}, {lora} and {qlora} rebuild the model's graph; they need a {model} (a catalog name or config.json), not a {graph}")
-	case (s.DP > 1 || s.ZeRO > 0) && s.Trace.ParamGrads == nil:
-		return invalid(FieldDP, "trace %s is %s, which does not record which gradient belongs to which parameter: re-export it with memplan_torch (memplan.trace/v2 records param_grads) to plan {dp} or {zero}", s.JobName(), s.Trace.Schema)
+	case s.ZeRO == 3 && s.Trace.ParamGrads == nil:
+		// DDP and stages 1-2 need only gradients' sizes and readiness, the
+		// same under any matching of equal-size tensors; stage 3 gathers
+		// each parameter with its module and reduces its gradient there.
+		return invalid(FieldZeRO, "{zero} 3: trace %s is %s, which does not record which gradient belongs to which parameter: re-export it with memplan_torch (memplan.trace/v2 records param_grads)", s.JobName(), s.Trace.Schema)
 	case s.Seq != 0 && !s.Trace.HasSeq():
 		return invalid(FieldSeq, "{seq} %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with memplan_torch export --seq-dim)", s.Seq, s.Trace.Name)
+	}
+	if rec, priced := s.TracePriceDType(); s.GPU != nil && s.GPU.PeakFLOPs(priced) <= 0 {
+		return invalid(FieldGPU, "the %s has no %s arithmetic, which the trace's matmuls run in: plan it on a {gpu} that has it", s.GPU.Name, rec)
 	}
 	if s.Seq == 0 && s.Trace.HasSeq() {
 		s.Seq = int(s.Trace.TraceSeq) // the sequence planned, as reports show it
@@ -60,4 +67,31 @@ func traceProgram(s *Spec, first bool) (*ir.Program, error) {
 		o.Optimizer = &lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1, PagedState: s.Sem.PagedOptimizer}
 	}
 	return s.Trace.Program(o)
+}
+
+// TracePriceDType is the dtype a trace job's step is priced in: recorded,
+// the dtype its matmuls and convolutions ran in (torchtrace's
+// ComputeDType; --precision does not change a recorded step), and priced,
+// the same unless s.GPU has no peak FLOP rate for a 16-bit dtype, which is
+// then priced at the GPU's fp32 rate: PyTorch runs bf16 on a GPU without
+// bf16 tensor cores (torch.cuda.is_bf16_supported() is true below sm_80
+// whenever a bf16 tensor can be made, torch/cuda/__init__.py @17e3b6a9),
+// on CUDA cores, so the fp32 rate bounds its speed as the roofline does.
+func (s *Spec) TracePriceDType() (recorded, priced units.DType) {
+	recorded = s.Trace.ComputeDType()
+	priced = recorded
+	if g := s.GPU; g != nil && g.PeakFLOPs(recorded) <= 0 && (recorded == units.BF16 || recorded == units.F16) {
+		priced = units.F32
+	}
+	return recorded, priced
+}
+
+// priceDType is the dtype s is priced in: a model's ComputeDType, a
+// trace's TracePriceDType.
+func (s *Spec) priceDType() units.DType {
+	if s.Trace == nil {
+		return s.ComputeDType()
+	}
+	_, priced := s.TracePriceDType()
+	return priced
 }

@@ -124,17 +124,33 @@ func TestTraceZeROModelStates(t *testing.T) {
 	}
 }
 
-// A v1 trace, which does not say which gradient is whose, is refused for
-// --dp in one line that says what to do.
-func TestTraceV1RefusesDP(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "lm.trace.json"))
+// A v1 trace does not say which gradient is whose: DDP and ZeRO-1/2 match
+// them by dtype and size (their memory and traffic depend only on sizes:
+// the same per-GPU states as the recorded pairing gives on gpt2_tiny, with
+// param_grads dropped); ZeRO-3, which gathers each parameter with its module,
+// is refused in one line that says what to do.
+func TestTraceV1DataParallel(t *testing.T) {
+	v2, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_tiny.trace.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, z := range []int{0, 1, 3} {
-		_, err := Plan(Spec{Job: Job{Trace: tr}, Parallel: Parallel{Sharding: Sharding{DP: 2, ZeRO: z}}})
-		if err == nil || !strings.Contains(err.Error(), "memplan.trace/v1") || !strings.Contains(err.Error(), "re-export") || strings.Contains(err.Error(), "\n") {
-			t.Errorf("zero %d: got %v", z, err)
+	v1 := *v2
+	v1.Schema, v1.ParamGrads = torchtrace.SchemaV1, nil
+	for z := 0; z <= 2; z++ {
+		var peaks [2]units.Bytes
+		for i, tr := range []*torchtrace.Trace{v2, &v1} {
+			res, err := Plan(Spec{Job: Job{Trace: tr, Count: Counter{Measured: true}}, Parallel: Parallel{Sharding: Sharding{DP: 8, ZeRO: z}}})
+			if err != nil {
+				t.Fatalf("zero %d, %s: %v", z, tr.Schema, err)
+			}
+			peaks[i] = res.Sim.Peak.Total
 		}
+		if peaks[0] != peaks[1] {
+			t.Errorf("zero %d: v1 (matched by size) peaks at %d, v2 (recorded) at %d", z, peaks[1], peaks[0])
+		}
+	}
+	_, err = Plan(Spec{Job: Job{Trace: &v1}, Parallel: Parallel{Sharding: Sharding{DP: 2, ZeRO: 3}}})
+	if err == nil || !strings.Contains(err.Error(), "memplan.trace/v1") || !strings.Contains(err.Error(), "re-export") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("zero 3 on v1: got %v", err)
 	}
 }

@@ -306,19 +306,13 @@ func (bd *builder) build() error {
 	return bd.bornAtStart(bd.dying)
 }
 
-// pairGrads records each gradient's parameter (the trace's param_grads, v2)
-// as Program.GradOf, which data parallelism and ZeRO shard by.
+// pairGrads records each gradient's parameter as Program.GradOf, which
+// data parallelism and ZeRO shard by (gradParams: as param_grads says, or
+// for a v1 trace by dtype and size; nil when a v1 trace's gradients match
+// no parameter, so a strategy that needs them says it cannot tell).
 func (bd *builder) pairGrads() {
-	if bd.t.ParamGrads == nil {
-		return
-	}
-	bd.p.GradOf = map[ir.TensorID]ir.TensorID{}
-	for _, pg := range bd.t.ParamGrads {
-		g, gok := bd.grads[pg.Grad]
-		p, pok := bd.initial[pg.Param]
-		if _, dup := bd.p.GradOf[g]; gok && pok && !dup {
-			bd.p.GradOf[g] = p
-		}
+	if g, err := bd.gradParams(bd.initial); err == nil {
+		bd.p.GradOf = g
 	}
 }
 
@@ -630,23 +624,51 @@ func phaseOf(s string) ir.Phase {
 }
 
 // replaceOptimizer appends lower.OptimizerStep for the trace's parameters.
-// Gradients are matched to parameters by dtype and size (the trace does not
-// record which .grad belongs to which parameter, and a gradient's storage may
-// have been created with another shape, such as a bias gradient summed with
-// keepdim; any matching of equal-size tensors gives the same memory).
 func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
+	grads, err := bd.gradParams(initial)
+	if err != nil {
+		return fmt.Errorf("%w; cannot replace the optimizer", err)
+	}
+	byParam := make(map[ir.TensorID]ir.TensorID, len(grads))
+	for g, p := range grads {
+		byParam[p] = g
+	}
+	c := *bd.o.Optimizer
+	c.FirstStep = bd.o.FirstStep
+	lower.OptimizerStep(bd.p, byParam, c)
+	return nil
+}
+
+// gradParams pairs the gradients of micro-step 0 with their parameters
+// (gradient → parameter): as param_grads records (v2), else by dtype and
+// size (v1 does not record which .grad belongs to which parameter, and a
+// gradient's storage may have been created with another shape, such as a
+// bias gradient summed with keepdim; any matching of equal-size tensors
+// gives the same memory).
+func (bd *builder) gradParams(initial map[int]ir.TensorID) (map[ir.TensorID]ir.TensorID, error) {
+	out := map[ir.TensorID]ir.TensorID{}
+	if bd.t.ParamGrads != nil {
+		for _, pg := range bd.t.ParamGrads {
+			g, gok := bd.grads[pg.Grad]
+			p, pok := initial[pg.Param]
+			if _, dup := out[g]; gok && pok && !dup {
+				out[g] = p
+			}
+		}
+		return out, nil
+	}
+	return bd.gradsBySize(initial)
+}
+
+// gradsBySize matches gradients to parameters of the same dtype and size,
+// both in id order.
+func (bd *builder) gradsBySize(initial map[int]ir.TensorID) (map[ir.TensorID]ir.TensorID, error) {
 	t := bd.t
 	type key struct {
 		dt    string
 		bytes int64
 	}
 	k := func(s *Storage) key { return key{s.DType, s.Bytes} }
-	pool := map[key][]ir.TensorID{}
-	var order []int
-	for id := range bd.grads {
-		order = append(order, id)
-	}
-	sort.Ints(order)
 	byID := map[int]*Storage{}
 	for i := range t.Events {
 		for j := range t.Events[i].Alloc {
@@ -654,11 +676,17 @@ func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
 			byID[a.ID] = a
 		}
 	}
+	order := make([]int, 0, len(bd.grads))
+	for id := range bd.grads {
+		order = append(order, id)
+	}
+	sort.Ints(order)
+	pool := map[key][]ir.TensorID{}
 	for _, id := range order {
 		s := byID[id]
 		pool[k(s)] = append(pool[k(s)], bd.grads[id])
 	}
-	grads := map[ir.TensorID]ir.TensorID{}
+	out := map[ir.TensorID]ir.TensorID{}
 	for i := range t.Initial {
 		s := &t.Initial[i]
 		if s.Category != CatParameter || s.Buffer {
@@ -668,16 +696,60 @@ func (bd *builder) replaceOptimizer(initial map[int]ir.TensorID) error {
 		if len(q) == 0 {
 			continue // frozen or unused parameter
 		}
-		grads[initial[s.ID]] = q[0]
+		if p, ok := initial[s.ID]; ok {
+			out[q[0]] = p
+		}
 		pool[k(s)] = q[1:]
 	}
 	for kk, q := range pool {
 		if len(q) > 0 {
-			return fmt.Errorf("%s: %d gradient(s) of %d bytes (%s) match no parameter; cannot replace the optimizer", t.label(), len(q), kk.bytes, kk.dt)
+			return nil, fmt.Errorf("%s: %d gradient(s) of %d bytes (%s) match no parameter", t.label(), len(q), kk.bytes, kk.dt)
 		}
 	}
-	c := *bd.o.Optimizer
-	c.FirstStep = bd.o.FirstStep
-	lower.OptimizerStep(bd.p, grads, c)
-	return nil
+	return out, nil
+}
+
+// computeOps are the aten ops whose kernels run on tensor cores: matrix
+// products, convolutions and fused attention (short names, opShort).
+var computeOps = map[string]bool{
+	"mm": true, "addmm": true, "bmm": true, "baddbmm": true, "matmul": true, "linear": true,
+	"convolution": true, "convolution_backward": true, "_convolution": true, "mkldnn_convolution": true,
+	"cudnn_convolution": true, "_scaled_dot_product_flash_attention": true,
+	"_scaled_dot_product_efficient_attention": true, "_scaled_dot_product_cudnn_attention": true,
+	"_flash_attention_forward": true, "_efficient_attention_forward": true, "_scaled_mm": true,
+}
+
+// ComputeDType is the floating dtype the trace's matrix products and
+// convolutions write, weighted by their outputs' bytes at the trace batch
+// (a trace records dtypes, not FLOPs); a trace without any is taken at its
+// parameters' floating dtype, else float32.
+func (t *Trace) ComputeDType() units.DType {
+	by := map[units.DType]int64{}
+	add := func(dtype string, b int64) {
+		if dt, err := units.ParseDType(dtype); err == nil {
+			by[dt] += b + 1 // an empty output still says its dtype; only floating ones are chosen below
+		}
+	}
+	for i := range t.Events {
+		e := &t.Events[i]
+		if computeOps[opShort(e.Op)] {
+			for _, a := range e.Alloc {
+				add(a.DType, a.Bytes)
+			}
+		}
+	}
+	if by[units.F32]+by[units.BF16]+by[units.F16]+by[units.FP8]+by[units.F64] == 0 {
+		for i := range t.Initial {
+			if s := &t.Initial[i]; s.Category == CatParameter && !s.Buffer {
+				add(s.DType, s.Bytes)
+			}
+		}
+	}
+	best, most := units.F32, int64(0)
+	for _, dt := range []units.DType{units.F32, units.BF16, units.F16, units.FP8, units.F64} {
+		if by[dt] > most {
+			best, most = dt, by[dt]
+		}
+	}
+	return best
 }
