@@ -33,6 +33,9 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
+				if device < -1 {
+					return errBadDevice(device)
+				}
 				return diagnoseSnapshot(stdout, args[0], capacity, device, jsonOut)
 			}
 			if capacity != "" || jsonOut || device >= 0 {

@@ -41,6 +41,9 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if device < -1 {
+				return errBadDevice(device)
+			}
 			rep, settings, err := readExplained(args[0], device, cmd.Flags().Changed("device"))
 			if err != nil {
 				return err
@@ -158,4 +161,11 @@ func timelineText(w io.Writer, rep *explain.Report) error {
 		fmt.Fprintf(tw, "    %s\t%s\t\n", s.Name, units.Bytes(s.Bytes))
 	}
 	return tw.Flush()
+}
+
+// errBadDevice refuses a --device below -1 (the default, the device with
+// the largest peak), which explained that default instead (probe: explain
+// SNAPSHOT --device -2).
+func errBadDevice(d int64) error {
+	return fmt.Errorf("--device %d: want a CUDA device index, 0 or more (or -1, the default: the device with the largest allocated peak)", d)
 }

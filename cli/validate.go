@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -97,7 +98,7 @@ func parseTolerance(s string) (float64, error) {
 	t := strings.TrimSpace(s)
 	pct := strings.HasSuffix(t, "%")
 	v, err := strconv.ParseFloat(strings.TrimSuffix(t, "%"), 64)
-	if err != nil || v < 0 || v != v {
+	if err != nil || v < 0 || v != v || math.IsInf(v, 0) { // Inf passed every case (probe: validate --tolerance Inf)
 		return 0, fmt.Errorf("--tolerance %q: want a percentage such as 3%% or a fraction such as 0.03", s)
 	}
 	if pct {
