@@ -1,4 +1,4 @@
-// Package torchtrace reads memplan.trace/v1 documents — one PyTorch training
+// Package torchtrace reads memplan.trace/v1 and v2 documents — one PyTorch training
 // step recorded aten op by aten op by python/memplan_torch (see
 // docs/trace-format.md) — and replays them as an ir.Program at any batch and
 // sequence length, with gradient accumulation, the first step's lazy
