@@ -46,6 +46,14 @@ func TestDeepSeekPublishedTotals(t *testing.T) {
 	if got, want := v3.MTPParamCount(), layer+3*H+2*H*H; got != want || v3.MTPLayers != 1 {
 		t.Errorf("deepseek-v3 MTPParamCount = %d (%d modules), want %d", got, v3.MTPLayers, want)
 	}
+	// What the checkpoint holds: the main model, the MTP module and its own
+	// stored copies of embed_tokens and shared_head.head (layer 61 repeats
+	// them: README_WEIGHTS.md), 684,489,830,400 elements; the README's
+	// "685B" total also counts the float32 weight_scale_inv of the FP8
+	// checkpoint's 128x128 blocks (not modelled).
+	if got := v3.ParamCount() + v3.MTPParamCount() + 2*129280*H; got != 684_489_830_400 {
+		t.Errorf("deepseek-v3 checkpoint tensors: %d", got)
+	}
 	if lite, _ := Lookup("deepseek-v2-lite"); lite.MTPParamCount() != 0 {
 		t.Errorf("deepseek-v2-lite has no MTP module, got %d", lite.MTPParamCount())
 	}
