@@ -33,6 +33,11 @@ func WriteFile(path string, perm os.FileMode, write func(io.Writer) error) (err 
 			if !filepath.IsAbs(target) {
 				target = filepath.Join(filepath.Dir(path), target)
 			}
+			// A link to itself (or to another dangling link) would be
+			// replaced by the file (probe: plan --svg LOOP exited 0).
+			if fi, lerr := os.Lstat(target); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+				return fmt.Errorf("cannot write %s: its symbolic links lead nowhere (a loop, or a link to a dangling link)", path)
+			}
 		}
 	}
 	if fi, serr := os.Stat(target); serr == nil && !fi.Mode().IsRegular() {
