@@ -3,13 +3,16 @@ package server_test
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/memplan/memplan/cli"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/recipe"
@@ -167,4 +170,44 @@ func TestCatalog(t *testing.T) {
 	if p := post(t, ts.URL+"/v1/catalog", "{}"); p.status != 405 {
 		t.Errorf("POST /v1/catalog: %d, want 405", p.status)
 	}
+}
+
+// Any path and method: the page's handler answers 200 (or 304) only for
+// the page and its assets, a JSON 404 or 405 otherwise, never a 500 or a
+// panic.
+func FuzzPagePath(f *testing.F) {
+	for _, p := range []string{"/", "/static/app.js", "/static/vendor/uplot-1.6.32/uPlot.min.css", "/static/", "/static/../go.mod",
+		"/static/vendor/uplot-1.6.32/LICENSE", "//", "/static//app.js", "/%00", "/static/app.js/"} {
+		f.Add(p, "GET")
+		f.Add(p, "HEAD")
+		f.Add(p, "DELETE")
+	}
+	s := server.New(cli.APIBackend{}, server.Config{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	served := map[string]bool{"/": true, "/static/app.js": true, "/static/app.css": true,
+		"/static/vendor/uplot-1.6.32/uPlot.iife.min.js": true, "/static/vendor/uplot-1.6.32/uPlot.min.css": true}
+	f.Fuzz(func(t *testing.T, path, method string) {
+		if path == "" || path[0] != '/' || strings.HasPrefix(path, "/v1/") || path == "/openapi.json" || path == "/healthz" || path == "/metrics" {
+			t.Skip() // the API's routes have their own tests
+		}
+		if method != "GET" && method != "HEAD" && method != "POST" && method != "DELETE" {
+			t.Skip()
+		}
+		req := httptest.NewRequest(method, "/", nil)
+		req.URL.Path = path
+		w := httptest.NewRecorder()
+		s.ServeHTTP(w, req)
+		switch code := w.Code; {
+		case code == 200 || code == 304:
+			if !served[path] || (method != "GET" && method != "HEAD") {
+				t.Errorf("%s %q: %d, but it is not one of the page's files", method, path, code)
+			}
+		case code == 301 || code == 307 || code == 308: // the mux cleaning a path
+		case code == 404 || code == 405:
+			if method != "HEAD" && !json.Valid(w.Body.Bytes()) {
+				t.Errorf("%s %q: %d with a body that is not JSON: %q", method, path, code, w.Body.String())
+			}
+		default:
+			t.Errorf("%s %q: %d", method, path, code)
+		}
+	})
 }

@@ -20,10 +20,20 @@ function cell(tr, text, cls) {
   return td;
 }
 
+// api posts a request; a busy answer (429, or 503 with Retry-After: the
+// queue was full or the wait for a place ran out) is retried after the
+// seconds it asks, up to 5 times.
 async function api(command, body) {
-  const resp = await fetch("/v1/" + command, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
-  });
+  let resp;
+  for (let attempt = 0; ; attempt++) {
+    resp = await fetch("/v1/" + command, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    const wait = Number(resp.headers.get("Retry-After"));
+    if (attempt >= 5 || !(resp.status === 429 || resp.status === 503) || !(wait > 0)) break;
+    $("status").textContent = command + ": the service is busy, retrying in " + wait + " s";
+    await new Promise((r) => setTimeout(r, wait * 1000));
+  }
   const doc = await resp.json();
   if (!resp.ok) {
     throw new Error(command + ": " + doc.error + (doc.field ? " (field " + doc.field + ")" : ""));
@@ -41,6 +51,7 @@ function showError(err) {
 
 async function loadCatalog() {
   const resp = await fetch("/v1/catalog");
+  if (!resp.ok) throw new Error("GET /v1/catalog: " + resp.status);
   const cat = await resp.json();
   fill($("model"), cat.models.map((m) => [m.name, m.name + " (" + (m.params / 1e9).toFixed(2) + "B)"]), "llama-3.2-1b");
   fill($("gpu"), cat.gpus.map((g) => [g.name, g.name + " (" + gib(g.memory_bytes) + ")"]), "h100-sxm");
@@ -82,12 +93,13 @@ async function replan() {
     showStrategies(cmp);
     document.body.dataset.planned = JSON.stringify(req);
     $("status").textContent = plan.model + " on " + plan.gpu + ": " + plan.ops + " ops";
+    document.body.dataset.state = "ready";
   } catch (err) {
     if (gen !== generation) return;
     showError(err);
-    $("status").textContent = "";
+    $("status").textContent = "the plan below is the last one that worked";
+    document.body.dataset.state = "error";
   }
-  if (gen === generation) document.body.dataset.state = "ready";
 }
 
 let timer = 0;
@@ -320,6 +332,10 @@ async function start() {
   $("controls").addEventListener("submit", (e) => e.preventDefault());
   $("snapshot").addEventListener("change", explain);
   $("pack-run").addEventListener("click", pack);
+  window.addEventListener("resize", () => {
+    if (timelinePlot) timelinePlot.setSize({ width: Math.max(600, $("timeline").clientWidth), height: 340 });
+    if (packPlot) packPlot.setSize({ width: Math.max(600, $("pack-chart").clientWidth), height: 260 });
+  });
   await replan();
 }
 

@@ -24,6 +24,7 @@ const snapshotFile = join(root, "testdata/snapshots/Muduard__LayoutEditing__413b
 const tmp = mkdtempSync(join(tmpdir(), "memplan-e2e-"));
 let server, base, browser, page;
 const problems = []; // console errors, page errors, refused requests
+const refused = []; // URLs the API answered 400
 
 // startServer runs memplan serve on 127.0.0.1:0 and reads the port it got
 // from its "serving" log line.
@@ -49,10 +50,22 @@ async function startServer() {
   });
 }
 
+// post sends a request as the page does, retrying busy answers (429, 503
+// with Retry-After) on a loaded machine; api expects a 200.
+async function post(command, body) {
+  for (let attempt = 0; ; attempt++) {
+    const resp = await fetch(base + "/v1/" + command, { method: "POST", body: JSON.stringify(body) });
+    const wait = Number(resp.headers.get("Retry-After"));
+    if (attempt >= 5 || !(resp.status === 429 || resp.status === 503) || !(wait > 0)) {
+      return { status: resp.status, doc: await resp.json() };
+    }
+    await new Promise((r) => setTimeout(r, wait * 1000));
+  }
+}
+
 async function api(command, body) {
-  const resp = await fetch(base + "/v1/" + command, { method: "POST", body: JSON.stringify(body) });
-  const doc = await resp.json();
-  assert.equal(resp.status, 200, command + ": " + JSON.stringify(doc));
+  const { status, doc } = await post(command, body);
+  assert.equal(status, 200, command + ": " + JSON.stringify(doc));
   return doc;
 }
 
@@ -69,7 +82,10 @@ async function planned(want) {
     if (b.state !== "ready" || !b.planned) return false;
     const got = JSON.parse(b.planned);
     return Object.entries(w).every(([k, v]) => got[k] === v);
-  }, want, { timeout: 60000 });
+  }, want, { timeout: 60000 }).catch(async (e) => {
+    const d = await page.evaluate(() => ({ ...document.body.dataset, error: document.getElementById("error").textContent }));
+    throw new Error(`waiting for a plan of ${JSON.stringify(want)}: ${e.message}; the page: ${JSON.stringify(d)}`);
+  });
   return JSON.parse(await page.evaluate(() => document.body.dataset.planned));
 }
 
@@ -120,7 +136,14 @@ before(async () => {
     args: process.getuid && process.getuid() === 0 ? ["--no-sandbox"] : [],
   });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
-  page.on("console", (m) => m.type() === "error" && problems.push("console: " + m.text()));
+  page.on("console", (m) => {
+    if (m.type() !== "error") return;
+    // Chromium logs every 4xx answer; the page's only ones are the
+    // refused request's (plan and compare), counted there.
+    if (/status of 400 \(Bad Request\)/.test(m.text())) refused.push(m.location().url);
+    else if (/status of (429|503) /.test(m.text())) return; // busy: the page retries
+    else problems.push("console: " + m.text());
+  });
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
   await page.route("**/*", (route) => {
     if (route.request().url().startsWith(base + "/")) return route.continue();
@@ -147,6 +170,21 @@ test("the page shows the API's numbers, re-plans, explains, packs", async () => 
   assert.deepEqual(second, { ...first, micro_batch: 4 });
   const plan4 = await checkPlan(second);
   assert.ok(plan4.peak.bytes > plan.peak.bytes, "micro-batch 4 peaks higher than 1");
+
+  // A request the API refuses: its error, naming the field, is shown and
+  // the last plan is marked stale; the next valid change plans again.
+  await page.selectOption("#zero", "3");
+  await page.waitForFunction(() => document.body.dataset.state === "error", null, { timeout: 60000 });
+  const { status: badStatus, doc: badDoc } = await post("plan", { ...second, zero: 3 });
+  assert.equal(badStatus, 400);
+  assert.equal(badDoc.field, "zero");
+  assert.match(await text("#error"), new RegExp("^(plan|compare): " + badDoc.error.replace(/[()[\]*+?.]/g, "\\$&") + " \\(field zero\\)$"));
+  await page.fill("#dp", "2");
+  const third = await planned({ zero: 3, dp: 2 });
+  assert.deepEqual(third, { ...second, zero: 3, dp: 2 });
+  assert.equal(await page.locator("#error").isHidden(), true, "the error is gone once a plan works");
+  assert.deepEqual(refused.sort(), [base + "/v1/compare", base + "/v1/plan"], "the 400s the page met");
+  await checkPlan(third);
 
   await page.setInputFiles("#snapshot", snapshotFile);
   await page.locator("#explain").waitFor({ state: "visible", timeout: 60000 });
