@@ -18,6 +18,7 @@ import (
 
 type packFlags struct {
 	gpus, policies, margin, arrivals, svg, png, plotPolicy string
+	nodeGPUs                                               int
 	jsonOut                                                bool
 }
 
@@ -45,6 +46,7 @@ func newPackCmd(stdout io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.gpus, "gpus", "", "the pool: COUNTxGPU, e.g. 8xh100 (see 'memplan gpus')")
+	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per node of the pool, for jobs of several GPUs that say same-node (default: the GPU's server in the catalog, 8 for an H100; else the whole pool)")
 	fl.StringVar(&f.policies, "policy", "all", "policies to compare: all, or a comma list of whole-gpu, static, peaks, curve")
 	fl.StringVar(&f.margin, "margin", "0", "memory every policy but whole-gpu leaves free on each GPU, e.g. 2GiB")
 	fl.StringVar(&f.arrivals, "arrivals", "", "an arrival trace (kind: memplan.arrivals/v1) to simulate")
@@ -64,6 +66,10 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 	if err != nil {
 		return pool, opt, 0, fmt.Errorf("--gpus: %v", err)
 	}
+	if f.nodeGPUs < 0 || f.nodeGPUs > pool.Count {
+		return pool, opt, 0, fmt.Errorf("--node-gpus must be between 1 and the pool's %d GPUs, got %d", pool.Count, f.nodeGPUs)
+	}
+	pool.NodeGPUs = f.nodeGPUs
 	if f.policies != "all" {
 		for _, name := range strings.Split(f.policies, ",") {
 			p, err := pack.ParsePolicy(strings.TrimSpace(name))
@@ -172,7 +178,7 @@ func newTable() table.Writer {
 }
 
 func packText(w io.Writer, res *pack.Result, sim *pack.SimResult) error {
-	fmt.Fprintf(w, "%d × %s (%s each), %d processes, margin %s\n\n", res.GPUs, res.GPU, res.Capacity, len(res.Envelopes), res.Margin)
+	fmt.Fprintf(w, "%d × %s (%s each, %d to a node), %d processes, margin %s\n\n", res.GPUs, res.GPU, res.Capacity, res.NodeGPUs, len(res.Envelopes), res.Margin)
 	t := newTable()
 	t.SetTitle("What each process needs (CUDA context included)")
 	t.AppendHeader(table.Row{"job", "source", "model_size", "allocated peak", "reserved peak", "limit", "period", "run it with"})

@@ -94,6 +94,47 @@ func TestPackCommand(t *testing.T) {
 	}
 }
 
+// A job of several GPUs: pack prints one process per rank and places them
+// whole; a same-node gang larger than --node-gpus is left out whole.
+func TestPackGangCommand(t *testing.T) {
+	dir := t.TempDir()
+	jobs := filepath.Join(dir, "jobs.yaml")
+	body := `kind: memplan.jobs/v1
+jobs:
+  - name: ddp
+    same-node: true
+    train: {model: gpt2, micro-batch: 4, seq: 512, dp: 2}
+  - name: pipe
+    train: {model: gpt2, micro-batch: 2, seq: 512, pp: 2, accum: 4}
+`
+	if err := os.WriteFile(jobs, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run("pack", jobs, "--gpus", "4xl4", "--node-gpus", "1", "--policy", "whole-gpu,curve", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got pack.Result
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range got.Envelopes {
+		names = append(names, e.Job)
+	}
+	if want := []string{"ddp/0", "ddp/1", "pipe/0", "pipe/1"}; !reflect.DeepEqual(names, want) || got.NodeGPUs != 1 {
+		t.Fatalf("processes %v, want %v (node of %d)", names, want, got.NodeGPUs)
+	}
+	if got.Envelopes[2].Stage != 0 || got.Envelopes[3].Stage != 1 || got.Envelopes[2].Allocated == got.Envelopes[3].Allocated {
+		t.Errorf("pipeline stages: %+v %+v", got.Envelopes[2], got.Envelopes[3])
+	}
+	for _, p := range got.Policies {
+		if !reflect.DeepEqual(p.Unplaced, []string{"ddp/0", "ddp/1"}) || p.GPUsNeeded == 0 {
+			t.Errorf("%s: unplaced %v, %d GPUs", p.Policy, p.Unplaced, p.GPUsNeeded)
+		}
+	}
+}
+
 // Bad flags and files: one line naming the problem, exit 1, nothing on
 // stdout, no plot written.
 func TestPackBadInput(t *testing.T) {
@@ -115,6 +156,8 @@ func TestPackBadInput(t *testing.T) {
 		{[]string{"pack", jobs, "--gpus", "0xh100"}, "--gpus: GPU count must be between 1 and 100000, got 0"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "greedy"}, `--policy: unknown policy "greedy" (want whole-gpu, static, peaks, curve)`},
 		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "lots"}, "--margin:"},
+		{[]string{"pack", jobs, "--gpus", "8xh100", "--node-gpus", "-1"}, "--node-gpus must be between 1 and the pool's 8 GPUs, got -1"},
+		{[]string{"pack", jobs, "--gpus", "8xh100", "--node-gpus", "9"}, "--node-gpus must be between 1 and the pool's 8 GPUs, got 9"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "100GiB"}, "--margin must be between 0 and the GPU's"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "static", "--png", png}, "--plot-policy curve is not among --policy static"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "no", "x.png")}, "no such directory"},

@@ -5,7 +5,14 @@
 //
 // # What a job needs (Envelope)
 //
-// Every job is one process on one GPU. Its device memory is the CUDA
+// Every process runs on one GPU. A job of several GPUs (dp × tp × pp of a
+// training job, tp of a service, a published row measured on several GPUs)
+// is a gang: one process per rank, each with its own envelope (a pipeline
+// stage is planned on its own, engine.Options.Stages; the ranks of one
+// stage — tensor shards, data-parallel replicas, ZeRO shards — are alike,
+// as the engine shards evenly), placed all or none on distinct GPUs, on one
+// node of the pool when the job says same-node, and started in the
+// simulation only when every rank has a GPU. A process's device memory is the CUDA
 // context (outside PyTorch's allocator: the recipe's cuda.overhead, 400 MB
 // in the hf recipe, from PyTorch issues #107667/#109888) plus what its
 // caching allocator holds. memplan plans the job (engine.Plan: one

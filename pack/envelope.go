@@ -36,11 +36,24 @@ const maxSamples = 256
 type Envelope struct {
 	Job    string `json:"job"`
 	Source string `json:"source"` // train, serve, plan or snapshot
+	// A job of several GPUs is a gang of processes, one per GPU: Gang
+	// names the job (a replica's name), Rank is this process's rank of
+	// Ranks, Stage its pipeline stage, and SameNode says every rank must
+	// be on one node. A one-GPU job leaves them zero (its gang is Job).
+	Gang     string `json:"gang,omitempty"`
+	Rank     int    `json:"rank,omitempty"`
+	Ranks    int    `json:"ranks,omitempty"`
+	Stage    int    `json:"stage,omitempty"`
+	SameNode bool   `json:"same_node,omitempty"`
+	// Members are the gang's processes in rank order (this one among
+	// them) on the envelope Envelopes gives by job name; nil otherwise.
+	Members []*Envelope `json:"-"`
 	// Context is the memory outside the caching allocator: the CUDA
 	// context (and libraries) of the process.
 	Context units.Bytes `json:"context_bytes"`
 	// ModelSize is the static model_size: the 16-bit weights (2 bytes per
-	// parameter), the number a scheduler records for a model.
+	// parameter), the number a scheduler records for a model; a job of
+	// several GPUs spreads it evenly over its ranks.
 	ModelSize units.Bytes `json:"model_size_bytes"`
 	// Request is the user-declared size (0: none declared).
 	Request units.Bytes `json:"request_bytes,omitempty"`
@@ -91,28 +104,51 @@ func (e *Envelope) Need(p Policy) units.Bytes {
 	return e.Peak
 }
 
-// envelopeOf computes job j's envelope on GPU g.
-func envelopeOf(j *Job, g *hw.GPU) (*Envelope, error) {
-	e, err := sourceEnvelope(j, g)
+// GangName is the job e belongs to: its gang, or itself alone.
+func (e *Envelope) GangName() string {
+	if e.Gang != "" {
+		return e.Gang
+	}
+	return e.Job
+}
+
+// members is the gang e leads (Members), or e alone.
+func (e *Envelope) members() []*Envelope {
+	if len(e.Members) > 0 {
+		return e.Members
+	}
+	return []*Envelope{e}
+}
+
+// envelopesOf computes job j's envelopes on GPU g, one per GPU it runs on
+// (its ranks, in rank order).
+func envelopesOf(j *Job, g *hw.GPU) ([]*Envelope, error) {
+	ranks, err := sourceEnvelopes(j, g)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", j.Name, err)
 	}
-	e.Job = j.Name
-	if j.Request != "" {
-		e.Request, _ = units.ParseBytes(j.Request)
+	for r, e := range ranks {
+		e.Job = j.Name
+		if j.Request != "" {
+			e.Request, _ = units.ParseBytes(j.Request)
+		}
+		if e.ModelSize == 0 && e.Request == 0 {
+			return nil, bad(fmt.Sprintf("job %q", j.Name), "a snapshot tells no model size: give request (the size a static scheduler is told)")
+		}
+		if total := g.Capacity(); total > 0 && e.Fraction == 0 {
+			e.Fraction = math.Ceil(float64(e.Cap-e.Context)/float64(total)*1e4) / 1e4
+			e.Setting = fmt.Sprintf("torch.cuda.set_per_process_memory_fraction(%.4f)", e.Fraction)
+		}
+		if len(ranks) > 1 {
+			e.Gang, e.Rank, e.Ranks, e.SameNode = j.Name, r, len(ranks), j.SameNode
+		}
 	}
-	if e.ModelSize == 0 && e.Request == 0 {
-		return nil, bad(fmt.Sprintf("job %q", j.Name), "a snapshot tells no model size: give request (the size a static scheduler is told)")
-	}
-	if total := g.Capacity(); total > 0 && e.Fraction == 0 {
-		e.Fraction = math.Ceil(float64(e.Cap-e.Context)/float64(total)*1e4) / 1e4
-		e.Setting = fmt.Sprintf("torch.cuda.set_per_process_memory_fraction(%.4f)", e.Fraction)
-	}
-	return e, nil
+	return ranks, nil
 }
 
-// sourceEnvelope is the envelope of what j says runs.
-func sourceEnvelope(j *Job, g *hw.GPU) (*Envelope, error) {
+// sourceEnvelopes are the envelopes of what j says runs, one per rank: a
+// plan JSON or a snapshot is one process's.
+func sourceEnvelopes(j *Job, g *hw.GPU) ([]*Envelope, error) {
 	var (
 		s      engine.Spec
 		err    error
@@ -120,11 +156,17 @@ func sourceEnvelope(j *Job, g *hw.GPU) (*Envelope, error) {
 	)
 	switch {
 	case j.Serve != nil && j.Serve.server() == "vllm":
-		return vllmEnvelope(j.Serve, g)
+		e, err := vllmEnvelope(j.Serve, g)
+		if err != nil {
+			return nil, err
+		}
+		return spread(copies(e, max(j.Serve.TP, 1)), e.ModelSize), nil
 	case j.planData != nil:
-		return planEnvelope(j.planData)
+		e, err := planEnvelope(j.planData)
+		return copies(e, 1), err
 	case j.snap != nil:
-		return snapshotEnvelope(j)
+		e, err := snapshotEnvelope(j)
+		return copies(e, 1), err
 	case j.Train != nil:
 		source = "train"
 		s, err = j.Train.Spec()
@@ -139,11 +181,66 @@ func sourceEnvelope(j *Job, g *hw.GPU) (*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := specEnvelope(s, g)
-	if e != nil {
-		e.Source = source
+	return specEnvelopes(s, g, source)
+}
+
+// copies is n ranks of one envelope (nil when e is nil).
+func copies(e *Envelope, n int) []*Envelope {
+	if e == nil {
+		return nil
 	}
-	return e, err
+	return rankCopies([]*Envelope{e}, n)
+}
+
+// rankCopies is n ranks of the stages' envelopes: stage-major, as Megatron-LM's default rank order (tp-cp-ep-dp-pp) makes
+// the pipeline stage the slowest-varying index of a rank, so rank r runs
+// stage r / (n / len(stages)). The ranks of one stage (tensor-parallel
+// shards, data-parallel replicas, ZeRO shards) are planned alike: the
+// engine shards state evenly over them.
+func rankCopies(stages []*Envelope, n int) []*Envelope {
+	out := make([]*Envelope, n)
+	per := max(n/len(stages), 1)
+	for r := range out {
+		c := *stages[min(r/per, len(stages)-1)]
+		out[r] = &c
+	}
+	return out
+}
+
+// specEnvelopes plans s on g, each pipeline stage on its own (its layers,
+// its micro-batches in flight, its first step), and gives every rank its
+// stage's envelope; a pipeline's stages step together, at the slowest
+// stage's period.
+func specEnvelopes(s engine.Spec, g *hw.GPU, source string) ([]*Envelope, error) {
+	stages := make([]*Envelope, max(s.PP, 1))
+	period := 0.0
+	for k := range stages {
+		e, err := specEnvelope(s, g, k)
+		if err != nil {
+			return nil, err
+		}
+		e.Source, e.Stage = source, k
+		stages[k] = e
+		period = max(period, e.Period)
+	}
+	for _, e := range stages {
+		e.Period = period
+	}
+	ranks := rankCopies(stages, s.JobGPUs())
+	if len(ranks) > 1 {
+		spread(ranks, units.Bytes(s.Model.ParamCount())*2)
+	}
+	return ranks, nil
+}
+
+// spread gives each of a job's ranks an even share of its static
+// model_size (the whole model's 16-bit weights): what a scheduler told one
+// model_size and a GPU count per job counts on each GPU.
+func spread(ranks []*Envelope, modelSize units.Bytes) []*Envelope {
+	for _, e := range ranks {
+		e.ModelSize = modelSize / units.Bytes(len(ranks))
+	}
+	return ranks
 }
 
 // vllmEnvelope is a vLLM deployment (package serve) whose KV cache holds
@@ -196,9 +293,9 @@ func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
 // through engine.Result.PredictReserved) and the smallest per-process
 // limit it survives. It is a driver over an enveloper's phases: plan,
 // reserve, limit, curves.
-func specEnvelope(s engine.Spec, g *hw.GPU) (*Envelope, error) {
+func specEnvelope(s engine.Spec, g *hw.GPU, stage int) (*Envelope, error) {
 	s.GPU, s.Capacity = g, 0
-	ev := &enveloper{}
+	ev := &enveloper{stage: stage}
 	for _, phase := range []func(engine.Spec) error{ev.plan, ev.reserve, ev.limit, ev.curves} {
 		if err := phase(s); err != nil {
 			return nil, err
@@ -210,6 +307,7 @@ func specEnvelope(s engine.Spec, g *hw.GPU) (*Envelope, error) {
 // enveloper holds what specEnvelope's phases share.
 type enveloper struct {
 	e         *Envelope
+	stage     int // the pipeline stage planned
 	res       *engine.Result
 	rv        *engine.Reserved
 	allocated int64 // the highest block bytes of either iteration
@@ -218,7 +316,11 @@ type enveloper struct {
 
 // plan plans the job; the context is the recipe's CUDA overhead.
 func (ev *enveloper) plan(s engine.Spec) (err error) {
-	if ev.res, err = engine.Plan(s); err != nil {
+	var o engine.Options
+	if s.PP > 1 {
+		o.Stages = []int{ev.stage}
+	}
+	if ev.res, err = engine.PlanWith(s, o); err != nil {
 		return err
 	}
 	ev.e = &Envelope{Context: ev.res.Spec.Sem.Overhead, ModelSize: units.Bytes(ev.res.Sim.Params) * 2}

@@ -25,6 +25,7 @@ import (
 	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/serve"
 	"github.com/memplan/memplan/snapshot"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -90,6 +91,11 @@ type Job struct {
 	Request string `json:"request,omitempty"`
 	// Replicas is how many copies of the job run (default 1).
 	Replicas int `json:"replicas,omitempty"`
+	// SameNode says a job of several GPUs (tp, pp, dp) must have all its
+	// GPUs in one node of the pool (tensor parallelism over NVLink, as a
+	// rule); without it its GPUs may span nodes. Either way they are
+	// placed all or none.
+	SameNode bool `json:"same-node,omitempty"`
 
 	// Filled by ReadFile from the files the job names.
 	planData []byte
@@ -115,6 +121,16 @@ type Train struct {
 	QLoRA         bool     `json:"qlora,omitempty"`
 	Recipe        string   `json:"recipe,omitempty"`
 	Set           []string `json:"set,omitempty"`
+	// The parallel layout, plan's flags of the same names: the job runs on
+	// dp × tp × pp GPUs, one process each (pack places them as a gang).
+	TP           int    `json:"tp,omitempty"`
+	SP           bool   `json:"sp,omitempty"`
+	EP           int    `json:"ep,omitempty"`
+	DP           int    `json:"dp,omitempty"`
+	ZeRO         int    `json:"zero,omitempty"`
+	PP           int    `json:"pp,omitempty"`
+	PPSchedule   string `json:"pp-schedule,omitempty"`
+	PPInterleave int    `json:"pp-interleave,omitempty"`
 }
 
 // Serve is an inference service answering Concurrency requests at once,
@@ -129,6 +145,9 @@ type Serve struct {
 	Context     int    `json:"context"`
 	GenTokens   int    `json:"gen-tokens,omitempty"`
 	Server      string `json:"server,omitempty"`
+	// TP is the tensor-parallel degree (vLLM's --tensor-parallel-size,
+	// engine's tp under hf): the service runs on TP GPUs, one process each.
+	TP int `json:"tp,omitempty"`
 	// vllm: max_model_len (default Context+GenTokens: a deployment sized
 	// for its requests) and --enforce-eager.
 	MaxModelLen  int  `json:"max-model-len,omitempty"`
@@ -223,9 +242,6 @@ func (j *Job) load(dir, at string) error {
 		spec, _, lacks := rows[i].Job(filepath.Dir(path))
 		if len(lacks) > 0 {
 			return bad(at, "row %s of %s cannot be planned: %s", id, file, lacks[0])
-		}
-		if spec.DP > 1 || spec.TP > 1 || spec.PP > 1 || spec.EP > 1 {
-			return bad(at, "row %s of %s runs on several GPUs; pack places one-GPU processes", id, file)
 		}
 		j.pubSpec = spec
 	case j.Snapshot != "":
@@ -496,7 +512,7 @@ func (v *Serve) VLLM(g *hw.GPU) (serve.Spec, error) {
 	}
 	tokens := v.Context + v.GenTokens
 	s = serve.Spec{Model: m, GPU: g, MaxModelLen: or0(v.MaxModelLen, tokens), Context: tokens, EnforceEager: v.EnforceEager,
-		MaxNumSeqs: max(serve.DefaultMaxNumSeqs, v.Concurrency)}
+		MaxNumSeqs: max(serve.DefaultMaxNumSeqs, v.Concurrency), TP: max(v.TP, 1)}
 	if g == nil {
 		s.TotalMemory = 1 << 40 // checks the sizes only
 	}
@@ -523,6 +539,9 @@ func (v *Serve) sizes() error {
 	}
 	if v.GenTokens < 0 || v.GenTokens > 1<<24 {
 		return engine.FieldErrorf(engine.FieldGenTokens, "{gen-tokens} must be between 0 and 2^24, got %d", v.GenTokens)
+	}
+	if v.TP < 0 || v.TP > maxGang {
+		return fmt.Errorf("tp must be between 1 and %d, got %d", maxGang, v.TP)
 	}
 	return nil
 }
@@ -627,7 +646,9 @@ func (t *Train) Spec() (engine.Spec, error) {
 		}
 	}
 	s.QLoRA = t.QLoRA
-	s.TP, s.EP, s.PPInterleave = 1, 1, 1 // one GPU, as plan's defaults
+	if err := t.parallel(&s); err != nil {
+		return s, err
+	}
 	for _, v := range []struct {
 		f        engine.Field
 		val, min int
@@ -641,6 +662,31 @@ func (t *Train) Spec() (engine.Spec, error) {
 		return s, err
 	}
 	return s, s.Validate()
+}
+
+// maxGang bounds the GPUs of one job.
+const maxGang = 4096
+
+// parallel sets the parallel layout as plan's flags do (cli specParallel):
+// degrees of at least 1 (0: the default, 1), the schedule by name.
+func (t *Train) parallel(s *engine.Spec) error {
+	for _, d := range []struct {
+		key string
+		v   int
+	}{{"tp", t.TP}, {"ep", t.EP}, {"dp", t.DP}, {"pp", t.PP}, {"pp-interleave", t.PPInterleave}} {
+		if d.v < 0 || d.v > maxGang {
+			return fmt.Errorf("%s must be between 1 and %d, got %d", d.key, maxGang, d.v)
+		}
+	}
+	s.TP, s.SP, s.EP, s.DP, s.ZeRO, s.PP, s.PPInterleave = max(t.TP, 1), t.SP, max(t.EP, 1), max(t.DP, 1), t.ZeRO, max(t.PP, 1), max(t.PPInterleave, 1)
+	if s.JobGPUs() > maxGang {
+		return fmt.Errorf("dp × tp × pp is %d GPUs, more than %d", s.JobGPUs(), maxGang)
+	}
+	var err error
+	if s.PPSchedule, err = strategy.ParseSchedule(or(t.PPSchedule, "1f1b")); err != nil {
+		return fmt.Errorf("pp-schedule: %v", err)
+	}
+	return nil
 }
 
 // Spec is the service as engine's inference mode plans it: a batch of
@@ -658,7 +704,7 @@ func (v *Serve) Spec() (engine.Spec, error) {
 		return s, err
 	}
 	s.MicroBatch, s.Seq, s.GenTokens, s.Accum = v.Concurrency, v.Context, v.GenTokens, 1
-	s.TP, s.EP, s.PPInterleave = 1, 1, 1
+	s.TP, s.EP, s.PPInterleave = max(v.TP, 1), 1, 1
 	if err := applyRecipe(&s, v.Recipe, v.Set, func(flag string) bool { return given[flag] }); err != nil {
 		return s, err
 	}

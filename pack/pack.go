@@ -2,7 +2,6 @@ package pack
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -54,6 +53,17 @@ func (p Policy) String() string {
 // MarshalJSON writes the policy's name.
 func (p Policy) MarshalJSON() ([]byte, error) { return json.Marshal(p.String()) }
 
+// UnmarshalJSON reads a policy's name.
+func (p *Policy) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	q, err := ParsePolicy(s)
+	*p = q
+	return err
+}
+
 // Policies lists every policy, in the order reports show them.
 func Policies() []Policy { return []Policy{WholeGPU, Static, Peaks, Curve} }
 
@@ -65,10 +75,24 @@ func ParsePolicy(s string) (Policy, error) {
 	return 0, fmt.Errorf("unknown policy %q (want %s)", cut(s), strings.Join(policyNames[:], ", "))
 }
 
-// Pool is Count GPUs of one kind.
+// Pool is Count GPUs of one kind, NodeGPUs to a node (0: the catalog's
+// server for the GPU, else the whole pool is one node). GPU i is on node
+// i / NodeGPUs.
 type Pool struct {
-	GPU   *hw.GPU
-	Count int
+	GPU      *hw.GPU
+	Count    int
+	NodeGPUs int
+}
+
+// Node is how many GPUs one node of the pool has.
+func (p Pool) Node() int {
+	switch {
+	case p.NodeGPUs > 0:
+		return p.NodeGPUs
+	case p.GPU != nil && p.GPU.Node != nil && p.GPU.Node.GPUs > 0:
+		return p.GPU.Node.GPUs
+	}
+	return max(p.Count, 1)
 }
 
 // maxPool bounds the GPUs of a pool.
@@ -170,6 +194,7 @@ type Result struct {
 	Schema    string         `json:"schema"`
 	GPU       string         `json:"gpu"`
 	GPUs      int            `json:"gpus"`
+	NodeGPUs  int            `json:"node_gpus"`
 	Capacity  units.Bytes    `json:"capacity_bytes"`
 	Margin    units.Bytes    `json:"margin_bytes"`
 	Envelopes []*Envelope    `json:"envelopes"`
@@ -179,14 +204,15 @@ type Result struct {
 	Saved map[string]int `json:"gpus_saved_by_curve,omitempty"`
 }
 
-// Envelopes computes the envelope of every job on the pool's GPU: byJob
-// by the job's name, and procs with one per replica (NAME#k when a job has
-// several).
+// Envelopes computes the envelopes of every job on the pool's GPU: procs
+// with one per process (NAME#k for replica k when a job has several;
+// NAME/r for rank r of a job of several GPUs), and byJob the job by its
+// name (rank 0's envelope, its Members the ranks).
 func Envelopes(jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Envelope, err error) {
 	if pool.GPU == nil {
 		return nil, nil, fmt.Errorf("no GPU")
 	}
-	base := make([]*Envelope, len(jobs))
+	ranks := make([][]*Envelope, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -196,32 +222,56 @@ func Envelopes(jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Enve
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			base[i], errs[i] = envelopeOf(&jobs[i], pool.GPU)
+			ranks[i], errs[i] = envelopesOf(&jobs[i], pool.GPU)
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, e := range errs {
-			if e != nil {
-				return nil, nil, e // the first job's, as a sequential loop would
-			}
+	for _, e := range errs {
+		if e != nil {
+			return nil, nil, e // the first job's, as a sequential loop would
 		}
 	}
-	var out []*Envelope
 	byJob = map[string]*Envelope{}
 	for i := range jobs {
-		e := base[i]
-		byJob[e.Job] = e
+		byJob[jobs[i].Name] = leader(ranks[i], jobs[i].Name)
 		n := jobs[i].replicas()
 		for k := range n {
-			c := *e
+			gang := jobs[i].Name
 			if n > 1 {
-				c.Job = fmt.Sprintf("%s#%d", e.Job, k+1)
+				gang = fmt.Sprintf("%s#%d", gang, k+1)
 			}
-			out = append(out, &c)
+			procs = append(procs, named(ranks[i], gang)...)
 		}
 	}
-	return out, byJob, nil
+	return procs, byJob, nil
+}
+
+// leader is rank 0 of ranks with the ranks as its Members (a copy; the
+// ranks named NAME/r).
+func leader(ranks []*Envelope, job string) *Envelope {
+	if len(ranks) == 1 {
+		c := *ranks[0]
+		return &c
+	}
+	ms := named(ranks, job)
+	c := *ms[0]
+	c.Members = ms
+	return &c
+}
+
+// named copies ranks as the processes of gang: the gang's name alone for
+// one process, GANG/r for rank r of several.
+func named(ranks []*Envelope, gang string) []*Envelope {
+	out := make([]*Envelope, len(ranks))
+	for r, e := range ranks {
+		c := *e
+		c.Job = gang
+		if len(ranks) > 1 {
+			c.Gang, c.Job = gang, fmt.Sprintf("%s/%d", gang, r)
+		}
+		out[r] = &c
+	}
+	return out
 }
 
 // Pack places jobs on pool under every policy of opt.
@@ -242,7 +292,7 @@ func PackEnvelopes(envs []*Envelope, pool Pool, opt Options) (*Result, error) {
 	if err := checkEnvelopes(envs); err != nil {
 		return nil, err
 	}
-	res := &Result{Schema: Schema, GPU: pool.GPU.Name, GPUs: pool.Count, Capacity: pool.Capacity(), Margin: opt.Margin, Envelopes: envs}
+	res := &Result{Schema: Schema, GPU: pool.GPU.Name, GPUs: pool.Count, NodeGPUs: pool.Node(), Capacity: pool.Capacity(), Margin: opt.Margin, Envelopes: envs}
 	for _, p := range opt.policies() {
 		res.Policies = append(res.Policies, packPolicy(envs, pool, opt.Margin, p))
 	}
@@ -263,6 +313,8 @@ func checkPool(pool Pool, opt Options) error {
 		return fmt.Errorf("a pool is 1 to %d GPUs of a known kind", maxPool)
 	case opt.Margin < 0 || opt.Margin >= pool.Capacity():
 		return fmt.Errorf("margin %s must be between 0 and the GPU's %s", opt.Margin, pool.Capacity())
+	case pool.NodeGPUs < 0 || pool.NodeGPUs > maxPool:
+		return fmt.Errorf("GPUs per node must be between 1 and %d, got %d", maxPool, pool.NodeGPUs)
 	}
 	for _, p := range opt.Policies {
 		if p >= numPolicies {
@@ -293,54 +345,65 @@ func name(e *Envelope) string {
 	return strconv.Quote(e.Job)
 }
 
-// packPolicy is first-fit decreasing under policy p.
+// packPolicy is first-fit decreasing of gangs under policy p: gangs by
+// their largest process, each gang whole on distinct GPUs (gang.go). A
+// gang that is larger than a GPU, or that would reach past the pool, is
+// left out whole. Under curve, peaks' assignment is valid too (every
+// limit is at most its peak): curve starts from it, places what peaks
+// left out by the limits, and keeps whichever of that and its own
+// first-fit needs fewer GPUs, so it never needs more than peaks for the
+// same jobs (first-fit decreasing alone can: smaller items do not always
+// pack into fewer bins).
 func packPolicy(envs []*Envelope, pool Pool, margin units.Bytes, p Policy) PolicyResult {
-	c := pool.Capacity()
-	room := c - margin
-	order := make([]int, len(envs))
-	for i := range order {
-		order[i] = i
+	room := pool.Capacity() - margin
+	k := &packer{envs: envs, p: p, room: room, node: pool.Node()}
+	left := k.placeAll(sortedGangs(envs, p))
+	if p == Curve {
+		alt := &packer{envs: envs, p: Peaks, room: room, node: pool.Node()}
+		rest := alt.placeAll(sortedGangs(envs, Peaks))
+		alt.recount(Curve)
+		if rest = alt.placeAll(rest); alt.needed() < k.needed() {
+			k, left = alt, rest
+		}
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpBytes(envs[b].Need(p), envs[a].Need(p)) })
-	var bins [][]int
-	var used []units.Bytes
-	out := PolicyResult{Policy: p}
-	for _, i := range order {
-		need := envs[i].Need(p)
-		if p != WholeGPU && need > room {
+	out := PolicyResult{Policy: p, GPUsNeeded: k.needed()}
+	for _, g := range left {
+		for _, i := range g.procs {
 			out.Unplaced = append(out.Unplaced, envs[i].Job)
-			continue
 		}
-		b := -1
-		if p != WholeGPU {
-			b = slices.IndexFunc(used, func(u units.Bytes) bool { return u+need <= room })
-		}
-		if b < 0 {
-			bins, used = append(bins, nil), append(used, 0)
-			b = len(bins) - 1
-		}
-		bins[b] = append(bins[b], i)
-		used[b] += need
 	}
-	out.GPUsNeeded = len(bins)
-	for b, set := range bins {
-		if b >= pool.Count {
-			for _, i := range set {
+	beyond := map[string]bool{}
+	for b := pool.Count; b < len(k.bins); b++ {
+		for _, i := range k.bins[b] {
+			beyond[envs[i].GangName()] = true
+		}
+	}
+	for b, set := range k.bins {
+		var kept []int
+		for _, i := range set {
+			if beyond[envs[i].GangName()] {
 				out.Unplaced = append(out.Unplaced, envs[i].Job)
+				continue
 			}
-			continue
+			kept = append(kept, i)
 		}
-		g := gpuResult(envs, set, c, p)
-		g.Index, g.Counted = b, used[b]
-		switch g.Status {
-		case OOM:
-			out.OOMGPUs++
-		case AtRisk:
-			out.AtRisk++
+		if len(kept) > 0 {
+			out.add(gpuResult(envs, kept, pool.Capacity(), p), b)
 		}
-		out.GPUs = append(out.GPUs, g)
 	}
 	return out
+}
+
+// add appends GPU b's result.
+func (out *PolicyResult) add(g GPUResult, b int) {
+	g.Index = b
+	switch g.Status {
+	case OOM:
+		out.OOMGPUs++
+	case AtRisk:
+		out.AtRisk++
+	}
+	out.GPUs = append(out.GPUs, g)
 }
 
 func cmpBytes(a, b units.Bytes) int {
@@ -388,6 +451,9 @@ func (e *Envelope) liveCurve() []Sample {
 // runs them.
 func gpuResult(envs []*Envelope, set []int, c units.Bytes, p Policy) GPUResult {
 	g := GPUResult{}
+	for _, i := range set {
+		g.Counted += envs[i].Need(p)
+	}
 	var curves, allocated [][]Sample
 	var periods []float64
 	for _, i := range set {

@@ -3,6 +3,7 @@ package pack
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,16 +50,45 @@ func genEnvelope(t *rapid.T, name string) *Envelope {
 func genPool(t *rapid.T) Pool {
 	gpus := hw.All()
 	g := gpus[rapid.IntRange(0, len(gpus)-1).Draw(t, "gpu")]
-	return Pool{GPU: &g, Count: rapid.IntRange(1, 8).Draw(t, "count")}
+	return Pool{GPU: &g, Count: rapid.IntRange(1, 16).Draw(t, "count"), NodeGPUs: rapid.IntRange(0, 8).Draw(t, "GPUs per node")}
 }
 
+// genEnvelopes draws jobs of one GPU and, one time in three, of several
+// (2 to 8 ranks, each its own envelope as pipeline stages differ, all on
+// one node or not): the processes, and the jobs by name as Envelopes gives
+// them (rank 0 with the ranks as Members).
 func genEnvelopes(t *rapid.T) []*Envelope {
+	procs, _ := genJobs(t)
+	return procs
+}
+
+func genJobs(t *rapid.T) ([]*Envelope, map[string]*Envelope) {
 	n := rapid.IntRange(1, 24).Draw(t, "jobs")
-	var out []*Envelope
+	var procs []*Envelope
+	byJob := map[string]*Envelope{}
 	for i := range n {
-		out = append(out, genEnvelope(t, fmt.Sprintf("j%d", i)))
+		name := fmt.Sprintf("j%d", i)
+		ranks := 1
+		if rapid.IntRange(0, 2).Draw(t, "gang?") == 0 {
+			ranks = rapid.IntRange(2, 8).Draw(t, "ranks")
+		}
+		if ranks == 1 {
+			e := genEnvelope(t, name)
+			procs, byJob[name] = append(procs, e), e
+			continue
+		}
+		sameNode := rapid.Bool().Draw(t, "same node")
+		var ms []*Envelope
+		for r := range ranks {
+			e := genEnvelope(t, fmt.Sprintf("%s/%d", name, r))
+			e.Gang, e.Rank, e.Ranks, e.SameNode = name, r, ranks, sameNode
+			ms = append(ms, e)
+		}
+		lead := *ms[0]
+		lead.Members = ms
+		procs, byJob[name] = append(procs, ms...), &lead
 	}
-	return out
+	return procs, byJob
 }
 
 // Under curve no GPU holds a set whose combined curve (the processes under
@@ -102,11 +132,47 @@ func TestPropertyPackPlacesSafely(t *testing.T) {
 					t.Fatalf("%s: %s placed %d times", pr.Policy, e.Job, seen[e.Job])
 				}
 			}
-			if pr.Policy == WholeGPU && pr.GPUsNeeded != len(envs) {
-				t.Fatalf("whole-gpu needs %d GPUs for %d jobs", pr.GPUsNeeded, len(envs))
+			if pr.Policy == WholeGPU && pr.GPUsNeeded > len(envs) {
+				t.Fatalf("whole-gpu needs %d GPUs for %d processes", pr.GPUsNeeded, len(envs))
 			}
+			checkGangsWhole(t, envs, pr, pool.Node())
+		}
+		needed := map[Policy]int{}
+		for _, pr := range res.Policies {
+			needed[pr.Policy] = pr.GPUsNeeded
+		}
+		// Curve never needs more GPUs than a GPU per process, nor than peaks
+		// when peaks places every process curve places (it leaves out those
+		// whose peak exceeds a GPU; curve may place them by their limits).
+		samePlaced := !slices.ContainsFunc(envs, func(e *Envelope) bool { return e.Cap <= room && e.Peak > room })
+		if needed[Curve] > needed[WholeGPU] || samePlaced && needed[Curve] > needed[Peaks] {
+			t.Fatalf("curve needs %d GPUs, whole-gpu %d, peaks %d", needed[Curve], needed[WholeGPU], needed[Peaks])
 		}
 	})
+}
+
+// checkGangsWhole: every gang is placed whole on distinct GPUs (one node
+// when it says so) or left out whole.
+func checkGangsWhole(t interface{ Fatalf(string, ...any) }, envs []*Envelope, pr PolicyResult, node int) {
+	gpu := placement(pr)
+	for _, g := range gangsOf(envs) {
+		var at []int
+		for _, i := range g.procs {
+			at = append(at, gpu[envs[i].Job])
+		}
+		left := slices.Index(at, -1) >= 0
+		for _, b := range at {
+			if left != (b == -1) {
+				t.Fatalf("%s: gang %s split: GPUs %v", pr.Policy, envs[g.procs[0]].GangName(), at)
+			}
+			if !left && g.sameNode && b/node != at[0]/node {
+				t.Fatalf("%s: same-node gang %s on GPUs %v, nodes of %d", pr.Policy, envs[g.procs[0]].GangName(), at, node)
+			}
+		}
+		if !left && len(slices.Compact(slices.Sorted(slices.Values(at)))) != len(at) {
+			t.Fatalf("%s: gang %s shares a GPU: %v", pr.Policy, envs[g.procs[0]].GangName(), at)
+		}
+	}
 }
 
 // The combined curve is the sum of the curves: at every sample time it
@@ -139,13 +205,13 @@ func TestPropertyCombineIsTheSum(t *testing.T) {
 // memory completes.
 func TestPropertySimulate(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		envs, pool := genEnvelopes(t), genPool(t)
-		byJob := map[string]*Envelope{}
+		_, byJob := genJobs(t)
+		pool := genPool(t)
 		var names []string
-		for _, e := range envs {
-			byJob[e.Job] = e
-			names = append(names, e.Job)
+		for name := range byJob {
+			names = append(names, name)
 		}
+		slices.Sort(names)
 		seed := rapid.Uint64().Draw(t, "seed")
 		tr := GenerateArrivals(seed, rapid.IntRange(1, 60).Draw(t, "arrivals"), names,
 			time.Duration(rapid.IntRange(1, 120).Draw(t, "gap minutes"))*time.Minute,
@@ -161,9 +227,17 @@ func TestPropertySimulate(t *testing.T) {
 		if !reflect.DeepEqual(a, b) {
 			t.Fatal("two runs differ")
 		}
-		tooBig := 0
+		// Under whole-gpu a job too large for a GPU runs out of memory once
+		// it starts; a gang starts only when the pool (a node, for
+		// same-node) has as many GPUs as it has ranks.
+		tooBig, never := 0, 0
 		for _, ar := range tr.Arrivals {
-			if byJob[ar.Job].Allocated > pool.Capacity() {
+			e := byJob[ar.Job]
+			ms := e.members()
+			switch {
+			case len(ms) > pool.Count || e.SameNode && len(ms) > min(pool.Node(), pool.Count):
+				never++
+			case slices.ContainsFunc(ms, func(e *Envelope) bool { return e.Allocated > pool.Capacity() }):
 				tooBig++
 			}
 		}
@@ -180,6 +254,9 @@ func TestPropertySimulate(t *testing.T) {
 					t.Fatalf("%s: %d OOM, %d at risk", p.Policy, p.OOM, p.AtRisk)
 				}
 			case WholeGPU:
+				if p.Queued != never {
+					t.Fatalf("whole-gpu: %d never placed, %d gangs larger than the pool or a node", p.Queued, never)
+				}
 				if p.OOM != tooBig {
 					t.Fatalf("whole-gpu: %d OOM, %d arrivals larger than the GPU", p.OOM, tooBig)
 				}

@@ -154,7 +154,11 @@ func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*Sim
 	}
 	list := make([]*Envelope, 0, len(envs))
 	for _, e := range envs {
-		list = append(list, e)
+		if e == nil {
+			list = append(list, e)
+			continue
+		}
+		list = append(list, e.members()...)
 	}
 	if err := checkEnvelopes(list); err != nil {
 		return nil, err
@@ -183,19 +187,25 @@ func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*Sim
 	return out, nil
 }
 
-// running is a job on a GPU.
+// running is a process of a job on a GPU; lead marks the job's first
+// (one per job, which counts its completion).
 type running struct {
 	arrival int
 	end     float64
 	env     *Envelope
 	mean    units.Bytes // the mean of its allocated curve
+	need    units.Bytes // what the policy counts for it
+	lead    bool
 }
 
 // simulator is one policy's run over the arrivals: an event loop over
 // arrival and end times; at each time it ends jobs, queues arrivals, then
 // places every queued job (in arrival order) that the policy admits on the
-// first GPU that admits it; a placed job whose GPU's allocated peaks then
-// exceed the capacity runs out of memory and leaves at once.
+// first GPU that admits it; a job of several GPUs (a gang) starts when
+// every one of its processes has a GPU of its own that admits it (within
+// one node when it says so), and waits whole until then; a placed job one
+// of whose GPUs' allocated peaks then exceed the capacity runs out of
+// memory and leaves at once, every process of it.
 type simulator struct {
 	envs   map[string]*Envelope
 	arr    []Arrival
@@ -205,9 +215,9 @@ type simulator struct {
 	gpus   [][]running
 	used   []units.Bytes // what the policy counts on each GPU
 	queue  []int
-	env    []*Envelope // of each arrival
-	// minNeed is the smallest need of any arrival: with less room
-	// everywhere, nothing queued can start.
+	env    []*Envelope // of each arrival (a gang's leader)
+	// minNeed is the smallest of the arrivals' largest process needs: with
+	// less room everywhere, nothing queued can start.
 	minNeed units.Bytes
 	waits   []float64
 	res     SimPolicy
@@ -221,7 +231,11 @@ func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.
 	for _, a := range arr {
 		e := envs[a.Job]
 		s.env = append(s.env, e)
-		s.minNeed = min(s.minNeed, e.Need(p))
+		var top units.Bytes
+		for _, m := range e.members() {
+			top = max(top, m.Need(p))
+		}
+		s.minNeed = min(s.minNeed, top)
 	}
 	if p == WholeGPU {
 		s.minNeed = 0
@@ -320,8 +334,10 @@ func (s *simulator) endJobs(t float64) {
 		kept := g[:0]
 		for _, r := range g {
 			if r.end <= t {
-				s.res.Completed++
-				s.used[gi] -= r.env.Need(s.policy)
+				if r.lead {
+					s.res.Completed++
+				}
+				s.used[gi] -= r.need
 				continue
 			}
 			kept = append(kept, r)
@@ -330,9 +346,10 @@ func (s *simulator) endJobs(t float64) {
 	}
 }
 
-// place starts every queued job the policy admits somewhere. A job larger
-// than the most room any GPU has is passed over without trying each GPU
-// (a long queue would otherwise cost queue × GPUs at every event).
+// place starts every queued job the policy admits somewhere. A job whose
+// largest process is larger than the most room any GPU has is passed over
+// without trying each GPU (a long queue would otherwise cost queue × GPUs
+// at every event).
 func (s *simulator) place(t float64) {
 	free := s.mostRoom()
 	if free < s.minNeed {
@@ -340,22 +357,17 @@ func (s *simulator) place(t float64) {
 	}
 	kept := s.queue[:0]
 	for _, ai := range s.queue {
-		e := s.env[ai]
-		need := e.Need(s.policy)
-		g := -1
-		if need <= free {
-			for gi := range s.gpus {
-				if s.admits(gi, need) {
-					g = gi
-					break
-				}
-			}
+		ms := slices.Clone(s.env[ai].members())
+		needs := byNeed(ms, nil, s.policy)
+		var at []int
+		if needs[0] <= free {
+			at = fitGang(needs, len(s.gpus), s.pool.Node(), s.env[ai].SameNode, s.admits)
 		}
-		if g < 0 {
+		if at == nil {
 			kept = append(kept, ai)
 			continue
 		}
-		s.start(g, ai, t, e, need)
+		s.start(at, ai, t, ms, needs)
 		free = s.mostRoom()
 	}
 	s.queue = kept
@@ -384,30 +396,34 @@ func (s *simulator) admits(g int, need units.Bytes) bool {
 	return s.used[g]+need <= s.room
 }
 
-// start places arrival ai on GPU g at t, judging the GPU as the policy
-// runs its processes.
-func (s *simulator) start(g, ai int, t float64, e *Envelope, need units.Bytes) {
+// start places arrival ai's processes ms on GPUs at (one each) at t,
+// judging each GPU as the policy runs its processes: the job runs out of
+// memory when one of them does.
+func (s *simulator) start(at []int, ai int, t float64, ms []*Envelope, needs []units.Bytes) {
 	a := &s.arr[ai]
 	s.res.Started++
 	s.waits = append(s.waits, t-a.at)
-	var allocated, reach units.Bytes
-	for _, r := range s.gpus[g] {
-		allocated += r.env.Allocated
-		reach += s.reach(r.env)
+	c, risky := s.pool.Capacity(), false
+	for k, g := range at {
+		allocated, reach := ms[k].Allocated, s.reach(ms[k])
+		for _, r := range s.gpus[g] {
+			allocated += r.env.Allocated
+			reach += s.reach(r.env)
+		}
+		if allocated > c {
+			s.res.OOM++
+			s.res.OOMJobs = append(s.res.OOMJobs, fmt.Sprintf("%s@%s", a.Job, time.Duration(a.at*float64(time.Second))))
+			return
+		}
+		risky = risky || reach > c
 	}
-	allocated += e.Allocated
-	reach += s.reach(e)
-	c := s.pool.Capacity()
-	if allocated > c {
-		s.res.OOM++
-		s.res.OOMJobs = append(s.res.OOMJobs, fmt.Sprintf("%s@%s", a.Job, time.Duration(a.at*float64(time.Second))))
-		return
-	}
-	if reach > c {
+	if risky {
 		s.res.AtRisk++
 	}
-	s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: e, mean: mean(e)})
-	s.used[g] += need
+	for k, g := range at {
+		s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: ms[k], mean: mean(ms[k]), need: needs[k], lead: k == 0})
+		s.used[g] += needs[k]
+	}
 }
 
 func (s *simulator) reach(e *Envelope) units.Bytes {
