@@ -154,3 +154,36 @@ func TestTraceV1DataParallel(t *testing.T) {
 		t.Errorf("zero 3 on v1: got %v", err)
 	}
 }
+
+// With accumulation, ZeRO-2 on a trace reduce-scatters every micro-step's
+// gradients (all of them, G bytes each step: DeepSpeed reduces each
+// micro-step's gradients into the shards) and DDP all-reduces them once,
+// after the last micro-step.
+func TestTraceZeROAccum(t *testing.T) {
+	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_tiny.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const accum = 4
+	for _, z := range []int{0, 2} {
+		res, err := Plan(Spec{Job: Job{Trace: tr, Accum: accum, Count: Counter{Measured: true}}, Parallel: Parallel{Sharding: Sharding{DP: 8, ZeRO: z}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := make([]units.Bytes, accum)
+		for _, op := range res.Program.Ops {
+			if op.Comm != nil && op.Phase == ir.Backward {
+				per[op.Micro] += op.Comm.Bytes
+			}
+		}
+		want := []units.Bytes{units.Bytes(tr.ParamBytes), units.Bytes(tr.ParamBytes), units.Bytes(tr.ParamBytes), units.Bytes(tr.ParamBytes)}
+		if z == 0 {
+			want = []units.Bytes{0, 0, 0, units.Bytes(tr.ParamBytes)}
+		}
+		for m := range per {
+			if per[m] != want[m] {
+				t.Errorf("zero %d: micro-step %d communicates %d gradient bytes in backward, want %d", z, m, per[m], want[m])
+			}
+		}
+	}
+}

@@ -433,13 +433,11 @@ func (bd *builder) microStep(m int, endLive map[int]bool) {
 			if m > 0 {
 				name += fmt.Sprintf("@%d", m)
 			}
-			tt := bd.tensor(a, name, bd.b)
 			if a.Category == CatGradient && m > 0 {
-				tt.Cat = ir.Temporary
-				id := bd.add(tt)
-				op.Out = append(op.Out, id) // last used here: freed after the op
+				bd.accumulateGrad(&op, a)
 				continue
 			}
+			tt := bd.tensor(a, name, bd.b)
 			if endLive[a.ID] {
 				tt.Keep = true
 			}
@@ -460,6 +458,19 @@ func (bd *builder) microStep(m int, endLive map[int]bool) {
 		bd.holdOutputs(m, local)
 	}
 	bd.last = local
+}
+
+// accumulateGrad is AccumulateGrad after the first micro-step: the op's new
+// gradient a is added into the existing .grad in place (grad += new), so it
+// is held only while the op runs — the op's workspace, as lowering models
+// accumulation — and the op reads the gradient it adds into (the strategies
+// find each micro-step's gradient work by that read: DDP's all-reduce after
+// the last micro-step, ZeRO's reduce-scatter of each).
+func (bd *builder) accumulateGrad(op *ir.Op, a *Storage) {
+	op.Workspace += bd.size(a, bd.b)
+	if g, ok := bd.grads[a.ID]; ok {
+		op.In = addIn(*op, g)
+	}
 }
 
 // unheld is e without the frees of the output storages the loop holds.
