@@ -1,5 +1,5 @@
 # The README's two commands are `make demo` and `make test`.
-.PHONY: demo test build bench fuzz loadtest loadtest-short
+.PHONY: demo test build bench fuzz probes loadtest loadtest-short
 
 build:
 	go build -ldflags "-X github.com/memplan/memplan/cli.Version=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o bin/memplan ./cmd/memplan
@@ -25,12 +25,25 @@ loadtest:
 loadtest-short:
 	go run ./cmd/loadtest --clients 200 --duration 15s --new-rate 2 --check
 
+# Issue 15's adversarial corpus alone (testdata/probes/*.txt, also part of `make test`): every probe as a built
+# binary, two at a time, each under 10 s and 2 GiB; -v prints the count and the time.
+probes:
+	go test ./cmd/memplan -run '^TestProbes$$' -count=1 -v
+
+# Every fuzz target, one at a time. FUZZTIME is each target's budget: an exec count (1000000x, the issue-15
+# long run) or a duration (60s); FUZZPARALLEL the worker processes (default 1: the machine is shared).
+# -fuzzminimizetime bounds the shrinking of a new input, which for a trace once took the whole run.
+# `make fuzz FUZZTIME=30s` is the short run; README's "Fuzzing" table has the long run's numbers.
+FUZZTIME ?= 1000000x
+FUZZPARALLEL ?= 1
+FUZZMINIMIZE ?= 10s
+FUZZ_TARGETS = units:FuzzParseBytes allocator:FuzzParseConf hw:FuzzParseCluster recipe:FuzzParse \
+	published:FuzzRead snapshot:FuzzParse snapshot:FuzzParseTimeline pack:FuzzParse pack:FuzzParseArrivals \
+	k8s:FuzzParseWorkload k8s:FuzzDecodePods workload:FuzzParse cli:FuzzParseAPIRequest models:FuzzParseHFConfig \
+	importer/torchtrace:FuzzParse engine:FuzzPlanTraceSizes cli:FuzzPlanFlags
 fuzz:
-	go test ./cli -run '^$$' -fuzz FuzzParseAPIRequest -fuzztime 60s
-	go test ./models -run '^$$' -fuzz FuzzParseHFConfig -fuzztime 60s
-	go test ./published -run '^$$' -fuzz FuzzRead -fuzztime 60s
-	go test ./recipe -run '^$$' -fuzz FuzzParse -fuzztime 60s
-	go test ./snapshot -run '^$$' -fuzz '^FuzzParse$$' -fuzztime 60s
-	go test ./snapshot -run '^$$' -fuzz FuzzParseTimeline -fuzztime 60s
-	go test ./allocator -run '^$$' -fuzz FuzzParseConf -fuzztime 60s
-	go test ./engine -run '^$$' -fuzz FuzzPlanTraceSizes -fuzztime 60s -fuzzminimizetime 10s
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== ./$${t%%:*} $${t##*:}"; \
+		go test ./$${t%%:*} -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) \
+			-fuzzminimizetime $(FUZZMINIMIZE) -parallel $(FUZZPARALLEL); \
+	done

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Writes issue 15's adversarial probe corpus (testdata/probes/*.txt) that
+cmd/memplan's TestProbes runs: every command × every flag × hostile values,
+every file-taking flag or argument × bad files, and the issue's own
+reproductions (repro.txt, written by hand, not by this script).
+
+    python3 testdata/probes/gen.py        # rewrites flags.txt and files.txt
+
+A line is `EXIT WANT ARGS...`, shell-quoted: EXIT is the exit status
+(0, 1, 3, 4) or `serves` (still serving after the harness's grace period,
+then stopped), prefixed `open:` for a defect another change is fixing (run
+and logged, not failed: repro.txt names the item); WANT a fragment stdout+stderr must contain ('' for none).
+The harness substitutes {testdata} (the repository's testdata/) and {dir}
+(its own temporary directory of bad files, see setupProbes). Every probe
+that exits 0, 3 or 4 has its answer checked for sanity (no negative or
+non-finite sizes; a plan's peak is its ledger's sum and at least every
+phase's; fits iff the deciding peak is within the capacity).
+
+The expected outcome of a value is a rule (a value that does not parse,
+or is outside what the flag means, is refused in one line naming the
+flag); ACCEPT lists the (flag, value) pairs that are meaningful and
+answered, each with the reason. Edit the rules or ACCEPT, not the .txt.
+"""
+import os
+import shlex
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# Hostile values by flag type. 2^31-1, 2^62, 2^63-1 and 2^63 (int64's
+# overflow), non-numbers, an empty string, full-width digits (unicode) and a
+# size where a count belongs.
+INTS = ["0", "-1", "NaN", "Inf", "1e309", "2147483647", "4611686018427387904",
+        "9223372036854775807", "9223372036854775808", "", "\uff15", "1GiB"]
+INTS_SHORT = ["0", "-1", "NaN", "9223372036854775808", ""]
+FLOATS = ["0", "-1", "NaN", "Inf", "-Inf", "1e309", "2147483647", "", "\uff11", "1GiB"]
+SIZES = ["0", "-1", "NaN", "Inf", "1e309", "9223372036854775807", "16EiB", "1e30GiB", "",
+         "\uff11GiB", "1 parsecs", "-1GiB"]
+ENUMS = ["", "NaN", "-1", "\ufb02ash", "x" * 300, "gpt2\x01"]
+BOOLS = ["maybe", "2", ""]
+DURATIONS = ["0", "-1s", "NaN", "1e309h", "9223372036854775807h", "", "\uff15s", "5"]
+
+# The flags every planning command shares (cli's plan flags), by type.
+PLAN_INTS = ["accum", "dp", "ep", "gen-tokens", "gpus-per-node", "micro-batch", "nodes", "pp",
+             "pp-interleave", "seq", "tp", "zero"]
+SERVE_INTS = ["block-size", "context", "max-model-len", "max-num-batched-tokens", "max-num-seqs", "prompt"]
+PLAN_SIZES = ["budget", "host-memory"]
+SERVE_SIZES = ["total-memory"]
+PLAN_ENUMS = ["attention", "checkpoint", "fit-on", "kernels", "mode", "optimizer", "optimizer-impl",
+              "pp-schedule", "precision", "recipe", "offload", "lora", "alloc-conf", "gpu", "model", "set"]
+SERVE_ENUMS = ["dtype", "kv-cache-dtype", "quantization"]
+PLAN_BOOLS = ["chunked-prefill", "enforce-eager", "first-step", "fsdp", "no-chart", "no-reserved",
+              "no-timeline", "qlora", "sp", "json"]
+
+PLAN = ["plan", "--model", "gpt2", "--seq", "128", "--json", "--no-timeline"]
+SERVE = ["plan", "--mode", "serve", "--model", "gpt2", "--gpu", "h100", "--json", "--no-timeline"]
+BASES = {
+    "plan": PLAN,
+    "compare": ["compare", "--model", "gpt2", "--seq", "128", "--gpu", "h100", "--json"],
+    "fit": ["fit", "--model", "gpt2", "--seq", "128", "--gpu", "h100", "--json"],
+    "max": ["max", "--model", "gpt2", "--seq", "128", "--gpu", "h100", "--micro-batch", "?", "--json"],
+    "diagnose": ["diagnose", "--model", "gpt2", "--seq", "128", "--gpu", "h100"],
+}
+
+# (command, flag, value) -> (exit, want, why): values that mean something.
+ACCEPT = {}
+
+
+def accept(cmds, flag, values, code, want, why):
+    for c in cmds:
+        for v in values:
+            ACCEPT[(c, flag, v)] = (code, want, why)
+
+
+PLANNERS = ["plan", "compare", "fit", "max", "diagnose", "serve"]
+accept(PLANNERS, "gen-tokens", ["0"], 0, "", "0 is the default: no generated tokens")
+accept(PLANNERS, "zero", ["0"], 0, "", "0 is the default: no ZeRO")
+accept(PLANNERS, "seq", ["0"], 0, "", "0 is the default: min(2048, the model's positions)")
+# An empty string is the flag's default (no budget, no GPU, no LoRA, ...).
+for f in ["budget", "host-memory", "checkpoint", "offload", "lora", "alloc-conf", "gpu", "total-memory",
+          "quantization"]:
+    accept(PLANNERS, f, [""], 0, "", "'' is --%s's default" % f)
+accept(PLANNERS, "pp-schedule", [""], 0, "warning: --pp-schedule", "'' is the default; warned: no --pp")
+for c in ["fit", "compare"]:
+    for f in ["allow", "deny", "emit"]:
+        accept([c], f, [""], 0, "", "'' is the default: nothing allowed, denied or emitted")
+# Training ignores --gen-tokens and a single stage --pp-interleave, with a
+# warning; under the token limit (2^34) the value is only warned about.
+accept(["plan"], "gen-tokens", ["2147483647", "4611686018427387904", "9223372036854775807"], 0, "warning: --gen-tokens",
+       "ignored in training, warned")
+accept(["plan"], "pp-interleave", ["2147483647", "4611686018427387904", "9223372036854775807"], 0,
+       "warning: --pp-interleave", "ignored without --pp, warned")
+# --gpus-per-node only groups ranks into nodes: one GPU's plan is the same.
+accept(["plan"], "gpus-per-node", ["2147483647", "4611686018427387904", "9223372036854775807"], 0, "",
+       "a node of any size holds the one GPU planned")
+accept(["fit", "max"], "gpu", [""], 1, "--gpu", "fit and max need a --gpu")
+# A dense model has no experts to split: said so by name.
+accept(PLANNERS, "ep", ["2147483647", "4611686018427387904", "9223372036854775807"], 1, "expert parallel", "")
+accept(["fit"], "global-batch", ["0"], 0, "", "0 is the default: micro-batch × accum × dp")
+accept(["fit"], "gpus", ["0"], 0, "", "0 is the default: dp × tp × pp")
+accept(["fit"], "headroom", ["0"], 0, "", "no headroom")
+accept(["explain"], "against", [""], 0, "", "'' is the default: no comparison")
+# memplan serve: 0 is each limit's default (the server's own), and
+# --cache-entries -1 turns the cache off; it then serves until stopped.
+for f in ["cache-bytes", "cache-entries", "max-body", "max-file-body", "max-in-flight", "max-queue", "queue-wait",
+          "timeout"]:
+    accept(["serve-http"], f, ["0"], "serves", "", "0 is the default")
+accept(["serve-http"], "cache-entries", ["-1"], "serves", "", "-1: no cache")
+accept(["serve-http", "extender"], "addr", [""], "serves", "", "'' listens on a free port (net.Listen)")
+accept(["extender"], "margin", ["-1GiB"], 1, "--margin", "")
+accept(["validate"], "tolerance", ["-0.5"], 1, "--tolerance", "")
+
+# The word a refusal names a flag by when it is not the flag itself.
+NOUN = {"attention": "unknown attention", "optimizer": "unknown optimizer", "optimizer-impl": "optimizer implementation",
+        "precision": "unknown precision", "recipe": "unknown recipe", "gpu": "unknown GPU", "model": "unknown model"}
+
+
+def lines_for(cmd, base, flag, values):
+    out = []
+    for v in values:
+        code, want, why = 1, NOUN.get(flag, "--" + flag), None
+        if (cmd, flag, v) in ACCEPT:
+            code, want, why = ACCEPT[(cmd, flag, v)]
+        out.append((code, want, base + ["--" + flag, v], why))
+    return out
+
+
+def flag_probes():
+    ps = []
+    for cmd, base in BASES.items():
+        full = cmd == "plan"
+        for f in PLAN_INTS:
+            ps += lines_for(cmd, base, f, INTS if full else INTS_SHORT)
+        for f in PLAN_SIZES:
+            ps += lines_for(cmd, base, f, SIZES if full else SIZES[:4] + [""])
+        for f in PLAN_ENUMS:
+            if f == "alloc-conf" and cmd != "plan":
+                continue  # plan's alone: the reserved prediction
+            ps += lines_for(cmd, base, f, ENUMS if full else ENUMS[:3])
+        for f in PLAN_BOOLS:
+            if cmd != "plan" and f in ("no-chart", "no-reserved", "no-timeline", "json", "first-step"):
+                continue
+            ps += [(1, "--" + f, base + ["--" + f + "=" + v], None) for v in (BOOLS if full else BOOLS[:1])]
+    for f in SERVE_INTS:
+        ps += lines_for("serve", SERVE, f, INTS)
+    for f in SERVE_SIZES:
+        ps += lines_for("serve", SERVE, f, SIZES)
+    for f in SERVE_ENUMS:
+        ps += lines_for("serve", SERVE, f, ENUMS)
+    ps += lines_for("serve", SERVE, "gpu-memory-utilization", FLOATS)
+    # Command-specific flags.
+    fit = BASES["fit"]
+    ps += lines_for("fit", fit, "global-batch", INTS)
+    ps += lines_for("fit", fit, "gpus", INTS)
+    ps += lines_for("fit", fit, "headroom", FLOATS)
+    for f in ["allow", "deny", "emit"]:
+        ps += lines_for("fit", fit, f, ENUMS)
+    ps += lines_for("compare", BASES["compare"], "allow", ENUMS)
+    mx = ["max", "--mode", "serve", "--model", "gpt2", "--gpu", "h100", "--context", "1024", "--json"]
+    ps += [(1, "--requests", mx + ["--requests", v], None) for v in INTS]
+    ps += [(1, "--micro-batch", BASES["max"][:-3] + ["--micro-batch", v, "--json"], None) for v in ["??", "?1", "-?"]]
+    diag = ["diagnose", "{testdata}/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl"]
+    ps += lines_for("diagnose", diag, "capacity", SIZES)
+    ps += lines_for("diagnose", diag + ["--capacity", "1GiB"], "device", ["-2", "2147483647", "9223372036854775808", "NaN", ""])
+    expl = ["explain", "{testdata}/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl"]
+    ps += lines_for("explain", expl, "device", ["-2", "2147483647", "9223372036854775808", "NaN", ""])
+    ps += lines_for("explain", expl, "against", ENUMS)
+    val = ["validate", "{testdata}/torch/measured.json"]
+    ps += lines_for("validate", val, "tolerance", ["-1%", "NaN", "Inf", "1e309", "", "\uff13%", "3GiB", "-0.5", "%"])
+    pack = ["pack", "{dir}/jobs.yaml", "--gpus", "2xh100", "--json"]
+    ps += lines_for("pack", pack, "gpus", ["0xh100", "-1xh100", "9223372036854775808xh100", "2147483647xh100",
+                                           "NaNxh100", "2xnope", "", "x", "2x", "\uff12xh100"])
+    ps += lines_for("pack", pack, "margin", SIZES[1:])
+    ps += lines_for("pack", pack, "policy", ENUMS)
+    ps += lines_for("pack", pack, "plot-policy", ENUMS)
+    for cmd in ["gpus", "models"]:
+        ps += [(1, "--output", [cmd, "--output", v], None) for v in ["", "yaml", "\u006a\u0073\u006f\u006e\u0301"]]
+    ps += [(1, "unknown recipe", ["recipes", v], None) for v in ["NaN", "\ufb02ash", "x" * 300]]
+    # Servers: a bad value exits 1 before listening.
+    srv = ["serve", "--addr", "127.0.0.1:0"]
+    for f in ["cache-bytes", "cache-entries", "max-body", "max-file-body", "max-in-flight", "max-queue"]:
+        ps += lines_for("serve-http", srv, f, INTS_SHORT + ["1e309", "\uff15"])
+    for f in ["queue-wait", "timeout"]:
+        ps += lines_for("serve-http", srv, f, DURATIONS)
+    ps += lines_for("serve-http", ["serve"], "addr", ["", "nope", "127.0.0.1:99999", "127.0.0.1:-1", "[::1"])
+    ext = ["extender", "--addr", "127.0.0.1:0", "--pods", "{testdata}/../k8s/testdata/pods.json"]
+    ps += lines_for("extender", ext, "margin", SIZES[1:])
+    ps += lines_for("extender", ext, "policy", ENUMS)
+    ps += lines_for("extender", ext, "timeout", DURATIONS)
+    ps += lines_for("extender", ["extender", "--pods", "{testdata}/../k8s/testdata/pods.json"], "addr",
+                    ["", "nope", "127.0.0.1:99999", "[::1"])
+    return ps
+
+
+# Bad files: a path in {dir} (setupProbes) or absolute, and the fragment
+# its refusal must carry ('' for the file's name: a reader may name it by
+# its base name).
+BAD = [
+    ("{dir}/empty", ""),
+    ("/dev/zero", "not a regular file"),
+    ("{dir}/fifo", "not a regular file"),
+    ("{dir}/adir", ""),
+    ("{dir}/loop", ""),
+    ("{dir}/trunc.json", ""),
+    ("{dir}/trunc.yaml", ""),
+    ("{dir}/huge", ""),
+    ("{dir}/junk", ""),
+    ("{dir}/nope", ""),
+    ("{dir}/nul.json", ""),
+]
+# Each file-taking flag or argument: the command, what follows the file,
+# and a valid file of the wrong kind for it.
+FILE_INPUTS = [
+    (["plan", "--model"], [], "{testdata}/torch/lm.trace.json"),
+    (["plan", "--model", "gpt2", "--seq", "64", "--recipe"], [], "{testdata}/torch/lm.trace.json"),
+    (["plan", "--model", "gpt2", "--seq", "64", "--cluster"], [], "{testdata}/pack/mix.yaml"),
+    (["plan", "--graph"], [], "{testdata}/torch/gpt2_tiny.config.json"),
+    (["plan", "--graph", "{testdata}/torch/lm.trace.json", "--workload"], [], "{testdata}/pack/mix.yaml"),
+    (["compare", "--gpu", "h100", "--model"], [], "{testdata}/pack/mix.yaml"),
+    (["fit", "--gpu", "h100", "--model"], [], "{testdata}/torch/measured.json"),
+    (["max", "--gpu", "h100", "--micro-batch", "?", "--model"], [], "{testdata}/torch/lm.trace.json"),
+    (["diagnose", "--gpu", "h100", "--model"], [], "{testdata}/pack/arrivals.yaml"),
+    (["explain"], [], "{testdata}/torch/lm.trace.json"),
+    (["diagnose"], [], "{testdata}/torch/measured.json"),
+    (["explain", "{testdata}/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--against"], [],
+     "{testdata}/torch/lm.trace.json"),
+    (["validate"], [], "{testdata}/torch/lm.trace.json"),
+    (["validate", "--published"], [], "{testdata}/torch/measured.json"),
+    (["pack"], ["--gpus", "2xh100"], "{testdata}/torch/lm.trace.json"),
+    (["pack", "{dir}/jobs.yaml", "--gpus", "2xh100", "--arrivals"], [], "{testdata}/pack/mix.yaml"),
+    (["recipes"], [], "{testdata}/torch/lm.trace.json"),
+    (["extender", "--addr", "127.0.0.1:0", "--pods"], [], "{testdata}/torch/measured.json"),
+]
+# Output flags × bad destinations, each with the flag's own extension:
+# d.EXT a directory, p.EXT a named pipe, l.EXT a symbolic link to itself,
+# full.EXT a link to /dev/full, nope/x.EXT in a missing directory; and a
+# wrong extension. Every one is refused and leaves nothing behind.
+FILE_OUTPUTS = [
+    (["plan", "--model", "gpt2", "--seq", "64", "--svg"], "svg"),
+    (["plan", "--model", "gpt2", "--seq", "64", "--png"], "png"),
+    (["explain", "{testdata}/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--png"], "png"),
+    (["pack", "{dir}/jobs.yaml", "--gpus", "2xh100", "--svg"], "svg"),
+    (["fit", "--model", "gpt2", "--seq", "64", "--gpu", "h100", "--recipe", "deepspeed", "--emit", "deepspeed",
+      "--emit-out"], "json"),
+]
+
+
+def file_probes():
+    ps = []
+    for head, tail, wrong in FILE_INPUTS:
+        for path, frag in BAD + [(wrong, "")]:
+            ps.append((1, frag or os.path.basename(path), head + [path] + tail, None))
+    for head, ext in FILE_OUTPUTS:
+        for name in ["d", "p", "l", "full", "nope/x"]:
+            path = "{dir}/%s.%s" % (name, ext)
+            ps.append((1, os.path.basename(path), head + [path], None))
+        if ext != "json":
+            ps.append((1, "unsupported plot format", head + ["{dir}/x.txt"], None))
+    return ps
+
+
+def write(name, probes, title):
+    with open(os.path.join(HERE, name), "w") as f:
+        f.write("# " + title + "\n# Written by gen.py (edit it, not this file). EXIT WANT ARGS...\n")
+        for code, want, args, why in probes:
+            if why:
+                f.write("# " + why + "\n")
+            f.write(" ".join([str(code), shlex.quote(want)] + [shlex.quote(a) for a in args]) + "\n")
+
+
+if __name__ == "__main__":
+    write("flags.txt", flag_probes(), "Every command's flags × hostile values.")
+    write("files.txt", file_probes(), "Every file-taking flag and argument × bad files and bad destinations.")
