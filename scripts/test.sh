@@ -41,7 +41,7 @@ section "memplan serve load test, short (cmd/loadtest: 50 clients for 5 s; fails
 go run ./cmd/loadtest --clients 50 --duration 5s --new-rate 1 --check-errors > /dev/null
 
 # The web page in headless Chromium (web/e2e/run.sh installs Debian's chromium and `npm ci`s playwright-core when
-# missing; about 40 s here with both installed, most of it building memplan). MEMPLAN_WEB_E2E=0 skips it.
+# missing; 26-43 s here with both installed, about 18 s of it building memplan). MEMPLAN_WEB_E2E=0 skips it.
 if [ "${MEMPLAN_WEB_E2E:-1}" != 0 ]; then
   section "web page end to end in headless Chromium (web/e2e: the numbers shown equal the API's, re-plan, explain, pack)"
   web/e2e/run.sh

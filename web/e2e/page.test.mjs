@@ -113,7 +113,7 @@ async function checkPlan(req) {
 
 // checkHover checks the op shown under the timeline: the peak's before the
 // mouse comes, then, with the mouse over the chart, the plan's op at the
-// index shown.
+// index shown; and the chart's zoom.
 async function checkHover(plan) {
   const atPeak = await text("#hover");
   assert.ok(atPeak.startsWith(`#${plan.peak.op_index} ${plan.peak.op} `) && atPeak.endsWith(gib(plan.peak.bytes)),
@@ -127,6 +127,19 @@ async function checkHover(plan) {
   const ev = plan.timeline[Number(m[1])];
   assert.equal(m[2], ev.op);
   if (ev.module) assert.ok(shown.includes(" · " + ev.module + " · "), `hover ${shown} lacks module ${ev.module}`);
+
+  // Dragging across the chart zooms into those ops; a double-click shows
+  // them all again.
+  const xRange = () => page.evaluate(() => [timelinePlot.scales.x.min, timelinePlot.scales.x.max]);
+  const [lo, hi] = await xRange();
+  await page.mouse.move(box.x + box.width * 0.3, box.y + box.height / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.width * 0.5, box.y + box.height / 2, { steps: 5 });
+  await page.mouse.up();
+  const [zlo, zhi] = await xRange();
+  assert.ok(zlo > lo && zhi < hi && zhi - zlo < (hi - lo) / 3, `zoomed to ${zlo}..${zhi} from ${lo}..${hi}`);
+  await page.mouse.dblclick(box.x + box.width / 2, box.y + box.height / 2);
+  assert.deepEqual(await xRange(), [lo, hi], "double-click resets the zoom");
 }
 
 before(async () => {
