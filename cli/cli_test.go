@@ -297,9 +297,13 @@ func TestFit(t *testing.T) {
 		{"fit", "--model", "gpt2", "--gpu", "t4", "--headroom", "2"},
 		{"fit", "--model", "gpt2", "--gpu", "t4", "--allow", "everything"},
 		{"fit", "--graph", "../testdata/torch/lm.trace.json", "--gpu", "t4"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--search-memory", "1KiB"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--search-memory", "lots"},
 	} {
-		if code, out, errs := run(bad...); code == 0 || out != "" || !strings.HasPrefix(errs, "memplan: ") {
+		if code, out, errs := run(bad...); code == 0 || out != "" || !strings.HasPrefix(errs, "memplan: ") || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", bad, code, out, errs)
+		} else if bad[len(bad)-2] == "--search-memory" && !strings.Contains(errs, "--search-memory") {
+			t.Errorf("%v: %q does not name the flag", bad, errs)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/search"
+	"github.com/memplan/memplan/units"
 )
 
 // fitFlags are fit's flags: plan's (spec, with searched set) and fit's own.
@@ -26,6 +27,7 @@ type fitFlags struct {
 	allow, deny, emitTo, emitOut string
 	gpus, globalBatch            int
 	headroom                     float64
+	searchMemory                 string
 }
 
 func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -65,6 +67,7 @@ func (ff *fitFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	fs.IntVar(&ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
 	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
+	fs.StringVar(&ff.searchMemory, "search-memory", search.DefaultMemoryBudget.String(), "the memory the search may hold in plans and programs (this process stays near 1.5× it); a search that needs more stops with an error")
 }
 
 // run is fit's command: read the flags into a spec and search options, search, then report the result and write
@@ -77,11 +80,16 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	base := spec
 	ws := ff.plan.warnings(&spec)
 	warn(cmd.ErrOrStderr(), ws)
-	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context()}
+	mem, err := units.ParseBytes(ff.searchMemory)
+	if err != nil || mem < 64<<20 {
+		return fmt.Errorf("--search-memory %q: want a size of at least 64MiB, e.g. 1GiB", ff.searchMemory)
+	}
+	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context(),
+		MemoryBudget: mem}
 	if finish := showProgress(stderr, &o); finish != nil {
 		defer finish()
 	}
-	defer searchGC(cmd)()
+	defer searchGC(cmd, mem)()
 	start := time.Now()
 	res, err := search.Fit(spec, o)
 	if err != nil {
@@ -149,11 +157,26 @@ func showProgress(stderr io.Writer, o *search.Options) func() {
 // in 3 runs: a larger heap saves collections but pays page
 // faults). The process is the CLI's to tune, not the library's.
 // memplan serve runs fits side by side: the setting is the
-// service's, not one request's.
-func searchGC(cmd *cobra.Command) func() {
-	if os.Getenv("GOGC") == "" && !isAPI(cmd) {
-		old := debug.SetGCPercent(400)
-		return func() { debug.SetGCPercent(old) }
+// service's, not one request's. The heap is also held under 1.5× the
+// search's memory budget (--search-memory) unless GOMEMLIMIT says
+// otherwise: at 400% growth a search that keeps a few hundred MB live
+// would otherwise grow to gigabytes before collecting.
+func searchGC(cmd *cobra.Command, budget units.Bytes) func() {
+	if isAPI(cmd) {
+		return func() {}
 	}
-	return func() {}
+	var undo []func()
+	if os.Getenv("GOGC") == "" {
+		old := debug.SetGCPercent(400)
+		undo = append(undo, func() { debug.SetGCPercent(old) })
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		old := debug.SetMemoryLimit(int64(budget) / 2 * 3)
+		undo = append(undo, func() { debug.SetMemoryLimit(old) })
+	}
+	return func() {
+		for _, f := range undo {
+			f()
+		}
+	}
 }

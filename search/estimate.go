@@ -31,6 +31,8 @@ type estimator struct {
 	// (BenchmarkFitLlama3_70B: 5,608 -> 5,246 shallow plans). Only
 	// withCache's estimators (one goroutine each) have one.
 	overPart map[engine.Spec]int
+	// budget, when set, bounds each program planned (Options.MemoryBudget).
+	budget *budget
 }
 
 type depths struct {
@@ -138,6 +140,10 @@ func (e *estimator) runWith(s engine.Spec, o engine.Options, layers, sim int) (*
 	r, err := engine.PlanWith(s, o)
 	if err != nil {
 		return nil, 0, err
+	}
+	if e.budget != nil && !e.budget.check(&s, r) {
+		r.Release()
+		return nil, 0, e.budget.failed()
 	}
 	return r, stepAt(r, s.Accum, accum), nil
 }
@@ -375,11 +381,15 @@ func (e *estimator) peak(c *Plan) {
 		lo += u
 	}
 	if lo+u >= L {
-		r, t, err := e.run(c.Spec, 0)
+		// Planned in full: its peak is exact, its step priced, and its
+		// program and timeline are not kept (verification plans again
+		// the few plans it reaches).
+		r, t, err := e.runWith(c.Spec, engine.Options{NoTimeline: true}, 0, simAccum(&c.Spec))
 		if err != nil {
 			c.Dropped = err.Error()
 			return
 		}
+		compact(r)
 		c.Result, c.EstPeak, c.EstStep, c.VerifiedStep = r, r.PeakBytes(), t, t
 		return
 	}

@@ -65,6 +65,14 @@ type Options struct {
 	// and verification batches and returns its error (a service's request
 	// deadline or a client that went away).
 	Context context.Context
+	// MemoryBudget bounds the heap the search holds live in plans and
+	// programs (default DefaultMemoryBudget): the candidate plans take
+	// their share, and the rest is split evenly between each worker's
+	// program cache and the program it plans. Fit refuses, with
+	// ErrMemoryBudget, a search whose candidates alone take over a quarter
+	// of it, and stops at the first plan whose program alone is over a
+	// worker's share.
+	MemoryBudget units.Bytes
 }
 
 // Pins is a set of the dimensions fit searches.
@@ -222,8 +230,13 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		}
 		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas, and a pipeline's into at most %d micro-steps)", o.GPUs, o.GlobalBatch, engine.MaxPipelineAccum)
 	}
+	b, err := newBudget(o.MemoryBudget, o.Workers, len(f.cands))
+	if err != nil {
+		return nil, err
+	}
 	f.est = newEstimator(base.Model)
-	f.est.limit = f.limit
+	f.est.limit, f.est.budget = f.limit, b
+	f.est.cache.Limit = b.cacheOps() * o.Workers // verification's, shared by the workers
 	f.estimate()
 	if err := f.cancelled(); err != nil {
 		return nil, err
@@ -304,6 +317,12 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	if o.Keep == 0 {
 		o.Keep = 5
 	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+	}
+	if o.MemoryBudget < 0 {
+		return fmt.Errorf("%w: the budget %d B is negative", ErrMemoryBudget, int64(o.MemoryBudget))
+	}
 	return nil
 }
 
@@ -324,8 +343,14 @@ type fitter struct {
 	verified []*Plan
 }
 
-// cancelled is the error of o.Context once it is done (nil without one).
+// cancelled is the error of o.Context once it is done (nil without one),
+// or the search's memory budget's once a plan went over it.
 func (f *fitter) cancelled() error {
+	if f.est != nil && f.est.budget != nil {
+		if err := f.est.budget.failed(); err != nil {
+			return err
+		}
+	}
 	if f.o.Context == nil {
 		return nil
 	}
@@ -381,7 +406,7 @@ func (f *fitter) estimate() {
 // from the cache. report gets the plans estimated and searched after each state.
 func (f *fitter) searchBundle(b [][][]*Plan, report func(n, size int)) {
 	m := newMemo()
-	be := f.est.withCache(&engine.Cache{})
+	be := f.est.withCache(&engine.Cache{Limit: f.est.budget.cacheOps()})
 	for i, k := range b {
 		if f.cancelled() != nil {
 			return
@@ -432,6 +457,7 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	case err != nil:
 		c.Dropped = err.Error()
 	case c.Result.PeakBytes() > f.limit || c.Result.HostShortfall > 0:
+		compact(c.Result) // its peak is reported, its program not
 		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), f.limit)
 		if c.Result.HostShortfall > 0 {
 			// Host memory is judged on the full model only (a shallow

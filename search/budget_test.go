@@ -1,0 +1,84 @@
+package search
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/units"
+)
+
+// TestOpBytesMeasured: opBytes, which sizes the program caches in ops, is
+// within a factor of two of what resultBytes measures per op on shallow
+// programs of the kind a search caches (dense and mixture-of-experts,
+// sharded and not).
+func TestOpBytesMeasured(t *testing.T) {
+	for _, c := range []struct {
+		model  string
+		layers int
+		zero   int
+	}{{"mixtral-8x7b", 2, 0}, {"mixtral-8x7b", 2, 3}, {"llama-3.2-1b", 2, 0}, {"gpt2", 3, 2}} {
+		s := baseSpec(t, c.model, "h100", c.layers)
+		s.GPU = nil
+		if c.zero > 0 {
+			s.DP, s.ZeRO = 8, c.zero
+		}
+		r, err := engine.PlanWith(s, engine.Options{NoTimeline: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := float64(programBytes(r.Program)) / float64(len(r.Program.Ops))
+		t.Logf("%s, %d layers, ZeRO-%d: %d ops, %.0f B per op", c.model, c.layers, c.zero, len(r.Program.Ops), per)
+		if per > 2*opBytes || per < opBytes/2 {
+			t.Errorf("%s: %.0f B per op measured, opBytes is %d", c.model, per, opBytes)
+		}
+	}
+}
+
+// TestFitMemoryBudget: a search refuses, in one line wrapping
+// ErrMemoryBudget, candidates over a quarter of its budget and a program
+// over a worker's share.
+func TestFitMemoryBudget(t *testing.T) {
+	base := baseSpec(t, "gpt2", "h100", 0)
+	for _, c := range []struct {
+		budget int64
+		want   string
+	}{
+		{64 << 10, "candidate plans alone take"},
+		{2 << 20, "of program, over a worker's share"},
+	} {
+		_, err := Fit(base, Options{GPUs: 2, GlobalBatch: 8, Workers: 2, MemoryBudget: units.Bytes(c.budget)})
+		if !errors.Is(err, ErrMemoryBudget) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("budget %d: got %v, want one line with %q", c.budget, err, c.want)
+		}
+	}
+	if _, err := Fit(base, Options{GPUs: 2, GlobalBatch: 8, Keep: 1}); err != nil {
+		t.Errorf("the default budget: %v", err)
+	}
+}
+
+// TestFitKeepsNoJudgedPrograms: the plans a search reports besides the
+// winner and runners-up (verified for the report) hold no program or
+// timeline: a search that kept them grew by megabytes per plan.
+func TestFitKeepsNoJudgedPrograms(t *testing.T) {
+	r, err := Fit(baseSpec(t, "gpt2", "h100", 2), Options{GPUs: 2, GlobalBatch: 8, Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := map[*Plan]bool{r.Winner: true}
+	for _, p := range r.RunnersUp {
+		reported[p] = true
+	}
+	n := 0
+	for _, p := range r.Front {
+		if reported[p] || p.Result == nil {
+			continue
+		}
+		n++
+		if p.Result.Program != nil || len(p.Result.Sim.Timeline) > 0 || (p.Result.Timing != nil && p.Result.Timing.Ops != nil) {
+			t.Errorf("%s keeps its program or timeline", p.Describe())
+		}
+	}
+	t.Logf("%d front plans planned in full, none kept", n)
+}
