@@ -1,5 +1,6 @@
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -37,6 +38,12 @@ def test_trace_schema_validates(tmp_path, device):
     assert {"0", "1", "2", "(loss)"} <= mods
     assert any(a["category"] == "gradient" for e in on_disk["events"] for a in e["alloc"])
     assert any(a["category"] == "activation" and a["saved"] for e in on_disk["events"] for a in e["alloc"])
+    # v2: each of the 4 parameters and its own gradient (the .grad the steady step's backward made), of its size
+    size = {s["id"]: s["bytes"] for s in on_disk["initial_storages"]}
+    size.update((a["id"], a["bytes"]) for e in on_disk["events"] for a in e["alloc"])
+    pg = on_disk["param_grads"]
+    assert len(pg) == 4 and len({p["grad"] for p in pg}) == 4
+    assert all(size[p["param"]] == size[p["grad"]] for p in pg)
     # first step: AdamW creates its state in the optimizer phase
     fs = on_disk["first_step"]
     assert fs["exact"] and len(fs["optimizer_state"]) == 3 * 4  # step, exp_avg, exp_avg_sq per param
@@ -125,6 +132,22 @@ def test_validator_catches_corruption(tmp_path):
     doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
     doc["events"][3]["free"].append(10 ** 6)
     with pytest.raises(SchemaError):
+        validate_trace(doc)
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (lambda d: d.pop("param_grads"), "missing field 'param_grads'"),
+    (lambda d: d["param_grads"].append(7), "param_grads[4]: not an object"),
+    (lambda d: d["param_grads"][0].update(param=d["param_grads"][0]["grad"]), "param_grads[0]: param"),
+    (lambda d: d["param_grads"][1].update(param=d["param_grads"][0]["param"]), "param_grads[1]: param"),
+    (lambda d: d["param_grads"][0].update(grad=d["param_grads"][0]["param"]), "param_grads[0]: grad"),
+])
+def test_param_grads_refused(tmp_path, edit, msg):
+    m, x, y = linear_job(2)
+    doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
+    validate_trace(doc)
+    edit(doc)
+    with pytest.raises(SchemaError, match=re.escape(msg)):
         validate_trace(doc)
 
 
