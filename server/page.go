@@ -154,7 +154,7 @@ func pagePaths(paths map[string]any, b Backend) {
 			"200": map[string]any{"description": summary, "content": map[string]any{"text/html": map[string]any{"schema": map[string]any{"type": "string"}}}}}}
 	}
 	paths["/"] = map[string]any{"get": html("the web page (its script, style and uPlot under /static/)")}
-	paths["/static/{file}"] = map[string]any{"get": map[string]any{"summary": "the web page's assets",
+	paths["/static/{file}"] = map[string]any{"get": map[string]any{"summary": "the web page's assets: app.js, app.css, vendor/uplot-1.6.32/uPlot.iife.min.js and uPlot.min.css (file may hold '/')",
 		"parameters": []any{map[string]any{"name": "file", "in": "path", "required": true, "schema": map[string]any{"type": "string"}}},
 		"responses": map[string]any{
 			"200": map[string]any{"description": "the file (JavaScript, CSS)"},
