@@ -862,7 +862,7 @@ func (w *walker) walk(events []Event, path string, live map[int]bool, firstStep 
 		}
 		for j, id := range e.Free {
 			if _, twice := w.freedAt[id]; twice {
-				p.fail(at("free", j), "frees storage %d twice (first after %s)", id, w.freedAt[id])
+				p.fail(at("free", j), "frees storage %d twice (it was freed after %s)", id, w.freedAt[id])
 			}
 			w.use(live, id, at("free", j), "frees")
 			delete(live, id)
@@ -876,7 +876,7 @@ func (w *walker) use(live map[int]bool, id int, path, verb string) {
 	switch {
 	case live[id]:
 	case w.freedAt[id] != "":
-		w.p.fail(path, "%s storage %d after its free after %s", verb, id, w.freedAt[id])
+		w.p.fail(path, "%s storage %d, which was freed after %s", verb, id, w.freedAt[id])
 	case !w.decl[id]:
 		w.p.fail(path, "%s storage %d, which is never allocated (no initial storage or alloc has that id)", verb, id)
 	default:
