@@ -735,6 +735,13 @@ var computeOps = map[string]bool{
 // (a trace records dtypes, not FLOPs); a trace without any is taken at its
 // parameters' floating dtype, else float32.
 func (t *Trace) ComputeDType() units.DType {
+	if t.dtype != units.Invalid {
+		return t.dtype // found at parse time
+	}
+	return t.scanDType()
+}
+
+func (t *Trace) scanDType() units.DType {
 	by := map[units.DType]int64{}
 	add := func(dtype string, b int64) {
 		if dt, err := units.ParseDType(dtype); err == nil {

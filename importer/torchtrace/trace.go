@@ -247,7 +247,8 @@ type Trace struct {
 	// ParamGrads are the parameters' gradient storages (v2; nil in v1).
 	ParamGrads []ParamGrad
 
-	file string
+	file  string
+	dtype units.DType // ComputeDType, found by parse
 }
 
 // ModelOutput is the model's output in the steady step: the storages its
@@ -382,6 +383,7 @@ func parse(file string, data []byte) (t *Trace, err error) {
 	}
 	t.file = file
 	p.check(t)
+	t.dtype = t.scanDType()
 	return t, nil
 }
 

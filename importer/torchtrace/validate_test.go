@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/units"
 )
 
 // Every trace committed under testdata passes the reader's checks (the
@@ -115,5 +117,34 @@ func TestProgramRefusesOverflow(t *testing.T) {
 	}
 	if _, err = tr.Program(Options{Batch: 1 << 20, Accum: 1 << 10}); err != nil {
 		t.Errorf("micro-batch inputs are 2^60 bytes: %v", err)
+	}
+}
+
+// ComputeDType is what the matmuls wrote, by bytes; without any, the
+// parameters' dtype.
+func TestComputeDType(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		want units.DType
+	}{
+		{tiny, units.F32},
+		{strings.ReplaceAll(tiny, `"float32"`, `"bfloat16"`), units.BF16},
+		// no matmul: the parameter's dtype (float16), not the input's
+		{strings.ReplaceAll(strings.Replace(tiny, `"dtype": "float32", "shape": [4, 4], "category": "parameter"`, `"dtype": "float16", "shape": [4, 4], "category": "parameter"`, 1), "aten.mm.default", "aten.relu.default"), units.F16},
+	} {
+		tr, err := Parse([]byte(c.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.ComputeDType(); got != c.want {
+			t.Errorf("got %s, want %s", got, c.want)
+		}
+		if cp := (Trace{Events: tr.Events, Initial: tr.Initial}); cp.ComputeDType() != c.want {
+			t.Errorf("unparsed copy: got %s, want %s", cp.ComputeDType(), c.want)
+		}
+	}
+	lm, err := Load(filepath.Join(testdata, "lm.trace.json"))
+	if err != nil || lm.ComputeDType() != units.F32 {
+		t.Errorf("lm: %v", err)
 	}
 }
