@@ -187,6 +187,12 @@ func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*Sim
 	return out, nil
 }
 
+// sortedGang is a job's processes, largest need first, and their needs.
+type sortedGang struct {
+	ms    []*Envelope
+	needs []units.Bytes
+}
+
 // running is a process of a job on a GPU; lead marks the job's first
 // (one per job, which counts its completion).
 type running struct {
@@ -216,6 +222,8 @@ type simulator struct {
 	used   []units.Bytes // what the policy counts on each GPU
 	queue  []int
 	env    []*Envelope // of each arrival (a gang's leader)
+	// sorted is each job's processes largest need first, and the needs.
+	sorted map[*Envelope]sortedGang
 	// minNeed is the smallest of the arrivals' largest process needs: with
 	// less room everywhere, nothing queued can start.
 	minNeed units.Bytes
@@ -226,11 +234,15 @@ type simulator struct {
 }
 
 func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) SimPolicy {
-	s := &simulator{envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p,
+	s := &simulator{envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p, sorted: map[*Envelope]sortedGang{},
 		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}, minNeed: math.MaxInt64}
 	for _, a := range arr {
 		e := envs[a.Job]
 		s.env = append(s.env, e)
+		if _, ok := s.sorted[e]; !ok {
+			ms := slices.Clone(e.members())
+			s.sorted[e] = sortedGang{ms, byNeed(ms, nil, p)}
+		}
 		var top units.Bytes
 		for _, m := range e.members() {
 			top = max(top, m.Need(p))
@@ -357,8 +369,8 @@ func (s *simulator) place(t float64) {
 	}
 	kept := s.queue[:0]
 	for _, ai := range s.queue {
-		ms := slices.Clone(s.env[ai].members())
-		needs := byNeed(ms, nil, s.policy)
+		sg := s.sorted[s.env[ai]]
+		ms, needs := sg.ms, sg.needs
 		var at []int
 		if needs[0] <= free {
 			at = fitGang(needs, len(s.gpus), s.pool.Node(), s.env[ai].SameNode, s.admits)
