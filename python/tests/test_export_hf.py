@@ -154,6 +154,16 @@ FAMILIES = {
     # multi-query: one key/value head whatever the heads; ffn_hidden_size defaults to 4 * hidden
     "falcon": ("falcon-7b", SMALL[:3] + ["vocab_size=256"]),
     "gpt_neox": ("pythia-160m", SMALL[:3] + ["intermediate_size=256", "vocab_size=256"]),
+    # latent attention (a plain q_proj in V2-Lite, q_a_proj/q_b_proj in V3), one dense layer then expert layers
+    # with routed and shared experts; every key/value head latent-projected (no grouped heads)
+    "deepseek_v2": ("deepseek-v2-lite", ["num_hidden_layers=3"] + SMALL[1:3] + ["num_key_value_heads=4"] + SMALL[5:]
+                    + ["kv_lora_rank=32", "qk_nope_head_dim=16", "qk_rope_head_dim=8", "v_head_dim=16",
+                       "n_routed_experts=4", "num_experts_per_tok=2", "moe_intermediate_size=32", "n_shared_experts=2",
+                       "first_k_dense_replace=1"]),
+    "deepseek_v3": ("deepseek-v3", ["num_hidden_layers=3"] + SMALL[1:3] + ["num_key_value_heads=4"] + SMALL[5:]
+                    + ["q_lora_rank=24", "kv_lora_rank=32", "qk_nope_head_dim=16", "qk_rope_head_dim=8",
+                       "v_head_dim=16", "n_routed_experts=4", "num_experts_per_tok=2", "moe_intermediate_size=32",
+                       "n_group=2", "topk_group=1", "first_k_dense_replace=1"]),
     "gpt2": ("gpt2", ["n_layer=2", "n_embd=64", "n_head=4", "vocab_size=256", "n_positions=128"]),
     "bert": ("bert-base", SMALL[:3] + SMALL[5:]),
     "vit": ("vit-base", SMALL[:3] + ["intermediate_size=128", "image_size=32", "patch_size=8"]),
