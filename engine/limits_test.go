@@ -46,6 +46,11 @@ func TestLimits(t *testing.T) {
 		{"eager scores", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 30, Attention: build.Eager}}, FieldSeq, "2^58 elements"},
 		{"eager total", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 25, Attention: build.Eager}}, FieldMicroBatch, "more than 4 EiB"},
 		{"experts", Spec{Job: Job{Model: &moe, Seq: 128}}, FieldModel, "4096 layers × 4096 experts"},
+		// Under engine's 2^34 tokens and 2^58 elements, over the graph
+		// builder's own bounds (found by TestPropertyTotalsAtTheLimits: the
+		// builder's "bad options" line named no flag).
+		{"graph tokens", Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1 << 22, Seq: 1 << 10}}, FieldMicroBatch, "2^31 tokens per micro-step a model's graph is built for"},
+		{"graph eager scores", Spec{Job: Job{Model: lookup(t, "llama-3.2-1b"), MicroBatch: 8, Seq: 1<<24 + 2, Attention: build.Eager}}, FieldSeq, "2^56 eager attention scores"},
 		{"trace micro-batch", Spec{Job: Job{Trace: lm, MicroBatch: 1 << 62}}, FieldMicroBatch, "2^34 tokens"},
 		{"trace storage", Spec{Job: Job{Trace: &wide, MicroBatch: 1 << 20}}, FieldMicroBatch, "is over 4 EiB (2^62 bytes) at batch 1048576"},
 	} {

@@ -165,9 +165,13 @@ type Options struct {
 // ErrBadOptions wraps option errors.
 var ErrBadOptions = errors.New("bad options")
 
-// maxTokens bounds micro-batch × sequence (and the KV context) so sizes
+// MaxTokens bounds micro-batch × sequence (and the KV context) so sizes
 // never overflow int64.
-const maxTokens = 1 << 31
+const MaxTokens = 1 << 31
+
+// MaxEagerScores bounds eager attention's score elements (micro-batch ×
+// heads × sequence × context).
+const MaxEagerScores = 1 << 56
 
 // Graph builds the forward graph of a for one micro-batch.
 func Graph(a *models.Arch, o Options) (*ir.Graph, error) {
@@ -190,7 +194,7 @@ func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *bui
 	if a.Family != models.FamilyViT && o.Seq <= 0 {
 		return nil, nil, fmt.Errorf("%w: sequence length must be positive, got %d", ErrBadOptions, o.Seq)
 	}
-	if int64(o.MicroBatch)*int64(max(o.Seq, o.KVContext, 1)) > maxTokens {
+	if int64(o.MicroBatch)*int64(max(o.Seq, o.KVContext, 1)) > MaxTokens {
 		return nil, nil, fmt.Errorf("%w: micro-batch × sequence = %d tokens is too large", ErrBadOptions, int64(o.MicroBatch)*int64(o.Seq))
 	}
 	if o.Attention == SDPA && o.Code == CodeHF && a.AttnLogitSoftcap > 0 {
@@ -202,7 +206,7 @@ func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *bui
 		o.Attention = Eager
 	}
 	ctx := int64(max(o.Seq, o.KVContext))
-	if o.Attention == Eager && int64(o.MicroBatch)*int64(a.Heads)*int64(max(o.Seq, 1))*ctx > 1<<56 {
+	if o.Attention == Eager && int64(o.MicroBatch)*int64(a.Heads)*int64(max(o.Seq, 1))*ctx > MaxEagerScores {
 		return nil, nil, fmt.Errorf("%w: eager attention scores of %d × %d heads × %d × %d elements are too large", ErrBadOptions, o.MicroBatch, a.Heads, o.Seq, ctx)
 	}
 	if o.KVContext < 0 || (o.KVContext > 0 && o.KVContext < o.Seq) {

@@ -121,7 +121,7 @@ func ParseLoss(s string) (Loss, error) {
 		}
 		k, v, _ := strings.Cut(kv, "=")
 		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > maxTokens {
+		if err != nil || n <= 0 || n > MaxTokens {
 			return Loss{}, fmt.Errorf("loss %q: %s must be a positive integer", s, k)
 		}
 		switch k {
