@@ -183,7 +183,7 @@ func packText(w io.Writer, res *pack.Result, sim *pack.SimResult) error {
 	t.SetTitle("What each process needs (CUDA context included)")
 	t.AppendHeader(table.Row{"job", "source", "model_size", "allocated peak", "reserved peak", "limit", "period", "run it with"})
 	for _, e := range res.Envelopes {
-		t.AppendRow(table.Row{e.Job, e.Source, e.ModelSize, e.Allocated, e.Peak, e.Cap, fmt.Sprintf("%.3gs", e.Period), e.Setting})
+		t.AppendRow(table.Row{e.Job, source(e), e.ModelSize, e.Allocated, e.Peak, e.Cap, fmt.Sprintf("%.3gs", e.Period), e.Setting})
 	}
 	right(t, 3, 4, 5, 6, 7)
 	fmt.Fprintln(w, t.Render())
@@ -230,6 +230,19 @@ func packText(w io.Writer, res *pack.Result, sim *pack.SimResult) error {
 	right(t, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 	_, err := fmt.Fprintln(w, t.Render())
 	return err
+}
+
+// source is where e comes from and, for a rank of a job of several GPUs,
+// which rank and pipeline stage it is.
+func source(e *pack.Envelope) string {
+	if e.Ranks < 2 {
+		return e.Source
+	}
+	where := ""
+	if e.SameNode {
+		where = ", same node"
+	}
+	return fmt.Sprintf("%s, rank %d of %d, stage %d%s", e.Source, e.Rank, e.Ranks, e.Stage, where)
 }
 
 func hours(s float64) string { return fmt.Sprintf("%.2fh", s/3600) }

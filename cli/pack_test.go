@@ -110,7 +110,16 @@ jobs:
 	if err := os.WriteFile(jobs, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := run("pack", jobs, "--gpus", "4xl4", "--node-gpus", "1", "--policy", "whole-gpu,curve", "--json")
+	code, out, errs := run("pack", jobs, "--gpus", "4xl4", "--node-gpus", "1", "--policy", "whole-gpu,curve")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"4 × l4 (", "1 to a node", "train, rank 1 of 2, stage 0, same node", "train, rank 1 of 2, stage 1", "unplaced under curve: ddp/0, ddp/1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, errs = run("pack", jobs, "--gpus", "4xl4", "--node-gpus", "1", "--policy", "whole-gpu,curve", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
