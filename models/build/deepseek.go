@@ -2,6 +2,7 @@ package build
 
 import (
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/units"
 )
 
@@ -130,4 +131,15 @@ func (m *builder) mlaEager(query, key, v, mask ir.TensorID, T int64) ir.TensorID
 	p := b.To(b.Softmax("probs", b.To(s, units.F32), false), b.Tensor(s).DType)
 	p = b.Dropout("attn_dropout", p, m.a.AttnDropout)
 	return b.MatMul("context", p, b.Copy("v_contig", v, B, A, T, int64(m.a.VHeadDim)))
+}
+
+// expertLinear is the name of a routed expert's i-th linear (gate, up,
+// down): Mixtral's w1, w3, w2, and the gate_proj, up_proj, down_proj of
+// DeepSeek's experts (DeepseekV3MLP, so peft's targets=gate_proj adapts the
+// routed experts with the dense and shared MLPs, as in the modeling code).
+func (m *builder) expertLinear(i int) string {
+	if m.a.Family == models.FamilyDeepSeekV2 || m.a.Family == models.FamilyDeepSeekV3 {
+		return [...]string{"gate_proj", "up_proj", "down_proj"}[i]
+	}
+	return [...]string{"w1", "w3", "w2"}[i]
 }

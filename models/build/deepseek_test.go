@@ -40,7 +40,7 @@ func TestDeepSeekLayers(t *testing.T) {
 		"model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
 		"model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
 		"model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
-		"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.63.w2.weight",
+		"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.63.down_proj.weight",
 		"model.layers.1.mlp.shared_experts.down_proj.weight",
 	} {
 		if !params[p] {

@@ -353,10 +353,10 @@ func (m *builder) moeEP(h ir.TensorID) ir.TensorID {
 		func() {
 			defer b.Enter("experts." + strconv.FormatInt(e, 10))()
 			cur := b.View("tokens", recv, rows, H) // torch.split of the received rows
-			w1 := m.dense("w1", cur, a.Hidden, a.Intermediate, false, replicated)
-			w3 := m.dense("w3", cur, a.Hidden, a.Intermediate, false, replicated)
+			w1 := m.dense(m.expertLinear(0), cur, a.Hidden, a.Intermediate, false, replicated)
+			w3 := m.dense(m.expertLinear(1), cur, a.Hidden, a.Intermediate, false, replicated)
 			y := b.Binary("mul", "gated", m.act("act_fn", w1), w3)
-			outs = append(outs, m.dense("w2", y, a.Intermediate, a.Hidden, false, replicated))
+			outs = append(outs, m.dense(m.expertLinear(2), y, a.Intermediate, a.Hidden, false, replicated))
 		}()
 	}
 	y := outs[0]
