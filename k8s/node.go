@@ -58,7 +58,7 @@ func (p *Planner) Envelope(w *Workload, g *hw.GPU) (*pack.Envelope, error) {
 			e.err = err
 			return
 		}
-		e.env = envs[0]
+		e.env = largest(envs)
 	})
 	if e.err != nil {
 		return nil, e.err
@@ -66,6 +66,20 @@ func (p *Planner) Envelope(w *Workload, g *hw.GPU) (*pack.Envelope, error) {
 	c := *e.env
 	c.Job = w.Job.Name
 	return &c, nil
+}
+
+// largest is the rank of a job that holds the most (its reserved peak):
+// a pod is one rank, and a workload of several GPUs (tp, pp, dp) does not
+// say which, so a pipeline's pod is judged as its largest stage;
+// tensor-parallel and data-parallel ranks are alike.
+func largest(envs []*pack.Envelope) *pack.Envelope {
+	top := envs[0]
+	for _, e := range envs[1:] {
+		if e.Peak > top.Peak {
+			top = e
+		}
+	}
+	return top
 }
 
 // PodName is namespace/name.
