@@ -192,9 +192,11 @@ func copies(e *Envelope, n int) []*Envelope {
 	return rankCopies([]*Envelope{e}, n)
 }
 
-// rankCopies is n ranks of the stages' envelopes: stage-major, as Megatron-LM's default rank order (tp-cp-ep-dp-pp) makes
-// the pipeline stage the slowest-varying index of a rank, so rank r runs
-// stage r / (n / len(stages)). The ranks of one stage (tensor-parallel
+// rankCopies is n ranks of the stages' envelopes, stage-major: Megatron-LM
+// numbers ranks in the order tp-cp-ep-dp-pp by default, the pipeline stage
+// varying slowest (megatron/core/parallel_state.py initialize_model_parallel,
+// order: str = "tp-cp-ep-dp-pp", NVIDIA/Megatron-LM @934c8260), so rank r
+// runs stage r / (n / len(stages)). The ranks of one stage (tensor-parallel
 // shards, data-parallel replicas, ZeRO shards) are planned alike: the
 // engine shards state evenly over them.
 func rankCopies(stages []*Envelope, n int) []*Envelope {
