@@ -4,7 +4,7 @@ cmd/memplan's TestProbes runs: every command × every flag × hostile values,
 every file-taking flag or argument × bad files, and the issue's own
 reproductions (repro.txt, written by hand, not by this script).
 
-    python3 testdata/probes/gen.py        # rewrites flags.txt and files.txt
+    python3 testdata/probes/gen.py        # rewrites flags.txt, files.txt and edges.txt
 
 A line is `EXIT WANT ARGS...`, shell-quoted: EXIT is the exit status
 (0, 1, 3, 4) or `serves` (still serving after the harness's grace period,
@@ -258,6 +258,76 @@ def file_probes():
     return ps
 
 
+# Valid jobs at the edges: each answers (no --gpu or --budget: exit 0) and
+# the harness checks the answer's sanity. One option at a time over its
+# values, on a dense, a GQA, a mixture-of-experts and an encoder model,
+# and the limits themselves (engine/limits.go: 2^34 tokens less one
+# sequence, 2^30 micro-steps, 2^24 GPUs).
+EDGE_MODELS = ["gpt2", "llama-3.2-1b", "mixtral-8x7b", "bert-base"]
+EDGE_OPTIONS = [
+    ["--precision", "fp32"], ["--precision", "amp-fp16"], ["--precision", "bf16"], ["--precision", "pure-bf16"],
+    ["--optimizer", "sgd"], ["--optimizer", "adafactor"], ["--optimizer", "adamw8bit"], ["--optimizer", "lion"],
+    ["--optimizer-impl", "fused"], ["--optimizer-impl", "single"], ["--attention", "eager"],
+    ["--checkpoint", "full"], ["--checkpoint", "every=2"], ["--checkpoint", "selective"],
+    ["--offload", "activations"], ["--offload", "optimizer"], ["--dp", "8", "--zero", "1"], ["--dp", "8", "--zero", "3"],
+    ["--dp", "8", "--fsdp", "--offload", "params"], ["--tp", "2"], ["--tp", "2", "--sp"], ["--pp", "2", "--accum", "8"],
+    ["--pp", "2", "--accum", "8", "--pp-schedule", "gpipe"], ["--lora", "r=16,alpha=32"], ["--mode", "infer", "--gen-tokens", "64"],
+    ["--micro-batch", "64"], ["--accum", "1073741824"], ["--first-step=false"], ["--no-reserved"],
+    ["--alloc-conf", "expandable_segments:True"], ["--kernels", "cpu"], ["--recipe", "deepspeed"],
+]
+EDGE_LIMITS = [
+    ["plan", "--model", "gpt2", "--seq", "1024", "--micro-batch", "2097152", "--json", "--no-timeline"],
+    ["plan", "--model", "gpt2", "--seq", "128", "--accum", "1073741824", "--dp", "16", "--json", "--no-timeline"],
+    ["plan", "--model", "llama-3-8b", "--seq", "128", "--dp", "1048576", "--tp", "4", "--pp", "4", "--accum", "4",
+     "--json", "--no-timeline"],
+    ["plan", "--model", "llama-3.2-1b", "--mode", "infer", "--seq", "1", "--gen-tokens", "131071", "--json",
+     "--no-timeline"],
+    ["plan", "--model", "deepseek-v3", "--seq", "4096", "--ep", "32", "--dp", "32", "--zero", "3", "--json",
+     "--no-timeline", "--no-reserved"],
+    ["plan", "--model", "llama-3-70b", "--attention", "eager", "--seq", "131072", "--json", "--no-timeline",
+     "--no-reserved", "--first-step=false"],
+    ["plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h200", "--tp", "8", "--max-model-len", "131072",
+     "--json", "--no-timeline"],
+    ["compare", "--model", "llama-3-8b", "--gpu", "h100", "--seq", "8192", "--micro-batch", "64", "--json"],
+    ["fit", "--model", "llama-3-8b", "--gpu", "h100", "--gpus", "16777216", "--global-batch", "16777216", "--seq", "128",
+     "--json"],
+    ["max", "--model", "gpt2", "--gpu", "b200", "--seq", "?", "--micro-batch", "1", "--json"],
+    ["max", "--mode", "serve", "--model", "gpt2", "--gpu", "h100", "--requests", "?", "--context", "1024", "--json"],
+    ["diagnose", "--model", "llama-3-8b", "--gpu", "rtx-4090", "--seq", "4096", "--micro-batch", "8"],
+]
+
+
+# What a model cannot do, refused in one line: (model or '', first option
+# word) -> (exit, want).
+EDGE_REFUSED = {
+    ("", "selective"): (1, "core_attention"),  # Megatron's core attention exists with --attention eager only
+    ("bert-base", "--tp"): (1, "tensor parallel"),
+    ("bert-base", "--mode"): (1, "encoder"),
+    ("mixtral-8x7b", "--sp"): (1, "sequence parallel"),
+}
+# Outcomes of the limits other than 0: what does not fit (compare 4,
+# diagnose 3), what is refused, and the search another change bounds.
+EDGE_LIMIT_CODES = {"compare": (4, ""), "diagnose": (3, ""), "fit": ("open:0", "")}
+
+
+def edge_probes():
+    ps = []
+    for m in EDGE_MODELS:
+        for o in EDGE_OPTIONS:
+            code, want = 0, ""
+            for (em, word), cw in EDGE_REFUSED.items():
+                if em in ("", m) and word in o:
+                    code, want = cw
+            ps.append((code, want, ["plan", "--model", m, "--seq", "128", "--json", "--no-timeline"] + o, None))
+    for a in EDGE_LIMITS:
+        code, want = EDGE_LIMIT_CODES.get(a[0], (0, ""))
+        ps.append((code, want, a, None))
+    # Between build's limit (2^31 tokens a model's graph is built for) and
+    # engine's (2^34): refused, naming both flags and the limit.
+    ps.append((1, "--micro-batch 16777215 × --seq 1024 is over the limit of 2^31 tokens", ["plan", "--model", "gpt2", "--seq", "1024", "--micro-batch", "16777215"], None))
+    return ps
+
+
 def write(name, probes, title):
     with open(os.path.join(HERE, name), "w") as f:
         f.write("# " + title + "\n# Written by gen.py (edit it, not this file). EXIT WANT ARGS...\n")
@@ -270,3 +340,4 @@ def write(name, probes, title):
 if __name__ == "__main__":
     write("flags.txt", flag_probes(), "Every command's flags × hostile values.")
     write("files.txt", file_probes(), "Every file-taking flag and argument × bad files and bad destinations.")
+    write("edges.txt", edge_probes(), "Valid jobs at the edges: answered, and the answers checked for sanity.")
