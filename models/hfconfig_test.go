@@ -374,6 +374,14 @@ func FuzzParseHFConfig(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"model_type":"gpt2","n_embd":64,"n_layer":2,"n_head":4,"n_positions":128,"vocab_size":100}`))
 	f.Add([]byte(`{"model_type":"mixtral","hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"intermediate_size":8,"num_local_experts":1e3}`))
+	// Extreme values (issue 15): the 300-byte config of 4096 layers × 4096
+	// experts, sizes at 2^31-1, 2^62 and past int64, negative and
+	// non-finite numbers.
+	f.Add([]byte(`{"model_type":"mixtral","hidden_size":64,"intermediate_size":64,"num_hidden_layers":4096,"num_attention_heads":4,"num_key_value_heads":4,"vocab_size":100,"num_local_experts":4096,"num_experts_per_tok":2,"max_position_embeddings":512}`))
+	f.Add([]byte(`{"model_type":"llama","hidden_size":2147483647,"intermediate_size":2147483647,"num_hidden_layers":2147483647,"num_attention_heads":1,"vocab_size":2147483647}`))
+	f.Add([]byte(`{"model_type":"llama","hidden_size":4611686018427387904,"intermediate_size":8,"num_hidden_layers":1,"num_attention_heads":4611686018427387904,"vocab_size":10}`))
+	f.Add([]byte(`{"model_type":"gpt2","n_embd":9223372036854775808,"n_layer":-1,"n_head":0,"n_positions":1e309,"vocab_size":-9223372036854775808}`))
+	f.Add([]byte(`{"model_type":"llama","hidden_size":64.5,"intermediate_size":"NaN","num_hidden_layers":1e18,"num_attention_heads":4,"vocab_size":10}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, err := ParseHFConfig(data, "fuzz.json")
 		if err != nil {
