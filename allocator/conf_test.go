@@ -53,7 +53,10 @@ func TestParseConfBadInput(t *testing.T) {
 }
 
 func FuzzParseConf(f *testing.F) {
-	for _, s := range []string{"expandable_segments:True", "roundup_power2_divisions:[256:1,>:4]", "max_split_size_mb:64,garbage_collection_threshold:0.5", "[", ":,]"} {
+	for _, s := range []string{"expandable_segments:True", "roundup_power2_divisions:[256:1,>:4]", "max_split_size_mb:64,garbage_collection_threshold:0.5", "[", ":,]",
+		// Extreme values (issue 15): sizes past int64 and at 2^62 MiB, NaN.
+		"max_split_size_mb:9223372036854775808", "max_split_size_mb:4611686018427387904", "garbage_collection_threshold:NaN",
+		"roundup_power2_divisions:[9223372036854775807:4611686018427387904,>:2147483648]"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -17,6 +17,12 @@ func FuzzParseAPIRequest(f *testing.F) {
 		`{"snapshot": "gASVAQA=", "device": 0}`,
 		`{"jobs": "kind: memplan.jobs/v1", "gpus": "8xh100"}`,
 		`{"model": "gpt2", "model": "gpt2"}`, `[1]`, `{`, `{"a":1}{}`, `{"micro_batch": 1e400}`, `"\u0000"`, ``,
+		// Extreme values (issue 15): sizes at 2^31-1, 2^62, 2^63-1 and
+		// past int64, negative and fractional counts, a NaN headroom.
+		`{"model": "gpt2", "micro_batch": 9223372036854775807, "seq": 2147483647, "accum": 4611686018427387904}`,
+		`{"model": "gpt2", "micro_batch": 9223372036854775808, "gen_tokens": -1, "tp": 1.5}`,
+		`{"model": "gpt2", "gpu": "h100", "headroom": "NaN", "global_batch": 1099511627776, "gpus": -9223372036854775808}`,
+		`{"jobs": "kind: memplan.jobs/v1", "gpus": "9223372036854775808xh100", "margin": "16EiB"}`,
 	} {
 		for _, c := range []string{"plan", "max", "fit", "explain", "pack"} {
 			f.Add(c, []byte(s))

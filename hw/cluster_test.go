@@ -46,6 +46,10 @@ func TestParseClusterBadInput(t *testing.T) {
 
 func FuzzParseCluster(f *testing.F) {
 	f.Add([]byte("gpus_per_node: 8\ninter_node: {gbps: 400, latency_us: 5}\n"))
+	// Extreme values (issue 15): past int64, 2^62, non-finite, negative.
+	f.Add([]byte("gpus_per_node: 9223372036854775808\ninter_node: {gbps: 1e309, latency_us: -1}\n"))
+	f.Add([]byte("gpus_per_node: 4611686018427387904\ninter_node: {gbps: .nan, latency_us: .inf}\n"))
+	f.Add([]byte("gpus_per_node: 2147483647\ninter_node: {gbps: 5e-324, latency_us: 9223372036854775807}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseCluster(data)
 		if err == nil && (c.InterNodePerDirection <= 0 || c.GPUsPerNode < 0 || c.InterNodeLatency < 0) {
