@@ -82,3 +82,34 @@ func TestFitKeepsNoJudgedPrograms(t *testing.T) {
 	}
 	t.Logf("%d front plans planned in full, none kept", n)
 }
+
+// TestFullDepthPipelineByParts: a 1F1B pipeline too shallow to shrink is
+// estimated from its first and last stage at full depth, not every stage:
+// the same peak as planning it whole (those stages bound the others), and
+// a priced step.
+func TestFullDepthPipelineByParts(t *testing.T) {
+	for _, c := range []struct {
+		model       string
+		layers, pp  int
+		every, zero int
+	}{{"gpt2", 12, 4, 3, 0}, {"llama-3.2-1b", 8, 4, 2, 1}, {"gpt2", 8, 8, 0, 0}} {
+		s := baseSpec(t, c.model, "h100", c.layers)
+		s.PP, s.Accum, s.DP, s.ZeRO = c.pp, 2*c.pp, 2, c.zero
+		if c.every > 0 {
+			s.Checkpoint = engine.CheckpointPolicy{Kind: engine.CheckpointEvery, Every: c.every}
+		}
+		if u := unit(&s); u+s.Model.Layers%u+u < s.Model.Layers {
+			t.Fatalf("%s: %d layers shrink (unit %d); the case must not", c.model, c.layers, u)
+		}
+		p := &Plan{Spec: s}
+		newEstimator(s.Model).estimate(p)
+		r, step, err := newEstimator(s.Model).run(s, 0)
+		if err != nil || p.Dropped != "" {
+			t.Fatalf("%s: %v %s", c.model, err, p.Dropped)
+		}
+		if p.Result != nil || p.EstPeak != r.PeakBytes() || p.EstStep != step {
+			t.Errorf("%s pp %d: estimate %s step %v (planned whole: %v), full plan %s", c.model, c.pp, p.EstPeak, p.EstStep, p.Result != nil, r.PeakBytes())
+		}
+		t.Logf("%s pp %d: step %v estimated, %v planned whole", c.model, c.pp, p.EstStep, step)
+	}
+}
