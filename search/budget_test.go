@@ -2,8 +2,10 @@ package search
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/units"
@@ -111,5 +113,33 @@ func TestFullDepthPipelineByParts(t *testing.T) {
 			t.Errorf("%s pp %d: estimate %s step %v (planned whole: %v), full plan %s", c.model, c.pp, p.EstPeak, p.EstStep, p.Result != nil, r.PeakBytes())
 		}
 		t.Logf("%s pp %d: step %v estimated, %v planned whole", c.model, c.pp, p.EstStep, step)
+	}
+}
+
+// TestExtrapolateSaturates: the shallow models' extrapolation and a step
+// time saturate at 2^62 bytes and 292 years instead of wrapping negative
+// (a negative bound would "fit" any budget; a negative step would win).
+func TestExtrapolateSaturates(t *testing.T) {
+	for _, c := range []struct {
+		p1, p2 units.Bytes
+		k, u   int
+		want   units.Bytes
+	}{
+		{100, 150, 4, 2, 250},
+		{100, 151, 1, 2, 176}, // rounded down
+		{150, 100, 8, 1, 100}, // a falling peak keeps p2
+		{0, units.MaxBytes / 2, 1 << 15, 1, units.MaxBytes},
+		{0, 1 << 61, 3, 1, units.MaxBytes},
+		{0, 1 << 60, 2, 1, 3 << 60},
+	} {
+		if got := extrapolate(c.p1, c.p2, c.k, c.u); got != c.want {
+			t.Errorf("extrapolate(%d, %d, %d, %d) = %d, want %d", c.p1, c.p2, c.k, c.u, got, c.want)
+		}
+	}
+	if d := saturate(1e30); d != time.Duration(math.MaxInt64) {
+		t.Errorf("saturate(1e30) = %v", d)
+	}
+	if d := saturate(-5); d != 0 {
+		t.Errorf("saturate(-5) = %v", d)
 	}
 }

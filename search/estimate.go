@@ -117,11 +117,7 @@ func stepAt(r *engine.Result, sim, accum int) time.Duration {
 	if s.PP > 1 {
 		bubble = micro * float64(s.PP-1) / float64(max(s.PPInterleave, 1))
 	}
-	d := float64(t.Phases[ir.Optimizer].Wall) + micro*float64(accum) + bubble
-	if d >= math.MaxInt64 { // past 292 years: saturate rather than wrap
-		return time.Duration(math.MaxInt64)
-	}
-	return time.Duration(d)
+	return saturate(float64(t.Phases[ir.Optimizer].Wall) + micro*float64(accum) + bubble)
 }
 
 // run plans s with its model cut to layers (0: full depth) and its
@@ -303,7 +299,11 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 	for i := range tl {
 		v := tl[i].Total
 		if i >= f2 && i < end {
-			v += units.Bytes(extra) * per
+			more, ok := units.MulBytes(per, int64(extra))
+			if !ok {
+				more = units.MaxBytes // over any budget; v + 2^62 stays inside int64
+			}
+			v += more
 		}
 		peak = max(peak, v)
 	}
@@ -364,7 +364,7 @@ func (e *estimator) price(c *Plan) {
 			c.Dropped = err.Error()
 			return
 		}
-		c.EstStep = max(c.EstStep, t2+time.Duration(float64(L-pr.hi.layers)/float64(u)*float64(t2-t1)))
+		c.EstStep = max(c.EstStep, saturate(float64(t2)+float64(L-pr.hi.layers)/float64(u)*float64(t2-t1)))
 	}
 }
 
@@ -388,7 +388,33 @@ func pair(pt part, sh engine.Spec, lo, u, L int) (units.Bytes, *shot, *shot, err
 	s2.layers = lo + u
 	// Integer arithmetic rounds the extrapolation down, keeping it a
 	// bound.
-	return max(p2+(p2-p1)*units.Bytes(L-lo-u)/units.Bytes(u), p2), s1, s2, nil
+	return extrapolate(p1, p2, L-lo-u, u), s1, s2, nil
+}
+
+// extrapolate is p2 + (p2 − p1)·k/u (at least p2), rounded down, and
+// saturated at units.MaxBytes rather than wrapped: a model of thousands of
+// layers with petabytes per layer is over every budget, not negative.
+func extrapolate(p1, p2 units.Bytes, k, u int) units.Bytes {
+	if p2 <= p1 || k <= 0 {
+		return p2
+	}
+	v, ok := units.MulBytes(p2-p1, int64(k))
+	if !ok || v/units.Bytes(u) > units.MaxBytes-p2 {
+		return units.MaxBytes
+	}
+	return p2 + v/units.Bytes(u)
+}
+
+// saturate is d nanoseconds as a Duration, saturated rather than wrapped
+// past 292 years (a float's conversion out of int64's range is undefined).
+func saturate(d float64) time.Duration {
+	if d >= math.MaxInt64 {
+		return time.Duration(math.MaxInt64)
+	}
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(d)
 }
 
 // peak sets c.EstPeak to a lower bound on the full model's peak, from
