@@ -5,6 +5,7 @@
     $(python/torch2_venv.sh) python/bench_fake_export.py --ops-only
     $(python/torch2_venv.sh) python/bench_fake_export.py --suite-only [--traces lm,gru]
     $(python/torch2_venv.sh) python/bench_fake_export.py --llama-only [--batch 1 --seq 2048 --layers 32]
+    $(python/torch2_venv.sh) python/bench_fake_export.py --breakdown lm     # where a fake export's CPU goes
 
 0. Per-op cost (the floor of any fake export): one aten op on small tensors, run for real, on the meta device
    and under a bare FakeTensorMode, and the same under the exporter's recorder; microseconds of CPU per op.
@@ -132,6 +133,70 @@ def bench_suite(names=None, out=print):
     return rows
 
 
+def _exclusive_timers(targets):
+    """Wraps each (class, method, label) so that its CPU time, less that of the wrapped methods it calls, adds
+    up under its label: {label: [calls, seconds]}. Returns the totals and a function that unwraps."""
+    acc, stack, undo = {}, [], []
+    for cls, attr, label in targets:
+        f = cls.__dict__[attr]
+
+        def g(*a, _f=f, _label=label, **k):
+            t0 = _cpu()
+            stack.append(0.0)
+            try:
+                return _f(*a, **k)
+            finally:
+                d = _cpu() - t0
+                child = stack.pop()
+                if stack:
+                    stack[-1] += d
+                s = acc.setdefault(_label, [0, 0.0])
+                s[0] += 1
+                s[1] += d - child
+        setattr(cls, attr, g)
+        undo.append((cls, attr, f))
+    return acc, lambda: [setattr(c, a, f) for c, a, f in undo]
+
+
+def bench_breakdown(name, out=print):
+    """Where a fake export's CPU goes: FakeTensorMode's dispatch (its cache key, outputs made from a cache hit,
+    the full dispatch of a miss or bypass, the rest of its __torch_dispatch__), the recorder's own work per op,
+    and everything else (the model's Python code, autograd's engine, fitting, writing JSON); each part's own
+    time, without what it calls of the others. The timers cost CPU too (the total is higher than unwrapped)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from memplan_torch.export import export_builder
+    from memplan_torch.suite import TRACES
+    from memplan_torch.trace import Recorder
+    t = dict(TRACES, **BIG)[name]
+    kw = dict(batch=t["batch"], seq_len=t.get("seq_len"), optimizer=t["optimizer"], seq_dim=t.get("seq_dim"),
+              foreach=False, name=name)
+    with tempfile.TemporaryDirectory() as d:
+        export_builder("memplan_torch.models:mlp", os.path.join(d, "w.json"), fake=True)  # warm-up
+        acc, undo = _exclusive_timers([
+            (FakeTensorMode, "_cache_key", "FakeTensorMode: cache key"),
+            (FakeTensorMode, "_output_from_cache_entry", "FakeTensorMode: output of a cache hit"),
+            (FakeTensorMode, "_dispatch_impl", "FakeTensorMode: miss or bypass (meta kernel, decomposition)"),
+            (FakeTensorMode, "__torch_dispatch__", "FakeTensorMode: rest of __torch_dispatch__"),
+            (Recorder, "__torch_dispatch__", "recorder (memplan_torch.trace)")])
+        FakeTensorMode.cache_clear()
+        c0 = _cpu()
+        try:
+            export_builder(t["model"], os.path.join(d, "f.json"), fake=True, **kw)
+        finally:
+            undo()
+        total = _cpu() - c0
+    info = FakeTensorMode.cache_info()
+    out("%s fake export, %.2f s CPU with timers; FakeTensorMode cache: %d hits, %d misses, bypasses %s"
+        % (name, total, info.hits, info.misses, dict(info.bypasses)))
+    rows = {"total_cpu_s": round(total, 2)}
+    for label, (n, sec) in acc.items():
+        out("  %-62s %7d calls %7.2f s %6.1f%% %7.1f us/call" % (label, n, sec, 100 * sec / total, sec / n * 1e6))
+        rows[label] = dict(calls=n, cpu_s=round(sec, 2))
+    rest = total - sum(sec for _, sec in acc.values())
+    out("  %-62s %13s %7.2f s %6.1f%%" % ("everything else", "", rest, 100 * rest / total))
+    return rows
+
+
 def bench_llama(batch=1, seq=2048, layers=32, out=print):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "llama3_8b.json")
@@ -164,12 +229,19 @@ def bench_llama(batch=1, seq=2048, layers=32, out=print):
     return res
 
 
+def _trace_names():
+    from memplan_torch.suite import TRACES
+    return sorted(dict(TRACES, **BIG))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ops-only", action="store_true")
     g.add_argument("--suite-only", action="store_true")
     g.add_argument("--llama-only", action="store_true")
+    g.add_argument("--breakdown", metavar="TRACE", default=None,
+                   help="only: where one trace's fake export spends its CPU (FakeTensorMode vs the recorder)")
     p.add_argument("--traces", default=None, help="comma-separated trace names (suite.TRACES, %s)" % ", ".join(BIG))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=2048)
@@ -181,11 +253,16 @@ def main():
         raise SystemExit("bench_fake_export: fake execution needs PyTorch 2.x; run it with $(python/torch2_venv.sh)")
     res = {"torch": compat.TORCH_VERSION, "cpus": os.cpu_count(), "load_avg_1min": os.getloadavg()[0]}
     print("torch %s, %d CPUs, load average %.1f" % (res["torch"], res["cpus"], res["load_avg_1min"]))
-    if not (a.suite_only or a.llama_only):
+    if a.breakdown:
+        if a.breakdown not in _trace_names():
+            raise SystemExit("bench_fake_export: --breakdown %r is not a trace (%s)" % (a.breakdown,
+                                                                                     ", ".join(_trace_names())))
+        res["breakdown"] = bench_breakdown(a.breakdown)
+    elif not (a.suite_only or a.llama_only):
         res["ops"] = bench_ops()
-    if not (a.ops_only or a.llama_only):
+    if not (a.ops_only or a.llama_only or a.breakdown):
         res["suite"] = bench_suite(a.traces.split(",") if a.traces else None)
-    if not (a.ops_only or a.suite_only):
+    if not (a.ops_only or a.suite_only or a.breakdown):
         res["llama3_8b"] = bench_llama(a.batch, a.seq, a.layers)
     if a.json:
         with open(a.json, "w") as f:

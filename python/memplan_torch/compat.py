@@ -15,11 +15,14 @@ except ImportError:  # pragma: no cover
 TORCH_VERSION = torch.__version__
 
 
-def storage_of(t):
-    """The untyped storage of a strided tensor."""
-    if hasattr(t, "untyped_storage"):
+if hasattr(torch.Tensor, "untyped_storage"):
+    def storage_of(t):
+        """The untyped storage of a strided tensor."""
         return t.untyped_storage()
-    return t._storage()
+else:  # pragma: no cover - torch 1.13
+    def storage_of(t):
+        """The untyped storage of a strided tensor."""
+        return t._storage()
 
 
 def storage_key(st):
@@ -173,8 +176,14 @@ def zero_grad(optimizer):
     optimizer.zero_grad(set_to_none=True)
 
 
+_DTYPE_NAMES = {}  # torch.dtype -> "float32" (the recorder names a dtype per output of every op)
+
+
 def dtype_name(dt):
-    return str(dt).replace("torch.", "")
+    n = _DTYPE_NAMES.get(dt)
+    if n is None:
+        n = _DTYPE_NAMES[dt] = str(dt).replace("torch.", "")
+    return n
 
 
 def parse_dtype(name):
@@ -209,9 +218,14 @@ def new_fake_mode():
     return FakeTensorMode(allow_fallback_kernels=False)
 
 
+_FAKE_TENSOR = []  # [FakeTensor], imported on first use (the recorder asks per op argument)
+
+
 def is_fake(t):
-    from torch._subclasses.fake_tensor import FakeTensor
-    return isinstance(t, FakeTensor)
+    if not _FAKE_TENSOR:
+        from torch._subclasses.fake_tensor import FakeTensor
+        _FAKE_TENSOR.append(FakeTensor)
+    return isinstance(t, _FAKE_TENSOR[0])
 
 
 def deepcopy_module(model):

@@ -87,7 +87,26 @@ class _Packed:
 
 
 _LIFT = ("aten.lift_fresh.default",)
-_NAMES = {}  # OpOverload -> "aten.mm.default" (str() of an OpOverload formats it anew each time)
+_LOCAL_SCALAR = "aten._local_scalar_dense.default"
+
+
+class _Op:
+    """What the recorder needs to know of an OpOverload, worked out once per overload (str() of an OpOverload
+    formats it anew each time, and its schema is a C++ object): about a third of the recorder's own time per op
+    went to asking these again for every call."""
+    __slots__ = ("name", "passthrough", "lift", "real_sized", "local_scalar", "returns_tensor")
+
+    def __init__(self, func):
+        self.name = name = str(func)
+        # prim.device & co. are metadata queries FakeTensors route through the dispatcher
+        self.passthrough = name.startswith(("profiler.", "prim."))
+        self.lift = name in _LIFT
+        self.real_sized = name in _REAL_SIZED
+        self.local_scalar = name == _LOCAL_SCALAR
+        self.returns_tensor = _returns_tensor(func)
+
+
+_OPS = {}  # OpOverload -> _Op
 
 
 def _tensors(seq, out):
@@ -158,6 +177,7 @@ class Recorder(TorchDispatchMode):
         # costs what died, not what lives, so the export is linear in the number of ops; torch 1.13 cannot
         # report deaths and every sweep checks every live storage (compat.DEATH_CALLBACKS)
         self.died = []
+        self.track_deaths = compat.DEATH_CALLBACKS
         # in-kernel buffers (oneDNN scratch, ...) are only visible to the allocator tracker, on CPU
         self.counters = None
         if self.device == "cpu" and not self.fake:
@@ -184,9 +204,9 @@ class Recorder(TorchDispatchMode):
             # fake world by lift_fresh, which then counts it as created outside dispatch (see dispatch)
             return None
         st = compat.storage_of(t)
-        key = compat.storage_key(st)
+        key = st._cdata  # compat.storage_key
         rec = self.live.get(key)
-        if rec is not None and not rec.ref.expired():
+        if rec is not None and (self._alive(rec)):
             return rec
         if rec is not None:  # the StorageImpl address was reused
             self._free(rec)
@@ -202,6 +222,14 @@ class Recorder(TorchDispatchMode):
             rec.op = "(created outside dispatch)"
             self.unseen.append(rec)
         return rec
+
+    def _alive(self, rec):
+        """Whether a live record's storage is still alive. Where deaths are reported (torch 2.x), a storage that
+        died has its record in self.died until the next sweep: with none pending, every record in self.live is
+        alive, and the weak reference (a Python-level call) need not be asked."""
+        if self.track_deaths and not self.died:
+            return True
+        return not rec.ref.expired()
 
     def _free(self, rec):
         del self.live[rec.key]
@@ -305,83 +333,104 @@ class Recorder(TorchDispatchMode):
 
     # ---- dispatch ----
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        name = _NAMES.get(func)
-        if name is None:
-            name = _NAMES[func] = str(func)
-        if not self.recording or name.startswith(("profiler.", "prim.")):
-            # prim.device & co. are metadata queries FakeTensors route through the dispatcher
-            return func(*args, **kwargs)
-        self.sweep()
+        op = _OPS.get(func)
+        if op is None:
+            op = _OPS[func] = _Op(func)
+        if op.passthrough or not self.recording:
+            return func(*args, **(kwargs or {}))
+        if self.died or not self.track_deaths:
+            self.sweep()
         module = self.module_path()
-        in_tensors = _tensors(args, _tensors(kwargs.values(), []))
+        in_tensors = _tensors(args, [])
+        if kwargs:
+            in_tensors = _tensors(kwargs.values(), []) + in_tensors
+        else:
+            kwargs = {}
         in_sids = []
+        lookup = self.lookup
         for a in in_tensors:
-            r = self.lookup(a)
+            r = lookup(a)
             if r is not None and r.sid not in in_sids:
                 in_sids.append(r.sid)
         c = self.counters
         if c is not None:
             live0 = c.aligned_live()
             c.reset_peak()
-        args = _scalar_tensor_args(func, args)
+        if not _TORCH2:
+            args = _scalar_tensor_args(func, args)
+        fake = self.fake
         try:
-            if self.fake and _ANSWERS and name == "aten._local_scalar_dense.default":
+            if fake and op.local_scalar and _ANSWERS:
                 out = _ANSWERS.pop(0)  # what the real step reads here (answered_reads)
             else:
                 out = func(*args, **kwargs)
         except ExportError:
             raise
         except Exception as e:
-            raise ExportError(_op_failure(func, module, self.phase, self.device, e, self.fake)) from e
-        if self.fake and name in _REAL_SIZED:
+            raise ExportError(_op_failure(func, module, self.phase, self.device, e, fake)) from e
+        if fake and op.real_sized:
             out = _real_sized_outputs(func, args, kwargs, out)
         lifted = None
-        if self.fake and name in _LIFT and in_tensors and not compat.is_fake(in_tensors[0]) \
+        if fake and op.lift and in_tensors and not compat.is_fake(in_tensors[0]) \
                 and isinstance(out, torch.Tensor):
             # torch.tensor(...) under fake execution: the real constant is lifted into a new fake tensor.
             # Executed for real, lift_fresh returns its input, a storage made outside dispatch that is counted
             # as allocated at this op; record the fake output the same way, so both traces are identical.
             lifted = self.lookup(out)
             in_sids = [lifted.sid]
-        if isinstance(out, (float, int, bool)) and _returns_tensor(func):
+        if op.returns_tensor and isinstance(out, (float, int, bool)):
             # torch 1.13: an op on a wrapped number (a 0-dim CPU double made from a Python scalar)
             # comes back as a Python scalar under a dispatch mode; give autograd the tensor it expects
             src = next((a for a in compat.flatten(args) if isinstance(a, torch.Tensor)), None)
             out = torch.tensor(out, dtype=src.dtype if src is not None else None)
+        self._record(op.name, module, in_sids, in_tensors, out, lifted, c, live0 if c is not None else 0)
+        return out
+
+    def _record(self, name, module, in_sids, in_tensors, out, lifted, c, live0):
+        """Appends the event of an op that returned `out`: the storages its outputs allocate or alias."""
+        events = self.events
+        outputs, alloc = [], []
         ev = {"op": name, "phase": self.phase, "module": module, "step": self.step,
-              "alloc": [], "free": [], "saved": [], "outputs": [], "inputs": in_sids}
-        if self.events:
-            _seal(self.events[-1])
-        self.events.append(ev)
-        for r in self.unseen:
-            r.event = len(self.events) - 1
-            ev["alloc"].append(r.sid)
-        self.unseen = []
-        for t in _tensors((out,), []):
-            if t.layout != torch.strided:
+              "alloc": alloc, "free": [], "saved": [], "outputs": outputs, "inputs": in_sids}
+        if events:
+            _seal(events[-1])
+        events.append(ev)
+        index = len(events) - 1
+        if self.unseen:
+            for r in self.unseen:
+                r.event = index
+                alloc.append(r.sid)
+            self.unseen = []
+        live = self.live
+        strided = torch.strided
+        dtype_name = compat.dtype_name
+        for t in (out,) if isinstance(out, torch.Tensor) else _tensors((out,), []):
+            if t.layout != strided:
                 continue
-            st = compat.storage_of(t)
-            key = compat.storage_key(st)
-            rec = self.live.get(key)
-            if rec is not None and rec.ref.expired():
+            st = t.untyped_storage() if _TORCH2 else compat.storage_of(t)
+            rec = live.get(st._cdata)
+            if rec is not None and not self._alive(rec):
                 self._free(rec)
                 rec = None
-            alias = rec is not None
             if lifted is not None and rec is lifted:
-                ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
-                                      "shape": list(t.shape), "alias": True, "inplace": True})
+                outputs.append({"storage": rec.sid, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                                "alias": True, "inplace": True})
                 continue
+            alias = rec is not None
             if rec is None:
-                rec = self._new_storage(t, st, module, name, len(self.events) - 1)
-                ev["alloc"].append(rec.sid)
-            ev["outputs"].append({"storage": rec.sid, "dtype": compat.dtype_name(t.dtype),
-                                  "shape": list(t.shape), "alias": alias,
-                                  "inplace": alias and any(t is a for a in in_tensors)})
+                rec = self._new_storage(t, st, module, name, index)
+                alloc.append(rec.sid)
+            inplace = False
+            if alias:
+                for a in in_tensors:
+                    if t is a:
+                        inplace = True
+                        break
+            outputs.append({"storage": rec.sid, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                            "alias": alias, "inplace": inplace})
         if c is not None:
-            new = sum(self.storages[o["storage"]].nbytes for o in ev["outputs"] if not o["alias"])
+            new = sum(self.storages[o["storage"]].nbytes for o in outputs if not o["alias"])
             ev["scratch"] = max(0, c.aligned_peak() - live0 - new)
-        return out
 
     def _refuse_autocast(self):
         """On meta: entering torch.autocast for another device during the step raises ExportError (checked on
