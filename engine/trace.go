@@ -30,7 +30,7 @@ func (s *Spec) validateTrace() error {
 	if s.Seq == 0 && s.Trace.HasSeq() {
 		s.Seq = int(s.Trace.TraceSeq) // the sequence planned, as reports show it
 	}
-	return nil
+	return s.validateTracePipeline()
 }
 
 // Counter is how a trace's allocations are counted. The zero value counts

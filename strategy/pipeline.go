@@ -71,6 +71,12 @@ import (
 // accumulating op (the input embedding of a tied matrix whose gradient the
 // head created in the whole program), that op creates it instead.
 //
+// A program replayed from a PyTorch trace (no op has an autograd node)
+// is placed by module path and position instead of by node, its
+// optimizer state matched to parameters by the optimizer's op order
+// rather than by name, and its recorded gradient pairing (GradOf) kept for
+// the rank: pipeline_trace.go.
+//
 // Apply Pipeline before transforms that shard or offload model state
 // (ZeRO, offload), which then see only this rank's state; checkpointing
 // may come before or after.
@@ -134,6 +140,9 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		return nil, err
 	}
 	pl.a = newPPAnalysis(p)
+	if pl.a.trace = isTrace(p); pl.a.trace {
+		pl.a.assocByDataflow(p.Params)
+	}
 	if err := pl.placeOps(); err != nil {
 		return nil, err
 	}
@@ -146,13 +155,16 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	}
 	pl.tiedGrads()
 	pl.cutOptimizer()
+	if pl.a.trace {
+		pl.bornAtStart()
+	}
 	ppFixGradCreation(pl.q, pl.out)
 	// Resident storages no op touches: the first stage holds them.
 	keep := make([]bool, len(pl.q.Tensors))
 	if pp.Stage == 0 {
 		copy(keep, pl.a.untouched)
 	}
-	return ppCompact(pl.q, pl.out, keep), nil
+	return ppCompact(pl.q, pl.out, keep, p.GradOf), nil
 }
 
 // ppXfer is a tensor crossing ranks: received before, or sent after, a unit.
@@ -175,6 +187,10 @@ type pipeliner struct {
 
 	a       *ppAnalysis
 	opChunk []int // chunk of each op, or chunkSource, chunkOptim
+
+	// traceFwd and traceModule place a trace's ops (pipeline_trace.go).
+	traceFwd    []int
+	traceModule map[string]int
 
 	// q's tensors are written (categories, sizes); q.Ops is p's and is
 	// never written (a source op's trimmed outputs go to srcOut).
@@ -332,6 +348,9 @@ func (pl *pipeliner) nodeChunks() map[int32]int {
 func (pl *pipeliner) placeOps() error {
 	p, a := pl.p, pl.a
 	nodeChunk := pl.nodeChunks()
+	if pl.a.trace {
+		pl.traceFwd, pl.traceModule = pl.traceChunks()
+	}
 	opChunk := make([]int, len(p.Ops))
 	pl.opChunk = opChunk
 	for i := range p.Ops {
@@ -363,6 +382,9 @@ func (pl *pipeliner) chunkOf(i int, nodeChunk map[int32]int) int {
 		if bi, ok := pl.blockIdx[b]; ok {
 			return pl.chunkOfBlock[bi]
 		}
+	}
+	if c := pl.traceChunkOf(i); c != chunkNone {
+		return c
 	}
 	for _, t := range op.In {
 		if w := pl.a.writer[t]; w >= 0 && w < int32(i) && pl.opChunk[w] >= 0 {
@@ -749,13 +771,20 @@ func ppScale(b units.Bytes, f float64) units.Bytes {
 	return units.Bytes(math.Round(float64(b) * f))
 }
 
-// ppBlock returns the block (ir.BlockOf) of module when the module is
-// inside an indexed block.
+// ppBlock returns the block of module when the module is inside an
+// indexed block: the path up to its first list index ("model.layers.3",
+// ir.BlockOf), or up to its first component named <name>_<index> when that
+// comes first (torchvision's VisionTransformer names its encoder's blocks
+// "encoder.layers.encoder_layer_0", torchvision/models/
+// vision_transformer.py @v0.20.0, Encoder: layers[f"encoder_layer_{i}"]).
 func ppBlock(module string) (string, bool) {
 	if module == "" {
 		return "", false
 	}
 	b := ir.BlockOf(module)
+	if n := namedIndexEnd(b); n > 0 {
+		return b[:n], true
+	}
 	if !ir.IsIndex(b[strings.LastIndexByte(b, '.')+1:]) {
 		return "", false
 	}
@@ -772,6 +801,7 @@ type ppAnalysis struct {
 	// otherwise (and for the parameters themselves).
 	assoc     []ir.TensorID
 	untouched []bool // resident storages no op reads or writes
+	trace     bool   // p was replayed from a trace (pipeline_trace.go)
 }
 
 func newPPAnalysis(p *ir.Program) *ppAnalysis {
@@ -849,8 +879,8 @@ func (a *ppAnalysis) isSource(op *ir.Op) bool {
 		return false
 	}
 	for _, t := range op.In {
-		if !a.p.Tensors[ir.Storage(a.p.Tensors, t)].Resident {
-			return false
+		if st := &a.p.Tensors[ir.Storage(a.p.Tensors, t)]; !st.Resident || (a.trace && st.RequiresGrad) {
+			return false // a trace's outputs do not say they require grad: one that reads a parameter does
 		}
 	}
 	for _, t := range op.Out {
@@ -930,8 +960,8 @@ func ppContains(ts []ir.TensorID, x ir.TensorID) bool {
 
 // ppCompact keeps the tensors ops touch (with their bases) and those marked in
 // used, renumbered in their original order, and rewrites ops (the caller's
-// own, which the result keeps) and Params.
-func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
+// own, which the result keeps), Params and GradOf (gradOf renumbered).
+func ppCompact(q *ir.Program, ops []ir.Op, used []bool, gradOf map[ir.TensorID]ir.TensorID) *ir.Program {
 	for oi := range ops {
 		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out} {
 			for _, t := range ts {
@@ -989,6 +1019,7 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool) *ir.Program {
 			r.Params = append(r.Params, remap[id])
 		}
 	}
+	r.GradOf = ppGradOf(q, gradOf, used, remap)
 	return r
 }
 
