@@ -122,7 +122,10 @@ func (e *werr) Error() string { return e.msg }
 func (e *werr) Unwrap() error { return ErrWorkload }
 
 func bad(where, format string, a ...any) error {
-	return &werr{"" + where + ": " + fmt.Sprintf(format, a...)}
+	// A tag or key quoted from the file may hold a line break (the fuzzer's
+	// "!0%0A" tag): the message stays one line.
+	msg := strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(fmt.Sprintf(format, a...))
+	return &werr{"" + where + ": " + msg}
 }
 
 // Load reads a YAML or JSON workload file and validates it; errors name the
