@@ -178,7 +178,8 @@ func isDigits(s string) bool {
 // flight at its peak, the last one (Narayanan et al. SC'21 §2.2; the
 // catalog path's strategy.TestPipelineInFlightActivations): on lm, cut
 // after layers.1, stage 0's activation peak is twice what one micro-step
-// of its own saves, the last stage's once.
+// of its own saves, the last stage's once; the layer output crossing the
+// cut is sent at its size.
 func TestTracePipelineInFlight(t *testing.T) {
 	tr := loadTrace(t, "lm")
 	const pp, m = 2, 4
@@ -194,6 +195,28 @@ func TestTracePipelineInFlight(t *testing.T) {
 		}
 		inFlight[st] = float64(peak) / float64(res.Sim.SavedTotal)
 		t.Logf("stage %d: activation peak %s = %.3f× one micro-step's saved %s", st, peak, inFlight[st], res.Sim.SavedTotal)
+	}
+	// What crosses the cut after layers.1 is its output, one [batch, seq,
+	// d_model] fp32 tensor per micro-step each way (the activation forward,
+	// its gradient backward): lm was traced at batch 2, seq 64, and its
+	// embed.weight is [1000, 64], so 2·64·64·4 bytes.
+	const hidden = 2 * 64 * 64 * 4
+	for st, want := range map[int][2]string{0: {"pp.send_forward", "pp.recv_backward"}, 1: {"pp.recv_forward", "pp.send_backward"}} {
+		res, err := PlanWith(Spec{Job: Job{Trace: tr, Accum: m}, Parallel: Parallel{PP: pp}}, Options{Stages: []int{st}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range want {
+			var most units.Bytes
+			for _, op := range res.Program.Ops {
+				if op.Name == name && op.Micro == 0 {
+					most = max(most, op.Comm.Bytes)
+				}
+			}
+			if most != hidden {
+				t.Errorf("stage %d: largest %s of micro-step 0 moves %d bytes, want %d", st, name, most, hidden)
+			}
+		}
 	}
 	if inFlight[0] <= inFlight[1] {
 		t.Errorf("first stage holds %.3f micro-batches in flight, the last %.3f: want more on the first", inFlight[0], inFlight[1])

@@ -530,9 +530,9 @@ func (pl *pipeliner) retag() {
 	q := pl.q
 	for _, x := range pl.recvs {
 		t := &q.Tensors[x.t]
+		t.Bytes = pl.xferBytes(x.t)
 		t.Base = ir.NoTensor
 		t.Resident = false
-		t.Bytes = t.DType.Size(t.Numel())
 		t.Cat = ir.Temporary
 		pl.markUsed(x.t)
 	}
@@ -565,9 +565,8 @@ func (pl *pipeliner) retag() {
 // (as load_batch), so module patterns (checkpointing) never take them for
 // part of a block.
 func (pl *pipeliner) p2p(name string, x ppXfer, in, outT []ir.TensorID) ir.Op {
-	t := &pl.q.Tensors[x.t]
 	return ir.Op{Name: name, Phase: x.unit.phase, Micro: x.unit.micro, In: in, Out: outT, Node: -1,
-		Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: t.DType.Size(t.Numel()), Group: ir.PipelineGroup, Ranks: 2}}
+		Comm: &ir.Comm{Kind: ir.SendRecv, Bytes: pl.xferBytes(x.t), Group: ir.PipelineGroup, Ranks: 2}}
 }
 
 // ppDir names a phase's direction in point-to-point op names.

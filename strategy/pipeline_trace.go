@@ -292,3 +292,15 @@ func namedIndexEnd(path string) int {
 	}
 	return 0
 }
+
+// xferBytes is the bytes of tensor t sent between ranks: its elements, or,
+// for a trace's tensor whose size scales with the batch (the importer keeps
+// no shape for it), its storage's bytes.
+func (pl *pipeliner) xferBytes(t ir.TensorID) units.Bytes {
+	q := pl.q
+	tt := &q.Tensors[t]
+	if pl.a.trace && len(tt.Shape) == 0 {
+		return q.Tensors[ir.Storage(q.Tensors, t)].Bytes
+	}
+	return tt.DType.Size(tt.Numel())
+}
