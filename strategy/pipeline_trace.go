@@ -33,19 +33,7 @@ import (
 // module outside the blocks whose forward ops all went to one chunk.
 func (pl *pipeliner) traceChunks() (fwd []int, module map[string]int) {
 	p := pl.p
-	first, last := map[int]int{}, map[int]int{} // micro-step → its first, last block op
-	for i := range p.Ops {
-		op := &p.Ops[i]
-		if op.Phase != ir.Forward || op.Recompute || op.Node >= 0 {
-			continue
-		}
-		if _, ok := ppBlock(op.Module); ok {
-			if _, seen := first[op.Micro]; !seen {
-				first[op.Micro] = i
-			}
-			last[op.Micro] = i
-		}
-	}
+	first, last := pl.blockSpans()
 	fwd = make([]int, len(p.Ops))
 	module = map[string]int{}
 	mixed := map[string]bool{}
@@ -79,6 +67,25 @@ func (pl *pipeliner) traceChunks() (fwd []int, module map[string]int) {
 		delete(module, m)
 	}
 	return fwd, module
+}
+
+// blockSpans is the index of each micro-step's first and last forward op
+// in a block.
+func (pl *pipeliner) blockSpans() (first, last map[int]int) {
+	first, last = map[int]int{}, map[int]int{}
+	for i := range pl.p.Ops {
+		op := &pl.p.Ops[i]
+		if op.Phase != ir.Forward || op.Recompute || op.Node >= 0 {
+			continue
+		}
+		if _, ok := ppBlock(op.Module); ok {
+			if _, seen := first[op.Micro]; !seen {
+				first[op.Micro] = i
+			}
+			last[op.Micro] = i
+		}
+	}
+	return first, last
 }
 
 // traceChunkOf is the chunk of trace op i (Node -1) outside every block by
