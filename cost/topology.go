@@ -52,20 +52,36 @@ func (t Topology) Stride(g ir.Group) int {
 }
 
 // Span places the first group of g with the given ranks: members 0, s, …,
-// (ranks−1)·s on nodes of GPUsPerNode.
+// (ranks−1)·s on nodes of GPUsPerNode. Closed form, not one step per rank:
+// a data-parallel group of 2^24 ranks is priced per collective (it took
+// seconds per collective counting ranks into a map).
 func (t Topology) Span(g ir.Group, ranks int) Span {
 	if ranks < 1 || t.GPUsPerNode < 1 {
 		return Span{Ranks: ranks, PerNode: ranks, Nodes: 1}
 	}
-	s := t.Stride(g)
-	per := map[int]int{}
-	most := 0
-	for i := 0; i < ranks; i++ {
-		n := i * s / t.GPUsPerNode
-		per[n]++
-		most = max(most, per[n])
+	s, G := max(t.Stride(g), 1), t.GPUsPerNode
+	if s >= G { // neighbouring ranks never share a node
+		return Span{Ranks: ranks, PerNode: 1, Nodes: ranks}
 	}
-	return Span{Ranks: ranks, PerNode: most, Nodes: len(per)}
+	// Rank i sits on node ⌊i·s/G⌋, which rises by at most one per rank,
+	// so every node up to the last is touched; node n holds ranks
+	// ⌈n·G/s⌉ … ⌈(n+1)·G/s⌉−1, a count periodic in n with period
+	// s/gcd(s, G). The last node may be cut short by ranks.
+	nodes := (ranks-1)*s/G + 1
+	first := func(n int) int { return (n*G + s - 1) / s }
+	count := func(n int) int { return min(first(n+1), ranks) - first(n) }
+	most := count(nodes - 1)
+	for n := 0; n < min(nodes, s/gcd(s, G)); n++ {
+		most = max(most, count(n))
+	}
+	return Span{Ranks: ranks, PerNode: most, Nodes: nodes}
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // SpanCost prices collective c of bytes over a group placed as sp, with

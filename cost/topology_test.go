@@ -152,3 +152,26 @@ func TestTopologyPipelineSendAcrossNodes(t *testing.T) {
 		t.Errorf("send %v, want %v", tm.Comm, want)
 	}
 }
+
+// TestSpanClosedForm: Span's closed form equals counting the ranks node by
+// node, for strides that do and do not divide the node, groups that end
+// mid-node, and one rank.
+func TestSpanClosedForm(t *testing.T) {
+	for G := 1; G <= 12; G++ {
+		for s := 1; s <= 2*G+1; s++ {
+			for ranks := 1; ranks <= 40; ranks++ {
+				per := map[int]int{}
+				most := 0
+				for i := 0; i < ranks; i++ {
+					per[i*s/G]++
+					most = max(most, per[i*s/G])
+				}
+				want := cost.Span{Ranks: ranks, PerNode: most, Nodes: len(per)}
+				topo := cost.Topology{GPUsPerNode: G, TP: s}
+				if got := topo.Span(ir.ContextGroup, ranks); got != want {
+					t.Fatalf("G %d stride %d ranks %d: got %+v, want %+v", G, s, ranks, got, want)
+				}
+			}
+		}
+	}
+}
