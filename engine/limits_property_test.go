@@ -14,7 +14,9 @@ import (
 
 // TestPropertyTotalsAtTheLimits plans random dimensions up to the limits
 // (micro-batch × sequence up to 2^34 tokens, log-uniform, eager or fused
-// attention, dense and mixture-of-experts models cut to two layers): each
+// attention, dense and mixture-of-experts models cut to two layers; with
+// accumulation up to 2^30 and data parallelism up to 2^24 ranks under any
+// ZeRO stage, or inference generating up to 2^24 tokens): each
 // is either refused in one line naming a field, or every total is in
 // [0, MaxBytes] — no byte, FLOP or time product wrapped — and the peak is
 // monotone in the micro-batch and the sequence (doubling either never
@@ -37,6 +39,17 @@ func TestPropertyTotalsAtTheLimits(t *testing.T) {
 		mb := 1 << mbLog
 		att := rapid.SampledFrom([]build.Attention{build.SDPA, build.Eager}).Draw(rt, "attention")
 		s := Spec{Job: Job{Model: a, MicroBatch: mb, Seq: seq, Attention: att}, Target: Target{GPU: g}}
+		switch rapid.IntRange(0, 2).Draw(rt, "shape") {
+		case 1: // accumulated, data-parallel, sharded
+			s.Accum = 1 << rapid.IntRange(0, 30).Draw(rt, "log2 accum")
+			s.DP = 1 << rapid.IntRange(0, 24).Draw(rt, "log2 dp")
+			if s.DP > 1 {
+				s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+			}
+		case 2: // inference with generated tokens
+			s.Mode = Infer
+			s.GenTokens = rapid.IntRange(0, 1<<rapid.IntRange(0, 24).Draw(rt, "log2 gen")).Draw(rt, "gen")
+		}
 		tried++
 		r, ok := planOrRefused(rt, s)
 		if !ok {
