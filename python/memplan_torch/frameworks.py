@@ -268,6 +268,27 @@ def run_litgpt(case, meter, tmp):
 # torchtune
 
 
+def _torchtune_llama(lora, dtype):
+    """torchtune's Llama 3 of CONFIG's shape in dtype, with LoRA adapters (only they trainable) when lora; the
+    measured run and the trace export build it the same way."""
+    from torchtune import training
+    kw = dict(vocab_size=CONFIG["vocab_size"], num_layers=CONFIG["num_hidden_layers"],
+              num_heads=CONFIG["num_attention_heads"], num_kv_heads=CONFIG["num_key_value_heads"],
+              embed_dim=CONFIG["hidden_size"], max_seq_len=SEQ, intermediate_dim=CONFIG["intermediate_size"],
+              norm_eps=CONFIG["rms_norm_eps"], rope_base=CONFIG["rope_theta"])
+    with training.set_default_dtype(dtype):
+        if not lora:
+            from torchtune.models.llama3._component_builders import llama3
+            return llama3(**kw)
+        from torchtune.models.llama3._component_builders import lora_llama3
+        from torchtune.modules.peft import get_adapter_params, set_trainable_params
+        model = lora_llama3(lora_attn_modules=list(LORA["targets"]), apply_lora_to_mlp=False,
+                            apply_lora_to_output=False, lora_rank=LORA["r"], lora_alpha=LORA["alpha"],
+                            lora_dropout=0.0, **kw)
+        set_trainable_params(model, get_adapter_params(model))
+        return model
+
+
 def run_torchtune(case, meter, tmp):
     import torch
     from torchtune import training
@@ -275,22 +296,8 @@ def run_torchtune(case, meter, tmp):
     lora = bool(case.get("lora"))
     in_bwd = bool(case.get("in_backward"))
     dtype = {"pure-bf16": torch.bfloat16}[case["precision"]]
-    kw = dict(vocab_size=CONFIG["vocab_size"], num_layers=CONFIG["num_hidden_layers"],
-              num_heads=CONFIG["num_attention_heads"], num_kv_heads=CONFIG["num_key_value_heads"],
-              embed_dim=CONFIG["hidden_size"], max_seq_len=SEQ, intermediate_dim=CONFIG["intermediate_size"],
-              norm_eps=CONFIG["rms_norm_eps"], rope_base=CONFIG["rope_theta"])
     torch.manual_seed(0)
-    with training.set_default_dtype(dtype):
-        if lora:
-            from torchtune.models.llama3._component_builders import lora_llama3
-            from torchtune.modules.peft import get_adapter_params, set_trainable_params
-            model = lora_llama3(lora_attn_modules=list(LORA["targets"]), apply_lora_to_mlp=False,
-                                apply_lora_to_output=False, lora_rank=LORA["r"], lora_alpha=LORA["alpha"],
-                                lora_dropout=0.0, **kw)
-            set_trainable_params(model, get_adapter_params(model))
-        else:
-            from torchtune.models.llama3._component_builders import llama3
-            model = llama3(**kw)
+    model = _torchtune_llama(lora, dtype)
     loss_fn = CEWithChunkedOutputLoss()
     model.set_num_output_chunks(loss_fn.num_output_chunks)
     ignore_labels_cache = torch.full((BATCH, 1), loss_fn.ignore_index)
@@ -465,24 +472,8 @@ def trace_builder(case):
         return build, lambda ps: torch.optim.AdamW(ps, lr=3e-4, weight_decay=0.02, betas=(0.9, 0.95))
     if fw == "torchtune":
         def build(b, seq_len=SEQ):
-            from torchtune import training
             from torchtune.modules.loss import CEWithChunkedOutputLoss
-            kw = dict(vocab_size=CONFIG["vocab_size"], num_layers=CONFIG["num_hidden_layers"],
-                      num_heads=CONFIG["num_attention_heads"], num_kv_heads=CONFIG["num_key_value_heads"],
-                      embed_dim=CONFIG["hidden_size"], max_seq_len=SEQ,
-                      intermediate_dim=CONFIG["intermediate_size"], norm_eps=CONFIG["rms_norm_eps"],
-                      rope_base=CONFIG["rope_theta"])
-            with training.set_default_dtype(torch.bfloat16):
-                if case.get("lora"):
-                    from torchtune.models.llama3._component_builders import lora_llama3
-                    from torchtune.modules.peft import get_adapter_params, set_trainable_params
-                    model = lora_llama3(lora_attn_modules=list(LORA["targets"]), apply_lora_to_mlp=False,
-                                        apply_lora_to_output=False, lora_rank=LORA["r"], lora_alpha=LORA["alpha"],
-                                        lora_dropout=0.0, **kw)
-                    set_trainable_params(model, get_adapter_params(model))
-                else:
-                    from torchtune.models.llama3._component_builders import llama3
-                    model = llama3(**kw)
+            model = _torchtune_llama(bool(case.get("lora")), torch.bfloat16)
             loss_fn = CEWithChunkedOutputLoss()
             model.set_num_output_chunks(loss_fn.num_output_chunks)
             ids = _batch(CONFIG["vocab_size"])[:1].repeat(b, 1)[:, :seq_len]
