@@ -57,3 +57,20 @@ func TestPlanFitOnReserved(t *testing.T) {
 		t.Errorf("reserved with expandable segments decides:\n%s", s)
 	}
 }
+
+// The capped replay runs the first step's program when that one reserves
+// more, and the first step's optimizer has more ops than the steady one's:
+// the OOM op must be looked up in the program that ran (seq 1024 on an
+// rtx-4090 once indexed the steady program with the first one's op and
+// panicked).
+func TestPlanReservedOOMInFirstStep(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "1", "--seq", "1024", "--no-chart"}
+	if rc := Main(args, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "of the first step at _foreach_sqrt(exp_avg_sqs); out of memory at _foreach_sqrt(exp_avg_sqs) (optimizer)") {
+		t.Errorf("the reserved line should name the first step's OOM op:\n%s", s)
+	}
+}

@@ -92,10 +92,11 @@ func writeReservedLine(b *strings.Builder, res *engine.Result) {
 		case rv.Capped != nil && rv.Capped.OOM && rv.Capped.OOMOp < 0:
 			b.WriteString("; out of memory placing the resident state (parameters, optimizer state) before the first op")
 		case rv.Capped != nil && rv.Capped.OOM:
-			op := res.Program.Ops[rv.Capped.OOMOp]
+			prog := res.Program
 			if at.first {
-				op = res.FirstProgram.Ops[rv.Capped.OOMOp]
+				prog = res.FirstProgram // the capped replay ran the worst program
 			}
+			op := prog.Ops[rv.Capped.OOMOp]
 			fmt.Fprintf(b, "; out of memory at %s (%s) even after freeing the cache", where(op.Name, op.Module), op.Phase)
 		case rv.Capped != nil:
 			b.WriteString("; over the capacity, it fits only by freeing its cache")
