@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -165,24 +166,33 @@ func TestPlanTextAndLists(t *testing.T) {
 // exit 0 with output, or 1 with one line on stderr (after any warnings), and
 // never panic.
 func FuzzPlanFlags(f *testing.F) {
-	f.Add("gpt2", "64", "1", "1", "amp-bf16", "adamw", "sdpa", "train", "0")
-	f.Add("llama-3.2-1b", "2147483647", "2147483647", "3", "bf16", "sgd", "eager", "infer", "9")
-	f.Add("bert-base", "-1", "0", "x", "fp32", "adafactor", "eager", "train", "-2")
-	f.Add("vit-base", "1", "99999999", "1", "amp-fp16", "adamw8bit", "sdpa", "infer", "0")
+	f.Add("gpt2", "64", "1", "1", "amp-bf16", "adamw", "sdpa", "train", "0", "", false, false)
+	f.Add("llama-3.2-1b", "2147483647", "2147483647", "3", "bf16", "sgd", "eager", "infer", "9", "rtx-4090", true, true)
+	f.Add("bert-base", "-1", "0", "x", "fp32", "adafactor", "eager", "train", "-2", "t4", true, false)
+	f.Add("vit-base", "1", "99999999", "1", "amp-fp16", "adamw8bit", "sdpa", "infer", "0", "h100", false, true)
 	// The limits' edges (issue 15): a million micro-steps (three simulated),
 	// accum past 2^30, tokens past 2^34, eager scores of 2^25 tokens, a
 	// micro-batch that wraps int64 when multiplied, generated tokens past
 	// the token limit.
-	f.Add("llama-3.2-1b", "512", "1", "1000000", "amp-bf16", "adamw", "sdpa", "train", "0")
-	f.Add("gpt2", "128", "1", "1073741825", "amp-bf16", "adamw", "sdpa", "train", "0")
-	f.Add("llama-3.2-1b", "131072", "131072", "1", "bf16", "adamw", "sdpa", "train", "0")
-	f.Add("llama-3-70b", "33554432", "1", "1", "bf16", "adamw", "eager", "train", "0")
-	f.Add("gpt2", "1024", "4611686018427387904", "4", "fp32", "sgd", "sdpa", "train", "0")
-	f.Add("llama-3.2-1b", "1", "1", "1", "bf16", "adamw", "sdpa", "infer", "17179869184")
-	f.Fuzz(func(t *testing.T, model, seq, mb, accum, prec, opt, att, mode, gen string) {
+	f.Add("llama-3.2-1b", "512", "1", "1000000", "amp-bf16", "adamw", "sdpa", "train", "0", "", false, false)
+	f.Add("gpt2", "128", "1", "1073741825", "amp-bf16", "adamw", "sdpa", "train", "0", "rtx-4090", true, true)
+	f.Add("llama-3.2-1b", "131072", "131072", "1", "bf16", "adamw", "sdpa", "train", "0", "t4", true, false)
+	f.Add("llama-3-70b", "33554432", "1", "1", "bf16", "adamw", "eager", "train", "0", "h100", false, true)
+	f.Add("gpt2", "1024", "4611686018427387904", "4", "fp32", "sgd", "sdpa", "train", "0", "", false, false)
+	// The text report with a GPU and the first step: the reserved line once
+	// panicked when the first step's capped replay ran out of memory.
+	f.Add("llama-3.2-1b", "1024", "1", "1", "amp-bf16", "adamw", "sdpa", "train", "0", "rtx-4090", true, true)
+	f.Add("llama-3.2-1b", "1", "1", "1", "bf16", "adamw", "sdpa", "infer", "17179869184", "rtx-4090", true, true)
+	f.Fuzz(func(t *testing.T, model, seq, mb, accum, prec, opt, att, mode, gen, gpu string, text, first bool) {
 		args := []string{"plan", "--model", model, "--seq", seq, "--micro-batch", mb, "--accum", accum,
 			"--precision", prec, "--optimizer", opt, "--attention", att, "--mode", mode, "--gen-tokens", gen,
-			"--json", "--no-timeline", "--first-step=false"}
+			"--first-step=" + strconv.FormatBool(first)}
+		if gpu != "" {
+			args = append(args, "--gpu", gpu)
+		}
+		if !text {
+			args = append(args, "--json", "--no-timeline")
+		}
 		code, out, errs := run(args...)
 		// Warnings come first, one line each; an error is the last line.
 		lines := strings.Split(strings.TrimRight(errs, "\n"), "\n")
@@ -195,7 +205,7 @@ func FuzzPlanFlags(f *testing.F) {
 			}
 		}
 		switch code {
-		case 0:
+		case 0, ExitDoesNotFit: // the report is printed either way
 			if out == "" || len(lines) > 0 && !strings.HasPrefix(lines[len(lines)-1], "memplan: warning: ") {
 				t.Fatalf("%v: exit 0 with stdout %d bytes, stderr %q", args, len(out), errs)
 			}
