@@ -29,11 +29,11 @@ func diagnoseSnapshot(stdout io.Writer, path, capacity string, device int64, jso
 	}
 	rep, err := explain.Explain(s, path, device)
 	if err != nil {
-		return err
+		return explainFlagErr(err)
 	}
 	o, err := explain.DiagnoseOOM(s, rep, c)
 	if err != nil {
-		return err
+		return explainFlagErr(err)
 	}
 	return emit(stdout, jsonOut,
 		func(w io.Writer) error {

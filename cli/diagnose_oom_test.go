@@ -43,7 +43,9 @@ func TestDiagnoseSnapshot(t *testing.T) {
 	}{
 		{[]string{"diagnose", snap}, "give --capacity"},
 		{[]string{"diagnose", snap, "--capacity", "lots"}, "--capacity \"lots\""},
-		{[]string{"diagnose", snap, "--capacity", "100GiB"}, "fits in --capacity"},
+		{[]string{"diagnose", snap, "--capacity", "100GiB"}, "--capacity 100.00 GiB: " + snap + " fits in it"},
+		{[]string{"diagnose", snap, "--device", "7", "--capacity", "1GiB"}, "--device 7: " + snap + " has devices [0]"},
+		{[]string{"explain", snap, "--device", "7"}, "--device 7: " + snap + " has devices [0]"},
 		{[]string{"diagnose", junk, "--capacity", "1GiB"}, "not a CUDA memory snapshot"},
 		{[]string{"diagnose", "--model", "gpt2", "--capacity", "1GiB"}, "only with a snapshot"},
 		{[]string{"diagnose", snap, snap}, "accepts at most 1 arg"},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -113,7 +114,23 @@ func readExplained(path string, device int64, deviceSet bool) (*explain.Report, 
 		return nil, snapshot.Settings{}, fmt.Errorf("%s: %w", path, err)
 	}
 	rep, err := explain.Explain(s, path, device)
-	return rep, s.Settings, err
+	return rep, s.Settings, explainFlagErr(err)
+}
+
+// explainFlagErr says explain's errors in the flags that chose what they are
+// about (--device, --capacity); other errors pass through.
+func explainFlagErr(err error) error {
+	var de *explain.DeviceError
+	var ce *explain.CapacityError
+	switch {
+	case errors.As(err, &de):
+		return fmt.Errorf("--device %d: %s has devices %v", de.Device, de.File, de.Have)
+	case errors.As(err, &ce) && ce.Capacity == 0:
+		return fmt.Errorf("%s: the trace records no out-of-memory event; give --capacity to replay it on a smaller device", ce.File)
+	case errors.As(err, &ce):
+		return fmt.Errorf("--capacity %s: %s fits in it (the allocator model reserves at most %s)", ce.Capacity, ce.File, ce.Reserved)
+	}
+	return err
 }
 
 func explainText(w io.Writer, rep *explain.Report) error {

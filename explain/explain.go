@@ -173,7 +173,7 @@ func Explain(s *snapshot.Snapshot, file string, dev int64) (*Report, error) {
 		replays[d] = r
 	}
 	if dev >= 0 && replays[dev] == nil {
-		return nil, fmt.Errorf("%s: --device %d: the snapshot has devices %v", file, dev, devs)
+		return nil, &DeviceError{File: file, Device: dev, Have: devs}
 	}
 	if dev < 0 {
 		for _, d := range devs {

@@ -55,14 +55,14 @@ func DiagnoseOOM(s *snapshot.Snapshot, rep *Report, capacity int64) (*OOM, error
 	}
 	if !o.Recorded {
 		if capacity <= 0 {
-			return nil, fmt.Errorf("%s: the trace records no out-of-memory event; give --capacity to replay it on a smaller device", rep.File)
+			return nil, &CapacityError{File: rep.File}
 		}
 		c, err := allocator.ReplayCapped(s, rep.Device, capacity)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", rep.File, err)
 		}
 		if !c.OOM {
-			return nil, fmt.Errorf("%s: the run fits in --capacity %s (the allocator model reserves at most %s of it)", rep.File, units.Bytes(capacity), units.Bytes(c.Reserved))
+			return nil, &CapacityError{File: rep.File, Capacity: units.Bytes(capacity), Reserved: units.Bytes(c.Reserved)}
 		}
 		o.Capacity, o.Event, o.Request, o.Reserved, o.Allocated = capacity, c.Event, c.Size, c.Reserved, c.Allocated
 	}

@@ -1,6 +1,7 @@
 package explain
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -46,10 +47,11 @@ func TestDiagnoseOOMOnSmallerDevice(t *testing.T) {
 		}
 		t.Log(o.Paragraph)
 	}
-	if _, err := DiagnoseOOM(s, rep, rep.PeakReserved.Reserved*11/10); err == nil || !strings.Contains(err.Error(), "fits in --capacity") {
+	var ce *CapacityError
+	if _, err := DiagnoseOOM(s, rep, rep.PeakReserved.Reserved*11/10); !errors.As(err, &ce) || ce.Capacity == 0 || ce.Reserved <= 0 || ce.Reserved > ce.Capacity || !strings.Contains(err.Error(), "fits in a capacity of") {
 		t.Errorf("above the reserved peak: %v", err)
 	}
-	if _, err := DiagnoseOOM(s, rep, 0); err == nil || !strings.Contains(err.Error(), "give --capacity") {
+	if _, err := DiagnoseOOM(s, rep, 0); !errors.As(err, &ce) || ce.Capacity != 0 || strings.Contains(err.Error(), "--") {
 		t.Errorf("no capacity: %v", err)
 	}
 }
