@@ -73,11 +73,14 @@ func (f *extenderFlags) extender() (*k8s.Extender, error) {
 	if f.pods != "" {
 		pf, err := k8s.ReadPodFile(f.pods)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("--pods %w", err)
 		}
 		x.Pods = pf
 	} else {
 		a, err := k8s.InCluster()
+		if errors.Is(err, k8s.ErrNotInCluster) {
+			return nil, fmt.Errorf("%w: give --pods FILE", err)
+		}
 		if err != nil {
 			return nil, err
 		}

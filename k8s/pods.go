@@ -32,11 +32,15 @@ const (
 	saCA    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 )
 
+// ErrNotInCluster: the process runs outside a Kubernetes pod, so there is
+// no API server to list pods from.
+var ErrNotInCluster = errors.New("not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset)")
+
 // InCluster is the API server of the cluster the extender runs in.
 func InCluster() (*APIServer, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
-		return nil, errors.New("not in a cluster (KUBERNETES_SERVICE_HOST/PORT unset): give --pods FILE")
+		return nil, ErrNotInCluster
 	}
 	tok, err := os.ReadFile(saToken)
 	if err != nil {
@@ -97,11 +101,11 @@ type PodFile struct{ pods []*corev1.Pod }
 func ReadPodFile(path string) (*PodFile, error) {
 	data, err := readRef(filepath.Dir(path), filepath.Base(path), maxPodList)
 	if err != nil {
-		return nil, fmt.Errorf("--pods %s: %v", path, err)
+		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	pods, err := decodePods(data)
 	if err != nil {
-		return nil, fmt.Errorf("--pods %s: %v", path, err)
+		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	return &PodFile{pods}, nil
 }
