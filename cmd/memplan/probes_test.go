@@ -84,7 +84,11 @@ func TestProbes(t *testing.T) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			msg := runProbe(bin, dir, p.code, want, args)
+			msg, said := runProbe(bin, dir, p.code, want, args)
+			if said != "" && testing.Verbose() {
+				// -v lists every refusal, to read them for clarity.
+				t.Logf("%s:%d: memplan %s\n\t%s", p.file, p.line, strings.Join(p.args, " "), said)
+			}
 			switch {
 			case p.open && msg == "":
 				t.Logf("%s:%d: open probe now passes: drop its open: (memplan %s)", p.file, p.line, strings.Join(p.args, " "))
@@ -115,8 +119,8 @@ func TestProbes(t *testing.T) {
 }
 
 // runProbe runs one probe and says what is wrong with its outcome ("" for
-// nothing).
-func runProbe(bin, dir string, code int, want string, args []string) string {
+// nothing) and, when memplan refused it, what memplan said.
+func runProbe(bin, dir string, code int, want string, args []string) (problems, said string) {
 	limit := probeTime
 	if code == exitServes {
 		limit = serveGrace
@@ -135,19 +139,22 @@ func runProbe(bin, dir string, code int, want string, args []string) string {
 	text := stdout.String() + stderr.String()
 	if code == exitServes {
 		if ctx.Err() == nil {
-			return fmt.Sprintf("exited (%v) instead of serving:\n%.1000s", err, text)
+			return fmt.Sprintf("exited (%v) instead of serving:\n%.1000s", err, text), ""
 		}
-		return ""
+		return "", ""
 	}
 	if ctx.Err() != nil {
-		return fmt.Sprintf("still running after %v (hung or too slow)", probeTime)
+		return fmt.Sprintf("still running after %v (hung or too slow)", probeTime), ""
 	}
 	got := 0
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		got = ee.ExitCode()
 	} else if err != nil {
-		return err.Error()
+		return err.Error(), ""
+	}
+	if got == 1 {
+		said = strings.Join(refusal(stderr.String()), "\n\t")
 	}
 	var bad []string
 	if got != code || !strings.Contains(text, want) {
@@ -170,7 +177,7 @@ func runProbe(bin, dir string, code int, want string, args []string) string {
 	if took > probeTime {
 		bad = append(bad, fmt.Sprintf("took %v", took))
 	}
-	return strings.Join(bad, "\n")
+	return strings.Join(bad, "\n"), said
 }
 
 // loadProbes reads every *.txt of dir: `EXIT WANT ARGS...` per line,
