@@ -30,9 +30,14 @@ func Write(w io.Writer, rep *Report) error {
 		head = append(head, "Δ "+c.String())
 	}
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	// A row that could not be planned keeps every column (a row of fewer
+	// cells splits tabwriter's column blocks: the rows under it lost their
+	// alignment with the header); why is said under the table.
+	var why []string
 	for _, r := range rep.Rows {
 		if r.Err != nil {
-			fmt.Fprintf(tw, "%s\tn/a: %s\n", r.Name, strings.ReplaceAll(r.Err.Error(), "\t", " "))
+			fmt.Fprintf(tw, "%s\tn/a%s\n", r.Name, strings.Repeat("\t-", len(head)-2))
+			why = append(why, fmt.Sprintf("%s: n/a: %s", r.Name, r.Err))
 			continue
 		}
 		cells := []string{r.Name, r.Peak.String(), signed(r.Peak - b.Peak), r.Phase}
@@ -43,6 +48,9 @@ func Write(w io.Writer, rep *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(why) > 0 {
+		fmt.Fprintf(w, "\n%s\n", strings.Join(why, "\n"))
 	}
 	var objs []string
 	for _, o := range rep.Objects {
