@@ -134,8 +134,13 @@ func writePublishedTable(w io.Writer, rows []published.Row, res []published.Resu
 	}
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 4, Align: text.AlignRight}, {Number: 5, Align: text.AlignRight}, {Number: 6, Align: text.AlignRight}})
 	fmt.Fprintln(w, t.Render())
-	fmt.Fprintf(w, "%d rows: %d allocated-type rows compared, median |error| %s, worst %s (%s); %d of %d oom rows predicted not to fit; %d of %d ranges hold their measurement; %d rows not expressible, %d errors\n",
-		sum.Rows, sum.Compared, validate.Pct(sum.Median), validate.Pct(sum.Worst), sum.WorstID, sum.OOMRight, sum.OOMPredicted, sum.BoundsHold, sum.Bounds, sum.Lacking, sum.Errors)
+	reserved := ""
+	if sum.ReservedCompared > 0 {
+		reserved = fmt.Sprintf("; %d reserved-type and nvidia-smi rows compared, median |error| %s, worst %s (%s)",
+			sum.ReservedCompared, validate.Pct(sum.ReservedMedian), validate.Pct(sum.ReservedWorst), sum.ReservedWorstID)
+	}
+	fmt.Fprintf(w, "%d rows: %d allocated-type rows compared, median |error| %s, worst %s (%s)%s; %d of %d oom rows predicted not to fit; %d of %d ranges hold their measurement; %d rows not expressible, %d errors\n",
+		sum.Rows, sum.Compared, validate.Pct(sum.Median), validate.Pct(sum.Worst), sum.WorstID, reserved, sum.OOMRight, sum.OOMPredicted, sum.BoundsHold, sum.Bounds, sum.Lacking, sum.Errors)
 }
 
 func truncate(s string, n int) string {

@@ -68,3 +68,11 @@ func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*
 	r.Reserved = rv
 	return rv, nil
 }
+
+// OutsideAllocator is the device memory the process holds outside the
+// caching allocator: Sem.Overhead (the CUDA context and kernel images) and
+// Sem.CommOverhead for each parallel group of more than one GPU (NCCL's
+// buffers). nvidia-smi shows the reserved peak plus this.
+func (s *Spec) OutsideAllocator() units.Bytes {
+	return s.Sem.Overhead + units.Bytes(s.groups())*s.Sem.CommOverhead
+}

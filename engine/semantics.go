@@ -75,6 +75,10 @@ type Semantics struct {
 	// (buffers per channel and peer, outside the caching allocator), added
 	// to Overhead for each parallel group of more than one GPU.
 	CommOverhead units.Bytes
+	// AllocConf is the PYTORCH_CUDA_ALLOC_CONF the framework runs the
+	// caching allocator with (allocator.ParseConf's vocabulary; "" is
+	// PyTorch's default), for the reserved prediction.
+	AllocConf string
 	// Overhead is device memory outside the caching allocator (the CUDA
 	// context and kernel images, communicator buffers): subtracted from the
 	// GPU's memory before "fits" is decided.

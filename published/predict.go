@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
@@ -65,11 +66,14 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	m.gpu()
 	m.sizes()
 	m.libraries()
+	m.era()
+	m.attentionFromNotes()
 	m.precision()
 	if m.s.Mode == engine.Train {
 		m.training()
 	}
 	m.parallel()
+	m.reservedMetric()
 	m.peft()
 	m.quantization()
 	if len(m.lacks) > 0 {
@@ -89,21 +93,91 @@ type rowMapper struct {
 	rec       *recipe.Recipe
 	s         engine.Spec
 	lacks     []Lack
+	e         Era
 }
 
 func (m *rowMapper) lack(field, f string, a ...any) {
 	m.lacks = append(m.lacks, Lack{field, fmt.Sprintf(f, a...)})
 }
 
-// metric: allocated bytes are what memplan predicts; another statistic is a lack.
+// metric: allocated bytes are predicted by the simulator, reserved ones by
+// the caching allocator's replay of its programs (Predict), nvidia-smi as
+// reserved plus what the process holds outside the allocator; a source
+// naming no statistic is a lack.
 func (m *rowMapper) metric() {
-	switch r := m.r; {
-	case r.Allocated():
-	case r.Metric == UnknownMetric:
+	if m.r.Metric == UnknownMetric {
 		m.lack("metric", "the source names no statistic; allocated and nvidia-smi readings only bracket it")
-	default:
-		m.lack("metric", "%s counts the caching allocator's cached and fragmented blocks (and the CUDA context for nvidia-smi); memplan predicts allocated bytes only until the allocator is modelled", r.Metric)
 	}
+}
+
+// era: what the row's PyTorch release and CUDA version decide.
+//
+//   - Before 2.0, zero_grad() defaults to set_to_none=False
+//     (torch/optim/optimizer.py and torch/nn/modules/module.py @v1.13.1;
+//     2.0 flipped the default), so gradients stay allocated between steps.
+//   - Before 2.0, the cuBLAS workspace is cuBLAS's own cudaMalloc, not a
+//     caching-allocator block (PyTorch #83461 moved it into the allocator
+//     for 2.0; #95668: "1.13 does not have this issue", 8519680 bytes
+//     allocated by a 2.0 nightly): it leaves the allocated peak and joins
+//     the memory outside the allocator, one per thread (forward, autograd).
+//   - The CUDA context is the contextTable's measurement for the era's
+//     module loading, CUDA version and GPU, when one covers it; else the
+//     recipe's cuda.overhead stays.
+func (m *rowMapper) era() {
+	m.e = EraOf(m.r)
+	outside := units.Bytes(-1)
+	gpu := ""
+	if m.s.GPU != nil {
+		gpu = m.s.GPU.Name
+	}
+	if ctx, _, ok := contextOf(m.e, gpu); ok {
+		outside = ctx
+	}
+	if !m.e.Before(2, 0) {
+		if outside >= 0 {
+			mustSet(m.rec, fmt.Sprintf("cuda.overhead=%d", int64(outside)))
+		}
+		return
+	}
+	mustSet(m.rec, "loop.zero-grad=in-place")
+	ws := units.Bytes(0)
+	switch v := m.rec.Value("cuda.cublas-workspace"); v {
+	case "auto":
+		ws = (&hw.GPU{}).CublasWorkspace()
+		if m.s.GPU != nil {
+			ws = m.s.GPU.CublasWorkspace()
+		}
+	case "":
+	default:
+		ws, _ = units.ParseBytes(v)
+	}
+	mustSet(m.rec, "cuda.cublas-workspace=0")
+	if outside < 0 {
+		outside, _ = units.ParseBytes(m.rec.Value("cuda.overhead"))
+	}
+	mustSet(m.rec, fmt.Sprintf("cuda.overhead=%d", int64(outside+2*ws)))
+}
+
+// attentionFromNotes: the attention kernel when the notes name it (eager
+// attention saves the softmax scores; a recipe's default is SDPA).
+func (m *rowMapper) attentionFromNotes() {
+	t := strings.ToLower(m.r.Notes)
+	switch {
+	case strings.Contains(t, "eager attention") || strings.Contains(t, "attn_implementation='eager'") || strings.Contains(t, "attn_implementation=\"eager\""):
+		mustSet(m.rec, "attention=eager")
+	case strings.Contains(t, "sdpa attention") || strings.Contains(t, "attn_implementation='sdpa'"):
+		mustSet(m.rec, "attention=sdpa")
+	}
+}
+
+// reservedMetric: a reserved-type or nvidia-smi row of a job that gathers
+// sharded parameters (FSDP, ZeRO-3) needs the side streams' pools, which
+// the allocator replay does not have.
+func (m *rowMapper) reservedMetric() {
+	if m.r.Allocated() || m.r.Metric == UnknownMetric || m.s.ZeRO < 3 || m.s.DP < 2 {
+		return
+	}
+	m.lack("metric", "%s of a sharded job: FSDP2 all-gathers parameters into blocks of its all-gather copy-in stream and reduce-scatters gradients on its own stream (torch/distributed/_composable/fsdp/_fsdp_param_group.py, FSDPCommContext), and the caching allocator keeps a stream's freed blocks for that stream; memplan's allocator replay runs every request on one stream", m.r.Metric)
 }
 
 // model: a catalog name, or a config file relative to dir.
@@ -546,6 +620,15 @@ type Result struct {
 	// than an estimate (such rows stay out of the headline).
 	Bound string      `json:"bound,omitempty"`
 	Lower units.Bytes `json:"lower_bytes,omitempty"`
+	// Reserved is the caching allocator's reserved peak over the first and
+	// the steady steps (reserved-type and nvidia-smi rows); Outside what
+	// the process holds on the device outside it (nvidia-smi rows: the CUDA
+	// context, cuBLAS's own workspaces before PyTorch 2.0, NCCL's buffers),
+	// with OutsideSource citing the context's size. For these rows
+	// Predicted is Reserved (+ Outside).
+	Reserved      units.Bytes `json:"reserved_bytes,omitempty"`
+	Outside       units.Bytes `json:"outside_bytes,omitempty"`
+	OutsideSource string      `json:"outside_source,omitempty"`
 	// Err is a planning error.
 	Err        string `json:"error,omitempty"`
 	Confidence string `json:"confidence"`
@@ -581,6 +664,13 @@ func Predict(row *Row, dir string) Result {
 		peak = pr.First.Peak.Total
 	}
 	res.Predicted = peak
+	if !row.Allocated() {
+		if err := res.reserved(pr, spec, row); err != nil {
+			res.Err = err.Error()
+			return res
+		}
+		peak = res.Predicted
+	}
 	// A padded dataset of random samples has one batch of the longest
 	// sample (seq), which the source forces into the first micro-step; the
 	// rest are shorter, by how much the row does not say. Planning every
@@ -588,7 +678,7 @@ func Predict(row *Row, dir string) Result {
 	// alone (the job with no accumulation) from below. Where the two differ
 	// by more than 1%, the peak depends on the unknown lengths: the row gets
 	// both bounds and stays out of the headline.
-	if spec.Accum > 1 && variableLength(row.Notes) {
+	if spec.Accum > 1 && row.Allocated() && variableLength(row.Notes) {
 		one := *spec
 		one.Accum = 1
 		if p1, err := engine.PlanWith(one, engine.Options{NoTimeline: true}); err == nil {
@@ -613,6 +703,40 @@ func Predict(row *Row, dir string) Result {
 	return res
 }
 
+// reserved predicts a reserved-type row as the allocator replay's reserved
+// peak of the planned programs (first and steady steps) under the recipe's
+// PYTORCH_CUDA_ALLOC_CONF, and an nvidia-smi row as that plus what the
+// process holds outside the allocator (engine.Spec.OutsideAllocator).
+func (res *Result) reserved(pr *engine.Result, spec *engine.Spec, row *Row) error {
+	cfg, err := allocator.ParseConf(spec.Sem.AllocConf)
+	if err != nil {
+		return fmt.Errorf("allocator settings %q: %v", spec.Sem.AllocConf, err)
+	}
+	rv, err := pr.PredictReserved(cfg, false, false)
+	if err != nil {
+		return err
+	}
+	res.Reserved, res.Predicted = rv.Peak, rv.Peak
+	if row.Metric == NvidiaSMI {
+		res.Outside = spec.OutsideAllocator()
+		res.Predicted += res.Outside
+		res.OutsideSource = contextSourceOf(row, spec)
+	}
+	return nil
+}
+
+// contextSourceOf cites the CUDA context's size the row was predicted with.
+func contextSourceOf(row *Row, spec *engine.Spec) string {
+	gpu := ""
+	if spec.GPU != nil {
+		gpu = spec.GPU.Name
+	}
+	if _, src, ok := contextOf(EraOf(row), gpu); ok {
+		return src
+	}
+	return "the " + spec.Sem.Recipe + " recipe's cuda.overhead"
+}
+
 // variableLength reports whether the notes describe batches of random,
 // padded samples (so seq is the longest batch, not every batch).
 func variableLength(notes string) bool {
@@ -628,6 +752,12 @@ type Summary struct {
 	Median   float64 `json:"median_abs_rel_error"`
 	Worst    float64 `json:"worst_abs_rel_error"`
 	WorstID  string  `json:"worst_id,omitempty"`
+	// ReservedCompared, ReservedMedian and ReservedWorst cover the
+	// reserved-type and nvidia-smi ok rows, apart from the headline.
+	ReservedCompared int     `json:"reserved_compared"`
+	ReservedMedian   float64 `json:"reserved_median_abs_rel_error"`
+	ReservedWorst    float64 `json:"reserved_worst_abs_rel_error"`
+	ReservedWorstID  string  `json:"reserved_worst_id,omitempty"`
 	// OOM rows predicted not to fit, of those predicted.
 	OOMRight     int `json:"oom_right"`
 	OOMPredicted int `json:"oom_predicted"`
@@ -643,7 +773,7 @@ type Summary struct {
 // Summarize computes the summary of results.
 func Summarize(rs []Result) Summary {
 	s := Summary{Rows: len(rs)}
-	var errs []float64
+	var alloc, reserved errStats
 	for i := range rs {
 		r := &rs[i]
 		switch {
@@ -661,23 +791,42 @@ func Summarize(rs []Result) Summary {
 			if m := float64(r.Measured); m <= 1.01*float64(r.Predicted) && m >= 0.99*float64(r.Lower) {
 				s.BoundsHold++
 			}
+		case r.Compared() && (r.Metric == MaxAllocated || r.Metric == ActivePeak):
+			alloc.add(r)
 		case r.Compared():
-			e := math.Abs(*r.RelError)
-			errs = append(errs, e)
-			if e > s.Worst {
-				s.Worst, s.WorstID = e, r.ID
-			}
+			reserved.add(r)
 		}
 	}
-	s.Compared = len(errs)
-	if len(errs) > 0 {
-		sort.Float64s(errs)
-		n := len(errs)
-		if n%2 == 1 {
-			s.Median = errs[n/2]
-		} else {
-			s.Median = (errs[n/2-1] + errs[n/2]) / 2
-		}
-	}
+	s.Compared, s.Median, s.Worst, s.WorstID = alloc.summary()
+	s.ReservedCompared, s.ReservedMedian, s.ReservedWorst, s.ReservedWorstID = reserved.summary()
 	return s
+}
+
+// errStats collects |relative error|s and the worst row.
+type errStats struct {
+	errs    []float64
+	worst   float64
+	worstID string
+}
+
+func (e *errStats) add(r *Result) {
+	x := math.Abs(*r.RelError)
+	e.errs = append(e.errs, x)
+	if x > e.worst {
+		e.worst, e.worstID = x, r.ID
+	}
+}
+
+// summary is the count, median, worst and worst row.
+func (e *errStats) summary() (int, float64, float64, string) {
+	n := len(e.errs)
+	if n == 0 {
+		return 0, 0, 0, ""
+	}
+	sort.Float64s(e.errs)
+	med := e.errs[n/2]
+	if n%2 == 0 {
+		med = (e.errs[n/2-1] + e.errs[n/2]) / 2
+	}
+	return n, med, e.worst, e.worstID
 }

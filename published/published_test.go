@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/units"
 )
 
 const devSet = "../testdata/published/published.jsonl"
@@ -14,6 +16,12 @@ const devSet = "../testdata/published/published.jsonl"
 // Llama 3.1 8B benchmark): allocated-type rows within a median |error| of
 // 3% and a worst of 10%, every oom row predicted not to fit, and every row
 // either predicted or listed with the capability it lacks.
+//
+// The reserved-type and nvidia-smi rows (HF's bert-large nvidia-smi rows;
+// torchtitan's max_memory_reserved rows, which lack FSDP2's stream pools)
+// are held to the errors this commit measured, rounded up (README "Against
+// published GPU measurements": median 8.3%, worst 13.1% over the nine
+// nvidia-smi rows), so a change that worsens them fails here.
 func TestDevelopmentSet(t *testing.T) {
 	rows, err := ReadFile(devSet)
 	if err != nil {
@@ -56,7 +64,11 @@ func TestDevelopmentSet(t *testing.T) {
 	if s.BoundsHold != s.Bounds {
 		t.Errorf("%d of %d ranges hold their measurement", s.BoundsHold, s.Bounds)
 	}
-	if s.Compared+s.Bounds+s.OOMPredicted+s.Lacking != s.Rows {
+	if s.ReservedCompared < 9 || s.ReservedMedian > 0.09 || s.ReservedWorst > 0.14 {
+		t.Errorf("reserved and nvidia-smi rows: %d compared, median |error| %.2f%%, worst %.2f%% (%s): want >= 9, <= 9%% and <= 14%%",
+			s.ReservedCompared, 100*s.ReservedMedian, 100*s.ReservedWorst, s.ReservedWorstID)
+	}
+	if s.Compared+s.ReservedCompared+s.Bounds+s.OOMPredicted+s.Lacking != s.Rows {
 		t.Errorf("rows unaccounted for: %+v", s)
 	}
 }
@@ -105,7 +117,7 @@ func TestUnsupportedFieldsAreNamed(t *testing.T) {
 		{`"precision":"bf16-true"`, `"precision":"fp8-e4m3"`, "precision"},
 		{`"optimizer":"torch.optim.AdamW"`, `"optimizer":"Shampoo"`, "optimizer"},
 		{`"activation_checkpointing":"none"`, `"activation_checkpointing":"unknown"`, "activation_checkpointing"},
-		{`"metric":"max_memory_allocated"`, `"metric":"max_memory_reserved"`, "metric"},
+		{`"metric":"max_memory_allocated"`, `"metric":"unknown"`, "metric"},
 		{`"parallel":{"strategy":"none"}`, `"parallel":{"strategy":"pipeline"}`, "parallel"},
 		{`"gpu":"a100-40gb"`, `"gpu":"b300"`, "gpu"},
 		{`"model":{"name":"llama-2-7b"}`, `"model":{"name":"llama-9"}`, "model.name"},
@@ -122,6 +134,62 @@ func TestUnsupportedFieldsAreNamed(t *testing.T) {
 		}
 		if !found || r.Predicted != 0 {
 			t.Errorf("%s: lacks %v, predicted %d; want a lack naming %q and no prediction", c.to, r.Lacks, r.Predicted, c.field)
+		}
+	}
+}
+
+// A reserved-type or nvidia-smi row is predicted from the allocator replay,
+// except for a sharded job, whose all-gather and reduce-scatter streams keep
+// their own pools: that row names the missing capability on its metric.
+func TestReservedRows(t *testing.T) {
+	base := `{"schema":"memplan.published/v1","id":"x","framework":"torchtune","model":{"name":"llama-3.1-8b"},"gpu":"h100-sxm","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":2048,"accum":1,"precision":"dtype: bf16","optimizer":"torch.optim.AdamW (fused=True)","activation_checkpointing":"full","metric":"max_memory_reserved","measured":60,"unit":"GiB","outcome":"ok","libraries":{"torch":"2.5.1+cu124"}}`
+	one := func(js string) Result {
+		rows, err := Read(strings.NewReader(js), "f.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Predict(&rows[0], ".")
+	}
+	r := one(base)
+	if len(r.Lacks) > 0 || r.Err != "" || r.Reserved == 0 || r.Predicted != r.Reserved || r.Outside != 0 {
+		t.Fatalf("reserved row: %+v", r)
+	}
+	smi := one(strings.Replace(base, `"max_memory_reserved"`, `"nvidia-smi"`, 1))
+	if smi.Reserved != r.Reserved || smi.Outside != 400e6 || smi.Predicted != r.Reserved+400e6 || !strings.Contains(smi.OutsideSource, "#107667") {
+		t.Errorf("nvidia-smi row on a lazy-loading era: reserved %d (want %d), outside %d from %q", smi.Reserved, r.Reserved, smi.Outside, smi.OutsideSource)
+	}
+	ddp := one(strings.Replace(strings.Replace(base, `"max_memory_reserved"`, `"nvidia-smi"`, 1), `"gpus":1,"parallel":{"strategy":"none"}`, `"gpus":2,"parallel":{"strategy":"ddp","degree":2}`, 1))
+	if ddp.Outside != 400e6+544e6 {
+		t.Errorf("nvidia-smi row of a DDP job: outside %d, want the context and one communicator (944e6)", ddp.Outside)
+	}
+	fsdp := one(strings.Replace(base, `"gpus":1,"parallel":{"strategy":"none"}`, `"gpus":8,"parallel":{"strategy":"fsdp","degree":8}`, 1))
+	if len(fsdp.Lacks) != 1 || fsdp.Lacks[0].Field != "metric" || !strings.Contains(fsdp.Lacks[0].Capability, "one stream") {
+		t.Errorf("sharded reserved row: lacks %v, want the metric's missing stream pools", fsdp.Lacks)
+	}
+}
+
+// A row's era decides PyTorch's defaults and the CUDA context.
+func TestEra(t *testing.T) {
+	for _, c := range []struct {
+		libs           map[string]string
+		version, notes string
+		torch, cuda    [2]int
+		lazy           bool
+		context        units.Bytes
+	}{
+		{map[string]string{"torch": "2.1.0+cu121"}, "", "", [2]int{2, 1}, [2]int{12, 1}, true, 400e6},
+		{map[string]string{"torch": "git 1963fc8 (2024-12-23)"}, "", "", [2]int{2, 5}, [2]int{}, true, 400e6},
+		{nil, "transformers (doc runs of 2022-01)", "GPU: V100, driver 460.91.03, CUDA 11.2", [2]int{1, 10}, [2]int{11, 2}, false, 1343 << 20},
+		{nil, "runs of March 2020", "CUDA 10.1", [2]int{1, 4}, [2]int{10, 1}, false, 723 << 20},
+		{map[string]string{"torch": "1.13.1", "cuda": "11.6"}, "", "", [2]int{1, 13}, [2]int{11, 6}, false, 1343 << 20},
+		{map[string]string{"torch": "1.13.1+cu117"}, "", "", [2]int{1, 13}, [2]int{11, 7}, true, 400e6},
+		{nil, "version not stated", "", [2]int{}, [2]int{}, false, 0},
+	} {
+		r := Row{Libraries: c.libs, FrameworkVersion: c.version, Notes: c.notes}
+		e := EraOf(&r)
+		ctx, _, _ := contextOf(e, "v100-16gb")
+		if e.Torch != c.torch || e.CUDA != c.cuda || e.LazyLoaded != c.lazy || ctx != c.context {
+			t.Errorf("%v %q %q: torch %v cuda %v lazy %v context %d; want %v %v %v %d", c.libs, c.version, c.notes, e.Torch, e.CUDA, e.LazyLoaded, ctx, c.torch, c.cuda, c.lazy, c.context)
 		}
 	}
 }

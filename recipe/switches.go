@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
@@ -150,6 +151,15 @@ var switches = []Switch{
 	{Key: "nccl.overhead", Values: "bytes per communicator, e.g. 544MB or 0",
 		Doc:   "device memory NCCL allocates outside the caching allocator for each parallel group of more than one GPU (data, tensor, pipeline, expert): subtracted before fits is decided",
 		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.CommOverhead = b })},
+	{Key: "cuda.alloc-conf", Values: "PYTORCH_CUDA_ALLOC_CONF's options, e.g. expandable_segments:True (\"\" for PyTorch's default)",
+		Doc: "the caching allocator's settings the framework launches with: they decide the reserved peak (segments, splitting, expandable segments), not the allocated one",
+		apply: func(s *engine.Spec, v string) error {
+			if _, err := allocator.ParseConf(v); err != nil {
+				return err
+			}
+			s.Sem.AllocConf = v
+			return nil
+		}},
 	{Key: "attention", Flag: "attention", Values: "sdpa, eager",
 		Doc: "attention kernel: sdpa (flash/memory-efficient, no score matrix saved) or eager (softmax scores saved)",
 		apply: func(s *engine.Spec, v string) (err error) {
@@ -213,6 +223,10 @@ func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {
 
 func bytesSwitch(f func(*engine.Spec, units.Bytes)) func(*engine.Spec, string) error {
 	return func(s *engine.Spec, v string) error {
+		if strings.TrimSpace(v) == "0" { // units.ParseBytes wants a positive size
+			f(s, 0)
+			return nil
+		}
 		b, err := units.ParseBytes(v)
 		if err != nil || b < 0 {
 			return fmt.Errorf("want a byte size such as 8519680, 8MiB or 0")
