@@ -32,7 +32,11 @@ func (f *reservedFlags) apply(res *engine.Result, timeline bool) error {
 	default:
 		return fmt.Errorf("--fit-on %q: want allocated or reserved", f.fitOn)
 	}
-	cfg, err := allocator.ParseConf(f.conf)
+	conf := f.conf
+	if conf == "" {
+		conf = res.Spec.Sem.AllocConf // the recipe's cuda.alloc-conf (validated when set)
+	}
+	cfg, err := allocator.ParseConf(conf)
 	if err != nil {
 		return fmt.Errorf("--alloc-conf: %v", err)
 	}
