@@ -156,10 +156,12 @@ type contextRow struct {
 var contextTable = []contextRow{
 	{lazy: false, cuda: 11, gpu: "v100-16gb", bytes: 1343 << 20,
 		source: "huggingface/transformers docs/source/en/perf_train_gpu_one.md (2022-01: nvidia-smi after torch.ones((1, 1)).to(\"cuda\") on a Tesla V100-SXM2 16 GB, CUDA 11.2, driver 460.91.03: 1343 MB, pynvml used // 1024**2); the C rows' own source, which measured it on their machine"},
-	{lazy: false, cuda: 10, bytes: 723 << 20,
-		source: "discuss.pytorch.org/t/what-is-the-reason-for-pytorchs-gpu-memory-floor/73021 (2020, PyTorch 1.4, CUDA 10: x = th.randn(1).cuda(1) takes the process from 0 to 723 MiB; ptrblck: the CUDA context)"},
-	{lazy: false, cuda: 11, bytes: 1343 << 20,
-		source: "huggingface/transformers docs/source/en/perf_train_gpu_one.md (2022-01, CUDA 11.2, eager module loading: 1343 MB on a V100); no eager-loading CUDA 11 measurement on another GPU is in the table"},
+	{lazy: false, cuda: 11, gpu: "rtx-3090", bytes: 1687 << 20,
+		source: "PyTorch issue #55277 (2022-04 table: torch.Tensor(1).cuda() with torch 1.8.2+cu111 on an RTX 3090: 1687 MB in nvidia-smi)"},
+	{lazy: false, cuda: 11, bytes: 1687 << 20,
+		source: "PyTorch issue #55277 (torch 1.8.2+cu111, RTX 3090: 1687 MB; ptrblck in #107667: before CUDA 11.7 every kernel loads with the context, \">1000MB\"); the one eager CUDA 11 measurement in the table besides the C rows' own V100"},
+	{lazy: false, cuda: 10, bytes: 721 << 20,
+		source: "PyTorch issue #55277 (torch 1.8.2+cu101 on a GTX 1080: 721 MB in nvidia-smi; discuss.pytorch.org #73021, 2020: 723 MiB)"},
 	{lazy: true, bytes: 400e6,
 		source: "PyTorch issues #107667 and #109888 (ptrblck, NVIDIA): about 300-400 MB with lazy module loading (PyTorch #86509 measured 287,047,680 bytes for a bare context); the upper figure, since a training step loads the kernels it uses"},
 }

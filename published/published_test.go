@@ -180,14 +180,18 @@ func TestEra(t *testing.T) {
 		{map[string]string{"torch": "2.1.0+cu121"}, "", "", [2]int{2, 1}, [2]int{12, 1}, true, 400e6},
 		{map[string]string{"torch": "git 1963fc8 (2024-12-23)"}, "", "", [2]int{2, 5}, [2]int{}, true, 400e6},
 		{nil, "transformers (doc runs of 2022-01)", "GPU: V100, driver 460.91.03, CUDA 11.2", [2]int{1, 10}, [2]int{11, 2}, false, 1343 << 20},
-		{nil, "runs of March 2020", "CUDA 10.1", [2]int{1, 4}, [2]int{10, 1}, false, 723 << 20},
+		{nil, "runs of March 2020", "CUDA 10.1", [2]int{1, 4}, [2]int{10, 1}, false, 721 << 20},
 		{map[string]string{"torch": "1.13.1", "cuda": "11.6"}, "", "", [2]int{1, 13}, [2]int{11, 6}, false, 1343 << 20},
+		{map[string]string{"torch": "1.8.2+cu111"}, "", "", [2]int{1, 8}, [2]int{11, 1}, false, 1343 << 20},
 		{map[string]string{"torch": "1.13.1+cu117"}, "", "", [2]int{1, 13}, [2]int{11, 7}, true, 400e6},
 		{nil, "version not stated", "", [2]int{}, [2]int{}, false, 0},
 	} {
 		r := Row{Libraries: c.libs, FrameworkVersion: c.version, Notes: c.notes}
 		e := EraOf(&r)
 		ctx, _, _ := contextOf(e, "v100-16gb")
+		if other, _, _ := contextOf(e, "a100-40gb"); !e.LazyLoaded && e.CUDA[0] == 11 && other != 1687<<20 {
+			t.Errorf("%v: eager CUDA 11 context on a GPU the table has no row for: %d, want #55277's 1687 MiB", c.libs, other)
+		}
 		if e.Torch != c.torch || e.CUDA != c.cuda || e.LazyLoaded != c.lazy || ctx != c.context {
 			t.Errorf("%v %q %q: torch %v cuda %v lazy %v context %d; want %v %v %v %d", c.libs, c.version, c.notes, e.Torch, e.CUDA, e.LazyLoaded, ctx, c.torch, c.cuda, c.lazy, c.context)
 		}
