@@ -67,6 +67,7 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	m.sizes()
 	m.libraries()
 	m.era()
+	m.zeroGradFromNotes()
 	m.attentionFromNotes()
 	m.precision()
 	if m.s.Mode == engine.Train {
@@ -114,7 +115,10 @@ func (m *rowMapper) metric() {
 //
 //   - Before 2.0, zero_grad() defaults to set_to_none=False
 //     (torch/optim/optimizer.py and torch/nn/modules/module.py @v1.13.1;
-//     2.0 flipped the default), so gradients stay allocated between steps.
+//     2.0 flipped the default), so gradients stay allocated between steps
+//     in loops that call it with the default: transformers' Trainer
+//     (model.zero_grad(), trainer.py @v4.15.0) and plain PyTorch loops
+//     (zeroGradDefault). Notes naming set_to_none say it outright.
 //   - Before 2.0, the cuBLAS workspace is cuBLAS's own cudaMalloc, not a
 //     caching-allocator block (PyTorch #83461 moved it into the allocator
 //     for 2.0; #95668: "1.13 does not have this issue", 8519680 bytes
@@ -139,7 +143,9 @@ func (m *rowMapper) era() {
 		}
 		return
 	}
-	mustSet(m.rec, "loop.zero-grad=in-place")
+	if zeroGradDefault[m.framework] {
+		mustSet(m.rec, "loop.zero-grad=in-place")
+	}
 	ws := units.Bytes(0)
 	switch v := m.rec.Value("cuda.cublas-workspace"); v {
 	case "auto":
@@ -156,6 +162,21 @@ func (m *rowMapper) era() {
 		outside, _ = units.ParseBytes(m.rec.Value("cuda.overhead"))
 	}
 	mustSet(m.rec, fmt.Sprintf("cuda.overhead=%d", int64(outside+2*ws)))
+}
+
+// zeroGradDefault: the recipes whose loop calls zero_grad() with PyTorch's
+// default, so the default of the row's PyTorch decides.
+var zeroGradDefault = map[string]bool{"hf": true, "pytorch": true}
+
+// zeroGradFromNotes: notes naming set_to_none decide over the era.
+func (m *rowMapper) zeroGradFromNotes() {
+	t := strings.ReplaceAll(strings.ToLower(m.r.Notes), " ", "")
+	switch {
+	case strings.Contains(t, "set_to_none=false"):
+		mustSet(m.rec, "loop.zero-grad=in-place")
+	case strings.Contains(t, "set_to_none=true"):
+		mustSet(m.rec, "loop.zero-grad=set-to-none")
+	}
 }
 
 // attentionFromNotes: the attention kernel when the notes name it (eager

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/units"
 )
 
@@ -294,5 +297,43 @@ func TestFrameworkTerms(t *testing.T) {
 	}
 	if len(lacks) > 0 {
 		t.Errorf("lacks %v", lacks)
+	}
+}
+
+// What a row's era decides in the job: PyTorch < 2.0 keeps gradients
+// allocated between steps in the loops that call zero_grad() with the
+// default (the Trainer, plain loops), moves the cuBLAS workspace out of the
+// allocated peak and into the memory outside the allocator; notes naming
+// set_to_none decide over the era; notes naming eager attention set it.
+func TestEraInTheJob(t *testing.T) {
+	base := `{"schema":"memplan.published/v1","id":"x","framework":"hf-trainer","framework_version":"transformers (runs of 2022-01)","model":{"name":"bert-base"},"gpu":"v100-16gb","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":128,"accum":1,"precision":"fp32","optimizer":"adamw_hf","activation_checkpointing":"none","metric":"nvidia-smi","measured":3000,"unit":"MiB","outcome":"ok","notes":"CUDA 11.2"}`
+	job := func(fromTo ...string) *engine.Spec {
+		js := base
+		for i := 0; i+1 < len(fromTo); i += 2 {
+			js = strings.Replace(js, fromTo[i], fromTo[i+1], 1)
+		}
+		rows, err := Read(strings.NewReader(js), "f.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, lacks := rows[0].Job(".")
+		if len(lacks) > 0 {
+			t.Fatalf("%v: %v", fromTo, lacks)
+		}
+		return s
+	}
+	old := job()
+	if old.Sem.ZeroGrad != lower.ZeroInPlace || old.Sem.Workspace != 0 || old.Sem.Overhead != 1343<<20+2*8519680 || old.Attention != build.SDPA {
+		t.Errorf("hf 2022-01: zero-grad %v, workspace %d, outside %d, attention %v; want in-place, 0, 1343 MiB + 2 workspaces, sdpa", old.Sem.ZeroGrad, old.Sem.Workspace, old.Sem.Overhead, old.Attention)
+	}
+	if s := job(`"framework":"hf-trainer"`, `"framework":"deepspeed"`); s.Sem.ZeroGrad == lower.ZeroInPlace {
+		t.Error("deepspeed 2022-01: its engine's zero_grad is not PyTorch's default; the era should not set in-place")
+	}
+	if s := job(`"notes":"CUDA 11.2"`, `"notes":"CUDA 11.2; model.zero_grad(set_to_none=True); eager attention"`); s.Sem.ZeroGrad != lower.ZeroToNone || s.Attention != build.Eager {
+		t.Errorf("notes naming set_to_none=True and eager attention: %v %v", s.Sem.ZeroGrad, s.Attention)
+	}
+	now := job(`(runs of 2022-01)`, `(runs of 2024-06)`, `"notes":"CUDA 11.2"`, `"notes":""`)
+	if now.Sem.ZeroGrad != lower.ZeroToNone || now.Sem.Workspace != 8519680 || now.Sem.Overhead != 400e6 {
+		t.Errorf("hf 2024-06: zero-grad %v, workspace %d, outside %d; want set-to-none, 8519680, 400 MB", now.Sem.ZeroGrad, now.Sem.Workspace, now.Sem.Overhead)
 	}
 }
