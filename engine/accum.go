@@ -65,6 +65,7 @@ func planShortAccum(s Spec, o Options) (*Result, error) {
 	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t4, k); err != nil {
 		return nil, err
 	}
+	r.StepFLOPs = r.Timing.FLOPs // one stage
 	return r, nil
 }
 

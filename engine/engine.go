@@ -45,7 +45,7 @@ func ParseMode(s string) (Mode, error) {
 	case "infer", "inference":
 		return Infer, nil
 	}
-	return 0, fieldErr(FieldMode, "unknown {mode} %q (want train or infer)", s)
+	return 0, fieldErr(FieldMode, "{mode} %q: want train or infer", s)
 }
 
 // Spec is one job. The zero value (with a Model) is a valid spec: Validate
@@ -351,6 +351,11 @@ func (s *Spec) validateOptions() error {
 	if s.Mode == Infer && s.Checkpoint.Kind != NoCheckpoint {
 		return invalid(FieldCheckpoint, "{checkpoint} applies to training only")
 	}
+	if s.Checkpoint.Kind == CheckpointSelective && s.Trace == nil && s.Attention != build.Eager {
+		// Selective recompute replays eager attention's core_attention
+		// module (its score matrices); SDPA keeps no scores to replay.
+		return invalid(FieldCheckpoint, "{checkpoint} selective recomputes eager attention's score matrices and needs {attention} eager; with {attention} %s, {checkpoint} selective-op or full save memory", s.Attention)
+	}
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
 		return invalid(FieldGenTokens, "%s is an encoder; it has no KV cache to generate {gen-tokens} with", s.Model.Name)
 	}
@@ -445,6 +450,11 @@ type Result struct {
 	// Timing is the priced step (roofline upper bound on speed), when a GPU
 	// is given; under pipeline parallelism, the slowest stage's.
 	Timing *cost.Timing
+	// StepFLOPs is the FLOPs of one step of every pipeline stage together
+	// (each stage's priced FLOPs; with one stage, Timing.FLOPs), 0 without
+	// a GPU. The slowest stage's FLOPs are no measure of what a strategy
+	// adds: it may make another stage the slowest (compare's extra FLOPs).
+	StepFLOPs float64
 	// Stage is the pipeline stage reported (the one with the highest peak);
 	// StagePeaks the peak of every stage (one entry without pipelining).
 	Stage      int
@@ -726,6 +736,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		if t != nil && (res.Timing == nil || t.Step > res.Timing.Step) {
 			res.Timing = t
+		}
+		if t != nil {
+			res.StepFLOPs += t.FLOPs
 		}
 	}
 	res.Spec = s

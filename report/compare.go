@@ -144,10 +144,11 @@ func WriteCompareText(w io.Writer, rows []engine.Row) error {
 // stepFLOPs is the FLOPs of r's optimizer step: its timing's when priced,
 // since a plan of more than four micro-steps simulates three and
 // extrapolates the rest (engine.planShortAccum), so its program holds 3/k of
-// them (probe: compare's "accumulate ×8" row had extra FLOPs of -62.5%).
+// them (probe: compare's "accumulate ×8" row had extra FLOPs of -62.5%);
+// every pipeline stage's, not the slowest's (engine.Result.StepFLOPs).
 func stepFLOPs(r *engine.Result) float64 {
 	if r.Timing != nil {
-		return r.Timing.FLOPs
+		return r.StepFLOPs // every stage's: a strategy may change which is the slowest
 	}
 	return engine.TotalFLOPs(r.Program)
 }
