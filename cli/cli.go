@@ -21,7 +21,6 @@ import (
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/lower"
-	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/recipe"
@@ -42,12 +41,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // message is err's text with the job fields it names (engine.FieldError)
 // named as their flags: the library says "micro-batch", the CLI
-// "--micro-batch".
+// "--micro-batch". The libraries' words for a whole class of errors
+// ("invalid spec: ", "bad options: ", "recipe: " before a flag) are dropped
+// when the rest names what was wrong, so that the line starts with it.
 func message(err error) string {
 	msg := err.Error()
 	var fe *engine.FieldError
 	if errors.As(err, &fe) {
 		msg = strings.Replace(msg, fe.Error(), fe.Render(flagOf), 1)
+	}
+	for _, c := range []error{engine.ErrSpec, build.ErrBadOptions, recipe.ErrRecipe} {
+		if rest, ok := strings.CutPrefix(msg, c.Error()+": "); ok && errors.Is(err, c) && (c != recipe.ErrRecipe || strings.HasPrefix(rest, "--")) {
+			msg = rest
+		}
 	}
 	return msg
 }
@@ -67,12 +73,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		// pflag quotes the Go parser that refused a number
-		// ("strconv.ParseInt: parsing "x": invalid syntax").
-		msg := goParser.ReplaceAllString(err.Error(), ": ")
-		return fmt.Errorf("%s (see '%s --help')", msg, c.CommandPath())
-	})
+	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
 	root.AddCommand(newDiagnoseCmd(stdout), newMaxCmd(stdout))
 	root.AddCommand(newPackCmd(stdout))
@@ -239,7 +240,7 @@ func (f *planFlags) specSource(s *engine.Spec) error {
 	case f.workloadPath != "":
 		return fmt.Errorf("--workload needs --graph: the trace of the workload's model (memplan_torch export)")
 	default:
-		s.Model, err = models.Resolve(f.model)
+		s.Model, err = resolveModel(f.model)
 	}
 	return err
 }
@@ -252,16 +253,16 @@ func (f *planFlags) specNames(s *engine.Spec) error {
 		return err
 	}
 	if s.Precision, err = ops.ParsePrecision(f.precision); err != nil {
-		return err
+		return badChoice("--precision", f.precision, ops.PrecisionNames()...)
 	}
 	if s.Optimizer, err = lower.ParseOptimizer(f.optimizer); err != nil {
-		return err
+		return badChoice("--optimizer", f.optimizer, lower.OptimizerNames()...)
 	}
 	if s.Impl, err = lower.ParseImpl(f.impl); err != nil {
-		return err
+		return badChoice("--optimizer-impl", f.impl, "foreach", "single", "fused")
 	}
 	if s.Attention, err = build.ParseAttention(f.attention); err != nil {
-		return err
+		return badChoice("--attention", f.attention, "eager", "sdpa")
 	}
 	switch f.kernels {
 	case "cuda":
@@ -269,7 +270,7 @@ func (f *planFlags) specNames(s *engine.Spec) error {
 	case "cpu":
 		s.Device = ops.CPU
 	default:
-		return fmt.Errorf("unknown --kernels %q (want cuda or cpu)", f.kernels)
+		return badChoice("--kernels", f.kernels, "cuda", "cpu")
 	}
 	return nil
 }
@@ -293,7 +294,7 @@ func (f *planFlags) specSizes(s *engine.Spec) error {
 func (f *planFlags) specHardware(s *engine.Spec) error {
 	var err error
 	if f.gpu != "" {
-		if s.GPU, err = hw.Lookup(f.gpu); err != nil {
+		if s.GPU, err = lookupGPU(f.gpu); err != nil {
 			return err
 		}
 	}
@@ -350,9 +351,18 @@ func (f *planFlags) checkNodes(s *engine.Spec) error {
 	if f.nodes == 0 || f.searched {
 		return nil
 	}
-	if want := f.nodes * s.NodeGPUs(); s.JobGPUs() != want {
+	want, ok := units.MulChecked(int64(f.nodes), int64(s.NodeGPUs()), engine.MaxGPUs)
+	if !ok {
+		return fmt.Errorf("--nodes %d × %d GPUs per node is over the limit of %d GPUs", f.nodes, s.NodeGPUs(), engine.MaxGPUs)
+	}
+	job, ok1 := units.MulChecked(int64(max(s.DP, 1)), int64(max(s.TP, 1)), engine.MaxGPUs)
+	job, ok2 := units.MulChecked(job, int64(max(s.PP, 1)), engine.MaxGPUs)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("--dp × --tp × --pp is over the limit of %d GPUs", engine.MaxGPUs)
+	}
+	if job != want {
 		return fmt.Errorf("--nodes %d × %d GPUs per node = %d GPUs, but --dp %d × --tp %d × --pp %d = %d; make them equal (e.g. --dp %d)",
-			f.nodes, s.NodeGPUs(), want, max(s.DP, 1), max(s.TP, 1), max(s.PP, 1), s.JobGPUs(), max(want/(max(s.TP, 1)*max(s.PP, 1)), 1))
+			f.nodes, s.NodeGPUs(), want, max(s.DP, 1), max(s.TP, 1), max(s.PP, 1), job, max(want/int64(max(s.TP, 1)*max(s.PP, 1)), 1))
 	}
 	return nil
 }
@@ -369,7 +379,7 @@ func (f *planFlags) specParallel(s *engine.Spec) error {
 	}
 	s.DP, s.ZeRO, s.PP, s.PPInterleave = f.dp, f.zero, f.pp, f.ppInterleave
 	if s.PPSchedule, err = strategy.ParseSchedule(f.ppSchedule); err != nil {
-		return fmt.Errorf("--pp-schedule: %w", err)
+		return badChoice("--pp-schedule", f.ppSchedule, "1f1b", "gpipe")
 	}
 	if f.fsdp {
 		if f.zero != 0 && f.zero != 3 {
@@ -462,7 +472,7 @@ func (f *planFlags) traceHold(s *engine.Spec) {
 // mirrors a flag yields to that flag when it was given. A trace keeps the
 // dtypes it recorded.
 func (f *planFlags) applyRecipe(s *engine.Spec) error {
-	r, err := recipe.Load(f.recipe)
+	r, err := loadRecipe(f.recipe)
 	if err != nil {
 		return err
 	}
@@ -510,4 +520,4 @@ func commas(n int64) string {
 
 // goParser matches pflag's quote of the Go function that failed to parse a
 // flag's value.
-var goParser = regexp.MustCompile(`: strconv\.\w+: parsing "[^"]*": `)
+var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)

@@ -38,12 +38,12 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--micro-batch", "-3"}, "--micro-batch"},
 		{[]string{"plan", "--seq", "-1"}, "--seq"},
 		{[]string{"plan", "--accum", "0"}, "--accum"},
-		{[]string{"plan", "--precision", "fp8"}, "unknown precision \"fp8\""},
-		{[]string{"plan", "--optimizer", "lamb"}, "unknown optimizer \"lamb\""},
-		{[]string{"plan", "--optimizer-impl", "turbo"}, "unknown optimizer implementation"},
-		{[]string{"plan", "--attention", "linear"}, "unknown attention"},
-		{[]string{"plan", "--gpu", "h1000"}, "unknown GPU \"h1000\""},
-		{[]string{"plan", "--mode", "serving"}, "unknown --mode \"serving\""},
+		{[]string{"plan", "--precision", "fp8"}, "--precision \"fp8\": want one of"},
+		{[]string{"plan", "--optimizer", "lamb"}, "--optimizer \"lamb\": want one of"},
+		{[]string{"plan", "--optimizer-impl", "turbo"}, "--optimizer-impl \"turbo\": want one of foreach"},
+		{[]string{"plan", "--attention", "linear"}, "--attention \"linear\": want eager or sdpa"},
+		{[]string{"plan", "--gpu", "h1000"}, "--gpu \"h1000\": not a GPU of the catalog"},
+		{[]string{"plan", "--mode", "serving"}, "--mode \"serving\": want train or infer"},
 		{[]string{"plan", "--budget", "lots"}, "--budget"},
 		{[]string{"plan", "--budget", "-4GiB"}, "--budget"},
 		{[]string{"plan", "--host-memory", "lots"}, "--host-memory"},
@@ -52,7 +52,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"compare", "--gpus-per-node", "0"}, "--gpus-per-node must be at least 1"},
 		{[]string{"plan", "--mode", "serve", "--gpu", "h100", "--model", "llama-3-8b", "--host-memory", "1TiB"}, "--host-memory does not apply to --mode serve"},
 		{[]string{"plan", "--seq", "4096"}, "exceeds gpt2's 1024 learned positions"},
-		{[]string{"plan", "--micro-batch", "banana"}, "invalid argument"},
+		{[]string{"plan", "--micro-batch", "banana"}, `--micro-batch "banana": want a whole number`},
 		{[]string{"plan", "--no-such-flag"}, "unknown flag"},
 		{[]string{"plan", "extra"}, "unknown command"},
 		{[]string{"plan", "--kernels", "tpu"}, "--kernels"},
@@ -69,9 +69,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--precision", "bf16"}, "--precision does not apply"},
 		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--workload", "../testdata/torch/workloads/lm.yaml", "--accum", "3"}, "--accum disagrees"},
 		{[]string{"plan", "--graph", "../testdata/torch/resnet18.trace.json", "--seq", "99"}, "sequence dimension"},
-		{[]string{"plan", "--zero", "5", "--dp", "4"}, "unknown --zero 5"},
+		{[]string{"plan", "--zero", "5", "--dp", "4"}, "--zero 5: want 0, 1, 2 or 3"},
 		{[]string{"plan", "--dp", "0"}, "--dp"},
-		{[]string{"plan", "--offload", "disk"}, "unknown --offload"},
+		{[]string{"plan", "--offload", "disk"}, `--offload "disk": want activations, optimizer or params`},
 		{[]string{"plan", "--offload", "params", "--dp", "4"}, "--zero 3"},
 		{[]string{"plan", "--fsdp", "--zero", "2", "--dp", "4"}, "--fsdp is ZeRO-3"},
 		{[]string{"plan", "--pp", "64", "--accum", "64"}, "stages"},
@@ -85,7 +85,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--lora", "r=8,targets=nonexistent_proj"}, "nonexistent_proj"},
 		{[]string{"plan", "--model", "gpt2", "--ep", "2"}, "expert"},
 		{[]string{"plan", "--checkpoint", "modules=nothing.*"}, "no module matches"},
-		{[]string{"plan", "--checkpoint", "sometimes"}, "unknown --checkpoint"},
+		{[]string{"plan", "--checkpoint", "sometimes"}, `--checkpoint "sometimes": want none, full`},
 		{[]string{"plan", "--mode", "infer", "--checkpoint", "full"}, "training only"},
 	} {
 		code, out, errs := run(tc.args...)
@@ -255,7 +255,7 @@ func TestCompare(t *testing.T) {
 			}
 		}
 	}
-	if code, _, errs := run("compare", "--allow", "everything"); code == 0 || !strings.Contains(errs, "unknown --allow") {
+	if code, _, errs := run("compare", "--allow", "everything"); code == 0 || !strings.Contains(errs, `--allow "everything": want lora`) {
 		t.Errorf("bad --allow: exit %d, %q", code, errs)
 	}
 }
@@ -327,7 +327,7 @@ func TestPrecisionTheGPULacks(t *testing.T) {
 		{"compare", "--model", "gpt2", "--gpu", "t4", "--seq", "256"},
 	} {
 		code, out, errs := run(cmd...)
-		want := "memplan: invalid spec: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16, pure-fp16\n"
+		want := "memplan: the t4 has no bfloat16 arithmetic (--precision amp-bf16); it runs --precision fp32, amp-fp16, fp16, pure-fp16\n"
 		if code == 0 || out != "" || errs != want {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q, want %q", cmd, code, out, errs, want)
 		}

@@ -13,7 +13,7 @@ func TestDiagnoseAndReservedBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"diagnose", "--model", "lama-2-7b"}, `unknown model "lama-2-7b"`},
+		{[]string{"diagnose", "--model", "lama-2-7b"}, `--model "lama-2-7b": not a catalog model`},
 		{[]string{"diagnose", "--micro-batch", "0"}, "--micro-batch"},
 		{[]string{"diagnose", "extra"}, `reading snapshot: cannot read extra: no such file`}, // a positional argument is a snapshot file
 		{[]string{"plan", "--alloc-conf", "max_split_size_mb:4"}, "--alloc-conf: max_split_size_mb:4"},

@@ -29,7 +29,7 @@ func checkEmit(name, out string, s *engine.Spec) error {
 	}
 	rs := frameworks.Recipes(name)
 	if rs == nil {
-		return fmt.Errorf("unknown --emit %q (want %s)", name, strings.Join(frameworks.Names(), ", "))
+		return badChoice("--emit", name, frameworks.Names()...)
 	}
 	if !slices.Contains(rs, s.Sem.Recipe) {
 		return fmt.Errorf("--emit %s plans the run with --recipe %s, not --recipe %s: the emitted config has the winner's peak only when fit searched it that way", name, strings.Join(rs, " or --recipe "), s.Sem.Recipe)

@@ -65,7 +65,7 @@ func TestFitEmitBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--emit", "nemo"}, `unknown --emit "nemo" (want deepspeed, accelerate, torchtune, litgpt)`},
+		{[]string{"--emit", "nemo"}, `--emit "nemo": want one of deepspeed, accelerate, torchtune, litgpt`},
 		{[]string{"--emit-out", "x.json"}, "--emit-out needs --emit"},
 		{[]string{"--emit", "torchtune"}, "--emit torchtune plans the run with --recipe torchtune, not --recipe hf"},
 		{[]string{"--emit", "accelerate", "--recipe", "litgpt"}, "--recipe hf or --recipe deepspeed"},

@@ -31,8 +31,8 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--global-batch", "4"}, ExitOK, "Fastest plan that fits"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--budget", "100MiB", "--global-batch", "1"}, ExitNothingFits, "no plan fits"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--global-batch", "4", "--gen-tokens", "3"}, ExitOK, "Fastest plan that fits"},
-		{[]string{"plan", "--model", "lama-2-7b"}, ExitBadInput, "unknown model"},
-		{[]string{"max", "--model", "lama-2-7b", "--micro-batch", "?"}, ExitBadInput, "unknown model"},
+		{[]string{"plan", "--model", "lama-2-7b"}, ExitBadInput, "not a catalog model"},
+		{[]string{"max", "--model", "lama-2-7b", "--micro-batch", "?"}, ExitBadInput, "not a catalog model"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--allow", "magic"}, ExitBadInput, "--allow"},
 		{[]string{"--version"}, ExitOK, "memplan "},
 	} {
@@ -175,7 +175,7 @@ func TestMaxBadInput(t *testing.T) {
 		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--gen-tokens", "?"}, "--gen-tokens applies to inference (--mode infer)"},
 		{[]string{"max", "--model", "bert-base", "--gpu", "h100", "--mode", "infer", "--gen-tokens", "?"}, "bert-base is an encoder"},
 		{[]string{"max", "--model", "gpt2", "--micro-batch", "?"}, "max needs a --gpu or a --budget"},
-		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "??"}, "invalid argument"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--micro-batch", "??"}, `--micro-batch "??": want a whole number or '?'`},
 		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--seq", "?", "--mode", "infer", "--gen-tokens", "1024"}, "no --seq fits in gpt2's 1024 positions less 1024 generated tokens"},
 	} {
 		code, out, errs := run(c.args...)

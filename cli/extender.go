@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -94,9 +93,9 @@ func (f *extenderFlags) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", f.addr)
+	ln, err := listen(f.addr)
 	if err != nil {
-		return fmt.Errorf("--addr %s: %v", f.addr, err)
+		return err
 	}
 	if ctx == nil {
 		ctx = context.Background()

@@ -28,7 +28,7 @@ func TestExtenderBadInput(t *testing.T) {
 		{[]string{"extender", "--pods", filepath.Join(dir, "missing.json")}, "no such file"},
 		{[]string{"extender", "--pods", notList}, "kind \"Pod\" is not PodList"},
 		{[]string{"extender", "--pods", garbage}, "not a PodList"},
-		{[]string{"extender", "--pods", pods, "--addr", "256.0.0.1:-1"}, "--addr 256.0.0.1:-1"},
+		{[]string{"extender", "--pods", pods, "--addr", "256.0.0.1:-1"}, `--addr "256.0.0.1:-1": invalid port -1`},
 		{[]string{"extender", "stray"}, "unknown command"},
 	} {
 		code, out, errs := run(tc.args...)

@@ -69,7 +69,7 @@ func fitPins(changed func(string) bool, deny string, s *engine.Spec) (search.Pin
 			for _, d := range denials {
 				names = append(names, d.name)
 			}
-			return 0, fmt.Errorf("unknown --deny %q (want %s)", name, strings.Join(names, ", "))
+			return 0, badChoice("--deny", name, names...)
 		}
 		d := denials[i]
 		if changed(d.flag) && !d.none(s) || d.name == "zero" && changed("fsdp") {

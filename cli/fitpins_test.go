@@ -191,7 +191,7 @@ func TestFitPinConflicts(t *testing.T) {
 		{[]string{"--zero", "2", "--deny", "zero"}, "--zero 2 contradicts --deny zero"},
 		{[]string{"--tp", "2", "--deny", "tp"}, "--tp 2 contradicts --deny tp"},
 		{[]string{"--optimizer-impl", "fused", "--deny", "fused"}, "--optimizer-impl fused contradicts --deny fused"},
-		{[]string{"--deny", "magic"}, `unknown --deny "magic"`},
+		{[]string{"--deny", "magic"}, `--deny "magic": want one of offload`},
 		{[]string{"--tp", "3"}, "keeping --tp as given"},
 	} {
 		args := append([]string{"fit", "--model", "gpt2", "--gpu", "a100", "--gpus", "4", "--global-batch", "8"}, c.args...)

@@ -76,7 +76,7 @@ func TestMaxServeBadInput(t *testing.T) {
 		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--mode", "serve"}, "solves for --requests or --context"},
 		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "?", "--micro-batch", "4"}, "--micro-batch does not apply to --mode serve"},
 		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "?", "--context", "-3"}, "--context must be positive"},
-		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "x", "--context", "?"}, "invalid argument"},
+		{[]string{"max", "--model", "llama-3-8b", "--gpu", "h100", "--requests", "x", "--context", "?"}, `--requests "x": want a whole number or '?'`},
 		{[]string{"max", "--model", "bert-base", "--gpu", "h100", "--requests", "?"}, "encoder"},
 		{[]string{"max", "--model", "llama-3-8b", "--requests", "?"}, "--gpu"},
 	} {

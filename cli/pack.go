@@ -74,7 +74,7 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 		for _, name := range strings.Split(f.policies, ",") {
 			p, err := pack.ParsePolicy(strings.TrimSpace(name))
 			if err != nil {
-				return pool, opt, 0, fmt.Errorf("--policy: %v", err)
+				return pool, opt, 0, badChoice("--policy", name, policyNames()...)
 			}
 			opt.Policies = append(opt.Policies, p)
 		}
@@ -89,7 +89,7 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 	}
 	plot, err := pack.ParsePolicy(f.plotPolicy)
 	if err != nil {
-		return pool, opt, 0, fmt.Errorf("--plot-policy: %v", err)
+		return pool, opt, 0, badChoice("--plot-policy", f.plotPolicy, policyNames()...)
 	}
 	if (f.svg != "" || f.png != "") && len(opt.Policies) > 0 && !containsPolicy(opt.Policies, plot) {
 		return pool, opt, 0, fmt.Errorf("--plot-policy %s is not among --policy %s", plot, f.policies)

@@ -64,7 +64,7 @@ func TestRecipeFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan", "--recipe", "nemo"}, `unknown recipe "nemo" (recipes: deepspeed, hf, litgpt, megatron, pytorch, torchtitan, torchtune`},
+		{[]string{"plan", "--recipe", "nemo"}, `--recipe "nemo": want one of deepspeed, hf, litgpt, megatron, pytorch, torchtitan, torchtune, a recipe file's path`},
 		{[]string{"plan", "--set", "loss=chunky"}, `unknown loss "chunky"`},
 		{[]string{"plan", "--set", "lora.dropout=both"}, "lora.dropout=\"both\": want per-target or shared"},
 		{[]string{"plan", "--set", "colour=blue"}, `unknown switch "colour" (switches: precision`},

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/memplan/memplan/hw"
-	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/serve"
 	"github.com/memplan/memplan/units"
 	"github.com/spf13/cobra"
@@ -58,13 +56,13 @@ func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 			return s, fmt.Errorf("--%s does not apply to --mode serve", n)
 		}
 	}
-	m, err := models.Resolve(p.model)
+	m, err := resolveModel(p.model)
 	if err != nil {
 		return s, err
 	}
 	s.Model, s.TP = m, p.tp
 	if p.gpu != "" {
-		if s.GPU, err = hw.Lookup(p.gpu); err != nil {
+		if s.GPU, err = lookupGPU(p.gpu); err != nil {
 			return s, err
 		}
 	}
@@ -78,12 +76,12 @@ func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 	}
 	if f.dtype != "auto" {
 		if s.DType, err = units.ParseDType(f.dtype); err != nil {
-			return s, fmt.Errorf("--dtype: %v", err)
+			return s, badChoice("--dtype", f.dtype, "auto", "bfloat16", "float16", "float32")
 		}
 	}
 	if f.kvDType != "auto" {
 		if s.KVDType, err = units.ParseDType(f.kvDType); err != nil {
-			return s, fmt.Errorf("--kv-cache-dtype: %v", err)
+			return s, badChoice("--kv-cache-dtype", f.kvDType, "auto", "fp8", "bfloat16", "float16", "float32")
 		}
 	}
 	if s.Quant, err = serve.ParseQuant(f.quant); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -70,9 +69,9 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 			}
 			log := slog.New(slog.NewJSONHandler(stderr, nil))
 			cfg.Logger = log
-			ln, err := net.Listen("tcp", addr)
+			ln, err := listen(addr)
 			if err != nil {
-				return fmt.Errorf("--addr %s: %w", addr, err)
+				return err
 			}
 			hs := &http.Server{Handler: server.New(APIBackend{}, cfg), ReadHeaderTimeout: 10 * time.Second,
 				ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}

@@ -48,7 +48,7 @@ func TestPlanServeBadInput(t *testing.T) {
 		{[]string{"--tp", "3"}, "--tp 3 must divide"},
 		{[]string{"--micro-batch", "4"}, "--micro-batch does not apply to --mode serve"},
 		{[]string{"--seq", "4096"}, "--seq does not apply"},
-		{[]string{"--quantization", "marlin-3bit"}, `unknown --quantization "marlin-3bit"`},
+		{[]string{"--quantization", "marlin-3bit"}, `--quantization "marlin-3bit": want none, int8`},
 		{[]string{"--dtype", "int3"}, "--dtype"},
 		{[]string{"--dtype", "int8"}, "--dtype must be bfloat16"},
 		{[]string{"--kv-cache-dtype", "int64"}, "--kv-cache-dtype must be"},

@@ -61,7 +61,7 @@ func Recipes(name string) []string {
 func Config(name string, s *engine.Spec) (string, error) {
 	i := slices.IndexFunc(frameworks, func(f framework) bool { return f.name == name })
 	if i < 0 {
-		return "", engine.FieldErrorf(engine.FieldEmit, "unknown {emit} %q (want %s)", name, strings.Join(Names(), ", "))
+		return "", engine.FieldErrorf(engine.FieldEmit, "{emit} %q: want %s", name, strings.Join(Names(), ", "))
 	}
 	f := frameworks[i]
 	if !slices.Contains(f.recipes, s.Sem.Recipe) {

@@ -98,7 +98,7 @@ func ParseCheckpoint(s string) (CheckpointPolicy, error) {
 		}
 		return CheckpointModulesOf(pats...), nil
 	}
-	return CheckpointPolicy{}, fieldErr(FieldCheckpoint, "unknown {checkpoint} %q (want none, full, every=K, modules=GLOB, selective, selective-op or auto)", s)
+	return CheckpointPolicy{}, fieldErr(FieldCheckpoint, "{checkpoint} %q: want none, full, every=K, modules=GLOB, selective, selective-op or auto", s)
 }
 
 // CheckpointModulesOf checkpoints the modules matching globs (none may

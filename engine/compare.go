@@ -31,7 +31,7 @@ func ParseAllow(s string) (Allow, error) {
 		case "precision":
 			a.LowerPrecision = true
 		default:
-			return a, fieldErr(FieldAllow, "unknown {allow} %q (want lora, qlora, 8bit or precision)", f)
+			return a, fieldErr(FieldAllow, "{allow} %q: want lora, qlora, 8bit or precision", f)
 		}
 	}
 	return a, nil

@@ -40,6 +40,7 @@ const (
 	FieldHostMemory
 	FieldGPUsPerNode
 	FieldEmit
+	FieldAttention
 )
 
 // fieldNames are each field's key (how a message refers to it: "{key}")
@@ -74,6 +75,7 @@ var fieldNames = [...]struct{ key, words string }{
 	FieldHostMemory:  {"host-memory", "host memory per node"},
 	FieldGPUsPerNode: {"gpus-per-node", "GPUs per node"},
 	FieldEmit:        {"emit", "framework config"},
+	FieldAttention:   {"attention", "attention"},
 }
 
 // Key is how messages refer to f ("{micro-batch}").

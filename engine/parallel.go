@@ -25,7 +25,7 @@ func ParseOffload(s string) (Offload, error) {
 		case "params", "parameters":
 			o.Params = true
 		default:
-			return o, fieldErr(FieldOffload, "unknown {offload} %q (want activations, optimizer or params)", f)
+			return o, fieldErr(FieldOffload, "{offload} %q: want activations, optimizer or params", f)
 		}
 	}
 	return o, nil
@@ -62,7 +62,7 @@ func (s *Spec) validateParallel() error {
 	case s.ZeROBucketElems < 0:
 		return invalid(FieldZeRO, "ZeRO reduce bucket of %d elements must not be negative", s.ZeROBucketElems)
 	case s.ZeRO < 0 || s.ZeRO > 3:
-		return invalid(FieldZeRO, "unknown {zero} %d (want 0, 1, 2 or 3)", s.ZeRO)
+		return invalid(FieldZeRO, "{zero} %d: want 0, 1, 2 or 3", s.ZeRO)
 	case s.ZeRO > 0 && s.DP < 2:
 		return invalid(FieldZeRO, "ZeRO-%d shards over data-parallel ranks: it needs {dp} of at least 2; with {dp} 1 it changes nothing", s.ZeRO)
 	case s.Offload.Params && s.ZeRO != 3:

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/memplan/memplan/internal/yamlerr"
 )
 
 // Cluster is what a cluster file (memplan --cluster FILE) says about the
@@ -34,7 +36,7 @@ func ParseCluster(data []byte) (Cluster, error) {
 		} `json:"inter_node"`
 	}
 	if err := yaml.UnmarshalStrict(data, &raw); err != nil {
-		return Cluster{}, fmt.Errorf("not a cluster file: %v", err)
+		return Cluster{}, fmt.Errorf("not a cluster file: %s", yamlerr.Message(err))
 	}
 	var c Cluster
 	if raw.GPUsPerNode != nil {

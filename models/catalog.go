@@ -104,6 +104,9 @@ func Names() []string {
 	return append([]string(nil), catalogNames...)
 }
 
+// ErrUnknownModel is a name that is not in the catalog.
+var ErrUnknownModel = errors.New("unknown model")
+
 // Lookup returns the catalog architecture with the given name (case
 // insensitive; the HuggingFace repository id, e.g. "meta-llama/Llama-2-7b-hf",
 // is accepted too). An unknown name yields an error suggesting the three
@@ -121,7 +124,7 @@ func Lookup(name string) (*Arch, error) {
 	}
 	data, ok := catalogData[key]
 	if !ok {
-		return nil, fmt.Errorf("unknown model %q; did you mean %s?", name, strings.Join(Suggest(name, 3), ", "))
+		return nil, fmt.Errorf("%w %q; did you mean %s?", ErrUnknownModel, name, strings.Join(Suggest(name, 3), ", "))
 	}
 	return ParseHFConfig(data, key)
 }

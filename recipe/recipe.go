@@ -20,6 +20,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 )
 
 //go:embed recipes/*.yaml
@@ -47,6 +48,9 @@ type Setting struct {
 // ErrRecipe wraps every recipe error.
 var ErrRecipe = errors.New("recipe")
 
+// ErrUnknownRecipe is a name that is neither an embedded recipe nor a path.
+var ErrUnknownRecipe = errors.New("unknown recipe")
+
 // maxFileBytes bounds a recipe file.
 const maxFileBytes = 1 << 20
 
@@ -54,10 +58,10 @@ const maxFileBytes = 1 << 20
 func Parse(data []byte, name string) (*Recipe, error) {
 	var r Recipe
 	if err := yaml.UnmarshalStrict(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrRecipe, name, oneLine(err.Error()))
+		return nil, fmt.Errorf("%w: %s: %s", ErrRecipe, name, yamlerr.Message(err))
 	}
 	if strings.TrimSpace(r.Name) == "" {
-		return nil, fmt.Errorf("%w: %s: no name", ErrRecipe, name)
+		return nil, fmt.Errorf("%w: %s: no name: a recipe file is YAML with name: and switches: (key, value, source), as memplan recipes NAME prints", ErrRecipe, name)
 	}
 	for i, st := range r.Settings {
 		if err := check(st.Key, st.Value); err != nil {
@@ -66,8 +70,6 @@ func Parse(data []byte, name string) (*Recipe, error) {
 	}
 	return &r, nil
 }
-
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 // check validates key=value by applying it to a scratch spec.
 func check(key, value string) error {
@@ -142,7 +144,7 @@ func Load(nameOrPath string) (*Recipe, error) {
 		}
 	}
 	if !strings.ContainsAny(nameOrPath, "/.") {
-		return nil, fmt.Errorf("%w: unknown recipe %q (recipes: %s; or give a recipe file)", ErrRecipe, nameOrPath, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("%w: %w %q (recipes: %s; or give a recipe file)", ErrRecipe, ErrUnknownRecipe, nameOrPath, strings.Join(Names(), ", "))
 	}
 	data, err := boundedio.ReadFile(nameOrPath, maxFileBytes)
 	if err != nil {
@@ -156,7 +158,7 @@ func (r *Recipe) Set(kv string) error {
 	key, value, ok := strings.Cut(kv, "=")
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
 	if !ok || key == "" {
-		return fmt.Errorf("%w: %w", ErrRecipe, engine.FieldErrorf(engine.FieldSet, "{set} %q is not key=value", kv))
+		return fmt.Errorf("%w: %w", ErrRecipe, engine.FieldErrorf(engine.FieldSet, "{set} %q: want key=value (memplan recipes NAME lists the keys)", kv))
 	}
 	if err := check(key, value); err != nil {
 		return fmt.Errorf("%w: %w", ErrRecipe, engine.FieldErrorf(engine.FieldSet, "{set} %v", err))

@@ -45,8 +45,8 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ kv, want string }{
-		{"nonsense", `recipe setting "nonsense" is not key=value`},
-		{"=true", "is not key=value"},
+		{"nonsense", `recipe setting "nonsense": want key=value`},
+		{"=true", `"=true": want key=value`},
 		{"lora.drop=shared", `unknown switch "lora.drop" (switches: precision, optimizer`},
 		{"lora.dropout=twice", `lora.dropout="twice": want per-target or shared (allowed: per-target, shared)`},
 		{"precision=fp8", `precision="fp8"`},

@@ -66,7 +66,7 @@ func ParseQuant(s string) (Quant, error) {
 	case "nf4", "bitsandbytes", "bnb-nf4":
 		return NF4, nil
 	}
-	return 0, bad(FieldQuant, "unknown {quantization} %q (want none, int8, fp8, awq, gptq or nf4)", s)
+	return 0, bad(FieldQuant, "{quantization} %q: want none, int8, fp8, awq, gptq or nf4", s)
 }
 
 // QuantNames lists the schemes for flag help.

@@ -108,7 +108,7 @@ func TestBadInput(t *testing.T) {
 			row{c, `{"model": "gpt2", "model": "gpt2"}`, 400, "model", "given twice"},
 			row{c, `{"model": null}`, 400, "model", "not null"},
 			row{c, huge, 413, "", "over the limit of 1024 bytes"},
-			row{c, `{"model": "nope", "gpu": "h100"` + ask + `}`, 400, "", `unknown model "nope"`},
+			row{c, `{"model": "nope", "gpu": "h100"` + ask + `}`, 400, "", `model "nope": not a catalog model`},
 			row{c, `{"model": "./config.json"}`, 400, "model", "catalog models"},
 			row{c, `{"recipe": "/etc/recipe.yaml"}`, 400, "recipe", "recipe names"},
 			row{c, `{"model": "gpt2", "gpu": "h100", "seq": -1` + ask + `}`, 400, "seq", "seq"},
