@@ -45,7 +45,7 @@ func ParseMode(s string) (Mode, error) {
 	case "infer", "inference":
 		return Infer, nil
 	}
-	return 0, fieldErr(FieldMode, "unknown {mode} %q (want train or infer)", s)
+	return 0, fieldErr(FieldMode, "{mode} %q: want train or infer", s)
 }
 
 // Spec is one job. The zero value (with a Model) is a valid spec: Validate
@@ -350,6 +350,11 @@ func (s *Spec) validateOptions() error {
 	}
 	if s.Mode == Infer && s.Checkpoint.Kind != NoCheckpoint {
 		return invalid(FieldCheckpoint, "{checkpoint} applies to training only")
+	}
+	if s.Checkpoint.Kind == CheckpointSelective && s.Trace == nil && s.Attention != build.Eager {
+		// Selective recompute replays eager attention's core_attention
+		// module (its score matrices); SDPA keeps no scores to replay.
+		return invalid(FieldCheckpoint, "{checkpoint} selective recomputes eager attention's score matrices and needs {attention} eager; with {attention} %s, {checkpoint} selective-op or full save memory", s.Attention)
 	}
 	if s.Mode == Infer && s.GenTokens > 0 && s.Model.Encoder {
 		return invalid(FieldGenTokens, "%s is an encoder; it has no KV cache to generate {gen-tokens} with", s.Model.Name)
