@@ -42,7 +42,12 @@ _LIMITS = TABLE["limits"]
 
 
 class WorkloadError(ValueError):
-    pass
+    """A refusal of a workload file, on one line whatever the file holds: a tag or key quoted from it may hold a
+    line break (workload.FuzzParse's tag "!0%0A" is "!0" and a newline), written as \\n and \\r, as the Go
+    reader's bad() writes it (workload/workload.go)."""
+
+    def __init__(self, msg):
+        super().__init__(str(msg).replace("\n", "\\n").replace("\r", "\\r"))
 
 
 def _describe(v):
