@@ -145,7 +145,12 @@ func writePeakLines(b *strings.Builder, res *engine.Result) {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	name, module := res.PeakOp()
 	fmt.Fprintf(b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
-	if p.MicroBatches > 1 {
+	switch {
+	case p.MicroBatches > 1 && r.Peak.Phase == ir.Optimizer:
+		// The optimizer steps once, after every micro-step (its ops carry
+		// micro-step 0: "micro-step 1 of 2" was wrong).
+		fmt.Fprintf(b, ", after the last of %d micro-steps", max(p.MicroBatches, s.Accum))
+	case p.MicroBatches > 1:
 		fmt.Fprintf(b, ", micro-step %s of %d", microStep(res, r.Peak.Micro), max(p.MicroBatches, s.Accum))
 	}
 	if len(res.StagePeaks) > 1 {
