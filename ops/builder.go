@@ -453,14 +453,45 @@ func (b *Builder) Softmax(name string, x ir.TensorID, log bool) ir.TensorID {
 	return b.Unary(kind, name, x)
 }
 
-// Binary is add or mul with broadcasting of c onto a's shape.
+// Binary is add or mul with broadcasting (either operand may be the one
+// broadcast: weight * hidden in HF's RMSNorm).
 func (b *Builder) Binary(kind, name string, a, c ir.TensorID) ir.TensorID {
 	ins, dt := b.autocast(kind, a, c)
-	as := b.g.Tensors[ins[0]].Shape
-	if cs := b.g.Tensors[ins[1]].Shape; numel(cs) > numel(as) {
-		as = cs
+	as, cs := b.g.Tensors[ins[0]].Shape, b.g.Tensors[ins[1]].Shape
+	shape := broadcast(as, cs)
+	if shape == nil { // not broadcastable: the larger operand's
+		shape = append([]int64(nil), as...)
+		if numel(cs) > numel(as) {
+			shape = append([]int64(nil), cs...)
+		}
 	}
-	return b.node(kind, ins, []out{{name: name, dt: dt, shape: append([]int64(nil), as...), view: ir.NoTensor}}, float64(numel(as)))[0]
+	return b.node(kind, ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, float64(numel(shape)))[0]
+}
+
+// broadcast is the shape of an elementwise op on shapes a and c as PyTorch
+// broadcasts them (aligned on the right, a dimension of 1 stretched), nil
+// when they do not broadcast. Taking the operand with more elements was
+// wrong when both have as many: HF's RMSNorm multiplies weight [H] by the
+// normalized [B, S, H], which at one token (micro-batch 1, a sequence of 1,
+// or of TP ranks under sequence parallelism) has H elements too, and the
+// result was [H]; sequence parallelism's gather then indexed its sequence
+// dimension and panicked (plan --model llama-3.2-1b --tp 2 --sp --seq 2).
+func broadcast(a, c []int64) []int64 {
+	if len(c) > len(a) {
+		a, c = c, a
+	}
+	out := append([]int64(nil), a...)
+	off := len(a) - len(c)
+	for i, d := range c {
+		switch o := out[off+i]; {
+		case o == d || d == 1:
+		case o == 1:
+			out[off+i] = d
+		default:
+			return nil
+		}
+	}
+	return out
 }
 
 // Scale multiplies by a Python scalar (saves nothing).
