@@ -286,7 +286,8 @@ func refusal(text string) []string {
 // that is not a number or is negative (issue 15: "-8388608.00 TiB with NaN%
 // headroom", "+NaN%").
 // (A saving is written with U+2212, "−949.40 MiB"; a wrapped size with '-'.)
-var badText = regexp.MustCompile(`(?i)\b(nan|[+-]?inf)\b|-\d[\d.,]*\s?([KMGTPE]i?B|bytes)\b`)
+// A minus inside a name (a100-40gb-mig-1g.5gb) is no sign.
+var badText = regexp.MustCompile(`(?i)\b(nan|[+-]?inf)\b|(^|[^\w.-])-\d[\d.,]*\s?([KMGTPE]i?B|bytes)\b`)
 
 // sane says what is wrong with an answer ("" for nothing): JSON has no
 // negative or non-finite size, count or time, and a plan's peak is its
@@ -326,8 +327,11 @@ func walkSizes(path string, v any, all bool) string {
 	switch x := v.(type) {
 	case map[string]any:
 		for k, e := range x {
-			// A delta (compare's peak_delta_bytes) may be negative.
-			inner := (all || sizeKey(k) || k == "ledger" || k == "model_states" || k == "by_module") && !strings.Contains(k, "delta")
+			// A delta (compare's peak_delta_bytes; its extra_flops, negative
+			// when a strategy recomputes less than the job as given) may be
+			// negative.
+			delta := strings.Contains(k, "delta") || strings.HasPrefix(k, "extra_")
+			inner := (all || sizeKey(k) || k == "ledger" || k == "model_states" || k == "by_module") && !delta
 			if msg := walkSizes(path+"."+k, e, inner); msg != "" {
 				return msg
 			}

@@ -310,6 +310,26 @@ EDGE_REFUSED = {
 EDGE_LIMIT_CODES = {"compare": (4, ""), "diagnose": (3, ""), "fit": ("open:0", "")}
 
 
+# Ordinary jobs whose reports crashed or said something wrong, found by
+# cmd/memplan's TestSweep (issue 15's crash sweep): (exit, want, args, what it was).
+EDGE_SWEEP = [
+    (0, "sequence ×2 (2048): n/a: ", ["diagnose", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "8"],
+     "sweep: a row that cannot be planned (sequence x2 past gpt2's positions) misaligned the rows under it"),
+    (0, "", ["compare", "--model", "vit-base", "--gpu", "a100-40gb", "--precision", "fp32", "--optimizer", "sgd", "--pp", "2",
+         "--accum", "4", "--json"],
+     "sweep: offloading activations changed the step's FLOPs by -1.3% (the slowest stage's FLOPs were compared)"),
+    (0, "after the last of 2 micro-steps", ["plan", "--model", "gpt2", "--gpu", "rtx-4090", "--seq", "1", "--accum", "2"],
+     "sweep: the optimizer's peak was said to be in micro-step 1 of 2"),
+    (0, "", ["plan", "--model", "llama-3.2-1b", "--tp", "2", "--sp", "--seq", "2", "--json", "--no-timeline"],
+     "sweep: panicked (RMSNorm's weight x hidden at one token per rank took the weight's shape [H])"),
+    (4, "", ["max", "--model", "llama-2-13b", "--gpu", "h100-sxm-mig-3g.40gb", "--micro-batch", "8", "--seq", "?", "--tp", "2",
+         "--sp", "--json"],
+     "sweep: panicked in its lever's plan of micro-batch 1 x seq 2 (the same shape)"),
+    (0, "", ["plan", "--model", "gpt2", "--gpu", "a100-40gb-mig-1g.5gb", "--seq", "1024", "--micro-batch", "2"],
+     "sweep: a MIG slice's name (a100-40gb-...) is no negative size in the text"),
+]
+
+
 def edge_probes():
     ps = []
     for m in EDGE_MODELS:
@@ -324,6 +344,7 @@ def edge_probes():
         ps.append((code, want, a, None))
     # Between build's limit (2^31 tokens a model's graph is built for) and
     # engine's (2^34): refused, naming both flags and the limit.
+    ps += [(code, want, args, why) for code, want, args, why in EDGE_SWEEP]
     ps.append((1, "--micro-batch 16777215 × --seq 1024 is over the limit of 2^31 tokens", ["plan", "--model", "gpt2", "--seq", "1024", "--micro-batch", "16777215"], None))
     return ps
 
