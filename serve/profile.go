@@ -37,6 +37,9 @@ import (
 // 3090, Llama-3.1-8B: peak_torch_memory − weights = 2.07 GiB at 20000
 // tokens, 2.99 GiB at 29000, 0.06 GiB at 512 under chunked prefill) show
 // no sampler temporaries beyond the logits.
+//
+// Bounded (limits.go): N × the widest phase ≤ 2^58 elements
+// (validateProducts), S × vpad ≤ 2^20 × 2^24 and N × H ≤ 2^26 × 2^20.
 func profilePeak(s *Spec) (units.Bytes, string) {
 	a, dt := s.Model, s.DType
 	N := int64(s.MaxNumBatchedTokens)
@@ -60,6 +63,8 @@ func profilePeak(s *Spec) (units.Bytes, string) {
 
 // layerElems is the elements one token keeps live in a decoder layer's
 // attention phase and in its MLP phase (profilePeak says which).
+// Each is at most 2^37 under the parser's limits (q, kv ≤ 2^14 heads ×
+// 2^20 head_dim; k·(3·I + H) ≤ 2^12 · 2^22; experts ≤ 2^12).
 func layerElems(s *Spec) (attn, mlp int64) {
 	a, t := s.Model, int64(s.TP)
 	H, I := int64(a.Hidden), int64(a.Intermediate)
@@ -107,6 +112,7 @@ func perTokenDecode(s *Spec) units.Bytes {
 // graph) from the largest batch (min(max_num_seqs, 256)) down, sharing one
 // memory pool, so the pool holds the activations of the largest batch
 // (model_runner.py capture_model, graph_memory_pool).
+// Bounded: 256 sequences × perTokenDecode (≤ 2^37 elements of ≤ 4 bytes).
 func graphPool(s *Spec) units.Bytes {
 	b := int64(min(s.MaxNumSeqs, maxGraphBatch))
 	return units.Bytes(b) * perTokenDecode(s)

@@ -29,8 +29,10 @@ type Timing struct {
 	ComputeDType units.DType
 }
 
-// roofline prices prefill and decode on s.GPU.
-func roofline(s *Spec, r *Result) *Timing {
+// roofline prices prefill and decode on s.GPU (in float64: FLOPs and bytes
+// of any size, no wrap); a TTFT or step longer than a time.Duration holds
+// (292 years) is refused naming --prompt or --context.
+func roofline(s *Spec, r *Result) (*Timing, error) {
 	g, a, t := s.GPU, s.Model, float64(s.TP)
 	cd := s.DType
 	if s.Quant == FP8 && g.FP8 > 0 {
@@ -38,7 +40,7 @@ func roofline(s *Spec, r *Result) *Timing {
 	}
 	peak := g.PeakFLOPs(cd)
 	if peak <= 0 || g.MemBandwidth <= 0 {
-		return nil
+		return nil, nil
 	}
 	// Matmul FLOPs per token on one rank: 2 per active weight (MoE: top-k
 	// experts of E), the LM head only for the sampled token.
@@ -50,20 +52,27 @@ func roofline(s *Spec, r *Result) *Timing {
 	prefillFLOPs := 2*active*P + 2*L*P*P*q
 	weightRead := float64(r.Weights) / g.MemBandwidth
 	prefill := max(prefillFLOPs/peak, weightRead) + allReduce(s, P)
+	if !durationOK(prefill) {
+		return nil, bad(FieldPrompt, "{prompt} %d of %s takes %.3g s to prefill on the %s, over the 292 years a time holds", s.Prompt, a.Name, prefill, g.Name)
+	}
 	tm := &Timing{TTFT: seconds(prefill), ComputeDType: cd}
 	B := min(max(r.ConcurrencyAtContext, 1), int64(s.MaxNumSeqs))
 	C := float64(s.Context)
 	kvRead := float64(B) * C / float64(s.BlockSize) * float64(r.BlockBytes) / g.MemBandwidth
 	decodeFLOPs := float64(B) * (2*active + 4*L*C*q)
 	step := max(decodeFLOPs/peak, weightRead+kvRead) + allReduce(s, float64(B))
+	if !durationOK(step) {
+		return nil, bad(FieldContext, "a decode step of %d requests at {context} %d of %s takes %.3g s on the %s, over the 292 years a time holds", B, s.Context, a.Name, step, g.Name)
+	}
 	tm.DecodeBatch, tm.DecodeStep = B, seconds(step)
 	tm.DecodeTokensPerSec = float64(B) / step
 	tm.PerRequestTokensPerSec = 1 / step
-	return tm
+	return tm, nil
 }
 
 // activeParams is the weights one token multiplies by: every layer (top-k
 // experts of a MoE) and the LM head.
+// Bounded by the parameter count (≤ 10^15, the parser's limit).
 func activeParams(s *Spec) int64 {
 	a := s.Model
 	var n int64
@@ -91,6 +100,7 @@ func activeParams(s *Spec) int64 {
 // allReduce is two ring all-reduces per layer of tokens×hidden activations
 // (after o_proj and down_proj) over NVLink, or PCIe without it: each moves
 // 2(t−1)/t of the bytes per direction.
+// In float64: no wrap; roofline refuses a total past a time.Duration.
 func allReduce(s *Spec, tokens float64) float64 {
 	if s.TP < 2 {
 		return 0

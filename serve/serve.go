@@ -224,7 +224,10 @@ func (s *Spec) Validate() error {
 	if err := s.validateDTypes(); err != nil {
 		return err
 	}
-	return s.validateSizes()
+	if err := s.validateSizes(); err != nil {
+		return err
+	}
+	return s.validateProducts()
 }
 
 // configQuant maps a config.json's quantization_config onto the scheme
@@ -457,7 +460,9 @@ type Result struct {
 	Timing *Timing
 }
 
-// Plan validates s and computes what vLLM logs at start-up.
+// Plan validates s and computes what vLLM logs at start-up. Bounded:
+// Tokens = Blocks × BlockSize ≤ KVAvailable / 2 (a block holds at least
+// two bytes per token), and the budget is at most --total-memory's 2^62.
 func Plan(s Spec) (*Result, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
@@ -484,7 +489,9 @@ func Plan(s Spec) (*Result, error) {
 		r.CUDAGraphs = graphPool(&s)
 	}
 	if s.GPU != nil && r.Fits {
-		r.Timing = roofline(&s, r)
+		if r.Timing, err = roofline(&s, r); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
@@ -516,11 +523,7 @@ func kvHeadsPerRank(s *Spec) int {
 // qk_rope_head_dim per token and layer, no separate value, on every TP
 // rank (get_cache_block_size: value_cache_entry = 0 when use_mla; the MLA
 // backends' KV cache shape [blocks, block_size, 576]).
+// A validated spec's block holds at most 2^58 elements (validateProducts).
 func BlockBytes(s *Spec) units.Bytes {
-	a := s.Model
-	if a.MLA() {
-		return s.KVDType.Size(int64(s.BlockSize) * int64(a.KVCacheElems()) * int64(a.Layers))
-	}
-	per := int64(s.BlockSize) * int64(kvHeadsPerRank(s)) * int64(a.HeadDim)
-	return s.KVDType.Size(2 * per * int64(a.Layers))
+	return s.KVDType.Size(int64(s.BlockSize) * kvElemsPerToken(s))
 }

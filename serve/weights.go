@@ -79,6 +79,8 @@ func linearBytes(q Quant, out, in int64, dt units.DType) units.Bytes {
 }
 
 // groupLinearBytes is linearBytes with AWQ's and GPTQ's group of g inputs.
+// Bounded: out × in is one weight of a model the parser holds to 10^15
+// parameters, and groups ≤ in.
 func groupLinearBytes(q Quant, g, out, in int64, dt units.DType) units.Bytes {
 	switch q {
 	case Int8:
@@ -107,6 +109,9 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 // and the rotary cos/sin cache vLLM keeps in the serving dtype
 // ([max_position, rotary_dim], rotary_embedding.py
 // _compute_cos_sin_cache).
+//
+// Bounded: the sum of every weight of a model the parser holds to 10^15
+// parameters, at ≤ 4 bytes each, plus max_position (≤ 2^26) × rotary_dim.
 func weightBytes(s *Spec) (units.Bytes, error) {
 	a, t, dt := s.Model, int64(s.TP), s.DType
 	if a.Family == models.FamilyViT || a.Encoder {
@@ -183,6 +188,7 @@ func weightBytes(s *Spec) (units.Bytes, error) {
 // over the ranks; a dense MLP in the first first_k_dense_replace layers.
 // Norms (q_a_layernorm and kv_a_layernorm included) are counted with the
 // others.
+// Bounded as weightBytes.
 func deepseekBytes(s *Spec, lin func(out, in int64) units.Bytes, experts units.Bytes) units.Bytes {
 	a, t := s.Model, int64(s.TP)
 	H, A, D := int64(a.Hidden), int64(a.Heads), int64(a.HeadDim)

@@ -161,8 +161,17 @@ func (d DType) Bits() int {
 	return 0
 }
 
-// Size is the storage of n elements, rounded up to a whole byte.
-func (d DType) Size(n int64) Bytes { return Bytes((n*int64(d.Bits()) + 7) / 8) }
+// Size is the storage of n elements, rounded up to a whole byte. Whole
+// bytes of eight elements are counted apart from the rest, so that n·bits
+// is never formed: it wrapped for 2^58 fp32 elements (the limit on one
+// activation, engine.MaxElements), while the size, 1 EiB, fits.
+func (d DType) Size(n int64) Bytes {
+	b := int64(d.Bits())
+	if n < 0 {
+		return Bytes((n*b + 7) / 8)
+	}
+	return Bytes(n>>3*b + (n&7*b+7)/8)
+}
 
 // ParseDType accepts PyTorch names ("float32", "torch.bfloat16") and short
 // forms ("fp32", "bf16").

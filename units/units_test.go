@@ -95,3 +95,24 @@ func TestMulChecked(t *testing.T) {
 		t.Error("past 4 EiB accepted")
 	}
 }
+
+// Size never forms n·bits: 2^58 fp32 elements (engine.MaxElements) are
+// 1 EiB, not a wrapped negative size; below that it is (n·bits + 7)/8.
+func TestSizeDoesNotWrap(t *testing.T) {
+	for _, d := range []DType{F64, F32, BF16, FP8, NF4, Bool} {
+		for n := int64(0); n < 100; n++ {
+			if got, want := d.Size(n), Bytes((n*int64(d.Bits())+7)/8); got != want {
+				t.Errorf("%s.Size(%d) = %d, want %d", d, n, got, want)
+			}
+		}
+	}
+	if got := F32.Size(1 << 58); got != 1<<60 {
+		t.Errorf("F32.Size(2^58) = %d, want 2^60", got)
+	}
+	if got := F64.Size(1<<58 + 3); got != 1<<61+24 {
+		t.Errorf("F64.Size(2^58+3) = %d, want 2^61+24", got)
+	}
+	if got := NF4.Size(1<<62 + 1); got != 1<<61+1 {
+		t.Errorf("NF4.Size(2^62+1) = %d, want 2^61+1", got)
+	}
+}
