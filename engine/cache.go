@@ -15,7 +15,8 @@ import (
 // the checkpoint policies of one micro-batch lower it once. A Cache is safe for concurrent use; cached
 // programs are never modified (strategy.Transform must not modify its
 // input), so a plan with a Cache equals one without. It holds at most
-// about Limit ops' worth of programs (default 512Ki), and empties when full.
+// about Limit ops' worth of programs (default 512Ki); when full, it drops
+// the programs used least recently until the new one fits.
 type Cache struct {
 	Limit int
 
@@ -23,6 +24,9 @@ type Cache struct {
 	m            map[cacheKey]*cacheEntry
 	size         int
 	hits, misses int
+	// tick counts lookups and insertions; each entry keeps the tick of its
+	// last use, and the least recently used go first.
+	tick uint64
 }
 
 // Stats counts the lookups that found a program and those that did not.
@@ -35,6 +39,7 @@ func (c *Cache) Stats() (hits, misses int) {
 type cacheEntry struct {
 	prog   *ir.Program
 	params int64
+	used   uint64 // Cache.tick at its last use
 }
 
 // cacheKey keys a cached program: the spec with the parts the program
@@ -102,6 +107,8 @@ func (c *Cache) get(k cacheKey) *cacheEntry {
 	e := c.m[k]
 	if e != nil {
 		c.hits++
+		c.tick++
+		e.used = c.tick
 	} else {
 		c.misses++
 	}
@@ -115,11 +122,39 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	if limit <= 0 {
 		limit = 512 << 10
 	}
-	if c.m == nil || c.size+len(e.prog.Ops) > limit {
-		c.m, c.size = map[cacheKey]*cacheEntry{}, 0
+	if c.m == nil {
+		c.m = map[cacheKey]*cacheEntry{}
 	}
+	if old := c.m[k]; old != nil {
+		delete(c.m, k)
+		c.size -= len(old.prog.Ops)
+	}
+	c.evict(limit - len(e.prog.Ops))
+	c.tick++
+	e.used = c.tick
 	c.m[k] = e
 	c.size += len(e.prog.Ops)
+}
+
+// evict drops the least recently used programs until at most room ops'
+// worth are left (all of them when room is negative). Emptying the whole
+// cache instead, as it once did, rebuilt about one program in eight of a
+// mixtral-8x7b search's LoRA bundles (the lowered and checkpointed programs
+// the next ZeRO stage asks for again); a scan per eviction costs nothing
+// next to building one program (the cache holds a few hundred).
+func (c *Cache) evict(room int) {
+	for c.size > room && len(c.m) > 0 {
+		var oldest cacheKey
+		var at uint64
+		first := true
+		for k, e := range c.m {
+			if first || e.used < at {
+				oldest, at, first = k, e.used, false
+			}
+		}
+		c.size -= len(c.m[oldest].prog.Ops)
+		delete(c.m, oldest)
+	}
 }
 
 // lowering is the key of k's lowered program.
