@@ -3,6 +3,7 @@ package strategy
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -362,6 +363,11 @@ func (pl *pipeliner) placeOps() error {
 			opChunk[i] = chunkSource
 		default:
 			opChunk[i] = pl.chunkOf(i, nodeChunk)
+			if opChunk[i] == chunkNone && pl.readsCarried(op, ir.Gradient) {
+				// lower carries the previous step's gradients as one tensor
+				// of the whole model, not one per stage.
+				return fmt.Errorf("pipeline parallelism does not model zero_grad between forward and backward (%s): the previous step's gradients are carried whole, not per stage", op.Name)
+			}
 			if opChunk[i] == chunkNone {
 				return fmt.Errorf("pipeline cannot place op %d (%s) on a stage", i, op.Name)
 			}
@@ -391,7 +397,24 @@ func (pl *pipeliner) chunkOf(i int, nodeChunk map[int32]int) int {
 			return pl.opChunk[w]
 		}
 	}
+	// The loop rebinding the outputs it held from the previous iteration
+	// ("logits = model(...) (rebinds)", lower's HoldNextForward) reads only
+	// that carried state: it runs where the op it follows, the last write
+	// of the outputs, does (the last stage). It had no stage: plan --pp 2
+	// --recipe litgpt (or pytorch) was refused (issue 15's sweep).
+	if i > 0 && pl.readsCarried(op, ir.Temporary) && pl.opChunk[i-1] >= 0 {
+		return pl.opChunk[i-1]
+	}
 	return chunkNone
+}
+
+// readsCarried reports whether op reads state of category cat the previous
+// iteration left alive (ir.Tensor.Carried).
+func (pl *pipeliner) readsCarried(op *ir.Op, cat ir.Category) bool {
+	return slices.ContainsFunc(op.In, func(t ir.TensorID) bool {
+		st := &pl.p.Tensors[ir.Storage(pl.p.Tensors, t)]
+		return st.Carried && st.Cat == cat
+	})
 }
 
 // keepOps keeps the forward and backward ops of the rank's chunks, in
