@@ -325,6 +325,11 @@ EDGE_SWEEP = [
     (4, "", ["max", "--model", "llama-2-13b", "--gpu", "h100-sxm-mig-3g.40gb", "--micro-batch", "8", "--seq", "?", "--tp", "2",
          "--sp", "--json"],
      "sweep: panicked in its lever's plan of micro-batch 1 x seq 2 (the same shape)"),
+    (0, "", ["plan", "--model", "gpt2", "--pp", "2", "--accum", "4", "--recipe", "litgpt", "--json", "--no-timeline"],
+     "sweep: refused as 'pipeline cannot place op 133 (logits = model(...) (rebinds)) on a stage'"),
+    (1, "does not model zero_grad between forward and backward", ["plan", "--model", "gpt2", "--pp", "2", "--accum", "4",
+                                                                 "--set", "loop.zero-grad=after-forward"],
+     "sweep: refused by op index; the carried gradients are one tensor of the whole model, not per stage"),
     (0, "", ["plan", "--model", "gpt2", "--gpu", "a100-40gb-mig-1g.5gb", "--seq", "1024", "--micro-batch", "2"],
      "sweep: a MIG slice's name (a100-40gb-...) is no negative size in the text"),
 ]
