@@ -110,3 +110,30 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A pipeline's layout is refused on its flags before anything multiplies
+// them (issue 15's audit: --pp 4 --pp-interleave 2^62 wrapped into
+// "pipeline cannot place op 435 (loss.backward) on a stage").
+func TestPipelineLayoutRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--seq", "128", "--pp", "4", "--accum", "4", "--pp-interleave", "4611686018427387904"},
+			"--pp 4 × --pp-interleave 4611686018427387904 is over the limit of 32768 pipeline chunks (each holds at least one layer)"},
+		{[]string{"plan", "--graph", "../testdata/torch/lm.trace.json", "--pp", "2", "--accum", "4", "--pp-interleave", "4611686018427387904"},
+			"--pp 2 × --pp-interleave 4611686018427387904 is over the limit of 32768 pipeline chunks (each holds at least one layer)"},
+		{[]string{"plan", "--seq", "128", "--pp", "2", "--accum", "3", "--pp-interleave", "2"},
+			"--pp-interleave 2 needs --accum (the micro-batches) to be a multiple of --pp 2, got 3"},
+		{[]string{"plan", "--seq", "128", "--pp", "2", "--accum", "4", "--pp-interleave", "2", "--pp-schedule", "gpipe"},
+			"--pp-interleave 2 needs the 1f1b pipeline schedule, not gpipe (Megatron-LM interleaves 1F1B only)"},
+		{[]string{"plan", "--pp", "64", "--accum", "64"}, "--pp 64 stages are more than gpt2's 12 layers (a stage holds at least one)"},
+		{[]string{"plan", "--pp", "4", "--pp-interleave", "4", "--accum", "4"},
+			"--pp 4 stages × --pp-interleave 4 chunks each are more than gpt2's 12 layers (a chunk holds at least one)"},
+	} {
+		code, out, errs := run(tc.args...)
+		if code != ExitBadInput || out != "" || errs != "memplan: "+tc.want+"\n" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q\nwant exit 1 and %q", strings.Join(tc.args, " "), code, out, errs, tc.want)
+		}
+	}
+}

@@ -280,6 +280,9 @@ func (s *Spec) validateTraceJob() error {
 	if err := s.validateParallel(); err != nil {
 		return err
 	}
+	if err := s.validateInterleave(); err != nil {
+		return err
+	}
 	return s.validateTrace()
 }
 
@@ -350,6 +353,12 @@ func (s *Spec) validateOptions() error {
 	}
 	if s.Mode == Infer && s.Checkpoint.Kind != NoCheckpoint {
 		return invalid(FieldCheckpoint, "{checkpoint} applies to training only")
+	}
+	if err := s.validateInterleave(); err != nil {
+		return err
+	}
+	if err := s.validateStages(); err != nil {
+		return err
 	}
 	if s.Checkpoint.Kind == CheckpointSelective && s.Trace == nil && s.Attention != build.Eager {
 		// Selective recompute replays eager attention's core_attention

@@ -4,6 +4,7 @@ import (
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -143,3 +144,45 @@ func (s *Spec) validateTraceSizes() error {
 // storageSize is st.Size(b, seq) with every product and sum checked
 // against MaxBytes (ok false past it).
 func storageSize(st *torchtrace.Storage, b, seq int64) (int64, bool) { return st.SizeChecked(b, seq) }
+
+// validateInterleave checks --pp-interleave against --pp before anything
+// multiplies them: pp × interleave chunks at most MaxBlocks (a chunk holds
+// at least one block; the product wrapped into a pipeline that could not
+// place the loss's backward: --pp 4 --pp-interleave 2^62), the 1F1B
+// schedule, and micro-batches a multiple of the stages (the strategy's own
+// checks, refused here on the flags).
+func (s *Spec) validateInterleave() error {
+	v := s.PPInterleave
+	switch {
+	case v < 0:
+		return invalid(FieldPPInterleave, "{pp-interleave} must be positive, got %d", v)
+	case v <= 1 || s.PP <= 1:
+		return nil
+	case !withinChunks(s.PP, v):
+		return invalid(FieldPPInterleave, "{pp} %d × {pp-interleave} %d is over the limit of %d pipeline chunks (each holds at least one layer)", s.PP, v, MaxBlocks)
+	case s.PPSchedule != strategy.OneFOneB:
+		return invalid(FieldPPInterleave, "{pp-interleave} %d needs the 1f1b pipeline schedule, not %s (Megatron-LM interleaves 1F1B only)", v, s.PPSchedule)
+	case s.Accum%s.PP != 0:
+		return invalid(FieldPPInterleave, "{pp-interleave} %d needs {accum} (the micro-batches) to be a multiple of {pp} %d, got %d", v, s.PP, s.Accum)
+	}
+	return nil
+}
+
+// validateStages refuses a pipeline of more chunks (stages × interleave)
+// than the model has layers: each chunk holds at least one.
+func (s *Spec) validateStages() error {
+	chunks, v := s.PP*max(s.PPInterleave, 1), max(s.PPInterleave, 1) // ≤ MaxBlocks: withinChunks
+	switch {
+	case s.PP < 2 || chunks <= s.Model.Layers:
+		return nil
+	case v > 1:
+		return invalid(FieldPP, "{pp} %d stages × {pp-interleave} %d chunks each are more than %s's %d layers (a chunk holds at least one)", s.PP, v, s.Model.Name, s.Model.Layers)
+	}
+	return invalid(FieldPP, "{pp} %d stages are more than %s's %d layers (a stage holds at least one)", s.PP, s.Model.Name, s.Model.Layers)
+}
+
+// withinChunks: pp × interleave chunks, at most MaxBlocks.
+func withinChunks(pp, interleave int) bool {
+	_, ok := mulChecked(int64(max(pp, 1)), int64(interleave), MaxBlocks)
+	return ok
+}
