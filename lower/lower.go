@@ -192,7 +192,9 @@ func contains(xs []int, v int) bool {
 }
 
 // backward appends autograd's backward of micro-step m. pgrad holds the
-// parameter gradients across micro-steps.
+// parameter gradients across micro-steps. Bounded: its FLOPs and bytes
+// moved are float64 (no wrap), its tensors' bytes the forward's (≤ 2^62 in
+// all, engine.checkProgramBytes).
 func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.TensorID) {
 	g := l.g
 	gradOf := map[ir.TensorID]ir.TensorID{}
@@ -270,7 +272,10 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 	}
 }
 
-// Train lowers g into one training iteration.
+// Train lowers g into one training iteration. Bounded: c.Accum is the
+// micro-steps simulated, not --accum (engine.shortAccum: 3 or 4; at most
+// engine.MaxPipelineAccum = 1024 under a pipeline), so the capacity
+// hints' 2·Accum·nodes and 7·Accum·tensors/5 are a few times the graph.
 func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	if g.Loss == ir.NoTensor {
 		return nil, ErrNoLoss

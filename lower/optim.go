@@ -197,7 +197,8 @@ func adamForeach(s *step) {
 }
 
 // adamSingle: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
-// the sqrt and the quotient are both alive for a moment.
+// the sqrt and the quotient are both alive for a moment. Bounded: twice one
+// parameter's state (a model holds ≤ 10^15 parameters, models' parser).
 func adamSingle(s *step, i int) units.Bytes { return 2 * s.stateBytes(i, 1) }
 
 func full(p *ir.Tensor, dt units.DType, name string) state {

@@ -43,6 +43,9 @@ const (
 // Apply implements Transform.
 func (d *DDP) Apply(p *ir.Program) (*ir.Program, error) { return d.apply(p, false) }
 
+// Bounded: bucket sizes are sums of gradients' bytes (≤ 2^62 in all,
+// engine.checkProgramBytes); BucketMiB is the default unless a caller sets
+// it (no flag or switch does).
 func (d *DDP) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if d.DP < 2 {
 		return nil, fmt.Errorf("DDP needs at least 2 data-parallel ranks; with %d it changes nothing", max(d.DP, 1))

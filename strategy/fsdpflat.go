@@ -72,7 +72,9 @@ type flatUnits struct {
 
 // newFlatUnits sizes the units and adds the gradients of frozen weights in
 // units whose FlatParameter requires grad. per is freshGrads' map of each
-// micro-step; full the tensors before sharding.
+// micro-step; full the tensors before sharding. Bounded: a unit's bytes
+// and elements are sums over its parameters (≤ 2^62 bytes in all,
+// engine.checkProgramBytes).
 func (e *editor) newFlatUnits(pg *paramGrads, us []unit, unitOf []int32, per []map[ir.TensorID]ir.TensorID, full []ir.Tensor, n int) *flatUnits {
 	q := e.p
 	nu := len(us)

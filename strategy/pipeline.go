@@ -273,6 +273,10 @@ func (pl *pipeliner) findBlocks() {
 }
 
 // chunks gives each block its chunk: by Layout, or the even split.
+//
+// Bounded: c·blocks < chunks·blocks ≤ blocks² (more chunks than blocks
+// are refused below), blocks ≤ 2^15 for a model (engine.MaxBlocks), ≤ the ops of
+// a trace.
 func (pl *pipeliner) chunks() error {
 	pp, blocks, nChunks, v := pl.pp, pl.blocks, pl.nChunks, pl.v
 	pl.chunkOfBlock = make([]int, len(blocks))
@@ -757,6 +761,7 @@ func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 // scaleOptimizerOp scales a cut optimizer op by frac, the share of its
 // model-state bytes the rank keeps: workspaces, FLOPs, bytes moved, its
 // collective or copy, and the temporaries it writes.
+// Bounded: frac ≤ 1 scales sizes down.
 func (pl *pipeliner) scaleOptimizerOp(op *ir.Op, frac float64) {
 	q, a := pl.q, pl.a
 	op.Workspace = ppScale(op.Workspace, frac)
@@ -1046,6 +1051,8 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool, gradOf map[ir.TensorID]i
 }
 
 // schedule lists this rank's units in execution order.
+// Bounded: m ≤ 1024 micro-batches (engine.MaxPipelineAccum) and p·v ≤
+// 2^15 chunks (engine's validateInterleave).
 func (pp *Pipeline) schedule(sched Schedule, m, v int) ([]ppUnit, error) {
 	p, s := pp.Stages, pp.Stage
 	F := func(micro, local int) ppUnit { return ppUnit{ir.Forward, micro, local*p + s} }

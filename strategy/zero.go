@@ -835,7 +835,8 @@ func recordedParams(q *ir.Program, oi int, fresh []ir.TensorID, hasGrad []bool) 
 }
 
 // forwardOps indexes the first forward op of each node in each micro-step:
-// fwd[node*micros+micro] (-1: none).
+// fwd[node*micros+micro] (-1: none). Bounded: nodes × micros is about the
+// program's op count (every node has ops in each of ≤ 1024 micro-steps).
 func forwardOps(q *ir.Program) (fwd []int32, micros int) {
 	nodes := 0
 	micros = 1
