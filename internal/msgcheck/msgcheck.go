@@ -1,5 +1,6 @@
 // Package msgcheck finds what a user-visible message must not contain: a
-// Go package prefix ("engine: "), a qualified Go identifier
+// Go package prefix ("engine: "), a Go library's own wording ("time:
+// invalid duration", "error unmarshaling JSON"), a qualified Go identifier
 // ("strategy.DefaultReduceBucketElems", "PriceOptions.DType") or the name
 // of a field of the job as the code spells it ("MicroBatch"). Tests run it
 // over every error the CLI's table tests produce and over the libraries'
@@ -24,7 +25,12 @@ var (
 	qualified = regexp.MustCompile(`\b(` + packages + `|[a-z][a-z0-9]*)\.[A-Z][A-Za-z0-9]*\b`)
 	typeField = regexp.MustCompile(`\b[A-Z][a-z0-9]+[A-Z]\w*\.[A-Z]\w*`)
 	errVar    = regexp.MustCompile(`\bErr[A-Z]\w*`)
-	word      = regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`)
+	// library is a Go library's own wording quoted whole: strconv's
+	// "strconv.ParseInt: parsing", time's "time: invalid duration",
+	// sigs.k8s.io/yaml's and encoding/json's steps, net's "listen tcp"
+	// (issue 15's probe corpus found each in a refusal).
+	library = regexp.MustCompile(`strconv\.\w+: |\btime: invalid|error unmarshaling JSON|error converting YAML|while decoding JSON|(^|[\s(;:"'])(json|yaml): |listen tcp|invalid syntax\b`)
+	word    = regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`)
 )
 
 // words are terms users write that look like compound identifiers.
@@ -73,6 +79,9 @@ func Problems(msg string) []string {
 		if m := re.FindString(msg); m != "" {
 			out = append(out, "Go identifier "+m)
 		}
+	}
+	if m := library.FindString(msg); m != "" {
+		out = append(out, "a Go library's wording "+strings.TrimSpace(m))
 	}
 	for _, w := range word.FindAllString(msg, -1) {
 		if identifiers[w] {

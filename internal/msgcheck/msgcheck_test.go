@@ -19,6 +19,14 @@ func TestProblems(t *testing.T) {
 		{"wraps ErrSpec", true},
 		{"micro-batch {micro-batch}", true},
 		{"model.layers.3 of config.json", false},
+		{`invalid argument "NaN" for "--seq" flag: invalid syntax`, true},
+		{`invalid argument "5" for "--timeout" flag: time: invalid duration "5"`, true},
+		{`recipe: x.yaml: error unmarshaling JSON: while decoding JSON: json: unknown field "a"`, true},
+		{`--cluster c.yaml: not a cluster file: error converting YAML to JSON: yaml: line 4: did not find expected node content`, true},
+		{`--addr nope: listen tcp: address nope: missing port in address`, true},
+		{`--seq "NaN": want a whole number (see 'memplan plan --help')`, false},
+		{`trunc.yaml: invalid YAML: line 4: did not find expected node content`, false},
+		{`--cluster c.yaml: not a cluster file: unknown key "jobs"`, false},
 	} {
 		if got := Problems(c.msg); (len(got) > 0) != c.bad {
 			t.Errorf("%q: problems %v, want bad=%t", c.msg, got, c.bad)
