@@ -114,3 +114,17 @@ def test_json_duplicates_and_constants(tmp_path):
     p.write_text('{"model": "m:f", "batch": NaN}')
     with pytest.raises(WorkloadError, match="NaN is not a number"):
         load(str(p))
+
+
+def test_refusals_quoting_line_breaks_stay_one_line(tmp_path):
+    """Every path that quotes the file's text (a JSON key given twice, an unknown key, a value) writes its line
+    breaks as \\n and \\r, as the Go reader does (the YAML cases are in the odd corpus)."""
+    p = tmp_path / "w.json"
+    for text, want in [('{"model": "m:f", "batch": 2, "a\\nb": 2, "a\\nb": 4}', "field 'a\\nb' is given twice"),
+                       ('{"model": "m:f", "batch": 2, "x\\r\\ny": 2}', "unknown field 'x\\r\\ny'"),
+                       ('{"model": "m\\nf", "batch": 2}', 'got "m\\nf"')]:
+        p.write_text(text)
+        with pytest.raises(WorkloadError) as ei:
+            load(str(p))
+        msg = str(ei.value)
+        assert "\n" not in msg and "\r" not in msg and want in msg, msg
