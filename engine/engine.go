@@ -313,7 +313,12 @@ func (s *Spec) validateSizes() error {
 		return invalid(FieldGenTokens, "{gen-tokens} %d is over the limit of 2^34 tokens", s.GenTokens)
 	}
 	if s.Model.PosEmbedding == models.PosLearned && s.Model.Family != models.FamilyViT && s.Seq+s.GenTokens > s.Model.MaxPositions {
-		return invalid(FieldSeq, "{seq} %d exceeds %s's %d learned positions", s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
+		if s.GenTokens > 0 {
+			// Said as the sum it is: "{seq} 1088" named a value nobody gave
+			// (--seq 1024 --gen-tokens 64; issue 15's sweep).
+			return invalid(FieldSeq, "{seq} %d + {gen-tokens} %d = %d tokens exceed %s's %d learned positions", s.Seq, s.GenTokens, s.Seq+s.GenTokens, s.Model.Name, s.Model.MaxPositions)
+		}
+		return invalid(FieldSeq, "{seq} %d exceeds %s's %d learned positions", s.Seq, s.Model.Name, s.Model.MaxPositions)
 	}
 	if s.Accum == 0 {
 		s.Accum = 1
