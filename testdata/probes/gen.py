@@ -332,6 +332,9 @@ EDGE_SWEEP = [
     (1, "does not model zero_grad between forward and backward", ["plan", "--model", "gpt2", "--pp", "2", "--accum", "4",
                                                                  "--set", "loop.zero-grad=after-forward"],
      "sweep: refused by op index; the carried gradients are one tensor of the whole model, not per stage"),
+    (1, "--seq 1024 + --gen-tokens 64 = 1088 tokens exceed gpt2-large's 1024 learned positions",
+     ["plan", "--model", "gpt2-large", "--mode", "infer", "--seq", "1024", "--gen-tokens", "64"],
+     "sweep: the refusal said '--seq 1088', a value nobody gave"),
     (0, "", ["plan", "--model", "gpt2", "--gpu", "a100-40gb-mig-1g.5gb", "--seq", "1024", "--micro-batch", "2"],
      "sweep: a MIG slice's name (a100-40gb-...) is no negative size in the text"),
 ]
