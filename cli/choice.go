@@ -122,6 +122,20 @@ var valueWants = map[string]string{
 	"float64": "a number", "bool": "true or false", "duration": "a duration such as 30s, 5m or 1h30m",
 }
 
+// plotFlags pairs --svg and --png with their paths ("" when not given).
+func plotFlags(svg, png string) [2]struct{ flag, path string } {
+	return [2]struct{ flag, path string }{{"--svg", svg}, {"--png", png}}
+}
+
+// onFlag names the output flag a plot's write failed on ("--svg: cannot
+// write d.svg: not a regular file (a directory)"); nil stays nil.
+func onFlag(flag string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", flag, err)
+}
+
 // listen opens the TCP listener of --addr: HOST:PORT, the host optional
 // (every interface) and port 0 a free one. An empty --addr is refused:
 // net.Listen would take it for ":0", a free port on every interface, which

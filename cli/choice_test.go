@@ -12,7 +12,7 @@ import (
 // --checkpoint selective without eager attention (issue 15: the probe
 // corpus found "unknown precision", "no module matches checkpoint patterns
 // *.core_attention", "invalid syntax" and an empty --addr served on a free
-// port).
+// port), and a plot that cannot be written names --svg or --png.
 func TestChoiceFlagRefusals(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -82,6 +82,12 @@ func TestChoiceFlagRefusals(t *testing.T) {
 			`--addr "nope": missing port in address; want HOST:PORT such as 127.0.0.1:8080 (:PORT listens on every interface, port 0 on a free port)`},
 		{[]string{"serve", "--addr", "127.0.0.1:99999"},
 			`--addr "127.0.0.1:99999": invalid port 99999; want HOST:PORT such as 127.0.0.1:8080 (:PORT listens on every interface, port 0 on a free port)`},
+		{[]string{"plan", "--seq", "64", "--png", "x.txt"},
+			`--png: unsupported plot format ".txt" (want .svg, .png or .pdf)`},
+		{[]string{"plan", "--svg", "nope/x.svg"},
+			`--svg: cannot write nope/x.svg: no such file or directory`},
+		{[]string{"pack", "../testdata/pack/mix.yaml", "--gpus", "2xh100", "--png", "nope/x.png"},
+			`--png: cannot write nope/x.png: no such directory`},
 		{[]string{"plan", "--seq", "NaN"},
 			`--seq "NaN": want a whole number (see 'memplan plan --help')`},
 		{[]string{"plan", "--seq", "9223372036854775808"},
@@ -105,6 +111,7 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		}
 		// It starts with a flag the command was given.
 		flag, _, _ := strings.Cut(tc.want, " ")
+		flag = strings.TrimSuffix(flag, ":")
 		if !strings.HasPrefix(flag, "--") || !strings.Contains(" "+strings.Join(tc.args, " ")+"=", " "+flag) {
 			t.Errorf("%s: the refusal does not start with a flag it was given", strings.Join(tc.args, " "))
 		}

@@ -139,14 +139,11 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 					return err
 				}
 			}
-			if f.svg != "" {
-				if err := report.WritePlot(f.svg, res, report.PlotOptions{}); err != nil {
-					return err
-				}
-			}
-			if f.png != "" {
-				if err := report.WritePlot(f.png, res, report.PlotOptions{}); err != nil {
-					return err
+			for _, o := range plotFlags(f.svg, f.png) {
+				if o.path != "" {
+					if err := report.WritePlot(o.path, res, report.PlotOptions{}); err != nil {
+						return onFlag(o.flag, err)
+					}
 				}
 			}
 			err = emit(stdout, f.jsonOut,
@@ -434,12 +431,12 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 			return err
 		}
 	}
-	for _, p := range []string{f.svg, f.png} {
-		if p == "" {
+	for _, o := range plotFlags(f.svg, f.png) {
+		if o.path == "" {
 			continue
 		}
-		if _, err := os.Stat(dirOf(p)); err != nil {
-			return fmt.Errorf("cannot write %s: %w", p, errors.Unwrap(err))
+		if _, err := os.Stat(dirOf(o.path)); err != nil {
+			return fmt.Errorf("%s: cannot write %s: %w", o.flag, o.path, errors.Unwrap(err))
 		}
 	}
 	return nil

@@ -49,10 +49,10 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, p := range []string{svg, png} {
-				if p != "" {
-					if err := report.WriteSnapshotPlot(p, rep); err != nil {
-						return err
+			for _, o := range plotFlags(svg, png) {
+				if o.path != "" {
+					if err := report.WriteSnapshotPlot(o.path, rep); err != nil {
+						return onFlag(o.flag, err)
 					}
 				}
 			}

@@ -94,12 +94,12 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 	if (f.svg != "" || f.png != "") && len(opt.Policies) > 0 && !containsPolicy(opt.Policies, plot) {
 		return pool, opt, 0, fmt.Errorf("--plot-policy %s is not among --policy %s", plot, f.policies)
 	}
-	for _, p := range []string{f.svg, f.png} {
-		if p == "" {
+	for _, o := range plotFlags(f.svg, f.png) {
+		if o.path == "" {
 			continue
 		}
-		if _, err := os.Stat(dirOf(p)); err != nil {
-			return pool, opt, 0, fmt.Errorf("cannot write %s: no such directory", p)
+		if _, err := os.Stat(dirOf(o.path)); err != nil {
+			return pool, opt, 0, fmt.Errorf("%s: cannot write %s: no such directory", o.flag, o.path)
 		}
 	}
 	return pool, opt, plot, nil
@@ -147,10 +147,10 @@ func (f *packFlags) run(stdout io.Writer, path string) error {
 			return err
 		}
 	}
-	for _, p := range []string{f.svg, f.png} {
-		if p != "" {
-			if err := report.WritePackPlot(p, res, plotPolicy); err != nil {
-				return err
+	for _, o := range plotFlags(f.svg, f.png) {
+		if o.path != "" {
+			if err := report.WritePackPlot(o.path, res, plotPolicy); err != nil {
+				return onFlag(o.flag, err)
 			}
 		}
 	}
