@@ -80,7 +80,11 @@ func WriteMaxText(w io.Writer, r *search.MaxResult, next *engine.Row) error {
 		writeMaxPoint(&b, key, r.At, nil)
 		writeMaxPoint(&b, key, r.Beyond, r.At)
 	}
-	fmt.Fprintf(&b, "(%d plans simulated, each exact; the peak never falls as the %s grows, so every smaller value fits too)\n", r.Plans, r.Dim)
+	grows := "grows"
+	if r.Dim == search.DimGenTokens { // "the generated tokens grows"
+		grows = "grow"
+	}
+	fmt.Fprintf(&b, "(%d plans simulated, each exact; the peak never falls as the %s %s, so every smaller value fits too)\n", r.Plans, r.Dim, grows)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
