@@ -457,6 +457,9 @@ func checkPair(bin string, limit time.Duration, j sweepJob, text, js sweepRun, s
 	if msg := samePeakInText(j.cmd, text.stdout, doc); msg != "" {
 		bad = append(bad, msg+"\n"+clip(text.stdout))
 	}
+	if msg := sameServeInText(text.stdout, doc); msg != "" {
+		bad = append(bad, msg+"\n"+clip(text.stdout))
+	}
 	if msg := sameVerdictInText(j.cmd, text.stdout, doc); msg != "" {
 		bad = append(bad, msg+"\n"+clip(text.stdout))
 	}
@@ -668,6 +671,23 @@ func sameVerdictInText(cmd, text string, doc map[string]any) string {
 		return fmt.Sprintf("the text states no verdict; the JSON's: fits %v, capacity %s", fits, c)
 	case m != nil && (m[1] != c || m[2] != want):
 		return fmt.Sprintf("the text says %q; the JSON's capacity is %s, headroom or shortfall %s", m[0], c, want)
+	}
+	return ""
+}
+
+// sameServeInText: a serving plan's text states the JSON's KV blocks and
+// concurrent requests.
+func sameServeInText(text string, doc map[string]any) string {
+	if doc["schema"] != "memplan.serve/v1" {
+		return ""
+	}
+	for _, want := range []string{
+		fmt.Sprintf("# GPU blocks: %.0f ", f64(doc["gpu_blocks"])),
+		fmt.Sprintf("Concurrent requests of %.0f tokens: %.0f\n", f64(doc["context"]), f64(doc["requests_at_context"])),
+	} {
+		if !strings.Contains(text, want) {
+			return fmt.Sprintf("the serving text lacks the JSON's %q", strings.TrimSpace(want))
+		}
 	}
 	return ""
 }
