@@ -25,7 +25,7 @@ var specFields = map[string]string{
 	"Sem.Quant.NF4.SavesInput": "", "Sem.Quant.NF4.DequantCopy": "", "Sem.Quant.NoDoubleQuant": "", "Sem.Quant.TargetsOnly": "",
 	"Sem.Quant.FP32Rest": "", "Sem.Quant.Head": "",
 	"Sem.PagedOptimizer": "", "Sem.OptimizerInBackward": "", "Sem.StateDType": "", "Sem.Hold": "", "Sem.ZeroGrad": "",
-	"Sem.Workspace": "", "Sem.FSDPFlat": "", "Sem.CommOverhead": "", "Sem.Overhead": "",
+	"Sem.Workspace": "", "Sem.FSDPFlat": "", "Sem.CommOverhead": "", "Sem.Overhead": "", "Sem.AllocConf": "",
 
 	"Parallel.TP": "", "Parallel.EP": "", "Parallel.SP": "", "Parallel.PP": "", "Parallel.PPInterleave": "", "Parallel.PPSchedule": "",
 	"Parallel.Sharding.DP":              "sharding is applied to the cached program (Cache.post), keyed by its own Sharding",
