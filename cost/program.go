@@ -222,9 +222,10 @@ type pricer struct {
 // seed) are charged the bytes of the distinct device storages they read
 // and write (ir.Storage, Tensor.Bytes) as DRAM traffic — a lower bound,
 // since an in-place op writes inputs that the IR does not list as outputs.
-// Three kinds of op launch no kernel and cost nothing: ops without FLOPs whose
+// Four kinds of op launch no kernel and cost nothing: ops without FLOPs whose
 // outputs are all views (view, reshape, transpose and their backward),
-// zero_grad(set_to_none=True) and release (a dropped reference). A collective costs Cost(kind, Comm.Bytes,
+// zero_grad(set_to_none=True), release (a dropped reference) and autocast.exit (autocast's cache cleared,
+// ir.AutocastExit). A collective costs Cost(kind, Comm.Bytes,
 // {Comm.Ranks, group link}), Comm.Bytes being NCCL-tests' per-rank buffer
 // (the all-reduce buffer, the all-gather output, the reduce-scatter input,
 // the all-to-all send buffer); a send/recv costs Transfer(Comm.Bytes, link)
@@ -351,14 +352,15 @@ func (pr *pricer) root(oi int, t ir.TensorID) (ir.TensorID, error) {
 }
 
 // noKernel reports ops that launch no kernel: views (no FLOPs, every output
-// aliases another storage), zero_grad(set_to_none=True) and release.
+// aliases another storage), zero_grad(set_to_none=True), release and
+// autocast.exit.
 func (pr *pricer) noKernel(oi int) (bool, error) {
 	op := &pr.p.Ops[oi]
 	if op.FLOPs > 0 {
 		return false, nil
 	}
-	if strings.HasPrefix(op.Name, "zero_grad(set_to_none=True)") || op.Name == "release" {
-		return true, nil // release: a Python reference dropped (ops.Builder.Release)
+	if strings.HasPrefix(op.Name, "zero_grad(set_to_none=True)") || op.Name == "release" || op.Name == ir.AutocastExit {
+		return true, nil // release: a Python reference dropped (ops.Builder.Release); autocast's cache cleared
 	}
 	if len(op.Out) == 0 {
 		return false, nil

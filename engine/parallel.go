@@ -5,6 +5,7 @@ import (
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/strategy"
+	"github.com/memplan/memplan/units"
 )
 
 // Offload is what --offload moves to host memory.
@@ -111,7 +112,9 @@ func (s *Spec) flatParams() bool {
 	return s.Sem.FSDPFlat && s.ZeRO == 3 && s.Mode == Train
 }
 
-// offloadTransforms are the offload transforms.
+// offloadTransforms are the offload transforms, then autocast's cache
+// (strategy.AutocastCache), which ends each autocast region on the final
+// op order and so comes last in every chain.
 func (s *Spec) offloadTransforms() []strategy.Transform {
 	var ts []strategy.Transform
 	if s.Offload.Optimizer {
@@ -123,7 +126,20 @@ func (s *Spec) offloadTransforms() []strategy.Transform {
 	if s.Offload.Activations {
 		ts = append(ts, &strategy.ActivationOffload{})
 	}
+	if s.autocastCache() {
+		ts = append(ts, &strategy.AutocastCache{})
+	}
 	return ts
+}
+
+// autocastCache reports whether autocast caches weight casts in this job:
+// under an amp precision, except with FSDP1's FlatParameters, whose
+// modules compute with views of the flat parameter
+// (torch/distributed/fsdp/_flat_param.py at 2.14.1, _use_unsharded_views
+// with as_params=False in forward), which autocast never caches
+// (cached_cast's !arg.is_view()). A trace's program holds no marked casts.
+func (s *Spec) autocastCache() bool {
+	return s.Precision.AutocastDType() != units.Invalid && !s.flatParams()
 }
 
 // paramCount is the parameter elements of p (before any sharding).

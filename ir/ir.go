@@ -70,6 +70,11 @@ func (p Phase) String() string {
 	return fmt.Sprintf("phase(%d)", p)
 }
 
+// AutocastExit names the op that ends an autocast region
+// (strategy.AutocastCache): it reads the region's cached weight copies,
+// which die after it, and launches no kernel.
+const AutocastExit = "autocast.exit"
+
 // Tensor is a value in the graph. A tensor either owns a storage of Bytes
 // bytes (Base == NoTensor) or aliases the storage of Base (a view or the
 // result of an in-place op; its Bytes are 0). (Fields are ordered to pack:
@@ -100,6 +105,12 @@ type Tensor struct {
 	// forward, its outputs while a variable holds them): the Keep storages
 	// of the same category, when the program has any.
 	Carried bool
+	// AutocastCached marks torch.autocast's cached lower-precision copy of
+	// a trainable float32 parameter (ops.Builder writes it): PyTorch keeps
+	// it in a per-thread cache until the outermost autocast region exits,
+	// so it lives at least to the end of the region that made it
+	// (strategy.AutocastCache reads it there).
+	AutocastCached bool
 }
 
 // Numel is the product of the shape.

@@ -133,6 +133,8 @@ type Builder struct {
 	scope    []string
 	castMemo map[ir.TensorID]ir.TensorID
 	isParam  map[ir.TensorID]bool
+	// autocasting is set while autocast's policy (not model code) casts.
+	autocasting bool
 }
 
 // NewBuilder starts an empty graph.
@@ -315,7 +317,7 @@ func (b *Builder) last() *ir.Node { return &b.g.Nodes[len(b.g.Nodes)-1] }
 func isFloat(dt units.DType) bool { return dt == units.F32 || dt == units.F16 || dt == units.BF16 }
 
 // cast returns x in dtype dt, adding an autocast copy when needed. Casts of
-// parameters are cached for the forward pass, as autocast's weight cache does.
+// parameters are reused within the forward pass.
 func (b *Builder) cast(x ir.TensorID, dt units.DType) ir.TensorID {
 	t := &b.g.Tensors[x]
 	if t.DType == dt || !isFloat(t.DType) {
@@ -326,12 +328,29 @@ func (b *Builder) cast(x ir.TensorID, dt units.DType) ir.TensorID {
 	}
 	shape := append([]int64(nil), t.Shape...)
 	name := strings.TrimPrefix(t.Name, b.Module()+".")
+	cached := b.autocastCaches(x, dt)
 	y := b.node("to_copy", []ir.TensorID{x}, []out{{name: name + "." + dt.String(), dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
 	b.last().MemBytes = float64(t.DType.Size(t.Numel()) + dt.Size(t.Numel()))
+	b.g.Tensors[y].AutocastCached = cached
 	if b.isParam[x] {
 		b.castMemo[x] = y
 	}
 	return y
+}
+
+// autocastCaches reports whether autocast's weight cache keeps the cast of
+// x to dt until the outermost autocast region exits: a cast to the
+// region's lower dtype of a float32 leaf that requires grad and is no view
+// (pytorch/pytorch@008ec6b1 aten/src/ATen/autocast_mode.cpp, cached_cast:
+// can_try_cache = to_type == lower_precision_fp && arg is kFloat &&
+// arg.requires_grad() && arg.is_leaf() && !arg.is_view() && cache_enabled).
+// Frozen parameters (LoRA and QLoRA bases) and casts written in model code
+// (To) are not cached. Inference graphs, whose parameters the builder does
+// not mark as requiring grad, get none.
+func (b *Builder) autocastCaches(x ir.TensorID, dt units.DType) bool {
+	t := &b.g.Tensors[x]
+	return b.autocasting && b.isParam[x] && t.RequiresGrad && t.Base == ir.NoTensor && t.DType == units.F32 &&
+		dt == b.cfg.Precision.AutocastDType()
 }
 
 // autocast applies the cast policy of kind to the floating inputs and returns
@@ -341,6 +360,8 @@ func (b *Builder) autocast(kind string, in ...ir.TensorID) ([]ir.TensorID, units
 	low := b.cfg.Precision.AutocastDType()
 	res := append([]ir.TensorID(nil), in...)
 	dt := b.g.Tensors[in[0]].DType
+	b.autocasting = true
+	defer func() { b.autocasting = false }()
 	switch {
 	case low != units.Invalid && r.Cast == Lower:
 		for i, x := range res {

@@ -48,7 +48,11 @@ func TestFitMemoryBudget(t *testing.T) {
 		want   string
 	}{
 		{64 << 10, "candidate plans alone take"},
-		{2 << 20, "of program, over a worker's share"},
+		// The winner's program holds about 311 KiB; its 612 candidates about 292 KiB, under a quarter of
+		// 1.25 MiB. (At 2 MiB the share, 415 KiB, took a program only while the plan's program was the
+		// cached one with its spare capacity; autocast's region exits make each amp plan's program a tight
+		// copy of it.)
+		{5 << 18, "of program, over a worker's share"},
 	} {
 		_, err := Fit(base, Options{GPUs: 2, GlobalBatch: 8, Workers: 2, MemoryBudget: units.Bytes(c.budget)})
 		if !errors.Is(err, ErrMemoryBudget) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

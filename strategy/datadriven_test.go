@@ -28,8 +28,8 @@ import (
 //	    every op of the result that the input did not have as it is (name, phase and micro-step, module,
 //	    inputs, outputs with their category), then the peak by category; the result becomes the current
 //	    program. TRANSFORM is checkpoint (patterns=a,b), pipeline (stages, stage, schedule, interleave),
-//	    zero (stage, dp, prefetch, bucket), fsdp (dp), ddp (dp), offload-activations, offload-optimizer or
-//	    offload-params.
+//	    zero (stage, dp, prefetch, bucket), fsdp (dp), ddp (dp), offload-activations, offload-optimizer,
+//	    offload-params or autocast-cache.
 //
 // Regenerate with `go test ./strategy -run TestTransforms -rewrite` and read the diff before committing it.
 func TestTransforms(t *testing.T) {
@@ -173,6 +173,8 @@ func ddTransform(d *datadriven.TestData) (strategy.Transform, error) {
 		return &strategy.OptimizerOffload{}, nil
 	case "offload-params":
 		return &strategy.ParamOffload{}, nil
+	case "autocast-cache":
+		return &strategy.AutocastCache{}, nil
 	}
 	return nil, fmt.Errorf("unknown transform %q", name)
 }
