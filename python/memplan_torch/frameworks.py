@@ -52,10 +52,12 @@ CONFIG = {
 BATCH, SEQ = 4, 128
 LORA = dict(r=8, alpha=16, dropout=0.05, targets=("q_proj", "v_proj"))
 
-# name, framework, precision (memplan's name), lora, optimizer in backward
+# name, framework, precision (memplan's name), lora, optimizer in backward, checkpoint (every layer: Trainer's
+# gradient_checkpointing; under autocast it shows the weight-cast cache held to the end of the forward)
 CASES = [
     dict(name="hf-full-amp", framework="hf", precision="amp-bf16"),
     dict(name="hf-full-bf16", framework="hf", precision="pure-bf16"),
+    dict(name="hf-full-amp-gc", framework="hf", precision="amp-bf16", checkpoint=True),
     dict(name="hf-lora-amp", framework="hf", precision="amp-bf16", lora=True),
     dict(name="hf-lora-bf16", framework="hf", precision="pure-bf16", lora=True),
     dict(name="litgpt-full-bf16", framework="litgpt", precision="pure-bf16"),
@@ -184,7 +186,8 @@ def run_hf(case, meter, tmp):
     args = TrainingArguments(output_dir=tmp, max_steps=1, per_device_train_batch_size=BATCH, use_cpu=True,
                              bf16=case["precision"] == "amp-bf16", report_to=[], save_strategy="no",
                              logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-                             dataloader_pin_memory=False, optim="adamw_torch", seed=0)
+                             dataloader_pin_memory=False, optim="adamw_torch", seed=0,
+                             gradient_checkpointing=bool(case.get("checkpoint")))
     trainer = Trainer(model=model, args=args, train_dataset=data)
     def pre(m, a):
         meter.begin("forward")
@@ -356,6 +359,9 @@ def plan_args(case):
         # only when every tensor is on CUDA (or another foreach-supporting device); on CPU the per-parameter
         # loop (_single_tensor_adamw) runs. The recipes' "foreach" is that default on CUDA.
         a += ["--set", "optimizer.impl=single"]
+    if case.get("checkpoint"):
+        # TrainingArguments(gradient_checkpointing=True): every decoder layer under torch.utils.checkpoint
+        a += ["--checkpoint", "full"]
     if case.get("lora"):
         drop = LORA["dropout"] if fw != "torchtune" else 0.0
         # litgpt's finetune/lora.py defaults adapt the query and value columns of its fused qkv linear

@@ -34,6 +34,8 @@ def test_plan_args_follow_the_case():
     assert "optimizer.in-backward=true" in t and "optimizer.impl=single" not in t  # torchtune's fused AdamW
     lit = F.plan_args(F.case_by_name("litgpt-lora-bf16"))
     assert lit[lit.index("--lora") + 1].endswith("targets=qkv_proj,qkv=q+v")
+    gc = F.plan_args(F.case_by_name("hf-full-amp-gc"))
+    assert gc[gc.index("--checkpoint") + 1] == "full" and "--checkpoint" not in F.plan_args(F.case_by_name("hf-full-amp"))
     full = F.plan_args(F.case_by_name("litgpt-full-bf16"))
     assert "loss=chunked:rows=128,fp32-outputs" in full and "kernels.rms-norm=fp32-weight" in full
 
