@@ -231,7 +231,7 @@ func graph(a *models.Arch, o Options, flatSkip map[string]bool) (*ir.Graph, *bui
 		m.vocab = paddedVocab(a.Vocab, m.tp, o.MakeVocabDivisibleBy)
 	}
 	if o.LoRA != nil {
-		m.lora = newLoRAState(a, o.LoRA)
+		m.lora = newLoRAState(a, o.LoRA, o.Code)
 	}
 	// About what a decoder layer adds (measured on llama: 25 nodes, 40
 	// tensors), and the ends.
@@ -755,13 +755,7 @@ func (m *builder) qkv(h ir.TensorID) (q, k, v ir.TensorID) {
 		return b.View("q", qo, B, A, S, D), b.View("k", ko, B, KV, S, D), b.View("v", vo, B, KV, S, D)
 	}
 	if a.FusedQKV || m.o.Code == CodeLitGPT {
-		name := "qkv_proj"
-		switch a.Family {
-		case models.FamilyGPT2:
-			name = "c_attn"
-		case models.FamilyGPTNeoX:
-			name = "query_key_value"
-		}
+		name := fusedQKVName(a)
 		m.qkvParts = m.fusedQKVParts(qd, kd)
 		if m.lora != nil {
 			m.lora.fusedQKV = true

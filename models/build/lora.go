@@ -212,10 +212,38 @@ func (m *builder) fusedQKVParts(qd, kd int) []int64 {
 	return w
 }
 
-func newLoRAState(a *models.Arch, l *LoRA) *loraState {
+// fusedQKVName is the fused query/key/value linear's module name: the
+// family's own (GPT-2's c_attn, GPT-NeoX's query_key_value) or qkv_proj.
+func fusedQKVName(a *models.Arch) string {
+	switch a.Family {
+	case models.FamilyGPT2:
+		return "c_attn"
+	case models.FamilyGPTNeoX:
+		return "query_key_value"
+	}
+	return "qkv_proj"
+}
+
+// litgptQKV is litgpt's default adapter: lora_query and lora_value on the
+// fused qkv linear, nothing else (finetune/lora.py @8641822 setup():
+// lora_query=True, lora_key=False, lora_value=True, lora_projection=False,
+// lora_mlp=False, lora_head=False).
+var litgptQKV = [3]bool{true, false, true}
+
+// newLoRAState resolves l's targets: when none are given, peft's defaults
+// for the family under transformers' code, litgpt's under litgpt's.
+func newLoRAState(a *models.Arch, l *LoRA, code Code) *loraState {
 	s := &loraState{cfg: l, matched: map[string]bool{}, dropped: map[ir.TensorID]ir.TensorID{}}
 	ts := l.Targets
-	if len(ts) == 0 {
+	switch {
+	case len(ts) == 0 && code == CodeLitGPT:
+		ts = []string{fusedQKVName(a)}
+		if l.QKV == nil {
+			c, q := *l, litgptQKV // the caller's LoRA is shared by every build
+			c.QKV = &q
+			s.cfg = &c
+		}
+	case len(ts) == 0:
 		ts = defaultTargets(a.Family)
 	}
 	for _, t := range ts {

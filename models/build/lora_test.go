@@ -241,3 +241,29 @@ func TestLoRATensorParallel(t *testing.T) {
 		}
 	}
 }
+
+// Under litgpt's code, --lora without targets is litgpt's default adapter
+// (lora_query and lora_value on the fused qkv: finetune/lora.py @8641822),
+// not peft's q_proj/v_proj, which litgpt's model does not have. On
+// llama-2-7b at r 16: lora_A 2·16×4096 and lora_B 8192×16 per layer, 32
+// layers = 8,388,608, the same as peft's q_proj+v_proj adapters.
+func TestLoRALitGPTDefaultTargets(t *testing.T) {
+	a := lookup(t, "llama-2-7b")
+	count := func(l LoRA) (int64, string) {
+		g, err := Graph(a, Options{MicroBatch: 1, Seq: 16, Precision: ops.BF16, Training: true, LoRA: &l, Code: CodeLitGPT})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, names := trainable(g)
+		return n, strings.Join(names, " ")
+	}
+	def := LoRA{Rank: 16}
+	got, names := count(def)
+	want, _ := count(LoRA{Rank: 16, Targets: []string{"qkv_proj"}, QKV: &[3]bool{true, false, true}})
+	if got != 8_388_608 || got != want || !strings.Contains(names, "qkv_proj.lora_A") {
+		t.Errorf("litgpt default: %d trainable (%s), want %d = explicit qkv_proj with qkv=q+v", got, names[:min(len(names), 120)], want)
+	}
+	if def.QKV != nil || def.Targets != nil {
+		t.Errorf("the caller's LoRA was changed: %+v", def)
+	}
+}
