@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -93,7 +94,7 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	start := time.Now()
 	res, err := search.Fit(spec, o)
 	if err != nil {
-		return err
+		return budgetFlagErr(err)
 	}
 	elapsed := time.Since(start)
 	fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
@@ -179,4 +180,20 @@ func searchGC(cmd *cobra.Command, budget units.Bytes) func() {
 			f()
 		}
 	}
+}
+
+// budgetFlagErr says a search over its memory budget in the flags that set
+// and shape it (--search-memory, the strategy flags, --deny); other errors
+// pass through.
+func budgetFlagErr(err error) error {
+	var be *search.BudgetError
+	switch {
+	case !errors.As(err, &be):
+		return err
+	case be.Plan == "":
+		return fmt.Errorf("--search-memory %s: the search's %d candidate plans alone take %s, over a quarter of it (pin dimensions with the strategy flags, --deny a family, or raise --search-memory)",
+			be.Total, be.Candidates, be.Held)
+	}
+	return fmt.Errorf("--search-memory %s: planning %s holds %s of program, over a worker's share of %s (raise --search-memory)",
+		be.Total, be.Plan, be.Held, be.Share)
 }

@@ -2,9 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/search"
 )
 
 type fitPlanOut struct {
@@ -199,5 +203,28 @@ func TestFitPinConflicts(t *testing.T) {
 		if code != ExitBadInput || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, c.want) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", c.args, code, out, errs, c.want)
 		}
+	}
+}
+
+// A search over its memory budget is said in the flags: the search speaks of
+// its budget, the command line of --search-memory.
+func TestBudgetFlagErr(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&search.BudgetError{Total: 64 << 20, Candidates: 3_000_000, Held: 20 << 20},
+			"--search-memory 64.00 MiB: the search's 3000000 candidate plans alone take 20.00 MiB, over a quarter of it (pin dimensions with the strategy flags, --deny a family, or raise --search-memory)"},
+		{&search.BudgetError{Total: 64 << 20, Plan: "micro-batch 1 × accum 8", Held: 40 << 20, Share: 16 << 20},
+			"--search-memory 64.00 MiB: planning micro-batch 1 × accum 8 holds 40.00 MiB of program, over a worker's share of 16.00 MiB (raise --search-memory)"},
+	} {
+		err := budgetFlagErr(fmt.Errorf("fit: %w", c.err))
+		if err.Error() != c.want || !errors.Is(c.err, search.ErrMemoryBudget) || strings.Contains(c.err.Error(), "--") {
+			t.Errorf("got %q (search's own: %q), want %q", err, c.err, c.want)
+		}
+	}
+	other := errors.New("x")
+	if budgetFlagErr(other) != other {
+		t.Error("another error was rewritten")
 	}
 }

@@ -23,6 +23,29 @@ const DefaultMemoryBudget units.Bytes = 1 << 30
 // than its memory budget live.
 var ErrMemoryBudget = errors.New("over the search's memory budget")
 
+// BudgetError is a search over its memory budget Total: its Candidates
+// plans alone hold Held (over a quarter of Total), or, with Plan set,
+// planning Plan holds Held of program, over a worker's Share. Error says
+// it in the search's words; the command line names its flags.
+type BudgetError struct {
+	Total       units.Bytes
+	Candidates  int
+	Plan        string
+	Held, Share units.Bytes
+}
+
+func (e *BudgetError) Error() string {
+	if e.Plan == "" {
+		return fmt.Sprintf("%v: its %d candidate plans alone take %s, over a quarter of the budget %s (pin dimensions of the search, leave a family out, or raise the budget)",
+			ErrMemoryBudget, e.Candidates, e.Held, e.Total)
+	}
+	return fmt.Sprintf("%v: planning %s holds %s of program, over a worker's share %s of the budget %s (raise the budget)",
+		ErrMemoryBudget, e.Plan, e.Held, e.Share, e.Total)
+}
+
+// Unwrap makes errors.Is(err, ErrMemoryBudget) hold.
+func (e *BudgetError) Unwrap() error { return ErrMemoryBudget }
+
 // opBytes is what one cached op costs on the heap with its tensors, operand
 // lists and shapes, for sizing the program caches in ops (engine.Cache.Limit):
 // measured by resultBytes on the shallow programs of a mixtral-8x7b search
@@ -45,8 +68,7 @@ type budget struct {
 func newBudget(total units.Bytes, workers, candidates int) (*budget, error) {
 	cands := units.Bytes(candidates) * units.Bytes(unsafe.Sizeof(Plan{}))
 	if cands > total/4 {
-		return nil, fmt.Errorf("%w: its %d candidate plans alone take %s, over a quarter of the budget %s (pin dimensions with the strategy flags, --deny a family, or raise --search-memory)",
-			ErrMemoryBudget, candidates, cands, total)
+		return nil, &BudgetError{Total: total, Candidates: candidates, Held: cands}
 	}
 	return &budget{total: total, perWorker: (total - cands) / units.Bytes(2*max(workers, 1))}, nil
 }
@@ -65,8 +87,7 @@ func (b *budget) check(s *engine.Spec, r *engine.Result) bool {
 	defer b.mu.Unlock()
 	if b.err == nil {
 		p := Plan{Spec: *s}
-		b.err = fmt.Errorf("%w: planning %s holds %s of program, over a worker's share %s of --search-memory %s (raise --search-memory)",
-			ErrMemoryBudget, p.Describe(), n, b.perWorker, b.total)
+		b.err = &BudgetError{Total: b.total, Plan: p.Describe(), Held: n, Share: b.perWorker}
 	}
 	return false
 }
