@@ -344,11 +344,17 @@ func (pr *pricer) storages() error {
 	return nil
 }
 
-func (pr *pricer) root(oi int, t ir.TensorID) (ir.TensorID, error) {
-	if t < 0 || int(t) >= len(pr.roots) {
-		return 0, invalid("op %d (%s): tensor %d out of range", oi, pr.p.Ops[oi].Name, t)
+// root is t's storage owner, false when t is out of range (outOfRange says
+// so); small enough to inline on the per-tensor path.
+func (pr *pricer) root(t ir.TensorID) (ir.TensorID, bool) {
+	if uint(t) < uint(len(pr.roots)) {
+		return pr.roots[t], true
 	}
-	return pr.roots[t], nil
+	return 0, false
+}
+
+func (pr *pricer) outOfRange(oi int, t ir.TensorID) error {
+	return invalid("op %d (%s): tensor %d out of range", oi, pr.p.Ops[oi].Name, t)
 }
 
 // noKernel reports ops that launch no kernel: views (no FLOPs, every output
@@ -366,8 +372,8 @@ func (pr *pricer) noKernel(oi int) (bool, error) {
 		return false, nil
 	}
 	for _, t := range op.Out {
-		if _, err := pr.root(oi, t); err != nil {
-			return false, err
+		if _, ok := pr.root(t); !ok {
+			return false, pr.outOfRange(oi, t)
 		}
 		if pr.p.Tensors[t].Base == ir.NoTensor {
 			return false, nil
@@ -387,9 +393,9 @@ func (pr *pricer) estimateBytesHost(oi int) (float64, float64, error) {
 	var sum, host float64
 	for _, list := range [2][]ir.TensorID{op.In, op.Out} {
 		for _, t := range list {
-			s, err := pr.root(oi, t)
-			if err != nil {
-				return 0, 0, err
+			s, ok := pr.root(t)
+			if !ok {
+				return 0, 0, pr.outOfRange(oi, t)
 			}
 			if pr.mark[s] == stamp {
 				continue
@@ -472,16 +478,16 @@ func (pr *pricer) dep(oi int, reads, writes []ir.TensorID, h hazard) (hazard, er
 		return h, nil
 	}
 	for _, t := range reads {
-		s, err := pr.root(oi, t)
-		if err != nil {
-			return h, err
+		s, ok := pr.root(t)
+		if !ok {
+			return h, pr.outOfRange(oi, t)
 		}
 		h = later(h, pr.writeEnd[s])
 	}
 	for _, t := range writes {
-		s, err := pr.root(oi, t)
-		if err != nil {
-			return h, err
+		s, ok := pr.root(t)
+		if !ok {
+			return h, pr.outOfRange(oi, t)
 		}
 		h = later(later(h, pr.writeEnd[s]), pr.readEnd[s])
 	}
@@ -495,16 +501,16 @@ func (pr *pricer) record(oi int, reads, writes []ir.TensorID, h hazard) error {
 		pr.readEnd = make([]hazard, len(pr.p.Tensors))
 	}
 	for _, t := range reads {
-		s, err := pr.root(oi, t)
-		if err != nil {
-			return err
+		s, ok := pr.root(t)
+		if !ok {
+			return pr.outOfRange(oi, t)
 		}
 		pr.readEnd[s] = later(pr.readEnd[s], h)
 	}
 	for _, t := range writes {
-		s, err := pr.root(oi, t)
-		if err != nil {
-			return err
+		s, ok := pr.root(t)
+		if !ok {
+			return pr.outOfRange(oi, t)
 		}
 		pr.writeEnd[s] = later(pr.writeEnd[s], h)
 	}
@@ -517,10 +523,10 @@ func (pr *pricer) run() (*Timing, error) {
 	p, o := pr.p, pr.o
 	pr.t = &Timing{Ops: make([]OpTime, len(p.Ops)), DType: o.DType, PeakFLOPs: pr.peak, Efficiency: o.Efficiency}
 	for oi := range p.Ops {
-		if err := pr.check(oi); err != nil {
-			return nil, err
-		}
 		op := &p.Ops[oi]
+		if !priceable(op) {
+			return nil, pr.check(oi)
+		}
 		ot, ph := &pr.t.Ops[oi], &pr.t.Phases[op.Phase]
 		ot.Start = -1
 		if err := pr.compute(oi, ot, ph); err != nil {
@@ -554,7 +560,15 @@ func (pr *pricer) run() (*Timing, error) {
 	return pr.t, nil
 }
 
-// check rejects an op the schedule cannot price.
+// priceable is check's test, small enough to inline in run's loop
+// (v >= 0 && v <= MaxFloat64 is finiteNonNeg: NaN and +Inf fail it).
+func priceable(op *ir.Op) bool {
+	return op.Phase < ir.NumPhases && (op.Comm == nil || op.Transfer == nil) &&
+		op.FLOPs >= 0 && op.FLOPs <= math.MaxFloat64 && op.MemBytes >= 0 && op.MemBytes <= math.MaxFloat64
+}
+
+// check rejects an op the schedule cannot price (the error for an op that
+// is not priceable).
 func (pr *pricer) check(oi int) error {
 	op := &pr.p.Ops[oi]
 	if op.Phase >= ir.NumPhases {
@@ -613,9 +627,12 @@ func (pr *pricer) compute(oi int, ot *OpTime, ph *PhaseTime) error {
 	if !(op.FLOPs > 0 || op.MemBytes > 0 || (op.Comm == nil && op.Transfer == nil)) {
 		return nil
 	}
-	skip, err := pr.noKernel(oi)
-	if err != nil || skip {
-		return err
+	var err error
+	if op.FLOPs <= 0 { // an op with FLOPs launches a kernel
+		skip, err := pr.noKernel(oi)
+		if err != nil || skip {
+			return err
+		}
 	}
 	bytes := op.MemBytes
 	var host float64
@@ -630,11 +647,13 @@ func (pr *pricer) compute(oi int, ot *OpTime, ph *PhaseTime) error {
 	} else if d, err = pr.roofline(op.FLOPs, bytes); err != nil {
 		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
 	}
-	h, err := pr.dep(oi, op.In, op.Out, hazard{})
-	if err != nil {
-		return err
+	if pr.writeEnd != nil { // else nothing overlapped yet: no hazard, no stall
+		h, err := pr.dep(oi, op.In, op.Out, hazard{})
+		if err != nil {
+			return err
+		}
+		pr.stall(ot, ph, h)
 	}
-	pr.stall(ot, ph, h)
 	ot.Start, ot.Compute = pr.ready, d
 	pr.ready = addSat(pr.ready, d)
 	ot.End = pr.ready
