@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/snapshot"
 )
@@ -56,7 +57,7 @@ func ParseWorkload(value, pod, refs string) (*Workload, error) {
 	}
 	js, err := yaml.YAMLToJSON([]byte(value))
 	if err != nil {
-		return nil, badWorkload(pod, "not YAML or JSON: %s", oneLine(err.Error()))
+		return nil, badWorkload(pod, "not YAML or JSON: %s", yamlerr.Message(err))
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(js, &obj); err != nil || obj == nil {
