@@ -150,7 +150,7 @@ func TestExtenderPrioritizeTightest(t *testing.T) {
 		score[h.Host] = h.Score
 	}
 	// gpu-a's free GPU holds a Qwen service (19.27 GiB), gpu-c's a Llama 3
-	// 8B service (25.68 GiB): beside the 35.85 GiB job gpu-c is fuller.
+	// 8B service (25.68 GiB): beside the 36.12 GiB job gpu-c is fuller.
 	e, q, l := envelope(t, xl), envelope(t, "serve: {model: qwen2.5-7b, concurrency: 64, context: 1024, gen-tokens: 256}"), envelope(t, "serve: {model: llama-3-8b, concurrency: 32, context: 2048, gen-tokens: 512}")
 	g, _ := hw.Lookup("h100")
 	want := func(u units.Bytes) int64 {

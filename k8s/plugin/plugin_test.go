@@ -215,14 +215,14 @@ func TestPluginPlacesAsPackAndRefusesTheOOM(t *testing.T) {
 	}
 	t.Logf("plugin: %v; pack needs %d GPUs", held, res.Policies[0].GPUsNeeded)
 
-	// One more gpt2-xl fine-tune: no GPU has 35.85 GiB left.
+	// One more gpt2-xl fine-tune: no GPU has 36.12 GiB left.
 	extra := pod("xl-extra", jobs["xl"])
 	host, failed := c.schedule(extra)
 	if host != "" {
 		t.Fatalf("the pod that would OOM was placed on %s", host)
 	}
 	for n, st := range failed {
-		if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "needs 35.85 GiB on one GPU") {
+		if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "needs 36.12 GiB on one GPU") {
 			t.Errorf("%s: %v %q", n, st.Code(), st.Message())
 		}
 	}
