@@ -55,9 +55,7 @@ func quoteCut(s string) string {
 func lookupGPU(name string) (*hw.GPU, error) {
 	g, err := hw.Lookup(name)
 	if errors.Is(err, hw.ErrUnknownGPU) {
-		// hw says `unknown GPU "x"; closest: a, b, c`.
-		_, closest, _ := strings.Cut(err.Error(), "; ")
-		return nil, fmt.Errorf("--gpu %s: not a GPU of the catalog (memplan gpus lists them); %s", quoteCut(name), closest)
+		return nil, fmt.Errorf("--gpu %s: not a GPU of the catalog (memplan gpus lists them); closest: %s", quoteCut(name), strings.Join(hw.Suggest(name, 3), ", "))
 	}
 	return g, err
 }

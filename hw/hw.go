@@ -372,6 +372,16 @@ func Lookup(name string) (*GPU, error) {
 	return nil, fmt.Errorf("%w %q; closest: %s", ErrUnknownGPU, name, strings.Join(c.closest(k, 3), ", "))
 }
 
+// Suggest is up to n catalog GPU names nearest to name (by name or alias,
+// in edit distance), for a message about a name the catalog lacks.
+func Suggest(name string, n int) []string {
+	c, err := load()
+	if err != nil {
+		return nil
+	}
+	return c.closest(normalize(name), n)
+}
+
 // closest returns up to n canonical names whose name or alias is nearest to k
 // in edit distance.
 func (c catalog) closest(k string, n int) []string {

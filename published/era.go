@@ -156,8 +156,6 @@ type contextRow struct {
 var contextTable = []contextRow{
 	{lazy: false, cuda: 11, gpu: "v100-16gb", bytes: 1343 << 20,
 		source: "huggingface/transformers docs/source/en/perf_train_gpu_one.md (2022-01: nvidia-smi after torch.ones((1, 1)).to(\"cuda\") on a Tesla V100-SXM2 16 GB, CUDA 11.2, driver 460.91.03: 1343 MB, pynvml used // 1024**2); the C rows' own source, which measured it on their machine"},
-	{lazy: false, cuda: 11, gpu: "rtx-3090", bytes: 1687 << 20,
-		source: "PyTorch issue #55277 (2022-04 table: torch.Tensor(1).cuda() with torch 1.8.2+cu111 on an RTX 3090: 1687 MB in nvidia-smi)"},
 	{lazy: false, cuda: 11, bytes: 1687 << 20,
 		source: "PyTorch issue #55277 (torch 1.8.2+cu111, RTX 3090: 1687 MB; ptrblck in #107667: before CUDA 11.7 every kernel loads with the context, \">1000MB\"); the one eager CUDA 11 measurement in the table besides the C rows' own V100"},
 	{lazy: false, cuda: 10, bytes: 721 << 20,
