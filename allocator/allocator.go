@@ -158,8 +158,10 @@ type Block struct {
 	pending              bool // freed by the program, not yet back in the cache (stream uses)
 	mapped               bool
 	prev, next           *Block
+	lprev, lnext         *Block      // neighbours in the allocator's list of handed-out blocks
 	seg                  *expandable // nil for cudaMalloc segments
 	gcBase               int64
+	slot                 int32 // its index in the slots of the blockSet that holds it
 }
 
 func (b *Block) isSplit() bool { return b.prev != nil || b.next != nil }
@@ -174,26 +176,9 @@ type expandable struct {
 // unmapped blocks of expandable segments by (stream, address).
 type pool struct {
 	small    bool
-	blocks   []*Block
-	unmapped []*Block
+	blocks   blockSet
+	unmapped blockSet
 	gcCalls  int64
-}
-
-func cmpSize(a, b *Block) int {
-	if a.Stream != b.Stream {
-		return cmpInt(a.Stream, b.Stream)
-	}
-	if a.Size != b.Size {
-		return cmpInt(a.Size, b.Size)
-	}
-	return cmpInt(a.Ptr, b.Ptr)
-}
-
-func cmpAddr(a, b *Block) int {
-	if a.Stream != b.Stream {
-		return cmpInt(a.Stream, b.Stream)
-	}
-	return cmpInt(a.Ptr, b.Ptr)
 }
 
 func cmpInt(a, b int64) int {
@@ -206,29 +191,16 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-func insertSorted(s []*Block, b *Block, cmp func(a, b *Block) int) []*Block {
-	i, _ := slices.BinarySearchFunc(s, b, cmp)
-	return slices.Insert(s, i, b)
-}
-
-func removeSorted(s []*Block, b *Block, cmp func(a, b *Block) int) ([]*Block, bool) {
-	i, ok := slices.BinarySearchFunc(s, b, cmp)
-	if !ok || s[i] != b {
-		return s, false
-	}
-	return slices.Delete(s, i, i+1), true
+func newPool(small bool) pool {
+	return pool{small: small, blocks: newBlockSet(true), unmapped: newBlockSet(false)}
 }
 
 func (p *pool) insert(b *Block) {
 	b.gcBase = p.gcCalls
-	p.blocks = insertSorted(p.blocks, b, cmpSize)
+	p.blocks.insert(b)
 }
 
-func (p *pool) remove(b *Block) bool {
-	var ok bool
-	p.blocks, ok = removeSorted(p.blocks, b, cmpSize)
-	return ok
-}
+func (p *pool) remove(b *Block) bool { return p.blocks.remove(b) }
 
 // SegmentEvent is a segment action of the model, as a trace records it.
 type SegmentEvent struct {
@@ -240,8 +212,10 @@ type SegmentEvent struct {
 type Allocator struct {
 	cfg    Config
 	dev    Device
-	pools  [2]pool // small, large
-	active map[int64]*Block
+	pools  [2]pool          // small, large
+	active map[int64]*Block // handed-out blocks by address; nil when the caller frees by block
+	live   *Block           // the handed-out blocks (allocated or pending), a list through lprev and lnext
+	spare  []*Block         // blocks merged away or released, for new blocks to reuse
 	// Current and peak bytes: reserved (segments, mapped pages), allocated
 	// (blocks handed out), requested (what the program asked for).
 	Reserved, Allocated, Requested int64
@@ -252,9 +226,66 @@ type Allocator struct {
 
 // New makes an empty allocator.
 func New(cfg Config, dev Device) *Allocator {
-	a := &Allocator{cfg: cfg, dev: dev, active: map[int64]*Block{}}
-	a.pools[0].small = true
+	a := newUnindexed(cfg, dev)
+	a.active = map[int64]*Block{}
 	return a
+}
+
+// newUnindexed is an allocator whose blocks are freed by block (freeBlock),
+// not by address: it keeps no map of addresses.
+func newUnindexed(cfg Config, dev Device) *Allocator {
+	a := &Allocator{cfg: cfg, dev: dev}
+	a.pools = [2]pool{newPool(true), newPool(false)}
+	return a
+}
+
+// newBlock is a zero block, one merged away or released before if any (no
+// caller keeps a block past its free: Malloc's callers read its address and
+// size at once).
+func (a *Allocator) newBlock() *Block {
+	n := len(a.spare)
+	if n == 0 {
+		return &Block{}
+	}
+	b := a.spare[n-1]
+	a.spare = a.spare[:n-1]
+	*b = Block{}
+	return b
+}
+
+// retire keeps a block no segment holds any more for newBlock.
+func (a *Allocator) retire(b *Block) {
+	b.prev, b.next, b.seg = nil, nil, nil
+	a.spare = append(a.spare, b)
+}
+
+// handOut puts a block that is handed out in the list (and the map of
+// addresses).
+func (a *Allocator) handOut(b *Block) {
+	if a.active != nil {
+		a.active[b.Ptr] = b
+	}
+	b.lprev, b.lnext = nil, a.live
+	if a.live != nil {
+		a.live.lprev = b
+	}
+	a.live = b
+}
+
+// takeBack takes a block that is cached again out of the list and the map.
+func (a *Allocator) takeBack(b *Block) {
+	if a.active != nil {
+		delete(a.active, b.Ptr)
+	}
+	if b.lprev != nil {
+		b.lprev.lnext = b.lnext
+	} else {
+		a.live = b.lnext
+	}
+	if b.lnext != nil {
+		b.lnext.lprev = b.lprev
+	}
+	b.lprev, b.lnext = nil, nil
 }
 
 func (a *Allocator) pool(small bool) *pool {
@@ -280,7 +311,9 @@ func (a *Allocator) reserve(d int64) {
 var ErrOOM = errors.New("CUDA out of memory")
 
 // Malloc is DeviceCachingAllocator::malloc: it returns the block of a
-// request of size bytes on stream.
+// request of size bytes on stream. The block stays the allocator's: once
+// freed it may merge into a neighbour and be reused for another block, so
+// a caller reads what it needs of it before freeing it.
 func (a *Allocator) Malloc(size, stream int64) (*Block, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("negative allocation of %d bytes", size)
@@ -322,36 +355,10 @@ func (a *Allocator) getFreeBlock(p *pool, size, stream int64) *Block {
 	if a.cfg.AllowedMemory > 0 && a.cfg.GCThreshold > 0 {
 		p.gcCalls++
 	}
-	key := &Block{Stream: stream, Size: size, Ptr: math.MinInt64}
-	i, _ := slices.BinarySearchFunc(p.blocks, key, cmpSize)
-	if i == len(p.blocks) || p.blocks[i].Stream != stream {
+	b := p.bestFit(size, stream, a.cfg.Expandable)
+	if b == nil {
 		return nil
 	}
-	if p.blocks[i].seg != nil {
-		if a.cfg.Expandable {
-			// Best fit counts what an expandable block can grow into.
-			esize := func(b *Block) int64 {
-				if b.next != nil && !b.next.mapped {
-					return b.Size + b.next.Size
-				}
-				return b.Size
-			}
-			for p.blocks[i].seg != nil && i+1 < len(p.blocks) && p.blocks[i+1].Stream == stream && esize(p.blocks[i+1]) < esize(p.blocks[i]) {
-				i++
-			}
-		} else {
-			for {
-				i++
-				if i == len(p.blocks) || p.blocks[i].seg == nil || p.blocks[i].Stream != stream {
-					break
-				}
-			}
-			if i == len(p.blocks) || p.blocks[i].Stream != stream {
-				return nil
-			}
-		}
-	}
-	b := p.blocks[i]
 	ms := a.cfg.maxSplit()
 	if size < ms && b.Size >= ms {
 		return nil
@@ -359,8 +366,58 @@ func (a *Allocator) getFreeBlock(p *pool, size, stream int64) *Block {
 	if size >= ms && b.Size >= size+LargeBuffer {
 		return nil
 	}
-	p.blocks = slices.Delete(p.blocks, i, i+1)
+	p.blocks.remove(b)
 	return b
+}
+
+// bestFit is get_free_block's search: the lower bound of (stream, size)
+// among the cached blocks; from a block of an expandable segment, the
+// following one while it grows into less (expandable_segments on) or the
+// first block of a cudaMalloc segment (off).
+func (p *pool) bestFit(size, stream int64, expandable bool) *Block {
+	first := p.blocks.lowerBound(p.blocks.key(stream, size, math.MinInt64))
+	switch {
+	case first == nil || first.Stream != stream:
+		return nil
+	case first.seg == nil:
+		return first
+	case expandable:
+		return p.leastGrowth(first, stream)
+	}
+	var found *Block
+	p.blocks.ascendFrom(p.blocks.itemOf(first), func(b *Block) bool {
+		if b.seg != nil && b.Stream == stream {
+			return true
+		}
+		found = b
+		return false
+	})
+	if found == nil || found.Stream != stream {
+		return nil
+	}
+	return found
+}
+
+// leastGrowth: best fit counts what an expandable block can grow into.
+func (p *pool) leastGrowth(first *Block, stream int64) *Block {
+	esize := func(b *Block) int64 {
+		if b.next != nil && !b.next.mapped {
+			return b.Size + b.next.Size
+		}
+		return b.Size
+	}
+	cur := first
+	p.blocks.ascendFrom(p.blocks.itemOf(first), func(b *Block) bool {
+		if b == first {
+			return true
+		}
+		if cur.seg == nil || b.Stream != stream || esize(b) >= esize(cur) {
+			return false
+		}
+		cur = b
+		return true
+	})
+	return cur
 }
 
 // allocBlock is alloc_block: a new segment (or mapped pages).
@@ -377,14 +434,17 @@ func (a *Allocator) allocBlock(p *pool, size, allocSize, stream int64) *Block {
 	}
 	a.reserve(allocSize)
 	a.emit("segment_alloc", ptr, allocSize)
-	return &Block{Ptr: ptr, Size: allocSize, Stream: stream, Small: p.small, mapped: true}
+	b := a.newBlock()
+	b.Ptr, b.Size, b.Stream, b.Small, b.mapped = ptr, allocSize, stream, p.small, true
+	return b
 }
 
 // allocFoundBlock is alloc_found_block.
 func (a *Allocator) allocFoundBlock(p *pool, b *Block, size, orig int64, split bool) *Block {
 	if split {
 		rem := b
-		b = &Block{Ptr: rem.Ptr, Size: size, Stream: rem.Stream, Small: rem.Small, mapped: true, seg: rem.seg, prev: rem.prev, next: rem}
+		b = a.newBlock()
+		b.Ptr, b.Size, b.Stream, b.Small, b.mapped, b.seg, b.prev, b.next = rem.Ptr, size, rem.Stream, rem.Small, true, rem.seg, rem.prev, rem
 		if b.prev != nil {
 			b.prev.next = b
 		}
@@ -395,7 +455,7 @@ func (a *Allocator) allocFoundBlock(p *pool, b *Block, size, orig int64, split b
 	}
 	b.Allocated = true
 	b.Requested = orig
-	a.active[b.Ptr] = b
+	a.handOut(b)
 	a.Allocated += b.Size
 	a.Requested += orig
 	a.PeakAllocated = max(a.PeakAllocated, a.Allocated)
@@ -410,11 +470,15 @@ func (a *Allocator) FreeRequested(ptr int64) (*Block, error) {
 	if !ok || !b.Allocated {
 		return nil, fmt.Errorf("free of %#x, which is not allocated", ptr)
 	}
+	a.freeRequested(b)
+	return b, nil
+}
+
+func (a *Allocator) freeRequested(b *Block) {
 	b.Allocated = false
 	b.pending = true
 	a.Allocated -= b.Size
 	a.Requested -= b.Requested
-	return b, nil
 }
 
 // FreeCompleted is free_block: the block at ptr goes back to the cache,
@@ -424,13 +488,17 @@ func (a *Allocator) FreeCompleted(ptr int64) error {
 	if !ok || !b.pending {
 		return fmt.Errorf("free_completed of %#x, which was not freed", ptr)
 	}
+	a.freeCompleted(b)
+	return nil
+}
+
+func (a *Allocator) freeCompleted(b *Block) {
 	b.pending = false
-	delete(a.active, ptr)
+	a.takeBack(b)
 	p := a.pool(b.Small)
 	a.tryMerge(p, b, b.prev)
 	a.tryMerge(p, b, b.next)
 	p.insert(b)
-	return nil
 }
 
 // Free is FreeRequested and FreeCompleted.
@@ -439,6 +507,16 @@ func (a *Allocator) Free(ptr int64) error {
 		return err
 	}
 	return a.FreeCompleted(ptr)
+}
+
+// freeBlock is Free of a block Malloc handed out, by block.
+func (a *Allocator) freeBlock(b *Block) error {
+	if !b.Allocated {
+		return fmt.Errorf("free of %#x, which is not allocated", b.Ptr)
+	}
+	a.freeRequested(b)
+	a.freeCompleted(b)
+	return nil
 }
 
 // tryMerge is try_merge_blocks: src joins dst when it is free and equally
@@ -463,9 +541,11 @@ func (a *Allocator) tryMerge(p *pool, dst, src *Block) int64 {
 	if src.mapped {
 		p.remove(src)
 	} else {
-		p.unmapped, _ = removeSorted(p.unmapped, src, cmpAddr)
+		p.unmapped.remove(src)
 	}
-	return src.Size
+	size := src.Size
+	a.retire(src)
+	return size
 }
 
 // releaseBlock is release_block: cudaFree of a whole cached segment.
@@ -474,6 +554,7 @@ func (a *Allocator) releaseBlock(p *pool, b *Block) {
 	a.dev.Free(b.Ptr, b.Size)
 	a.Reserved -= b.Size
 	p.remove(b)
+	a.retire(b)
 }
 
 // ReleaseCachedBlocks is release_cached_blocks (torch.cuda.empty_cache, and
@@ -483,7 +564,7 @@ func (a *Allocator) ReleaseCachedBlocks() {
 	for _, small := range []bool{false, true} { // large_blocks, then small_blocks
 		p := a.pool(small)
 		var unmap []*Block
-		for _, b := range slices.Clone(p.blocks) {
+		for _, b := range p.blocks.all() {
 			if b.seg != nil {
 				unmap = append(unmap, b)
 			} else if !b.isSplit() {
@@ -505,33 +586,34 @@ func (a *Allocator) releaseAvailableCachedBlocks(p *pool, size, stream int64) bo
 		return false
 	}
 	keySize := max(size, ms)
-	key := &Block{Stream: stream, Size: keySize, Ptr: math.MinInt64}
-	i, _ := slices.BinarySearchFunc(p.blocks, key, cmpSize)
-	if i == len(p.blocks) || p.blocks[i].Stream != stream {
-		if i == 0 {
-			return false
-		}
-		var released int64
-		i--
-		for released < keySize && i >= 0 && p.blocks[i].Size >= ms && p.blocks[i].Stream == stream {
-			b := p.blocks[i]
-			released += b.Size
-			if b.seg != nil || b.isSplit() {
-				// The C++ frees only whole cudaMalloc segments here
-				// (release_block asserts it).
-				return released >= keySize
-			}
-			a.releaseBlock(p, b)
-			i--
-		}
-		return released >= keySize
+	key := p.blocks.key(stream, keySize, math.MinInt64)
+	b := p.blocks.lowerBound(key)
+	if b == nil || b.Stream != stream {
+		return a.releaseLargestBelow(p, key, ms)
 	}
-	b := p.blocks[i]
 	if b.seg != nil || b.isSplit() {
 		return false
 	}
 	a.releaseBlock(p, b)
 	return true
+}
+
+// releaseLargestBelow walks back from key (stream, size): it frees the
+// stream's oversize blocks, largest first, until key's size is freed.
+func (a *Allocator) releaseLargestBelow(p *pool, key setItem, ms int64) bool {
+	var released int64
+	for b := p.blocks.before(key); released < key.size && b != nil && b.Size >= ms && b.Stream == key.stream; {
+		released += b.Size
+		if b.seg != nil || b.isSplit() {
+			// The C++ frees only whole cudaMalloc segments here
+			// (release_block asserts it).
+			return released >= key.size
+		}
+		at := p.blocks.itemOf(b) // its place, before releaseBlock retires it
+		a.releaseBlock(p, b)
+		b = p.blocks.before(at)
+	}
+	return released >= key.size
 }
 
 // garbageCollect is garbage_collect_cached_blocks.
@@ -544,12 +626,13 @@ func (a *Allocator) garbageCollect() {
 	p := a.pool(false)
 	var totalAge float64
 	n := 0
-	for _, b := range p.blocks {
+	p.blocks.each(func(b *Block) bool {
 		if !b.isSplit() && b.seg == nil {
 			totalAge += float64(p.gcCalls - b.gcBase)
 			n++
 		}
-	}
+		return true
+	})
 	if n == 0 {
 		return
 	}
@@ -558,7 +641,7 @@ func (a *Allocator) garbageCollect() {
 	for reclaimed < target && freed && n > 0 {
 		ageThreshold := totalAge / float64(n)
 		freed = false
-		for _, b := range slices.Clone(p.blocks) {
+		for _, b := range p.blocks.all() {
 			age := float64(p.gcCalls - b.gcBase)
 			if !b.isSplit() && b.seg == nil && age >= ageThreshold {
 				freed = true
@@ -575,32 +658,42 @@ func (a *Allocator) garbageCollect() {
 // one per cudaMalloc, one per contiguous mapped range of an expandable
 // segment, in address order.
 func (a *Allocator) Segments() []SegmentState {
-	heads := map[*Block]bool{}
-	add := func(b *Block) {
-		for b.prev != nil && b.prev.mapped {
-			b = b.prev
-		}
-		heads[b] = true
-	}
-	for i := range a.pools {
-		for _, b := range a.pools[i].blocks {
-			add(b)
-		}
-	}
-	for _, b := range a.active {
-		add(b)
-	}
 	var out []SegmentState
-	for h := range heads {
+	a.eachHead(func(h *Block) {
 		s := SegmentState{Address: h.Ptr, Small: h.Small, Expandable: h.seg != nil, Stream: h.Stream}
 		for b := h; b != nil && b.mapped; b = b.next {
 			s.Blocks = append(s.Blocks, BlockState{Address: b.Ptr, Size: b.Size, Requested: b.Requested, Allocated: b.Allocated})
 			s.TotalSize += b.Size
 		}
 		out = append(out, s)
-	}
+	})
 	slices.SortFunc(out, func(x, y SegmentState) int { return cmpInt(x.Address, y.Address) })
 	return out
+}
+
+// segmentCount is len(Segments()).
+func (a *Allocator) segmentCount() int {
+	n := 0
+	a.eachHead(func(*Block) { n++ })
+	return n
+}
+
+// eachHead calls f on the first block of every segment (or mapped range):
+// every mapped block is cached or handed out, and a segment's first is the
+// one not preceded by a mapped block.
+func (a *Allocator) eachHead(f func(*Block)) {
+	head := func(b *Block) bool {
+		if b.prev == nil || !b.prev.mapped {
+			f(b)
+		}
+		return true
+	}
+	for i := range a.pools {
+		a.pools[i].blocks.each(head)
+	}
+	for b := a.live; b != nil; b = b.lnext {
+		head(b)
+	}
 }
 
 // SegmentState is a segment of Segments.

@@ -156,8 +156,8 @@ func TestCachingRules(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if len(a.pools[1].blocks) != 1 || a.pools[1].blocks[0].Size != LargeBuffer {
-			t.Errorf("cache holds %d blocks, want one 20 MiB block", len(a.pools[1].blocks))
+		if cached := a.pools[1].blocks.all(); len(cached) != 1 || cached[0].Size != LargeBuffer {
+			t.Errorf("cache holds %d blocks, want one 20 MiB block", len(cached))
 		}
 	})
 	t.Run("max_split_size: an oversize block is not split and serves only requests within 20 MiB", func(t *testing.T) {

@@ -1,9 +1,6 @@
 package allocator
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // The address space an expandable segment reserves: the C++ reserves 1⅛ of
 // the device's memory; any size larger than what a replay maps behaves the
@@ -32,23 +29,29 @@ func (a *Allocator) findExpandableBlock(p *pool, size, stream int64) *Block {
 		}
 		return n >= size
 	}
-	key := &Block{Stream: stream, Ptr: math.MinInt64}
-	i, _ := slices.BinarySearchFunc(p.unmapped, key, cmpAddr)
-	for ; i < len(p.unmapped) && p.unmapped[i].Stream == stream; i++ {
-		c := p.unmapped[i]
+	var found *Block
+	p.unmapped.ascendFrom(p.unmapped.key(stream, 0, math.MinInt64), func(c *Block) bool {
+		if c.Stream != stream {
+			return false
+		}
 		if allocatable(c.prev) {
 			c = c.prev
 		}
 		if room(c) {
-			return c
+			found = c
+			return false
 		}
+		return true
+	})
+	if found != nil {
+		return found
 	}
 	page := a.pageSize(p.small)
 	space := (expandableSpace + page - 1) / page * page
 	base := a.dev.Reserve(space)
 	es := &expandable{base: base, size: space, page: page, stream: stream, small: p.small}
 	c := &Block{Ptr: base, Size: space, Stream: stream, Small: p.small, seg: es}
-	p.unmapped = insertSorted(p.unmapped, c, cmpAddr)
+	p.unmapped.insert(c)
 	return c
 }
 
@@ -65,7 +68,7 @@ func (a *Allocator) mapBlock(p *pool, b *Block, size int64) bool {
 	if !a.dev.Map(mptr, msize) {
 		return false
 	}
-	p.unmapped, _ = removeSorted(p.unmapped, b, cmpAddr)
+	p.unmapped.remove(b)
 	b.mapped = true
 	if msize < b.Size {
 		rem := &Block{Ptr: b.Ptr + msize, Size: b.Size - msize, Stream: b.Stream, Small: b.Small, seg: es, prev: b, next: b.next}
@@ -73,7 +76,7 @@ func (a *Allocator) mapBlock(p *pool, b *Block, size int64) bool {
 			b.next.prev = rem
 		}
 		b.next = rem
-		p.unmapped = insertSorted(p.unmapped, rem, cmpAddr)
+		p.unmapped.insert(rem)
 		b.Size = msize
 	}
 	a.tryMerge(p, b, b.prev)
@@ -130,36 +133,40 @@ func (a *Allocator) unmapBlock(p *pool, b *Block) {
 	b.Ptr, b.Size, b.mapped = uptr, usize, false
 	a.tryMerge(p, b, b.prev)
 	a.tryMerge(p, b, b.next)
-	p.unmapped = insertSorted(p.unmapped, b, cmpAddr)
+	p.unmapped.insert(b)
 	a.dev.Unmap(uptr, usize)
 	a.Reserved -= usize
 	a.emit("segment_unmap", uptr, usize)
 	if b.prev == nil && b.next == nil {
 		// release_expandable_segment: nothing of it is mapped any more.
-		p.unmapped, _ = removeSorted(p.unmapped, b, cmpAddr)
+		p.unmapped.remove(b)
 	}
 }
 
 // freeBlockAt finds the cached (free, mapped) block that starts at ptr.
 func (a *Allocator) freeBlockAt(ptr int64) (*pool, *Block) {
-	for i := range a.pools {
-		for _, b := range a.pools[i].blocks {
-			if b.Ptr == ptr {
-				return &a.pools[i], b
-			}
-		}
-	}
-	return nil, nil
+	return a.findCached(func(b *Block) bool { return b.Ptr == ptr })
 }
 
 // freeBlockContaining finds the cached block of an expandable segment that
 // holds ptr.
 func (a *Allocator) freeBlockContaining(ptr int64) (*pool, *Block) {
+	return a.findCached(func(b *Block) bool { return b.seg != nil && b.Ptr <= ptr && ptr < b.Ptr+b.Size })
+}
+
+// findCached is the first cached block, small pool then large, each in
+// order, that match says yes to.
+func (a *Allocator) findCached(match func(*Block) bool) (*pool, *Block) {
 	for i := range a.pools {
-		for _, b := range a.pools[i].blocks {
-			if b.seg != nil && b.Ptr <= ptr && ptr < b.Ptr+b.Size {
-				return &a.pools[i], b
+		var found *Block
+		a.pools[i].blocks.each(func(b *Block) bool {
+			if match(b) {
+				found = b
 			}
+			return found == nil
+		})
+		if found != nil {
+			return &a.pools[i], found
 		}
 	}
 	return nil, nil

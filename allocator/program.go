@@ -106,8 +106,8 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 	}
 	pr.freeLists()
 	pr.carried()
-	pr.a = New(cfg, &capacityDevice{capacity: capacity})
-	pr.ptr, pr.live = make([]int64, len(p.Tensors)), make([]bool, len(p.Tensors))
+	pr.a = newUnindexed(cfg, &capacityDevice{capacity: capacity})
+	pr.blk, pr.live = make([]*Block, len(p.Tensors)), make([]bool, len(p.Tensors))
 	if ok, err := pr.residents(); err != nil || !ok {
 		return pr.res, err
 	}
@@ -124,7 +124,7 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 		}
 	}
 	pr.res.Fragmentation = pr.res.PeakReserved - pr.res.AllocatedAtPeak
-	pr.res.Segments = len(pr.a.Segments())
+	pr.res.Segments = pr.a.segmentCount()
 	return pr.res, nil
 }
 
@@ -141,7 +141,7 @@ type programReplayer struct {
 	start   []int32 // frees[start[oi]:start[oi+1]] are the storages op oi frees
 	frees   []ir.TensorID
 	carries [ir.NumCategories][]ir.TensorID // the Keep storages a Carried storage of category c stands for
-	ptr     []int64                         // each live storage's block (-1: none)
+	blk     []*Block                        // each live storage's block (nil: none)
 	live    []bool
 }
 
@@ -233,27 +233,27 @@ func (pr *programReplayer) standsFor(o ir.TensorID) []ir.TensorID {
 
 // malloc allocates size bytes for op oi of pass pass; ok is false at an
 // out-of-memory, which it records in the result.
-func (pr *programReplayer) malloc(size int64, oi, pass int) (int64, bool, error) {
+func (pr *programReplayer) malloc(size int64, oi, pass int) (*Block, bool, error) {
 	if size <= 0 {
-		return -1, true, nil // PyTorch hands out no block for an empty tensor
+		return nil, true, nil // PyTorch hands out no block for an empty tensor
 	}
 	b, err := pr.a.Malloc(size, 0)
 	if err != nil {
 		if errors.Is(err, ErrOOM) {
 			res := pr.res
 			res.OOM, res.OOMOp, res.OOMPass, res.OOMMessage = true, oi, pass, err.Error()
-			return 0, false, nil
+			return nil, false, nil
 		}
-		return 0, false, err
+		return nil, false, err
 	}
-	return b.Ptr, true, nil
+	return b, true, nil
 }
 
-func (pr *programReplayer) free(q int64) error {
-	if q < 0 {
+func (pr *programReplayer) free(b *Block) error {
+	if b == nil {
 		return nil
 	}
-	return pr.a.Free(q)
+	return pr.a.freeBlock(b)
 }
 
 // note tracks the peaks after op oi of pass pass: the reserved peak and,
@@ -285,7 +285,7 @@ func (pr *programReplayer) residents() (bool, error) {
 		if err != nil || !ok {
 			return false, err
 		}
-		pr.ptr[i] = q
+		pr.blk[i] = q
 	}
 	return true, nil
 }
@@ -300,7 +300,7 @@ func (pr *programReplayer) step(oi, pass int, record bool) (bool, error) {
 			return false, err
 		}
 	}
-	ws := int64(-1)
+	var ws *Block
 	if op.Workspace > 0 {
 		q, ok, err := pr.malloc(int64(op.Workspace), oi, pass)
 		if err != nil || !ok {
@@ -331,7 +331,7 @@ func (pr *programReplayer) allocOutput(o ir.TensorID, oi, pass int) (bool, error
 		return true, nil
 	}
 	pr.live[o] = true
-	pr.ptr[o] = -1
+	pr.blk[o] = nil
 	if pr.p.Tensors[o].Host {
 		return true, nil
 	}
@@ -344,7 +344,7 @@ func (pr *programReplayer) allocOutput(o ir.TensorID, oi, pass int) (bool, error
 			if err != nil || !ok {
 				return false, err
 			}
-			pr.ptr[k], pr.live[k] = q, true
+			pr.blk[k], pr.live[k] = q, true
 		}
 		return true, nil
 	}
@@ -352,7 +352,7 @@ func (pr *programReplayer) allocOutput(o ir.TensorID, oi, pass int) (bool, error
 	if err != nil || !ok {
 		return false, err
 	}
-	pr.ptr[o] = q
+	pr.blk[o] = q
 	return true, nil
 }
 
@@ -366,10 +366,10 @@ func (pr *programReplayer) freeStorage(o ir.TensorID) error {
 	for _, k := range pr.standsFor(o) {
 		if pr.live[k] {
 			pr.live[k] = false
-			if err := pr.free(pr.ptr[k]); err != nil {
+			if err := pr.free(pr.blk[k]); err != nil {
 				return err
 			}
 		}
 	}
-	return pr.free(pr.ptr[o])
+	return pr.free(pr.blk[o])
 }

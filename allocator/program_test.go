@@ -106,3 +106,45 @@ func BenchmarkReplayProgramLlama3_70B(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReplayProgramQwen3_30B_A3B replays a catalog MoE (48 layers of
+// 128 experts): 30,612 segments, 75,468 live blocks and 29,985 cached at the
+// end, so every pool insert and erase meets a large set.
+func BenchmarkReplayProgramQwen3_30B_A3B(b *testing.B) {
+	r := planOf(b, "qwen3-30b-a3b", 1, 2048, ops.BF16, lower.AdamW)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := allocator.ReplayProgram(r.Program, allocator.Config{}, 0, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReplayProgramQwen3_30B_A3BExpandable: the same replay under
+// expandable_segments:True, whose largest segment ends with 74,505 blocks,
+// where Segments walked back to the segment's head from every block.
+func BenchmarkReplayProgramQwen3_30B_A3BExpandable(b *testing.B) {
+	r := planOf(b, "qwen3-30b-a3b", 1, 2048, ops.BF16, lower.AdamW)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := allocator.ReplayProgram(r.Program, allocator.Config{Expandable: true}, 0, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkReplayProgramDeepSeekV2 replays the steady program of
+// deepseek-v2 (60 layers of 160 experts, 301,600 ops; amp-bf16, AdamW),
+// whose replays dominated `memplan plan --model deepseek-v2 --gpu h100`.
+func BenchmarkReplayProgramDeepSeekV2(b *testing.B) {
+	r := planOf(b, "deepseek-v2", 1, 2048, ops.AMPBF16, lower.AdamW)
+	b.ReportAllocs()
+	var res *allocator.ProgramResult
+	for b.Loop() {
+		var err error
+		if res, err = allocator.ReplayProgram(r.Program, allocator.Config{}, 0, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(res.Segments), "segments")
+}

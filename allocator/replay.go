@@ -653,7 +653,7 @@ func (in *initializer) expandables() {
 		link(full)
 		for _, b := range full {
 			if !b.mapped {
-				p.unmapped = insertSorted(p.unmapped, b, cmpAddr)
+				p.unmapped.insert(b)
 				continue
 			}
 			in.a.place(p, b)
@@ -678,7 +678,7 @@ func link(blocks []*Block) {
 // place puts a block of the initial state where it belongs.
 func (a *Allocator) place(p *pool, b *Block) {
 	if b.Allocated {
-		a.active[b.Ptr] = b
+		a.handOut(b)
 		a.Allocated += b.Size
 		a.Requested += b.Requested
 		return
