@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/memplan/memplan/internal/chunk"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
@@ -103,6 +104,49 @@ type lowerer struct {
 	// (NoTensor: a per-micro-step tensor).
 	shared []ir.TensorID
 	saved  []bool // graph storages saved for backward
+
+	// ids and names hold the ops' tensor lists and the tensors' names in a
+	// few large arrays instead of one allocation each (a 470,000-op MoE
+	// makes a million of them per lowering); in and out are backward's
+	// lists being built, gradNames the gradient names of graph tensors.
+	ids       chunk.Slices[ir.TensorID]
+	shapes    chunk.Slices[int64]
+	names     chunk.Strings
+	in, out   []ir.TensorID
+	gradNames []string
+	// bwdNames interns "kind_backward" per node kind.
+	bwdNames map[string]string
+}
+
+// cloneShape is a copy of shape cut from a chunk, its capacity its length
+// (nil when empty, as append([]int64(nil), shape...) was).
+func (l *lowerer) cloneShape(shape []int64) []int64 {
+	if len(shape) == 0 {
+		return nil
+	}
+	return l.shapes.Clone(shape)
+}
+
+// bwdName is node kind's backward op name, made once per kind.
+func (l *lowerer) bwdName(kind string) string {
+	name, ok := l.bwdNames[kind]
+	if !ok {
+		if l.bwdNames == nil {
+			l.bwdNames = map[string]string{}
+		}
+		name = kind + "_backward"
+		l.bwdNames[kind] = name
+	}
+	return name
+}
+
+// mapped is mapIDs cut from a chunk (non-nil even when empty).
+func (l *lowerer) mapped(ids, idm []ir.TensorID) []ir.TensorID {
+	out := l.ids.Make(len(ids))
+	for i, t := range ids {
+		out[i] = idm[t]
+	}
+	return out
 }
 
 // sharedOf is the program tensor of graph parameter or buffer x.
@@ -123,7 +167,7 @@ func newLowerer(g *ir.Graph) *lowerer {
 	}
 	for _, id := range append(append([]ir.TensorID(nil), g.Params...), g.Buffers...) {
 		t := g.Tensors[id]
-		t.Shape = append([]int64(nil), t.Shape...)
+		t.Shape = l.cloneShape(t.Shape)
 		l.shared[id] = l.add(t)
 	}
 	for _, id := range g.Params {
@@ -141,6 +185,7 @@ func (l *lowerer) add(t ir.Tensor) ir.TensorID {
 // for micro-step m.
 func (l *lowerer) instance(m int) []ir.TensorID {
 	idm := make([]ir.TensorID, len(l.g.Tensors))
+	suffix := "@" + strconv.Itoa(m)
 	for i := range l.g.Tensors {
 		if s, ok := l.sharedOf(ir.TensorID(i)); ok {
 			idm[i] = s
@@ -156,7 +201,7 @@ func (l *lowerer) instance(m int) []ir.TensorID {
 			t.Resident = false
 		}
 		if m > 0 {
-			t.Name += "@" + strconv.Itoa(m)
+			t.Name = l.names.Join(t.Name, suffix)
 		}
 		idm[i] = l.add(t)
 	}
@@ -173,12 +218,12 @@ func mapIDs(ids []ir.TensorID, idm []ir.TensorID) []ir.TensorID {
 
 func (l *lowerer) forward(idm []ir.TensorID, m int) {
 	if len(l.g.Inputs) > 0 {
-		l.p.Ops = append(l.p.Ops, ir.Op{Name: "load_batch", Phase: ir.Forward, Micro: m, Out: mapIDs(l.g.Inputs, idm), Node: -1})
+		l.p.Ops = append(l.p.Ops, ir.Op{Name: "load_batch", Phase: ir.Forward, Micro: m, Out: l.mapped(l.g.Inputs, idm), Node: -1})
 	}
 	for ni := range l.g.Nodes {
 		n := &l.g.Nodes[ni]
 		l.p.Ops = append(l.p.Ops, ir.Op{Name: n.Kind, Module: n.Module, Phase: ir.Forward, Micro: m,
-			In: mapIDs(n.In, idm), Out: mapIDs(n.Out, idm), Workspace: n.Workspace, FLOPs: n.FLOPs, MemBytes: n.MemBytes, Node: int32(ni), Comm: n.Comm})
+			In: l.mapped(n.In, idm), Out: l.mapped(n.Out, idm), Workspace: n.Workspace, FLOPs: n.FLOPs, MemBytes: n.MemBytes, Node: int32(ni), Comm: n.Comm})
 	}
 }
 
@@ -197,79 +242,110 @@ func contains(xs []int, v int) bool {
 // all, engine.checkProgramBytes).
 func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.TensorID) {
 	g := l.g
-	gradOf := map[ir.TensorID]ir.TensorID{}
+	// gradOf[x] is the gradient of graph tensor x, or NoTensor: a slice
+	// indexed by id, as dense as the graph (a map was 3% of a 300,000-op
+	// MoE's plan).
+	gradOf := make([]ir.TensorID, len(g.Tensors))
+	for i := range gradOf {
+		gradOf[i] = ir.NoTensor
+	}
 	loss := g.Tensors[g.Loss]
-	seed := l.add(ir.Tensor{Name: "grad(" + loss.Name + ")", Shape: []int64{}, DType: loss.DType, Bytes: loss.DType.Size(1), Base: ir.NoTensor, Cat: ir.Temporary})
+	seed := l.add(ir.Tensor{Name: l.gradName(g.Loss), Shape: []int64{}, DType: loss.DType, Bytes: loss.DType.Size(1), Base: ir.NoTensor, Cat: ir.Temporary})
 	gradOf[g.Loss] = seed
 	l.p.Ops = append(l.p.Ops, ir.Op{Name: "loss.backward", Phase: ir.Backward, Micro: m, In: []ir.TensorID{idm[g.Loss]}, Out: []ir.TensorID{seed}, Node: -1})
 	for ni := len(g.Nodes) - 1; ni >= 0; ni-- {
 		n := &g.Nodes[ni]
-		var gout []ir.TensorID
+		l.in, l.out = l.in[:0], l.out[:0]
+		for _, t := range n.Saved {
+			l.in = append(l.in, idm[t])
+		}
 		for _, o := range n.Out {
-			if gt, ok := gradOf[o]; ok {
-				gout = append(gout, gt)
+			if gt := gradOf[o]; gt != ir.NoTensor {
+				l.in = append(l.in, gt)
 			}
 		}
-		if len(gout) == 0 {
+		nGout := len(l.in) - len(n.Saved)
+		if nGout == 0 {
 			continue
 		}
-		op := ir.Op{Name: n.Kind + "_backward", Module: n.Module, Phase: ir.Backward, Micro: m,
-			In: append(mapIDs(n.Saved, idm), gout...), Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: bwdMemFactor * n.MemBytes, Node: int32(ni), Comm: n.BwdComm}
+		op := ir.Op{Name: l.bwdName(n.Kind), Module: n.Module, Phase: ir.Backward, Micro: m,
+			Workspace: n.BwdWorkspace, FLOPs: n.BwdFLOPs, MemBytes: bwdMemFactor * n.MemBytes, Node: int32(ni), Comm: n.BwdComm}
+		gout0 := l.in[len(n.Saved)]
 		for pos, x := range n.In {
-			xt := &g.Tensors[x]
-			if !xt.RequiresGrad || contains(n.NoGrad, pos) {
-				continue
+			if g.Tensors[x].RequiresGrad && !contains(n.NoGrad, pos) {
+				op.Workspace += l.inputGrad(n, pos, gout0, idm, pgrad, gradOf)
 			}
-			size := xt.DType.Size(xt.Numel())
-			// accumulate adds into an existing gradient; one written by this
-			// same op (an input used twice, as in x + x) is not read first.
-			accumulate := func(gt ir.TensorID) {
-				for _, o := range op.Out {
-					if o == gt {
-						op.Workspace += size
-						return
-					}
-				}
-				op.In = append(op.In, gt)
-				op.Workspace += size
-			}
-			// A gradient the forward already computed and saved is
-			// returned as it is (a view of the saved storage).
-			savedGrad := ir.NoTensor
-			if k, ok := n.GradSaved[pos]; ok {
-				savedGrad = idm[n.Saved[k]]
-			}
-			if px, isShared := l.sharedOf(x); isShared {
-				if gt, ok := pgrad[px]; ok {
-					accumulate(gt)
-					continue
-				}
-				gt := l.add(ir.Tensor{Name: xt.Name + ".grad", Shape: append([]int64(nil), xt.Shape...), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient})
-				if savedGrad != ir.NoTensor {
-					l.p.Tensors[gt].Base, l.p.Tensors[gt].Bytes = savedGrad, 0
-				}
-				pgrad[px] = gt
-				op.Out = append(op.Out, gt)
-				continue
-			}
-			if gt, ok := gradOf[x]; ok {
-				accumulate(gt)
-				continue
-			}
-			gt := ir.Tensor{Name: "grad(" + xt.Name + ")", Shape: xt.Shape, DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
-			if savedGrad != ir.NoTensor {
-				gt.Base = savedGrad
-			} else if n.GradAliases && pos == 0 {
-				gt.Base = gout[0]
-			} else {
-				gt.Bytes = size
-			}
-			id := l.add(gt)
-			gradOf[x] = id
-			op.Out = append(op.Out, id)
+		}
+		// The lists live in the lowering's shared arrays (their capacity
+		// is their length: whoever appends to one copies it first).
+		op.In = l.ids.Clone(l.in)
+		if len(l.out) > 0 {
+			op.Out = l.ids.Clone(l.out)
 		}
 		l.p.Ops = append(l.p.Ops, op)
 	}
+}
+
+// inputGrad makes or accumulates the gradient of input pos of node n, whose
+// backward op is being built in l.in and l.out (gout0: its first output
+// gradient), and returns the workspace that adds.
+func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.TensorID, pgrad map[ir.TensorID]ir.TensorID, gradOf []ir.TensorID) units.Bytes {
+	x := n.In[pos]
+	xt := &l.g.Tensors[x]
+	size := xt.DType.Size(xt.Numel())
+	// accumulate adds into an existing gradient; one written by this
+	// same op (an input used twice, as in x + x) is not read first.
+	accumulate := func(gt ir.TensorID) units.Bytes {
+		if !slices.Contains(l.out, gt) {
+			l.in = append(l.in, gt)
+		}
+		return size
+	}
+	// A gradient the forward already computed and saved is returned as
+	// it is (a view of the saved storage).
+	savedGrad := ir.NoTensor
+	if k, ok := n.GradSaved[pos]; ok {
+		savedGrad = idm[n.Saved[k]]
+	}
+	if px, isShared := l.sharedOf(x); isShared {
+		if gt, ok := pgrad[px]; ok {
+			return accumulate(gt)
+		}
+		gt := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Gradient})
+		if savedGrad != ir.NoTensor {
+			l.p.Tensors[gt].Base, l.p.Tensors[gt].Bytes = savedGrad, 0
+		}
+		pgrad[px] = gt
+		l.out = append(l.out, gt)
+		return 0
+	}
+	if gt := gradOf[x]; gt != ir.NoTensor {
+		return accumulate(gt)
+	}
+	gt := ir.Tensor{Name: l.gradName(x), Shape: xt.Shape, DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
+	if savedGrad != ir.NoTensor {
+		gt.Base = savedGrad
+	} else if n.GradAliases && pos == 0 {
+		gt.Base = gout0
+	} else {
+		gt.Bytes = size
+	}
+	id := l.add(gt)
+	gradOf[x] = id
+	l.out = append(l.out, id)
+	return 0
+}
+
+// gradName is "grad(name)" of graph tensor x, made once for all
+// micro-steps.
+func (l *lowerer) gradName(x ir.TensorID) string {
+	if l.gradNames == nil {
+		l.gradNames = make([]string, len(l.g.Tensors))
+	}
+	if l.gradNames[x] == "" {
+		l.gradNames[x] = l.names.Join("grad(", l.g.Tensors[x].Name, ")")
+	}
+	return l.gradNames[x]
 }
 
 // Train lowers g into one training iteration. Bounded: c.Accum is the
@@ -286,9 +362,7 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	}
 	l := newLowerer(g)
 	l.p.MicroBatches = c.Accum
-	// Room for every micro-step's forward and backward and the step.
-	l.p.Ops = make([]ir.Op, 0, 2*c.Accum*len(g.Nodes)+4*len(g.Params)+16)
-	l.p.Tensors = slices.Grow(l.p.Tensors, 7*c.Accum*len(g.Tensors)/5+4*len(g.Params))
+	l.reserve(c)
 	pgrad := map[ir.TensorID]ir.TensorID{}
 	// Steady state of a loop that holds its outputs into the next forward,
 	// or zeroes gradients after it: last iteration's outputs (gradients)
@@ -351,6 +425,62 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		}
 	}
 	return l.p, nil
+}
+
+// reserve sizes the program's lists once, to bounds that hold for every
+// config, so that no append copies the whole program (a 470,000-op MoE's
+// Ops and Tensors are 60-70 MB each). Per micro-step: the forward's nodes
+// and load_batch, the backward's seed and at most one op per node, and up to
+// four loop ops (del outputs, rebinds, zero_grad, a workspace); its
+// tensors: the graph's per-iteration ones, the loss gradient and at most one
+// gradient per per-iteration tensor that requires one. Once: the shared
+// tensors, their gradients, two workspaces, two carried tensors, and the
+// optimizer's (optimizerBound).
+func (l *lowerer) reserve(c TrainConfig) {
+	g := l.g
+	nShared := len(g.Params) + len(g.Buffers)
+	perIter, perIterGrad := 0, 0
+	for i := range g.Tensors {
+		if l.shared[i] == ir.NoTensor {
+			perIter++
+			if g.Tensors[i].RequiresGrad {
+				perIterGrad++
+			}
+		}
+	}
+	ops, tensors := l.optimizerBound(c)
+	l.p.Ops = make([]ir.Op, 0, c.Accum*(2*len(g.Nodes)+6)+4+ops)
+	l.p.Tensors = slices.Grow(l.p.Tensors, c.Accum*(perIter+perIterGrad+1)+nShared+4+tensors)
+}
+
+// optimizerBound bounds the ops and tensors the optimizer step adds over
+// the graph's parameters: a multi-tensor step is at most ten ops (init,
+// upcast, decay, the update's five, copy back, zero_grad), a single-tensor
+// step one more per parameter, a step inside backward the multi-tensor
+// step's ten per parameter; each parameter has at most a master and
+// maxStates states, and each multi-tensor step at most two temporaries
+// (the upcast gradients and a foreach result: once, or per parameter inside
+// backward).
+func (l *lowerer) optimizerBound(c TrainConfig) (ops, tensors int) {
+	row, n := c.Optimizer.row(), len(l.g.Params)
+	ops, tensors = 16, n*(1+row.maxStates())+2
+	switch {
+	case c.InBackward:
+		ops += 10 * n
+		tensors += 2 * n
+	case c.Impl == Single || c.Impl == Foreach && row.foreach == nil:
+		ops += n
+	}
+	return ops, tensors
+}
+
+// maxStates is the most state tensors the optimizer keeps for one
+// parameter: its states for a large matrix (16M values: past every row's
+// small-tensor threshold, factored for Adafactor) or a single value.
+func (r *optimizerRow) maxStates() int {
+	big := ir.Tensor{Shape: []int64{4096, 4096}}
+	one := ir.Tensor{Shape: []int64{1}}
+	return max(len(r.states(&big, units.F32)), len(r.states(&one, units.F32)))
 }
 
 // carried adds a tensor as large as the graph tensors like that the
@@ -497,7 +627,7 @@ func (c *TrainConfig) defaults() {
 // into the parameters and drop the gradients.
 func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	row := c.Optimizer.row()
-	s := &step{l: l, row: row, wd: c.WeightDecay, perParam: map[ir.TensorID][]ir.TensorID{}}
+	s := &step{l: l, row: row, wd: c.WeightDecay}
 	m := &masterSet{}
 	init := ir.Op{Name: "optimizer.init_state", Phase: ir.Optimizer, Node: -1}
 	lazy := c.FirstStep && !row.eager
@@ -510,6 +640,7 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 		s.grads = append(s.grads, gid)
 		dt := l.addMaster(c, s, m, pid, gid)
 		l.addState(c, s, pid, dt, lazy, &init)
+		s.stateEnd = append(s.stateEnd, int32(len(s.all)))
 	}
 	if len(s.params) == 0 {
 		return
@@ -561,7 +692,7 @@ func (l *lowerer) addMaster(c TrainConfig, s *step, m *masterSet, pid, gid ir.Te
 	}
 	// Master weights exist from the optimizer's construction.
 	m.gradBytes32 += units.F32.Size(pt.Numel())
-	mid := l.add(ir.Tensor{Name: pt.Name + ".master", Shape: append([]int64(nil), pt.Shape...), DType: units.F32,
+	mid := l.add(ir.Tensor{Name: l.names.Join(pt.Name, ".master"), Shape: l.cloneShape(pt.Shape), DType: units.F32,
 		Bytes: units.F32.Size(pt.Numel()), Base: ir.NoTensor, Cat: ir.OptimizerState, Resident: true})
 	s.weights = append(s.weights, mid)
 	m.lowPrec = append(m.lowPrec, pid)
@@ -573,23 +704,25 @@ func (l *lowerer) addMaster(c TrainConfig, s *step, m *masterSet, pid, gid ir.Te
 // addState adds parameter pid's optimizer state: resident from before the iteration, or, on a lazy optimizer's
 // first step, kept from the init_state op that creates it.
 func (l *lowerer) addState(c TrainConfig, s *step, pid ir.TensorID, dt units.DType, lazy bool, init *ir.Op) {
-	pt := l.p.Tensors[pid]
+	// A pointer, not a copy that would escape to the heap through states:
+	// the adds below never move Tensors (reserve), and an array they
+	// moved would still hold the parameter.
+	pt := &l.p.Tensors[pid]
 	if c.StateDType != units.Invalid {
 		dt = c.StateDType
 	}
-	for _, st := range s.row.states(&pt, dt) {
+	for _, st := range s.row.states(pt, dt) {
 		// bitsandbytes pages only tensors of at least 1e5 values
 		// (optim/optimizer.py @0.41.1 get_state_buffer); smaller
 		// state is an ordinary torch allocation.
 		paged := c.PagedState && pt.Numel() >= 100000
-		t := ir.Tensor{Name: pt.Name + "." + st.name, Shape: st.shape, DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: paged}
+		t := ir.Tensor{Name: l.names.Join(pt.Name, ".", st.name), Shape: l.cloneShape(st.shape), DType: st.dt, Bytes: st.dt.Size(st.numel), Base: ir.NoTensor, Cat: ir.OptimizerState, Host: paged}
 		if lazy {
 			t.Keep = true
 		} else {
 			t.Resident = true
 		}
 		id := l.add(t)
-		s.perParam[pid] = append(s.perParam[pid], id)
 		s.all = append(s.all, id)
 		if lazy {
 			init.Out = append(init.Out, id)
@@ -626,7 +759,7 @@ func (l *lowerer) perParamUpdate(s *step, name string) {
 	for i, pid := range s.params {
 		pt := &l.p.Tensors[pid]
 		w := s.weights[i]
-		in := cat([]ir.TensorID{w, s.grads[i]}, s.perParam[pid])
+		in := cat([]ir.TensorID{w, s.grads[i]}, s.stateOf(i))
 		var ws units.Bytes
 		if w != pid {
 			ws += units.F32.Size(pt.Numel()) // grad.float()

@@ -201,8 +201,10 @@ func adamForeach(s *step) {
 // parameter's state (a model holds ≤ 10^15 parameters, models' parser).
 func adamSingle(s *step, i int) units.Bytes { return 2 * s.stateBytes(i, 1) }
 
+// full is a state shaped like p: its shape is p's own, which addState
+// copies into the tensor it makes.
 func full(p *ir.Tensor, dt units.DType, name string) state {
-	return state{name, dt, p.Numel(), append([]int64(nil), p.Shape...)}
+	return state{name, dt, p.Numel(), p.Shape}
 }
 
 func (o Optimizer) row() *optimizerRow {
@@ -320,7 +322,18 @@ type step struct {
 	// writes (float32 masters or the parameters themselves), the gradients
 	// the update reads (upcast or not), and every state tensor.
 	params, grads, weights, g, all []ir.TensorID
-	perParam                       map[ir.TensorID][]ir.TensorID
+	// stateEnd[i] ends params[i]'s state in all (it starts where
+	// params[i-1]'s ends): one list, not a map of lists.
+	stateEnd []int32
+}
+
+// stateOf is the state of params[i], in the row's order.
+func (s *step) stateOf(i int) []ir.TensorID {
+	start := int32(0)
+	if i > 0 {
+		start = s.stateEnd[i-1]
+	}
+	return s.all[start:s.stateEnd[i]:s.stateEnd[i]]
 }
 
 func (s *step) emit(name string, in, out []ir.TensorID, ws units.Bytes) {
@@ -330,8 +343,8 @@ func (s *step) emit(name string, in, out []ir.TensorID, ws units.Bytes) {
 // slot is state k of every parameter.
 func (s *step) slot(k int) []ir.TensorID {
 	out := make([]ir.TensorID, 0, len(s.params))
-	for _, p := range s.params {
-		if st := s.perParam[p]; k < len(st) {
+	for i := range s.params {
+		if st := s.stateOf(i); k < len(st) {
 			out = append(out, st[k])
 		}
 	}
@@ -361,7 +374,7 @@ func (s *step) gradBytes() units.Bytes {
 
 // stateBytes is the size of state k of parameter i.
 func (s *step) stateBytes(i, k int) units.Bytes {
-	st := s.perParam[s.params[i]]
+	st := s.stateOf(i)
 	if k < len(st) {
 		return s.l.p.Tensors[st[k]].Bytes
 	}

@@ -128,9 +128,12 @@ type Config struct {
 
 // Builder writes a forward ir.Graph. It is not safe for concurrent use.
 type Builder struct {
-	cfg      Config
-	g        *ir.Graph
-	scope    []string
+	cfg Config
+	g   *ir.Graph
+	// module is the current module path ("model.layers.3.mlp"): built
+	// once per Enter, not per node (every node and tensor name carries it;
+	// deepseek-v3 builds 470,000 nodes in a few thousand modules).
+	module   string
 	castMemo map[ir.TensorID]ir.TensorID
 	isParam  map[ir.TensorID]bool
 	// autocasting is set while autocast's policy (not model code) casts.
@@ -166,13 +169,17 @@ func (b *Builder) Shape(t ir.TensorID) []int64 {
 
 // Enter pushes a module scope ("layers", "3", ...) and returns its pop.
 func (b *Builder) Enter(name string) func() {
-	n := len(b.scope)
-	b.scope = append(b.scope, strings.Split(name, ".")...)
-	return func() { b.scope = b.scope[:n] }
+	outer := b.module
+	if outer == "" {
+		b.module = name
+	} else {
+		b.module = outer + "." + name
+	}
+	return func() { b.module = outer }
 }
 
 // Module is the current module path.
-func (b *Builder) Module() string { return strings.Join(b.scope, ".") }
+func (b *Builder) Module() string { return b.module }
 
 func (b *Builder) qual(name string) string {
 	if m := b.Module(); m != "" {
@@ -259,7 +266,16 @@ func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64)
 	for _, t := range in {
 		batch = batch || b.g.Tensors[t].Batch
 	}
-	n := ir.Node{Kind: kind, Module: b.Module(), In: append([]ir.TensorID(nil), in...), FLOPs: flops}
+	// One backing array for the node's inputs, outputs and saved tensors
+	// (each a full slice expression: an append past it copies), not three.
+	ni, no := len(in), len(outs)
+	ids := make([]ir.TensorID, ni, ni+no+len(r.SaveIn)+len(r.SaveOut))
+	copy(ids, in)
+	n := ir.Node{Kind: kind, Module: b.module, FLOPs: flops}
+	if ni > 0 {
+		n.In = ids[:ni:ni]
+	}
+	n.Out = ids[ni : ni : ni+no]
 	var mem float64
 	for _, t := range in {
 		mem += float64(b.g.Tensors[t].DType.Size(b.g.Tensors[t].Numel()))
@@ -300,16 +316,28 @@ func (b *Builder) node(kind string, in []ir.TensorID, outs []out, flops float64)
 			if r.SaveInIfOtherGrad && i < 2 && len(in) >= 2 && !(b.cfg.Training && b.g.Tensors[in[1-i]].RequiresGrad) {
 				continue
 			}
-			n.Saved = append(n.Saved, in[i])
+			n.Saved = appendSaved(n.Saved, ids[ni+no:ni+no], in[i])
 		}
 		for _, i := range r.SaveOut {
 			if i < len(n.Out) {
-				n.Saved = append(n.Saved, n.Out[i])
+				n.Saved = appendSaved(n.Saved, ids[ni+no:ni+no], n.Out[i])
 			}
 		}
 	}
+	if len(n.Out) == 0 {
+		n.Out = nil
+	}
 	b.g.Nodes = append(b.g.Nodes, n)
 	return n.Out
+}
+
+// appendSaved appends t to saved, starting it in room (the node's shared
+// backing array) when it is still empty.
+func appendSaved(saved, room []ir.TensorID, t ir.TensorID) []ir.TensorID {
+	if saved == nil {
+		saved = room
+	}
+	return append(saved, t)
 }
 
 func (b *Builder) last() *ir.Node { return &b.g.Nodes[len(b.g.Nodes)-1] }
@@ -327,7 +355,10 @@ func (b *Builder) cast(x ir.TensorID, dt units.DType) ir.TensorID {
 		return c
 	}
 	shape := append([]int64(nil), t.Shape...)
-	name := strings.TrimPrefix(t.Name, b.Module()+".")
+	name := t.Name
+	if m := b.module; len(name) > len(m) && name[len(m)] == '.' && strings.HasPrefix(name, m) {
+		name = name[len(m)+1:]
+	}
 	cached := b.autocastCaches(x, dt)
 	y := b.node("to_copy", []ir.TensorID{x}, []out{{name: name + "." + dt.String(), dt: dt, shape: shape, view: ir.NoTensor}}, 0)[0]
 	b.last().MemBytes = float64(t.DType.Size(t.Numel()) + dt.Size(t.Numel()))

@@ -309,12 +309,27 @@ func (rp *replay) record(oi int, op *ir.Op) {
 func (rp *replay) saved() {
 	p, r := rp.p, rp.r
 	live, producer := rp.sc.live, rp.sc.producer
+	// Tensors come in runs made by one module: its block is found, and
+	// the map added to, once per run (a sum of the same integers).
+	var module, block string
+	var sum units.Bytes
+	run := false
 	for i := range p.Tensors {
-		if live[i] && p.Tensors[i].Cat == ir.Activation && !p.Tensors[i].Host && producer[i] >= 0 {
-			b := p.Tensors[i].Bytes
-			r.SavedTotal += b
-			r.SavedByModule[ir.BlockOf(p.Ops[producer[i]].Module)] += b
+		t := &p.Tensors[i]
+		if !live[i] || t.Cat != ir.Activation || t.Host || producer[i] < 0 {
+			continue
 		}
+		r.SavedTotal += t.Bytes
+		if m := p.Ops[producer[i]].Module; !run || m != module {
+			if run {
+				r.SavedByModule[block] += sum
+			}
+			module, block, sum, run = m, ir.BlockOf(m), 0, true
+		}
+		sum += t.Bytes
+	}
+	if run {
+		r.SavedByModule[block] += sum
 	}
 }
 

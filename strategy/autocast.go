@@ -46,11 +46,13 @@ func (a *AutocastCache) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if len(exits) == 0 {
 		return p, nil
 	}
-	q := p
-	if !own {
-		q = cloneWithRoom(p, len(exits), 0)
+	var e *editor
+	if own {
+		e = newInserter(p)
+	} else {
+		// The ops are copied once, with the exits in place (finish).
+		e = newInserter(cloneTensors(p, 0)).sharedOps()
 	}
-	e := newInserter(q)
 	e.after = map[int][]ir.Op{}
 	for _, x := range exits {
 		e.after[x.at] = append(e.after[x.at], x.op)

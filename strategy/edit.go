@@ -27,18 +27,42 @@ func editable(p *ir.Program, own bool) *ir.Program {
 // cloneWithRoom is Clone with room for ops more ops and tensors more
 // tensors.
 func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
+	q := cloneTensors(p, tensors)
+	q.Ops = opPool.get(len(p.Ops), len(p.Ops)+ops)
+	copy(q.Ops, p.Ops)
+	capOperands(q.Ops)
+	return q
+}
+
+// cloneTensors is a copy of p whose tensors (with room for tensors more)
+// and parameter list are its own but whose op list is p's, shared until an
+// editor made with sharedOps rebuilds it (finish): a transform that edits
+// few ops and inserts some copies the ops once, into their final places,
+// instead of cloning them and then moving them aside for the insertions.
+func cloneTensors(p *ir.Program, tensors int) *ir.Program {
 	q := &ir.Program{MicroBatches: p.MicroBatches}
 	q.Tensors = tensorPool.get(len(p.Tensors), len(p.Tensors)+tensors)
 	copy(q.Tensors, p.Tensors)
-	q.Ops = opPool.get(len(p.Ops), len(p.Ops)+ops)
-	copy(q.Ops, p.Ops)
-	for i := range q.Ops {
-		op := &q.Ops[i]
-		op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
-	}
+	q.Ops = p.Ops[:len(p.Ops):len(p.Ops)]
 	q.Params = append([]ir.TensorID(nil), p.Params...)
 	q.GradOf = p.GradOf // read only: tensor ids stay those of p
 	return q
+}
+
+// capOperands caps each op's operand lists at their length (copy-on-write:
+// an append reallocates instead of writing into a list another program
+// shares). It writes only the lists that have spare room: a pointer write
+// while the collector marks costs a write barrier.
+func capOperands(ops []ir.Op) {
+	for i := range ops {
+		op := &ops[i]
+		if cap(op.In) != len(op.In) {
+			op.In = op.In[:len(op.In):len(op.In)]
+		}
+		if cap(op.Out) != len(op.Out) {
+			op.Out = op.Out[:len(op.Out):len(op.Out)]
+		}
+	}
 }
 
 // tensorSet is a set of tensor IDs as a dense bitmap over a program's
@@ -126,6 +150,34 @@ type editor struct {
 	before, after map[int][]ir.Op
 	owners        []ir.TensorID
 	shardsOf      map[ir.TensorID]ir.TensorID // gradient → its shard
+	// shared is set (sharedOps) while p.Ops is still the input's
+	// (cloneTensors): ops are edited through edit, into edits, and finish
+	// copies the op list once with the insertions and edits in place.
+	shared bool
+	edits  []opEdit // ascending op index
+}
+
+// opEdit is the edited copy of op at of a shared op list.
+type opEdit struct {
+	at int
+	op ir.Op
+}
+
+// sharedOps marks e's op list as the input's (cloneTensors) and returns e.
+func (e *editor) sharedOps() *editor {
+	e.shared = true
+	return e
+}
+
+// edit is op oi to modify: the op itself when the editor owns the op list,
+// else a copy that finish puts in its place (valid until the next edit;
+// call edit at most once per op, in ascending order).
+func (e *editor) edit(oi int) *ir.Op {
+	if !e.shared {
+		return &e.p.Ops[oi]
+	}
+	e.edits = append(e.edits, opEdit{at: oi, op: e.p.Ops[oi]})
+	return &e.edits[len(e.edits)-1].op
 }
 
 func newEditor(q *ir.Program) *editor {
@@ -186,15 +238,25 @@ func (e *editor) lastBackward(m int) int {
 
 // finish splices the insertions into the op list.
 func (e *editor) finish() *ir.Program {
+	if e.shared {
+		e.p.Ops = spliceCopy(e.p.Ops, e.before, e.after, e.edits)
+		e.shared, e.edits = false, nil
+		return e.p
+	}
 	e.p.Ops = splice(e.p.Ops, e.before, e.after)
 	return e.p
 }
 
-// splice inserts before[i] before and after[i] after op i of old, which
-// the caller owns (a transform's copy) and must not use afterwards. It
-// works in place when old has the room (Clone leaves some).
-func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
-	n := len(old)
+// spliceRoom is the spare capacity spliceCopy leaves after n ops: room for
+// the autocast cache's exits that Chain's last transform inserts in place
+// (one per region, and a region is many ops), without the quarter more
+// that Clone leaves for transforms that may add an op per op. A transform
+// that needs more still gets it: splice then copies into a larger array.
+func spliceRoom(n int) int { return n/64 + 16 }
+
+// anchors are the op indices that before or after insert around, ascending,
+// and the number of ops after the splice.
+func anchors(n int, before, after map[int][]ir.Op) ([]int, int) {
 	at := make([]int, 0, len(before)+len(after))
 	for i, ops := range before {
 		n += len(ops)
@@ -206,10 +268,48 @@ func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 			at = append(at, i)
 		}
 	}
+	slices.Sort(at)
+	return at, n
+}
+
+// spliceCopy is splice of a shared op list (old, which it leaves alone)
+// into a new one, with edits (ascending) in place of the ops they edit. Its
+// operand lists are capped, as Clone's. It leaves room (spliceRoom) for
+// the ops a later transform of a chain inserts in place.
+func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit) []ir.Op {
+	at, n := anchors(len(old), before, after)
+	ops := opPool.get(0, n+spliceRoom(n))
+	// old[:next] is copied, edits[:k] placed; put copies old[next:end] with
+	// the edits among them in place.
+	next, k := 0, 0
+	put := func(end int) {
+		for ; k < len(edits) && edits[k].at < end; k++ {
+			ops = append(ops, old[next:edits[k].at]...)
+			ops = append(ops, edits[k].op)
+			next = edits[k].at + 1
+		}
+		ops = append(ops, old[next:end]...)
+		next = end
+	}
+	for _, i := range at {
+		put(i)
+		ops = append(ops, before[i]...)
+		put(i + 1)
+		ops = append(ops, after[i]...)
+	}
+	put(len(old))
+	capOperands(ops)
+	return ops
+}
+
+// splice inserts before[i] before and after[i] after op i of old, which
+// the caller owns (a transform's copy) and must not use afterwards. It
+// works in place when old has the room (Clone leaves some).
+func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
+	at, n := anchors(len(old), before, after)
 	if n == len(old) {
 		return old
 	}
-	slices.Sort(at)
 	if cap(old) >= n {
 		// From the back, each op moves right by the insertions before it,
 		// which never overwrites an op not yet moved.

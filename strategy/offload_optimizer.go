@@ -3,6 +3,7 @@ package strategy
 import (
 	"fmt"
 
+	"github.com/memplan/memplan/internal/chunk"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/units"
 )
@@ -33,8 +34,13 @@ func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 			return nil, fmt.Errorf("the optimizer is already offloaded")
 		}
 	}
-	q := editable(p, own)
-	if err := offloadOptimizer(q); err != nil {
+	q := p
+	if !own {
+		// Tensors of its own; the ops are copied once, by finish, with the
+		// edited step ops and the inserted copies in place.
+		q = cloneTensors(p, len(p.Tensors)/4+16)
+	}
+	if err := offloadOptimizer(q, !own); err != nil {
 		return nil, err
 	}
 	return q, nil
@@ -42,13 +48,16 @@ func (x *OptimizerOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 
 const paramsToDevice = "offload.params_to_device"
 
-// offloadOptimizer rewrites q in place (q is already a clone). Its phases: check (there is a step), state to
+// offloadOptimizer rewrites q in place (q is already a clone; shared: its op list is still the input's, see
+// cloneTensors). Its phases: check (there is a step), state to
 // the host, the partition the step updates (ranks), the last device use of each storage, then per step op:
 // workspaces and the temporaries it creates on the host, gradients read from a host copy made after their last
 // device use, parameters through a pinned host mirror; finally one copy of the mirrors back to the device.
-func offloadOptimizer(q *ir.Program) error {
-	oo := &optOffloader{q: q, e: newEditor(q), firstStep: -1, lastMirror: -1,
-		gradHost: map[ir.TensorID]ir.TensorID{}, mirror: map[ir.TensorID]ir.TensorID{}}
+func offloadOptimizer(q *ir.Program, shared bool) error {
+	oo := &optOffloader{q: q, e: newEditor(q), firstStep: -1, lastMirror: -1, host: make([]ir.TensorID, len(q.Tensors))}
+	if shared {
+		oo.e.sharedOps()
+	}
 	if err := oo.check(); err != nil {
 		return err
 	}
@@ -83,11 +92,18 @@ type optOffloader struct {
 	firstStep  int
 	lastMirror int // last step op that reads a mirror
 
-	gradHost  map[ir.TensorID]ir.TensorID // gradient → its host copy
-	mirror    map[ir.TensorID]ir.TensorID // parameter → its host mirror
+	// host is, per storage of the input, 1 + its host copy (a gradient) or
+	// mirror (a parameter), 0 before it has one: dense, as the step reads
+	// most of them.
+	host      []ir.TensorID
 	mirrors   []ir.TensorID
 	devParams []ir.TensorID
 	copyBack  units.Bytes
+
+	ids       chunk.Slices[ir.TensorID]
+	ops       chunk.Slices[ir.Op]
+	names     chunk.Strings
+	transfers chunk.Slices[ir.Transfer]
 }
 
 func (oo *optOffloader) check() error {
@@ -144,7 +160,7 @@ func (oo *optOffloader) lastDeviceUses() {
 // reads gradients and parameters through their host copies.
 func (oo *optOffloader) stepOnHost(oi int) {
 	q := oo.q
-	op := &q.Ops[oi]
+	op := oo.e.edit(oi)
 	if oo.firstStep < 0 {
 		oo.firstStep = oi
 	}
@@ -175,40 +191,44 @@ func (oo *optOffloader) stepOnHost(oi int) {
 // hostGrad is gradient o's host copy, copied right after its last device use (grouped per producing op), or
 // before the step when nothing outside it touches o.
 func (oo *optOffloader) hostGrad(o ir.TensorID) ir.TensorID {
-	if h, ok := oo.gradHost[o]; ok {
-		return h
+	if h := oo.host[o]; h > 0 {
+		return h - 1
 	}
 	q, e := oo.q, oo.e
 	nt := q.Tensors[o]
-	nt.Name += ".cpu"
+	nt.Name = oo.names.Join(nt.Name, ".cpu")
 	nt.Host, nt.Resident, nt.Keep = true, false, false
 	h := e.add(nt)
-	oo.gradHost[o] = h
+	oo.host[o] = h + 1
 	at := oo.lastDev[o]
-	tr := ir.Op{Name: "offload.grads_to_host", Phase: ir.Optimizer, Node: -1, In: []ir.TensorID{o}, Out: []ir.TensorID{h},
-		Transfer: &ir.Transfer{Bytes: nt.Bytes, ToHost: true}}
+	tr := ir.Op{Name: "offload.grads_to_host", Phase: ir.Optimizer, Node: -1, In: oo.ids.One(o), Out: oo.ids.One(h),
+		Transfer: oo.transfers.New(ir.Transfer{Bytes: nt.Bytes, ToHost: true})}
 	if at < 0 {
 		e.before[oo.firstStep] = appendTransfer(e.before[oo.firstStep], tr)
 	} else {
 		tr.Phase, tr.Micro, tr.Module = q.Ops[at].Phase, q.Ops[at].Micro, q.Ops[at].Module
-		e.after[at] = appendTransfer(e.after[at], tr)
+		if ops := e.after[at]; len(ops) > 0 {
+			e.after[at] = appendTransfer(ops, tr)
+		} else {
+			e.after[at] = oo.ops.One(tr) // most anchors get one copy
+		}
 	}
 	return h
 }
 
 // hostMirror is parameter o's pinned host mirror (its partition when ranks share it).
 func (oo *optOffloader) hostMirror(o ir.TensorID) ir.TensorID {
-	if h, ok := oo.mirror[o]; ok {
-		return h
+	if h := oo.host[o]; h > 0 {
+		return h - 1
 	}
 	nt := oo.q.Tensors[o]
-	nt.Name += ".cpu"
+	nt.Name = oo.names.Join(nt.Name, ".cpu")
 	nt.Host, nt.Resident = true, true
 	if oo.ranks > 1 {
 		shardTensor(&nt, oo.ranks)
 	}
 	h := oo.e.add(nt)
-	oo.mirror[o] = h
+	oo.host[o] = h + 1
 	oo.mirrors = append(oo.mirrors, h)
 	oo.devParams = append(oo.devParams, o)
 	oo.copyBack += nt.Bytes

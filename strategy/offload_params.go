@@ -77,7 +77,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 	}
 	q = e.finish()
-	if err := offloadOptimizer(q); err != nil {
+	if err := offloadOptimizer(q, false); err != nil {
 		return nil, err
 	}
 	return q, nil

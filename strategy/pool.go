@@ -12,14 +12,19 @@ import (
 // arrays back (Release), and the next Clone reuses them instead of
 // allocating (and faulting in) fresh memory.
 //
-// Each pool keeps a few arrays per capacity class: class k holds arrays of
-// capacity at least 1<<k, and a request for capacity c takes from class
-// ⌈log2 c⌉. A bounded free list, not a sync.Pool: what it holds counts as
-// live heap, and an unbounded pool raised the collector's goal (and the
-// page faults of a larger heap) more than it saved.
+// Each pool keeps a few arrays per capacity class. The class sizes are
+// m<<e for m in 4..7, so an array is at most a quarter larger than asked
+// for: a request for capacity c takes from the smallest class of size ≥ c,
+// an array of capacity k goes to the largest class of size ≤ k, and a
+// fresh array is made at its class's size, so a program's released array
+// serves the next program of the same size (an array made at exactly c
+// would land a class below c's and never be taken for it again). A bounded
+// free list, not a sync.Pool: what it holds counts as live heap, and an
+// unbounded pool raised the collector's goal (and the page faults of a
+// larger heap) more than it saved.
 type pool[T any] struct {
 	mu   sync.Mutex
-	free [40][][]T
+	free [4 * 48][][]T
 }
 
 // poolDepth is how many arrays a class keeps: a few per worker.
@@ -30,32 +35,52 @@ var (
 	tensorPool pool[ir.Tensor]
 )
 
+// classSize is the capacity of class i.
+func classSize(i int) int { return (4 + i%4) << (i / 4) }
+
+// classOf is the class of the largest size ≤ c (c ≥ 4).
+func classOf(c int) int {
+	e := bits.Len(uint(c)) - 3
+	return 4*e + c>>e - 4
+}
+
+// classFor is the class of the smallest size ≥ c.
+func classFor(c int) int {
+	c = max(c, 4)
+	i := classOf(c)
+	if classSize(i) < c {
+		i++
+	}
+	return i
+}
+
 // get is an array of length n and capacity at least c (≥ n), zeroed past
 // n. The caller overwrites the first n elements (they may hold a released
 // program's values).
 func (p *pool[T]) get(n, c int) []T {
-	k := bits.Len(uint(c - 1)) // 1<<k ≥ c
-	if k < len(p.free) {
-		p.mu.Lock()
-		if l := len(p.free[k]); l > 0 {
-			a := p.free[k][l-1]
-			p.free[k][l-1] = nil
-			p.free[k] = p.free[k][:l-1]
-			p.mu.Unlock()
-			clear(a[n:cap(a)])
-			return a[:n]
-		}
-		p.mu.Unlock()
+	k := classFor(c)
+	if k >= len(p.free) {
+		return make([]T, n, c)
 	}
-	return make([]T, n, c)
+	p.mu.Lock()
+	if l := len(p.free[k]); l > 0 {
+		a := p.free[k][l-1]
+		p.free[k][l-1] = nil
+		p.free[k] = p.free[k][:l-1]
+		p.mu.Unlock()
+		clear(a[n:cap(a)])
+		return a[:n]
+	}
+	p.mu.Unlock()
+	return make([]T, n, classSize(k))
 }
 
 // put keeps a for reuse if its class has room.
 func (p *pool[T]) put(a []T) {
-	if cap(a) == 0 {
+	if cap(a) < 4 {
 		return
 	}
-	k := bits.Len(uint(cap(a))) - 1 // 1<<k ≤ cap
+	k := classOf(cap(a))
 	if k >= len(p.free) {
 		return
 	}

@@ -485,6 +485,10 @@ func (m *builder) causalMask(root string) ir.TensorID {
 // parameters, so do they, and the hidden state entering the slice requires
 // grad even over frozen embeddings (LoRA). Graph builds again without the
 // assumption when the slice trains none.
+// afterStack is the room layerStack leaves for the nodes and tensors
+// after the last layer: more than any head and loss builds (a few tens).
+const afterStack = 256
+
 func (m *builder) layerStack(layers string, x, cos, sin, mask ir.TensorID) ir.TensorID {
 	b := m.b
 	firstParam := len(b.Graph().Params)
@@ -492,7 +496,9 @@ func (m *builder) layerStack(layers string, x, cos, sin, mask ir.TensorID) ir.Te
 		b.Tensor(x).RequiresGrad = true
 		m.assumedGrad = true
 	}
+	g := b.Graph()
 	for i := m.o.Layers[0]; i < m.o.Layers[1]; i++ {
+		nodes, tensors := len(g.Nodes), len(g.Tensors)
 		func() {
 			defer b.Enter(layers + "." + strconv.Itoa(i))()
 			c, s := cos, sin
@@ -501,6 +507,15 @@ func (m *builder) layerStack(layers string, x, cos, sin, mask ir.TensorID) ir.Te
 			}
 			x = m.decoderLayer(i, x, c, s, mask)
 		}()
+		// Room for the rest at this layer's size: a mixture-of-experts
+		// layer adds tens of times a dense one's nodes (deepseek-v3's
+		// 256 experts), past Graph's reserve, and growing the lists
+		// by doubling copied the graph again and again.
+		// And room for what follows the stack (the final norm, the head
+		// and the loss: tens of nodes), or the last of them copies it all
+		// once more (0.45 s of deepseek-v3's plan).
+		left := m.o.Layers[1] - 1 - i
+		b.Reserve(left*(len(g.Nodes)-nodes)+afterStack, left*(len(g.Tensors)-tensors)+afterStack)
 	}
 	if m.assumedGrad {
 		m.retry = true

@@ -1,0 +1,54 @@
+package strategy_test
+
+import (
+	"testing"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/strategy"
+)
+
+// deepSeekV2Program is deepseek-v2's training program (60 layers of 160
+// experts; amp-bf16, AdamW), the size of the programs whose transforms
+// `memplan plan` pays for on the largest catalog mixtures of experts.
+func deepSeekV2Program(b *testing.B) *ir.Program {
+	a, err := models.Lookup("deepseek-v2")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return zTrain(b, a, ops.AMPBF16, lower.AdamW, lower.Foreach, 1, false, 2048)
+}
+
+// benchChain applies ts to p as engine's Cache.post does, and hands the
+// result back to the pool as engine.Result.Release does. Each iteration after
+// the first finds its arrays in the pool, as a search's plans of one size do;
+// a single `memplan plan` applies each chain once, into fresh memory. Measured
+// (benchstat n=6, interleaved, busy 2-core host; 8e0fdd5's strategy package vs
+// 69a066a's, the rest of the tree at 69a066a): AutocastCacheDeepSeekV2 139 ->
+// 33 ms, 67.5 MiB -> 3.3 MiB, 31 -> 30 allocs per op; OptimizerOffloadDeepSeekV2
+// 218 -> 143 ms, 109 -> 37 MiB, 175,398 -> 448 allocs per op.
+func benchChain(b *testing.B, p *ir.Program, ts ...strategy.Transform) {
+	b.ReportAllocs()
+	for b.Loop() {
+		q, err := strategy.Chain(p, ts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		strategy.Release(q)
+	}
+}
+
+// BenchmarkAutocastCacheDeepSeekV2 is the transform every planned amp
+// program goes through (engine's Cache.post).
+func BenchmarkAutocastCacheDeepSeekV2(b *testing.B) {
+	benchChain(b, deepSeekV2Program(b), &strategy.AutocastCache{})
+}
+
+// BenchmarkOptimizerOffloadDeepSeekV2 is the chain of the "next step" that
+// engine.LargestLever plans for an amp program: optimizer offload, then the
+// autocast cache.
+func BenchmarkOptimizerOffloadDeepSeekV2(b *testing.B) {
+	benchChain(b, deepSeekV2Program(b), &strategy.OptimizerOffload{}, &strategy.AutocastCache{})
+}

@@ -1,0 +1,54 @@
+package strategy
+
+import "testing"
+
+// TestPoolClasses checks the capacity classes: the class a request takes
+// from is the smallest of size ≥ the request, at most a quarter larger, and
+// the class an array goes back to is the largest of size ≤ its capacity.
+func TestPoolClasses(t *testing.T) {
+	for _, tc := range []struct{ c, for_, size int }{
+		{1, 0, 4}, {4, 0, 4}, {5, 1, 5}, {7, 3, 7}, {8, 4, 8}, {9, 5, 10}, {11, 6, 12},
+		{301_600, 65, 327_680}, {470_000, 68, 524_288}, {524_288, 68, 524_288},
+	} {
+		i := classFor(tc.c)
+		if i != tc.for_ || classSize(i) != tc.size {
+			t.Errorf("classFor(%d) = %d of size %d, want %d of size %d", tc.c, i, classSize(i), tc.for_, tc.size)
+		}
+	}
+	prev := 0
+	for i := range 4 * 30 {
+		s, next := classSize(i), classSize(i+1)
+		if s <= prev || classOf(s) != i || classFor(s) != i || classOf(next-1) != i || classFor(s+1) != i+1 {
+			t.Fatalf("class %d (size %d) is out of order with its neighbours", i, s)
+		}
+		if i > 0 && 4*s > 5*prev {
+			t.Fatalf("class %d (size %d) is over a quarter larger than class %d (size %d)", i, s, i-1, prev)
+		}
+		prev = s
+	}
+}
+
+// TestPoolReusesSameSize checks that a released array serves the next
+// request of the same size (an array made at exactly the request's size
+// went a class below it and was never taken again) and comes back zeroed
+// past the length asked for.
+func TestPoolReusesSameSize(t *testing.T) {
+	var p pool[int]
+	a := p.get(300, 301)
+	for i := range a[:cap(a)] {
+		a[:cap(a)][i] = i + 1
+	}
+	p.put(a)
+	b := p.get(250, 301)
+	if &b[:1][0] != &a[:1][0] {
+		t.Fatal("an array of the same size class was not reused")
+	}
+	for i, v := range b[250:cap(b)] {
+		if v != 0 {
+			t.Fatalf("element %d past the length is %d, want 0", 250+i, v)
+		}
+	}
+	if c := p.get(301, 301); &c[:1][0] == &a[:1][0] {
+		t.Fatal("an array taken from the pool was handed out twice")
+	}
+}
