@@ -33,21 +33,30 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 			}
 			ws := f.warnings(&spec)
 			warn(cmd.ErrOrStderr(), ws)
-			rows, err := engine.Compare(spec, a)
+			// Each row is read into the report and compacted before the
+			// next is planned: one variant's program is live at a time.
+			rep := report.NewCompare(jsonOut)
+			var v compareVerdict
+			err = engine.CompareEach(spec, a, func(r engine.Row) error {
+				rep.Add(r)
+				v.add(r)
+				r.Result.Compact()
+				return nil
+			})
 			if err != nil {
 				return err
 			}
 			err = emit(stdout, jsonOut,
 				func(w io.Writer) error {
-					j := report.BuildCompare(rows, true)
+					j := rep.JSON()
 					j.Warnings = ws
 					return writeJSON(w, j)
 				},
-				func(w io.Writer) error { return report.WriteCompareText(w, rows) })
+				rep.WriteText)
 			if err != nil {
 				return err
 			}
-			return compareVerdict(rows)
+			return v.err()
 		},
 	}
 	f.register(c.Flags())
@@ -56,18 +65,29 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 	return c
 }
 
-// compareVerdict is compare's exit status: the job fits as given (0), only
-// with one of the strategies (3), or with none of them (4); 0 without a GPU
-// or budget.
-func compareVerdict(rows []engine.Row) error {
-	base := rows[0].Result
-	if base.Capacity == 0 || base.Fits {
-		return nil
+// compareVerdict is compare's exit status, read row by row (the baseline
+// first): the job fits as given (0), only with one of the strategies (3), or
+// with none of them (4); 0 without a GPU or budget.
+type compareVerdict struct {
+	base         *engine.Result
+	strategyFits bool
+}
+
+func (v *compareVerdict) add(r engine.Row) {
+	switch {
+	case v.base == nil:
+		v.base = r.Result
+	case r.Err == nil && r.Result.Fits:
+		v.strategyFits = true
 	}
-	for _, r := range rows[1:] {
-		if r.Err == nil && r.Result.Fits {
-			return verdict(ExitDoesNotFit)
-		}
+}
+
+func (v *compareVerdict) err() error {
+	switch {
+	case v.base.Capacity == 0 || v.base.Fits:
+		return nil
+	case v.strategyFits:
+		return verdict(ExitDoesNotFit)
 	}
 	return verdict(ExitNothingFits)
 }

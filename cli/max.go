@@ -131,9 +131,7 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 	}
 	var next *engine.Row
 	if nothing {
-		if next, err = engine.LargestLever(r.Beyond.Spec); err != nil {
-			return err
-		}
+		next = engine.LargestLever(r.Beyond, r.Cache)
 	}
 	err = emit(stdout, mf.jsonOut,
 		func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },

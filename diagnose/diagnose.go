@@ -104,11 +104,14 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Base: rowOf("baseline", base, nil)}
+	// Each variation is read into its row and dropped: only its peak is
+	// reported, so it is planned without a timeline.
 	for _, v := range variations(base.Spec) {
 		vs := base.Spec
 		v.apply(&vs)
-		r, err := engine.Plan(vs)
+		r, err := engine.PlanWith(vs, engine.Options{NoTimeline: true})
 		rep.Rows = append(rep.Rows, rowOf(v.name, r, err))
+		r.Compact()
 	}
 	rep.Objects = objects(base)
 	if reserved {
@@ -214,35 +217,35 @@ func lossBytes(p *ir.Program, at int) lossLive {
 // it, else the least extra FLOPs); without one, the cheapest that lowers the
 // peak by at least 10%.
 func nextStep(base *engine.Result) (string, string) {
-	rows, err := engine.Compare(base.Spec, engine.Allow{})
-	if err != nil || len(rows) < 2 {
+	if len(engine.Variants(base.Spec, engine.Allow{})) < 2 {
 		return "", ""
 	}
 	basePeak := base.PeakBytes()
-	costOf := func(r *engine.Result) float64 {
-		if r.Timing != nil {
-			return r.Timing.Step.Seconds()
-		}
-		return engine.TotalFLOPs(r.Program)
+	// A strategy that cannot lower a peak in the optimizer step cannot
+	// lower it by 10%, nor make a job that does not fit fit.
+	skip := func(v engine.Variant) bool { return v.CannotLower(base) && (base.Capacity == 0 || !base.Fits) }
+	type pick struct {
+		row  engine.Row
+		cost float64
 	}
-	var best *engine.Row
-	for i := range rows[1:] {
-		row := &rows[i+1]
-		if row.Err != nil || row.Result == nil {
-			continue
-		}
-		helps := row.Result.PeakBytes() <= basePeak*9/10
+	var best *pick
+	engine.EachStrategy(base, nil, skip, func(row engine.Row) {
+		r := row.Result
+		helps := r.PeakBytes() <= basePeak*9/10
 		if base.Capacity > 0 {
-			helps = row.Result.Fits
+			helps = r.Fits
 		}
 		if !helps {
-			continue
+			return
 		}
-		if best == nil || costOf(row.Result) < costOf(best.Result) ||
-			costOf(row.Result) == costOf(best.Result) && row.Result.PeakBytes() < best.Result.PeakBytes() {
-			best = row
+		cost := engine.TotalFLOPs(r.Program)
+		if r.Timing != nil {
+			cost = r.Timing.Step.Seconds()
 		}
-	}
+		if best == nil || cost < best.cost || cost == best.cost && r.PeakBytes() < best.row.Result.PeakBytes() {
+			best = &pick{row, cost}
+		}
+	})
 	if best == nil {
 		if base.Capacity > 0 {
 			return "", "no single strategy of compare fits; search the combinations with memplan fit"
@@ -253,5 +256,5 @@ func nextStep(base *engine.Result) (string, string) {
 	if base.Capacity > 0 {
 		why = "the fastest strategy that fits"
 	}
-	return fmt.Sprintf("%s: peak %s (%s)", best.Name, best.Result.PeakBytes(), best.Changes), why
+	return fmt.Sprintf("%s: peak %s (%s)", best.row.Name, best.row.Result.PeakBytes(), best.row.Changes), why
 }

@@ -15,14 +15,25 @@ import (
 // the checkpoint policies of one micro-batch lower it once. A Cache is safe for concurrent use; cached
 // programs are never modified (strategy.Transform must not modify its
 // input), so a plan with a Cache equals one without. It holds at most
-// about Limit ops' worth of programs (default 512Ki); when full, it drops
-// the programs used least recently until the new one fits.
+// about Limit ops' worth of programs, each program counted once however
+// many keys share it (a lowered program without checkpointing or a
+// pipeline is also its scheduled one); when full, it drops the programs
+// used least recently until the new one fits.
+//
+// Limit 0 is at least 512Ki ops and at least four times the largest
+// program put: a job's steady and first-step programs and one variant's
+// pair. A fixed 512Ki held less than one iteration of the largest mixtures
+// of experts (deepseek-v2: 299,427 ops per program, counted twice), so
+// plan's next step and each of compare's strategies built and lowered the
+// model again.
 type Cache struct {
 	Limit int
 
 	mu           sync.Mutex
 	m            map[cacheKey]*cacheEntry
-	size         int
+	refs         map[*ir.Program]int // the keys holding each program
+	size         int                 // ops of the distinct programs held
+	largest      int                 // ops of the largest program put
 	hits, misses int
 	// tick counts lookups and insertions; each entry keeps the tick of its
 	// last use, and the least recently used go first.
@@ -95,8 +106,7 @@ func (c *Cache) DropSharded() {
 	defer c.mu.Unlock()
 	for k, e := range c.m {
 		if k.shard != (Sharding{}) {
-			delete(c.m, k)
-			c.size -= len(e.prog.Ops)
+			c.drop(k, e)
 		}
 	}
 }
@@ -118,22 +128,42 @@ func (c *Cache) get(k cacheKey) *cacheEntry {
 func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	limit := c.Limit
-	if limit <= 0 {
-		limit = 512 << 10
-	}
 	if c.m == nil {
 		c.m = map[cacheKey]*cacheEntry{}
+		c.refs = map[*ir.Program]int{}
 	}
 	if old := c.m[k]; old != nil {
-		delete(c.m, k)
-		c.size -= len(old.prog.Ops)
+		c.drop(k, old)
 	}
-	c.evict(limit - len(e.prog.Ops))
+	n := len(e.prog.Ops)
+	c.largest = max(c.largest, n)
+	if c.refs[e.prog] == 0 {
+		c.evict(c.limit() - n)
+	}
 	c.tick++
 	e.used = c.tick
 	c.m[k] = e
-	c.size += len(e.prog.Ops)
+	if c.refs[e.prog]++; c.refs[e.prog] == 1 {
+		c.size += n
+	}
+}
+
+// limit is the most ops the cache holds (Cache.Limit).
+func (c *Cache) limit() int {
+	if c.Limit > 0 {
+		return c.Limit
+	}
+	return max(512<<10, 4*c.largest)
+}
+
+// drop forgets key k (holding e); its program's ops leave the size with
+// the last key that holds it.
+func (c *Cache) drop(k cacheKey, e *cacheEntry) {
+	delete(c.m, k)
+	if c.refs[e.prog]--; c.refs[e.prog] <= 0 {
+		delete(c.refs, e.prog)
+		c.size -= len(e.prog.Ops)
+	}
 }
 
 // evict drops the least recently used programs until at most room ops'
@@ -152,8 +182,7 @@ func (c *Cache) evict(room int) {
 				oldest, at, first = k, e.used, false
 			}
 		}
-		c.size -= len(c.m[oldest].prog.Ops)
-		delete(c.m, oldest)
+		c.drop(oldest, c.m[oldest])
 	}
 }
 

@@ -45,3 +45,43 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("stats %d hits, %d misses; want 1, 0", h, m)
 	}
 }
+
+// TestCacheCountsSharedProgramsOnce: a lowered program without
+// checkpointing is also its scheduled one (two keys, one program); counted
+// twice, deepseek-v2's steady and first-step programs (299,427 ops each)
+// overflowed the default limit and the lever and compare built and lowered
+// the model again. The default limit keeps four of the largest program.
+func TestCacheCountsSharedProgramsOnce(t *testing.T) {
+	prog := func(ops int) *ir.Program { return &ir.Program{Ops: make([]ir.Op, ops)} }
+	key := func(i int) cacheKey { return cacheKey{stage: i} }
+	c := &Cache{Limit: 10}
+	p := prog(6)
+	c.put(key(0), &cacheEntry{prog: p})
+	c.put(key(1), &cacheEntry{prog: p}) // shared: still 6 ops, nothing evicted
+	if c.size != 6 || c.m[key(0)] == nil {
+		t.Fatalf("size %d ops, program 0 cached %v; want 6, true", c.size, c.m[key(0)] != nil)
+	}
+	c.put(key(0), &cacheEntry{prog: prog(2)}) // key 1 still holds p
+	if c.size != 8 {
+		t.Errorf("size %d ops after key 0 moved to another program, want 8", c.size)
+	}
+	c.put(key(2), &cacheEntry{prog: prog(4)}) // 12 ops: the LRU, key 1 (p), goes
+	if c.m[key(1)] != nil || c.size != 6 {
+		t.Errorf("key 1 cached %v, size %d; want false, 6", c.m[key(1)] != nil, c.size)
+	}
+
+	// Four programs of 200Ki ops: past the fixed 512Ki (which kept two),
+	// within four times the largest. Distinct programs over one op list.
+	ops := make([]ir.Op, 200<<10)
+	d := &Cache{}
+	for i := range 4 {
+		d.put(key(i), &cacheEntry{prog: &ir.Program{Ops: ops}})
+	}
+	if len(d.m) != 4 {
+		t.Errorf("default limit kept %d of four %d-op programs, want 4", len(d.m), len(ops))
+	}
+	d.put(key(4), &cacheEntry{prog: &ir.Program{Ops: ops}})
+	if len(d.m) != 4 || d.m[key(0)] != nil {
+		t.Errorf("a fifth program: %d kept, the oldest cached %v; want 4, false", len(d.m), d.m[key(0)] != nil)
+	}
+}

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -43,53 +42,64 @@ type CompareJSON struct {
 	Warnings []string `json:"warnings,omitempty"`
 }
 
-// BuildCompare assembles the JSON form; full adds each plan (no timeline).
-func BuildCompare(rows []engine.Row, full bool) *CompareJSON {
-	out := &CompareJSON{Schema: "memplan.compare/v1"}
-	base := rows[0].Result
-	out.CapacityBytes = base.Capacity
-	baseFLOPs := stepFLOPs(base)
-	for _, r := range rows {
-		j := CompareRowJSON{Strategy: r.Name, Changes: r.Changes, Keeps: r.Keeps, Applies: r.Err == nil}
-		if r.Err != nil {
-			j.Reason = r.Err.Error()
-			out.Rows = append(out.Rows, j)
-			continue
-		}
-		res := r.Result
-		j.PeakBytes = res.PeakBytes()
-		j.PeakDeltaBytes = j.PeakBytes - base.PeakBytes()
-		j.PeakPhase = res.Sim.Peak.Phase.String()
-		j.Fits, j.HostPerNodeBytes = res.Fits, res.HostPerNode
-		j.ExtraFLOPs = stepFLOPs(res) - baseFLOPs
-		if baseFLOPs > 0 {
-			j.ExtraFLOPsRatio = j.ExtraFLOPs / baseFLOPs
-		}
-		if t := res.Timing; t != nil {
-			j.StepS, j.TokensPerS = t.Step.Seconds(), t.TokensPerSec
-			if bt := base.Timing; bt != nil && bt.TokensPerSec > 0 {
-				j.ThroughputRatio = t.TokensPerSec / bt.TokensPerSec
-			}
-		}
-		if full {
-			j.Plan = Build(res, false)
-		}
-		out.Rows = append(out.Rows, j)
+// Compare builds compare's report a row at a time (the baseline first), so
+// that a row's plan can be dropped (engine.Result.Compact) once added: what
+// the report says of a row is read when it is added, and of the baseline
+// only what a compacted result keeps.
+type Compare struct {
+	full      bool
+	j         CompareJSON
+	base      *engine.Result
+	baseFLOPs float64
+}
+
+// NewCompare starts a report; full adds each row's plan (no timeline) to
+// the JSON form.
+func NewCompare(full bool) *Compare {
+	return &Compare{full: full, j: CompareJSON{Schema: "memplan.compare/v1"}}
+}
+
+// Add reads row into the report; the first row added is the baseline.
+func (c *Compare) Add(r engine.Row) {
+	if c.base == nil {
+		c.base = r.Result
+		c.j.CapacityBytes = r.Result.Capacity
+		c.baseFLOPs = stepFLOPs(r.Result)
 	}
-	return out
+	base := c.base
+	j := CompareRowJSON{Strategy: r.Name, Changes: r.Changes, Keeps: r.Keeps, Applies: r.Err == nil}
+	if r.Err != nil {
+		j.Reason = r.Err.Error()
+		c.j.Rows = append(c.j.Rows, j)
+		return
+	}
+	res := r.Result
+	j.PeakBytes = res.PeakBytes()
+	j.PeakDeltaBytes = j.PeakBytes - base.PeakBytes()
+	j.PeakPhase = res.Sim.Peak.Phase.String()
+	j.Fits, j.HostPerNodeBytes = res.Fits, res.HostPerNode
+	j.ExtraFLOPs = stepFLOPs(res) - c.baseFLOPs
+	if c.baseFLOPs > 0 {
+		j.ExtraFLOPsRatio = j.ExtraFLOPs / c.baseFLOPs
+	}
+	if t := res.Timing; t != nil {
+		j.StepS, j.TokensPerS = t.Step.Seconds(), t.TokensPerSec
+		if bt := base.Timing; bt != nil && bt.TokensPerSec > 0 {
+			j.ThroughputRatio = t.TokensPerSec / bt.TokensPerSec
+		}
+	}
+	if c.full {
+		j.Plan = Build(res, false)
+	}
+	c.j.Rows = append(c.j.Rows, j)
 }
 
-// WriteCompareJSON writes the JSON form.
-func WriteCompareJSON(w io.Writer, rows []engine.Row) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(BuildCompare(rows, true))
-}
+// JSON is the report's machine form.
+func (c *Compare) JSON() *CompareJSON { return &c.j }
 
-// WriteCompareText writes the side-by-side table.
-func WriteCompareText(w io.Writer, rows []engine.Row) error {
-	j := BuildCompare(rows, false)
-	base := rows[0].Result
+// WriteText writes the side-by-side table.
+func (c *Compare) WriteText(w io.Writer) error {
+	j, base := &c.j, c.base
 	s := &base.Spec
 	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.JobName(), s.Mode, s.MicroBatch, s.Seq, s.Accum, s.Precision, s.Optimizer)
 	if base.Capacity > 0 {

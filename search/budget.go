@@ -128,28 +128,3 @@ func programBytes(p *ir.Program) units.Bytes {
 	}
 	return n
 }
-
-// compact drops from r what the search and its report do not read once a
-// plan is judged (the program, the timelines, the per-op times), keeping
-// its peaks, host memory and phase timings: a search that kept every
-// judged plan's program grew by megabytes per plan (fit on mixtral-8x7b
-// with --allow lora,qlora,8bit,precision: 21 GB after 9 minutes).
-func compact(r *engine.Result) {
-	if r == nil {
-		return
-	}
-	r.Release()
-	r.FirstProgram = nil
-	for _, p := range []**sim.Result{&r.Sim, &r.First} {
-		if *p != nil {
-			s := **p
-			s.Timeline = nil
-			*p = &s
-		}
-	}
-	if r.Timing != nil {
-		t := *r.Timing
-		t.Ops = nil
-		r.Timing = &t
-	}
-}

@@ -448,7 +448,7 @@ func (e *estimator) peak(c *Plan) {
 			c.Dropped = err.Error()
 			return
 		}
-		compact(r)
+		r.Compact()
 		c.Result, c.EstPeak, c.EstStep, c.VerifiedStep = r, r.PeakBytes(), t, t
 		return
 	}

@@ -457,7 +457,7 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	case err != nil:
 		c.Dropped = err.Error()
 	case c.Result.PeakBytes() > f.limit || c.Result.HostShortfall > 0:
-		compact(c.Result) // its peak is reported, its program not
+		c.Result.Compact() // its peak is reported, its program not
 		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), f.limit)
 		if c.Result.HostShortfall > 0 {
 			// Host memory is judged on the full model only (a shallow

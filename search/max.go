@@ -54,6 +54,10 @@ type MaxResult struct {
 	CapWhy string
 	// Plans counts the plans simulated to find Value.
 	Plans int
+	// Cache is the cache the probes were planned through: the next step
+	// of a job that nothing fits (engine.LargestLever of Beyond) reuses
+	// its built and lowered programs instead of building the model again.
+	Cache *engine.Cache `json:"-"`
 }
 
 // AtCap says the answer is the search's bound, not where memory runs out.
@@ -82,7 +86,7 @@ func Max(base engine.Spec, d Dim) (*MaxResult, error) {
 // search returns its error (a service's request deadline or a client that
 // went away).
 func MaxContext(ctx context.Context, base engine.Spec, d Dim) (*MaxResult, error) {
-	r := &MaxResult{Dim: d, Step: 1}
+	r := &MaxResult{Dim: d, Step: 1, Cache: &engine.Cache{}}
 	if err := r.refuse(&base); err != nil {
 		return nil, err
 	}
@@ -228,7 +232,7 @@ func (m *maxSolver) plan(v int) (*engine.Result, error) {
 		}
 	}
 	m.r.Plans++
-	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true})
+	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true, Cache: m.r.Cache})
 }
 
 // probe plans value u·Step and records its peak.

@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/ops"
+)
+
+// leverSpec draws a small training job on a GPU it may not fit: its peak
+// falls in forward, backward or the optimizer step by the draw (a foreach
+// AdamW step on a short sequence peaks in the step).
+func leverSpec(t *testing.T, rt *rapid.T) Spec {
+	g, err := hw.Lookup(rapid.SampledFrom([]string{"t4", "h100"}).Draw(rt, "gpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := lookup(t, rapid.SampledFrom([]string{"gpt2", "llama-3.2-1b", "mixtral-8x7b"}).Draw(rt, "model")).Clone()
+	a.Layers = rapid.IntRange(2, 4).Draw(rt, "layers")
+	s := Spec{Job: Job{Model: a, MicroBatch: 1 << rapid.IntRange(0, 3).Draw(rt, "log2 micro-batch"),
+		Seq: 1 << rapid.IntRange(5, 11).Draw(rt, "log2 seq"), Precision: rapid.SampledFrom([]ops.Precision{ops.AMPBF16, ops.BF16, ops.FP32}).Draw(rt, "precision"),
+		Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")}, Target: Target{GPU: g}}
+	s.FirstStep = rapid.Bool().Draw(rt, "first step")
+	if rapid.Bool().Draw(rt, "dp") {
+		s.DP = 4
+	}
+	return s
+}
+
+// keepsPhases plans base's strategies that marked selects and checks each
+// keeps base's peaks of phases (steady and first step) and is never under
+// its floor; it returns how many it planned. A strategy that does not plan
+// (auto checkpointing that cannot fit) is left out.
+func keepsPhases(t *testing.T, base *Result, marked func(Variant) bool, phases ...ir.Phase) int {
+	n := 0
+	for _, v := range Variants(base.Spec, Allow{}) {
+		vs := base.Spec
+		if !marked(v) || v.apply(&vs) != nil {
+			continue
+		}
+		r, err := Plan(vs)
+		if err != nil {
+			continue
+		}
+		n++
+		for _, ph := range phases {
+			if got, want := r.Sim.PhasePeak[ph].Total, base.Sim.PhasePeak[ph].Total; got != want {
+				t.Fatalf("%s: %s peak %d, baseline %d", v.Name, ph, got, want)
+			}
+			if base.First != nil && r.First.PhasePeak[ph].Total != base.First.PhasePeak[ph].Total {
+				t.Fatalf("%s: first step's %s peak %d, baseline %d", v.Name, ph, r.First.PhasePeak[ph].Total, base.First.PhasePeak[ph].Total)
+			}
+		}
+		if r.PeakBytes() < v.floor(base) {
+			t.Fatalf("%s: peak %d under its floor %d", v.Name, r.PeakBytes(), v.floor(base))
+		}
+	}
+	return n
+}
+
+// The lever skips checkpointing and activation offload when the peak is in
+// the optimizer step: they change no op of the step, so its peak stays.
+// Checked on every variant marked fwdBwd: its optimizer-step peaks (steady
+// and first step) equal the baseline's, so its peak is never below a
+// baseline peak that lies in the step.
+func TestPropertyFwdBwdVariantsKeepOptimizerPeak(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		base, err := Plan(leverSpec(t, rt))
+		if err != nil {
+			rt.Skip(err)
+		}
+		keepsPhases(t, base, func(v Variant) bool { return v.fwdBwd }, ir.Optimizer)
+	})
+}
+
+// LargestLever picks what Compare's rows pick: the strategy with the
+// lowest peak below the baseline's (the first of equal ones), with the
+// same peak and verdict, although it plans through a cache, without
+// timelines, and skips the strategies that cannot lower a peak in the
+// optimizer step.
+func TestLargestLeverMatchesCompare(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		rows, err := Compare(s, Allow{})
+		if err != nil {
+			rt.Skip(err)
+		}
+		var want *Row
+		for i := 1; i < len(rows); i++ {
+			r := &rows[i]
+			if r.Err != nil || r.Result.PeakBytes() >= rows[0].Result.PeakBytes() {
+				continue
+			}
+			if want == nil || r.Result.PeakBytes() < want.Result.PeakBytes() {
+				want = r
+			}
+		}
+		got := LargestLever(rows[0].Result, nil)
+		switch {
+		case want == nil && got == nil:
+		case want == nil || got == nil:
+			t.Fatalf("lever %v, Compare's rows pick %v", got, want)
+		case got.Name != want.Name || got.Result.PeakBytes() != want.Result.PeakBytes() || got.Result.Fits != want.Result.Fits ||
+			got.Result.Shortfall != want.Result.Shortfall || got.Result.HostShortfall != want.Result.HostShortfall:
+			t.Fatalf("lever %s at %d (fits %v, short %d), Compare's rows pick %s at %d (fits %v, short %d)", got.Name, got.Result.PeakBytes(),
+				got.Result.Fits, got.Result.Shortfall, want.Name, want.Result.PeakBytes(), want.Result.Fits, want.Result.Shortfall)
+		}
+	})
+}
+
+// The lever skips the fused step when its floor, forward's and backward's
+// peaks, is not below the best strategy's: the fused step changes no op of
+// forward or backward. Checked on every variant marked stepOnly: its
+// forward and backward peaks (steady and first step) equal the baseline's.
+func TestPropertyStepOnlyVariantsKeepForwardBackward(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		s.Impl = lower.Foreach
+		base, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		if keepsPhases(t, base, func(v Variant) bool { return v.stepOnly }, ir.Forward, ir.Backward) == 0 {
+			t.Fatal("no step-only strategy for a foreach step")
+		}
+	})
+}
