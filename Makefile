@@ -26,7 +26,7 @@ loadtest-short:
 	go run ./cmd/loadtest --clients 200 --duration 15s --new-rate 2 --check
 
 # Issue 15's adversarial corpus alone (testdata/probes/*.txt, also part of `make test`): every probe as a built
-# binary, two at a time, each under 10 s and 2 GiB; -v prints the count and the time.
+# binary, two at a time, each under 10 s and 2 GiB; -v prints the count, the time and the eight slowest probes.
 probes:
 	go test ./cmd/memplan -run '^TestProbes$$' -count=1 -v
 
