@@ -229,7 +229,7 @@ func nextStep(base *engine.Result) (string, string) {
 		cost float64
 	}
 	var best *pick
-	engine.EachStrategy(base, nil, skip, func(row engine.Row) {
+	engine.EachStrategy(base, engine.Options{}, skip, func(row engine.Row) {
 		r := row.Result
 		helps := r.PeakBytes() <= basePeak*9/10
 		if base.Capacity > 0 {

@@ -214,6 +214,11 @@ type Options struct {
 	// NoTimeline leaves Result.Sim.Timeline empty (sim.Options): for
 	// searches that only need peaks.
 	NoTimeline bool
+	// NoTiming leaves Result.Timing nil and StepFLOPs 0: for plans whose
+	// step time nobody reads (the next step's strategies, judged by their
+	// peaks). A plan of more than four micro-steps then builds no
+	// four-micro-step program to extrapolate its step from (planShortAccum).
+	NoTiming bool
 	// Stages, when set, plans only these pipeline stages. The search plans
 	// the first and the last: with identical layers they bound the others
 	// (a middle stage holds the same layers as the first with fewer
@@ -780,6 +785,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			// alone (without them it is the cached program itself).
 			_, cached := pl.cacheKey(false, stage)
 			res.owned = cached && len(s.offloadTransforms()) > 0
+		}
+		if o.NoTiming {
+			continue
 		}
 		t, err := Price(&s, p)
 		if err != nil {

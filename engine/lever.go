@@ -31,7 +31,7 @@ func LargestLever(base *Result, c *Cache) *Row {
 		}
 		return v.floor(base) >= below
 	}
-	EachStrategy(base, c, skip, func(r Row) {
+	EachStrategy(base, Options{Cache: c, NoTiming: true}, skip, func(r Row) {
 		if p := r.Result.PeakBytes(); p < basePeak && (best == nil || p < best.Result.PeakBytes()) {
 			best = &r
 		}
@@ -40,19 +40,23 @@ func LargestLever(base *Result, c *Cache) *Row {
 }
 
 // EachStrategy plans Compare's strategies on the job of base, one at a time
-// and not the baseline (base is its result), through c (nil: a cache of
-// its own), without timelines, leaving out the strategies skip names (nil:
-// none), those that do not apply and those that do not plan; each gets
-// every row planned, and the row's result is compacted (Result.Compact)
-// once each returns, so at most one strategy's program is live. Through one
-// cache, the strategies that change only sharding or offload build and
-// lower the model once, the checkpointing ones lower it once.
-func EachStrategy(base *Result, c *Cache, skip func(Variant) bool, each func(Row)) {
-	if c == nil {
-		c = &Cache{}
+// and not the baseline (base is its result), as o says (through o.Cache,
+// nil: a cache of its own; always without timelines; the lever, judging
+// peaks, without step times, Options.NoTiming: under accumulation, pricing
+// built a four-micro-step program for every strategy), leaving out the
+// strategies skip names (nil: none), those that do not apply and those
+// that do not plan; each gets every row planned, and the row's result is
+// compacted (Result.Compact) once each returns, so at most one strategy's
+// program is live. Through one cache, the strategies that change only
+// sharding or offload build and lower the model once, the checkpointing
+// ones lower it once.
+func EachStrategy(base *Result, o Options, skip func(Variant) bool, each func(Row)) {
+	if o.Cache == nil {
+		o.Cache = &Cache{}
 	}
+	o.NoTimeline = true
 	vs := Variants(base.Spec, Allow{})[1:] // the baseline is base
-	_ = eachVariant(base.Spec, vs, c, skip, func(r Row) error {
+	_ = eachVariant(base.Spec, vs, o, skip, func(r Row) error {
 		if r.Err == nil {
 			each(r)
 			r.Result.Compact()
@@ -61,12 +65,12 @@ func EachStrategy(base *Result, c *Cache, skip func(Variant) bool, each func(Row
 	})
 }
 
-// eachVariant plans each of vs on base, one at a time, through c and
-// without timelines (neither compare's report nor the lever reads them),
-// and hands each its row: the result, or why the variant does not apply
+// eachVariant plans each of vs on base, one at a time, as o says (compare
+// and the lever: through one cache and without timelines, which neither
+// reads), and hands each its row: the result, or why the variant does not apply
 // or does not plan. skip (nil: none) leaves a variant out unplanned, asked
 // when its turn comes. An error each returns ends it and is returned.
-func eachVariant(base Spec, vs []Variant, c *Cache, skip func(Variant) bool, each func(Row) error) error {
+func eachVariant(base Spec, vs []Variant, o Options, skip func(Variant) bool, each func(Row) error) error {
 	for _, v := range vs {
 		if skip != nil && skip(v) {
 			continue
@@ -74,7 +78,7 @@ func eachVariant(base Spec, vs []Variant, c *Cache, skip func(Variant) bool, eac
 		s := base
 		row := Row{Variant: v}
 		if row.Err = v.apply(&s); row.Err == nil {
-			row.Result, row.Err = PlanWith(s, Options{Cache: c, NoTimeline: true})
+			row.Result, row.Err = PlanWith(s, o)
 		}
 		if err := each(row); err != nil {
 			return err

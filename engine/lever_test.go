@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -126,6 +127,42 @@ func TestPropertyStepOnlyVariantsKeepForwardBackward(t *testing.T) {
 		}
 		if keepsPhases(t, base, func(v Variant) bool { return v.stepOnly }, ir.Forward, ir.Backward) == 0 {
 			t.Fatal("no step-only strategy for a foreach step")
+		}
+	})
+}
+
+// Options.NoTiming, which the lever plans its strategies with, drops the
+// step time and nothing else: the peaks, what fits and the host memory
+// equal a priced plan's, under accumulation too (where a priced plan of
+// more than four micro-steps builds a fourth for its step time) and under
+// a pipeline (every stage priced).
+func TestPropertyNoTimingKeepsPeaks(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		s.Accum = rapid.SampledFrom([]int{1, 3, 6}).Draw(rt, "accum")
+		if rapid.Bool().Draw(rt, "pp") {
+			s.PP, s.Model.Layers = 2, 4
+		}
+		priced, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		bare, err := PlanWith(s, Options{NoTiming: true})
+		if err != nil {
+			t.Fatalf("priced plan planned, unpriced one: %v", err)
+		}
+		if bare.Timing != nil || bare.StepFLOPs != 0 {
+			t.Fatalf("unpriced plan has a step time (%v) or FLOPs (%g)", bare.Timing, bare.StepFLOPs)
+		}
+		if priced.Timing == nil {
+			t.Fatal("priced plan has no step time")
+		}
+		if bare.PeakBytes() != priced.PeakBytes() || bare.Fits != priced.Fits || bare.Shortfall != priced.Shortfall ||
+			bare.HostPeak != priced.HostPeak || bare.Stage != priced.Stage || bare.SimAccum != priced.SimAccum ||
+			!slices.Equal(bare.StagePeaks, priced.StagePeaks) || bare.Sim.Peak != priced.Sim.Peak {
+			t.Fatalf("unpriced plan peaks %d (stages %v, fits %v, host %d, %d simulated), priced %d (stages %v, fits %v, host %d, %d simulated)",
+				bare.PeakBytes(), bare.StagePeaks, bare.Fits, bare.HostPeak, bare.SimAccum,
+				priced.PeakBytes(), priced.StagePeaks, priced.Fits, priced.HostPeak, priced.SimAccum)
 		}
 	})
 }
