@@ -355,15 +355,16 @@ CATALOG_COMPARE_EXIT = {
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
 CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "13.9-14.0 s, 2.6-2.8 GB: a full plan per strategy of 470,000 ops",
-    ("compare", "deepseek-v2"): "8.4-9.3 s alone: inside 10 s without margin for CI's slower host",
-    ("compare", "qwen3-30b-a3b"): "5.9-6.1 s alone: inside 10 s without margin for CI's slower host",
+    ("compare", "deepseek-v3"): "20.9 s, 2.7 GB alone: a full plan per strategy of 470,000 ops",
+    ("compare", "deepseek-v2"): "12.9 s, 1.7 GB alone: a full plan per strategy of 300,000 ops",
+    ("compare", "qwen3-30b-a3b"): "7.8 s alone: inside 10 s without margin for a slower host",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
-# 470,000 ops (every stage's eight under a pipeline).
+# 470,000 ops and a fourth to price the step (every stage's eight under a
+# pipeline, and again for each checkpointing strategy of the next step).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "14-16 s, 4.3-4.4 GB"),
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "over 1 minute: the next step's checkpointing strategies re-schedule every stage"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "16.4 s, 3.9 GB alone"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "144 s, 10 GB alone: the next step's checkpointing strategies schedule every stage's eight micro-steps again"),
 ]
 
 
