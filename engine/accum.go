@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/cost"
+	"github.com/memplan/memplan/strategy"
 )
 
 // MaxPipelineAccum bounds the micro-steps of a pipelined plan: a pipeline
@@ -28,6 +29,41 @@ func shortAccum(s *Spec) int {
 		return 0
 	}
 	return 3
+}
+
+// pipelineShortAccum is the number of micro-steps that show the peak of a
+// 1F1B pipeline of s.Accum micro-steps, for a plan that is not priced
+// (Options.NoTiming): p+1 for p stages. Stage i holds at most p−i
+// micro-batches in flight; it reaches them at its forward of micro-step
+// p−i−1 and, from the backward of micro-step 0 on, runs with every
+// gradient of the stage existing, so micro-step p−i+1 ≤ p+1 repeats the
+// steady state; the last micro-step (reduction, offload) and the drain look
+// the same for any k ≥ p+1. 0 when every micro-step is simulated: no
+// pipeline, GPipe (which holds every micro-batch), interleaving (whose
+// chunks need every micro-step), inference, or k ≤ p+1.
+// TestPropertyPipelineShortAccumShowsPeak checks it on every stage and the
+// first step; package search estimates the first stage the same way
+// (search.simAccum).
+func pipelineShortAccum(s *Spec) int {
+	if s.PP < 2 || max(s.PPInterleave, 1) > 1 || s.PPSchedule != strategy.OneFOneB || s.Mode != Train || s.Accum <= s.PP+1 {
+		return 0
+	}
+	return s.PP + 1
+}
+
+// planPipelineShortAccum plans s (validated, unpriced, a 1F1B pipeline of
+// more micro-steps than pipelineShortAccum's m) with m micro-steps: the
+// same peaks on every stage, no step time to extrapolate.
+func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
+	k := s.Accum
+	s.Accum = m
+	o.shortAccum = true
+	r, err := PlanWith(s, o)
+	if err != nil {
+		return nil, err
+	}
+	r.Spec.Accum, r.SimAccum = k, m
+	return r, nil
 }
 
 // planShortAccum plans s (validated, s.Accum > 4, no pipeline) with three

@@ -2,13 +2,17 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
 )
 
 // accumJobs are plans without pipelining over several models and
@@ -158,4 +162,47 @@ func BenchmarkPlanAccumMillion(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// An unpriced 1F1B pipeline of k > p+1 micro-steps simulates p+1
+// (pipelineShortAccum) and peaks as all k do: on every stage (StagePeaks),
+// in the first step of the stage at the peak, and on the host, under
+// checkpointing, ZeRO and every offload.
+func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		s.PP = rapid.IntRange(2, 8).Draw(rt, "pp")
+		s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+		s.Accum = rapid.IntRange(s.PP+2, s.PP+5).Draw(rt, "accum")
+		if rapid.Bool().Draw(rt, "checkpoint") {
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		}
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
+		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+		all, err := PlanWith(s, Options{NoTiming: true, AllAccum: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		short, err := PlanWith(s, Options{NoTiming: true})
+		if err != nil {
+			t.Fatalf("all %d micro-steps planned, %d did not: %v", s.Accum, s.PP+1, err)
+		}
+		if short.SimAccum != s.PP+1 || short.Spec.Accum != s.Accum || all.SimAccum != 0 {
+			t.Fatalf("simulated %d of %d micro-steps (want %d), all of them: %d", short.SimAccum, short.Spec.Accum, s.PP+1, all.SimAccum)
+		}
+		first := func(r *Result) units.Bytes {
+			if r.First == nil {
+				return -1
+			}
+			return r.First.Peak.Total
+		}
+		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || first(short) != first(all) ||
+			short.HostPeak != all.HostPeak || short.Stage != all.Stage || short.Fits != all.Fits || short.Shortfall != all.Shortfall {
+			t.Fatalf("%d micro-steps: peak %d, stages %v, first step %d, host %d; %d: %d, %v, %d, %d",
+				s.PP+1, short.PeakBytes(), short.StagePeaks, first(short), short.HostPeak, s.Accum, all.PeakBytes(), all.StagePeaks, first(all), all.HostPeak)
+		}
+	})
 }

@@ -217,7 +217,9 @@ type Options struct {
 	// NoTiming leaves Result.Timing nil and StepFLOPs 0: for plans whose
 	// step time nobody reads (the next step's strategies, judged by their
 	// peaks). A plan of more than four micro-steps then builds no
-	// four-micro-step program to extrapolate its step from (planShortAccum).
+	// four-micro-step program to extrapolate its step from (planShortAccum),
+	// and a 1F1B pipeline simulates the p+1 micro-steps that show every
+	// stage's peak (pipelineShortAccum), whose step time would need all.
 	NoTiming bool
 	// Stages, when set, plans only these pipeline stages. The search plans
 	// the first and the last: with identical layers they bound the others
@@ -227,7 +229,8 @@ type Options struct {
 	Stages []int
 	// AllAccum simulates every micro-step; by default a plan of more than
 	// four micro-steps without pipelining simulates the three that show its
-	// peak and extrapolates its step time (shortAccum).
+	// peak and extrapolates its step time (shortAccum), and an unpriced
+	// 1F1B pipeline simulates p+1 (pipelineShortAccum).
 	AllAccum bool
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
@@ -485,8 +488,8 @@ type Result struct {
 	// was asked for it.
 	Reserved *Reserved
 	// SimAccum is the micro-steps Program and Sim hold when fewer than
-	// Spec.Accum were simulated (they show the same peak; Timing is the
-	// step of Spec.Accum), else 0.
+	// Spec.Accum were simulated (they show the same peak; Timing, when
+	// priced, is the step of Spec.Accum), else 0.
 	SimAccum int
 
 	// owned: Program was made for this result alone (Release may recycle
@@ -754,6 +757,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	}
 	if !o.AllAccum && !o.shortAccum && shortAccum(&s) > 0 {
 		return planShortAccum(s, o)
+	}
+	if m := pipelineShortAccum(&s); m > 0 && o.NoTiming && !o.AllAccum && !o.shortAccum {
+		return planPipelineShortAccum(s, o, m)
 	}
 	pl := &planner{s: &s, o: o}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}

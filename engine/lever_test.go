@@ -10,6 +10,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/sim"
 )
 
 // leverSpec draws a small training job on a GPU it may not fit: its peak
@@ -135,7 +136,8 @@ func TestPropertyStepOnlyVariantsKeepForwardBackward(t *testing.T) {
 // step time and nothing else: the peaks, what fits and the host memory
 // equal a priced plan's, under accumulation too (where a priced plan of
 // more than four micro-steps builds a fourth for its step time) and under
-// a pipeline (every stage priced).
+// a pipeline (every stage priced; unpriced, p+1 micro-steps simulated,
+// TestPropertyPipelineShortAccumShowsPeak).
 func TestPropertyNoTimingKeepsPeaks(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := leverSpec(t, rt)
@@ -158,11 +160,21 @@ func TestPropertyNoTimingKeepsPeaks(t *testing.T) {
 			t.Fatal("priced plan has no step time")
 		}
 		if bare.PeakBytes() != priced.PeakBytes() || bare.Fits != priced.Fits || bare.Shortfall != priced.Shortfall ||
-			bare.HostPeak != priced.HostPeak || bare.Stage != priced.Stage || bare.SimAccum != priced.SimAccum ||
-			!slices.Equal(bare.StagePeaks, priced.StagePeaks) || bare.Sim.Peak != priced.Sim.Peak {
+			bare.HostPeak != priced.HostPeak || bare.Stage != priced.Stage || (s.PP < 2 && bare.SimAccum != priced.SimAccum) ||
+			!slices.Equal(bare.StagePeaks, priced.StagePeaks) || !samePoint(bare.Sim.Peak, priced.Sim.Peak, s.PP < 2) {
 			t.Fatalf("unpriced plan peaks %d (stages %v, fits %v, host %d, %d simulated), priced %d (stages %v, fits %v, host %d, %d simulated)",
 				bare.PeakBytes(), bare.StagePeaks, bare.Fits, bare.HostPeak, bare.SimAccum,
 				priced.PeakBytes(), priced.StagePeaks, priced.Fits, priced.HostPeak, priced.SimAccum)
 		}
 	})
+}
+
+// samePoint says a and b are the same moment of a step: the same bytes by
+// category, phase and micro-step, and the same op when op (a shorter
+// pipeline schedule places the same op elsewhere).
+func samePoint(a, b sim.Point, op bool) bool {
+	if !op {
+		a.Op, b.Op = 0, 0
+	}
+	return a == b
 }
