@@ -237,6 +237,9 @@ type Options struct {
 	wholeStages bool
 	// shortAccum: this plan is planShortAccum's three micro-steps.
 	shortAccum bool
+	// graphs are forward graphs already built for the spec, by stage
+	// (planShortAccum's, built for its program of four micro-steps).
+	graphs map[int]*ir.Graph
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -761,7 +764,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if m := pipelineShortAccum(&s); m > 0 && o.NoTiming && !o.AllAccum && !o.shortAccum {
 		return planPipelineShortAccum(s, o, m)
 	}
-	pl := &planner{s: &s, o: o}
+	pl := &planner{s: &s, o: o, graphs: o.graphs}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}
 	// Under pipeline parallelism every stage is planned and the one with
 	// the highest peak is reported (stage 0 holds the most micro-batches in
