@@ -360,11 +360,11 @@ CATALOG_OPEN = {
     ("compare", "qwen3-30b-a3b"): "7.8 s alone: inside 10 s without margin for a slower host",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
-# 470,000 ops and a fourth to price the step (every stage's eight under a
-# pipeline, and again for each checkpointing strategy of the next step).
+# 470,000 ops and four more to price the step (every stage's eight under a
+# pipeline, and every stage's five again for each strategy of the next step).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "16.4 s, 3.9 GB alone"),
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "144 s, 10 GB alone: the next step's checkpointing strategies schedule every stage's eight micro-steps again"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "15 s, 2.9 GB alone"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "111 s, 6.7 GB alone: the next step's strategies schedule every stage's five micro-steps again"),
 ]
 
 
