@@ -87,6 +87,12 @@ func TestPropertyFwdBwdVariantsKeepOptimizerPeak(t *testing.T) {
 func TestLargestLeverMatchesCompare(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := leverSpec(t, rt)
+		// Under a pipeline the lever simulates p+1 micro-steps of each
+		// strategy (pipelineShortAccum), Compare all of them.
+		if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
+			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+			s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
+		}
 		rows, err := Compare(s, Allow{})
 		if err != nil {
 			rt.Skip(err)
