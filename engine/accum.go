@@ -52,10 +52,10 @@ func pipelineShortAccum(s *Spec) int {
 	return s.PP + 1
 }
 
-// planPipelineShortAccum plans s (validated, unpriced, a 1F1B pipeline of
-// more micro-steps than pipelineShortAccum's m) with m micro-steps: the
-// same peaks on every stage, no step time to extrapolate.
-func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
+// planFewer plans s (validated) with m of its micro-steps, which show its
+// peak (shortAccum, pipelineShortAccum), and reports it as s.Accum's with
+// SimAccum m; the step time, when priced, is the m micro-steps'.
+func planFewer(s Spec, o Options, m int) (*Result, error) {
 	k := s.Accum
 	s.Accum = m
 	o.shortAccum = true
@@ -78,23 +78,19 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 // does not depend on the micro-steps), and the program of four is garbage
 // before it (deepseek-v3 --accum 8 held both: 3.9 GB, now 2.9 GB).
 func planShortAccum(s Spec, o Options) (*Result, error) {
-	k := s.Accum
 	t4, graphs, err4 := priceFour(s, o)
-	s3 := s
-	s3.Accum = 3
-	o.shortAccum, o.graphs = true, graphs
-	r, err := PlanWith(s3, o)
+	o.graphs = graphs
+	r, err := planFewer(s, o, 3)
 	if err != nil {
 		return nil, err // the plan's error first, as when it was planned first
 	}
 	if err4 != nil {
 		return nil, err4
 	}
-	r.Spec.Accum, r.SimAccum = k, 3
 	if r.Timing == nil || t4 == nil {
 		return r, nil
 	}
-	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t4, k); err != nil {
+	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t4, s.Accum); err != nil {
 		return nil, err
 	}
 	r.StepFLOPs = r.Timing.FLOPs // one stage

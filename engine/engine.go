@@ -235,7 +235,8 @@ type Options struct {
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
 	wholeStages bool
-	// shortAccum: this plan is planShortAccum's three micro-steps.
+	// shortAccum: this plan is planFewer's, of the micro-steps that show
+	// the peak of a longer one.
 	shortAccum bool
 	// graphs are forward graphs already built for the spec, by stage
 	// (planShortAccum's, built for its program of four micro-steps).
@@ -762,7 +763,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		return planShortAccum(s, o)
 	}
 	if m := pipelineShortAccum(&s); m > 0 && o.NoTiming && !o.AllAccum && !o.shortAccum {
-		return planPipelineShortAccum(s, o, m)
+		return planFewer(s, o, m) // unpriced: no step to extrapolate
 	}
 	pl := &planner{s: &s, o: o, graphs: o.graphs}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}
