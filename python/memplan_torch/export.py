@@ -11,7 +11,7 @@ import sys
 import time
 import torch
 
-from . import atomic, compat, fit, harness
+from . import atomic, collector, compat, fit, harness
 from .replay import scratch_bytes
 from .trace import ExportError, _categorize, trace_once
 
@@ -230,7 +230,15 @@ def _run_traces(make_job, batches, seqs, optimizer, device, foreach):
 def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto", foreach=None,
                 batch_dim=0, seq_dim=None, name=None, source=None, make_fake_job=None):
     """Builds the trace document. make_job(batch, seq) returns a fresh harness.Job; with make_fake_job
-    (batch, seq, fake_mode) -> (job of FakeTensors, note or None) the step runs under fake tensors."""
+    (batch, seq, fake_mode) -> (job of FakeTensors, note or None) the step runs under fake tensors.
+    The bookkeeping runs with Python's collector paused, each step as the caller had it (memplan_torch.collector)."""
+    with collector.paused():
+        return _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim, name, source,
+                            make_fake_job)
+
+
+def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim, seq_dim, name, source,
+                 make_fake_job):
     t0 = time.time()
     batches, seqs, base_key = fit.fit_points(batch, seq_len, seq_dim)
     if make_fake_job is not None:
@@ -364,7 +372,7 @@ def build_trace(make_job, batch, seq_len=None, optimizer="adamw", device="auto",
         r = rec.storages[sid]
         o = {"id": newid[sid], "bytes": fit.bytes_at(sizes[sid], batch, want_seq)}
         o.update(sizes[sid])
-        o.update({"dtype": r.dtype, "shape": r.shape, "category": cats[sid], "saved": r.saved})
+        o.update({"dtype": r.dtype, "shape": list(r.shape), "category": cats[sid], "saved": r.saved})
         if sid in base["buffers"]:
             o["buffer"] = True
         if r.module:

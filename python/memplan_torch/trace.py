@@ -19,7 +19,7 @@ import torch
 import torch.nn.modules.module as module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import compat, harness
+from . import collector, compat, harness
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -188,7 +188,7 @@ class Recorder(TorchDispatchMode):
     def _new_storage(self, t, st, module, op, event):
         key = compat.storage_key(st)
         rec = _Storage(len(self.storages), key, compat.weak_storage(st), int(st.nbytes()),
-                       compat.dtype_name(t.dtype), list(t.shape), module, self.phase, op, event)
+                       compat.dtype_name(t.dtype), tuple(t.shape), module, self.phase, op, event)
         self.storages.append(rec)
         self.live[key] = rec
         died = self.died
@@ -233,6 +233,9 @@ class Recorder(TorchDispatchMode):
 
     def _free(self, rec):
         del self.live[rec.key]
+        # a dead storage's weak references are dropped: each export keeps a record of every storage it saw, and
+        # the collector visits whatever a record holds (issue 15: objects it keeps make its full passes longer)
+        rec.ref = rec.death = None
         rec.freed_event = len(self.events) - 1
         if self.events:
             self.events[-1]["free"].append(rec.sid)
@@ -685,7 +688,13 @@ def trace_once(job, optimizer="adamw", device="meta", foreach=None, fake_mode=No
     steady one, is then the same; the first step's forward and backward events are absent (the exporter uses
     such traces only for sizes at other fit points). With fake tensors the gradients cost nothing.
 
-    Returns a raw trace dict (see export.py for the written form)."""
+    Returns a raw trace dict (see export.py for the written form). The step runs with Python's collector as the
+    caller had it, even inside an export's pause (memplan_torch.collector)."""
+    with collector.as_before():
+        return _trace_once(job, optimizer, device, foreach, fake_mode, prime)
+
+
+def _trace_once(job, optimizer, device, foreach, fake_mode, prime):
     model = job.model
     model.train()
     if str(device) == "meta":
