@@ -184,6 +184,7 @@ type pipeliner struct {
 
 	blocks       []string       // in order of first forward execution
 	blockIdx     map[string]int // block → index in blocks
+	opBlock      []int32        // each op's index in blocks, or -1 (findBlocks)
 	chunkOfBlock []int
 
 	a       *ppAnalysis
@@ -255,21 +256,54 @@ func (pl *pipeliner) check() error {
 	return fmt.Errorf("pipeline needs a training program (this one has no backward)")
 }
 
-// findBlocks lists the blocks in order of first forward execution.
+// findBlocks lists the blocks in order of first forward execution, and
+// gives every op its block's index (opBlock): -1 outside a block, or in one
+// no forward op runs in. Consecutive ops mostly share their module (the
+// same string), so a module is parsed and looked up once per run of ops,
+// not once per op and per use (a stage of deepseek-v2 has 590k ops).
 func (pl *pipeliner) findBlocks() {
+	ops := pl.p.Ops
 	pl.blockIdx = map[string]int{}
-	for i := range pl.p.Ops {
-		op := &pl.p.Ops[i]
+	var blk blockOfModule
+	for i := range ops {
+		op := &ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
 			continue
 		}
-		if b, ok := ppBlock(op.Module); ok {
+		if b, ok := blk.of(op.Module); ok {
 			if _, seen := pl.blockIdx[b]; !seen {
 				pl.blockIdx[b] = len(pl.blocks)
 				pl.blocks = append(pl.blocks, b)
 			}
 		}
 	}
+	pl.opBlock = make([]int32, len(ops))
+	last, lastIdx := "", int32(-1)
+	for i := range ops {
+		if m := ops[i].Module; i == 0 || m != last {
+			last, lastIdx = m, -1
+			if b, ok := blk.of(m); ok {
+				if bi, ok := pl.blockIdx[b]; ok {
+					lastIdx = int32(bi)
+				}
+			}
+		}
+		pl.opBlock[i] = lastIdx
+	}
+}
+
+// blockOfModule is ppBlock of the module last asked for, kept.
+type blockOfModule struct {
+	module, block string
+	ok, valid     bool
+}
+
+func (c *blockOfModule) of(module string) (string, bool) {
+	if !c.valid || module != c.module {
+		c.module, c.valid = module, true
+		c.block, c.ok = ppBlock(module)
+	}
+	return c.block, c.ok
 }
 
 // chunks gives each block its chunk: by Layout, or the even split.
@@ -313,35 +347,38 @@ func (pl *pipeliner) chunks() error {
 	return nil
 }
 
-// nodeChunks is the chunk of each forward node: its block's, or the
-// preceding block's. Ops after the last block's in their micro-step go to
-// the last chunk.
-func (pl *pipeliner) nodeChunks() map[int32]int {
+// nodeChunks is the chunk of each forward node (indexed by node, -1 for a
+// node no forward op computes): its block's, or the preceding block's. Ops
+// after the last block's in their micro-step go to the last chunk. Every
+// forward op in a block has its block in opBlock (findBlocks lists them).
+func (pl *pipeliner) nodeChunks() []int32 {
 	p := pl.p
 	lastBlockOp := map[int]int{}
+	maxNode := int32(-1)
 	for i := range p.Ops {
-		if op := &p.Ops[i]; op.Phase == ir.Forward && !op.Recompute {
-			if _, ok := ppBlock(op.Module); ok {
-				lastBlockOp[op.Micro] = i
-			}
+		op := &p.Ops[i]
+		maxNode = max(maxNode, op.Node)
+		if op.Phase == ir.Forward && !op.Recompute && pl.opBlock[i] >= 0 {
+			lastBlockOp[op.Micro] = i
 		}
 	}
-	nodeChunk := map[int32]int{}
+	nodeChunk := make([]int32, maxNode+1)
+	for i := range nodeChunk {
+		nodeChunk[i] = -1
+	}
 	cur := 0
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
 			continue
 		}
-		if b, ok := ppBlock(op.Module); ok {
-			cur = pl.chunkOfBlock[pl.blockIdx[b]]
+		if bi := pl.opBlock[i]; bi >= 0 {
+			cur = pl.chunkOfBlock[bi]
 		} else if last, ok := lastBlockOp[op.Micro]; ok && i > last {
 			cur = pl.nChunks - 1
 		}
-		if op.Node >= 0 {
-			if _, ok := nodeChunk[op.Node]; !ok {
-				nodeChunk[op.Node] = cur
-			}
+		if op.Node >= 0 && nodeChunk[op.Node] < 0 {
+			nodeChunk[op.Node] = int32(cur)
 		}
 	}
 	return nodeChunk
@@ -381,17 +418,13 @@ func (pl *pipeliner) placeOps() error {
 }
 
 // chunkOf is the chunk of op i, neither a source nor in the optimizer step.
-func (pl *pipeliner) chunkOf(i int, nodeChunk map[int32]int) int {
+func (pl *pipeliner) chunkOf(i int, nodeChunk []int32) int {
 	op := &pl.p.Ops[i]
-	if op.Node >= 0 {
-		if c, ok := nodeChunk[op.Node]; ok {
-			return c
-		}
+	if op.Node >= 0 && int(op.Node) < len(nodeChunk) && nodeChunk[op.Node] >= 0 {
+		return int(nodeChunk[op.Node])
 	}
-	if b, ok := ppBlock(op.Module); ok {
-		if bi, ok := pl.blockIdx[b]; ok {
-			return pl.chunkOfBlock[bi]
-		}
+	if bi := pl.opBlock[i]; bi >= 0 {
+		return pl.chunkOfBlock[bi]
 	}
 	if c := pl.traceChunkOf(i); c != chunkNone {
 		return c
