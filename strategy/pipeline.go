@@ -420,7 +420,7 @@ func (pl *pipeliner) placeOps() error {
 // chunkOf is the chunk of op i, neither a source nor in the optimizer step.
 func (pl *pipeliner) chunkOf(i int, nodeChunk []int32) int {
 	op := &pl.p.Ops[i]
-	if op.Node >= 0 && int(op.Node) < len(nodeChunk) && nodeChunk[op.Node] >= 0 {
+	if op.Node >= 0 && nodeChunk[op.Node] >= 0 { // nodeChunks covers every op's node
 		return int(nodeChunk[op.Node])
 	}
 	if bi := pl.opBlock[i]; bi >= 0 {

@@ -24,7 +24,7 @@ def test_paused_and_as_before_restore_the_callers_state(collector_state, enabled
     frozen = gc.get_freeze_count()
     with collector.paused():
         assert not gc.isenabled()
-        assert gc.get_freeze_count() >= frozen
+        assert gc.get_freeze_count() > frozen  # what was tracked before the pause is frozen
         with collector.as_before():
             assert gc.isenabled() == enabled
             with pytest.raises(ValueError):
