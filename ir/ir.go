@@ -263,6 +263,13 @@ type Program struct {
 	// replayed trace, whose exporter records each parameter's .grad. nil:
 	// strategies pair them through the nodes.
 	GradOf map[TensorID]TensorID
+	// SharedTensors: Tensors is another program's array, to be read and
+	// never written or appended to (capped at its length). A transform that
+	// only inserts ops reading existing tensors (strategy.AutocastCache)
+	// makes such a program instead of copying every tensor; one that edits
+	// tensors copies them first, and strategy.Release does not recycle
+	// them.
+	SharedTensors bool
 }
 
 // Storage returns the tensor that owns t's storage.

@@ -50,8 +50,9 @@ func (a *AutocastCache) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if own {
 		e = newInserter(p)
 	} else {
-		// The ops are copied once, with the exits in place (finish).
-		e = newInserter(cloneTensors(p, 0)).sharedOps()
+		// The ops are copied once, with the exits in place (finish);
+		// the exits add no tensor, so the tensors stay p's.
+		e = newInserter(shareTensors(p)).sharedOps()
 	}
 	e.after = map[int][]ir.Op{}
 	for _, x := range exits {

@@ -52,3 +52,15 @@ func BenchmarkAutocastCacheDeepSeekV2(b *testing.B) {
 func BenchmarkOptimizerOffloadDeepSeekV2(b *testing.B) {
 	benchChain(b, deepSeekV2Program(b), &strategy.OptimizerOffload{}, &strategy.AutocastCache{})
 }
+
+// BenchmarkCheckpointDeepSeekV2 checkpoints every decoder layer (compare's
+// "checkpoint every block"), the transform engine caches before sharding.
+func BenchmarkCheckpointDeepSeekV2(b *testing.B) {
+	benchChain(b, deepSeekV2Program(b), &strategy.Checkpoint{Patterns: []string{"model.layers.*"}})
+}
+
+// BenchmarkActivationOffloadDeepSeekV2 is compare's "offload activations"
+// chain after the cached program: save_on_cpu, then the autocast cache.
+func BenchmarkActivationOffloadDeepSeekV2(b *testing.B) {
+	benchChain(b, deepSeekV2Program(b), &strategy.ActivationOffload{}, &strategy.AutocastCache{})
+}

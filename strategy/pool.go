@@ -95,11 +95,14 @@ func (p *pool[T]) put(a []T) {
 // empties p. The caller guarantees nothing uses p (or shares its arrays)
 // any more: a released program must come from a transform (never the
 // input of one, which the transform does not own) and be released once.
+// Tensors p shares with another program (SharedTensors) stay that one's.
 func Release(p *ir.Program) {
 	if p == nil {
 		return
 	}
 	opPool.put(p.Ops)
-	tensorPool.put(p.Tensors)
+	if !p.SharedTensors {
+		tensorPool.put(p.Tensors)
+	}
 	p.Ops, p.Tensors = nil, nil
 }

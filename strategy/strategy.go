@@ -29,12 +29,13 @@ type rewriter interface {
 
 // Chain applies transforms in order and verifies the program after each.
 // p is not modified; the programs between transforms are Chain's own, so
-// transforms after the first rewrite them in place where they can.
+// transforms after the first rewrite them in place where they can (not one
+// whose tensors are another's, ir.Program.SharedTensors).
 func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
 	for i, t := range ts {
 		var q *ir.Program
 		var err error
-		if r, ok := t.(rewriter); ok && i > 0 {
+		if r, ok := t.(rewriter); ok && i > 0 && !p.SharedTensors {
 			q, err = r.apply(p, true)
 		} else {
 			q, err = t.Apply(p)
