@@ -11,6 +11,7 @@ import (
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/units"
 )
 
 // leverSpec draws a small training job on a GPU it may not fit: its peak
@@ -183,4 +184,64 @@ func samePoint(a, b sim.Point, op bool) bool {
 		a.Op, b.Op = 0, 0
 	}
 	return a == b
+}
+
+// Compare keeps only the baseline's programs between strategies
+// (Cache.keepBase) and builds nothing more for it: through a cache that
+// keeps every program, the same strategies find the same programs in it and
+// miss the same, and plan the same peaks. A job drawn with checkpointing,
+// data parallelism (DDP or ZeRO) and a first step, on the baseline's
+// programs of which the strategies build.
+func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		if rapid.Bool().Draw(rt, "checkpoint") {
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
+		}
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		if err := s.Validate(); err != nil {
+			rt.Skip(err)
+		}
+		vs := Variants(s, Allow{})
+		kept := &Cache{}
+		var peaks []units.Bytes
+		err := eachVariant(s, vs, Options{Cache: kept, NoTimeline: true}, nil, func(r Row) error {
+			if r.Err == nil {
+				peaks = append(peaks, r.Result.PeakBytes())
+			}
+			return nil
+		})
+		if err != nil {
+			rt.Skip(err)
+		}
+		all := &Cache{Limit: 1 << 40}
+		var want []units.Bytes
+		for _, v := range vs {
+			vs := s
+			if v.apply(&vs) != nil {
+				continue
+			}
+			if r, err := PlanWith(vs, Options{Cache: all, NoTimeline: true}); err == nil {
+				want = append(want, r.PeakBytes())
+			}
+		}
+		if !slices.Equal(peaks, want) {
+			t.Fatalf("peaks %v, through a cache that keeps everything %v", peaks, want)
+		}
+		h, m := kept.Stats()
+		wh, wm := all.Stats()
+		if h != wh || m != wm {
+			t.Fatalf("%d hits and %d misses, through a cache that keeps everything %d and %d", h, m, wh, wm)
+		}
+		base := s.preShardKey()
+		lowered := base
+		lowered.Checkpoint = CheckpointPolicy{}
+		for k := range kept.m {
+			if k.spec != base && k.spec != lowered {
+				t.Fatalf("a strategy's program is still held: checkpoint %+v, optimizer step %v", k.spec.Checkpoint, k.spec.Impl)
+			}
+		}
+	})
 }
