@@ -355,16 +355,15 @@ CATALOG_COMPARE_EXIT = {
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
 CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "20.9 s, 2.7 GB alone: a full plan per strategy of 470,000 ops",
-    ("compare", "deepseek-v2"): "12.9 s, 1.7 GB alone: a full plan per strategy of 300,000 ops",
-    ("compare", "qwen3-30b-a3b"): "7.8 s alone: inside 10 s without margin for a slower host",
+    ("compare", "deepseek-v3"): "16.8 s, 1.9 GB alone: a full plan per strategy of 470,000 ops",
+    ("compare", "deepseek-v2"): "9.2 s, 1.3 GB alone: inside 10 s without margin for CI's host",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for each strategy of the next step).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "15 s, 2.9 GB alone"),
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "89 s, 7.2 GB alone: the next step's strategies schedule every stage's five micro-steps again"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "12.5 s, 2.7 GB alone"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "84 s, 5.9 GB alone: the next step's strategies schedule every stage's five micro-steps again"),
 ]
 
 
