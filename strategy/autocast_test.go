@@ -5,10 +5,6 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
-	"github.com/memplan/memplan/lower"
-	"github.com/memplan/memplan/models"
-	"github.com/memplan/memplan/models/build"
-	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/strategy"
 )
@@ -21,21 +17,7 @@ import (
 // measurement (README, autocast's weight-cast cache) found dropped at the
 // region's exit: 2 bytes per trainable parameter.
 func TestAutocastCacheHoldsCastsToForwardEnd(t *testing.T) {
-	a, err := models.Lookup("gpt2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a = a.Clone()
-	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Vocab, a.MaxPositions, a.Layers = 64, 2, 2, 32, 256, 16, 16, 2
-	a.AttnDropout, a.HiddenDropout, a.EmbdDropout = 0, 0, 0
-	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: 8, Precision: ops.AMPFP16, Training: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Precision: ops.AMPFP16, WeightDecay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := strategy.AutocastTestProgram(t)
 	q, err := strategy.Chain(p, &strategy.Checkpoint{Patterns: []string{"transformer.h.*"}}, &strategy.AutocastCache{})
 	if err != nil {
 		t.Fatal(err)

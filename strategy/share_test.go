@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -18,20 +19,7 @@ import (
 // when it owns the program), and releasing the result keeps them out of
 // the pool, where the next Clone would overwrite them.
 func TestAutocastCacheSharesTensors(t *testing.T) {
-	a, err := models.Lookup("gpt2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a = a.Clone()
-	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Vocab, a.MaxPositions, a.Layers = 64, 2, 2, 32, 256, 16, 16, 2
-	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: 8, Precision: ops.AMPFP16, Training: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Precision: ops.AMPFP16, WeightDecay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := AutocastTestProgram(t)
 	before := slices.Clone(p.Tensors)
 	q, err := Chain(p, &AutocastCache{})
 	if err != nil {
@@ -70,4 +58,27 @@ func TestAutocastCacheSharesTensors(t *testing.T) {
 	if !reflect.DeepEqual(p.Tensors, before) {
 		t.Fatal("releasing the autocast cache's program changed its input's tensors")
 	}
+}
+
+// AutocastTestProgram is a two-block gpt2 of width 64 without dropout,
+// lowered for amp-fp16 training with AdamW: the small program the autocast
+// cache's tests (here and in strategy_test) rewrite.
+func AutocastTestProgram(t testing.TB) *ir.Program {
+	t.Helper()
+	a, err := models.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = a.Clone()
+	a.Hidden, a.Heads, a.KVHeads, a.HeadDim, a.Intermediate, a.Vocab, a.MaxPositions, a.Layers = 64, 2, 2, 32, 256, 16, 16, 2
+	a.AttnDropout, a.HiddenDropout, a.EmbdDropout = 0, 0, 0
+	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: 8, Precision: ops.AMPFP16, Training: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Precision: ops.AMPFP16, WeightDecay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
