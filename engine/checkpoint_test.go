@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/hw"
@@ -87,5 +89,39 @@ func TestAutoCheckpointErrors(t *testing.T) {
 	gpu, _ := hw.Lookup("t4")
 	if _, err := Plan(Spec{Job: Job{Model: lookup(t, "llama-3-8b"), Seq: 4096}, Savings: Savings{Checkpoint: CheckpointPolicy{Kind: CheckpointAuto}}, Target: Target{GPU: gpu}}); err == nil {
 		t.Error("auto on a GPU too small for the model states: no error")
+	}
+}
+
+// Auto checkpointing refuses a job whose optimizer step alone is over the
+// capacity without planning every block checkpointed (checkpointing
+// changes no op of the step), and names the step's peak; just above the
+// step's peak, and under every block's, it plans every block and names
+// that peak. At the step's peak itself, it is not refused for the step.
+func TestAutoCheckpointRefusesOnOptimizerStep(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b").Clone()
+	a.Layers = 4
+	base := Spec{Job: Job{Model: a, MicroBatch: 8, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Impl: lower.Foreach}}
+	full := base
+	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	step := mustPlan(t, base).Sim.PhasePeak[ir.Optimizer].Total
+	all := mustPlan(t, full).Sim.Peak.Total
+	if all <= step {
+		t.Fatalf("every block checkpointed peaks at %s, not above the step's %s: no room to tell the refusals apart", all, step)
+	}
+	for _, tc := range []struct {
+		capacity units.Bytes
+		want     string
+	}{
+		{step - 1, fmt.Sprintf("the optimizer step alone peaks at %s > %s", step, step-1)},
+		{step, fmt.Sprintf("peak %s > %s", all, step)},
+		{all - 1, fmt.Sprintf("peak %s > %s", all, all-1)},
+	} {
+		s := base
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
+		s.Capacity = tc.capacity
+		_, err := Plan(s)
+		if err == nil || !strings.Contains(err.Error(), "does not fit even with every block checkpointed: "+tc.want) {
+			t.Errorf("capacity %s: %v, want %q", tc.capacity, err, tc.want)
+		}
 	}
 }
