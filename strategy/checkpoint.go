@@ -5,6 +5,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/memplan/memplan/internal/chunk"
 	"github.com/memplan/memplan/ir"
 )
 
@@ -120,11 +121,12 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	ck := &checkpointer{c: c, touched: map[ir.TensorID]bool{}}
+	ck := &checkpointer{c: c}
 	if err := ck.segments(p); err != nil {
 		return nil, err
 	}
 	ck.copy(p, own)
+	ck.dense(len(p.Tensors))
 	ck.e = newInserter(ck.q)
 	ck.backwardOfSegments()
 	for _, s := range ck.segs {
@@ -160,28 +162,76 @@ type segID struct {
 // up to the last one whose output backward reads, inserted before the segment's first backward op, which
 // reads the clones), and finally the editor's finish and recategorize.
 type checkpointer struct {
-	c       *Checkpoint
-	q       *ir.Program
-	segs    []segment
-	bwdOf   map[segID][]int      // backward ops of each segment, in order
-	e       *editor              // the recompute ops go before the first backward op of their segment
-	touched map[ir.TensorID]bool // storages whose category recategorize decides
+	c        *Checkpoint
+	q        *ir.Program
+	segs     []segment
+	bwdOf    map[segID]int // index in bwdLists of each segment's backward ops
+	bwdLists [][]int       // backward ops of a segment, in order
+	e        *editor       // the recompute ops go before the first backward op of their segment
+	touched  tensorSet     // storages whose category recategorize decides (grows with the clones)
+	// Per segment, by the tensors of the input program (dense, where maps
+	// per segment were a fifth of the transform's time on deepseek-v2):
+	// the segment's mark in seg when a tensor is its output (produced), in
+	// need when backward reads it, and its recomputed copy in clone.
+	mark      int32
+	seg, need []int32
+	clone     []ir.TensorID
+	// The clones' operand lists and names, cut from a few large arrays.
+	ids   chunk.Slices[ir.TensorID]
+	names chunk.Strings
+}
+
+// backwardOf is segment s's backward ops, in order.
+func (ck *checkpointer) backwardOf(s segment) []int {
+	if l, ok := ck.bwdOf[segID{s.key, s.micro}]; ok {
+		return ck.bwdLists[l]
+	}
+	return nil
+}
+
+// dense sizes the per-tensor tables for n tensors.
+func (ck *checkpointer) dense(n int) {
+	ck.touched = make(tensorSet, n, n+n/4)
+	ck.seg, ck.need = make([]int32, n), make([]int32, n)
+	ck.clone = make([]ir.TensorID, n)
+}
+
+// touch marks storage t for recategorize.
+func (ck *checkpointer) touch(t ir.TensorID) {
+	for int(t) >= len(ck.touched) {
+		ck.touched = append(ck.touched, false)
+	}
+	ck.touched[t] = true
+}
+
+// produced reports whether t is an output of the current segment.
+func (ck *checkpointer) produced(t ir.TensorID) bool {
+	return int(t) < len(ck.seg) && ck.seg[t] == ck.mark
+}
+
+// cloneOf is t's recomputed copy in the current segment, if it has one.
+func (ck *checkpointer) cloneOf(t ir.TensorID) (ir.TensorID, bool) {
+	if ck.produced(t) && ck.clone[t] != ir.NoTensor {
+		return ck.clone[t], true
+	}
+	return t, false
 }
 
 // segments finds the runs of consecutive forward ops whose module falls under one pattern's match.
 func (ck *checkpointer) segments(p *ir.Program) error {
 	sgm := ck.c.segmenter()
-	keys := map[string]string{} // module path → segment key, memoised
+	// Consecutive forward ops mostly share their module, which is keyed
+	// once per run (a map memoising the key by module was slower: a
+	// mixture of experts has as many modules as runs).
+	var lastModule, key string
 	segs := ck.segs
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase != ir.Forward || op.Recompute {
 			continue
 		}
-		key, ok := keys[op.Module]
-		if !ok {
-			key = sgm.key(op.Module)
-			keys[op.Module] = key
+		if op.Module != lastModule {
+			key, lastModule = sgm.key(op.Module), op.Module
 		}
 		if key == "" {
 			continue
@@ -219,7 +269,7 @@ func (ck *checkpointer) copy(p *ir.Program, own bool) {
 // backwardOfSegments finds the backward ops of each segment in one pass: a backward op belongs to the segment
 // whose key prefixes its module (the longest), in the same micro-step.
 func (ck *checkpointer) backwardOfSegments() {
-	ck.bwdOf = map[segID][]int{}
+	ck.bwdOf = map[segID]int{}
 	prefixKey := map[string]string{} // module → the segment key it falls under
 	segKeys := map[string]bool{}
 	for _, sg := range ck.segs {
@@ -243,14 +293,34 @@ func (ck *checkpointer) backwardOfSegments() {
 		prefixKey[module] = k
 		return k
 	}
+	// Consecutive backward ops mostly share their module and micro-step:
+	// the last one's list is kept at hand rather than hashed again.
+	var last struct {
+		module string
+		micro  int
+		list   int // index in ck.bwdLists, -1: no segment
+	}
+	last.list = -1
 	for j := range ck.q.Ops {
 		op := &ck.q.Ops[j]
 		if op.Phase != ir.Backward || op.Recompute {
 			continue
 		}
-		if k := keyUnder(op.Module); k != "" {
-			id := segID{k, op.Micro}
-			ck.bwdOf[id] = append(ck.bwdOf[id], j)
+		if op.Module != last.module || op.Micro != last.micro {
+			last.module, last.micro, last.list = op.Module, op.Micro, -1
+			if k := keyUnder(op.Module); k != "" {
+				id := segID{k, op.Micro}
+				l, ok := ck.bwdOf[id]
+				if !ok {
+					l = len(ck.bwdLists)
+					ck.bwdOf[id] = l
+					ck.bwdLists = append(ck.bwdLists, nil)
+				}
+				last.list = l
+			}
+		}
+		if last.list >= 0 {
+			ck.bwdLists[last.list] = append(ck.bwdLists[last.list], j)
 		}
 	}
 }
@@ -258,63 +328,70 @@ func (ck *checkpointer) backwardOfSegments() {
 // recompute replays segment s inside backward, when backward reads anything it produced.
 func (ck *checkpointer) recompute(s segment) {
 	q := ck.q
-	produced := map[ir.TensorID]bool{}
+	ck.mark++
 	for _, oi := range s.ops {
 		for _, t := range q.Ops[oi].Out {
-			produced[t] = true
+			ck.seg[t], ck.clone[t] = ck.mark, ir.NoTensor
 		}
 	}
 	var bwd []int
-	for _, j := range ck.bwdOf[segID{s.key, s.micro}] {
+	for _, j := range ck.backwardOf(s) {
 		if j > s.ops[len(s.ops)-1] {
 			bwd = append(bwd, j)
 		}
 	}
-	lastNeeded := ck.lastNeeded(s, bwd, produced)
+	lastNeeded := ck.lastNeeded(s, bwd)
 	if lastNeeded < 0 {
 		return
 	}
-	rmap := map[ir.TensorID]ir.TensorID{}
-	var clones []ir.Op
+	clones := make([]ir.Op, 0, lastNeeded+1)
 	keep := ck.c.Save.saved(q, s.ops)
 	for _, oi := range s.ops[:lastNeeded+1] {
 		if keep[oi] {
 			// Saved by the policy: backward and the replay read the
 			// forward's outputs, which stay alive until then.
 			for _, t := range q.Ops[oi].Out {
-				ck.touched[ir.Storage(q.Tensors, t)] = true
+				ck.touch(ir.Storage(q.Tensors, t))
 			}
 			continue
 		}
-		clones = append(clones, ck.clone(oi, rmap, produced))
+		clones = append(clones, ck.cloneOp(oi))
 	}
-	for t := range produced {
-		ck.touched[ir.Storage(q.Tensors, t)] = true
+	for _, oi := range s.ops {
+		for _, t := range q.Ops[oi].Out {
+			ck.touch(ir.Storage(q.Tensors, t))
+		}
 	}
 	for _, j := range bwd {
-		substitute(&q.Ops[j], rmap)
+		rewriteIn(&q.Ops[j], func(_ int, t ir.TensorID) ir.TensorID {
+			r, _ := ck.cloneOf(t)
+			return r
+		})
 	}
-	ck.e.before[bwd[0]] = append(ck.e.before[bwd[0]], clones...)
+	if b := ck.e.before[bwd[0]]; len(b) > 0 {
+		clones = append(b, clones...)
+	}
+	ck.e.before[bwd[0]] = clones
 }
 
 // lastNeeded is the index in s.ops of the last op whose output the segment's backward ops read, or -1.
-func (ck *checkpointer) lastNeeded(s segment, bwd []int, produced map[ir.TensorID]bool) int {
+func (ck *checkpointer) lastNeeded(s segment, bwd []int) int {
 	q := ck.q
-	needed := map[ir.TensorID]bool{}
+	needed := false
 	for _, j := range bwd {
 		for _, t := range q.Ops[j].In {
-			if produced[t] {
-				needed[t] = true
+			if ck.produced(t) {
+				ck.need[t], needed = ck.mark, true
 			}
 		}
 	}
-	if len(needed) == 0 {
+	if !needed {
 		return -1
 	}
 	lastNeeded := -1
 	for k, oi := range s.ops {
 		for _, t := range q.Ops[oi].Out {
-			if needed[t] {
+			if ck.need[t] == ck.mark {
 				lastNeeded = k
 			}
 		}
@@ -322,38 +399,33 @@ func (ck *checkpointer) lastNeeded(s segment, bwd []int, produced map[ir.TensorI
 	return lastNeeded
 }
 
-// clone is forward op oi recomputed in backward: it reads the clones of what the segment produced (rmap) and
+// cloneOp is forward op oi recomputed in backward: it reads the clones of what the segment produced and
 // the segment's inputs, which the checkpoint keeps, and writes fresh "@recompute" tensors.
-func (ck *checkpointer) clone(oi int, rmap map[ir.TensorID]ir.TensorID, produced map[ir.TensorID]bool) ir.Op {
+func (ck *checkpointer) cloneOp(oi int) ir.Op {
 	q := ck.q
 	op := q.Ops[oi]
 	cl := op
 	cl.Phase = ir.Backward
 	cl.Recompute = true
-	cl.In = make([]ir.TensorID, len(op.In))
+	cl.In = ck.ids.Make(len(op.In))
 	for k, t := range op.In {
-		if r, ok := rmap[t]; ok {
-			cl.In[k] = r
-		} else {
-			cl.In[k] = t
-			if !produced[t] {
-				ck.touched[ir.Storage(q.Tensors, t)] = true // a segment input the checkpoint keeps
-			}
+		r, ok := ck.cloneOf(t)
+		cl.In[k] = r
+		if !ok && !ck.produced(t) {
+			ck.touch(ir.Storage(q.Tensors, t)) // a segment input the checkpoint keeps
 		}
 	}
-	cl.Out = make([]ir.TensorID, len(op.Out))
+	cl.Out = ck.ids.Make(len(op.Out))
 	for k, t := range op.Out {
 		nt := q.Tensors[t]
-		nt.Name += "@recompute"
+		nt.Name = ck.names.Join(nt.Name, "@recompute")
 		if nt.Base != ir.NoTensor {
-			if r, ok := rmap[nt.Base]; ok {
-				nt.Base = r
-			}
+			nt.Base, _ = ck.cloneOf(nt.Base)
 		}
 		id := ck.e.add(nt)
-		rmap[t] = id
+		ck.clone[t] = id
 		cl.Out[k] = id
-		ck.touched[id] = true
+		ck.touch(id)
 	}
 	return cl
 }
@@ -363,7 +435,7 @@ func (ck *checkpointer) clone(oi int, rmap map[ir.TensorID]ir.TensorID, produced
 // op is an activation (saved for backward) when a backward op reads it or a
 // view of it — a checkpoint's recompute reading a forward tensor keeps it
 // saved too — else a temporary.
-func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
+func recategorize(p *ir.Program, touched tensorSet) {
 	producedFwd := make([]bool, len(p.Tensors))  // by a forward or recompute op
 	producedOrig := make([]bool, len(p.Tensors)) // by a forward op (not recompute)
 	for i := range p.Ops {
@@ -392,7 +464,10 @@ func recategorize(p *ir.Program, touched map[ir.TensorID]bool) {
 			}
 		}
 	}
-	for t := range touched {
+	for t, ok := range touched {
+		if !ok {
+			continue
+		}
 		tt := &p.Tensors[t]
 		if tt.Base != ir.NoTensor || tt.Resident || (tt.Cat != ir.Activation && tt.Cat != ir.Temporary) || !producedFwd[t] {
 			continue
