@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/ops"
 )
 
 // TestCacheEvictsLeastRecentlyUsed: a full cache drops the programs used
@@ -83,5 +85,40 @@ func TestCacheCountsSharedProgramsOnce(t *testing.T) {
 	d.put(key(4), &cacheEntry{prog: &ir.Program{Ops: ops}})
 	if len(d.m) != 4 || d.m[key(0)] != nil {
 		t.Errorf("a fifth program: %d kept, the oldest cached %v; want 4, false", len(d.m), d.m[key(0)] != nil)
+	}
+}
+
+// A plan through a cache lowers the cache's last graph when it was built
+// from the same model and build options (the fused step after the foreach
+// one), with the peaks of a plan built from scratch, and builds a new one
+// when an option of the build differs (the micro-batch).
+func TestCacheReusesGraph(t *testing.T) {
+	a := lookup(t, "llama-3.2-1b").Clone()
+	a.Layers = 2
+	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 256, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Impl: lower.Foreach}}
+	c := &Cache{}
+	if _, err := PlanWith(s, Options{Cache: c}); err != nil {
+		t.Fatal(err)
+	}
+	g := c.graph.g
+	fused := s
+	fused.Impl = lower.Fused
+	r, err := PlanWith(fused, Options{Cache: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.graph.g != g {
+		t.Fatal("the fused step built the model again")
+	}
+	if want := mustPlan(t, fused); r.PeakBytes() != want.PeakBytes() || r.Sim.PhasePeak != want.Sim.PhasePeak {
+		t.Fatalf("through the cache's graph: peak %d, from scratch %d", r.PeakBytes(), want.PeakBytes())
+	}
+	wider := s
+	wider.MicroBatch = 2
+	if _, err := PlanWith(wider, Options{Cache: c}); err != nil {
+		t.Fatal(err)
+	}
+	if c.graph.g == g {
+		t.Fatal("a plan of another micro-batch lowered the old graph")
 	}
 }

@@ -639,7 +639,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	g := pl.graphs[stage]
 	if g == nil {
 		var err error
-		if g, err = build.Graph(s.Model, o); err != nil {
+		if g, err = c.graphFor(s.Model, o, func() (*ir.Graph, error) { return build.Graph(s.Model, o) }); err != nil {
 			return nil, 0, err
 		}
 		if pl.graphs == nil {
