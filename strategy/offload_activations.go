@@ -3,6 +3,7 @@ package strategy
 import (
 	"slices"
 
+	"github.com/memplan/memplan/internal/chunk"
 	"github.com/memplan/memplan/ir"
 )
 
@@ -33,12 +34,20 @@ func (*ActivationOffload) Name() string { return "offload-activations" }
 func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x.apply(p, false) }
 
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
-	q := editable(p, own)
-	ao := &actOffloader{q: q, e: newEditor(q), nt: len(q.Tensors)}
-	if ao.pack(ao.candidates()) == 0 {
-		return q, nil
+	ao := &actOffloader{q: p, e: newEditor(p), nt: len(p.Tensors)}
+	last := ao.candidates()
+	if !own {
+		// The copy gets room for what the rewrite adds (a quarter
+		// more was too little on a mixture of experts, and finish
+		// copied every op again into a larger array).
+		ops, tensors := ao.room(last)
+		ao.q = cloneWithRoom(p, ops, tensors)
+		ao.e.p = ao.q
 	}
-	for oi := range q.Ops {
+	if ao.pack(last) == 0 {
+		return ao.q, nil
+	}
+	for oi := range ao.q.Ops {
 		ao.unpack(oi)
 	}
 	return ao.e.finish(), nil
@@ -53,6 +62,39 @@ type actOffloader struct {
 	e    *editor
 	nt   int           // tensors before the rewrite
 	host []ir.TensorID // storage → its host copy (NoTensor: stays)
+	// The names, transfers and remapped operands of the copies, cut from
+	// a few large arrays.
+	names     chunk.Strings
+	transfers chunk.Slices[ir.Transfer]
+	ids       chunk.Slices[ir.TensorID]
+	remap     []ir.TensorID // pairs (tensor, its device copy) of one backward op
+	in, out   []ir.TensorID // one unpack op's operands, before they are cut
+}
+
+// room bounds the ops and tensors the rewrite adds, from the candidates
+// (lastFwdWrite): a pack op per producing op and a host copy per storage,
+// an unpack op per backward op that reads a moved storage and a device
+// copy per tensor it reads (each view of a moved storage brings its base).
+func (ao *actOffloader) room(lastFwdWrite []int) (ops, tensors int) {
+	packs := map[int]bool{}
+	for _, w := range lastFwdWrite {
+		if w >= 0 {
+			packs[w] = true
+			tensors++
+		}
+	}
+	ops = len(packs)
+	for i := range ao.q.Ops {
+		op := &ao.q.Ops[i]
+		if op.Phase != ir.Backward {
+			continue
+		}
+		if slices.ContainsFunc(op.In, func(t ir.TensorID) bool { return lastFwdWrite[ao.e.owner(t)] >= 0 }) {
+			ops++
+			tensors += 2 * len(op.In)
+		}
+	}
+	return ops, tensors
 }
 
 // candidates returns, per storage, the forward op that writes it last when it qualifies (-1 otherwise): a saved
@@ -105,13 +147,20 @@ func (ao *actOffloader) pack(lastFwdWrite []int) int {
 	for i := range ao.host {
 		ao.host[i] = ir.NoTensor
 	}
+	// Each pack op's operand lists are cut once, at their final length.
+	per := make([]int32, len(q.Ops))
+	for _, at := range lastFwdWrite {
+		if at >= 0 {
+			per[at]++
+		}
+	}
 	for i := 0; i < ao.nt; i++ {
 		at := lastFwdWrite[i]
 		if at < 0 {
 			continue
 		}
 		t := q.Tensors[i]
-		t.Name += ".cpu"
+		t.Name = ao.names.Join(t.Name, ".cpu")
 		t.Host = true
 		h := e.add(t)
 		ao.host[i] = h
@@ -120,7 +169,8 @@ func (ao *actOffloader) pack(lastFwdWrite []int) int {
 		// One pack op per producing op.
 		n := len(e.after[at])
 		if n == 0 || e.after[at][n-1].Name != "save_on_cpu.pack" {
-			e.after[at] = append(e.after[at], ir.Op{Name: "save_on_cpu.pack", Module: anchor.Module, Phase: ir.Forward, Micro: anchor.Micro, Node: -1, Transfer: &ir.Transfer{ToHost: true}})
+			e.after[at] = append(e.after[at], ir.Op{Name: "save_on_cpu.pack", Module: anchor.Module, Phase: ir.Forward, Micro: anchor.Micro, Node: -1,
+				In: ao.ids.Make(int(per[at]))[:0], Out: ao.ids.Make(int(per[at]))[:0], Transfer: ao.transfers.New(ir.Transfer{ToHost: true})})
 			n++
 		}
 		pk := &e.after[at][n-1]
@@ -146,26 +196,28 @@ func (ao *actOffloader) unpack(oi int) {
 		return
 	}
 	var unpack *ir.Op
-	remap := map[ir.TensorID]ir.TensorID{}
+	ao.remap, ao.in, ao.out = ao.remap[:0], ao.in[:0], ao.out[:0]
 	var clone func(t ir.TensorID) ir.TensorID
 	clone = func(t ir.TensorID) ir.TensorID {
-		if r, ok := remap[t]; ok {
-			return r
+		for k := 0; k < len(ao.remap); k += 2 {
+			if ao.remap[k] == t {
+				return ao.remap[k+1]
+			}
 		}
 		v := q.Tensors[t]
-		v.Name += ".gpu"
+		v.Name = ao.names.Join(v.Name, ".gpu")
 		if v.Base == ir.NoTensor {
 			if unpack == nil {
-				unpack = &ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: &ir.Transfer{}}
+				unpack = &ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: ao.transfers.New(ir.Transfer{})}
 			}
-			unpack.In = append(unpack.In, ao.host[t])
+			ao.in = append(ao.in, ao.host[t])
 			unpack.Transfer.Bytes += v.Bytes
 		} else {
 			v.Base = clone(v.Base)
 		}
 		id := e.add(v)
-		remap[t] = id
-		unpack.Out = append(unpack.Out, id)
+		ao.remap = append(ao.remap, t, id)
+		ao.out = append(ao.out, id)
 		return id
 	}
 	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
@@ -175,6 +227,7 @@ func (ao *actOffloader) unpack(oi int) {
 		return t
 	})
 	if unpack != nil {
+		unpack.In, unpack.Out = ao.ids.Clone(ao.in), ao.ids.Clone(ao.out)
 		e.before[oi] = append(e.before[oi], *unpack)
 	}
 }
