@@ -355,15 +355,14 @@ CATALOG_COMPARE_EXIT = {
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
 CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "16.8 s, 1.9 GB alone: a full plan per strategy of 470,000 ops",
-    ("compare", "deepseek-v2"): "9.2 s, 1.3 GB alone: inside 10 s without margin for CI's host",
+    ("compare", "deepseek-v3"): "11.6 s, 1.9 GB alone: a full plan per strategy of 470,000 ops",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for each strategy of the next step).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "12.5 s, 2.7 GB alone"),
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "84 s, 5.9 GB alone: the next step's strategies schedule every stage's five micro-steps again"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "14.6 s, 2.7 GB alone"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "71 s, 5.0 GB alone: the next step's strategies schedule every stage's five micro-steps again"),
 ]
 
 
