@@ -37,12 +37,21 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 			// next is planned: one variant's program is live at a time.
 			rep := report.NewCompare(jsonOut)
 			var v compareVerdict
+			// Each strategy is a whole plan: deepseek-v3's seven take
+			// about 12 s on two cores.
+			bar := progress(cmd.ErrOrStderr(), compareRows(spec, a), "comparing strategies")
 			err = engine.CompareEach(spec, a, func(r engine.Row) error {
 				rep.Add(r)
 				v.add(r)
 				r.Result.Compact()
+				if bar != nil {
+					_ = bar.Add(1)
+				}
 				return nil
 			})
+			if bar != nil {
+				_ = bar.Finish()
+			}
 			if err != nil {
 				return err
 			}
@@ -63,6 +72,15 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
 	c.Flags().StringVar(&allow, "allow", "", "also compare options that change the training result: lora, qlora, 8bit, precision")
 	return c
+}
+
+// compareRows is the number of rows compare plans for spec (-1 when spec
+// is invalid: CompareEach then refuses it).
+func compareRows(spec engine.Spec, a engine.Allow) int {
+	if spec.Validate() != nil {
+		return -1
+	}
+	return len(engine.Variants(spec, a))
 }
 
 // compareVerdict is compare's exit status, read row by row (the baseline

@@ -9,10 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
 	frameworks "github.com/memplan/memplan/emit"
 	"github.com/memplan/memplan/engine"
@@ -135,12 +133,10 @@ func (ff *fitFlags) parse() (spec engine.Spec, a engine.Allow, pins search.Pins,
 // showProgress draws a progress bar on stderr while the search runs, when stderr is a terminal; it returns the
 // function that clears the bar, or nil when there is none.
 func showProgress(stderr io.Writer, o *search.Options) func() {
-	fd, ok := stderr.(*os.File)
-	if !ok || !term.IsTerminal(int(fd.Fd())) {
+	bar := progress(stderr, -1, "searching plans")
+	if bar == nil {
 		return nil
 	}
-	bar := progressbar.NewOptions(-1, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("searching plans"),
-		progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
 	o.Progress = func(done, total int) {
 		bar.ChangeMax(total)
 		_ = bar.Set(done)

@@ -5,15 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/jedib0t/go-pretty/v6/text"
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/memplan/memplan/published"
 	"github.com/memplan/memplan/validate"
@@ -37,11 +33,7 @@ func runPublished(stdout, stderr io.Writer, path string, tol float64, strict, js
 		return err
 	}
 	dir := filepath.Dir(path)
-	var bar *progressbar.ProgressBar
-	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		bar = progressbar.NewOptions(len(rows), progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("predicting rows"),
-			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionThrottle(100*time.Millisecond))
-	}
+	bar := progress(stderr, len(rows), "predicting rows")
 	res := make([]published.Result, len(rows))
 	for i := range rows {
 		res[i] = published.Predict(&rows[i], dir)
