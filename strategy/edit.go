@@ -34,8 +34,9 @@ func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
 	return q
 }
 
-// cloneTensors is a copy of p whose tensors (with room for tensors more)
-// and parameter list are its own but whose op list is p's, shared until an
+// cloneTensors is a copy of p whose tensors (with room for tensors more;
+// none at all for tensors < 0, which shareTensors then shares) and
+// parameter list are its own but whose op list is p's, shared until an
 // editor made with sharedOps rebuilds it (finish): a transform that edits
 // few ops and inserts some copies the ops once, into their final places,
 // instead of cloning them and then moving them aside for the insertions.

@@ -36,6 +36,7 @@ func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	ao := &actOffloader{q: p, e: newEditor(p), nt: len(p.Tensors)}
 	last := ao.candidates()
+	ao.countPacks(last)
 	if !own {
 		// The copy gets room for what the rewrite adds (a quarter
 		// more was too little on a mixture of experts, and finish
@@ -69,21 +70,31 @@ type actOffloader struct {
 	ids       chunk.Slices[ir.TensorID]
 	remap     []ir.TensorID // pairs (tensor, its device copy) of one backward op
 	in, out   []ir.TensorID // one unpack op's operands, before they are cut
+	per       []int32       // storages each op's pack copies (its operand lists are cut at that length)
+}
+
+// countPacks counts, per op, the candidates (lastFwdWrite) it last writes:
+// the storages its pack op copies.
+func (ao *actOffloader) countPacks(lastFwdWrite []int) {
+	ao.per = make([]int32, len(ao.q.Ops))
+	for _, at := range lastFwdWrite {
+		if at >= 0 {
+			ao.per[at]++
+		}
+	}
 }
 
 // room bounds the ops and tensors the rewrite adds, from the candidates
-// (lastFwdWrite): a pack op per producing op and a host copy per storage,
+// (lastFwdWrite, counted per op by countPacks): a pack op per producing op and a host copy per storage,
 // an unpack op per backward op that reads a moved storage and a device
 // copy per tensor it reads (each view of a moved storage brings its base).
 func (ao *actOffloader) room(lastFwdWrite []int) (ops, tensors int) {
-	packs := map[int]bool{}
-	for _, w := range lastFwdWrite {
-		if w >= 0 {
-			packs[w] = true
-			tensors++
+	for _, n := range ao.per {
+		if n > 0 {
+			ops++
+			tensors += int(n)
 		}
 	}
-	ops = len(packs)
 	for i := range ao.q.Ops {
 		op := &ao.q.Ops[i]
 		if op.Phase != ir.Backward {
@@ -147,13 +158,6 @@ func (ao *actOffloader) pack(lastFwdWrite []int) int {
 	for i := range ao.host {
 		ao.host[i] = ir.NoTensor
 	}
-	// Each pack op's operand lists are cut once, at their final length.
-	per := make([]int32, len(q.Ops))
-	for _, at := range lastFwdWrite {
-		if at >= 0 {
-			per[at]++
-		}
-	}
 	for i := 0; i < ao.nt; i++ {
 		at := lastFwdWrite[i]
 		if at < 0 {
@@ -170,7 +174,7 @@ func (ao *actOffloader) pack(lastFwdWrite []int) int {
 		n := len(e.after[at])
 		if n == 0 || e.after[at][n-1].Name != "save_on_cpu.pack" {
 			e.after[at] = append(e.after[at], ir.Op{Name: "save_on_cpu.pack", Module: anchor.Module, Phase: ir.Forward, Micro: anchor.Micro, Node: -1,
-				In: ao.ids.Make(int(per[at]))[:0], Out: ao.ids.Make(int(per[at]))[:0], Transfer: ao.transfers.New(ir.Transfer{ToHost: true})})
+				In: ao.ids.Make(int(ao.per[at]))[:0], Out: ao.ids.Make(int(ao.per[at]))[:0], Transfer: ao.transfers.New(ir.Transfer{ToHost: true})})
 			n++
 		}
 		pk := &e.after[at][n-1]
