@@ -166,7 +166,7 @@ func CompareEach(base Spec, allow Allow, each func(Row) error) error {
 		return err
 	}
 	first := true
-	return eachVariant(base, Variants(base, allow), Options{Cache: &Cache{}, NoTimeline: true}, nil, func(r Row) error {
+	return eachVariant(base, Variants(base, allow), Options{Cache: &Cache{}, NoTimeline: true}, nil, func(_ int, r Row) error {
 		if first && r.Err != nil {
 			return r.Err // the baseline
 		}

@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"cmp"
+	"slices"
+
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/units"
@@ -8,35 +11,86 @@ import (
 
 // LargestLever plans Compare's strategies on the job of base (its result:
 // the baseline, not planned again; its own training semantics kept) and
-// returns the one that lowers the peak the most: the next step a job that
-// does not fit is pointed to. nil when no strategy applies or none lowers
-// the peak. A strategy that does not apply to the job is left out, and so
-// is one that cannot lower base's peak (CannotLower). c is the cache to
-// plan through (EachStrategy); plan passes the one its baseline was
-// planned through.
+// returns the one that lowers the peak the most (the first in Compare's
+// order of equal ones): the next step a job that does not fit is pointed
+// to. nil when no strategy applies or none lowers the peak. A strategy that
+// does not apply to the job is left out. c is the cache to plan through;
+// plan passes the one its baseline was planned through.
+//
+// It is a branch and bound over the strategies: each has a floor its peak
+// cannot go below (Variant.floor), and one whose floor is not below the
+// best peak found so far is not planned. They are planned by increasing
+// floor, so the strategies that can go lowest come first and bound the
+// others sooner (deepseek-v3 --pp 4 --accum 8: offloading the optimizer
+// reaches 2.28 TiB, under every checkpointing's and activation offload's
+// floor, the optimizer step's peak, which were planned first at 46 s of
+// the lever's 56 s). The pick does not depend on the order: a strategy is
+// skipped only when its peak cannot beat the best one's, nor equal it ahead
+// of it in Compare's order (TestLargestLeverMatchesCompare).
 //
 // Planned as Compare does (every result whole, no cache), deepseek-v3's
 // lever held seven programs of about 470,000 ops each and built the model
 // eight times.
 func LargestLever(base *Result, c *Cache) *Row {
-	basePeak := base.PeakBytes()
-	var best *Row
-	// A strategy whose peak cannot go below the best one's is not planned
-	// (deepseek-v3: the fused step cannot go below backward's 9.76 TiB, and
-	// offloading the optimizer already reached 3.77 TiB).
-	skip := func(v Variant) bool {
-		below := basePeak
-		if best != nil {
-			below = best.Result.PeakBytes()
-		}
-		return v.floor(base) >= below
+	all := Variants(base.Spec, Allow{})[1:] // the baseline is base
+	floors := make([]units.Bytes, len(all))
+	for i, v := range all {
+		floors[i] = v.floor(base)
 	}
-	EachStrategy(base, Options{Cache: c, NoTiming: true}, skip, func(r Row) {
-		if p := r.Result.PeakBytes(); p < basePeak && (best == nil || p < best.Result.PeakBytes()) {
+	order := bestFirst(floors)
+	vs := make([]Variant, len(all))
+	for k, i := range order {
+		vs[k] = all[i]
+	}
+	var best *Row
+	b := newBound(base.PeakBytes(), floors)
+	eachStrategy(base, vs, Options{Cache: c, NoTiming: true}, func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
+		if b.offer(order[k], r.Result.PeakBytes()) {
 			best = &r
 		}
 	})
 	return best
+}
+
+// bestFirst orders the indices of floors by increasing floor, equal ones
+// in their order.
+func bestFirst(floors []units.Bytes) []int {
+	order := make([]int, len(floors))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(floors[a], floors[b]) })
+	return order
+}
+
+// bound is LargestLever's branch and bound over strategies given by their
+// index in Compare's order, each with its floor: the best is the lowest
+// peak under the baseline's, the first in that order of equal ones,
+// whatever the order they are offered in.
+type bound struct {
+	floors []units.Bytes
+	peak   units.Bytes // the best peak so far (at first the baseline's)
+	at     int         // the best's index (-1: none yet)
+}
+
+func newBound(basePeak units.Bytes, floors []units.Bytes) *bound {
+	return &bound{floors: floors, peak: basePeak, at: -1}
+}
+
+// skip says whether strategy i cannot be the best: its floor is over the
+// best peak, or equal to it (the baseline's, or a best one's ahead of i).
+func (b *bound) skip(i int) bool {
+	f := b.floors[i]
+	return f > b.peak || f == b.peak && (b.at < 0 || i > b.at)
+}
+
+// offer records strategy i's peak and says whether it is now the best.
+func (b *bound) offer(i int, peak units.Bytes) bool {
+	if peak < b.peak || peak == b.peak && b.at >= 0 && i < b.at {
+		b.peak, b.at = peak, i
+		return true
+	}
+	return false
 }
 
 // EachStrategy plans Compare's strategies on the job of base, one at a time
@@ -51,14 +105,20 @@ func LargestLever(base *Result, c *Cache) *Row {
 // sharding or offload build and lower the model once, the checkpointing
 // ones lower it once.
 func EachStrategy(base *Result, o Options, skip func(Variant) bool, each func(Row)) {
+	vs := Variants(base.Spec, Allow{})[1:] // the baseline is base
+	eachStrategy(base, vs, o, func(i int) bool { return skip != nil && skip(vs[i]) }, func(_ int, r Row) { each(r) })
+}
+
+// eachStrategy is EachStrategy over the strategies vs, with skip and each
+// given their index in vs.
+func eachStrategy(base *Result, vs []Variant, o Options, skip func(int) bool, each func(int, Row)) {
 	if o.Cache == nil {
 		o.Cache = &Cache{}
 	}
 	o.NoTimeline = true
-	vs := Variants(base.Spec, Allow{})[1:] // the baseline is base
-	_ = eachVariant(base.Spec, vs, o, skip, func(r Row) error {
+	_ = eachVariant(base.Spec, vs, o, skip, func(i int, r Row) error {
 		if r.Err == nil {
-			each(r)
+			each(i, r)
 			r.Result.Compact()
 		}
 		return nil
@@ -67,16 +127,17 @@ func EachStrategy(base *Result, o Options, skip func(Variant) bool, each func(Ro
 
 // eachVariant plans each of vs on base, one at a time, as o says (compare
 // and the lever: through one cache and without timelines, which neither
-// reads), and hands each its row: the result, or why the variant does not apply
-// or does not plan. skip (nil: none) leaves a variant out unplanned, asked
-// when its turn comes. An error each returns ends it and is returned. After
+// reads), and hands each its index in vs and its row: the result, or why
+// the variant does not apply or does not plan. skip (nil: none) leaves the
+// variant of an index out unplanned, asked when its turn comes. An error
+// each returns ends it and is returned. After
 // each row the cache keeps only base's programs (Cache.keepBase): compare on
 // deepseek-v2 held every checkpointed program until evicted, 1.78 GB of
 // peak RSS where 1.32 GB do, for the same lookups
 // (TestPropertyCompareKeepsBaseProgramsOnly).
-func eachVariant(base Spec, vs []Variant, o Options, skip func(Variant) bool, each func(Row) error) error {
-	for _, v := range vs {
-		if skip != nil && skip(v) {
+func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each func(int, Row) error) error {
+	for i, v := range vs {
+		if skip != nil && skip(i) {
 			continue
 		}
 		s := base
@@ -84,7 +145,7 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(Variant) bool, ea
 		if row.Err = v.apply(&s); row.Err == nil {
 			row.Result, row.Err = PlanWith(s, o)
 		}
-		if err := each(row); err != nil {
+		if err := each(i, row); err != nil {
 			return err
 		}
 		if o.Cache != nil {

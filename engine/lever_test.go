@@ -121,6 +121,47 @@ func TestLargestLeverMatchesCompare(t *testing.T) {
 	})
 }
 
+// The lever's branch and bound picks what planning every strategy picks —
+// the lowest peak under the baseline's, the first in Compare's order of
+// equal ones — while it plans them by increasing floor and skips those whose
+// floor bounds them out. Floors and peaks are drawn small so that ties are
+// common; a strategy that does not plan is never offered.
+func TestPropertyLeverBoundPicksTheLowest(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 8).Draw(rt, "strategies")
+		basePeak := units.Bytes(rapid.IntRange(1, 6).Draw(rt, "baseline peak"))
+		floors, peaks := make([]units.Bytes, n), make([]units.Bytes, n)
+		plans := make([]bool, n)
+		for i := range n {
+			floors[i] = units.Bytes(rapid.IntRange(0, 6).Draw(rt, "floor"))
+			peaks[i] = floors[i] + units.Bytes(rapid.IntRange(0, 3).Draw(rt, "above floor"))
+			plans[i] = rapid.IntRange(0, 4).Draw(rt, "plans") > 0
+		}
+		want := -1
+		for i := range n {
+			if plans[i] && peaks[i] < basePeak && (want < 0 || peaks[i] < peaks[want]) {
+				want = i
+			}
+		}
+		b, got := newBound(basePeak, floors), -1
+		order := bestFirst(floors)
+		for k, i := range order {
+			if k > 0 && floors[order[k-1]] > floors[i] {
+				t.Fatalf("order %v: floors %v not increasing", order, floors)
+			}
+			if b.skip(i) || !plans[i] {
+				continue
+			}
+			if b.offer(i, peaks[i]) {
+				got = i
+			}
+		}
+		if got != want {
+			t.Fatalf("floors %v, peaks %v, plans %v under %d: the bound picks %d, planning all picks %d", floors, peaks, plans, basePeak, got, want)
+		}
+	})
+}
+
 // The lever skips the fused step when its floor, forward's and backward's
 // peaks, is not below the best strategy's: the fused step changes no op of
 // forward or backward. Checked on every variant marked stepOnly: its
@@ -207,7 +248,7 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 		vs := Variants(s, Allow{})
 		kept := &Cache{}
 		var peaks []units.Bytes
-		err := eachVariant(s, vs, Options{Cache: kept, NoTimeline: true}, nil, func(r Row) error {
+		err := eachVariant(s, vs, Options{Cache: kept, NoTimeline: true}, nil, func(_ int, r Row) error {
 			if r.Err == nil {
 				peaks = append(peaks, r.Result.PeakBytes())
 			}
