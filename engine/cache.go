@@ -133,6 +133,23 @@ func (pl *planner) cacheKey(first bool, stage int) (cacheKey, bool) {
 	return cacheKey{spec: s.preShardKey(), stage: stage, first: first, whole: pl.o.wholeStages, flat: s.flatParams()}, true
 }
 
+// autoLoweringKey is the key of the lowered program auto checkpointing
+// chooses its blocks on, when a cached one serves it: the lowering is the
+// one without checkpointing (the checkpoint is a transform after it, and
+// cacheKey.lowering keys it without), so a job planned before serves it
+// (compare's auto row lowered deepseek-v3 again, 0.7 s). Not under a
+// pipeline: auto checkpointing plans a stage from the whole model
+// (stageSlice), where the cached lowering of the stage may be its slice.
+// transform never writes its input (strategy.Chain), and a result planned
+// through it is not owned (Result.Release leaves its program alone).
+func (pl *planner) autoLoweringKey(first bool, stage int) (cacheKey, bool) {
+	s := pl.s
+	if pl.o.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind != CheckpointAuto || s.PP > 1 {
+		return cacheKey{}, false
+	}
+	return cacheKey{spec: s.preShardKey(), stage: stage, first: first, whole: pl.o.wholeStages, flat: s.flatParams()}.lowering(), true
+}
+
 // DropSharded forgets the sharded programs (keeping those before
 // sharding): a search that has moved on to another ZeRO stage or
 // data-parallel degree will not ask for them again.

@@ -269,7 +269,6 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 	if len(blocks) == 0 {
 		return nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
-	costs := blockCosts(base, blocks)
 	// peaks returns the simulated peak and the peak of forward and backward
 	// (the part the chain can change; the optimizer step's is fixed).
 	peaks := func(names []string) (all, fb units.Bytes, err error) {
@@ -296,6 +295,7 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 			}
 		}
 	}
+	costs := blockCosts(base, blocks) // for the DP: not before the refusals above need it
 	allPeak, allFB, err := peaks(blocks)
 	if err != nil {
 		return nil, err

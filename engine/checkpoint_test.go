@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,36 @@ func TestAutoCheckpoint(t *testing.T) {
 	}
 }
 
+// autoThroughCache plans auto (auto checkpointing on a budget) through a
+// cache that holds base's programs (compare's order: the baseline first), as
+// the steady step and with the first step, and checks it chooses and peaks
+// as without a cache: it chooses on base's cached lowering
+// (autoLoweringKey).
+func autoThroughCache(t *testing.T, base, auto Spec) {
+	t.Helper()
+	for _, first := range []bool{false, true} {
+		base.FirstStep, auto.FirstStep = first, first
+		want := mustPlan(t, auto)
+		c := &Cache{}
+		if _, err := PlanWith(base, Options{Cache: c}); err != nil {
+			t.Fatal(err)
+		}
+		hits, _ := c.Stats()
+		got, err := PlanWith(auto, Options{Cache: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, _ := c.Stats(); h == hits {
+			t.Errorf("first step %v: auto checkpointing did not use the cached lowering", first)
+		}
+		if !slices.Equal(got.AutoCheckpointed, want.AutoCheckpointed) || got.Sim.PhasePeak != want.Sim.PhasePeak ||
+			len(got.Program.Ops) != len(want.Program.Ops) || (want.First != nil && got.First.PhasePeak != want.First.PhasePeak) {
+			t.Errorf("first step %v: through the cache auto checkpoints %v at %s, without it %v at %s", first,
+				got.AutoCheckpointed, got.PeakBytes(), want.AutoCheckpointed, want.PeakBytes())
+		}
+	}
+}
+
 func autoCheckpointCase(t *testing.T, sem Semantics) {
 	a := lookup(t, "llama-3.2-1b")
 	base := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Sem: sem}
@@ -57,6 +88,7 @@ func autoCheckpointCase(t *testing.T, sem Semantics) {
 		if n := len(r.AutoCheckpointed); n == 0 || n >= len(Blocks(rb.Program)) {
 			t.Errorf("budget %s: auto checkpointed %d of %d blocks", budget, n, len(Blocks(rb.Program)))
 		}
+		autoThroughCache(t, base, s)
 	}
 	// Against Chen et al. 2016's √n placement, at the peak Chen reaches.
 	blocks := Blocks(rb.Program)

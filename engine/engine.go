@@ -627,6 +627,11 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 			return c.transform(key, s, e.prog, stage, pl.stageSlice(stage))
 		}
 	}
+	if lk, ok := pl.autoLoweringKey(first, stage); ok {
+		if e := c.get(lk); e != nil {
+			return pl.transform(e.prog, stage, slice{})
+		}
+	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
 		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
 	sl := pl.stageSlice(stage)
