@@ -26,7 +26,8 @@ import (
 // floor, the optimizer step's peak, which were planned first at 46 s of
 // the lever's 56 s). The pick does not depend on the order: a strategy is
 // skipped only when its peak cannot beat the best one's, nor equal it ahead
-// of it in Compare's order (TestLargestLeverMatchesCompare).
+// of it in Compare's order (TestPropertyLeverBoundPicksTheLowest; on real
+// plans, TestLargestLeverMatchesCompare).
 //
 // Planned as Compare does (every result whole, no cache), deepseek-v3's
 // lever held seven programs of about 470,000 ops each and built the model

@@ -35,17 +35,19 @@ func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*
 	// replays of 1.4M ops, about 3 s each).
 	var errFirst error
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if r.FirstProgram != nil {
+	if r.FirstProgram == nil {
+		close(done)
+	} else {
+		go func() {
+			defer close(done)
 			rv.First, errFirst = allocator.ReplayProgram(r.FirstProgram, cfg, 0, false)
-		}
-	}()
+		}()
+	}
 	var err error
 	rv.Steady, err = allocator.ReplayProgram(r.Program, cfg, 0, timeline)
 	<-done
 	if err == nil {
-		err = errFirst
+		err = errFirst // the steady iteration's error first, as when they were replayed in turn
 	}
 	if err != nil {
 		return nil, err
