@@ -1,6 +1,7 @@
 package strategy
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/memplan/memplan/ir"
@@ -269,22 +270,45 @@ func (e *editor) finish() *ir.Program {
 // that needs more still gets it: splice then copies into a larger array.
 func spliceRoom(n int) int { return n/64 + 16 }
 
-// anchors are the op indices that before or after insert around, ascending,
-// and the number of ops after the splice.
-func anchors(n int, before, after map[int][]ir.Op) ([]int, int) {
-	at := make([]int, 0, len(before)+len(after))
+// anchor is an op index with the ops inserted before and after it.
+type anchor struct {
+	i             int
+	before, after []ir.Op
+}
+
+// anchors are the ops that before or after insert around, by ascending
+// index, with their insertions, and the number of ops after the splice. The
+// maps are walked, not looked up: activation offload anchors a pack or an
+// unpack at most ops, and a lookup per anchor into maps that large (0.6 s
+// of compare deepseek-v3's) missed the cache each time.
+func anchors(n int, before, after map[int][]ir.Op) ([]anchor, int) {
+	at := make([]anchor, 0, len(before)+len(after))
 	for i, ops := range before {
 		n += len(ops)
-		at = append(at, i)
+		at = append(at, anchor{i: i, before: ops})
 	}
 	for i, ops := range after {
 		n += len(ops)
-		if _, dup := before[i]; !dup {
-			at = append(at, i)
-		}
+		at = append(at, anchor{i: i, after: ops})
 	}
-	slices.Sort(at)
-	return at, n
+	slices.SortFunc(at, func(a, b anchor) int { return cmp.Compare(a.i, b.i) })
+	// An op with insertions on both sides is two entries, now side by side,
+	// one from each map.
+	w := 0
+	for _, a := range at {
+		if w > 0 && at[w-1].i == a.i {
+			if len(a.before) > 0 {
+				at[w-1].before = a.before
+			}
+			if len(a.after) > 0 {
+				at[w-1].after = a.after
+			}
+			continue
+		}
+		at[w] = a
+		w++
+	}
+	return at[:w], n
 }
 
 // spliceCopy is splice of a shared op list (old, which it leaves alone)
@@ -306,11 +330,11 @@ func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit) []ir
 		ops = append(ops, old[next:end]...)
 		next = end
 	}
-	for _, i := range at {
-		put(i)
-		ops = append(ops, before[i]...)
-		put(i + 1)
-		ops = append(ops, after[i]...)
+	for _, a := range at {
+		put(a.i)
+		ops = append(ops, a.before...)
+		put(a.i + 1)
+		ops = append(ops, a.after...)
 	}
 	put(len(old))
 	capOperands(ops)
@@ -331,24 +355,25 @@ func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 		ops := old[:n]
 		w, r := n, len(old) // ops[w:] is final; old[:r] not yet moved
 		for j := len(at) - 1; j >= 0; j-- {
-			i := at[j]
+			a := &at[j]
+			i := a.i
 			w -= copy(ops[w-(r-i-1):w], old[i+1:r])
-			w -= copy(ops[w-len(after[i]):w], after[i])
+			w -= copy(ops[w-len(a.after):w], a.after)
 			w--
 			ops[w] = old[i]
-			w -= copy(ops[w-len(before[i]):w], before[i])
+			w -= copy(ops[w-len(a.before):w], a.before)
 			r = i
 		}
 		return ops
 	}
 	ops := opPool.get(0, n)
 	next := 0 // first op not yet copied
-	for _, i := range at {
-		ops = append(ops, old[next:i]...)
-		ops = append(ops, before[i]...)
-		ops = append(ops, old[i])
-		ops = append(ops, after[i]...)
-		next = i + 1
+	for _, a := range at {
+		ops = append(ops, old[next:a.i]...)
+		ops = append(ops, a.before...)
+		ops = append(ops, old[a.i])
+		ops = append(ops, a.after...)
+		next = a.i + 1
 	}
 	ops = append(ops, old[next:]...)
 	opPool.put(old) // the caller's own (a transform's copy), now replaced
