@@ -126,8 +126,15 @@ func (s *Spec) preShardKey() Spec {
 // cached (catalog training without auto checkpointing, whose choice
 // depends on more than the key).
 func (pl *planner) cacheKey(first bool, stage int) (cacheKey, bool) {
+	k, ok := pl.key(first, stage)
+	return k, ok && pl.s.Checkpoint.Kind != CheckpointAuto
+}
+
+// key is s's key for stage stage, and whether the cache applies at all
+// (through a cache, catalog training).
+func (pl *planner) key(first bool, stage int) (cacheKey, bool) {
 	s := pl.s
-	if pl.o.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind == CheckpointAuto {
+	if pl.o.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train {
 		return cacheKey{}, false
 	}
 	return cacheKey{spec: s.preShardKey(), stage: stage, first: first, whole: pl.o.wholeStages, flat: s.flatParams()}, true
@@ -143,11 +150,8 @@ func (pl *planner) cacheKey(first bool, stage int) (cacheKey, bool) {
 // transform never writes its input (strategy.Chain), and a result planned
 // through it is not owned (Result.Release leaves its program alone).
 func (pl *planner) autoLoweringKey(first bool, stage int) (cacheKey, bool) {
-	s := pl.s
-	if pl.o.Cache == nil || s.Trace != nil || s.Model == nil || s.Mode != Train || s.Checkpoint.Kind != CheckpointAuto || s.PP > 1 {
-		return cacheKey{}, false
-	}
-	return cacheKey{spec: s.preShardKey(), stage: stage, first: first, whole: pl.o.wholeStages, flat: s.flatParams()}.lowering(), true
+	k, ok := pl.key(first, stage)
+	return k.lowering(), ok && pl.s.Checkpoint.Kind == CheckpointAuto && pl.s.PP <= 1
 }
 
 // DropSharded forgets the sharded programs (keeping those before

@@ -198,10 +198,7 @@ func (e *editor) edit(oi int) *ir.Op {
 
 func newEditor(q *ir.Program) *editor {
 	e := &editor{p: q, before: map[int][]ir.Op{}, after: map[int][]ir.Op{}, shardsOf: map[ir.TensorID]ir.TensorID{}}
-	e.owners = make([]ir.TensorID, len(q.Tensors))
-	for i := range q.Tensors {
-		e.owners[i] = ir.Storage(q.Tensors, ir.TensorID(i))
-	}
+	e.owners = ir.Storages(q.Tensors)
 	return e
 }
 

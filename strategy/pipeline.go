@@ -863,10 +863,10 @@ type ppAnalysis struct {
 	untouched []bool // resident storages no op reads or writes
 	trace     bool   // p was replayed from a trace (pipeline_trace.go)
 	// isLocal and sourceIn are local's and isSource's questions about each
-	// tensor's storage, answered once in tensor order (a view's base comes
-	// first) where each answer walked the view to its storage: 6 of the 74 s
-	// of deepseek-v3 --pp 4 --accum 8 were that walk's cache misses. Both
-	// are asked before retag writes a category, of p's tensors as they were.
+	// tensor's storage, answered once from ir.Storages where each answer
+	// walked the view to its storage: 6 of the 74 s of deepseek-v3 --pp 4
+	// --accum 8 were that walk's cache misses. Both are asked before retag
+	// writes a category, of p's tensors as they were.
 	isLocal  []bool
 	sourceIn []bool
 }
@@ -875,14 +875,9 @@ func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 	n := len(p.Tensors)
 	a := &ppAnalysis{p: p, writer: make([]int32, n), readers: make([][]int32, n), assoc: make([]ir.TensorID, n), untouched: make([]bool, n),
 		trace: trace, isLocal: make([]bool, n), sourceIn: make([]bool, n)}
-	owner := make([]ir.TensorID, n)
-	for i := range p.Tensors {
-		t := &p.Tensors[i]
-		if t.Base != ir.NoTensor {
-			owner[i], a.isLocal[i], a.sourceIn[i] = owner[t.Base], a.isLocal[t.Base], a.sourceIn[t.Base]
-			continue
-		}
-		owner[i] = ir.TensorID(i)
+	owner := ir.Storages(p.Tensors)
+	for i, o := range owner {
+		t := &p.Tensors[o]
 		a.isLocal[i] = t.Resident || t.Keep || t.Cat == ir.Gradient
 		// a trace's outputs do not say they require grad: one that reads a parameter does
 		a.sourceIn[i] = t.Resident && !(trace && t.RequiresGrad)
