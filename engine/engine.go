@@ -572,7 +572,7 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 	}
 	dp := float64(max(s.DP, 1))
 	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
-		SamplesPerStep: float64(s.MicroBatch*s.Accum) * dp, Topology: s.Topology()})
+		SamplesPerStep: float64(s.MicroBatch) * float64(s.Accum) * dp, Topology: s.Topology()})
 	if err != nil || s.PP < 2 {
 		return t, err
 	}

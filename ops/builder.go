@@ -443,7 +443,7 @@ func (b *Builder) MatMul(name string, a, c ir.TensorID) ir.TensorID {
 	m, k, n := as[len(as)-2], as[len(as)-1], cs[len(cs)-1]
 	batch := numel(as) / (m * k)
 	shape := append(append([]int64(nil), as[:len(as)-2]...), m, n)
-	return b.node("matmul", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 2*float64(batch*m*k*n))[0]
+	return b.node("matmul", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, 2*float64(batch)*float64(m)*float64(k)*float64(n))[0]
 }
 
 // Conv2d with a square kernel, stride and no padding (patch embeddings).
@@ -457,7 +457,7 @@ func (b *Builder) Conv2d(name string, x, w, bias ir.TensorID, stride int64) ir.T
 	oh := (xs[2]-ws[2])/stride + 1
 	ow := (xs[3]-ws[3])/stride + 1
 	shape := []int64{xs[0], ws[0], oh, ow}
-	flops := 2 * float64(numel(shape)) * float64(ws[1]*ws[2]*ws[3])
+	flops := 2 * float64(numel(shape)) * float64(ws[1]) * float64(ws[2]) * float64(ws[3])
 	return b.node("conv2d", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, flops)[0]
 }
 
@@ -629,7 +629,7 @@ func (b *Builder) SDPA(name string, q, k, v ir.TensorID, causal bool) ir.TensorI
 	qs := b.Shape(ins[0])
 	B, A, S, D := qs[0], qs[1], qs[2], qs[3]
 	ks := b.g.Tensors[ins[1]].Shape
-	flops := 4 * float64(B*A) * float64(S) * float64(ks[2]) * float64(D)
+	flops := 4 * float64(B) * float64(A) * float64(S) * float64(ks[2]) * float64(D)
 	if causal {
 		flops /= 2
 	}
@@ -655,7 +655,7 @@ func (b *Builder) SDPAMasked(name string, q, k, v, mask ir.TensorID) ir.TensorID
 	qs := b.Shape(ins[0])
 	B, A, S, D := qs[0], qs[1], qs[2], qs[3]
 	ks := b.g.Tensors[ins[1]].Shape
-	flops := 4 * float64(B*A) * float64(S) * float64(ks[2]) * float64(D)
+	flops := 4 * float64(B) * float64(A) * float64(S) * float64(ks[2]) * float64(D)
 	outs := b.node("sdpa_flash_masked", ins, []out{
 		{name: name, dt: dt, shape: qs, view: ir.NoTensor},
 		{name: name + ".logsumexp", dt: units.F32, shape: []int64{B, A, S}, view: ir.NoTensor, noGrad: true},
