@@ -167,27 +167,47 @@ func (c *Cache) DropSharded() {
 	}
 }
 
-// keepBase forgets every program but base's before offload: its lowered
-// program, the one its checkpointing made and the one its sharding made.
-// Compare and the next step plan each strategy once, on base's job: what a
-// strategy made for itself (another checkpointing, a lowering for another
-// optimizer step, another sharding) is not asked for again, while the
-// strategies after it start from base's programs. Held until evicted, the
-// checkpointed programs of compare on deepseek-v2 were a third of its live
-// heap.
-func (c *Cache) keepBase(base *Spec) {
-	k := base.preShardKey()
-	lk := k
-	lk.Checkpoint = CheckpointPolicy{}
-	sh := base.Sharding
-	if sh.ZeRO == 0 && len(base.shardTransforms()) > 0 {
-		sh.ZeRO = -1 // DDP (Cache.post)
+// keepFor forgets every program none of specs plans from: for each, its
+// lowered program, the one its checkpointing made and the one its sharding
+// made (its offload is applied after them, and never cached). Compare and
+// the next step plan each strategy once on base's job, one after another;
+// after each they keep what the strategies still to come plan from (base's
+// programs for those that change only sharding or offload, its lowered
+// one for those that change checkpointing), and nothing once the last is
+// planned. What a strategy made for itself (another checkpointing, a
+// lowering for another optimizer step, another sharding) is not asked for
+// again. Held until evicted, the checkpointed programs of compare on
+// deepseek-v2 were a third of its live heap; base's lowered program, held
+// past the last checkpointing row, was a quarter of compare deepseek-v3's
+// live heap while it offloaded activations.
+func (c *Cache) keepFor(specs []Spec) {
+	type want struct {
+		k, lk Spec
+		shard Sharding
+	}
+	ws := make([]want, len(specs))
+	for i := range specs {
+		s := &specs[i]
+		w := want{k: s.preShardKey(), shard: s.Sharding}
+		w.lk = w.k
+		w.lk.Checkpoint = CheckpointPolicy{}
+		if w.shard.ZeRO == 0 && len(s.shardTransforms()) > 0 {
+			w.shard.ZeRO = -1 // DDP (Cache.post)
+		}
+		ws[i] = w
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.m {
-		ours := key.spec == k && !key.lowered || key.spec == lk && key.lowered
-		if !ours || key.shard != (Sharding{}) && key.shard != sh {
+		used := false
+		for _, w := range ws {
+			ours := key.spec == w.k && !key.lowered || key.spec == w.lk && key.lowered
+			if ours && (key.shard == Sharding{} || key.shard == w.shard) {
+				used = true
+				break
+			}
+		}
+		if !used {
 			c.drop(key, e)
 		}
 	}

@@ -132,28 +132,43 @@ func eachStrategy(base *Result, vs []Variant, o Options, skip func(int) bool, ea
 // the variant does not apply or does not plan. skip (nil: none) leaves the
 // variant of an index out unplanned, asked when its turn comes. An error
 // each returns ends it and is returned. After
-// each row the cache keeps only base's programs (Cache.keepBase): compare on
-// deepseek-v2 held every checkpointed program until evicted, 1.78 GB of
-// peak RSS where 1.32 GB do, for the same lookups
-// (TestPropertyCompareKeepsBaseProgramsOnly).
+// each variant the cache keeps only the programs the variants after it plan
+// from (Cache.keepFor): compare on deepseek-v2 held every checkpointed
+// program until evicted, 1.78 GB of peak RSS where 1.32 GB do, for the same
+// lookups (TestPropertyCompareKeepsBaseProgramsOnly).
 func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each func(int, Row) error) error {
+	specs := make([]Spec, len(vs))
+	errs := make([]error, len(vs))
 	for i, v := range vs {
-		if skip != nil && skip(i) {
-			continue
-		}
-		s := base
-		row := Row{Variant: v}
-		if row.Err = v.apply(&s); row.Err == nil {
-			row.Result, row.Err = PlanWith(s, o)
-		}
-		if err := each(i, row); err != nil {
-			return err
+		specs[i] = base
+		errs[i] = v.apply(&specs[i])
+	}
+	for i, v := range vs {
+		if skip == nil || !skip(i) {
+			row := Row{Variant: v, Err: errs[i]}
+			if row.Err == nil {
+				row.Result, row.Err = PlanWith(specs[i], o)
+			}
+			if err := each(i, row); err != nil {
+				return err
+			}
 		}
 		if o.Cache != nil {
-			o.Cache.keepBase(&base)
+			o.Cache.keepFor(applied(specs[i+1:], errs[i+1:]))
 		}
 	}
 	return nil
+}
+
+// applied is the specs whose variant applied (its error nil).
+func applied(specs []Spec, errs []error) []Spec {
+	var ok []Spec
+	for i := range specs {
+		if errs[i] == nil {
+			ok = append(ok, specs[i])
+		}
+	}
+	return ok
 }
 
 // CannotLower says the strategy cannot lower base's peak (floor).
