@@ -40,6 +40,9 @@ type Cache struct {
 	// tick counts lookups and insertions; each entry keeps the tick of its
 	// last use, and the least recently used go first.
 	tick uint64
+	// filter: put keeps only the programs only plans from (putOnlyFor).
+	filter bool
+	only   []want
 	// graph is the last forward graph built through the cache and what it
 	// was built from (graphFor): a strategy that changes only the lowering
 	// (compare's and the next step's fused optimizer step) lowers it
@@ -181,10 +184,37 @@ func (c *Cache) DropSharded() {
 // past the last checkpointing row, was a quarter of compare deepseek-v3's
 // live heap while it offloaded activations.
 func (c *Cache) keepFor(specs []Spec) {
-	type want struct {
-		k, lk Spec
-		shard Sharding
+	ws := wants(specs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, e := range c.m {
+		if !key.wantedBy(ws, c.m) {
+			c.drop(key, e)
+		}
 	}
+}
+
+// putOnlyFor makes the cache hold from now on only the programs specs plan
+// from (keepFor's rule), and every program again after putOnlyFor(nil,
+// false). Each strategy compare and the next step plan is planned with the
+// strategies after it as specs: a program only it plans from is used once
+// and garbage as soon as it is, where cached it stayed live until the next
+// keepFor (compare deepseek-v3: each checkpointing's program was held beside
+// the program its offload and autocast made from it).
+func (c *Cache) putOnlyFor(specs []Spec, on bool) {
+	ws := wants(specs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.only, c.filter = ws, on
+}
+
+// want is what a spec plans from, as cache keys name it.
+type want struct {
+	k, lk Spec // the keys' specs of its program before sharding and of its lowered one
+	shard Sharding
+}
+
+func wants(specs []Spec) []want {
 	ws := make([]want, len(specs))
 	for i := range specs {
 		s := &specs[i]
@@ -196,21 +226,29 @@ func (c *Cache) keepFor(specs []Spec) {
 		}
 		ws[i] = w
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for key, e := range c.m {
-		used := false
-		for _, w := range ws {
-			ours := key.spec == w.k && !key.lowered || key.spec == w.lk && key.lowered
-			if ours && (key.shard == Sharding{} || key.shard == w.shard) {
-				used = true
-				break
+	return ws
+}
+
+// wantedBy says whether one of ws plans from the program of key k, among
+// the programs of m: a lowered program only for a spec whose program
+// before sharding is not in m (the one it checkpoints from it).
+func (k cacheKey) wantedBy(ws []want, m map[cacheKey]*cacheEntry) bool {
+	for _, w := range ws {
+		if k.shard != (Sharding{}) && k.shard != w.shard {
+			continue
+		}
+		if !k.lowered && k.spec == w.k {
+			return true
+		}
+		if k.lowered && k.spec == w.lk {
+			pk := k
+			pk.spec, pk.lowered = w.k, false
+			if m[pk] == nil {
+				return true
 			}
 		}
-		if !used {
-			c.drop(key, e)
-		}
 	}
+	return false
 }
 
 func (c *Cache) get(k cacheKey) *cacheEntry {
@@ -230,6 +268,9 @@ func (c *Cache) get(k cacheKey) *cacheEntry {
 func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.filter && !k.wantedBy(c.only, c.m) {
+		return
+	}
 	if c.m == nil {
 		c.m = map[cacheKey]*cacheEntry{}
 		c.refs = map[*ir.Program]int{}

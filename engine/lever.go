@@ -131,11 +131,12 @@ func eachStrategy(base *Result, vs []Variant, o Options, skip func(int) bool, ea
 // reads), and hands each its index in vs and its row: the result, or why
 // the variant does not apply or does not plan. skip (nil: none) leaves the
 // variant of an index out unplanned, asked when its turn comes. An error
-// each returns ends it and is returned. After
-// each variant the cache keeps only the programs the variants after it plan
-// from (Cache.keepFor): compare on deepseek-v2 held every checkpointed
-// program until evicted, 1.78 GB of peak RSS where 1.32 GB do, for the same
-// lookups (TestPropertyCompareKeepsBaseProgramsOnly).
+// each returns ends it and is returned. Each
+// variant caches, and after it the cache keeps, only the programs the
+// variants after it plan from (Cache.putOnlyFor, Cache.keepFor): compare on
+// deepseek-v2 held every checkpointed program until evicted, 1.78 GB of
+// peak RSS where 1.32 GB do, for the same lookups
+// (TestPropertyCompareKeepsBaseProgramsOnly).
 func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each func(int, Row) error) error {
 	specs := make([]Spec, len(vs))
 	errs := make([]error, len(vs))
@@ -143,8 +144,14 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 		specs[i] = base
 		errs[i] = v.apply(&specs[i])
 	}
+	if o.Cache != nil {
+		defer o.Cache.putOnlyFor(nil, false)
+	}
 	for i, v := range vs {
 		if skip == nil || !skip(i) {
+			if o.Cache != nil {
+				o.Cache.putOnlyFor(applied(specs[i+1:], errs[i+1:]), true)
+			}
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
 				row.Result, row.Err = PlanWith(specs[i], o)

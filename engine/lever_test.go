@@ -227,11 +227,24 @@ func samePoint(a, b sim.Point, op bool) bool {
 	return a == b
 }
 
-// Compare keeps between strategies only the programs the strategies still
-// to come plan from (Cache.keepFor), the baseline's, and builds nothing
-// more for it: through a cache that keeps every program, the same
-// strategies find the same programs in it and miss the same, and plan the
-// same peaks; once the last is planned the cache holds nothing. A job
+// specsOf is s with each of vs that applies applied.
+func specsOf(s Spec, vs []Variant) []Spec {
+	var out []Spec
+	for _, v := range vs {
+		vs := s
+		if v.apply(&vs) == nil {
+			out = append(out, vs)
+		}
+	}
+	return out
+}
+
+// Compare caches, and keeps between strategies, only the programs the
+// strategies still to come plan from (Cache.putOnlyFor, Cache.keepFor), and
+// builds nothing more for it: through a cache that keeps every program, the
+// same strategies find the same programs in it and miss the same, and plan
+// the same peaks; as each strategy's row is handed on the cache holds only
+// what those after it plan from, and nothing once the last is planned. A job
 // drawn with checkpointing, data parallelism (DDP or ZeRO) and a first
 // step, on the baseline's programs of which the strategies build.
 func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
@@ -249,9 +262,24 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 		vs := Variants(s, Allow{})
 		kept := &Cache{}
 		var peaks []units.Bytes
-		err := eachVariant(s, vs, Options{Cache: kept, NoTimeline: true}, nil, func(_ int, r Row) error {
+		held := map[cacheKey]bool{} // the keys held when the last row was handed on
+		err := eachVariant(s, vs, Options{Cache: kept, NoTimeline: true}, nil, func(i int, r Row) error {
 			if r.Err == nil {
 				peaks = append(peaks, r.Result.PeakBytes())
+			}
+			// A program held since before this row is one this strategy
+			// or one after it plans from; one put during it, one after it.
+			this, later := specsOf(s, vs[i:]), specsOf(s, vs[i+1:])
+			for k := range kept.m {
+				ok := k.wantedBy(wants(later), kept.m) || held[k] && k.wantedBy(wants(this), kept.m)
+				if !ok {
+					t.Fatalf("after %s the cache holds a program no strategy after it plans from: checkpoint %+v, optimizer step %v, lowered %v",
+						vs[i].Name, k.spec.Checkpoint, k.spec.Impl, k.lowered)
+				}
+			}
+			held = map[cacheKey]bool{}
+			for k := range kept.m {
+				held[k] = true
 			}
 			return nil
 		})
