@@ -457,7 +457,10 @@ type Result struct {
 	Spec    Spec
 	Program *ir.Program
 	Sim     *sim.Result
-	// First is the first iteration (lazy optimizer state), when asked for.
+	// First is the first iteration (lazy optimizer state), when asked for:
+	// its peaks, phases and totals, without a timeline (what the reports
+	// read of it; simulate FirstProgram for its curve). deepseek-v3's
+	// first-step timeline was 130 MB at --accum 8, live to the end of plan.
 	FirstProgram *ir.Program
 	First        *sim.Result
 	// Capacity is 0 when no GPU or budget was given; then Fits is false and
@@ -825,7 +828,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if err := checkProgramBytes(&s, res.FirstProgram); err != nil {
 			return nil, err
 		}
-		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: o.NoTimeline}); err != nil {
+		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: true}); err != nil {
 			return nil, err
 		}
 		res.First.Params = params

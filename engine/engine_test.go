@@ -11,6 +11,7 @@ import (
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/sim"
 	"github.com/memplan/memplan/units"
 )
 
@@ -151,7 +152,14 @@ func TestFirstStepCreatesState(t *testing.T) {
 	if r.First == nil {
 		t.Fatal("no first-step result")
 	}
-	if got := r.First.Timeline[0].Cat[ir.OptimizerState]; got != 0 {
+	if len(r.First.Timeline) != 0 {
+		t.Errorf("the first step kept a timeline of %d points; nothing reads it", len(r.First.Timeline))
+	}
+	first, err := sim.RunWith(r.FirstProgram, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Timeline[0].Cat[ir.OptimizerState]; got != 0 {
 		t.Errorf("first step starts with %s of optimizer state, want 0", got)
 	}
 	if got := r.Sim.Timeline[0].Cat[ir.OptimizerState]; got != r.Sim.ModelStates.OptimizerState {
