@@ -355,13 +355,13 @@ CATALOG_COMPARE_EXIT = {
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
 CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "7.3-14.6 s by the hour, 1.9-2.1 GB alone: a full plan per strategy of 470,000 ops",
+    ("compare", "deepseek-v3"): "6.5-14.6 s by the hour, 1.7-1.9 GB alone (2.1 GB beside another job): a full plan per strategy of 470,000 ops",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for the next step's strategy).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "8.6-16 s by the hour, 2.7-2.8 GB alone"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "7.3-16 s by the hour, 2.6 GB alone"),
     (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "13-27 s by the hour, 3.8-3.9 GB alone: four stages of eight priced micro-steps, and the next step's optimizer offload on every stage's five"),
 ]
 
