@@ -28,6 +28,16 @@ const (
 	Eager
 )
 
+// sdpaOnly are the families whose attention is modelled only as
+// transformers runs it under sdpa (falcon.go: FalconAttention's eager path,
+// scores plus a float mask and a softmax in the hidden states' dtype, is
+// not built), so Eager is refused for them instead of answered with the
+// sdpa graph under eager's name.
+var sdpaOnly = map[string]bool{models.FamilyFalcon: true}
+
+// EagerModelled says whether a's graph models eager attention (Eager).
+func EagerModelled(a *models.Arch) bool { return !sdpaOnly[a.Family] }
+
 // ParseAttention reads "sdpa" (or "flash") and "eager".
 func ParseAttention(s string) (Attention, error) {
 	switch s {

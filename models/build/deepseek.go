@@ -119,8 +119,13 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 // mlaEager is eager_attention_forward on MLA's states: the scores of the
 // query and the transposed key (matmul copies it), scaled, masked, a
 // float32 softmax cast back, dropout, and the context with the values.
+//
+// It is Megatron's CoreAttention region, as in the other families' eager
+// attention (core_attention: from the key's copy through the context
+// matmul), which --checkpoint selective recomputes.
 func (m *builder) mlaEager(query, key, v, mask ir.TensorID, T int64) ir.TensorID {
 	b := m.b
+	defer b.Enter("core_attention")()
 	B, _ := m.bs()
 	A, _, D := m.localHeads()
 	s := b.MatMul("scores", query, b.Copy("k_t_contig", key, B, A, D, T))
