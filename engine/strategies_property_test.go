@@ -19,7 +19,8 @@ import (
 // the 2^62 chunks that once wrapped) with up to the 1024 micro-steps a
 // pipeline simulates, data parallelism up to 2^24 ranks under every ZeRO
 // stage, every offload, every checkpointing policy, on micro-batch ×
-// sequence up to the 2^34-token limit. Each plan is refused in one line
+// sequence up to the 2^34-token limit, on every catalog model cut to four
+// layers (catalogModel). Each plan is refused in one line
 // naming a field, or every total is in [0, 2^62] (checkTotals). Issue 15's
 // audit of strategy/ and lower/ (every product bounded by these limits,
 // each function says by which); --pp 4 --pp-interleave 2^62 wrapped into
@@ -32,8 +33,7 @@ func TestPropertyStrategiesAtTheLimits(t *testing.T) {
 	planned, tried := 0, 0
 	defer func() { t.Logf("%d of %d planned, the rest refused", planned, tried) }()
 	rapid.Check(t, func(rt *rapid.T) {
-		a := lookup(t, rapid.SampledFrom([]string{"gpt2", "llama-3.2-1b", "mixtral-8x7b"}).Draw(rt, "model")).Clone()
-		a.Layers = 4
+		a := catalogModel(t, rt)
 		// Tokens up to 2^20 (TestPropertyTotalsAtTheLimits takes them to
 		// 2^34): here the strategies' own dimensions go to their limits.
 		seq := 1 << rapid.IntRange(0, 14).Draw(rt, "log2 seq")
