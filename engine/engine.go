@@ -377,9 +377,6 @@ func (s *Spec) validateOptions() error {
 	if err := s.validateStages(); err != nil {
 		return err
 	}
-	if s.Attention == build.Eager && s.Trace == nil && s.Model != nil && !build.EagerModelled(s.Model) {
-		return invalid(FieldAttention, "{attention} eager is not modelled for %s (its attention is modelled as transformers runs it under sdpa); use {attention} sdpa", s.Model.Name)
-	}
 	if s.Checkpoint.Kind == CheckpointSelective && s.Trace == nil && s.Attention != build.Eager {
 		// Selective recompute replays eager attention's core_attention
 		// module (its score matrices); SDPA keeps no scores to replay.

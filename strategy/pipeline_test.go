@@ -356,9 +356,6 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 		a = a.Clone()
 		a.Layers = min(a.Layers, 4)
 		s := engine.Spec{Job: engine.Job{Model: a, Seq: 16, Accum: 2, Precision: ops.BF16, Optimizer: lower.AdamW, Attention: build.Eager}}
-		if !build.EagerModelled(a) {
-			s.Attention = build.SDPA
-		}
 		if err := s.Validate(); err != nil {
 			t.Fatal(err)
 		}

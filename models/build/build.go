@@ -28,16 +28,6 @@ const (
 	Eager
 )
 
-// sdpaOnly are the families whose attention is modelled only as
-// transformers runs it under sdpa (falcon.go: FalconAttention's eager path,
-// scores plus a float mask and a softmax in the hidden states' dtype, is
-// not built), so Eager is refused for them instead of answered with the
-// sdpa graph under eager's name.
-var sdpaOnly = map[string]bool{models.FamilyFalcon: true}
-
-// EagerModelled says whether a's graph models eager attention (Eager).
-func EagerModelled(a *models.Arch) bool { return !sdpaOnly[a.Family] }
-
 // ParseAttention reads "sdpa" (or "flash") and "eager".
 func ParseAttention(s string) (Attention, error) {
 	switch s {
@@ -422,12 +412,17 @@ func (m *builder) decoder() {
 		m.fullRope[0], m.fullRope[1] = m.rotaryTables(root, "_global")
 		m.hasFullRope = true
 	}
-	mask := m.causalMask(root)
+	var mask ir.TensorID
 	if a.Family == models.FamilyFalcon {
 		mask = m.falconMask(root)
+	} else {
+		mask = m.causalMask(root)
 	}
 	x = m.layerStack(layers, x, cos, sin, mask)
 	x = m.finalNorm(root, x)
+	if a.Family == models.FamilyFalcon && m.o.Attention == Eager {
+		b.Release(mask) // FalconModel.forward's causal_mask lives until it returns
+	}
 	if !m.o.Training && m.o.KVContext > 0 {
 		// Generation computes logits for the last position only.
 		x = b.View("last_token", x, B, 1, int64(a.Hidden))

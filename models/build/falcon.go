@@ -33,11 +33,21 @@ func (m *builder) falconLayer(i int, x, cos, sin, mask ir.TensorID) ir.TensorID 
 
 // falconMask is FalconModel's causal mask: create_causal_mask with
 // allow_is_causal_skip=False materialises a bool [B, 1, S, S] mask (an
-// expanded [1, 1, S, S]) that every layer's attention receives.
+// expanded [1, 1, S, S]) that every layer's attention receives. Under
+// eager attention it is eager_mask's: that bool mask turned by torch.where
+// into a float [B, 1, S, S] of 0 and the dtype's minimum, in
+// inputs_embeds' dtype (masking_utils.py create_causal_mask, eager_mask
+// @v5.24.0; float32 under autocast, whose embeddings stay float32).
 func (m *builder) falconMask(root string) ir.TensorID {
-	defer m.b.Enter(root)()
-	_, S := m.bs()
-	return m.b.Zeros("causal_mask", units.Bool, 1, 1, S, S)
+	b := m.b
+	defer b.Enter(root)()
+	B, S := m.bs()
+	mask := b.Zeros("causal_mask", units.Bool, 1, 1, S, S)
+	if m.o.Attention != Eager {
+		return mask
+	}
+	zero := b.View("zero_expanded", b.Zeros("zero", m.o.Precision.ParamDType()), B, 1, S, S)
+	return b.Where("causal_mask_float", b.View("causal_mask_expanded", mask, B, 1, S, S), zero)
 }
 
 // falconAttention is FalconAttention.forward under sdpa with multi_query:
@@ -66,6 +76,11 @@ func (m *builder) falconAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	v := b.Copy("v", b.View("v_head", y, B, 1, S, D), B, 1, S, D)
 	q = b.Rotary("q_rot", q, cos, sin)
 	k = b.Rotary("k_rot", k, cos, sin)
+	if m.o.Attention == Eager {
+		o := m.attentionOut(m.falconEager(q, k, v, mask), true)
+		b.Release(y, q, k, v) // fused_qkv, query_layer, key_layer, value_layer: locals until forward returns
+		return o
+	}
 	dt := b.Tensor(q).DType
 	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
 		dt = ac
@@ -101,4 +116,41 @@ func (m *builder) falconMathSDPA(q, k, v, bias ir.TensorID) ir.TensorID {
 	p := b.Softmax("probs", s, false)
 	o := b.MatMul("context", p, b.Copy("v_expand", v, B, A, S, D))
 	return b.To(o, dt)
+}
+
+// falconEager is FalconAttention.forward's eager path (rotary, no alibi;
+// modeling_falcon.py @v5.24.0):
+//
+//	attention_scores = query_layer @ key_layer.transpose(-1, -2)
+//	attention_scores /= math.sqrt(self.head_dim)
+//	attention_scores = F.softmax(attention_scores + attention_mask, dim=-1, dtype=hidden_states.dtype)
+//	attn_output = attention_scores @ value_layer
+//
+// Under autocast matmul casts its operands first, then copies them into
+// contiguous batches (the query is a transposed view of the fused
+// projection, rotary keeps the layout; the one key and value head is
+// expanded over the query heads), and saves the copies. The in-place
+// division is modelled as a scale (its output replaces the scores, which
+// nothing saves: the two live together for that op only, fewer than at
+// the softmax). The scores stay alive through the softmax, beside their sum
+// with the mask and the probabilities, as the variable attention_scores
+// holds them until the softmax is assigned to it (measured in export-hf's
+// trace: three score matrices at the softmax). The sum takes the mask's
+// dtype (float32 under autocast), which the softmax keeps. It is Megatron's
+// CoreAttention region (core_attention), which --checkpoint selective
+// recomputes.
+func (m *builder) falconEager(q, k, v, mask ir.TensorID) ir.TensorID {
+	b := m.b
+	defer b.Enter("core_attention")()
+	B, S := m.bs()
+	A, _, D := m.localHeads()
+	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
+		q, k, v = b.To(q, ac), b.To(k, ac), b.To(v, ac)
+	}
+	qc := b.Copy("q_contig", q, B, A, S, D)
+	kt := b.Copy("k_t_expand", b.View("k_t", k, B, 1, D, S), B, A, D, S)
+	s := b.Scale("scale", b.MatMul("scores", qc, kt))
+	p := b.Softmax("probs", b.Binary("add", "masked", s, mask), false)
+	b.Release(s) // attention_scores holds the scores until the softmax is assigned to it
+	return b.MatMul("context", p, b.Copy("v_expand", v, B, A, S, D))
 }

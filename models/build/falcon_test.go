@@ -35,3 +35,27 @@ func TestFalconAttentionPaths(t *testing.T) {
 		}
 	}
 }
+
+// Falcon's eager attention (falconEager) is FalconAttention's eager path in
+// Megatron's core_attention region: two matmuls over the copied query and
+// the key and value expanded to every head, the in-place scale, the mask
+// added, one softmax, no SDPA kernel; the model's float mask is
+// eager_mask's, made once. Its memory is checked against transformers' own
+// step in python/tests/test_export_hf.py (test_eager_attention_matches_catalog).
+func TestFalconEagerAttention(t *testing.T) {
+	a := lookup(t, "falcon-7b")
+	g, err := Graph(a, Options{MicroBatch: 1, Seq: 64, Training: true, Precision: ops.AMPBF16, Attention: Eager})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"matmul": 2, "softmax": 1, "mul_scalar": 1, "add": 1, "copy": 3, "sdpa_flash_masked": 0, "sdpa_flash": 0}
+	k := kinds(g, "transformer.h.0.self_attention.core_attention")
+	for kind, n := range want {
+		if k[kind] != n {
+			t.Errorf("%d %s in core_attention, want %d (%v)", k[kind], kind, n, k)
+		}
+	}
+	if n := kinds(g, "transformer")["where"]; n != 1 {
+		t.Errorf("%d where ops make the float mask, want one for the model", n)
+	}
+}

@@ -209,6 +209,33 @@ def test_family_trace_matches_catalog(tmp_path, family, memplan_bin):
         assert abs(c - t) / t <= BOUNDS.get((family, p), 0.02), (family, p, c, t, "%+.2f%%" % (100 * (c - t) / t))
 
 
+@needs_hf
+@pytest.mark.parametrize("family,precision,seq", [("falcon", "fp32", 256), ("falcon", "amp-bf16", 256),
+                                                  ("falcon", "pure-bf16", 256), ("deepseek_v2", "fp32", 128)])
+def test_eager_attention_matches_catalog(tmp_path, family, precision, seq, memplan_bin):
+    """attn_implementation="eager" against --attention eager, at a length where the score matrices dominate:
+    Falcon's eager path (models/build/falcon.go falconEager: three score matrices at the softmax, the fused
+    projection and the attention's locals held until forward returns, eager_mask's float mask until the model's
+    forward returns; each was 1.5-19% of the forward peak before it was modelled) and DeepSeek's latent attention
+    (whose eager region --checkpoint selective recomputes). Measured at transformers 5.24.0, torch 2.14.1: within
+    0.8% on every phase."""
+    if memplan_bin is None:
+        pytest.skip("needs Go to build memplan")
+    name, ov = FAMILIES[family]
+    cfg = load_config(os.path.join(REPO, "models", "catalog", name + ".json"), ov + ["attn_implementation=eager"])
+    cp = tmp_path / "config.json"
+    cp.write_text(json.dumps(cfg))
+    out = str(tmp_path / "trace.json")
+    doc = export_hf(str(cp), out, seq, batch=B, precision=precision, fit_seq=False)
+    assert any("attn_implementation=eager" in n for n in doc["notes"]), doc["notes"]
+    cat = _plan(memplan_bin, "--model", str(cp), "--seq", str(seq), "--precision", precision, "--recipe", "hf",
+                "--set", "attention.repeat-kv=false", "--attention", "eager")
+    gr = _plan(memplan_bin, "--graph", out)
+    for p in ("forward", "backward", "optimizer"):
+        c, t = cat["phases"][p]["peak_bytes"], gr["phases"][p]["peak_bytes"]
+        assert abs(c - t) / t <= 0.01, (family, precision, p, c, t, "%+.2f%%" % (100 * (c - t) / t))
+
+
 def _cli(tmp_path, *args):
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     return subprocess.run([sys.executable, "-m", "memplan_torch", "export-hf"] + list(args), env=env,
