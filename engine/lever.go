@@ -148,9 +148,10 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 		defer o.Cache.putOnlyFor(nil, false)
 	}
 	for i, v := range vs {
+		later := applied(specs[i+1:], errs[i+1:])
 		if skip == nil || !skip(i) {
 			if o.Cache != nil {
-				o.Cache.putOnlyFor(applied(specs[i+1:], errs[i+1:]), true)
+				o.Cache.putOnlyFor(later, true)
 			}
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
@@ -161,7 +162,7 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 			}
 		}
 		if o.Cache != nil {
-			o.Cache.keepFor(applied(specs[i+1:], errs[i+1:]))
+			o.Cache.keepFor(later)
 		}
 	}
 	return nil

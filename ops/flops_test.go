@@ -24,12 +24,14 @@ func TestFLOPsDoNotWrap(t *testing.T) {
 			k := b.Input("k", units.BF16, 2, 32, 128, s)
 			b.MatMul("scores", q, k)
 		}, 2 * 2 * 32 * s * 128 * s},
+		// batch × heads alone past 2^63 (only the FLOP count is read here):
+		// the int64 product B*A was 0
 		{"sdpa", func(b *Builder) {
-			q := b.Input("q", units.BF16, 1<<12, 1<<12, s, 128)
-			k := b.Input("k", units.BF16, 1<<12, 1<<12, s, 128)
-			v := b.Input("v", units.BF16, 1<<12, 1<<12, s, 128)
+			q := b.Input("q", units.BF16, 1<<31, 1<<33, 1, 1)
+			k := b.Input("k", units.BF16, 1<<31, 1<<33, 1, 1)
+			v := b.Input("v", units.BF16, 1<<31, 1<<33, 1, 1)
 			b.SDPA("attn", q, k, v, false)
-		}, 4 * (1 << 24) * s * s * 128},
+		}, 4 * (1 << 31) * (1 << 33)},
 	} {
 		b := NewBuilder(Config{Precision: BF16})
 		c.build(b)
