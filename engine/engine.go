@@ -365,6 +365,9 @@ func (s *Spec) validateOptions() error {
 	if err := s.validateParallel(); err != nil {
 		return err
 	}
+	if s.EP > 1 && s.Sem.GroupedExperts && s.Trace == nil {
+		return invalid(FieldEP, "{ep} %d shards per-expert linears; the recipe's moe.experts grouped-mm (transformers 5.x's 3-D expert parameters) is not modelled under expert parallelism: give --set moe.experts=loop, or {ep} 1", s.EP)
+	}
 	if s.QLoRA && s.LoRA == nil {
 		return invalid(FieldQLoRA, "{qlora} needs {lora} (QLoRA trains LoRA adapters on a 4-bit base)")
 	}

@@ -20,6 +20,10 @@ type Semantics struct {
 	Code build.Code
 	// FusedSwiGLU keeps only gate and up for a gated MLP's backward.
 	FusedSwiGLU bool
+	// GroupedExperts runs a mixture's routed experts as 3-D parameters and
+	// grouped matmuls (transformers 5.x), not a loop over per-expert
+	// linears (4.x).
+	GroupedExperts bool
 	// HandSiLU and HandSoftmax run SiLU and eager attention's softmax as
 	// hand-written elementwise ops (x * sigmoid(x), exp(x - max) / sum).
 	HandSiLU, HandSoftmax bool
@@ -112,6 +116,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.EagerGELU = m.EagerGELU
 	o.RepeatKV = m.RepeatKV
 	o.FusedSwiGLU = m.FusedSwiGLU
+	o.GroupedExperts = m.GroupedExperts
 	o.HandSiLU, o.HandSoftmax = m.HandSiLU, m.HandSoftmax
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
 		l := *o.LoRA

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/hw"
@@ -337,5 +338,50 @@ func TestLitGPTFP32WeightRMSNorm(t *testing.T) {
 	want := units.Bytes(norms * (4*T*H + 2*T + 4*H))
 	if got := r1.Sim.SavedTotal - r0.Sim.SavedTotal; got != want {
 		t.Errorf("litgpt 0.5's RMSNorm saves %v more, want %v (%d norms)", got, want, norms)
+	}
+}
+
+// transformers 5.x runs a mixture's experts as two grouped matmuls over
+// 3-D parameters (integrations/moe.py grouped_mm_experts_forward @v5.24.0):
+// the same parameters as 4.x's per-expert linears (E·3·I·H per layer), and
+// the same activations but for the bookkeeping — three int64 indices over
+// the S = T·K routed rows (the permutation, perm // top_k, the inverse
+// permutation) and int32 offsets per expert, where the loop keeps one int64
+// index per expert's rows: 16·S + 4·E bytes more per layer when the rows
+// split evenly. peft's all-linear adapts nn.Linear modules only, so the
+// experts get no adapters: 3·E·r·(H + I) float32 adapter gradients fewer
+// per layer.
+func TestGroupedExperts(t *testing.T) {
+	a := catalog(t, "mixtral-8x7b").Clone()
+	a.Layers = 2
+	s := Spec{Job: Job{Model: a, Seq: 256, MicroBatch: 2, Precision: ops.PureBF16, Optimizer: lower.AdamW}}
+	g := s
+	g.Sem.GroupedExperts = true
+	T, K, E := int64(s.MicroBatch*s.Seq), int64(a.ExpertsPerToken), int64(a.NumExperts)
+	if T*K%E != 0 {
+		t.Fatalf("rows %d do not split evenly among %d experts", T*K, E)
+	}
+	loop, grouped := semPlan(t, s), semPlan(t, g)
+	if loop.Sim.ModelStates.Parameters != grouped.Sim.ModelStates.Parameters || loop.Sim.Params != grouped.Sim.Params {
+		t.Errorf("parameters: loop %v (%d), grouped %v (%d), want equal", loop.Sim.ModelStates.Parameters, loop.Sim.Params,
+			grouped.Sim.ModelStates.Parameters, grouped.Sim.Params)
+	}
+	want := units.Bytes(int64(a.Layers) * (16*T*K + 4*E))
+	if got := grouped.Sim.SavedTotal - loop.Sim.SavedTotal; got != want {
+		t.Errorf("grouped experts save %v more, want %v", got, want)
+	}
+	r := int64(16)
+	s.LoRA = &build.LoRA{Rank: int(r), Alpha: 32, Targets: []string{"all-linear"}}
+	g.LoRA = s.LoRA
+	loop, grouped = semPlan(t, s), semPlan(t, g)
+	H, I := int64(a.Hidden), int64(a.Intermediate)
+	want = units.F32.Size(int64(a.Layers) * 3 * E * r * (H + I))
+	if got := loop.Sim.ModelStates.Gradients - grouped.Sim.ModelStates.Gradients; got != want {
+		t.Errorf("LoRA all-linear: grouped experts hold %v fewer gradients, want %v (no adapters on the experts)", got, want)
+	}
+	ep := g
+	ep.EP, ep.Model = 2, a
+	if err := ep.Validate(); err == nil || !strings.Contains(err.Error(), "moe.experts=loop") {
+		t.Errorf("--ep 2 with grouped experts: %v, want a refusal naming moe.experts=loop", err)
 	}
 }

@@ -697,6 +697,28 @@ func (b *Builder) IndexSelect(name string, x, index ir.TensorID, rows int64) ir.
 	return n[0]
 }
 
+// GroupedMM is torch._grouped_mm(x, w.transpose(-2, -1), offs): the rows
+// of x [rows, k], grouped by expert at the offsets offs (int32 [experts]),
+// each times its expert's weight, w [experts, n, k] as a linear stores it.
+// It returns [rows, n] in x's dtype (the caller casts x to the weight's, as
+// transformers' _grouped_mm does: the op has no autocast rule). Routing
+// is balanced, so the FLOPs are every row's product with one expert.
+func (b *Builder) GroupedMM(name string, x, w, offs ir.TensorID) ir.TensorID {
+	xs, ws := b.g.Tensors[x].Shape, b.g.Tensors[w].Shape
+	rows, k, n := numel(xs)/lastDim(xs), ws[2], ws[1]
+	o := b.node("grouped_mm", []ir.TensorID{x, w, offs}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: []int64{rows, n}, view: ir.NoTensor}}, 2*float64(rows)*float64(k)*float64(n))
+	b.last().NoGrad = []int{2}
+	return o[0]
+}
+
+// SumDim is x.sum(dim) (without keepdim): autograd keeps only sizes.
+func (b *Builder) SumDim(name string, x ir.TensorID, dim int) ir.TensorID {
+	ins, dt := b.autocast("sum", x)
+	xs := b.g.Tensors[ins[0]].Shape
+	shape := append(append([]int64(nil), xs[:dim]...), xs[dim+1:]...)
+	return b.node("sum", ins, []out{{name: name, dt: dt, shape: shape, view: ir.NoTensor}}, float64(numel(xs)))[0]
+}
+
 // IndexAdd is acc.index_add_(0, index, src): in place, so the result aliases
 // acc and the gradient of acc passes through.
 func (b *Builder) IndexAdd(name string, acc, index, src ir.TensorID) ir.TensorID {
@@ -834,7 +856,13 @@ func (b *Builder) CacheWrite(x, cache ir.TensorID) ir.TensorID {
 // Index makes an integer index tensor produced inside the graph (router
 // bookkeeping); it never requires grad.
 func (b *Builder) Index(name string, from ir.TensorID, n int64) ir.TensorID {
-	o := b.node("copy", []ir.TensorID{from}, []out{{name: name, dt: units.I64, shape: []int64{n}, view: ir.NoTensor, noGrad: true}}, 0)
+	return b.IndexOf(name, from, units.I64, n)
+}
+
+// IndexOf is Index with elements of dtype dt (an int32 cast, histc's
+// counts, cumsum's offsets).
+func (b *Builder) IndexOf(name string, from ir.TensorID, dt units.DType, n int64) ir.TensorID {
+	o := b.node("copy", []ir.TensorID{from}, []out{{name: name, dt: dt, shape: []int64{n}, view: ir.NoTensor, noGrad: true}}, 0)
 	b.last().NoGrad = []int{0}
 	b.g.Tensors[o[0]].RequiresGrad = false
 	return o[0]

@@ -99,6 +99,7 @@ func init() {
 		{Name: "sdpa_flash", SaveIn: []int{0, 1, 2}, SaveOut: []int{0, 1}, Cast: Lower, BwdFactor: 2.5, Source: dy + ": _scaled_dot_product_flash_attention: query, key, value, output, logsumexp (+ philox seed/offset)"},
 		{Name: "sdpa_flash_masked", SaveIn: []int{0, 1, 2, 3}, SaveOut: []int{0, 1}, Cast: Lower, BwdFactor: 2.5, Source: dy + ": _scaled_dot_product_flash_attention_for_cpu with attn_mask: query, key, value, attn_mask, output, logsumexp"},
 		{Name: "router_topk", SaveOut: []int{1}, BwdFactor: 1, Source: dy + ": topk: indices"},
+		{Name: "grouped_mm", SaveIn: []int{0, 1, 2}, SaveInIfOtherGrad: true, BwdFactor: 2, Source: dy + ": _grouped_mm: self: _grouped_mm(grad, mat2^T, offs) saves mat2, mat2: _grouped_mm(self^T, grad, offs) saves self (each only when the other needs grad), and offs always; no autocast rule (aten/src/ATen/autocast_mode.cpp @v2.14.1 lists none), so it runs in its inputs' dtype"},
 		{Name: "index_select", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_select/index: index"},
 		{Name: "index_add", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_add: index"},
 		{Name: "index_copy", SaveIn: []int{1}, BwdFactor: 0, Source: dy + ": index_copy: source: grad.index_select(dim, index).expand_as(source) saves the source (IndexCopyBackward0 source_)"},

@@ -102,6 +102,11 @@ type Options struct {
 	// inputs (Liger's SwiGLU), instead of eager ops that also keep silu's
 	// output.
 	FusedSwiGLU bool
+	// GroupedExperts runs a mixture's routed experts as transformers 5.x
+	// does by default: two 3-D parameters per layer (gate_up_proj, down_proj)
+	// and one grouped matmul over every routed row for each (see
+	// groupedExperts), instead of 4.x's loop over per-expert linears.
+	GroupedExperts bool
 	// HandSiLU runs SiLU as x * torch.sigmoid(x), as the CS336 course
 	// models write it (cs336-basics/cs336_basics/model.py silu, the 2025
 	// basics package vendored in assignment2-systems, e.g.
@@ -1034,6 +1039,55 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 	return y
 }
 
+// groupedExperts is transformers 5.x's experts (MixtralExperts,
+// Qwen3MoeExperts, DeepseekV3Experts: 3-D parameters gate_up_proj
+// [experts, 2·I, H] and down_proj [experts, H, I]) as its default
+// experts_implementation runs them: integrations/moe.py
+// grouped_mm_experts_forward @v5.24.0 (modeling_utils.py
+// get_correct_experts_implementation picks "grouped_mm" when none is
+// asked for). Over the S = tokens·top_k routed rows: sort the expert ids
+// (values and the permutation), gather the rows (perm // top_k) and their
+// weights, count the rows per expert (histc over an int32 copy, cumsum to
+// int32 offsets), one grouped matmul up, silu(gate) · up on its halves, one
+// grouped matmul down, the routing weights applied, the inverse
+// permutation (empty_like, arange, index_put_) and gather, and the sum over
+// top_k. Autograd keeps the gathered rows, both matmuls' inputs and
+// outputs, the gathered weights, the offsets and the three indices; the
+// sorted ids, the int32 copy and the counts stay in locals until the
+// function returns. A loss over these parameters gets whole [experts, …]
+// gradients, and peft's all-linear and bitsandbytes' 4-bit layers, which
+// take nn.Linear modules, leave them alone. src is the [T, H] input, wts
+// and idx the router's [T, K] weights and expert indices.
+func (m *builder) groupedExperts(src, wts, idx ir.TensorID) ir.TensorID {
+	a, b := m.a, m.b
+	T := b.Shape(src)[0]
+	H, E, K, I := int64(a.Hidden), int64(a.NumExperts), int64(a.ExpertsPerToken), int64(a.Intermediate)/int64(m.tp)
+	S := T * K
+	gateUp := m.param("gate_up_proj", E, 2*I, H)
+	down := m.param("down_proj", E, H, I)
+	ids := b.Index("expert_ids_g", idx, S) // torch.sort: values
+	perm := b.Index("perm", idx, S)        // and the permutation
+	rows := b.Index("token_idx", perm, S)  // perm // num_top_k
+	x := b.IndexSelect("selected_hidden_states_g", src, rows, S)
+	w := b.IndexSelect("sample_weights_g", b.View("sample_weights", wts, S, 1), perm, S)
+	// histc's input: a float32 copy on CPU, int32 on CUDA (4 bytes either way).
+	hin := b.IndexOf("histc_input", ids, units.I32, S)
+	counts := b.IndexOf("tokens_per_expert", hin, units.I32, E)
+	offs := b.IndexOf("offsets", counts, units.I32, E)
+	up := b.GroupedMM("gate_up", b.To(x, b.Tensor(gateUp).DType), gateUp, offs)
+	gate := b.View("gate", up, S, I)
+	upv := b.View("up", up, S, I)
+	y := b.Binary("mul", "gated", m.act("act_fn", gate), upv)
+	y = b.GroupedMM("down_proj", b.To(y, b.Tensor(down).DType), down, offs)
+	y = b.Binary("mul", "weighted_out", y, w)
+	inv := b.Index("inv_perm", perm, S) // torch.empty_like(perm)
+	b.Release(b.Index("arange", perm, S))
+	y = b.IndexSelect("unpermuted", y, inv, S)
+	out := b.SumDim("final_hidden_states", b.View("per_token", y, T, K, H), 1)
+	b.Release(ids, hin, counts)
+	return b.To(out, b.Tensor(src).DType)
+}
+
 // moe is MixtralSparseMoeBlock, and Qwen3MoeSparseMoeBlock (the same
 // router, softmax in float32, top-k and per-expert gated MLPs; with
 // norm_topk_prob the top-k weights are divided by their sum:
@@ -1064,6 +1118,10 @@ func (m *builder) moe(h ir.TensorID) ir.TensorID {
 		wts = b.Binary("mul", "topk_norm", wts, sum)
 	}
 	wts = b.To(wts, b.Tensor(flat).DType)
+	if m.o.GroupedExperts {
+		acc := func() ir.TensorID { defer b.Enter("experts")(); return m.groupedExperts(m.colIn(flat), wts, idx) }()
+		return b.View("out", m.rowOut(acc), B, S, H)
+	}
 	acc := b.Zeros("final_hidden_states", b.Tensor(flat).DType, T, H)
 	rows := (T*K + E - 1) / E
 	src := m.colIn(flat)
