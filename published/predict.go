@@ -253,12 +253,21 @@ func (m *rowMapper) sizes() {
 	}
 }
 
-// libraries: the versions that decide memory (bitsandbytes).
+// libraries: the versions that decide memory: bitsandbytes; transformers
+// under the recipes that run its modeling code, whose 5.x runs a mixture's
+// experts as grouped matmuls over 3-D parameters by default
+// (modeling_utils.py get_correct_experts_implementation @v5.24.0) where 4.x
+// loops over per-expert linears.
 func (m *rowMapper) libraries() {
 	for lib, v := range m.r.Libraries {
-		if strings.EqualFold(lib, "bitsandbytes") {
+		switch {
+		case strings.EqualFold(lib, "bitsandbytes"):
 			if err := m.rec.Set("bitsandbytes=" + strings.Fields(v + " x")[0]); err != nil {
 				m.lack("libraries.bitsandbytes", "%v", err)
+			}
+		case strings.EqualFold(lib, "transformers") && (m.framework == "hf" || m.framework == "deepspeed"):
+			if mm := versionRE.FindStringSubmatch(strings.TrimSpace(v)); mm != nil && atoi2(mm[1], mm[2])[0] >= 5 {
+				mustSet(m.rec, "moe.experts=grouped-mm")
 			}
 		}
 	}

@@ -336,4 +336,17 @@ func TestEraInTheJob(t *testing.T) {
 	if now.Sem.ZeroGrad != lower.ZeroToNone || now.Sem.Workspace != 8519680 || now.Sem.Overhead != 400e6 {
 		t.Errorf("hf 2024-06: zero-grad %v, workspace %d, outside %d; want set-to-none, 8519680, 400 MB", now.Sem.ZeroGrad, now.Sem.Workspace, now.Sem.Overhead)
 	}
+	// transformers 5.x runs a mixture's experts as grouped matmuls; 4.x,
+	// an unknown version, and recipes outside its modeling code keep the loop.
+	for libs, want := range map[string]bool{
+		`{"transformers":"5.24.0"}`: true, `{"Transformers":"v5.0.0 (pinned)"}`: true, `{"transformers":"4.57.1"}`: false,
+		`{"transformers":">=5.0"}`: false, `{}`: false,
+	} {
+		if s := job(`"model":`, `"libraries":`+libs+`,"model":`); s.Sem.GroupedExperts != want {
+			t.Errorf("hf with libraries %s: grouped experts %v, want %v", libs, s.Sem.GroupedExperts, want)
+		}
+	}
+	if s := job(`"framework":"hf-trainer"`, `"framework":"litgpt"`, `"model":`, `"libraries":{"transformers":"5.24.0"},"model":`); s.Sem.GroupedExperts {
+		t.Error("litgpt with transformers 5.x installed runs its own model code: the experts' loop")
+	}
 }
