@@ -38,6 +38,7 @@ func TestPropertyTotalsAtTheLimits(t *testing.T) {
 		mb := 1 << mbLog
 		att := rapid.SampledFrom([]build.Attention{build.SDPA, build.Eager}).Draw(rt, "attention")
 		s := Spec{Job: Job{Model: a, MicroBatch: mb, Seq: seq, Attention: att}, Target: Target{GPU: g}}
+		s.Sem.GroupedExperts = a.NumExperts > 0 && rapid.Bool().Draw(rt, "grouped experts")
 		switch rapid.IntRange(0, 2).Draw(rt, "shape") {
 		case 1: // accumulated, data-parallel, sharded
 			s.Accum = 1 << rapid.IntRange(0, 30).Draw(rt, "log2 accum")

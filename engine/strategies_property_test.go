@@ -42,7 +42,10 @@ func TestPropertyStrategiesAtTheLimits(t *testing.T) {
 		s.Attention = rapid.SampledFrom([]build.Attention{build.SDPA, build.Eager}).Draw(rt, "attention")
 		s.TP = 1 << rapid.IntRange(0, bits.Len(uint(a.KVHeads))-1).Draw(rt, "log2 tp")
 		s.SP = s.TP > 1 && rapid.Bool().Draw(rt, "sp")
-		if a.NumExperts > 0 && s.TP == 1 {
+		// transformers 5.x's grouped experts (moe.experts=grouped-mm),
+		// refused under expert parallelism.
+		s.Sem.GroupedExperts = a.NumExperts > 0 && rapid.Bool().Draw(rt, "grouped experts")
+		if a.NumExperts > 0 && s.TP == 1 && !s.Sem.GroupedExperts {
 			s.EP = 1 << rapid.IntRange(0, bits.Len(uint(a.NumExperts))-1).Draw(rt, "log2 ep")
 		}
 		drawPipeline(rt, &s)
