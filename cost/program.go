@@ -16,11 +16,14 @@ import (
 // wire-rate links, zero latency), never a measured fraction. Supply measured
 // efficiencies and latencies to get realistic numbers.
 type PriceOptions struct {
-	// DType selects the GPU's peak FLOP/s (hw.GPU.PeakFLOPs) used for every
-	// op's roofline and for MFU/HFU. Zero (units.Invalid) infers it from the
+	// DType selects the GPU's peak FLOP/s (hw.GPU.PeakFLOPs) used for the
+	// ops' rooflines and for MFU/HFU. Zero (units.Invalid) infers it from the
 	// program: the output dtype of the ops carrying the most FLOPs (bfloat16
 	// for bf16 and amp-bf16 runs, float32 for fp32 runs); bfloat16 when the
-	// program has no FLOPs.
+	// program has no FLOPs. An op whose output is a wider float dtype than
+	// DType runs at that dtype's (lower) peak: a float32 matmul outside
+	// autocast's reach in an amp-bf16 program (transformers 5.x's grouped
+	// experts: _grouped_mm has no autocast rule) is a float32 GEMM.
 	DType units.DType
 	// PeakFLOPs, when positive, replaces g.PeakFLOPs(DType) — for example
 	// g.TF32 for fp32 matmuls with TF32 enabled.
@@ -411,16 +414,32 @@ func (pr *pricer) estimateBytesHost(oi int) (float64, float64, error) {
 	return sum, host, nil
 }
 
-// roofline is Roofline rounded up to the nanosecond.
-func (pr *pricer) roofline(flops, bytes float64) (time.Duration, error) {
+// opPeak is the peak FLOP/s op computes at: the priced dtype's, or a wider
+// float output dtype's where the GPU's peak in it is lower (PriceOptions.DType).
+// A given PeakFLOPs applies to every op.
+func (pr *pricer) opPeak(op *ir.Op) float64 {
+	if pr.o.PeakFLOPs > 0 || len(op.Out) == 0 || op.Out[0] < 0 || int(op.Out[0]) >= len(pr.p.Tensors) {
+		return pr.peak
+	}
+	switch dt := pr.p.Tensors[op.Out[0]].DType; dt {
+	case units.F32, units.F16, units.BF16:
+		if p := pr.g.PeakFLOPs(dt); dt.Bits() > pr.o.DType.Bits() && positive(p) && p < pr.peak {
+			return p
+		}
+	}
+	return pr.peak
+}
+
+// roofline is Roofline at peak FLOP/s, rounded up to the nanosecond.
+func (pr *pricer) roofline(flops, bytes, peak float64) (time.Duration, error) {
 	eff := pr.o.Efficiency
-	d, err := Roofline(flops, bytes, pr.peak, pr.g.MemBandwidth, eff)
+	d, err := Roofline(flops, bytes, peak, pr.g.MemBandwidth, eff)
 	if err != nil || d == math.MaxInt64 {
 		return d, err
 	}
 	exact := 0.0
 	if flops > 0 {
-		exact = flops / (pr.peak * eff.Compute)
+		exact = flops / (peak * eff.Compute)
 	}
 	if bytes > 0 {
 		exact = math.Max(exact, bytes/(pr.g.MemBandwidth*eff.Memory))
@@ -644,7 +663,7 @@ func (pr *pricer) compute(oi int, ot *OpTime, ph *PhaseTime) error {
 	var d time.Duration
 	if bytes == 0 && host > 0 {
 		d = time.Duration(math.Ceil(host / pr.o.HostBandwidth * 1e9))
-	} else if d, err = pr.roofline(op.FLOPs, bytes); err != nil {
+	} else if d, err = pr.roofline(op.FLOPs, bytes, pr.opPeak(op)); err != nil {
 		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)
 	}
 	if pr.writeEnd != nil { // else nothing overlapped yet: no hazard, no stall

@@ -232,6 +232,19 @@ func TestPriceDefaults(t *testing.T) {
 	if err != nil || tm.Step != 500*ms || tm.MFU != 0.5 {
 		t.Errorf("tf32 at 50%%: step %v MFU %v, %v", tm.Step, tm.MFU, err)
 	}
+	// Priced in bfloat16 (an amp-bf16 program), a float32 matmul runs at
+	// float32's peak (1 s), a bfloat16 one at bfloat16's (0.1 s); MFU stays
+	// against the priced dtype's peak. A given peak applies to both.
+	z := b.tensor("z", 4, false, false)
+	b.op(ir.Op{Name: "mm16", In: ids(x), Out: ids(z), FLOPs: 1e14})
+	tm, err = cost.Price(&b.p, toyGPU(), cost.PriceOptions{DType: units.BF16})
+	if err != nil || tm.Ops[0].Compute != time.Second || tm.Ops[1].Compute != 100*ms || tm.PeakFLOPs != 1e15 {
+		t.Errorf("bf16 program with a float32 matmul: %+v, peak %v, %v", tm.Ops, tm.PeakFLOPs, err)
+	}
+	tm, err = cost.Price(&b.p, toyGPU(), cost.PriceOptions{DType: units.BF16, PeakFLOPs: 1e15})
+	if err != nil || tm.Ops[0].Compute != 100*ms {
+		t.Errorf("a given peak prices every op: %+v, %v", tm.Ops, err)
+	}
 }
 
 func TestPriceErrors(t *testing.T) {
