@@ -365,6 +365,9 @@ func (s *Spec) validateOptions() error {
 	if err := s.validateParallel(); err != nil {
 		return err
 	}
+	if s.Sem.GroupedExperts && s.Sem.Code == build.CodeLitGPT && s.Trace == nil {
+		return invalid(FieldSet, "moe.experts grouped-mm is transformers 5.x's experts; model.code litgpt runs lit-gpt's own loop over per-expert linears: give --set moe.experts=loop (or --set model.code=hf)")
+	}
 	if s.EP > 1 && s.Sem.GroupedExperts && s.Trace == nil {
 		return invalid(FieldEP, "{ep} %d shards per-expert linears; the recipe's moe.experts grouped-mm (transformers 5.x's 3-D expert parameters) is not modelled under expert parallelism: give --set moe.experts=loop, or {ep} 1", s.EP)
 	}

@@ -384,4 +384,9 @@ func TestGroupedExperts(t *testing.T) {
 	if err := ep.Validate(); err == nil || !strings.Contains(err.Error(), "moe.experts=loop") {
 		t.Errorf("--ep 2 with grouped experts: %v, want a refusal naming moe.experts=loop", err)
 	}
+	lit := g
+	lit.Sem.Code = build.CodeLitGPT
+	if err := lit.Validate(); err == nil || !strings.Contains(err.Error(), "model.code litgpt") {
+		t.Errorf("lit-gpt's code with grouped experts: %v, want a refusal naming model.code", err)
+	}
 }
