@@ -349,8 +349,9 @@ func TestLitGPTFP32WeightRMSNorm(t *testing.T) {
 // permutation) and int32 offsets per expert, where the loop keeps one int64
 // index per expert's rows: 16·S + 4·E bytes more per layer when the rows
 // split evenly. peft's all-linear adapts nn.Linear modules only, so the
-// experts get no adapters: 3·E·r·(H + I) float32 adapter gradients fewer
-// per layer.
+// experts get no adapters, and neither does 5.x's router (a parameter
+// applied with F.linear): 3·E·r·(H + I) + r·(H + E) float32 adapter
+// gradients fewer per layer.
 func TestGroupedExperts(t *testing.T) {
 	a := catalog(t, "mixtral-8x7b").Clone()
 	a.Layers = 2
@@ -375,9 +376,9 @@ func TestGroupedExperts(t *testing.T) {
 	g.LoRA = s.LoRA
 	loop, grouped = semPlan(t, s), semPlan(t, g)
 	H, I := int64(a.Hidden), int64(a.Intermediate)
-	want = units.F32.Size(int64(a.Layers) * 3 * E * r * (H + I))
+	want = units.F32.Size(int64(a.Layers) * (3*E*r*(H+I) + r*(H+E)))
 	if got := loop.Sim.ModelStates.Gradients - grouped.Sim.ModelStates.Gradients; got != want {
-		t.Errorf("LoRA all-linear: grouped experts hold %v fewer gradients, want %v (no adapters on the experts)", got, want)
+		t.Errorf("LoRA all-linear: grouped experts hold %v fewer gradients, want %v (no adapters on the experts or the router)", got, want)
 	}
 	ep := g
 	ep.EP, ep.Model = 2, a

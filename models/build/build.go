@@ -1056,7 +1056,8 @@ func (m *builder) mlp(h ir.TensorID) ir.TensorID {
 // sorted ids, the int32 copy and the counts stay in locals until the
 // function returns. A loss over these parameters gets whole [experts, …]
 // gradients, and peft's all-linear and bitsandbytes' 4-bit layers, which
-// take nn.Linear modules, leave them alone. src is the [T, H] input, wts
+// take nn.Linear modules, leave them alone (and the router too: moe builds
+// it as a parameter applied with F.linear). src is the [T, H] input, wts
 // and idx the router's [T, K] weights and expert indices.
 func (m *builder) groupedExperts(src, wts, idx ir.TensorID) ir.TensorID {
 	a, b := m.a, m.b
@@ -1106,7 +1107,18 @@ func (m *builder) moe(h ir.TensorID) ir.TensorID {
 	H, E, K := int64(a.Hidden), int64(a.NumExperts), int64(a.ExpertsPerToken)
 	T := B * S
 	flat := b.View("hidden_flat", h, T, H)
-	logits := m.dense("gate", flat, a.Hidden, a.NumExperts, false, replicated)
+	var logits ir.TensorID
+	if m.o.GroupedExperts {
+		// 5.x's router (MixtralTopKRouter, Qwen3MoeTopKRouter,
+		// DeepseekV3TopkRouter) is a parameter applied with F.linear, not
+		// an nn.Linear: peft's all-linear and 4-bit layers pass it by.
+		func() {
+			defer b.Enter("gate")()
+			logits = b.Linear("out", flat, m.param("weight", E, H), ir.NoTensor)
+		}()
+	} else {
+		logits = m.dense("gate", flat, a.Hidden, a.NumExperts, false, replicated)
+	}
 	probs := b.Softmax("routing_probs", b.To(logits, units.F32), false)
 	wts, idx := b.TopK("topk", probs, K)
 	if a.NormTopK {
