@@ -40,8 +40,8 @@ type Cache struct {
 	// tick counts lookups and insertions; each entry keeps the tick of its
 	// last use, and the least recently used go first.
 	tick uint64
-	// filter: put keeps only the programs one of only plans from
-	// (putOnlyFor).
+	// filter: put keeps only the programs that one of the specs in only
+	// plans from (putOnlyFor).
 	filter bool
 	only   []want
 	// graph is the last forward graph built through the cache and what it

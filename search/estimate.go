@@ -434,11 +434,11 @@ func (e *estimator) peak(c *Plan) {
 	// model of one unit has no layer like the rest, and where a layer's
 	// backward sets the peak (mixtral-8x7b, full checkpointing: 10.23 GB
 	// at one layer, then 5.98 GB more for the second and 5.93 GB for each
-	// after) the line through one and two units overshoots. Both keep the full model's remainder of layers past whole units
-	// (an odd layer count under every-other-layer checkpointing, pipeline
-	// stages of unequal sizes), so the full model is the shallow ones plus
-	// whole units: L = lo + k·u. Models too shallow to shrink are planned
-	// in full.
+	// after) the line through one and two units overshoots. Both keep the
+	// full model's remainder of layers past whole units (an odd layer count
+	// under every-other-layer checkpointing, pipeline stages of unequal
+	// sizes), so the full model is the shallow ones plus whole units:
+	// L = lo + k·u. Models too shallow to shrink are planned in full.
 	lo := u + L%u
 	if c.Spec.ZeRO == 3 || c.Spec.LoRA != nil {
 		lo += u

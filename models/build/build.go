@@ -1114,7 +1114,7 @@ func (m *builder) moe(h ir.TensorID) ir.TensorID {
 		// an nn.Linear: peft's all-linear and 4-bit layers pass it by.
 		func() {
 			defer b.Enter("gate")()
-			logits = b.Linear("out", flat, m.param("weight", E, H), ir.NoTensor)
+			logits = m.baseLinear(flat, H, E, false, false)
 		}()
 	} else {
 		logits = m.dense("gate", flat, a.Hidden, a.NumExperts, false, replicated)
