@@ -276,7 +276,7 @@ func TestNoWorkspaceOnCPU(t *testing.T) {
 	}
 }
 
-// transformers (before 4.48, and with a mask after) copies grouped k and v
+// transformers (before 4.54, and with a mask after) copies grouped k and v
 // to every query head before SDPA (modeling_llama.py @v4.46.0 repeat_kv),
 // and SDPA saves the copies: (heads - kv heads) x head_dim more per token,
 // for k and for v, in every layer.

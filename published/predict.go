@@ -67,6 +67,7 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	m.sizes()
 	m.libraries()
 	m.era()
+	m.gqaInSDPA()
 	m.zeroGradFromNotes()
 	m.attentionFromNotes()
 	m.precision()
@@ -257,20 +258,83 @@ func (m *rowMapper) sizes() {
 // under the recipes that run its modeling code, whose 5.x runs a mixture's
 // experts as grouped matmuls over 3-D parameters by default
 // (modeling_utils.py get_correct_experts_implementation @v5.24.0) where 4.x
-// loops over per-expert linears.
+// loops over per-expert linears. (transformers from 4.54 on also hands
+// grouped heads to SDPA where the PyTorch release allows: gqaInSDPA, after
+// the era.)
 func (m *rowMapper) libraries() {
 	for lib, v := range m.r.Libraries {
-		switch {
-		case strings.EqualFold(lib, "bitsandbytes"):
+		if strings.EqualFold(lib, "bitsandbytes") {
 			if err := m.rec.Set("bitsandbytes=" + strings.Fields(v + " x")[0]); err != nil {
 				m.lack("libraries.bitsandbytes", "%v", err)
 			}
-		case strings.EqualFold(lib, "transformers") && (m.framework == "hf" || m.framework == "deepspeed"):
-			if mm := versionRE.FindStringSubmatch(strings.TrimSpace(v)); mm != nil && atoi2(mm[1], mm[2])[0] >= 5 {
-				mustSet(m.rec, "moe.experts=grouped-mm")
-			}
 		}
 	}
+	if v, ok := m.transformers(); ok && v[0] >= 5 {
+		mustSet(m.rec, "moe.experts=grouped-mm")
+	}
+}
+
+// transformers is the row's transformers release (major, minor) under the
+// recipes that run its modeling code (hf, deepspeed): libraries.transformers,
+// or the framework's version when the framework is transformers itself
+// (hf-trainer). ok is false when neither gives one ("x (pinned)" counts, a
+// bound such as ">=x" does not).
+func (m *rowMapper) transformers() (v [2]int, ok bool) {
+	if m.framework != "hf" && m.framework != "deepspeed" {
+		return v, false
+	}
+	for lib, s := range m.r.Libraries {
+		if strings.EqualFold(lib, "transformers") {
+			if mm := versionRE.FindStringSubmatch(strings.TrimSpace(s)); mm != nil {
+				return atoi2(mm[1], mm[2]), true
+			}
+			return v, false
+		}
+	}
+	switch strings.ToLower(strings.TrimSpace(m.r.Framework)) {
+	case "hf-trainer", "transformers":
+		if mm := versionRE.FindStringSubmatch(strings.TrimSpace(m.r.FrameworkVersion)); mm != nil {
+			return atoi2(mm[1], mm[2]), true
+		}
+	}
+	return v, false
+}
+
+// gqaInSDPA: from transformers 4.54 on, SDPA takes grouped k and v with
+// enable_gqa=True instead of repeat_kv's copies when PyTorch is 2.5 or later
+// and the attention mask is None (integrations/sdpa_attention.py
+// use_gqa_in_sdpa @v4.54.0, the same in v5.0.0; 4.48-4.53 copy always). The
+// mask is None when the causal mask can be left to SDPA's is_causal: no
+// padding token in the batch, and a sliding window, if any, longer than the
+// sequence (masking_utils.py _ignore_causal_mask_sdpa @v4.54.0). CUDA's
+// flash and memory-efficient kernels take the grouped heads (PyTorch
+// aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
+// backend_supports_grouped_query_attention), so SDPA saves k and v at the
+// key/value heads. Padded batches (the notes say so) keep the copies; a
+// model that windows some layers only, at a sequence the window masks,
+// copies on those layers only, which one switch for every layer cannot say.
+func (m *rowMapper) gqaInSDPA() {
+	v, ok := m.transformers()
+	if !ok || v[0] < 4 || v[0] == 4 && v[1] < 54 || !m.e.Known() || m.e.Before(2, 5) || paddedBatches(m.r.Notes) {
+		return
+	}
+	if a := m.s.Model; a != nil && a.SlidingWindow > 0 && m.r.Seq >= a.SlidingWindow {
+		if a.SlidingWindowAlternating || a.SlidingWindowPattern > 0 {
+			m.lack("model", "transformers %d.%d hands grouped heads to SDPA on the full-attention layers and copies them on the sliding-window ones (seq %d reaches the window of %d), and attention.repeat-kv is one switch for every layer", v[0], v[1], m.r.Seq, a.SlidingWindow)
+		}
+		return
+	}
+	mustSet(m.rec, "attention.repeat-kv=false")
+}
+
+// paddedBatches reports whether the notes say the batches hold padding
+// tokens (and so an attention mask with zeros).
+func paddedBatches(notes string) bool {
+	t := strings.ToLower(notes)
+	for _, no := range []string{"no padding", "unpadded", "without padding", "no pad token", "not padded"} {
+		t = strings.ReplaceAll(t, no, "")
+	}
+	return strings.Contains(t, "pad")
 }
 
 // precision, in the framework's terms.

@@ -350,3 +350,72 @@ func TestEraInTheJob(t *testing.T) {
 		t.Error("litgpt with transformers 5.x installed runs its own model code: the experts' loop")
 	}
 }
+
+// TestGQAInSDPAByEra: transformers 4.54+ on PyTorch 2.5+ hands grouped k and v
+// to SDPA (enable_gqa) when the mask is None — no padding, no window the
+// sequence reaches (use_gqa_in_sdpa, _ignore_causal_mask_sdpa @v4.54.0);
+// before, or with either missing, repeat_kv copies them (the hf recipe's
+// attention.repeat-kv=true).
+func TestGQAInSDPAByEra(t *testing.T) {
+	base := `{"schema":"memplan.published/v1","id":"x","framework":"hf-trainer","framework_version":"FV","libraries":LIBS,"model":{"name":"MODEL"},"gpu":"h100","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":SEQ,"accum":1,"precision":"bf16=True","optimizer":"adamw_torch","activation_checkpointing":"none","metric":"max_memory_allocated","measured":30,"unit":"GB","outcome":"ok","notes":"NOTES"}`
+	type row struct {
+		framework, fv, libs, model, seq, notes string
+	}
+	mk := func(r row) string {
+		if r.framework == "" {
+			r.framework = "hf-trainer"
+		}
+		if r.model == "" {
+			r.model = "llama-3-8b"
+		}
+		if r.seq == "" {
+			r.seq = "2048"
+		}
+		js := strings.NewReplacer("FV", r.fv, "LIBS", r.libs, "MODEL", r.model, "SEQ", r.seq, "NOTES", r.notes).Replace(base)
+		return strings.Replace(js, `"framework":"hf-trainer"`, `"framework":"`+r.framework+`"`, 1)
+	}
+	for _, c := range []struct {
+		name       string
+		r          row
+		repeat     bool
+		lackPrefix string
+	}{
+		{"4.56 on torch 2.6", row{libs: `{"transformers":"4.56.2","torch":"2.6.0+cu124"}`}, false, ""},
+		{"5.0 on torch 2.8", row{libs: `{"transformers":"5.0.0","torch":"2.8.0"}`}, false, ""},
+		{"4.53 copies always", row{libs: `{"transformers":"4.53.3","torch":"2.6.0"}`}, true, ""},
+		{"4.48 copies always", row{libs: `{"transformers":"4.48.0","torch":"2.5.1"}`}, true, ""},
+		{"torch 2.4 has no enable_gqa", row{libs: `{"transformers":"4.56.0","torch":"2.4.1"}`}, true, ""},
+		{"torch unknown", row{libs: `{"transformers":"4.56.0"}`}, true, ""},
+		{"torch from the run's date", row{fv: "runs of 2025-09", libs: `{"transformers":"4.56.0"}`}, false, ""},
+		{"the trainer's own version", row{fv: "4.57.1", libs: `{"torch":"2.7.0"}`}, false, ""},
+		{"peft's version is not transformers'", row{framework: "peft", fv: "0.17.0", libs: `{"torch":"2.7.0"}`}, true, ""},
+		{"a bound is not a version", row{libs: `{"transformers":">=4.56","torch":"2.7.0"}`}, true, ""},
+		{"padded batches keep a mask", row{libs: `{"transformers":"4.56.0","torch":"2.7.0"}`, notes: "alpaca, padded to the longest sample in the batch"}, true, ""},
+		{"no padding", row{libs: `{"transformers":"4.56.0","torch":"2.7.0"}`, notes: "fixed-length random tokens, no padding"}, false, ""},
+		{"deepspeed runs the same modeling code", row{framework: "deepspeed", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, false, ""},
+		{"torchtune runs its own", row{framework: "torchtune", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, ""},
+		{"mistral under its window", row{model: "mistral-7b", seq: "4095", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, false, ""},
+		{"mistral at its window is masked", row{model: "mistral-7b", seq: "4096", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, ""},
+		{"gemma-2 windows every other layer", row{model: "gemma-2-9b", seq: "8192", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, "model: transformers 4.56 hands grouped heads to SDPA on the full-attention layers and copies them on the sliding-window ones"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rows, err := Read(strings.NewReader(mk(c.r)), "f.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _, lacks := rows[0].Job(".")
+			if c.lackPrefix != "" {
+				if len(lacks) != 1 || !strings.HasPrefix(lacks[0].String(), c.lackPrefix) {
+					t.Fatalf("lacks %v, want one starting %q", lacks, c.lackPrefix)
+				}
+				return
+			}
+			if len(lacks) > 0 {
+				t.Fatal(lacks)
+			}
+			if s.Sem.RepeatKV != c.repeat {
+				t.Errorf("attention.repeat-kv %v, want %v", s.Sem.RepeatKV, c.repeat)
+			}
+		})
+	}
+}

@@ -81,7 +81,7 @@ var switches = []Switch{
 		Doc:   "eager attention's softmax. fused: one kernel saving its output; hand-written: exp(x - max) / sum, as the CS336 course's nn_utils.softmax, which also keeps exp's result, the row sums and max's indices",
 		apply: choice([]string{"fused", "hand-written"}, func(s *engine.Spec, i int) { s.Sem.HandSoftmax = i == 1 })},
 	{Key: "attention.repeat-kv", Values: "true, false",
-		Doc:   "grouped-query attention copies k and v to every query head before SDPA (transformers' repeat_kv, always before 4.48 and with an attention mask after), so SDPA saves heads/kv-heads times more; false: SDPA takes the grouped heads (enable_gqa, flash-attn, torchtune's own expand is a copy too)",
+		Doc:   "grouped-query attention copies k and v to every query head before SDPA (transformers' repeat_kv: always before 4.54, and from 4.54 with an attention mask or before PyTorch 2.5), so SDPA saves heads/kv-heads times more; false: SDPA takes the grouped heads (enable_gqa, flash-attn, torchtune's own expand is a copy too)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.RepeatKV = b })},
 	{Key: "autograd.mean-saves-input", Values: "true, false",
 		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",

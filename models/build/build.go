@@ -121,8 +121,8 @@ type Options struct {
 	// softmax keeps only them).
 	HandSoftmax bool
 	// RepeatKV copies grouped k and v to every query head before SDPA
-	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.48 on
-	// and only without an attention mask).
+	// (transformers' repeat_kv; SDPA's enable_gqa is used only from 4.54 on,
+	// on PyTorch 2.5+ and without an attention mask).
 	RepeatKV bool
 	// EagerGELU runs gelu_new as transformers' NewGELUActivation, eager ops
 	// that keep four tensors of the input's size, instead of one fused GELU
