@@ -310,13 +310,21 @@ func (m *rowMapper) transformers() (v [2]int, ok bool) {
 // flash and memory-efficient kernels take the grouped heads (PyTorch
 // aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
 // backend_supports_grouped_query_attention), so SDPA saves k and v at the
-// key/value heads. Padded batches (the notes say so) keep the copies; a
+// key/value heads; 5.24 asks besides for k and v heads of one width, at most
+// 256 (flash's limit), which the earlier releases' kernels needed too.
+// Measured with transformers 5.24.0 on CPU (a 2-layer Llama, 8 heads, 2
+// key/value heads): use_gqa_in_sdpa gets no mask and says yes on every layer
+// for an all-ones attention_mask, gets the mask and says no with 3 tokens
+// padded. Padded batches (the notes say so) keep the copies; a
 // model that windows some layers only, at a sequence the window masks,
 // copies on those layers only, which one switch for every layer cannot say.
 func (m *rowMapper) gqaInSDPA() {
 	v, ok := m.transformers()
 	if !ok || v[0] < 4 || v[0] == 4 && v[1] < 54 || !m.e.Known() || m.e.Before(2, 5) || paddedBatches(m.r.Notes) {
 		return
+	}
+	if a := m.s.Model; a != nil && (a.HeadDim > 256 || a.VDim() != a.HeadDim) {
+		return // 5.24's use_gqa_in_sdpa: key.shape[-1] == value.shape[-1] <= 256 (flash's limit)
 	}
 	if a := m.s.Model; a != nil && a.SlidingWindow > 0 && m.r.Seq >= a.SlidingWindow {
 		if a.SlidingWindowAlternating || a.SlidingWindowPattern > 0 {
@@ -337,13 +345,67 @@ func paddedBatches(notes string) bool {
 	return strings.Contains(t, "pad")
 }
 
-// precision, in the framework's terms.
+// precision, in the framework's terms (and, for a Trainer's autocast flag,
+// the dtype transformers loaded the model in: loadedPrecision).
 func (m *rowMapper) precision() {
-	if p, ok := precisionOf(m.r.Precision); ok {
-		mustSet(m.rec, "precision="+p.String())
-	} else {
+	p, ok := precisionOf(m.r.Precision)
+	if !ok {
 		m.lack("precision", "%q is not a precision policy memplan models (it has %s)", m.r.Precision, strings.Join(ops.PrecisionNames(), ", "))
+		return
 	}
+	if p, ok = m.loadedPrecision(p); ok {
+		mustSet(m.rec, "precision="+p.String())
+	}
+}
+
+// loadedPrecision is the precision of a Trainer row whose flag (bf16=True,
+// fp16=True: autocast, p) names no load dtype, given the dtype
+// from_pretrained loads the model in. transformers 4.x loads float32 unless
+// told (torch_dtype=None: the default dtype), so autocast runs over float32
+// parameters; 5.x loads the checkpoint's dtype (dtype=None becomes "auto",
+// config.dtype: modeling_utils.py PreTrainedModel.from_pretrained and
+// _get_dtype @v5.0.0), so a bfloat16 checkpoint trains with bfloat16
+// parameters, gradients and AdamW state under a bf16 autocast that casts
+// nothing, as a row loading it with torch_dtype=bfloat16 does. Autocast
+// to the other 16-bit dtype over 16-bit parameters is a run memplan has no
+// precision for (fp16=True over float16 parameters is refused by the
+// Trainer's GradScaler: "Attempting to unscale FP16 gradients"), reported
+// as a lack. Left as p: other recipes, a stated dtype (in precision or
+// notes), a quantized base (bitsandbytes and prepare_model_for_kbit_training
+// decide its dtypes), FSDP (accelerate upcasts low-precision parameters to
+// float32 under mixed precision) and DeepSpeed (its bf16/fp16 engine keeps
+// float32 masters), and a checkpoint that names no 16-bit dtype. Measured
+// with transformers 5.24.0: a Llama saved in bfloat16 comes back from
+// from_pretrained(path) with every parameter bfloat16.
+func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
+	v, known := m.transformers()
+	if !known || v[0] < 5 || m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil {
+		return p, true
+	}
+	if st := strings.ToLower(m.r.Parallel.Strategy); st != "" && st != "none" && st != "ddp" {
+		return p, true
+	}
+	if strings.Contains(strings.ToLower(m.r.Precision+" "+m.r.Notes), "dtype") {
+		return p, true
+	}
+	var loaded ops.Precision
+	switch strings.ToLower(strings.TrimPrefix(m.s.Model.TorchDType, "torch.")) {
+	case "bfloat16":
+		loaded = ops.PureBF16
+	case "float16":
+		loaded = ops.PureFP16
+	default:
+		return p, true
+	}
+	if p == ops.AMPBF16 && loaded == ops.PureBF16 {
+		return loaded, true
+	}
+	if p == ops.AMPFP16 && loaded == ops.PureFP16 {
+		m.lack("precision", "transformers %d.%d loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and %s over float16 parameters stops at the first step: the Trainer's GradScaler refuses to unscale float16 gradients", v[0], v[1], m.r.Precision)
+	} else {
+		m.lack("precision", "transformers %d.%d loads the checkpoint's %s (from_pretrained's dtype \"auto\"), and %s over it is autocast to the other 16-bit dtype, which memplan has no precision for", v[0], v[1], m.s.Model.TorchDType, m.r.Precision)
+	}
+	return p, false
 }
 
 // training: the optimizer, activation checkpointing, the loss and Liger's

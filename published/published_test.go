@@ -2,12 +2,15 @@ package published
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
 )
 
@@ -415,6 +418,97 @@ func TestGQAInSDPAByEra(t *testing.T) {
 			}
 			if s.Sem.RepeatKV != c.repeat {
 				t.Errorf("attention.repeat-kv %v, want %v", s.Sem.RepeatKV, c.repeat)
+			}
+		})
+	}
+	// Heads wider than flash's 256 keep the copies (5.24's use_gqa_in_sdpa).
+	dir := t.TempDir()
+	cfg, err := os.ReadFile("../models/catalog/llama-3.2-1b.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hd := range []string{"256", "288"} {
+		wide := strings.Replace(string(cfg), `"head_dim": 64`, `"head_dim": `+hd, 1)
+		if err := os.WriteFile(filepath.Join(dir, "wide.json"), []byte(wide), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		js := strings.Replace(mk(row{libs: `{"transformers":"5.24.0","torch":"2.9.0"}`}), `{"name":"llama-3-8b"}`, `{"name":null,"hf_id":"x/wide","config":"wide.json"}`, 1)
+		rows, err := Read(strings.NewReader(js), "f.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, lacks := rows[0].Job(dir)
+		if len(lacks) > 0 {
+			t.Fatal(lacks)
+		}
+		if want := hd != "256"; s.Sem.RepeatKV != want {
+			t.Errorf("head_dim %s: attention.repeat-kv %v, want %v", hd, s.Sem.RepeatKV, want)
+		}
+	}
+}
+
+// TestLoadDTypeByEra: transformers 5.x loads a checkpoint in its own dtype
+// (from_pretrained's dtype "auto"), 4.x in float32, so a Trainer row with
+// bf16=True trains bfloat16 parameters under 5.x when the checkpoint is
+// bfloat16 (llama-3-8b), and keeps autocast over float32 otherwise.
+func TestLoadDTypeByEra(t *testing.T) {
+	base := `{"schema":"memplan.published/v1","id":"x","framework":"FW","libraries":LIBS,"model":{"name":"MODEL"},"gpu":"h100","gpus":GPUS,"parallel":PAR,"micro_batch":1,"seq":512,"accum":1,"precision":"PREC","optimizer":"adamw_torch","activation_checkpointing":"none","quantization":QUANT,"peft":PEFT,"metric":"max_memory_allocated","measured":30,"unit":"GB","outcome":"ok","notes":"NOTES"}`
+	type row struct{ fw, libs, model, prec, par, quant, peft, notes string }
+	mk := func(r row) string {
+		def := func(v *string, d string) {
+			if *v == "" {
+				*v = d
+			}
+		}
+		def(&r.fw, "hf-trainer")
+		def(&r.libs, `{"transformers":"5.2.0","torch":"2.9.0"}`)
+		def(&r.model, "llama-3-8b")
+		def(&r.prec, "bf16=True")
+		def(&r.par, `{"strategy":"none"}`)
+		def(&r.quant, "null")
+		def(&r.peft, "null")
+		gpus := "1"
+		if strings.Contains(r.par, "fsdp") || strings.Contains(r.par, "ddp") {
+			gpus = "2"
+		}
+		return strings.NewReplacer("FW", r.fw, "LIBS", r.libs, "MODEL", r.model, "PREC", r.prec, "PAR", r.par, "QUANT", r.quant, "NOTES", r.notes, "GPUS", gpus, "PEFT", r.peft).Replace(base)
+	}
+	for _, c := range []struct {
+		name string
+		r    row
+		want ops.Precision
+		lack string
+	}{
+		{"5.x loads bfloat16", row{}, ops.PureBF16, ""},
+		{"4.x loads float32", row{libs: `{"transformers":"4.57.1","torch":"2.9.0"}`}, ops.AMPBF16, ""},
+		{"version unknown", row{libs: `{}`}, ops.AMPBF16, ""},
+		{"a float32 checkpoint", row{model: "bert-large"}, ops.AMPBF16, ""},
+		{"a stated dtype", row{notes: "from_pretrained(torch_dtype=torch.float32)"}, ops.AMPBF16, ""},
+		{"ddp", row{par: `{"strategy":"ddp","degree":2}`}, ops.PureBF16, ""},
+		{"fsdp upcasts", row{par: `{"strategy":"fsdp","degree":2}`}, ops.AMPBF16, ""},
+		{"quantized base", row{quant: `"bnb.nf4"`, peft: `{"method":"lora","r":8,"alpha":16,"dropout":0.05,"targets":["q_proj","v_proj"]}`}, ops.AMPBF16, ""},
+		{"pure precision stays", row{prec: "torch_dtype=bfloat16, bf16=True"}, ops.PureBF16, ""},
+		{"torchtune is not transformers", row{fw: "torchtune", prec: "dtype: bf16"}, ops.PureBF16, ""},
+		{"fp16=True over bfloat16", row{prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's bfloat16 (from_pretrained's dtype \"auto\"), and fp16=True over it is autocast to the other 16-bit dtype"},
+		{"fp16=True over float16", row{model: "llama-2-7b", prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and fp16=True over float16 parameters stops at the first step"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rows, err := Read(strings.NewReader(mk(c.r)), "f.jsonl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, _, lacks := rows[0].Job(".")
+			if c.lack != "" {
+				if len(lacks) != 1 || !strings.HasPrefix(lacks[0].String(), c.lack) {
+					t.Fatalf("lacks %v, want one starting %q", lacks, c.lack)
+				}
+				return
+			}
+			if len(lacks) > 0 {
+				t.Fatal(lacks)
+			}
+			if s.Precision != c.want {
+				t.Errorf("precision %v, want %v", s.Precision, c.want)
 			}
 		})
 	}
