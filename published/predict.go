@@ -189,6 +189,13 @@ func (m *rowMapper) attentionFromNotes() {
 		mustSet(m.rec, "attention=eager")
 	case strings.Contains(t, "sdpa attention") || strings.Contains(t, "attn_implementation='sdpa'"):
 		mustSet(m.rec, "attention=sdpa")
+	case (m.framework == "hf" || m.framework == "deepspeed") && flashAttention(t):
+		// transformers' flash-attention path hands grouped heads to
+		// flash_attn_func, which saves q, k, v, the output and the log-sum-exp
+		// as SDPA's flash kernel does, and never calls repeat_kv
+		// (modeling_flash_attention_utils.py _flash_attention_forward @v4.46.0).
+		mustSet(m.rec, "attention=sdpa")
+		mustSet(m.rec, "attention.repeat-kv=false")
 	}
 }
 
@@ -359,53 +366,122 @@ func (m *rowMapper) precision() {
 }
 
 // loadedPrecision is the precision of a Trainer row whose flag (bf16=True,
-// fp16=True: autocast, p) names no load dtype, given the dtype
-// from_pretrained loads the model in. transformers 4.x loads float32 unless
-// told (torch_dtype=None: the default dtype), so autocast runs over float32
-// parameters; 5.x loads the checkpoint's dtype (dtype=None becomes "auto",
-// config.dtype: modeling_utils.py PreTrainedModel.from_pretrained and
-// _get_dtype @v5.0.0), so a bfloat16 checkpoint trains with bfloat16
-// parameters, gradients and AdamW state under a bf16 autocast that casts
-// nothing, as a row loading it with torch_dtype=bfloat16 does. Autocast
-// to the other 16-bit dtype over 16-bit parameters is a run memplan has no
-// precision for (fp16=True over float16 parameters is refused by the
-// Trainer's GradScaler: "Attempting to unscale FP16 gradients"), reported
-// as a lack. Left as p: other recipes, a stated dtype (in precision or
-// notes), a quantized base (bitsandbytes and prepare_model_for_kbit_training
-// decide its dtypes), FSDP (accelerate upcasts low-precision parameters to
-// float32 under mixed precision) and DeepSpeed (its bf16/fp16 engine keeps
-// float32 masters), and a checkpoint that names no 16-bit dtype. Measured
-// with transformers 5.24.0: a Llama saved in bfloat16 comes back from
-// from_pretrained(path) with every parameter bfloat16.
+// fp16=True, axolotl's bf16: true: autocast, p) names no load dtype, given
+// the dtype the framework loads the model in and what it casts after. Left
+// as p: recipes other than hf, a quantized base (bitsandbytes and
+// prepare_model_for_kbit_training decide its dtypes), FSDP and DeepSpeed
+// (accelerate upcasts low-precision parameters to float32 under FSDP's mixed
+// precision; DeepSpeed's bf16/fp16 engine keeps float32 masters), and a
+// dtype the row names itself (in precision or notes).
+//
+//   - transformers' Trainer: 4.x loads float32 unless told (torch_dtype=None:
+//     the default dtype), so autocast runs over float32 parameters; 5.x
+//     loads the checkpoint's dtype (dtype=None becomes "auto", config.dtype:
+//     modeling_utils.py PreTrainedModel.from_pretrained and _get_dtype
+//     @v5.0.0), so a bfloat16 checkpoint trains bfloat16 parameters,
+//     gradients and AdamW state under an autocast that casts nothing, the
+//     job of a 4.x row passing torch_dtype=bfloat16. Measured with
+//     transformers 5.24.0: a Llama saved in bfloat16 comes back from
+//     from_pretrained(path) with every parameter bfloat16. A checkpoint
+//     naming no 16-bit dtype stays as p.
+//   - LLaMA-Factory loads in the compute dtype (patcher.py patch_config:
+//     init_kwargs["torch_dtype"] = model_args.compute_dtype) and then casts
+//     the trainable parameters to float32 (adapter.py init_adapter,
+//     cast_trainable_params_to_fp32, unless pure_bf16): LoRA trains float32
+//     adapters over a 16-bit base, full fine-tuning float32 parameters
+//     under autocast (p).
+//   - axolotl loads in the dtype of its flag (utils/config normalize_config:
+//     bf16 -> cfg.torch_dtype = torch.bfloat16, fp16 -> float16) and keeps
+//     embed_tokens, lm_head and every norm in float32 unless an adapter or a
+//     flash-attention backend makes it cast them back (loaders/model.py
+//     _configure_embedding_dtypes): LoRA and full fine-tuning with flash
+//     attention train 16-bit parameters; full fine-tuning with SDPA or eager
+//     attention a per-module mix memplan has no precision for (a lack).
+//
+// Autocast to the other 16-bit dtype over 16-bit parameters has no memplan
+// precision either, and fp16=True over float16 parameters that train
+// stops at the first step (the GradScaler refuses float16 gradients); both
+// are lacks. LoRA adapters are float32 (peft's autocast_adapter_dtype,
+// LLaMA-Factory's cast), so a float16 base with fp16=True trains.
 func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
-	v, known := m.transformers()
-	if !known || v[0] < 5 || m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil {
+	if m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil {
 		return p, true
 	}
 	if st := strings.ToLower(m.r.Parallel.Strategy); st != "" && st != "none" && st != "ddp" {
 		return p, true
 	}
-	if strings.Contains(strings.ToLower(m.r.Precision+" "+m.r.Notes), "dtype") {
+	notes := strings.ToLower(m.r.Precision + " " + m.r.Notes)
+	if strings.Contains(notes, "dtype") {
 		return p, true
 	}
-	var loaded ops.Precision
-	switch strings.ToLower(strings.TrimPrefix(m.s.Model.TorchDType, "torch.")) {
-	case "bfloat16":
-		loaded = ops.PureBF16
-	case "float16":
-		loaded = ops.PureFP16
+	lora := m.r.PEFT != nil
+	var loaded ops.Precision // the parameters' dtype as a pure precision
+	var why string           // who loads them so
+	switch fw := strings.ToLower(strings.TrimSpace(m.r.Framework)); fw {
+	case "llama-factory", "llamafactory":
+		if !lora && !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16") {
+			return p, true // full fine-tuning: trainable parameters cast to float32
+		}
+		loaded, why = pure(p), "LLaMA-Factory loads the base in the compute dtype"
+	case "axolotl":
+		if !lora && !flashAttention(notes) {
+			m.lack("precision", "axolotl keeps embed_tokens, lm_head and every norm in float32 and the rest in the %s it loads (full fine-tuning with SDPA or eager attention: loaders/model.py _configure_embedding_dtypes), a per-module mix memplan has no precision for", dtypeName(pure(p)))
+			return p, false
+		}
+		loaded, why = pure(p), "axolotl loads the model in its flag's dtype"
 	default:
-		return p, true
+		v, known := m.transformers()
+		if !known || v[0] < 5 {
+			return p, true
+		}
+		switch strings.ToLower(strings.TrimPrefix(m.s.Model.TorchDType, "torch.")) {
+		case "bfloat16":
+			loaded = ops.PureBF16
+		case "float16":
+			loaded = ops.PureFP16
+		default:
+			return p, true
+		}
+		why = fmt.Sprintf("transformers %d.%d loads the checkpoint's %s (from_pretrained's dtype \"auto\")", v[0], v[1], dtypeName(loaded))
 	}
-	if p == ops.AMPBF16 && loaded == ops.PureBF16 {
+	switch {
+	case loaded == pure(p) && (p == ops.AMPBF16 || lora):
 		return loaded, true
-	}
-	if p == ops.AMPFP16 && loaded == ops.PureFP16 {
-		m.lack("precision", "transformers %d.%d loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and %s over float16 parameters stops at the first step: the Trainer's GradScaler refuses to unscale float16 gradients", v[0], v[1], m.r.Precision)
-	} else {
-		m.lack("precision", "transformers %d.%d loads the checkpoint's %s (from_pretrained's dtype \"auto\"), and %s over it is autocast to the other 16-bit dtype, which memplan has no precision for", v[0], v[1], m.s.Model.TorchDType, m.r.Precision)
+	case loaded == pure(p):
+		m.lack("precision", "%s, and %s over float16 parameters stops at the first step: the Trainer's GradScaler refuses to unscale float16 gradients", why, m.r.Precision)
+	default:
+		m.lack("precision", "%s, and %s over %s parameters is autocast to the other 16-bit dtype, which memplan has no precision for", why, m.r.Precision, dtypeName(loaded))
 	}
 	return p, false
+}
+
+// dtypeName names a pure 16-bit precision's dtype as PyTorch does.
+func dtypeName(p ops.Precision) string {
+	if p == ops.PureFP16 {
+		return "float16"
+	}
+	return "bfloat16"
+}
+
+// pure is the precision whose parameters are autocast p's compute dtype.
+func pure(p ops.Precision) ops.Precision {
+	if p == ops.AMPFP16 {
+		return ops.PureFP16
+	}
+	return ops.PureBF16
+}
+
+// flashAttention reports whether the notes name flash-attention 2 (or 3)
+// as the attention backend: transformers' attn_implementation or
+// use_flash_attention_2, axolotl's flash_attention: true.
+func flashAttention(notes string) bool {
+	t := strings.NewReplacer(" ", "", "\"", "", "'", "", "-", "_").Replace(strings.ToLower(notes))
+	for _, k := range []string{"flash_attention_2", "flash_attention_3", "flash_attn", "flash_attention:true", "flash_attention=true", "use_flash_attention_2=true", "flashattention2", "flashattention_2"} {
+		if strings.Contains(t, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // training: the optimizer, activation checkpointing, the loss and Liger's

@@ -397,6 +397,8 @@ func TestGQAInSDPAByEra(t *testing.T) {
 		{"no padding", row{libs: `{"transformers":"4.56.0","torch":"2.7.0"}`, notes: "fixed-length random tokens, no padding"}, false, ""},
 		{"deepspeed runs the same modeling code", row{framework: "deepspeed", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, false, ""},
 		{"torchtune runs its own", row{framework: "torchtune", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, ""},
+		{"flash-attention 2 never copies", row{libs: `{"transformers":"4.46.0","torch":"2.4.0"}`, notes: "attn_implementation='flash_attention_2', padded batches"}, false, ""},
+		{"torchtune has no flash-attention path", row{framework: "torchtune", libs: `{"torch":"2.4.0"}`, notes: "flash_attention_2"}, true, ""},
 		{"mistral under its window", row{model: "mistral-7b", seq: "4095", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, false, ""},
 		{"mistral at its window is masked", row{model: "mistral-7b", seq: "4096", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, ""},
 		{"gemma-2 windows every other layer", row{model: "gemma-2-9b", seq: "8192", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, "model: transformers 4.56 hands grouped heads to SDPA on the full-attention layers and copies them on the sliding-window ones"},
@@ -473,6 +475,7 @@ func TestLoadDTypeByEra(t *testing.T) {
 		}
 		return strings.NewReplacer("FW", r.fw, "LIBS", r.libs, "MODEL", r.model, "PREC", r.prec, "PAR", r.par, "QUANT", r.quant, "NOTES", r.notes, "GPUS", gpus, "PEFT", r.peft).Replace(base)
 	}
+	lora := `{"method":"lora","r":8,"alpha":16,"dropout":0.05,"targets":["q_proj","v_proj"]}`
 	for _, c := range []struct {
 		name string
 		r    row
@@ -489,7 +492,15 @@ func TestLoadDTypeByEra(t *testing.T) {
 		{"quantized base", row{quant: `"bnb.nf4"`, peft: `{"method":"lora","r":8,"alpha":16,"dropout":0.05,"targets":["q_proj","v_proj"]}`}, ops.AMPBF16, ""},
 		{"pure precision stays", row{prec: "torch_dtype=bfloat16, bf16=True"}, ops.PureBF16, ""},
 		{"torchtune is not transformers", row{fw: "torchtune", prec: "dtype: bf16"}, ops.PureBF16, ""},
-		{"fp16=True over bfloat16", row{prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's bfloat16 (from_pretrained's dtype \"auto\"), and fp16=True over it is autocast to the other 16-bit dtype"},
+		{"5.x LoRA with fp16=True over float16 trains float32 adapters", row{model: "llama-2-7b", prec: "fp16=True", peft: lora}, ops.PureFP16, ""},
+		{"LLaMA-Factory LoRA: 16-bit base", row{fw: "llama-factory", libs: "{}", peft: lora}, ops.PureBF16, ""},
+		{"LLaMA-Factory full: float32 trainable", row{fw: "llama-factory", libs: "{}"}, ops.AMPBF16, ""},
+		{"LLaMA-Factory pure_bf16", row{fw: "llamafactory", libs: "{}", notes: "pure_bf16: true"}, ops.PureBF16, ""},
+		{"LLaMA-Factory under ZeRO-3 loads float32", row{fw: "llama-factory", libs: "{}", peft: lora, par: `{"strategy":"zero","degree":2,"details":"stage 3"}`}, ops.AMPBF16, ""},
+		{"axolotl LoRA: 16-bit base", row{fw: "axolotl", libs: "{}", prec: "bf16: true", peft: lora}, ops.PureBF16, ""},
+		{"axolotl full with flash attention", row{fw: "axolotl", libs: "{}", prec: "bf16: true", notes: "flash_attention: true"}, ops.PureBF16, ""},
+		{"axolotl full with sdpa", row{fw: "axolotl", libs: "{}", prec: "bf16: true", notes: "sdp_attention: true"}, 0, "precision: axolotl keeps embed_tokens, lm_head and every norm in float32 and the rest in the bfloat16 it loads"},
+		{"fp16=True over bfloat16", row{prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's bfloat16 (from_pretrained's dtype \"auto\"), and fp16=True over bfloat16 parameters is autocast to the other 16-bit dtype"},
 		{"fp16=True over float16", row{model: "llama-2-7b", prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and fp16=True over float16 parameters stops at the first step"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
