@@ -368,8 +368,9 @@ func (m *rowMapper) precision() {
 // loadedPrecision is the precision of a Trainer row whose flag (bf16=True,
 // fp16=True, axolotl's bf16: true: autocast, p) names no load dtype, given
 // the dtype the framework loads the model in and what it casts after. Left
-// as p: recipes other than hf, a quantized base (bitsandbytes and
-// prepare_model_for_kbit_training decide its dtypes), FSDP and DeepSpeed
+// as p: recipes other than hf, a quantized base under the Trainer itself
+// (bitsandbytes and peft's prepare_model_for_kbit_training make the rest
+// float32: qlora.prepare-kbit), FSDP and DeepSpeed
 // (accelerate upcasts low-precision parameters to float32 under FSDP's mixed
 // precision; DeepSpeed's bf16/fp16 engine keeps float32 masters), and a
 // dtype the row names itself (in precision or notes).
@@ -404,7 +405,9 @@ func (m *rowMapper) precision() {
 // are lacks. LoRA adapters are float32 (peft's autocast_adapter_dtype,
 // LLaMA-Factory's cast), so a float16 base with fp16=True trains.
 func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
-	if m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil {
+	fw := strings.ToLower(strings.TrimSpace(m.r.Framework))
+	tool := fw == "llama-factory" || fw == "llamafactory" || fw == "axolotl"
+	if m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil && !tool {
 		return p, true
 	}
 	if st := strings.ToLower(m.r.Parallel.Strategy); st != "" && st != "none" && st != "ddp" {
@@ -415,9 +418,20 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		return p, true
 	}
 	lora := m.r.PEFT != nil
+	if m.r.Quantization != nil && lora {
+		// QLoRA under the tools: the parameters left unquantized stay in
+		// the compute dtype. LLaMA-Factory never calls peft's
+		// prepare_model_for_kbit_training (model_utils/checkpointing.py
+		// prepare_model_for_training casts norms to float32 only with
+		// upcast_layernorm, off by default); axolotl calls it and then
+		// casts the norms and embed_tokens/lm_head back (the adapter path
+		// of _configure_embedding_dtypes).
+		mustSet(m.rec, "qlora.prepare-kbit=false")
+		return pure(p), true
+	}
 	var loaded ops.Precision // the parameters' dtype as a pure precision
 	var why string           // who loads them so
-	switch fw := strings.ToLower(strings.TrimSpace(m.r.Framework)); fw {
+	switch fw {
 	case "llama-factory", "llamafactory":
 		if !lora && !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16") {
 			return p, true // full fine-tuning: trainable parameters cast to float32

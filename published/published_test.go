@@ -500,6 +500,8 @@ func TestLoadDTypeByEra(t *testing.T) {
 		{"axolotl LoRA: 16-bit base", row{fw: "axolotl", libs: "{}", prec: "bf16: true", peft: lora}, ops.PureBF16, ""},
 		{"axolotl full with flash attention", row{fw: "axolotl", libs: "{}", prec: "bf16: true", notes: "flash_attention: true"}, ops.PureBF16, ""},
 		{"axolotl full with sdpa", row{fw: "axolotl", libs: "{}", prec: "bf16: true", notes: "sdp_attention: true"}, 0, "precision: axolotl keeps embed_tokens, lm_head and every norm in float32 and the rest in the bfloat16 it loads"},
+		{"LLaMA-Factory QLoRA: the rest in the compute dtype", row{fw: "llama-factory", libs: "{}", quant: `"bnb.nf4"`, peft: lora}, ops.PureBF16, ""},
+		{"axolotl QLoRA: norms and embeddings cast back", row{fw: "axolotl", libs: "{}", prec: "bf16: true", quant: `"bnb.nf4"`, peft: lora}, ops.PureBF16, ""},
 		{"fp16=True over bfloat16", row{prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's bfloat16 (from_pretrained's dtype \"auto\"), and fp16=True over bfloat16 parameters is autocast to the other 16-bit dtype"},
 		{"fp16=True over float16", row{model: "llama-2-7b", prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and fp16=True over float16 parameters stops at the first step"},
 	} {
@@ -520,6 +522,11 @@ func TestLoadDTypeByEra(t *testing.T) {
 			}
 			if s.Precision != c.want {
 				t.Errorf("precision %v, want %v", s.Precision, c.want)
+			}
+			// peft's float32 cast of the unquantized rest stays for the
+			// Trainer's own QLoRA, not for the tools'.
+			if wantRest := c.r.quant != "" && c.r.fw == ""; s.QLoRA && s.Sem.Quant.FP32Rest != wantRest {
+				t.Errorf("qlora.prepare-kbit %v, want %v", s.Sem.Quant.FP32Rest, wantRest)
 			}
 		})
 	}
