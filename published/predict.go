@@ -387,8 +387,8 @@ func (m *rowMapper) precision() {
 //     naming no 16-bit dtype stays as p.
 //   - LLaMA-Factory loads in the compute dtype (patcher.py patch_config:
 //     init_kwargs["torch_dtype"] = model_args.compute_dtype) and then casts
-//     the trainable parameters to float32 (adapter.py init_adapter,
-//     cast_trainable_params_to_fp32, unless pure_bf16): LoRA trains float32
+//     the trainable parameters to float32 (adapter.py init_adapter
+//     @01d87b82, cast_trainable_params_to_fp32, unless pure_bf16): LoRA trains float32
 //     adapters over a 16-bit base, full fine-tuning float32 parameters
 //     under autocast (p).
 //   - axolotl loads in the dtype of its flag (utils/config normalize_config:
