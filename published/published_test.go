@@ -220,6 +220,9 @@ func TestMeasuredBytesUnits(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	f.Add(`{"schema":"memplan.published/v1","id":"x","framework":"litgpt","model":{"name":"llama-2-7b"},"gpu":"a100-40gb","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":128,"accum":1,"precision":"bf16-true","optimizer":"torch.optim.AdamW","activation_checkpointing":"none","metric":"max_memory_allocated","measured":1.5,"unit":"GB","outcome":"ok"}`)
 	f.Add("{}\n{}")
+	// The release and tool mappings (gqaInSDPA, loadedPrecision).
+	f.Add(`{"schema":"memplan.published/v1","id":"h","framework":"hf-trainer","framework_version":"4.57.1","libraries":{"transformers":"5.2.0","torch":"2.9.0"},"model":{"name":"gemma-2-9b"},"gpu":"h100","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":8192,"accum":1,"precision":"fp16=True","optimizer":"adamw_torch","activation_checkpointing":"none","metric":"max_memory_allocated","measured":30,"unit":"GB","outcome":"ok","notes":"flash_attention_2, no padding"}`)
+	f.Add(`{"schema":"memplan.published/v1","id":"a","framework":"axolotl","libraries":{},"model":{"name":"llama-3-8b"},"gpu":"h100","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":512,"accum":1,"precision":"bf16: true","optimizer":"adamw_bnb_8bit","activation_checkpointing":"full","quantization":"bnb.nf4","peft":{"method":"lora","r":8,"alpha":16,"dropout":0.05,"targets":["q_proj"]},"metric":"max_memory_allocated","measured":30,"unit":"GB","outcome":"ok","notes":"sdp_attention: true"}`)
 	f.Fuzz(func(t *testing.T, s string) {
 		rows, err := Read(strings.NewReader(s), "f")
 		if err != nil {
