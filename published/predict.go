@@ -729,11 +729,15 @@ func precisionOf(s string) (ops.Precision, bool) {
 		// the Trainer adds.
 		{"torch_dtype: torch.bfloat16", ops.PureBF16}, {"torch_dtype: bfloat16", ops.PureBF16},
 		{"torch_dtype: torch.float16", ops.PureFP16}, {"torch_dtype: float16", ops.PureFP16},
+		// autocast's own dtype argument, then from_pretrained's as
+		// transformers 5.x names it (dtype), before the Trainer's flags.
+		{"autocast(dtype: torch.bfloat16)", ops.AMPBF16}, {"autocast(dtype: torch.float16)", ops.AMPFP16},
+		{"dtype: torch.bfloat16", ops.PureBF16}, {"dtype: bfloat16", ops.PureBF16},
+		{"dtype: torch.float16", ops.PureFP16}, {"dtype: float16", ops.PureFP16},
 		{"bf16-true", ops.PureBF16}, {"16-true", ops.PureFP16},
 		{"bf16-mixed", ops.AMPBF16}, {"16-mixed", ops.AMPFP16},
 		{"dtype: bf16", ops.PureBF16}, {"dtype: fp16", ops.PureFP16}, {"dtype: fp32", ops.FP32},
 		{"fp16=true", ops.AMPFP16}, {"bf16=true", ops.AMPBF16}, {"fp16true", ops.AMPFP16}, {"bf16true", ops.AMPBF16},
-		{"autocast(dtype: torch.bfloat16)", ops.AMPBF16}, {"autocast(dtype: torch.float16)", ops.AMPFP16},
 		{"amp-bf16", ops.AMPBF16}, {"amp-fp16", ops.AMPFP16},
 		{"fp32", ops.FP32}, {"32-true", ops.FP32},
 	} {

@@ -260,6 +260,8 @@ func TestFrameworkTerms(t *testing.T) {
 		"fp32 (Trainer default)":                "fp32",
 		"torch.autocast(dtype=torch.bfloat16)":  "amp-bf16",
 		"bf16=True, torch_dtype=torch.bfloat16": "pure-bf16",
+		"bf16=True, dtype=torch.bfloat16":       "pure-bf16",
+		"fp16=True, dtype=float16":              "pure-fp16",
 	} {
 		p, ok := precisionOf(in)
 		if !ok || p.String() != want {
