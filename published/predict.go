@@ -469,6 +469,32 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 	return p, false
 }
 
+// trainerDefaultFused reports whether a row's optimizer is the Trainer's
+// default AdamW in an era whose default is the fused kernel: from
+// transformers 4.54 on PyTorch 2.8+, TrainingArguments.optim defaults to
+// adamw_torch_fused (training_args.py default_optim @v4.54.0, the same in
+// v5.0.0; adamw_torch, foreach, before). Only a row that calls its optimizer
+// the default and names no Trainer optim, kernel or library gets it; the
+// tools that set their own optimizer (axolotl) do not.
+func (m *rowMapper) trainerDefaultFused(opt string, kvs []string) bool {
+	t := strings.ToLower(opt)
+	if !strings.Contains(t, "default") || strings.EqualFold(strings.TrimSpace(m.r.Framework), "axolotl") {
+		return false
+	}
+	for _, kv := range kvs {
+		if kv != "optimizer=adamw" {
+			return false // an implementation, state or optimizer of its own
+		}
+	}
+	for _, named := range []string{"adamw_torch", "adamw_hf", "adamw_apex", "adamw_bnb", "foreach", "fused", "transformers.adamw", "8bit"} {
+		if strings.Contains(t, named) {
+			return false
+		}
+	}
+	v, ok := m.transformers()
+	return ok && (v[0] > 4 || v[0] == 4 && v[1] >= 54) && m.e.Known() && !m.e.Before(2, 8)
+}
+
 // dtypeName names a pure 16-bit precision's dtype as PyTorch does.
 func dtypeName(p ops.Precision) string {
 	if p == ops.PureFP16 {
@@ -505,7 +531,11 @@ func (m *rowMapper) training() {
 	if r.Optimizer == nil {
 		m.lack("optimizer", "a training row needs an optimizer")
 	} else {
-		for _, kv := range optimizerOf(*r.Optimizer, &m.lacks) {
+		kvs := optimizerOf(*r.Optimizer, &m.lacks)
+		if m.trainerDefaultFused(*r.Optimizer, kvs) {
+			kvs = append(kvs, "optimizer.impl=fused")
+		}
+		for _, kv := range kvs {
 			mustSet(m.rec, kv)
 		}
 	}

@@ -536,3 +536,37 @@ func TestLoadDTypeByEra(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainerDefaultOptimByEra: the Trainer's default optim is adamw_torch_fused from transformers 4.54 on
+// PyTorch 2.8+ (training_args.py default_optim), adamw_torch (foreach) before; a row naming its optim keeps it.
+func TestTrainerDefaultOptimByEra(t *testing.T) {
+	base := `{"schema":"memplan.published/v1","id":"x","framework":"FW","libraries":LIBS,"model":{"name":"llama-3.2-1b"},"gpu":"h100","gpus":1,"parallel":{"strategy":"none"},"micro_batch":1,"seq":512,"accum":1,"precision":"bf16=True","optimizer":"OPT","activation_checkpointing":"none","metric":"max_memory_allocated","measured":10,"unit":"GB","outcome":"ok"}`
+	for _, c := range []struct {
+		fw, libs, opt string
+		want          lower.Impl
+	}{
+		{"hf-trainer", `{"transformers":"4.56.0","torch":"2.8.0"}`, "AdamW (Trainer default)", lower.Fused},
+		{"trl", `{"transformers":"5.2.0","torch":"2.9.1"}`, "torch.optim.AdamW, the Trainer's default optim", lower.Fused},
+		{"hf-trainer", `{"transformers":"4.56.0","torch":"2.7.1"}`, "AdamW (Trainer default)", lower.Foreach},
+		{"hf-trainer", `{"transformers":"4.53.2","torch":"2.8.0"}`, "AdamW (Trainer default)", lower.Foreach},
+		{"hf-trainer", `{"transformers":"4.56.0","torch":"2.8.0"}`, "adamw_torch (not the default)", lower.Foreach},
+		{"hf-trainer", `{"transformers":"4.56.0","torch":"2.8.0"}`, "AdamW", lower.Foreach},
+		{"axolotl", `{"transformers":"4.56.0","torch":"2.8.0"}`, "AdamW (axolotl default)", lower.Foreach},
+	} {
+		js := strings.NewReplacer("FW", c.fw, "LIBS", c.libs, "OPT", c.opt).Replace(base)
+		if c.fw == "axolotl" { // full fine-tuning under its bf16 flag is a lack (TestLoadDTypeByEra)
+			js = strings.Replace(js, `"bf16=True"`, `"fp32"`, 1)
+		}
+		rows, err := Read(strings.NewReader(js), "f.jsonl")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _, lacks := rows[0].Job(".")
+		if len(lacks) > 0 {
+			t.Fatalf("%s %s: %v", c.fw, c.libs, lacks)
+		}
+		if s.Impl != c.want {
+			t.Errorf("%s %s %q: optimizer implementation %v, want %v", c.fw, c.libs, c.opt, s.Impl, c.want)
+		}
+	}
+}
