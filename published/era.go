@@ -26,7 +26,13 @@ func (e Era) Known() bool { return e.Torch != [2]int{} }
 // Before reports whether the PyTorch release is known and older than
 // major.minor.
 func (e Era) Before(major, minor int) bool {
-	return e.Known() && (e.Torch[0] < major || e.Torch[0] == major && e.Torch[1] < minor)
+	return e.Known() && versionBefore(e.Torch, major, minor)
+}
+
+// versionBefore reports whether release v (major, minor) is older than
+// major.minor.
+func versionBefore(v [2]int, major, minor int) bool {
+	return v[0] < major || v[0] == major && v[1] < minor
 }
 
 // torchReleases are PyTorch's release dates (pytorch/pytorch GitHub

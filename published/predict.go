@@ -51,7 +51,8 @@ var frameworks = map[string]string{
 // only training has (optimizer, checkpointing, loss), the parallel layout,
 // and PEFT with quantization; the recipe then fills the spec.
 func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
-	name, ok := frameworks[strings.ToLower(strings.TrimSpace(r.Framework))]
+	fw := strings.ToLower(strings.TrimSpace(r.Framework))
+	name, ok := frameworks[fw]
 	if !ok {
 		return nil, nil, []Lack{{"framework", fmt.Sprintf("no recipe for framework %q (recipes: %s)", r.Framework, strings.Join(recipe.Names(), ", "))}}
 	}
@@ -59,7 +60,7 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 	if err != nil {
 		return nil, nil, []Lack{{"framework", err.Error()}}
 	}
-	m := &rowMapper{r: r, framework: name, rec: rec.Clone()}
+	m := &rowMapper{r: r, tool: fw, framework: name, rec: rec.Clone()}
 	m.s.FirstStep = true
 	m.metric()
 	m.model(dir)
@@ -91,6 +92,7 @@ func (r *Row) Job(dir string) (*engine.Spec, *recipe.Recipe, []Lack) {
 // the framework's terms, the spec being filled and the lacks found so far.
 type rowMapper struct {
 	r         *Row
+	tool      string // the row's framework, lower case (hf-trainer, axolotl, …)
 	framework string // the recipe's name
 	rec       *recipe.Recipe
 	s         engine.Spec
@@ -276,7 +278,7 @@ func (m *rowMapper) libraries() {
 			}
 		}
 	}
-	if v, ok := m.transformers(); ok && v[0] >= 5 {
+	if v, ok := m.transformers(); ok && !versionBefore(v, 5, 0) {
 		mustSet(m.rec, "moe.experts=grouped-mm")
 	}
 }
@@ -298,7 +300,7 @@ func (m *rowMapper) transformers() (v [2]int, ok bool) {
 			return v, false
 		}
 	}
-	switch strings.ToLower(strings.TrimSpace(m.r.Framework)) {
+	switch m.tool {
 	case "hf-trainer", "transformers":
 		if mm := versionRE.FindStringSubmatch(strings.TrimSpace(m.r.FrameworkVersion)); mm != nil {
 			return atoi2(mm[1], mm[2]), true
@@ -327,13 +329,14 @@ func (m *rowMapper) transformers() (v [2]int, ok bool) {
 // copies on those layers only, which one switch for every layer cannot say.
 func (m *rowMapper) gqaInSDPA() {
 	v, ok := m.transformers()
-	if !ok || v[0] < 4 || v[0] == 4 && v[1] < 54 || !m.e.Known() || m.e.Before(2, 5) || paddedBatches(m.r.Notes) {
+	if !ok || versionBefore(v, 4, 54) || !m.e.Known() || m.e.Before(2, 5) || paddedBatches(m.r.Notes) {
 		return
 	}
-	if a := m.s.Model; a != nil && (a.HeadDim > 256 || a.VDim() != a.HeadDim) {
+	a := m.s.Model
+	if a != nil && (a.HeadDim > 256 || a.VDim() != a.HeadDim) {
 		return // 5.24's use_gqa_in_sdpa: key.shape[-1] == value.shape[-1] <= 256 (flash's limit)
 	}
-	if a := m.s.Model; a != nil && a.SlidingWindow > 0 && m.r.Seq >= a.SlidingWindow {
+	if a != nil && a.SlidingWindow > 0 && m.r.Seq >= a.SlidingWindow {
 		if a.SlidingWindowAlternating || a.SlidingWindowPattern > 0 {
 			m.lack("model", "transformers %d.%d hands grouped heads to SDPA on the full-attention layers and copies them on the sliding-window ones (seq %d reaches the window of %d), and attention.repeat-kv is one switch for every layer", v[0], v[1], m.r.Seq, a.SlidingWindow)
 		}
@@ -405,9 +408,8 @@ func (m *rowMapper) precision() {
 // are lacks. LoRA adapters are float32 (peft's autocast_adapter_dtype,
 // LLaMA-Factory's cast), so a float16 base with fp16=True trains.
 func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
-	fw := strings.ToLower(strings.TrimSpace(m.r.Framework))
-	tool := fw == "llama-factory" || fw == "llamafactory" || fw == "axolotl"
-	if m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil && !tool {
+	loader := m.tool == "llama-factory" || m.tool == "llamafactory" || m.tool == "axolotl"
+	if m.framework != "hf" || (p != ops.AMPBF16 && p != ops.AMPFP16) || m.s.Model == nil || m.r.Quantization != nil && !loader {
 		return p, true
 	}
 	if st := strings.ToLower(m.r.Parallel.Strategy); st != "" && st != "none" && st != "ddp" {
@@ -431,7 +433,7 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 	}
 	var loaded ops.Precision // the parameters' dtype as a pure precision
 	var why string           // who loads them so
-	switch fw {
+	switch m.tool {
 	case "llama-factory", "llamafactory":
 		if !lora && !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16") {
 			return p, true // full fine-tuning: trainable parameters cast to float32
@@ -445,7 +447,7 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		loaded, why = pure(p), "axolotl loads the model in its flag's dtype"
 	default:
 		v, known := m.transformers()
-		if !known || v[0] < 5 {
+		if !known || versionBefore(v, 5, 0) {
 			return p, true
 		}
 		switch strings.ToLower(strings.TrimPrefix(m.s.Model.TorchDType, "torch.")) {
@@ -478,7 +480,7 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 // tools that set their own optimizer (axolotl) do not.
 func (m *rowMapper) trainerDefaultFused(opt string, kvs []string) bool {
 	t := strings.ToLower(opt)
-	if !strings.Contains(t, "default") || strings.EqualFold(strings.TrimSpace(m.r.Framework), "axolotl") {
+	if !strings.Contains(t, "default") || m.tool == "axolotl" {
 		return false
 	}
 	for _, kv := range kvs {
@@ -492,7 +494,7 @@ func (m *rowMapper) trainerDefaultFused(opt string, kvs []string) bool {
 		}
 	}
 	v, ok := m.transformers()
-	return ok && (v[0] > 4 || v[0] == 4 && v[1] >= 54) && m.e.Known() && !m.e.Before(2, 8)
+	return ok && !versionBefore(v, 4, 54) && m.e.Known() && !m.e.Before(2, 8)
 }
 
 // dtypeName names a pure 16-bit precision's dtype as PyTorch does.

@@ -409,21 +409,8 @@ func TestGQAInSDPAByEra(t *testing.T) {
 		{"gemma-2 windows every other layer", row{model: "gemma-2-9b", seq: "8192", libs: `{"transformers":"4.56.0","torch":"2.7.0"}`}, true, "model: transformers 4.56 hands grouped heads to SDPA on the full-attention layers and copies them on the sliding-window ones"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rows, err := Read(strings.NewReader(mk(c.r)), "f.jsonl")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _, lacks := rows[0].Job(".")
-			if c.lackPrefix != "" {
-				if len(lacks) != 1 || !strings.HasPrefix(lacks[0].String(), c.lackPrefix) {
-					t.Fatalf("lacks %v, want one starting %q", lacks, c.lackPrefix)
-				}
-				return
-			}
-			if len(lacks) > 0 {
-				t.Fatal(lacks)
-			}
-			if s.Sem.RepeatKV != c.repeat {
+			s := jobOf(t, mk(c.r), ".", c.lackPrefix)
+			if s != nil && s.Sem.RepeatKV != c.repeat {
 				t.Errorf("attention.repeat-kv %v, want %v", s.Sem.RepeatKV, c.repeat)
 			}
 		})
@@ -440,14 +427,7 @@ func TestGQAInSDPAByEra(t *testing.T) {
 			t.Fatal(err)
 		}
 		js := strings.Replace(mk(row{libs: `{"transformers":"5.24.0","torch":"2.9.0"}`}), `{"name":"llama-3-8b"}`, `{"name":null,"hf_id":"x/wide","config":"wide.json"}`, 1)
-		rows, err := Read(strings.NewReader(js), "f.jsonl")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _, lacks := rows[0].Job(dir)
-		if len(lacks) > 0 {
-			t.Fatal(lacks)
-		}
+		s := jobOf(t, js, dir, "")
 		if want := hd != "256"; s.Sem.RepeatKV != want {
 			t.Errorf("head_dim %s: attention.repeat-kv %v, want %v", hd, s.Sem.RepeatKV, want)
 		}
@@ -511,19 +491,9 @@ func TestLoadDTypeByEra(t *testing.T) {
 		{"fp16=True over float16", row{model: "llama-2-7b", prec: "fp16=True"}, 0, "precision: transformers 5.2 loads the checkpoint's float16 (from_pretrained's dtype \"auto\"), and fp16=True over float16 parameters stops at the first step"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rows, err := Read(strings.NewReader(mk(c.r)), "f.jsonl")
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, _, lacks := rows[0].Job(".")
-			if c.lack != "" {
-				if len(lacks) != 1 || !strings.HasPrefix(lacks[0].String(), c.lack) {
-					t.Fatalf("lacks %v, want one starting %q", lacks, c.lack)
-				}
+			s := jobOf(t, mk(c.r), ".", c.lack)
+			if s == nil {
 				return
-			}
-			if len(lacks) > 0 {
-				t.Fatal(lacks)
 			}
 			if s.Precision != c.want {
 				t.Errorf("precision %v, want %v", s.Precision, c.want)
@@ -557,16 +527,30 @@ func TestTrainerDefaultOptimByEra(t *testing.T) {
 		if c.fw == "axolotl" { // full fine-tuning under its bf16 flag is a lack (TestLoadDTypeByEra)
 			js = strings.Replace(js, `"bf16=True"`, `"fp32"`, 1)
 		}
-		rows, err := Read(strings.NewReader(js), "f.jsonl")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _, lacks := rows[0].Job(".")
-		if len(lacks) > 0 {
-			t.Fatalf("%s %s: %v", c.fw, c.libs, lacks)
-		}
-		if s.Impl != c.want {
+		if s := jobOf(t, js, ".", ""); s.Impl != c.want {
 			t.Errorf("%s %s %q: optimizer implementation %v, want %v", c.fw, c.libs, c.opt, s.Impl, c.want)
 		}
 	}
+}
+
+// jobOf maps the one row of js (configs relative to dir) and returns its
+// spec. With lackPrefix set the row must lack exactly one capability, its
+// line starting so, and the spec is nil; without, any lack fails the test.
+func jobOf(t *testing.T, js, dir, lackPrefix string) *engine.Spec {
+	t.Helper()
+	rows, err := Read(strings.NewReader(js), "f.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, lacks := rows[0].Job(dir)
+	switch {
+	case lackPrefix != "":
+		if len(lacks) != 1 || !strings.HasPrefix(lacks[0].String(), lackPrefix) {
+			t.Fatalf("lacks %v, want one starting %q", lacks, lackPrefix)
+		}
+		return nil
+	case len(lacks) > 0:
+		t.Fatal(lacks)
+	}
+	return s
 }
