@@ -450,12 +450,8 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		if !known || versionBefore(v, 5, 0) {
 			return p, true
 		}
-		switch strings.ToLower(strings.TrimPrefix(m.s.Model.TorchDType, "torch.")) {
-		case "bfloat16":
-			loaded = ops.PureBF16
-		case "float16":
-			loaded = ops.PureFP16
-		default:
+		var ok bool
+		if loaded, ok = recipe.LoadedPrecision(m.s.Model); !ok {
 			return p, true
 		}
 		why = fmt.Sprintf("transformers %d.%d loads the checkpoint's %s (from_pretrained's dtype \"auto\")", v[0], v[1], dtypeName(loaded))

@@ -8,6 +8,7 @@ import (
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
@@ -28,9 +29,13 @@ type Switch struct {
 }
 
 var switches = []Switch{
-	{Key: "precision", Flag: "precision", Values: strings.Join(ops.PrecisionNames(), ", ") + " (or a framework's name: bf16-true, bf16-mixed, 16-true, 16-mixed, 32-true)",
-		Doc: "where parameters, gradients and optimizer state live and what autocast computes in",
+	{Key: "precision", Flag: "precision", Values: strings.Join(ops.PrecisionNames(), ", ") + " (or a framework's name: bf16-true, bf16-mixed, 16-true, 16-mixed, 32-true), or checkpoint",
+		Doc: "where parameters, gradients and optimizer state live and what autocast computes in; checkpoint: the parameters train in the dtype the model's config.json names (from_pretrained's dtype \"auto\"): under the Trainer's bf16=True (--precision's default), pure-bf16 over a bfloat16 checkpoint; --precision's value over a float32 or unnamed one, a trace, or QLoRA (whose unquantized rest peft casts to float32); a float16 checkpoint is refused unless --precision is given",
 		apply: func(s *engine.Spec, v string) (err error) {
+			if v == "checkpoint" {
+				s.Precision, err = checkpointPrecision(s)
+				return err
+			}
 			s.Precision, err = ops.ParsePrecision(v)
 			return err
 		}},
@@ -264,4 +269,41 @@ func versionBefore(v string, ref [3]int) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// LoadedPrecision is the pure precision of a model loaded in its
+// checkpoint's dtype, transformers 5.x's from_pretrained default
+// (modeling_utils.py _get_dtype @v5.0.0: dtype None means "auto", the
+// config's dtype): pure-bf16 or pure-fp16; false for a float32 or unnamed
+// dtype.
+func LoadedPrecision(m *models.Arch) (ops.Precision, bool) {
+	if m == nil {
+		return 0, false
+	}
+	switch strings.ToLower(strings.TrimPrefix(m.TorchDType, "torch.")) {
+	case "bfloat16":
+		return ops.PureBF16, true
+	case "float16":
+		return ops.PureFP16, true
+	}
+	return 0, false
+}
+
+// checkpointPrecision is the precision switch's checkpoint value: the
+// parameters trained as loaded under the Trainer's bf16=True (--precision's
+// default, amp-bf16). Autocast to the checkpoint's own 16-bit dtype changes
+// nothing, so a bfloat16 checkpoint trains pure bfloat16; a float32 or
+// unnamed checkpoint, a trace, and QLoRA (peft's
+// prepare_model_for_kbit_training casts what is not 4-bit to float32) keep
+// the flag's precision; a float16 checkpoint autocast to bfloat16 has no
+// memplan precision and is refused.
+func checkpointPrecision(s *engine.Spec) (ops.Precision, error) {
+	loaded, ok := LoadedPrecision(s.Model)
+	if !ok || s.QLoRA || s.Trace != nil {
+		return s.Precision, nil
+	}
+	if loaded == ops.PureFP16 {
+		return 0, fmt.Errorf("%s's checkpoint is float16 and loads so (from_pretrained's dtype \"auto\"); the Trainer's bf16=True autocasts it to bfloat16, which memplan has no precision for: give --precision pure-fp16 (the Trainer with neither bf16 nor fp16) or amp-bf16 (from_pretrained(dtype=torch.float32))", s.Model.Name)
+	}
+	return loaded, nil
 }
