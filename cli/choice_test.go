@@ -43,7 +43,7 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		{[]string{"plan", "--pp", "2", "--accum", "2", "--pp-schedule", "zigzag"},
 			`--pp-schedule "zigzag": want 1f1b or gpipe`},
 		{[]string{"plan", "--recipe", "nemo"},
-			`--recipe "nemo": want one of deepspeed, hf, litgpt, megatron, pytorch, torchtitan, torchtune, a recipe file's path`},
+			`--recipe "nemo": want one of deepspeed, hf, hf5, litgpt, megatron, pytorch, torchtitan, torchtune, a recipe file's path`},
 		{[]string{"plan", "--set", "nokey"},
 			`--set "nokey": want key=value (memplan recipes NAME lists the keys)`},
 		{[]string{"plan", "--gpu", "h1000"},

@@ -64,13 +64,14 @@ func TestRecipeFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plan", "--recipe", "nemo"}, `--recipe "nemo": want one of deepspeed, hf, litgpt, megatron, pytorch, torchtitan, torchtune, a recipe file's path`},
+		{[]string{"plan", "--recipe", "nemo"}, `--recipe "nemo": want one of deepspeed, hf, hf5, litgpt, megatron, pytorch, torchtitan, torchtune, a recipe file's path`},
 		{[]string{"plan", "--set", "loss=chunky"}, `unknown loss "chunky"`},
 		{[]string{"plan", "--set", "lora.dropout=both"}, "lora.dropout=\"both\": want per-target or shared"},
 		{[]string{"plan", "--set", "colour=blue"}, `unknown switch "colour" (switches: precision`},
 		{[]string{"plan", "--recipe", "/nonexistent/r.yaml"}, "no such file"},
 		{[]string{"recipes", "nothing"}, `unknown recipe "nothing"`},
 		{[]string{"plan", "--recipe", "torchtune", "--set", "optimizer.in-backward=true", "--accum", "2"}, "cannot accumulate"},
+		{[]string{"plan", "--model", "llama-2-7b", "--recipe", "hf5"}, "llama-2-7b's checkpoint is float16 and loads so"},
 	} {
 		code, out, errs := run(c.args...)
 		if code == 0 || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
@@ -81,6 +82,64 @@ func TestRecipeFlags(t *testing.T) {
 	code, out, errs = run("plan", "--model", "gpt2", "--seq", "128", "--recipe", "litgpt", "--precision", "fp32", "--json", "--no-timeline")
 	if code != 0 || !strings.Contains(out, `"precision": "fp32"`) {
 		t.Errorf("explicit --precision under --recipe litgpt: exit %d %s %.300s", code, errs, out)
+	}
+}
+
+// TestRecipeHF5 checks what transformers 5.x changes, through the CLI: the
+// checkpoint's dtype (config.json torch_dtype) decides the precision unless
+// --precision is given, the Trainer's default AdamW is fused, a mixture of
+// experts runs grouped matmuls, and grouped heads are not copied.
+func TestRecipeHF5(t *testing.T) {
+	type plan struct {
+		Precision string `json:"precision"`
+		Impl      string `json:"optimizer_impl"`
+		Ops       int    `json:"ops"`
+		Saved     struct {
+			Bytes int64 `json:"total_bytes"`
+		} `json:"saved_activations"`
+	}
+	get := func(args ...string) plan {
+		t.Helper()
+		code, out, errs := run(append([]string{"plan", "--json", "--no-timeline", "--seq", "256"}, args...)...)
+		var p plan
+		if code != 0 && code != 3 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		args           []string
+		precision, opt string
+	}{
+		{[]string{"--model", "llama-3-8b", "--recipe", "hf5"}, "pure-bf16", "fused"}, // bfloat16 checkpoint
+		{[]string{"--model", "gpt2", "--recipe", "hf5"}, "amp-bf16", "fused"},        // no torch_dtype: float32 weights
+		{[]string{"--model", "gemma-2-9b", "--recipe", "hf5"}, "amp-bf16", "fused"},  // torch_dtype float32
+		{[]string{"--model", "llama-2-7b", "--recipe", "hf5", "--precision", "pure-fp16"}, "pure-fp16", "fused"},
+		{[]string{"--model", "llama-3-8b", "--recipe", "hf5", "--precision", "amp-bf16"}, "amp-bf16", "fused"},
+		{[]string{"--model", "llama-3-8b", "--recipe", "hf5", "--lora", "r=8", "--qlora"}, "amp-bf16", "fused"},
+		{[]string{"--model", "llama-3-8b", "--recipe", "hf"}, "amp-bf16", "foreach"},
+	} {
+		if p := get(c.args...); p.Precision != c.precision || p.Impl != c.opt {
+			t.Errorf("%v: precision %s, optimizer %s; want %s, %s", c.args, p.Precision, p.Impl, c.precision, c.opt)
+		}
+	}
+	// Same precision and optimizer, so what is left is the attention's
+	// copies of the grouped heads (8 query heads per key/value head) and
+	// the experts: fewer bytes, and far fewer ops for the experts.
+	same := []string{"--precision", "pure-bf16", "--optimizer-impl", "fused"}
+	dense4, dense5 := get(append([]string{"--model", "llama-3-8b", "--recipe", "hf"}, same...)...), get(append([]string{"--model", "llama-3-8b", "--recipe", "hf5"}, same...)...)
+	// SDPA saves repeat_kv's 4,096-wide copies of k and v under hf and the
+	// 1,024-wide grouped heads under hf5: 32 layers × 2 × 256 tokens ×
+	// 3,072 more bf16 values.
+	if d := dense4.Saved.Bytes - dense5.Saved.Bytes; d != 32*2*256*3072*2 {
+		t.Errorf("llama-3-8b: hf saves %d bytes more than hf5, want repeat_kv's copies, %d", d, 32*2*256*3072*2)
+	}
+	moe4, moe5 := get(append([]string{"--model", "mixtral-8x7b", "--recipe", "hf"}, same...)...), get(append([]string{"--model", "mixtral-8x7b", "--recipe", "hf5"}, same...)...)
+	if moe5.Ops*2 > moe4.Ops {
+		t.Errorf("mixtral-8x7b: hf5 %d ops, hf %d: the experts' loop should be one grouped matmul a projection", moe5.Ops, moe4.Ops)
 	}
 }
 

@@ -19,7 +19,7 @@ func TestEmbeddedRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"deepspeed", "hf", "litgpt", "megatron", "pytorch", "torchtitan", "torchtune"}
+	want := []string{"deepspeed", "hf", "hf5", "litgpt", "megatron", "pytorch", "torchtitan", "torchtune"}
 	if got := Names(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("recipes %v, want %v", got, want)
 	}
@@ -67,7 +67,7 @@ func TestBadInput(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Load("litgtp"); err == nil || !strings.Contains(err.Error(), "recipes: deepspeed, hf, litgpt") {
+	if _, err := Load("litgtp"); err == nil || !strings.Contains(err.Error(), "recipes: deepspeed, hf, hf5, litgpt") {
 		t.Errorf("unknown recipe: %v", err)
 	}
 	dir := t.TempDir()

@@ -59,3 +59,32 @@ def test_sdpa_takes_grouped_heads_without_a_mask(monkeypatch):
     mask[1, -3:] = 0
     m(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     assert seen == [(False, False)] * 2, seen
+
+
+@needs_transformers
+def test_moe_experts_default_to_grouped_mm():
+    """transformers 5.x: a mixture of experts runs grouped_mm unless another experts_implementation is asked for
+    (modeling_utils.py get_correct_experts_implementation): the hf5 recipe's moe.experts=grouped-mm."""
+    import transformers
+    from transformers import MixtralConfig, MixtralForCausalLM
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers %s loops over the experts" % transformers.__version__)
+    cfg = MixtralConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2)
+    m = MixtralForCausalLM(cfg)
+    assert m.config._experts_implementation == "grouped_mm"
+    experts = m.model.layers[0].mlp.experts
+    # two 3-D parameters for all experts, not one nn.Linear per expert projection
+    assert sorted(n for n, _ in experts.named_parameters()) == ["down_proj", "gate_up_proj"]
+    assert experts.gate_up_proj.dim() == 3
+
+
+@needs_transformers
+def test_trainer_default_optimizer_is_fused_adamw(tmp_path):
+    """transformers 4.54+ on PyTorch 2.8+: TrainingArguments' default optim is adamw_torch_fused
+    (training_args.py __post_init__): the hf5 recipe's optimizer.impl=fused."""
+    from transformers import TrainingArguments
+    if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 8):
+        pytest.skip("PyTorch %s: the default is adamw_torch" % torch.__version__)
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[])
+    assert str(args.optim.value if hasattr(args.optim, "value") else args.optim) == "adamw_torch_fused"
