@@ -39,7 +39,14 @@ var denials = []struct {
 	{"sp", "sp", search.PinSP, func(s *engine.Spec) bool { return !s.SP }, func(s *engine.Spec) { s.SP = false }},
 	{"pp", "pp", search.PinPP, func(s *engine.Spec) bool { return s.PP <= 1 }, func(s *engine.Spec) { s.PP = 1 }},
 	{"accum", "accum", search.PinAccum, func(s *engine.Spec) bool { return s.Accum <= 1 }, func(s *engine.Spec) { s.Accum = 1 }},
-	{"fused", "optimizer-impl", search.PinImpl, func(s *engine.Spec) bool { return s.Impl != lower.Fused }, func(*engine.Spec) {}},
+	// A recipe may make the step fused (torchtune's fused: True, hf5's
+	// adamw_torch_fused): denied, it is PyTorch's step without fused=True,
+	// the multi-tensor one on CUDA (optimizer.py _default_to_fused_or_foreach).
+	{"fused", "optimizer-impl", search.PinImpl, func(s *engine.Spec) bool { return s.Impl != lower.Fused }, func(s *engine.Spec) {
+		if s.Impl == lower.Fused {
+			s.Impl = lower.Foreach
+		}
+	}},
 }
 
 // fitPins are the dimensions the user pinned with strategy flags and

@@ -80,6 +80,8 @@ func TestFitKeepsEveryPinnedFlag(t *testing.T) {
 		{[]string{"--deny", "pp"}, "pp", func(p fitPlanOut) bool { return p.PP == 1 }},
 		{[]string{"--deny", "accum"}, "accum", func(p fitPlanOut) bool { return p.Accum == 1 }},
 		{[]string{"--deny", "fused"}, "optimizer-impl", func(p fitPlanOut) bool { return p.Impl != "fused" }},
+		// the recipe's fused step, denied: PyTorch's default multi-tensor one
+		{[]string{"--recipe", "torchtune", "--deny", "fused"}, "optimizer-impl", func(p fitPlanOut) bool { return p.Impl == "foreach" }},
 	} {
 		j := runFit(t, append(job, c.flags...)...)
 		all := append(append([]fitPlanOut{j.Winner}, j.RunnersUp...), j.Front...)
