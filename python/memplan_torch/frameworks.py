@@ -49,6 +49,15 @@ CONFIG = {
     "tie_word_embeddings": False, "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
     "torch_dtype": "float32",
 }
+# transformers 5.x's cases (--recipe hf5) train from a checkpoint saved in bfloat16, with grouped heads (2 key/value
+# heads for 4 query heads) and, for the mixture, Mixtral's experts (4, two routed a token)
+CONFIGS = {
+    "llama": CONFIG,
+    "gqa": dict(CONFIG, num_key_value_heads=2, torch_dtype="bfloat16"),
+    "moe": dict(CONFIG, architectures=["MixtralForCausalLM"], model_type="mixtral", num_key_value_heads=2,
+                num_local_experts=4, num_experts_per_tok=2, torch_dtype="bfloat16", sliding_window=None,
+                router_aux_loss_coef=0.0, output_router_logits=False),
+}
 BATCH, SEQ = 4, 128
 LORA = dict(r=8, alpha=16, dropout=0.05, targets=("q_proj", "v_proj"))
 
@@ -66,6 +75,14 @@ CASES = [
     dict(name="torchtune-full-bf16", framework="torchtune", precision="pure-bf16"),
     dict(name="torchtune-lora-bf16", framework="torchtune", precision="pure-bf16", lora=True),
     dict(name="torchtune-full-bf16-inbwd", framework="torchtune", precision="pure-bf16", in_backward=True),
+    # transformers 5.x as it runs by default: from_pretrained of a bfloat16 checkpoint (dtype "auto"), bf16=True,
+    # the default optim (adamw_torch_fused on PyTorch 2.8+), no padding (SDPA's enable_gqa), grouped_mm experts;
+    # memplan is given no --precision: the recipe's precision=checkpoint reads config.json
+    dict(name="hf5-full-gqa", framework="hf5", precision="checkpoint", config="gqa"),
+    dict(name="hf5-lora-gqa", framework="hf5", precision="checkpoint", config="gqa", lora=True),
+    dict(name="hf5-full-moe", framework="hf5", precision="checkpoint", config="moe"),
+    # the Trainer with neither bf16 nor fp16: the same parameters, no autocast
+    dict(name="hf5-lora-gqa-noflag", framework="hf5", precision="checkpoint", config="gqa", lora=True, flag=False),
 ]
 PHASES = ("forward", "backward", "optimizer")
 TOLERANCE = 0.03
@@ -74,7 +91,17 @@ TOLERANCE = 0.03
 # (low, high)}, why=...): the range each phase's error was in when it was explained (a point either side of the
 # measurement, so a new gap cannot hide behind an old explanation) and the mechanism, with the source that shows
 # it. Empty: every case is within TOLERANCE on both paths.
-EXPLAINED = {}
+EXPLAINED = {
+    ("hf5-lora-gqa", "catalog"): dict(
+        phases={"forward": (0.047, 0.067), "backward": (0.046, 0.066)},
+        why="Trainer(bf16=True) over a bfloat16 base autocasts the float32 adapters: peft casts x to lora_A's float32 "
+            "(peft tuners/lora/layer.py @v0.18.1 Linear.forward, _cast_input_dtype), then autocast's F.linear casts "
+            "it to bfloat16 and saves that (and lora_B's bfloat16 input), where memplan's pure-bf16 has no autocast "
+            "and saves them in float32: 2 layers x (q, v) x (4x128x256 + 4x128x8) x 2 bytes = 1,081,344 bytes less "
+            "autocast's 32,768 bytes of cached bfloat16 adapter weights = 1,048,576; measured 1,052,672 (forward, "
+            "against the same job with neither flag, hf5-lora-gqa-noflag, -0.11%). memplan has no precision for "
+            "autocast over 16-bit parameters."),
+}
 
 # How long each framework's loop keeps the model's output (memplan's loop.hold-outputs), for the trace path's
 # replay (the catalog path takes it from the recipe, which says the same)
@@ -338,7 +365,49 @@ def run_torchtune(case, meter, tmp):
     return {"versions": _versions("torchtune", "torchao")}
 
 
-RUNNERS = {"hf": run_hf, "litgpt": run_litgpt, "torchtune": run_torchtune}
+def run_hf5(case, meter, tmp):
+    """transformers 5.x's defaults: a checkpoint saved in bfloat16 and loaded without dtype=, Trainer(bf16=True)
+    and its default optimizer."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+    torch.manual_seed(0)
+    cfg = CONFIGS[case["config"]]
+    ckpt = os.path.join(tmp, "ckpt")
+    c = AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
+                                                    if k not in ("architectures", "model_type", "torch_dtype")})
+    c.use_cache = False
+    AutoModelForCausalLM.from_config(c, dtype=torch.bfloat16).save_pretrained(ckpt)
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    # safetensors maps a checkpoint already in the parameters' dtype into memory, where the tracker (c10's
+    # allocator) does not see it; on a GPU the weights are copied to the device. Own them, as the device does.
+    for prm in model.parameters():
+        prm.data = prm.data.clone()
+    if case.get("lora"):
+        from peft import LoraConfig, get_peft_model
+        model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"],
+                                                 lora_dropout=LORA["dropout"],
+                                                 target_modules=list(LORA["targets"]), task_type="CAUSAL_LM"))
+    ids = _batch(cfg["vocab_size"])
+    data = [{"input_ids": ids[i], "labels": ids[i].clone()} for i in range(BATCH)]
+    args = TrainingArguments(output_dir=tmp, max_steps=1, per_device_train_batch_size=BATCH, use_cpu=True,
+                             bf16=case.get("flag", True), report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             dataloader_num_workers=0, dataloader_pin_memory=False, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=data)
+    model.register_forward_pre_hook(lambda m, a: meter.begin("forward"))
+
+    def post(m, a, o):
+        meter.end("forward")
+        meter.begin("backward")
+
+    model.register_forward_hook(post)
+    with optimizer_marks(meter):
+        trainer.train()
+    dtypes = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
+    return {"versions": _versions("transformers", "peft", "accelerate"), "optim": str(args.optim),
+            "experts": getattr(model.config, "_experts_implementation", None), "trainable_dtypes": dtypes}
+
+
+RUNNERS = {"hf": run_hf, "litgpt": run_litgpt, "torchtune": run_torchtune, "hf5": run_hf5}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -352,8 +421,9 @@ def plan_args(case):
     and the switches whose value on CPU or in the pinned versions differs from the recipe's, each with the
     source that says so."""
     fw = case["framework"]
-    a = ["--model", "CONFIG.json", "--recipe", fw, "--precision", case["precision"], "--micro-batch", str(BATCH),
-         "--seq", str(SEQ), "--kernels", "cpu"]
+    a = ["--model", "CONFIG.json", "--recipe", fw, "--micro-batch", str(BATCH), "--seq", str(SEQ), "--kernels", "cpu"]
+    if case["precision"] != "checkpoint":
+        a += ["--precision", case["precision"]]
     if fw in ("hf", "litgpt"):
         # torch.optim.AdamW(foreach=None): torch/optim/optimizer.py _default_to_fused_or_foreach picks foreach
         # only when every tensor is on CUDA (or another foreach-supporting device); on CPU the per-parameter
@@ -451,6 +521,9 @@ def trace_builder(case):
             why += ("; Fabric's bf16-mixed also refuses the exporter's loss.backward() (\"requires you to call "
                     "fabric.backward(loss)\")")
         return why
+    if fw == "hf5":
+        return ("the hf5 cases check the recipe's defaults, which only the catalog path reads (a trace records the "
+                "dtypes and kernels it ran)")
     if fw == "hf":
         def build(b, seq_len=SEQ):
             m = _hf_step_module(case)
@@ -565,6 +638,13 @@ def measure(names, threshold=None, runs=2):
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p and os.path.isdir(p)])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["HF_HUB_OFFLINE"] = "1"
+    # The CPU kernels PyTorch picks depend on the host: on one with AVX512-BF16 and AMX, oneDNN's bf16 matmuls and
+    # the CPU flash attention pack their operands into buffers the tracker sees (measured: torchtune-lora-bf16's
+    # forward 16.74 MB there, 15.1 MB with both capped at AVX2, what the catalog predicts -0.4%). Capping both at
+    # AVX2 measures the same kernels on every x86-64 host (capping ATen alone fails: the flash kernel's pack_vnni2
+    # then refuses to run).
+    env.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+    env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "measured.json")
         r = subprocess.run([sys.executable, "-m", "memplan_torch.frameworks", "--child", out, "--runs", str(runs),
@@ -601,14 +681,16 @@ def run(out, memplan, cases=None, trace=TRACED, log=print):
     t0 = time.time()
     measured = measure(names)
     log("measured %d cases in %.0fs" % (len(names), time.time() - t0))
-    cfg = os.path.join(out, "CONFIG.json")
-    with open(cfg, "w") as f:
-        json.dump(CONFIG, f, indent=1)
+    paths = {}
+    for k, cfg in CONFIGS.items():
+        paths[k] = os.path.join(out, "CONFIG.json" if k == "llama" else "CONFIG-%s.json" % k)
+        with open(paths[k], "w") as f:
+            json.dump(cfg, f, indent=1)
     rows = []
     for n in names:
         c = case_by_name(n)
         m = measured[n]
-        cat = predict_catalog(c, memplan, cfg)
+        cat = predict_catalog(c, memplan, paths[c.get("config", "llama")])
         tr = None
         if trace == "all" or n in (trace or ()):
             ts = time.time()
@@ -660,7 +742,8 @@ def table(rows):
     for r in rows:
         m, cat, tr = r["measured"], r["catalog"], r["trace"]
         v = r["versions"]
-        fwv = {"hf": "transformers %s" % v.get("transformers"), "litgpt": "litgpt %s" % v.get("litgpt"),
+        fwv = {"hf": "transformers %s" % v.get("transformers"), "hf5": "transformers %s" % v.get("transformers"),
+               "litgpt": "litgpt %s" % v.get("litgpt"),
                "torchtune": "torchtune %s" % v.get("torchtune")}[r["framework"]]
         lines.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s | %s |" % (
             r["case"], fwv, r["precision"], _mib(m["peak_bytes"]), m["peak_phase"], _mib(cat["peak_bytes"]),

@@ -32,6 +32,9 @@ def test_plan_args_follow_the_case():
     assert "optimizer.impl=single" in a and a[a.index("--kernels") + 1] == "cpu"
     t = F.plan_args(F.case_by_name("torchtune-full-bf16-inbwd"))
     assert "optimizer.in-backward=true" in t and "optimizer.impl=single" not in t  # torchtune's fused AdamW
+    h5 = F.plan_args(F.case_by_name("hf5-full-moe"))
+    # the recipe's defaults decide: the checkpoint's dtype (config.json), its fused AdamW (CPU has the kernel)
+    assert h5[h5.index("--recipe") + 1] == "hf5" and "--precision" not in h5 and "optimizer.impl=single" not in h5
     lit = F.plan_args(F.case_by_name("litgpt-lora-bf16"))
     assert lit[lit.index("--lora") + 1].endswith("targets=qkv_proj,qkv=q+v")
     gc = F.plan_args(F.case_by_name("hf-full-amp-gc"))
@@ -91,6 +94,19 @@ def test_every_case_ran_its_framework(rows):
         assert m["peak_bytes"] > 1_000_000
     # precisions covered: pure bf16 and CPU autocast bf16
     assert {r["precision"] for r in rows} >= {"pure-bf16", "amp-bf16"}
+
+
+@needs_frameworks
+def test_hf5_cases_ran_transformers_5_defaults(rows):
+    """What the hf5 recipe says of transformers 5.x held in the measured runs: the Trainer's default optim is the
+    fused AdamW, the checkpoint's bfloat16 is what trains, a mixture runs grouped_mm."""
+    h5 = {r["case"]: r["measured"] for r in rows if r["framework"] == "hf5"}
+    assert set(h5) == {"hf5-full-gqa", "hf5-lora-gqa", "hf5-full-moe", "hf5-lora-gqa-noflag"}
+    for name, m in h5.items():
+        assert m["optim"].endswith("ADAMW_TORCH_FUSED"), (name, m["optim"])
+    assert h5["hf5-full-gqa"]["trainable_dtypes"] == ["torch.bfloat16"]
+    assert h5["hf5-lora-gqa"]["trainable_dtypes"] == ["torch.float32"]  # peft's autocast_adapter_dtype
+    assert h5["hf5-full-moe"]["experts"] == "grouped_mm"
 
 
 @needs_frameworks
