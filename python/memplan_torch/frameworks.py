@@ -638,13 +638,6 @@ def measure(names, threshold=None, runs=2):
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in sys.path if p and os.path.isdir(p)])
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["HF_HUB_OFFLINE"] = "1"
-    # The CPU kernels PyTorch picks depend on the host: on one with AVX512-BF16 and AMX, oneDNN's bf16 matmuls and
-    # the CPU flash attention pack their operands into buffers the tracker sees (measured: torchtune-lora-bf16's
-    # forward 16.74 MB there, 15.1 MB with both capped at AVX2, what the catalog predicts -0.4%). Capping both at
-    # AVX2 measures the same kernels on every x86-64 host (capping ATen alone fails: the flash kernel's pack_vnni2
-    # then refuses to run).
-    env.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
-    env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "measured.json")
         r = subprocess.run([sys.executable, "-m", "memplan_torch.frameworks", "--child", out, "--runs", str(runs),

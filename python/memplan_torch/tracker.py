@@ -72,6 +72,13 @@ def preload_env(threshold=DEFAULT_THRESHOLD, env=None):
     # where the trace records them as the op's scratch. (LRU_CACHE_CAPACITY=0 crashes ideep in 1.13.)
     env.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
     env.setdefault("LRU_CACHE_CAPACITY", "1")
+    # The CPU kernels PyTorch picks depend on the host: with AVX512-BF16 and AMX, oneDNN's bf16 matmuls and the
+    # CPU flash attention pack their operands into buffers the tracker sees (measured on such a host:
+    # torchtune-lora-bf16's forward 16.74 MB, the suite's vit_b16_small backward +0.4 MiB, both against 15.1 MB
+    # and the prediction with the caps). Capping both at AVX2 measures the same kernels on every x86-64 host
+    # (capping ATen alone fails: the flash kernel's pack_vnni2 then refuses to run).
+    env.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+    env.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     env["MEMPLAN_TRACKER_CHILD"] = "1"
     return env
 
