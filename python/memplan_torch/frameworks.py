@@ -198,36 +198,43 @@ def _hf_model(precision):
     return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=dtype)
 
 
-def run_hf(case, meter, tmp):
-    import torch
+def _peft(case, model):
+    if not case.get("lora"):
+        return model
+    from peft import LoraConfig, get_peft_model
+    return get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"], lora_dropout=LORA["dropout"],
+                                            target_modules=list(LORA["targets"]), task_type="CAUSAL_LM"))
+
+
+def _train(model, meter, tmp, vocab, **training_args):
+    """Trainer.train() for one step of BATCH sequences, its phases marked on the model Trainer calls (peft's
+    LoraModel calls the wrapped model's .forward directly, past its hooks); the loss is computed inside the
+    model (labels), so the forward hook ends the forward."""
     from transformers import Trainer, TrainingArguments
-    torch.manual_seed(0)
-    model = _hf_model(case["precision"])
-    if case.get("lora"):
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"],
-                                                 lora_dropout=LORA["dropout"],
-                                                 target_modules=list(LORA["targets"]), task_type="CAUSAL_LM"))
-    ids = _batch(CONFIG["vocab_size"])
+    ids = _batch(vocab)
     data = [{"input_ids": ids[i], "labels": ids[i].clone()} for i in range(BATCH)]
     args = TrainingArguments(output_dir=tmp, max_steps=1, per_device_train_batch_size=BATCH, use_cpu=True,
-                             bf16=case["precision"] == "amp-bf16", report_to=[], save_strategy="no",
-                             logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-                             dataloader_pin_memory=False, optim="adamw_torch", seed=0,
-                             gradient_checkpointing=bool(case.get("checkpoint")))
+                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             dataloader_num_workers=0, dataloader_pin_memory=False, seed=0, **training_args)
     trainer = Trainer(model=model, args=args, train_dataset=data)
-    def pre(m, a):
-        meter.begin("forward")
 
-    def post(m, a, o):  # the loss is computed inside the model (labels)
+    def post(m, a, o):
         meter.end("forward")
         meter.begin("backward")
 
-    # on the model Trainer calls: peft's LoraModel calls the wrapped model's .forward directly, past its hooks
-    model.register_forward_pre_hook(pre)
+    model.register_forward_pre_hook(lambda m, a: meter.begin("forward"))
     model.register_forward_hook(post)
     with optimizer_marks(meter):
         trainer.train()
+    return args
+
+
+def run_hf(case, meter, tmp):
+    import torch
+    torch.manual_seed(0)
+    model = _peft(case, _hf_model(case["precision"]))
+    _train(model, meter, tmp, CONFIG["vocab_size"], bf16=case["precision"] == "amp-bf16", optim="adamw_torch",
+           gradient_checkpointing=bool(case.get("checkpoint")))
     return {"versions": _versions("transformers", "peft", "accelerate")}
 
 
@@ -369,7 +376,7 @@ def run_hf5(case, meter, tmp):
     """transformers 5.x's defaults: a checkpoint saved in bfloat16 and loaded without dtype=, Trainer(bf16=True)
     and its default optimizer."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments
+    from transformers import AutoConfig, AutoModelForCausalLM
     torch.manual_seed(0)
     cfg = CONFIGS[case["config"]]
     ckpt = os.path.join(tmp, "ckpt")
@@ -382,26 +389,8 @@ def run_hf5(case, meter, tmp):
     # allocator) does not see it; on a GPU the weights are copied to the device. Own them, as the device does.
     for prm in model.parameters():
         prm.data = prm.data.clone()
-    if case.get("lora"):
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=LORA["r"], lora_alpha=LORA["alpha"],
-                                                 lora_dropout=LORA["dropout"],
-                                                 target_modules=list(LORA["targets"]), task_type="CAUSAL_LM"))
-    ids = _batch(cfg["vocab_size"])
-    data = [{"input_ids": ids[i], "labels": ids[i].clone()} for i in range(BATCH)]
-    args = TrainingArguments(output_dir=tmp, max_steps=1, per_device_train_batch_size=BATCH, use_cpu=True,
-                             bf16=case.get("flag", True), report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                             dataloader_num_workers=0, dataloader_pin_memory=False, seed=0)
-    trainer = Trainer(model=model, args=args, train_dataset=data)
-    model.register_forward_pre_hook(lambda m, a: meter.begin("forward"))
-
-    def post(m, a, o):
-        meter.end("forward")
-        meter.begin("backward")
-
-    model.register_forward_hook(post)
-    with optimizer_marks(meter):
-        trainer.train()
+    model = _peft(case, model)
+    args = _train(model, meter, tmp, cfg["vocab_size"], bf16=case.get("flag", True))
     dtypes = sorted({str(p.dtype) for p in model.parameters() if p.requires_grad})
     return {"versions": _versions("transformers", "peft", "accelerate"), "optim": str(args.optim),
             "experts": getattr(model.config, "_experts_implementation", None), "trainable_dtypes": dtypes}
