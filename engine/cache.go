@@ -252,6 +252,16 @@ func (k cacheKey) wantedBy(ws []want, m map[cacheKey]*cacheEntry) bool {
 	return false
 }
 
+// holds reports whether p is a program the cache keeps (under any key).
+func (c *Cache) holds(p *ir.Program) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refs[p] > 0
+}
+
 func (c *Cache) get(k cacheKey) *cacheEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()

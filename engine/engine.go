@@ -806,9 +806,11 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage = p, r, stage
 			// A cached stage's offload transforms made p for this call
-			// alone (without them it is the cached program itself).
+			// alone, unless they left the cached program as it was
+			// (without them, or an autocast cache with no float32
+			// parameter to cache: autocast-bf16 without adapters).
 			_, cached := pl.cacheKey(false, stage)
-			res.owned = cached && len(s.offloadTransforms()) > 0
+			res.owned = cached && len(s.offloadTransforms()) > 0 && !o.Cache.holds(p)
 		}
 		if o.NoTiming {
 			continue

@@ -88,6 +88,10 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 	c := &Cache{Limit: 5000}
 	rapid.Check(t, func(rt *rapid.T) {
 		s := Spec{Job: Job{Model: a, MicroBatch: rapid.IntRange(1, 2).Draw(rt, "b"), Seq: 64, Precision: ops.BF16, Optimizer: lower.AdamW, Impl: rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl"), Accum: rapid.IntRange(1, 3).Draw(rt, "accum")}, Parallel: Parallel{PP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "pp"), Sharding: Sharding{DP: rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "dp")}}, Target: Target{FirstStep: rapid.Bool().Draw(rt, "first")}}
+		// autocast-bf16 without adapters: an autocast cache with nothing
+		// to cache hands back the cached program, which Release must
+		// then leave alone
+		s.Precision = rapid.SampledFrom([]ops.Precision{ops.BF16, ops.AMPBF16, ops.AutocastBF16}).Draw(rt, "precision")
 		drawSharding(rt, &s)
 		if rapid.Bool().Draw(rt, "ckpt") {
 			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
@@ -107,6 +111,7 @@ func TestPropertyCacheChangesNothing(t *testing.T) {
 				(want.First != nil && got.First.Peak.Total != want.First.Peak.Total) {
 				rt.Fatalf("pass %d: cached plan differs: peak %s/%s, step %v/%v", i, got.Sim.Peak.Total, want.Sim.Peak.Total, got.Timing.Step, want.Timing.Step)
 			}
+			got.Release() // as compare and fit do with what they have judged
 		}
 	})
 	if hits, _ := c.Stats(); hits < 100 {

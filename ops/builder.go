@@ -28,6 +28,11 @@ const (
 	// 16 bits, no master copy (litgpt bf16-true, torchtune dtype: bf16).
 	PureBF16
 	PureFP16
+	// AutocastBF16: bfloat16 parameters, gradients and optimizer state
+	// under torch.autocast(bfloat16): a 16-bit checkpoint trained as loaded
+	// with transformers' bf16=True (5.x loads the checkpoint's dtype); only
+	// what is float32 (peft's adapters, their inputs) is cast per op.
+	AutocastBF16
 )
 
 // precisionRow is one precision policy.
@@ -40,13 +45,14 @@ type precisionRow struct {
 }
 
 var precisions = []precisionRow{
-	FP32:     {"fp32", units.F32, units.Invalid, false, "float32 parameters, activations, gradients and optimizer state"},
-	AMPBF16:  {"amp-bf16", units.F32, units.BF16, false, "torch.autocast(bfloat16): float32 parameters and state, per-op casts"},
-	AMPFP16:  {"amp-fp16", units.F32, units.F16, false, "torch.autocast(float16) + GradScaler: float32 parameters and state, per-op casts"},
-	BF16:     {"bf16", units.BF16, units.Invalid, true, "bfloat16 parameters and activations, float32 master weights and optimizer state (Megatron-LM, DeepSpeed)"},
-	FP16:     {"fp16", units.F16, units.Invalid, true, "float16 parameters and activations, float32 master weights and optimizer state"},
-	PureBF16: {"pure-bf16", units.BF16, units.Invalid, false, "bfloat16 parameters, gradients and optimizer state, no master copy (litgpt bf16-true, torchtune dtype: bf16)"},
-	PureFP16: {"pure-fp16", units.F16, units.Invalid, false, "float16 parameters, gradients and optimizer state, no master copy (litgpt 16-true)"},
+	FP32:         {"fp32", units.F32, units.Invalid, false, "float32 parameters, activations, gradients and optimizer state"},
+	AMPBF16:      {"amp-bf16", units.F32, units.BF16, false, "torch.autocast(bfloat16): float32 parameters and state, per-op casts"},
+	AMPFP16:      {"amp-fp16", units.F32, units.F16, false, "torch.autocast(float16) + GradScaler: float32 parameters and state, per-op casts"},
+	BF16:         {"bf16", units.BF16, units.Invalid, true, "bfloat16 parameters and activations, float32 master weights and optimizer state (Megatron-LM, DeepSpeed)"},
+	FP16:         {"fp16", units.F16, units.Invalid, true, "float16 parameters and activations, float32 master weights and optimizer state"},
+	PureBF16:     {"pure-bf16", units.BF16, units.Invalid, false, "bfloat16 parameters, gradients and optimizer state, no master copy (litgpt bf16-true, torchtune dtype: bf16)"},
+	PureFP16:     {"pure-fp16", units.F16, units.Invalid, false, "float16 parameters, gradients and optimizer state, no master copy (litgpt 16-true)"},
+	AutocastBF16: {"autocast-bf16", units.BF16, units.BF16, false, "bfloat16 parameters, gradients and optimizer state under torch.autocast(bfloat16): a bfloat16 checkpoint trained with transformers' bf16=True; float32 adapters cast per op"},
 }
 
 // precisionAliases are the frameworks' own names for rows above.
