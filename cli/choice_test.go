@@ -21,7 +21,7 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		{[]string{"plan", "--mode", "serving"},
 			`--mode "serving": want train or infer`},
 		{[]string{"compare", "--precision", "fp8"},
-			`--precision "fp8": want one of fp32, amp-bf16, amp-fp16, bf16, fp16, pure-bf16, pure-fp16`},
+			`--precision "fp8": want one of fp32, amp-bf16, amp-fp16, bf16, fp16, pure-bf16, pure-fp16, autocast-bf16`},
 		{[]string{"fit", "--gpu", "h100", "--optimizer", "lamb"},
 			`--optimizer "lamb": want one of sgd, sgd-momentum, adam, adamw, adafactor, adamw8bit, adamw-amsgrad, rmsprop, adagrad, lion, adamw8bit-torchao, adamw4bit-torchao`},
 		{[]string{"max", "--gpu", "h100", "--micro-batch", "?", "--optimizer-impl", "turbo"},

@@ -188,7 +188,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.IntVar(&f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions))")
 	fl.IntVar(&f.accum, "accum", 1, "gradient-accumulation micro-steps per optimizer step")
 	fl.IntVar(&f.genTokens, "gen-tokens", 0, "inference: tokens generated after the prompt (sizes the KV cache)")
-	fl.StringVar(&f.precision, "precision", "amp-bf16", "fp32, amp-bf16, amp-fp16, bf16, fp16 (bf16/fp16 keep fp32 master weights), pure-bf16 or pure-fp16 (16-bit state, no master: litgpt bf16-true)")
+	fl.StringVar(&f.precision, "precision", "amp-bf16", "fp32, amp-bf16, amp-fp16, bf16, fp16 (bf16/fp16 keep fp32 master weights), pure-bf16 or pure-fp16 (16-bit state, no master: litgpt bf16-true), autocast-bf16 (bf16 state under autocast: transformers 5.x bf16=True over a bf16 checkpoint)")
 	fl.StringVar(&f.optimizer, "optimizer", "adamw", strings.Join(lower.OptimizerNames(), ", "))
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")

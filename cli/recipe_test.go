@@ -114,9 +114,9 @@ func TestRecipeHF5(t *testing.T) {
 		args           []string
 		precision, opt string
 	}{
-		{[]string{"--model", "llama-3-8b", "--recipe", "hf5"}, "pure-bf16", "fused"}, // bfloat16 checkpoint
-		{[]string{"--model", "gpt2", "--recipe", "hf5"}, "amp-bf16", "fused"},        // no torch_dtype: float32 weights
-		{[]string{"--model", "gemma-2-9b", "--recipe", "hf5"}, "amp-bf16", "fused"},  // torch_dtype float32
+		{[]string{"--model", "llama-3-8b", "--recipe", "hf5"}, "autocast-bf16", "fused"}, // bfloat16 checkpoint under bf16=True
+		{[]string{"--model", "gpt2", "--recipe", "hf5"}, "amp-bf16", "fused"},            // no torch_dtype: float32 weights
+		{[]string{"--model", "gemma-2-9b", "--recipe", "hf5"}, "amp-bf16", "fused"},      // torch_dtype float32
 		{[]string{"--model", "llama-2-7b", "--recipe", "hf5", "--precision", "pure-fp16"}, "pure-fp16", "fused"},
 		{[]string{"--model", "llama-3-8b", "--recipe", "hf5", "--precision", "amp-bf16"}, "amp-bf16", "fused"},
 		{[]string{"--model", "llama-3-8b", "--recipe", "hf5", "--lora", "r=8", "--qlora"}, "amp-bf16", "fused"},

@@ -429,16 +429,23 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		// casts the norms and embed_tokens/lm_head back (the adapter path
 		// of _configure_embedding_dtypes).
 		mustSet(m.rec, "qlora.prepare-kbit=false")
+		if p == ops.AMPBF16 {
+			return ops.AutocastBF16, true // bf16=True autocasts over the bfloat16 rest
+		}
 		return pure(p), true
 	}
 	var loaded ops.Precision // the parameters' dtype as a pure precision
 	var why string           // who loads them so
+	autocast := true         // the Trainer's bf16=True autocasts over them
 	switch m.tool {
 	case "llama-factory", "llamafactory":
 		if !lora && !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16") {
 			return p, true // full fine-tuning: trainable parameters cast to float32
 		}
 		loaded, why = pure(p), "LLaMA-Factory loads the base in the compute dtype"
+		// pure_bf16 trains "in purely bf16 precision (without AMP)"
+		// (hparams/finetuning_args.py): no autocast over it
+		autocast = !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16")
 	case "axolotl":
 		if !lora && !flashAttention(notes) {
 			m.lack("precision", "axolotl keeps embed_tokens, lm_head and every norm in float32 and the rest in the %s it loads (full fine-tuning with SDPA or eager attention: loaders/model.py _configure_embedding_dtypes), a per-module mix memplan has no precision for", dtypeName(pure(p)))
@@ -457,8 +464,10 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		why = fmt.Sprintf("transformers %d.%d loads the checkpoint's %s (from_pretrained's dtype \"auto\")", v[0], v[1], dtypeName(loaded))
 	}
 	switch {
+	case loaded == pure(p) && p == ops.AMPBF16 && autocast:
+		return ops.AutocastBF16, true
 	case loaded == pure(p) && (p == ops.AMPBF16 || lora):
-		return loaded, true
+		return loaded, true // no autocast over them (LLaMA-Factory's pure_bf16), or LoRA's float32 adapters under fp16=True
 	case loaded == pure(p):
 		m.lack("precision", "%s, and %s over float16 parameters stops at the first step: the Trainer's GradScaler refuses to unscale float16 gradients", why, m.r.Precision)
 	default:

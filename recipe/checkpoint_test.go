@@ -20,9 +20,9 @@ func TestPrecisionCheckpoint(t *testing.T) {
 		want    ops.Precision
 		wantErr string
 	}{
-		{"bfloat16", engine.Spec{Job: engine.Job{Model: model("bfloat16")}}, ops.PureBF16, ""},
-		{"torch. prefix", engine.Spec{Job: engine.Job{Model: model("torch.bfloat16")}}, ops.PureBF16, ""},
-		{"upper case", engine.Spec{Job: engine.Job{Model: model("BFloat16")}}, ops.PureBF16, ""},
+		{"bfloat16", engine.Spec{Job: engine.Job{Model: model("bfloat16")}}, ops.AutocastBF16, ""},
+		{"torch. prefix", engine.Spec{Job: engine.Job{Model: model("torch.bfloat16")}}, ops.AutocastBF16, ""},
+		{"upper case", engine.Spec{Job: engine.Job{Model: model("BFloat16")}}, ops.AutocastBF16, ""},
 		{"float32 keeps the flag", engine.Spec{Job: engine.Job{Model: model("float32")}}, ops.AMPBF16, ""},
 		{"unnamed keeps the flag", engine.Spec{Job: engine.Job{Model: model("")}}, ops.AMPBF16, ""},
 		{"no model keeps the flag", engine.Spec{}, ops.AMPBF16, ""},

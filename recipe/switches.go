@@ -30,7 +30,7 @@ type Switch struct {
 
 var switches = []Switch{
 	{Key: "precision", Flag: "precision", Values: strings.Join(ops.PrecisionNames(), ", ") + " (or a framework's name: bf16-true, bf16-mixed, 16-true, 16-mixed, 32-true), or checkpoint",
-		Doc: "where parameters, gradients and optimizer state live and what autocast computes in; checkpoint: the parameters train in the dtype the model's config.json names (from_pretrained's dtype \"auto\"): under the Trainer's bf16=True (--precision's default), pure-bf16 over a bfloat16 checkpoint; --precision's value over a float32 or unnamed one, a trace, or QLoRA (whose unquantized rest peft casts to float32); a float16 checkpoint is refused unless --precision is given",
+		Doc: "where parameters, gradients and optimizer state live and what autocast computes in; checkpoint: the parameters train in the dtype the model's config.json names (from_pretrained's dtype \"auto\"): under the Trainer's bf16=True (--precision's default), autocast-bf16 over a bfloat16 checkpoint; --precision's value over a float32 or unnamed one, a trace, or QLoRA (whose unquantized rest peft casts to float32); a float16 checkpoint is refused unless --precision is given",
 		apply: func(s *engine.Spec, v string) (err error) {
 			if v == "checkpoint" {
 				s.Precision, err = checkpointPrecision(s)
@@ -291,8 +291,9 @@ func LoadedPrecision(m *models.Arch) (ops.Precision, bool) {
 
 // checkpointPrecision is the precision switch's checkpoint value: the
 // parameters trained as loaded under the Trainer's bf16=True (--precision's
-// default, amp-bf16). Autocast to the checkpoint's own 16-bit dtype changes
-// nothing, so a bfloat16 checkpoint trains pure bfloat16; a float32 or
+// default, amp-bf16): a bfloat16 checkpoint is autocast-bf16 (bfloat16
+// state, autocast casting only what is float32: peft's adapters and their
+// inputs, measured by the framework suite's hf5 cases); a float32 or
 // unnamed checkpoint, a trace, and QLoRA (peft's
 // prepare_model_for_kbit_training casts what is not 4-bit to float32) keep
 // the flag's precision; a float16 checkpoint autocast to bfloat16 has no
@@ -305,5 +306,5 @@ func checkpointPrecision(s *engine.Spec) (ops.Precision, error) {
 	if loaded == ops.PureFP16 {
 		return 0, fmt.Errorf("%s's checkpoint is float16 and loads so (from_pretrained's dtype \"auto\"); the Trainer's bf16=True autocasts it to bfloat16, which memplan has no precision for: give --precision pure-fp16 (the Trainer with neither bf16 nor fp16) or amp-bf16 (from_pretrained(dtype=torch.float32))", s.Model.Name)
 	}
-	return loaded, nil
+	return ops.AutocastBF16, nil
 }

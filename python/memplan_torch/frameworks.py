@@ -77,12 +77,13 @@ CASES = [
     dict(name="torchtune-full-bf16-inbwd", framework="torchtune", precision="pure-bf16", in_backward=True),
     # transformers 5.x as it runs by default: from_pretrained of a bfloat16 checkpoint (dtype "auto"), bf16=True,
     # the default optim (adamw_torch_fused on PyTorch 2.8+), no padding (SDPA's enable_gqa), grouped_mm experts;
-    # memplan is given no --precision: the recipe's precision=checkpoint reads config.json
+    # memplan is given no --precision: the recipe's precision=checkpoint reads config.json (autocast-bf16: bfloat16
+    # parameters, autocast casting what is float32, peft's adapters and their inputs)
     dict(name="hf5-full-gqa", framework="hf5", precision="checkpoint", config="gqa"),
     dict(name="hf5-lora-gqa", framework="hf5", precision="checkpoint", config="gqa", lora=True),
     dict(name="hf5-full-moe", framework="hf5", precision="checkpoint", config="moe"),
-    # the Trainer with neither bf16 nor fp16: the same parameters, no autocast
-    dict(name="hf5-lora-gqa-noflag", framework="hf5", precision="checkpoint", config="gqa", lora=True, flag=False),
+    # the Trainer with neither bf16 nor fp16: the same parameters without autocast, memplan's pure-bf16
+    dict(name="hf5-lora-gqa-noflag", framework="hf5", precision="pure-bf16", config="gqa", lora=True, flag=False),
 ]
 PHASES = ("forward", "backward", "optimizer")
 TOLERANCE = 0.03
@@ -91,17 +92,7 @@ TOLERANCE = 0.03
 # (low, high)}, why=...): the range each phase's error was in when it was explained (a point either side of the
 # measurement, so a new gap cannot hide behind an old explanation) and the mechanism, with the source that shows
 # it. Empty: every case is within TOLERANCE on both paths.
-EXPLAINED = {
-    ("hf5-lora-gqa", "catalog"): dict(
-        phases={"forward": (0.047, 0.067), "backward": (0.046, 0.066)},
-        why="Trainer(bf16=True) over a bfloat16 base autocasts the float32 adapters: peft casts x to lora_A's float32 "
-            "(peft tuners/lora/layer.py @v0.18.1 Linear.forward, _cast_input_dtype), then autocast's F.linear casts "
-            "it to bfloat16 and saves that (and lora_B's bfloat16 input), where memplan's pure-bf16 has no autocast "
-            "and saves them in float32: 2 layers x (q, v) x (4x128x256 + 4x128x8) x 2 bytes = 1,081,344 bytes less "
-            "autocast's 32,768 bytes of cached bfloat16 adapter weights = 1,048,576; measured 1,052,672 (forward, "
-            "against the same job with neither flag, hf5-lora-gqa-noflag, -0.11%). memplan has no precision for "
-            "autocast over 16-bit parameters."),
-}
+EXPLAINED = {}
 
 # How long each framework's loop keeps the model's output (memplan's loop.hold-outputs), for the trace path's
 # replay (the catalog path takes it from the recipe, which says the same)
