@@ -420,7 +420,14 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		return p, true
 	}
 	lora := m.r.PEFT != nil
-	if m.r.Quantization != nil && lora {
+	var loaded ops.Precision // the parameters' dtype as a pure precision
+	var why string           // who loads them so
+	autocast := true         // the Trainer's bf16=True autocasts over them
+	// pure_bf16 trains "in purely bf16 precision (without AMP)"
+	// (LLaMA-Factory hparams/finetuning_args.py): no autocast over it
+	pureBF16 := strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16")
+	switch {
+	case m.r.Quantization != nil && lora:
 		// QLoRA under the tools: the parameters left unquantized stay in
 		// the compute dtype. LLaMA-Factory never calls peft's
 		// prepare_model_for_kbit_training (model_utils/checkpointing.py
@@ -429,24 +436,13 @@ func (m *rowMapper) loadedPrecision(p ops.Precision) (ops.Precision, bool) {
 		// casts the norms and embed_tokens/lm_head back (the adapter path
 		// of _configure_embedding_dtypes).
 		mustSet(m.rec, "qlora.prepare-kbit=false")
-		if p == ops.AMPBF16 {
-			return ops.AutocastBF16, true // bf16=True autocasts over the bfloat16 rest
-		}
-		return pure(p), true
-	}
-	var loaded ops.Precision // the parameters' dtype as a pure precision
-	var why string           // who loads them so
-	autocast := true         // the Trainer's bf16=True autocasts over them
-	switch m.tool {
-	case "llama-factory", "llamafactory":
-		if !lora && !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16") {
+		loaded, why = pure(p), "the unquantized rest stays in the compute dtype"
+	case m.tool == "llama-factory" || m.tool == "llamafactory":
+		if !lora && !pureBF16 {
 			return p, true // full fine-tuning: trainable parameters cast to float32
 		}
-		loaded, why = pure(p), "LLaMA-Factory loads the base in the compute dtype"
-		// pure_bf16 trains "in purely bf16 precision (without AMP)"
-		// (hparams/finetuning_args.py): no autocast over it
-		autocast = !strings.Contains(strings.ReplaceAll(notes, " ", ""), "pure_bf16")
-	case "axolotl":
+		loaded, why, autocast = pure(p), "LLaMA-Factory loads the base in the compute dtype", !pureBF16
+	case m.tool == "axolotl":
 		if !lora && !flashAttention(notes) {
 			m.lack("precision", "axolotl keeps embed_tokens, lm_head and every norm in float32 and the rest in the %s it loads (full fine-tuning with SDPA or eager attention: loaders/model.py _configure_embedding_dtypes), a per-module mix memplan has no precision for", dtypeName(pure(p)))
 			return p, false

@@ -670,7 +670,8 @@ def run(out, memplan, cases=None, trace=TRACED, log=print):
             tr = predict_trace(c, memplan, out)
             if tr is not None:
                 log("traced %s in %.0fs%s" % (n, time.time() - ts, (": " + tr["error"]) if "error" in tr else ""))
-        row = {"case": n, "framework": c["framework"], "precision": c["precision"], "lora": bool(c.get("lora")),
+        row = {"case": n, "framework": c["framework"], "config": c.get("config", "llama"), "precision": c["precision"],
+               "lora": bool(c.get("lora")),
                "in_backward": bool(c.get("in_backward")), "versions": m["versions"],
                "measured": m, "catalog": cat, "trace": tr,
                "plan_args": plan_args(c),
@@ -681,7 +682,7 @@ def run(out, memplan, cases=None, trace=TRACED, log=print):
             row["trace_peak_error"] = _err(tr["peak_bytes"], m["peak_bytes"])
         rows.append(row)
     with open(os.path.join(out, "frameworks.json"), "w") as f:
-        json.dump({"schema": "memplan.frameworks/v1", "config": CONFIG, "batch": BATCH, "seq": SEQ,
+        json.dump({"schema": "memplan.frameworks/v1", "config": CONFIG, "configs": CONFIGS, "batch": BATCH, "seq": SEQ,
                    "rows": rows}, f, indent=1)
     text = table(rows)
     with open(os.path.join(out, "table.md"), "w") as f:
