@@ -126,8 +126,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			warn(cmd.ErrOrStderr(), ws)
 			// The lever of a job that does not fit plans it again with
 			// other strategies: through the baseline's cache, the model
-			// is built and lowered once.
-			cache := &engine.Cache{}
+			// is built and lowered once, and the cache keeps only what
+			// the lever plans from.
+			cache := engine.LeverCache(spec)
 			res, err := engine.PlanWith(spec, engine.Options{Cache: cache})
 			if err != nil {
 				return err

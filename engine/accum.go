@@ -52,6 +52,27 @@ func pipelineShortAccum(s *Spec) int {
 	return s.PP + 1
 }
 
+// plannedAccum is the number of micro-steps PlanWith plans s with under
+// o: the few that show its peak when fewer do (shortAccum; an unpriced
+// 1F1B pipeline's pipelineShortAccum), else all of them. The cache keys
+// of its programs carry it, so a cache that keeps what later plans look up
+// (Cache.putOnlyFor, Cache.keepFor) names their programs by it: named by
+// s.Accum, compare and the next step at --accum 8 dropped the baseline's
+// programs of three micro-steps after the first strategy, and each
+// strategy after it lowered the model again.
+func plannedAccum(s *Spec, o Options) int {
+	if o.AllAccum || o.shortAccum {
+		return s.Accum
+	}
+	if m := shortAccum(s); m > 0 {
+		return m
+	}
+	if m := pipelineShortAccum(s); m > 0 && o.NoTiming {
+		return m
+	}
+	return s.Accum
+}
+
 // planFewer plans s (validated) with m of its micro-steps, which show its
 // peak (shortAccum, pipelineShortAccum), and reports it as s.Accum's with
 // SimAccum m; the step time, when priced, is the m micro-steps'.

@@ -184,8 +184,8 @@ func (c *Cache) DropSharded() {
 // deepseek-v2 were a third of its live heap; base's lowered program, held
 // past the last checkpointing row, was a quarter of compare deepseek-v3's
 // live heap while it offloaded activations.
-func (c *Cache) keepFor(specs []Spec) {
-	ws := wants(specs)
+func (c *Cache) keepFor(specs []Spec, o Options) {
+	ws := wants(specs, o)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, e := range c.m {
@@ -202,8 +202,8 @@ func (c *Cache) keepFor(specs []Spec) {
 // and garbage as soon as it is, where cached it stayed live until the next
 // keepFor (compare deepseek-v3: each checkpointing's program was held beside
 // the program its offload and autocast made from it).
-func (c *Cache) putOnlyFor(specs []Spec, on bool) {
-	ws := wants(specs)
+func (c *Cache) putOnlyFor(specs []Spec, o Options, on bool) {
+	ws := wants(specs, o)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.only, c.filter = ws, on
@@ -215,10 +215,13 @@ type want struct {
 	shard Sharding
 }
 
-func wants(specs []Spec) []want {
+// wants is what specs plan from, each planned as o says (its programs
+// keyed by the micro-steps it is planned with, plannedAccum).
+func wants(specs []Spec, o Options) []want {
 	ws := make([]want, len(specs))
 	for i := range specs {
-		s := &specs[i]
+		s := specs[i]
+		s.Accum = plannedAccum(&s, o)
 		w := want{k: s.preShardKey(), shard: s.Sharding}
 		w.lk = w.k
 		w.lk.Checkpoint = CheckpointPolicy{}

@@ -241,6 +241,16 @@ type Options struct {
 	// graphs are forward graphs already built for the spec, by stage
 	// (planShortAccum's, built for its program of four micro-steps).
 	graphs map[int]*ir.Graph
+	// numbersOnly: the caller reads the result's numbers, never its
+	// programs (the lever's strategies), so each program is dropped once
+	// simulated (Result.Compact) and the steady step's is not live while
+	// the first step's is built (deepseek-v3 --accum 8: two programs of
+	// three micro-steps, 0.7 GB).
+	numbersOnly bool
+	// leverBound: the strategies after this one may be ruled out by the
+	// bound its peak tightens (LargestLever), so the cache keeps none of
+	// its programs for them (eachVariant).
+	leverBound bool
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -773,11 +783,11 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
 		return nil, invalid(FieldPP, "pipeline stages %v are not all in [0, %d)", o.Stages, s.PP)
 	}
-	if !o.AllAccum && !o.shortAccum && shortAccum(&s) > 0 {
+	if m := plannedAccum(&s, o); m < s.Accum {
+		if s.PP > 1 {
+			return planFewer(s, o, m) // unpriced: no step to extrapolate
+		}
 		return planShortAccum(s, o)
-	}
-	if m := pipelineShortAccum(&s); m > 0 && o.NoTiming && !o.AllAccum && !o.shortAccum {
-		return planFewer(s, o, m) // unpriced: no step to extrapolate
 	}
 	pl := &planner{s: &s, o: o, graphs: o.graphs}
 	res := &Result{Spec: s, Capacity: s.CapacityBytes()}
@@ -827,6 +837,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 	}
 	res.Spec = s
+	if o.numbersOnly {
+		res.Compact()
+	}
 	if s.FirstStep && s.Mode == Train {
 		var params int64
 		var err error
@@ -841,6 +854,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		res.First.Params = params
 		res.HostPeak = max(res.HostPeak, res.First.HostPeak)
+		if o.numbersOnly {
+			res.FirstProgram = nil
+		}
 	}
 	if pl.auto != nil {
 		res.AutoCheckpointed = append([]string(nil), *pl.auto...)

@@ -45,12 +45,49 @@ func LargestLever(base *Result, c *Cache) *Row {
 	}
 	var best *Row
 	b := newBound(base.PeakBytes(), floors)
-	eachStrategy(base, vs, Options{Cache: c, NoTiming: true}, func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
+	eachStrategy(base, vs, leverOptions(c), func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
 		if b.offer(order[k], r.Result.PeakBytes()) {
 			best = &r
 		}
 	})
 	return best
+}
+
+// leverOptions are the options LargestLever plans its strategies with
+// through c: judged by their peaks, without step times, timelines or
+// programs, none cached for the strategies its bound may rule out.
+func leverOptions(c *Cache) Options {
+	return Options{Cache: c, NoTiming: true, NoTimeline: true, numbersOnly: true, leverBound: true}
+}
+
+// LeverCache is a cache to plan base through and then hand to
+// LargestLever: it keeps only the programs the lever's strategies plan
+// from. A priced 1F1B pipeline's programs hold all its micro-steps, where
+// the lever, judging peaks, plans the p+1 that show them
+// (pipelineShortAccum): kept, they were never looked up again
+// (deepseek-v3 --pp 4 --accum 8 held every stage's lowered and scheduled
+// programs of eight micro-steps, 4.1 GB of peak RSS where 2.4 GB do). The
+// filter ends with the lever (eachVariant). A spec that does not validate
+// gets a plain cache (PlanWith reports why).
+func LeverCache(base Spec) *Cache {
+	c := &Cache{}
+	if base.Validate() != nil {
+		return c
+	}
+	c.putOnlyFor(specsOf(base, Variants(base, Allow{})[1:]), leverOptions(c), true)
+	return c
+}
+
+// specsOf is s with each of vs that applies applied.
+func specsOf(s Spec, vs []Variant) []Spec {
+	var out []Spec
+	for _, v := range vs {
+		vs := s
+		if v.apply(&vs) == nil {
+			out = append(out, vs)
+		}
+	}
+	return out
 }
 
 // bestFirst orders the indices of floors by increasing floor, equal ones
@@ -130,13 +167,16 @@ func eachStrategy(base *Result, vs []Variant, o Options, skip func(int) bool, ea
 // and the lever: through one cache and without timelines, which neither
 // reads), and hands each its index in vs and its row: the result, or why
 // the variant does not apply or does not plan. skip (nil: none) leaves the
-// variant of an index out unplanned, asked when its turn comes. An error
-// each returns ends it and is returned. Each
+// variant of an index out unplanned, asked when its turn comes; once it
+// skips an index it must keep skipping it (the lever's bound only
+// tightens). An error each returns ends it and is returned. Each
 // variant caches, and after it the cache keeps, only the programs the
-// variants after it plan from (Cache.putOnlyFor, Cache.keepFor): compare on
-// deepseek-v2 held every checkpointed program until evicted, 1.78 GB of
-// peak RSS where 1.32 GB do, for the same lookups
-// (TestPropertyCompareKeepsBaseProgramsOnly).
+// variants after it that are not skipped plan from (Cache.putOnlyFor,
+// Cache.keepFor): compare on deepseek-v2 held every checkpointed program
+// until evicted, 1.78 GB of peak RSS where 1.32 GB do, for the same lookups
+// (TestPropertyCompareKeepsBaseProgramsOnly); the lever on deepseek-v3
+// --pp 4 --accum 8 kept every stage's programs for the checkpointing and
+// activation offload its bound had already ruled out.
 func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each func(int, Row) error) error {
 	specs := make([]Spec, len(vs))
 	errs := make([]error, len(vs))
@@ -145,13 +185,26 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 		errs[i] = v.apply(&specs[i])
 	}
 	if o.Cache != nil {
-		defer o.Cache.putOnlyFor(nil, false)
+		defer o.Cache.putOnlyFor(nil, o, false)
+	}
+	// later is the specs after i that apply and are not skipped.
+	later := func(i int) []Spec {
+		var out []Spec
+		for j := i + 1; j < len(vs); j++ {
+			if errs[j] == nil && (skip == nil || !skip(j)) {
+				out = append(out, specs[j])
+			}
+		}
+		return out
 	}
 	for i, v := range vs {
-		later := applied(specs[i+1:], errs[i+1:])
 		if skip == nil || !skip(i) {
 			if o.Cache != nil {
-				o.Cache.putOnlyFor(later, true)
+				var next []Spec
+				if !o.leverBound {
+					next = later(i)
+				}
+				o.Cache.putOnlyFor(next, o, true)
 			}
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
@@ -162,21 +215,10 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 			}
 		}
 		if o.Cache != nil {
-			o.Cache.keepFor(later)
+			o.Cache.keepFor(later(i), o)
 		}
 	}
 	return nil
-}
-
-// applied is the specs whose variant applied (its error nil).
-func applied(specs []Spec, errs []error) []Spec {
-	var ok []Spec
-	for i := range specs {
-		if errs[i] == nil {
-			ok = append(ok, specs[i])
-		}
-	}
-	return ok
 }
 
 // CannotLower says the strategy cannot lower base's peak (floor).

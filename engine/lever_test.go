@@ -121,6 +121,47 @@ func TestLargestLeverMatchesCompare(t *testing.T) {
 	})
 }
 
+// A baseline planned through LeverCache leaves in it only the programs the
+// lever's strategies plan from, and the lever through it picks what it
+// picks through a cache that keeps everything: a priced 1F1B pipeline of more than p+1 micro-steps leaves
+// nothing (the lever plans p+1); without a pipeline the baseline's programs
+// of three micro-steps stay (the lever plans three too). The filter ends
+// with the lever.
+func TestLeverCacheKeepsWhatTheLeverPlansFrom(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		pp := rapid.IntRange(1, 3).Draw(rt, "pp")
+		if pp > 1 {
+			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+		}
+		s.Accum = rapid.IntRange(1, 8).Draw(rt, "accum")
+		kept, all := LeverCache(s), &Cache{Limit: 1 << 40}
+		base, err := PlanWith(s, Options{Cache: kept})
+		if err != nil {
+			rt.Skip(err)
+		}
+		if pp > 1 && s.Accum > pp+1 && len(kept.m) > 0 {
+			t.Fatalf("a pipeline of %d micro-steps left %d programs the lever (%d micro-steps) never plans from", s.Accum, len(kept.m), pp+1)
+		}
+		if pp == 1 && s.Accum > 1 && len(kept.m) == 0 {
+			t.Fatalf("the baseline of %d micro-steps left none of its programs for the lever", s.Accum)
+		}
+		ref, err := PlanWith(s, Options{Cache: all})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := LargestLever(base, kept), LargestLever(ref, all)
+		switch {
+		case got == nil && want == nil:
+		case got == nil || want == nil || got.Name != want.Name || got.Result.PeakBytes() != want.Result.PeakBytes():
+			t.Fatalf("lever through LeverCache %v, through a cache that keeps everything %v", got, want)
+		}
+		if kept.filter {
+			t.Fatal("the lever left LeverCache's filter on")
+		}
+	})
+}
+
 // The lever's branch and bound picks what planning every strategy picks —
 // the lowest peak under the baseline's, the first in Compare's order of
 // equal ones — while it plans them by increasing floor and skips those whose
@@ -227,18 +268,6 @@ func samePoint(a, b sim.Point, op bool) bool {
 	return a == b
 }
 
-// specsOf is s with each of vs that applies applied.
-func specsOf(s Spec, vs []Variant) []Spec {
-	var out []Spec
-	for _, v := range vs {
-		vs := s
-		if v.apply(&vs) == nil {
-			out = append(out, vs)
-		}
-	}
-	return out
-}
-
 // Compare caches, and keeps between strategies, only the programs the
 // strategies still to come plan from (Cache.putOnlyFor, Cache.keepFor), and
 // builds nothing more for it: through a cache that keeps every program, the
@@ -256,6 +285,11 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 		if s.DP > 1 {
 			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
 		}
+		// Past four micro-steps each strategy is planned with three
+		// (plannedAccum): keyed by its own micro-steps, the baseline's
+		// programs were dropped after the first strategy and built again
+		// for every one after it.
+		s.Accum = rapid.SampledFrom([]int{1, 3, 6}).Draw(rt, "accum")
 		if err := s.Validate(); err != nil {
 			rt.Skip(err)
 		}
@@ -271,7 +305,8 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 			// or one after it plans from; one put during it, one after it.
 			this, later := specsOf(s, vs[i:]), specsOf(s, vs[i+1:])
 			for k := range kept.m {
-				ok := k.wantedBy(wants(later), kept.m) || held[k] && k.wantedBy(wants(this), kept.m)
+				o := Options{NoTimeline: true}
+				ok := k.wantedBy(wants(later, o), kept.m) || held[k] && k.wantedBy(wants(this, o), kept.m)
 				if !ok {
 					t.Fatalf("after %s the cache holds a program no strategy after it plans from: checkpoint %+v, optimizer step %v, lowered %v",
 						vs[i].Name, k.spec.Checkpoint, k.spec.Impl, k.lowered)
