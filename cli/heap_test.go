@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"io"
+	"runtime/debug"
+	"testing"
+)
+
+// limit reads the soft memory limit without changing it.
+func limit() int64 { return debug.SetMemoryLimit(-1) }
+
+// Unless GOMEMLIMIT is set, a command runs under heapLimit and the limit
+// before it is restored when it returns; GOMEMLIMIT's is left alone.
+func TestLimitHeap(t *testing.T) {
+	before := limit()
+	t.Setenv("GOMEMLIMIT", "")
+	undo := limitHeap()
+	if got := limit(); got != heapLimit {
+		t.Fatalf("limit %d under a command, want %d", got, heapLimit)
+	}
+	undo()
+	if got := limit(); got != before {
+		t.Fatalf("limit %d after the command, want %d as before it", got, before)
+	}
+	t.Setenv("GOMEMLIMIT", "4GiB")
+	undo = limitHeap()
+	if got := limit(); got != before {
+		t.Fatalf("limit %d with GOMEMLIMIT set, want %d (the runtime's)", got, before)
+	}
+	undo()
+}
+
+// Every command but serve is limited; Main restores the limit it found.
+func TestLimitsHeapButServe(t *testing.T) {
+	root := NewRoot(io.Discard, io.Discard)
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"plan", "--model", "gpt2"}, true},
+		{[]string{"compare"}, true},
+		{[]string{"fit"}, true},
+		{[]string{"max"}, true},
+		{[]string{"serve", "--addr", ":0"}, false},
+	} {
+		c, _, err := root.Find(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if got := limitsHeap(c); got != tc.want {
+			t.Errorf("%v: limited %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	t.Setenv("GOMEMLIMIT", "")
+	before := limit()
+	if code := Main([]string{"gpus"}, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("gpus: exit %d", code)
+	}
+	if got := limit(); got != before {
+		t.Fatalf("limit %d after Main, want %d as before it", got, before)
+	}
+}
