@@ -3,6 +3,9 @@ package cli
 import (
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"time"
 
 	"github.com/memplan/memplan/search"
 	"github.com/spf13/cobra"
@@ -11,18 +14,28 @@ import (
 // heapLimit is the soft limit on the Go heap (runtime/debug.SetMemoryLimit)
 // a command of the CLI runs under unless GOMEMLIMIT sets one: 1.5× the
 // search's default memory budget, the limit fit holds a default search
-// under (searchGC). Planning the largest jobs makes programs by the hundred
+// under (searchGC), or 1.5× the live heap when that is larger
+// (heapGrowth). Planning the largest jobs makes programs by the hundred
 // megabytes that are garbage once the next transform has copied them, and
 // at Go's default 100% growth the heap grew to twice what was live before
 // the collector ran: compare deepseek-v3 on h100 kept 1.08 GB live and
 // reached 1.9 GB of RSS, plan deepseek-v3 --pp 4 --accum 8 1.34 GB and
 // 2.46 GB. Under the limit the collector runs as the heap nears it: 1.53 GB
-// and 1.58 GB, for no and 1.3 s more (8.2 s). A job whose live heap is
-// over the limit runs slower, never fails: the runtime caps the
-// collector's share of the CPU. Every job of the catalog except the
-// largest mixtures of experts keeps a few hundred megabytes live and
-// never reaches it.
+// and 1.58 GB, for no and 1.3 s more (8.2 s). Every job of the catalog
+// except the largest mixtures of experts keeps a few hundred megabytes live
+// and never reaches it.
 const heapLimit = int64(search.DefaultMemoryBudget) / 2 * 3
+
+// heapGrowth is how far past the live heap the limit stays: a fixed limit
+// under a live heap near it made the collector run back to back (compare
+// deepseek-v2 --accum 8, about 2 GB live: 13.2 s → 23.5 s at 1.5 GiB), so
+// the limit follows the live heap at 1.5× (GOGC=50's growth), and a job
+// past heapLimit is collected more often than at Go's default, not
+// continuously.
+const heapGrowth = 1.5
+
+// heapPoll is how often the limit follows the live heap.
+const heapPoll = 50 * time.Millisecond
 
 // limitsHeap says whether command c runs under heapLimit: every command
 // but serve, whose requests run side by side (its process is the
@@ -31,13 +44,42 @@ func limitsHeap(c *cobra.Command) bool {
 	return c.Name() != "serve" && !isAPI(c)
 }
 
-// limitHeap sets heapLimit unless GOMEMLIMIT is set, and returns the
-// function that restores the limit before it (the CLI runs in-process in
-// tests and in the service).
+// limitHeap sets the heap limit unless GOMEMLIMIT is set, follows the live
+// heap until the returned function stops it and restores the limit before
+// (the CLI runs in-process in tests and in the service).
 func limitHeap() func() {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return func() {}
 	}
 	old := debug.SetMemoryLimit(heapLimit)
-	return func() { debug.SetMemoryLimit(old) }
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		t := time.NewTicker(heapPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				metrics.Read(sample)
+				if sample[0].Value.Kind() == metrics.KindUint64 {
+					debug.SetMemoryLimit(limitFor(sample[0].Value.Uint64()))
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		debug.SetMemoryLimit(old)
+	}
+}
+
+// limitFor is the heap limit for a live heap of live bytes.
+func limitFor(live uint64) int64 {
+	return max(heapLimit, int64(float64(live)*heapGrowth))
 }

@@ -30,6 +30,25 @@ func TestLimitHeap(t *testing.T) {
 	undo()
 }
 
+// The limit is heapLimit up to a live heap of heapLimit/heapGrowth, and
+// follows the live heap at heapGrowth past it.
+func TestLimitFor(t *testing.T) {
+	for _, tc := range []struct {
+		live uint64
+		want int64
+	}{
+		{0, heapLimit},
+		{512 << 20, heapLimit},
+		{uint64(float64(heapLimit) / heapGrowth), heapLimit},
+		{2 << 30, 3 << 30},
+		{8 << 30, 12 << 30},
+	} {
+		if got := limitFor(tc.live); got != tc.want {
+			t.Errorf("live %d: limit %d, want %d", tc.live, got, tc.want)
+		}
+	}
+}
+
 // Every command but serve is limited; Main restores the limit it found.
 func TestLimitsHeapButServe(t *testing.T) {
 	root := NewRoot(io.Discard, io.Discard)

@@ -355,14 +355,25 @@ CATALOG_COMPARE_EXIT = {
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
 CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "6.5-14.6 s by the hour, 1.7-1.9 GB alone (2.1 GB beside another job): a full plan per strategy of 470,000 ops",
+    ("compare", "deepseek-v3"): "4.6-6 s and 1.5 GB in round 15 (under cli/heap.go's limit), but 6.5-14.6 s by the hour before: a full plan per strategy of 470,000 ops",
 }
 # Accumulation and pipelines on the largest: three simulated micro-steps of
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for the next step's strategy).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "7.3-16 s by the hour, 2.6 GB alone"),
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "13-27 s by the hour, 3.8-3.9 GB alone: four stages of eight priced micro-steps, and the next step's optimizer offload on every stage's five"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "6.6 s and 2.1-2.2 GB in round 15 (1.9-2.0 GB live, over the heap limit); 7.3-16 s by the hour before"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "9.8 s and 1.6 GB alone in round 15, over 10 s beside another probe (4.2 GB before): four stages of eight priced micro-steps, and the next step's optimizer offload on every stage's five"),
+]
+
+# The same three jobs as transformers 5.x runs them (--recipe hf5), and
+# hf5's refusal of a float16 checkpoint.
+CATALOG_HF5_JOBS = [
+    (4, "", ["compare", "--model", "deepseek-v3", "--gpu", "h100", "--json", "--recipe", "hf5"],
+     "The same three jobs as transformers 5.x runs them (--recipe hf5: one grouped matmul a projection for the\n"
+     "# experts, not the 4.46 loop of 256): 0.1-0.3 s and under 150 MB."),
+    (3, "", ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8", "--recipe", "hf5"], None),
+    (3, "", ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8", "--recipe", "hf5"], None),
+    (1, "llama-2-7b's checkpoint is float16", ["plan", "--model", "llama-2-7b", "--recipe", "hf5"], None),
 ]
 
 
@@ -377,7 +388,7 @@ def catalog_probes():
                        "open: " + why if why else None))
     for code, args, why in CATALOG_OPEN_JOBS:
         ps.append(("open:%d" % code, "", args, "open: " + why))
-    return ps
+    return ps + CATALOG_HF5_JOBS
 
 
 def edge_probes():
