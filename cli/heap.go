@@ -39,9 +39,10 @@ const heapPoll = 50 * time.Millisecond
 
 // limitsHeap says whether command c runs under heapLimit: every command
 // but serve, whose requests run side by side (its process is the
-// deployment's to tune, GOMEMLIMIT), and no request served through the API.
+// deployment's to tune, GOMEMLIMIT), and fit, which holds its search under
+// 1.5× --search-memory (searchGC), and no request served through the API.
 func limitsHeap(c *cobra.Command) bool {
-	return c.Name() != "serve" && !isAPI(c)
+	return c.Name() != "serve" && c.Name() != "fit" && !isAPI(c)
 }
 
 // limitHeap sets the heap limit unless GOMEMLIMIT is set, follows the live
