@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"runtime/metrics"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
 )
@@ -41,4 +45,59 @@ func BenchmarkPlanLlama3_70BPipeline(b *testing.B) {
 			b.Fatalf("%d stages planned", len(r.StagePeaks))
 		}
 	}
+}
+
+// BenchmarkNextStepPipeline is plan's path for a job that does not fit:
+// qwen3-30b-a3b (transformers 4.x's loop over its 128 experts) on an h100
+// over two pipeline stages of eight micro-steps, planned
+// through LeverCache, then its next step (LargestLever). max-live-MB is the
+// largest live heap (after a collection, sampled every 5 ms): the next
+// step's cache once held every stage's programs of eight micro-steps, which
+// its strategies, planned with five, never looked up.
+func BenchmarkNextStepPipeline(b *testing.B) {
+	gpu, err := hw.Lookup("h100")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Spec{Job: Job{Model: lookup(b, "qwen3-30b-a3b"), MicroBatch: 1, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 8},
+		Parallel: Parallel{PP: 2}, Target: Target{GPU: gpu}}
+	b.ReportAllocs()
+	for b.Loop() {
+		live := maxLive(func() {
+			c := LeverCache(s)
+			r, err := PlanWith(s, Options{Cache: c})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if r.Fits || LargestLever(r, c) == nil {
+				b.Fatal("the job fits, or no strategy lowers its peak")
+			}
+		})
+		b.ReportMetric(float64(live)/(1<<20), "max-live-MB")
+	}
+}
+
+// maxLive runs f and returns the largest live heap sampled while it runs.
+func maxLive(f func()) uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	var live atomic.Uint64
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				metrics.Read(sample)
+				if v := sample[0].Value.Uint64(); v > live.Load() {
+					live.Store(v)
+				}
+			}
+		}
+	}()
+	f()
+	close(done)
+	return live.Load()
 }
