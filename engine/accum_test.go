@@ -206,3 +206,58 @@ func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
 		}
 	})
 }
+
+// A priced 1F1B pipeline of more than 2p+3 micro-steps simulates p+1 and
+// prices each stage's step from its programs of p+1 and p+2
+// (planPipelineShortAccum): its peaks, its step time, phase walls, FLOPs
+// and throughput equal those of all its micro-steps planned and priced
+// (times to the nanosecond per micro-step, from rounding).
+func TestPipelineShortAccumTiming(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		s.PP = rapid.IntRange(2, 4).Draw(rt, "pp")
+		s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+		s.Accum = rapid.IntRange(2*s.PP+4, 2*s.PP+8).Draw(rt, "accum")
+		if rapid.Bool().Draw(rt, "checkpoint") {
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		}
+		if s.DP > 1 {
+			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
+		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+		all, err := PlanWith(s, Options{AllAccum: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		short, err := PlanWith(s, Options{})
+		if err != nil {
+			t.Fatalf("all %d micro-steps planned, %d did not: %v", s.Accum, s.PP+1, err)
+		}
+		if short.SimAccum != s.PP+1 || short.Spec.Accum != s.Accum || all.SimAccum != 0 {
+			t.Fatalf("simulated %d of %d micro-steps (want %d), all of them: %d", short.SimAccum, short.Spec.Accum, s.PP+1, all.SimAccum)
+		}
+		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || short.Fits != all.Fits {
+			t.Fatalf("peaks %d %v short, %d %v in full", short.PeakBytes(), short.StagePeaks, all.PeakBytes(), all.StagePeaks)
+		}
+		a, b := short.Timing, all.Timing
+		if a == nil || b == nil {
+			t.Fatalf("timing %v short, %v in full", a, b)
+		}
+		tol := time.Duration(s.Accum)
+		if d := a.Step - b.Step; d < -tol || d > tol {
+			t.Fatalf("step %v short, %v in full", a.Step, b.Step)
+		}
+		for i := range a.Phases {
+			if d := a.Phases[i].Wall - b.Phases[i].Wall; d < -tol || d > tol {
+				t.Fatalf("phase %d wall %v short, %v in full", i, a.Phases[i].Wall, b.Phases[i].Wall)
+			}
+		}
+		if d := a.Idle - b.Idle; d < -tol || d > tol {
+			t.Fatalf("idle %v short, %v in full", a.Idle, b.Idle)
+		}
+		if !near(a.FLOPs, b.FLOPs) || !near(short.StepFLOPs, all.StepFLOPs) || !near(a.MFU, b.MFU) || !near(a.TokensPerSec, b.TokensPerSec) {
+			t.Fatalf("FLOPs %g/%g, step FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", a.FLOPs, b.FLOPs, short.StepFLOPs, all.StepFLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
+		}
+	})
+}

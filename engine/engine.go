@@ -218,8 +218,9 @@ type Options struct {
 	// step time nobody reads (the next step's strategies, judged by their
 	// peaks). A plan of more than four micro-steps then builds no
 	// four-micro-step program to extrapolate its step from (planShortAccum),
-	// and a 1F1B pipeline simulates the p+1 micro-steps that show every
-	// stage's peak (pipelineShortAccum), whose step time would need all.
+	// and a 1F1B pipeline of p+2 to 2p+3 micro-steps simulates the p+1 that
+	// show every stage's peak (pipelineShortAccum) instead of all of them
+	// (planPipelineShortAccum).
 	NoTiming bool
 	// Stages, when set, plans only these pipeline stages. The search plans
 	// the first and the last: with identical layers they bound the others
@@ -229,8 +230,9 @@ type Options struct {
 	Stages []int
 	// AllAccum simulates every micro-step; by default a plan of more than
 	// four micro-steps without pipelining simulates the three that show its
-	// peak and extrapolates its step time (shortAccum), and an unpriced
-	// 1F1B pipeline simulates p+1 (pipelineShortAccum).
+	// peak and extrapolates its step time (shortAccum), and a 1F1B pipeline
+	// simulates p+1, its step time extrapolated from p+1 and p+2
+	// (pipelineShortAccum, planPipelineShortAccum).
 	AllAccum bool
 	// wholeStages builds the whole model for every pipeline stage (the
 	// reference stageSlice is tested against).
@@ -247,6 +249,9 @@ type Options struct {
 	// the first step's is built (deepseek-v3 --accum 8: two programs of
 	// three micro-steps, 0.7 GB).
 	numbersOnly bool
+	// rankTimes, when set, gets each planned stage's timing before the
+	// bubble (priceRank), in stage order (planPipelineShortAccum).
+	rankTimes *[]*cost.Timing
 	// leverBound: the strategies after this one may be ruled out by the
 	// bound its peak tightens (LargestLever), so the cache keeps none of
 	// its programs for them (eachVariant).
@@ -586,22 +591,36 @@ func (s *Spec) ComputeDType() units.DType {
 
 // Price times program p of spec s on s.GPU.
 func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
+	t, err := priceRank(s, p)
+	if err != nil {
+		return nil, err
+	}
+	addBubble(s, t)
+	return t, nil
+}
+
+// priceRank times program p of spec s on s.GPU as the rank runs it, without
+// the time it idles in a pipeline's bubble (nil without a GPU).
+func priceRank(s *Spec, p *ir.Program) (*cost.Timing, error) {
 	if s.GPU == nil {
 		return nil, nil
 	}
 	dp := float64(max(s.DP, 1))
-	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
+	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
 		SamplesPerStep: float64(s.MicroBatch) * float64(s.Accum) * dp, Topology: s.Topology()})
-	if err != nil || s.PP < 2 {
-		return t, err
+}
+
+// addBubble adds to t (a rank's timing, nil: none) the time a pipeline rank
+// idles for the bubble: with p stages, v virtual stages per rank and m
+// micro-batches, (p−1)/(v·m) of the forward and backward time (Narayanan et
+// al., SC'21, §2.2).
+func addBubble(s *Spec, t *cost.Timing) {
+	if t == nil || s.PP < 2 {
+		return
 	}
-	// A pipeline rank idles for the bubble: with p stages, v virtual stages
-	// per rank and m micro-batches, (p−1)/(v·m) of the forward and backward
-	// time (Narayanan et al., SC'21, §2.2).
 	v := float64(max(s.PPInterleave, 1))
 	fb := t.Phases[ir.Forward].Wall + t.Phases[ir.Backward].Wall
 	t.AddIdle(time.Duration(float64(fb) * float64(s.PP-1) / (v * float64(max(s.Accum, 1)))))
-	return t, nil
 }
 
 // Program builds the program of s (validated); under pipeline parallelism,
@@ -785,7 +804,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	}
 	if m := plannedAccum(&s, o); m < s.Accum {
 		if s.PP > 1 {
-			return planFewer(s, o, m) // unpriced: no step to extrapolate
+			return planPipelineShortAccum(s, o, m)
 		}
 		return planShortAccum(s, o)
 	}
@@ -825,10 +844,15 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if o.NoTiming {
 			continue
 		}
-		t, err := Price(&s, p)
+		t, err := priceRank(&s, p)
 		if err != nil {
 			return nil, err
 		}
+		if o.rankTimes != nil && t != nil {
+			rt := *t
+			*o.rankTimes = append(*o.rankTimes, &rt)
+		}
+		addBubble(&s, t)
 		if t != nil && (res.Timing == nil || t.Step > res.Timing.Step) {
 			res.Timing = t
 		}

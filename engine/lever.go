@@ -62,12 +62,12 @@ func leverOptions(c *Cache) Options {
 
 // LeverCache is a cache to plan base through and then hand to
 // LargestLever: it keeps only the programs the lever's strategies plan
-// from. A priced 1F1B pipeline's programs hold all its micro-steps, where
+// from. A priced 1F1B pipeline of p+2 to 2p+3 micro-steps holds them all, where
 // the lever, judging peaks, plans the p+1 that show them
-// (pipelineShortAccum): kept, they were never looked up again
-// (deepseek-v3 --pp 4 --accum 8 held every stage's lowered and scheduled
-// programs of eight micro-steps, 4.1 GB of peak RSS where 2.4 GB do). The
-// filter ends with the lever (eachVariant). A spec that does not validate
+// (pipelineShortAccum): kept, they were never looked up again (when every
+// pipeline was priced in full, deepseek-v3 --pp 4 --accum 8 held every
+// stage's lowered and scheduled programs of eight micro-steps, 4.1 GB of
+// peak RSS where 2.4 GB do). The filter ends with the lever (eachVariant). A spec that does not validate
 // gets a plain cache (PlanWith reports why).
 func LeverCache(base Spec) *Cache {
 	c := &Cache{}

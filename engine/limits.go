@@ -39,7 +39,7 @@ func (s *Spec) validateLimits() error {
 		return invalid(FieldAccum, "{accum} %d is over the limit of %d micro-steps per optimizer step", s.Accum, MaxAccum)
 	}
 	if s.PP > 1 && s.Accum > MaxPipelineAccum {
-		return invalid(FieldAccum, "{accum} %d is over the limit of %d micro-steps for a pipeline ({pp} %d simulates every micro-step)", s.Accum, MaxPipelineAccum, s.PP)
+		return invalid(FieldAccum, "{accum} %d is over the limit of %d micro-steps for a pipeline ({pp} %d: GPipe and interleaved schedules simulate every micro-step)", s.Accum, MaxPipelineAccum, s.PP)
 	}
 	seq := int64(s.Seq) + int64(s.GenTokens)
 	if s.Trace != nil && seq == 0 {
