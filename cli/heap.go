@@ -3,10 +3,9 @@ package cli
 import (
 	"os"
 	"runtime/debug"
-	"runtime/metrics"
-	"sync"
 	"time"
 
+	"github.com/memplan/memplan/internal/heapwatch"
 	"github.com/memplan/memplan/search"
 	"github.com/spf13/cobra"
 )
@@ -53,29 +52,9 @@ func limitHeap() func() {
 		return func() {}
 	}
 	old := debug.SetMemoryLimit(heapLimit)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-		t := time.NewTicker(heapPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				metrics.Read(sample)
-				if sample[0].Value.Kind() == metrics.KindUint64 {
-					debug.SetMemoryLimit(limitFor(sample[0].Value.Uint64()))
-				}
-			}
-		}
-	}()
+	stop := heapwatch.Every(heapPoll, func(live uint64) { debug.SetMemoryLimit(limitFor(live)) })
 	return func() {
-		close(done)
-		wg.Wait()
+		stop()
 		debug.SetMemoryLimit(old)
 	}
 }

@@ -170,18 +170,7 @@ func BenchmarkPlanAccumMillion(b *testing.B) {
 // checkpointing, ZeRO and every offload.
 func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverSpec(t, rt)
-		s.PP = rapid.IntRange(2, 8).Draw(rt, "pp")
-		s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
-		s.Accum = rapid.IntRange(s.PP+2, s.PP+5).Draw(rt, "accum")
-		if rapid.Bool().Draw(rt, "checkpoint") {
-			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
-		}
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
-		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+		s := pipelineSpec(t, rt, 8, func(pp int) (int, int) { return pp + 2, pp + 5 })
 		all, err := PlanWith(s, Options{NoTiming: true, AllAccum: true})
 		if err != nil {
 			rt.Skip(err)
@@ -214,18 +203,7 @@ func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
 // (times to the nanosecond per micro-step, from rounding).
 func TestPipelineShortAccumTiming(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverSpec(t, rt)
-		s.PP = rapid.IntRange(2, 4).Draw(rt, "pp")
-		s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
-		s.Accum = rapid.IntRange(2*s.PP+4, 2*s.PP+8).Draw(rt, "accum")
-		if rapid.Bool().Draw(rt, "checkpoint") {
-			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
-		}
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
-		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+		s := pipelineSpec(t, rt, 4, func(pp int) (int, int) { return 2*pp + 4, 2*pp + 8 })
 		all, err := PlanWith(s, Options{AllAccum: true})
 		if err != nil {
 			rt.Skip(err)
@@ -260,4 +238,24 @@ func TestPipelineShortAccumTiming(t *testing.T) {
 			t.Fatalf("FLOPs %g/%g, step FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", a.FLOPs, b.FLOPs, short.StepFLOPs, all.StepFLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
 		}
 	})
+}
+
+// pipelineSpec draws a 1F1B pipeline of 2 to maxPP stages, one or two
+// layers each, accumulating over accum(pp) micro-steps (a range), with or
+// without checkpointing, ZeRO (under data parallelism) and each offload.
+func pipelineSpec(t *testing.T, rt *rapid.T, maxPP int, accum func(pp int) (lo, hi int)) Spec {
+	s := leverSpec(t, rt)
+	s.PP = rapid.IntRange(2, maxPP).Draw(rt, "pp")
+	s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+	lo, hi := accum(s.PP)
+	s.Accum = rapid.IntRange(lo, hi).Draw(rt, "accum")
+	if rapid.Bool().Draw(rt, "checkpoint") {
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	}
+	if s.DP > 1 {
+		s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+	}
+	s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
+	s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+	return s
 }

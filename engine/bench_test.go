@@ -1,12 +1,12 @@
 package engine
 
 import (
-	"runtime/metrics"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/internal/heapwatch"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
 )
@@ -79,25 +79,13 @@ func BenchmarkNextStepPipeline(b *testing.B) {
 
 // maxLive runs f and returns the largest live heap sampled while it runs.
 func maxLive(f func()) uint64 {
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	var live atomic.Uint64
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				metrics.Read(sample)
-				if v := sample[0].Value.Uint64(); v > live.Load() {
-					live.Store(v)
-				}
-			}
+	stop := heapwatch.Every(5*time.Millisecond, func(v uint64) {
+		if v > live.Load() {
+			live.Store(v)
 		}
-	}()
+	})
 	f()
-	close(done)
+	stop()
 	return live.Load()
 }
