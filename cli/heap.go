@@ -18,11 +18,9 @@ import (
 // megabytes that are garbage once the next transform has copied them, and
 // at Go's default 100% growth the heap grew to twice what was live before
 // the collector ran: compare deepseek-v3 on h100 kept 1.08 GB live and
-// reached 1.9 GB of RSS, plan deepseek-v3 --pp 4 --accum 8 1.34 GB and
-// 2.46 GB. Under the limit the collector runs as the heap nears it: 1.53 GB
-// and 1.58 GB, for no and 1.3 s more (8.2 s). Every job of the catalog
-// except the largest mixtures of experts keeps a few hundred megabytes live
-// and never reaches it.
+// reached 1.78-1.86 GiB of RSS; under the limit, 1.51-1.53 GiB in the same
+// time. Every job of the catalog except the largest mixtures of experts
+// keeps a few hundred megabytes live and never reaches it.
 const heapLimit = int64(search.DefaultMemoryBudget) / 2 * 3
 
 // heapGrowth is how far past the live heap the limit stays: a fixed limit

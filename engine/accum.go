@@ -36,7 +36,8 @@ func shortAccum(s *Spec) int {
 
 // pipelineShortAccum is the number of micro-steps that show the peak of a
 // 1F1B pipeline of s.Accum micro-steps: p+1 for p stages (a priced plan
-// extrapolates its step time from p+1 and p+2, planPipelineShortAccum). Stage i holds at most p−i
+// extrapolates its step time from p+1 and p+2, planPipelineShortAccum).
+// Stage i holds at most p−i
 // micro-batches in flight; it reaches them at its forward of micro-step
 // p−i−1 and, from the backward of micro-step 0 on, runs with every
 // gradient of the stage existing, so micro-step p−i+1 ≤ p+1 repeats the
@@ -55,8 +56,9 @@ func pipelineShortAccum(s *Spec) int {
 }
 
 // plannedAccum is the number of micro-steps PlanWith plans s with under
-// o: the few that show its peak when fewer do (shortAccum; an unpriced
-// 1F1B pipeline's pipelineShortAccum), else all of them. The cache keys
+// o: the few that show its peak when fewer do (shortAccum; a 1F1B
+// pipeline's pipelineShortAccum, when unpriced or past 2p+3 micro-steps),
+// else all of them. The cache keys
 // of its programs carry it, so a cache that keeps what later plans look up
 // (Cache.putOnlyFor, Cache.keepFor) names their programs by it: named by
 // s.Accum, compare and the next step at --accum 8 dropped the baseline's
@@ -80,8 +82,8 @@ func plannedAccum(s *Spec, o Options) int {
 // (pipelineShortAccum) and, when priced, times each stage's k micro-steps
 // from its programs of m and m+1 — priced only past k = 2m+1, where those
 // two are fewer micro-steps to build than k (deepseek-v3 --pp 4 --accum 8
-// was no faster and held 0.3 GB more for the next step): past its warm-up a rank runs
-// the same forward and backward ops on the same streams for every
+// was no faster and held 0.3 GB more for the next step). Past its warm-up
+// a rank runs the same forward and backward ops on the same streams for every
 // micro-step (1F1B's steady state), and its reduction, offload and
 // optimizer step once, so its time before the bubble is affine in the
 // micro-steps from m on. The bubble, (p−1)/(v·k) of the forward and
@@ -91,7 +93,8 @@ func plannedAccum(s *Spec, o Options) int {
 // and priced first, each garbage before the next (priceStages).
 // TestPipelineShortAccumTiming checks every stage against all k micro-steps
 // priced. Priced in full, deepseek-v3 --pp 4 --accum 32 built, scheduled
-// and simulated 128 stage micro-steps (34 s, 6.1 GB).
+// and simulated 128 stage micro-steps (34-36 s, 5.8-6.1 GB; 12.9 s and
+// 2.5 GB with p+1 and p+2).
 func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 	if o.NoTiming || s.GPU == nil {
 		return planFewer(s, o, m) // unpriced: no step to extrapolate

@@ -51,9 +51,9 @@ func BenchmarkPlanLlama3_70BPipeline(b *testing.B) {
 // qwen3-30b-a3b (transformers 4.x's loop over its 128 experts) on an h100
 // over two pipeline stages of eight micro-steps, planned
 // through LeverCache, then its next step (LargestLever). max-live-MB is the
-// largest live heap (after a collection, sampled every 5 ms): the next
-// step's cache once held every stage's programs of eight micro-steps, which
-// its strategies, planned with five, never looked up.
+// largest live heap (after a collection, sampled every 5 ms). Eight
+// micro-steps are past 2p+3: the plan simulates three and extrapolates the
+// step (planPipelineShortAccum), and the next step plans from its programs.
 func BenchmarkNextStepPipeline(b *testing.B) {
 	gpu, err := hw.Lookup("h100")
 	if err != nil {
