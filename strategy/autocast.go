@@ -125,3 +125,26 @@ func regionKind(op *ir.Op) int {
 	}
 	return inNone
 }
+
+// WithoutExits is the program AutocastCache made q from — q without its
+// ir.AutocastExit ops, which the cache only inserts — as a copy of its
+// own with Clone's room, for ChainOwned: a cache that holds a plan's
+// program in place of the one it was made from (engine.LeverCache) makes
+// that one again for the transforms that start from it, in one copy.
+func WithoutExits(q *ir.Program) *ir.Program {
+	n := len(q.Ops)
+	for i := range q.Ops {
+		if q.Ops[i].Name == ir.AutocastExit {
+			n--
+		}
+	}
+	p := cloneTensors(q, len(q.Tensors)/4+16)
+	p.Ops = opPool.get(0, n+n/4+16)
+	for i := range q.Ops {
+		if q.Ops[i].Name != ir.AutocastExit {
+			p.Ops = append(p.Ops, q.Ops[i])
+		}
+	}
+	capOperands(p.Ops)
+	return p
+}

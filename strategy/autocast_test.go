@@ -1,6 +1,7 @@
 package strategy_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -65,5 +66,44 @@ func TestAutocastCacheHoldsCastsToForwardEnd(t *testing.T) {
 	}
 	if replays != 2 {
 		t.Errorf("%d replay exits, want one per checkpointed block (2)", replays)
+	}
+}
+
+// WithoutExits undoes AutocastCache: the program it makes is the one the
+// cache was applied to, op for op and tensor for tensor, with or without
+// checkpointing before it, and ChainOwned on it rewrites it as Chain does
+// on the original (engine.LeverCache holds a plan's program in place of
+// the one it was made from, and makes that one again this way).
+func TestWithoutExitsUndoesAutocastCache(t *testing.T) {
+	base := strategy.AutocastTestProgram(t)
+	ck, err := strategy.Chain(base, &strategy.Checkpoint{Patterns: []string{"transformer.h.*"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]*ir.Program{"plain": base, "checkpointed": ck} {
+		q, err := strategy.Chain(p, &strategy.AutocastCache{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(q.Ops) == len(p.Ops) {
+			t.Fatalf("%s: the autocast cache inserted no exit", name)
+		}
+		back := strategy.WithoutExits(q)
+		if !reflect.DeepEqual(back.Ops, p.Ops) || !reflect.DeepEqual(back.Tensors, p.Tensors) ||
+			!reflect.DeepEqual(back.Params, p.Params) || back.MicroBatches != p.MicroBatches || back.SharedTensors {
+			t.Fatalf("%s: WithoutExits(AutocastCache(p)) is not p", name)
+		}
+		ts := []strategy.Transform{&strategy.OptimizerOffload{}, &strategy.AutocastCache{}}
+		want, err := strategy.Chain(p, ts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := strategy.ChainOwned(strategy.WithoutExits(q), ts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Ops, want.Ops) || !reflect.DeepEqual(got.Tensors, want.Tensors) {
+			t.Fatalf("%s: ChainOwned on the program made again differs from Chain on the original", name)
+		}
 	}
 }

@@ -32,10 +32,20 @@ type rewriter interface {
 // transforms after the first rewrite them in place where they can (not one
 // whose tensors are another's, ir.Program.SharedTensors).
 func Chain(p *ir.Program, ts ...Transform) (*ir.Program, error) {
+	return chain(p, false, ts)
+}
+
+// ChainOwned is Chain on a program the caller owns and hands over (a copy
+// made for it): the first transform too rewrites it in place where it can.
+func ChainOwned(p *ir.Program, ts ...Transform) (*ir.Program, error) {
+	return chain(p, true, ts)
+}
+
+func chain(p *ir.Program, own bool, ts []Transform) (*ir.Program, error) {
 	for i, t := range ts {
 		var q *ir.Program
 		var err error
-		if r, ok := t.(rewriter); ok && i > 0 && !p.SharedTensors {
+		if r, ok := t.(rewriter); ok && (i > 0 || own) && !p.SharedTensors {
 			q, err = r.apply(p, true)
 		} else {
 			q, err = t.Apply(p)
