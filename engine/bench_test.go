@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -74,6 +75,39 @@ func BenchmarkNextStepPipeline(b *testing.B) {
 			}
 		})
 		b.ReportMetric(float64(live)/(1<<20), "max-live-MB")
+	}
+}
+
+// BenchmarkNextStep is plan's path for a job without pipelining that does
+// not fit: the baseline through LeverCache (three micro-steps of eight,
+// steady and first step), then LargestLever from its cached programs, with
+// the largest live heap while it runs.
+func BenchmarkNextStep(b *testing.B) {
+	gpu, err := hw.Lookup("h100")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := Spec{Job: Job{Model: lookup(b, "qwen3-30b-a3b"), MicroBatch: 1, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 8},
+		Target: Target{GPU: gpu, FirstStep: true}}
+	b.ReportAllocs()
+	for b.Loop() {
+		runtime.GC()
+		c := LeverCache(s)
+		var r *Result
+		plan := maxLive(func() {
+			var err error
+			if r, err = PlanWith(s, Options{Cache: c}); err != nil {
+				b.Fatal(err)
+			}
+		})
+		runtime.GC() // the live heap sampled is the last collection's
+		lever := maxLive(func() {
+			if r.Fits || LargestLever(r, c) == nil {
+				b.Fatal("the job fits, or no strategy lowers its peak")
+			}
+		})
+		b.ReportMetric(float64(plan)/(1<<20), "plan-max-live-MB")
+		b.ReportMetric(float64(lever)/(1<<20), "lever-max-live-MB")
 	}
 }
 

@@ -53,6 +53,10 @@ type Cache struct {
 		o     build.Options
 		g     *ir.Graph
 	}
+	// derive: a program whose sharding and offload are autocast's cache
+	// alone is held as the program that cache made, the plan's own
+	// (cacheEntry.exits), not beside it (LeverCache).
+	derive bool
 }
 
 // graphFor is the graph of model built with o, built by build unless it
@@ -90,6 +94,10 @@ type cacheEntry struct {
 	prog   *ir.Program
 	params int64
 	used   uint64 // Cache.tick at its last use
+	// exits: prog is the program autocast's cache made from the entry's
+	// (Cache.derive), and the entry's program is prog without its
+	// ir.AutocastExit ops (program).
+	exits bool
 }
 
 // cacheKey keys a cached program: the spec with the parts the program
@@ -369,7 +377,7 @@ func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slic
 func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
 	shard := s.shardTransforms()
 	if len(shard) == 0 {
-		return strategy.Chain(e.prog, s.offloadTransforms()...)
+		return c.finish(e, s.offloadTransforms())
 	}
 	k.shard = s.Sharding
 	if k.shard.ZeRO == 0 {
@@ -377,12 +385,69 @@ func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
 	}
 	sharded := c.get(k)
 	if sharded == nil {
-		q, err := strategy.Chain(e.prog, shard...)
+		p, own := c.program(e)
+		chain := strategy.Chain
+		if own {
+			chain = strategy.ChainOwned
+		}
+		q, err := chain(p, shard...)
 		if err != nil {
 			return nil, err
 		}
 		sharded = &cacheEntry{prog: q, params: e.params}
 		c.put(k, sharded)
 	}
-	return strategy.Chain(sharded.prog, s.offloadTransforms()...)
+	return c.finish(sharded, s.offloadTransforms())
+}
+
+// finish applies the offload transforms ts to the program of e. Where ts
+// is autocast's cache alone, a cache that derives (LeverCache) keeps the
+// program it makes in place of e's, which is that program without its
+// exits: plan's result holds it anyway, and deepseek-v3's steady and
+// first-step programs (1.4 million ops each) were held twice, 0.43 GB.
+func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform) (*ir.Program, error) {
+	autocastOnly := false
+	if len(ts) == 1 {
+		_, autocastOnly = ts[0].(*strategy.AutocastCache)
+	}
+	c.mu.Lock()
+	made, exits := e.prog, e.exits
+	c.mu.Unlock()
+	if exits {
+		if autocastOnly {
+			return made, nil // the program autocast's cache made from this one
+		}
+		return strategy.ChainOwned(strategy.WithoutExits(made), ts...)
+	}
+	in := made
+	q, err := strategy.Chain(in, ts...)
+	if err != nil || !c.derive || !autocastOnly || q == in {
+		return q, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.refs[in]; n > 0 && c.refs[q] == 0 {
+		for _, x := range c.m {
+			if x.prog == in {
+				x.prog, x.exits = q, true
+			}
+		}
+		delete(c.refs, in)
+		c.refs[q] = n
+		c.size += len(q.Ops) - len(in.Ops)
+	}
+	return q, nil
+}
+
+// program is the program e holds: for an entry that holds what autocast's
+// cache made from it (exits), that program made again
+// (strategy.WithoutExits), a copy of the caller's own (own).
+func (c *Cache) program(e *cacheEntry) (p *ir.Program, own bool) {
+	c.mu.Lock()
+	q, exits := e.prog, e.exits
+	c.mu.Unlock()
+	if !exits {
+		return q, false
+	}
+	return strategy.WithoutExits(q), true
 }

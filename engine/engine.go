@@ -662,12 +662,14 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 			return q, e.params, err
 		}
 		if e := c.get(key.lowering()); e != nil {
-			return c.transform(key, s, e.prog, stage, pl.stageSlice(stage))
+			p, _ := c.program(e)
+			return c.transform(key, s, p, stage, pl.stageSlice(stage))
 		}
 	}
 	if lk, ok := pl.autoLoweringKey(first, stage); ok {
 		if e := c.get(lk); e != nil {
-			return pl.transform(e.prog, stage, slice{})
+			p, _ := c.program(e)
+			return pl.transform(p, stage, slice{})
 		}
 	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,

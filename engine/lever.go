@@ -67,10 +67,15 @@ func leverOptions(c *Cache) Options {
 // (pipelineShortAccum): kept, every stage's lowered and scheduled programs
 // of deepseek-v3 --pp 4 --accum 8 were never looked up again (3.85 GB of
 // peak RSS, 2.99 GB without them). The filter ends with the lever
-// (eachVariant). A spec that does not validate gets a plain cache
+// (eachVariant). It holds a program the plan made with autocast's cache
+// alone in place of the one that cache was applied to, and makes that one
+// again for the strategies that plan from it (Cache.finish): deepseek-v3
+// --accum 8 held its steady and first-step programs twice, before and
+// after the cache's few exits (2.26-2.33 GiB of peak RSS, 1.87-1.88 GiB
+// with one copy). A spec that does not validate gets a plain cache
 // (PlanWith reports why).
 func LeverCache(base Spec) *Cache {
-	c := &Cache{}
+	c := &Cache{derive: true}
 	if base.Validate() != nil {
 		return c
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 
@@ -151,6 +152,27 @@ func TestLeverCacheKeepsWhatTheLeverPlansFrom(t *testing.T) {
 		ref, err := PlanWith(s, Options{Cache: all})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// LeverCache holds the plan's own program where autocast's cache
+		// alone made it, and makes the one it was made from again.
+		if !reflect.DeepEqual(base.Program.Ops, ref.Program.Ops) {
+			t.Fatal("the plan through LeverCache differs from the plan through a plain cache")
+		}
+		derived := 0
+		for k, e := range kept.m {
+			if !e.exits {
+				continue
+			}
+			derived++
+			if !kept.holds(base.Program) && !kept.holds(base.FirstProgram) {
+				t.Fatal("LeverCache holds a program the plan made, but not the plan's")
+			}
+			if p, _ := kept.program(e); all.m[k] != nil && !reflect.DeepEqual(p.Ops, all.m[k].prog.Ops) {
+				t.Fatalf("LeverCache's program (first step %v, lowered %v) made again differs from the one it was made from", k.first, k.lowered)
+			}
+		}
+		if derived == 0 && pp == 1 && s.Accum > 1 && s.Precision == ops.AMPBF16 {
+			t.Fatal("LeverCache holds the program autocast's cache was applied to beside the plan's")
 		}
 		got, want := LargestLever(base, kept), LargestLever(ref, all)
 		switch {
