@@ -524,24 +524,19 @@ var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)
 // reservedAndLever predicts res's reserved bytes (--fit-on, --alloc-conf,
 // --no-reserved) and, for a job over its GPU, finds compare's largest lever
 // (through cache, the baseline's): the next step of a job over its GPU, not
-// of one over its host memory, as the levers lower the device peak. They
-// read res and write none of what the other reads, so they run side by side
-// unless --fit-on reserved decides whether the job fits first (deepseek-v3:
-// the replay and the lever take about 4 s each).
+// of one over its host memory, as the levers lower the device peak. The
+// lever runs after the replay: side by side, the replays' allocator state
+// was live beside the lever's programs (deepseek-v3 --accum 8: 1.87 GiB of
+// peak RSS side by side, 1.77 GiB in turn), for little time saved once the
+// lever plans from the baseline's cached programs (6.1-6.6 s side by side,
+// 6.7-6.8 s in turn; --pp 4 --accum 8: 11.1 s and 10.7-11.1 s): the
+// collector had the second core.
 func reservedAndLever(res *engine.Result, cache *engine.Cache, rf *reservedFlags) (*engine.Row, error) {
-	over := func() bool { return res.Capacity > 0 && res.Shortfall > 0 }
-	if rf.fitOn == "reserved" || !over() {
-		if err := rf.apply(res, true); err != nil {
-			return nil, err
-		}
-		if !over() {
-			return nil, nil
-		}
-		return engine.LargestLever(res, cache), nil
+	if err := rf.apply(res, true); err != nil {
+		return nil, err
 	}
-	lever := make(chan *engine.Row, 1)
-	go func() { lever <- engine.LargestLever(res, cache) }()
-	err := rf.apply(res, true)
-	next := <-lever
-	return next, err
+	if res.Capacity <= 0 || res.Shortfall <= 0 {
+		return nil, nil
+	}
+	return engine.LargestLever(res, cache), nil
 }

@@ -39,9 +39,9 @@ func TestLimitFor(t *testing.T) {
 	}{
 		{0, heapLimit},
 		{512 << 20, heapLimit},
-		{uint64(float64(heapLimit) / heapGrowth), heapLimit},
-		{2 << 30, 3 << 30},
-		{8 << 30, 12 << 30},
+		{uint64(heapLimit) * 4 / 5, heapLimit},
+		{2 << 30, 5 << 29},
+		{8 << 30, 10 << 30},
 	} {
 		if got := limitFor(tc.live); got != tc.want {
 			t.Errorf("live %d: limit %d, want %d", tc.live, got, tc.want)
