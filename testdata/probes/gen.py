@@ -361,7 +361,6 @@ CATALOG_OPEN = {
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for the next step's strategy).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"], "5.7-6.2 s and 2.16-2.19 GiB alone in round 15 (2,243-2,348 MiB in CI's runs; 1.9-2.0 GB live); 7.3-16 s and 2.6 GB by the hour before"),
     (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "10.1-11 s and 1.85-1.91 GiB alone in round 15 (3.63 GiB before): four stages of eight priced micro-steps, and the next step's optimizer offload on every stage's five"),
 ]
 
@@ -380,6 +379,16 @@ CATALOG_HF5_JOBS = [
 ]
 
 
+# Past its open: in round 16: the next step's cache holds the plan's own
+# programs in place of the ones autocast's cache made them from
+# (engine.LeverCache), and the lever runs after the reserved replay.
+CATALOG_CLOSED_JOBS = [
+    (3, "", ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--accum", "8"],
+     "Three simulated micro-steps of 470,000 ops and four to price the step, the reserved replay and the next step:\n"
+     "# 6.7-6.8 s and 1,805-1,827 MiB alone in round 16, 8.2 s and 1,841 MiB in the harness (2.16-2.35 GiB before)."),
+]
+
+
 def catalog_probes():
     ps = []
     for m in CATALOG:
@@ -391,7 +400,7 @@ def catalog_probes():
                        "open: " + why if why else None))
     for code, args, why in CATALOG_OPEN_JOBS:
         ps.append(("open:%d" % code, "", args, "open: " + why))
-    return ps + CATALOG_HF5_JOBS
+    return ps + CATALOG_HF5_JOBS + CATALOG_CLOSED_JOBS
 
 
 def edge_probes():
