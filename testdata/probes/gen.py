@@ -354,14 +354,12 @@ CATALOG_COMPARE_EXIT = {
     "llama-2-13b": 4, "llama-2-70b": 4, "llama-2-7b": 3, "llama-3-70b": 4, "llama-3-8b": 3, "llama-3.1-8b": 3,
     "mistral-7b": 3, "mixtral-8x7b": 4, "qwen2.5-32b-it": 4, "qwen2.5-7b": 3, "qwen3-30b-a3b": 4, "qwen3-8b": 3,
 }
-CATALOG_OPEN = {
-    ("compare", "deepseek-v3"): "4.8-7.7 s and 1.5-1.6 GiB in round 15 (cli/heap.go's limit), but 6.5-14.6 s by the hour before: a full plan per strategy of 470,000 ops",
-}
+CATALOG_OPEN = {}
 # Accumulation and pipelines on the largest: three simulated micro-steps of
 # 470,000 ops and four more to price the step (every stage's eight under a
 # pipeline, and every stage's five again for the next step's strategy).
 CATALOG_OPEN_JOBS = [
-    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "10.1-11 s and 1.85-1.91 GiB alone in round 15 (3.63 GiB before): four stages of eight priced micro-steps, and the next step's optimizer offload on every stage's five"),
+    (3, ["plan", "--model", "deepseek-v3", "--gpu", "h100", "--pp", "4", "--accum", "8"], "11.7-11.8 s and 1.50-1.65 GiB alone in round 16 (10.1-11.5 s, 1.77-1.91 GiB in round 15; 3.63 GiB before): four stages of eight priced micro-steps (5.9 s), and the next step's optimizer offload on every stage's five (4.3 s)"),
 ]
 
 # The same three jobs as transformers 5.x runs them (--recipe hf5), hf5's
@@ -379,7 +377,7 @@ CATALOG_HF5_JOBS = [
 ]
 
 
-# Past its open: in round 16: the next step's cache holds the plan's own
+# Past their open: in round 16 (compare deepseek-v3 above too): the next step's cache holds the plan's own
 # programs in place of the ones autocast's cache made them from
 # (engine.LeverCache), and the lever runs after the reserved replay.
 CATALOG_CLOSED_JOBS = [
