@@ -91,7 +91,6 @@ func BenchmarkNextStep(b *testing.B) {
 		Target: Target{GPU: gpu, FirstStep: true}}
 	b.ReportAllocs()
 	for b.Loop() {
-		runtime.GC()
 		c := LeverCache(s)
 		var r *Result
 		plan := maxLive(func() {
@@ -100,7 +99,6 @@ func BenchmarkNextStep(b *testing.B) {
 				b.Fatal(err)
 			}
 		})
-		runtime.GC() // the live heap sampled is the last collection's
 		lever := maxLive(func() {
 			if r.Fits || LargestLever(r, c) == nil {
 				b.Fatal("the job fits, or no strategy lowers its peak")
@@ -112,7 +110,10 @@ func BenchmarkNextStep(b *testing.B) {
 }
 
 // maxLive runs f and returns the largest live heap sampled while it runs.
+// It collects first: the live heap sampled is the last collection's, and
+// would otherwise start at what was live before f.
 func maxLive(f func()) uint64 {
+	runtime.GC()
 	var live atomic.Uint64
 	stop := heapwatch.Every(5*time.Millisecond, func(v uint64) {
 		if v > live.Load() {

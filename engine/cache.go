@@ -411,30 +411,29 @@ func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform) (*ir.Program, err
 		_, autocastOnly = ts[0].(*strategy.AutocastCache)
 	}
 	c.mu.Lock()
-	made, exits := e.prog, e.exits
+	held, exits := e.prog, e.exits
 	c.mu.Unlock()
 	if exits {
 		if autocastOnly {
-			return made, nil // the program autocast's cache made from this one
+			return held, nil // the program autocast's cache made from this one
 		}
-		return strategy.ChainOwned(strategy.WithoutExits(made), ts...)
+		return strategy.ChainOwned(strategy.WithoutExits(held), ts...)
 	}
-	in := made
-	q, err := strategy.Chain(in, ts...)
-	if err != nil || !c.derive || !autocastOnly || q == in {
+	q, err := strategy.Chain(held, ts...)
+	if err != nil || !c.derive || !autocastOnly || q == held {
 		return q, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if n := c.refs[in]; n > 0 && c.refs[q] == 0 {
+	if n := c.refs[held]; n > 0 && c.refs[q] == 0 {
 		for _, x := range c.m {
-			if x.prog == in {
+			if x.prog == held {
 				x.prog, x.exits = q, true
 			}
 		}
-		delete(c.refs, in)
+		delete(c.refs, held)
 		c.refs[q] = n
-		c.size += len(q.Ops) - len(in.Ops)
+		c.size += len(q.Ops) - len(held.Ops)
 	}
 	return q, nil
 }

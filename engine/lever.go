@@ -71,7 +71,7 @@ func leverOptions(c *Cache) Options {
 // alone in place of the one that cache was applied to, and makes that one
 // again for the strategies that plan from it (Cache.finish): deepseek-v3
 // --accum 8 held its steady and first-step programs twice, before and
-// after the cache's few exits (2.26-2.33 GiB of peak RSS, 1.87-1.88 GiB
+// after the cache's few exits (2.16-2.22 GiB of peak RSS, 1.87-1.88 GiB
 // with one copy). A spec that does not validate gets a plain cache
 // (PlanWith reports why).
 func LeverCache(base Spec) *Cache {

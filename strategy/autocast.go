@@ -1,6 +1,10 @@
 package strategy
 
-import "github.com/memplan/memplan/ir"
+import (
+	"slices"
+
+	"github.com/memplan/memplan/ir"
+)
 
 // AutocastCache is torch.autocast's weight-cast cache: the lower-precision
 // copy of a trainable float32 parameter (a tensor ops.Builder marks
@@ -127,24 +131,12 @@ func regionKind(op *ir.Op) int {
 }
 
 // WithoutExits is the program AutocastCache made q from — q without its
-// ir.AutocastExit ops, which the cache only inserts — as a copy of its
-// own with Clone's room, for ChainOwned: a cache that holds a plan's
-// program in place of the one it was made from (engine.LeverCache) makes
-// that one again for the transforms that start from it, in one copy.
+// ir.AutocastExit ops, which the cache only inserts — as a Clone, for
+// ChainOwned: a cache that holds a plan's program in place of the one it
+// was made from (engine.LeverCache) makes that one again for the
+// transforms that start from it, in one copy.
 func WithoutExits(q *ir.Program) *ir.Program {
-	n := len(q.Ops)
-	for i := range q.Ops {
-		if q.Ops[i].Name == ir.AutocastExit {
-			n--
-		}
-	}
-	p := cloneTensors(q, len(q.Tensors)/4+16)
-	p.Ops = opPool.get(0, n+n/4+16)
-	for i := range q.Ops {
-		if q.Ops[i].Name != ir.AutocastExit {
-			p.Ops = append(p.Ops, q.Ops[i])
-		}
-	}
-	capOperands(p.Ops)
+	p := Clone(q)
+	p.Ops = slices.DeleteFunc(p.Ops, func(op ir.Op) bool { return op.Name == ir.AutocastExit })
 	return p
 }
