@@ -97,7 +97,11 @@ func plannedAccum(s *Spec, o Options) int {
 // 2.5 GB with p+1 and p+2).
 func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 	if o.NoTiming || s.GPU == nil {
-		return planFewer(s, o, m) // unpriced: no step to extrapolate
+		// Unpriced: no step to extrapolate. A caller of numbers alone
+		// (the lever) gets each stage planned with its own few
+		// (stageAccum).
+		o.stageShort = o.numbersOnly && s.Checkpoint.Kind != CheckpointAuto
+		return planFewer(s, o, m)
 	}
 	next, graphs, errNext := priceStages(s, o, m+1)
 	o.graphs = graphs
@@ -155,6 +159,31 @@ func priceStages(s Spec, o Options, n int) ([]*cost.Timing, map[int]*ir.Graph, e
 		ts = append(ts, t)
 	}
 	return ts, pl.graphs, nil
+}
+
+// stageAccum is the micro-steps that show the peak of stage stage of a
+// 1F1B pipeline planned with m = p+1 (pipelineShortAccum): the stage holds
+// p−i micro-batches in flight from the forward of micro-step p−i−1 on, and
+// with every gradient of the stage from micro-step p−i on, so p−i+1
+// micro-steps show its steady state, and at least three its first, its
+// accumulating and its last backward (shortAccum's argument): stage 0's
+// p+1, 3 from stage p−2 on. deepseek-v3 --pp 4's lever planned 20 stage
+// micro-steps and the first step's 5, where 15 and 4 show every peak.
+// A stage whose program of m is cached (a baseline planned through the
+// same cache) keeps m: the cached program costs less than a shorter one
+// built. TestPropertyStageAccumShowsPeak checks it.
+func (pl *planner) stageAccum(m, stage int) int {
+	s := pl.s
+	n := min(m, max(3, s.PP-stage+1))
+	if n == m || pl.o.Cache == nil {
+		return n
+	}
+	s.Accum = m
+	k, ok := pl.cacheKey(false, stage)
+	if ok && (pl.o.Cache.has(k) || pl.o.Cache.has(k.lowering())) {
+		return m
+	}
+	return n
 }
 
 // planFewer plans s (validated) with m of its micro-steps, which show its

@@ -196,6 +196,80 @@ func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
 	})
 }
 
+// A numbers-only plan of an unpriced 1F1B pipeline of k > p+1 micro-steps
+// (the lever's) plans each stage with the micro-steps that show its own
+// peak (planner.stageAccum: p−i+1, at least three) and peaks as all k do:
+// on every stage, in the first step, on the host, and with the same stage
+// at the peak. With a cache that holds a stage's program of p+1, the stage
+// keeps p+1, and the numbers are the same.
+func TestPropertyStageAccumShowsPeak(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := pipelineSpec(t, rt, 8, func(pp int) (int, int) { return pp + 2, pp + 5 })
+		all, err := PlanWith(s, Options{NoTiming: true, AllAccum: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		o := Options{NoTiming: true, NoTimeline: true, numbersOnly: true}
+		if rapid.Bool().Draw(rt, "cached p+1") {
+			// A plan of p+1 through the cache first: the stages it
+			// cached are planned with p+1 again.
+			o.Cache = &Cache{}
+			if _, err := PlanWith(s, Options{NoTiming: true, Cache: o.Cache}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		short, err := PlanWith(s, o)
+		if err != nil {
+			t.Fatalf("all %d micro-steps planned, each stage's few did not: %v", s.Accum, err)
+		}
+		first := func(r *Result) units.Bytes {
+			if r.First == nil {
+				return -1
+			}
+			return r.First.Peak.Total
+		}
+		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || first(short) != first(all) ||
+			short.HostPeak != all.HostPeak || short.Stage != all.Stage || short.Fits != all.Fits || short.Shortfall != all.Shortfall {
+			t.Fatalf("each stage's few: peak %d, stages %v, first step %d, host %d, stage %d; %d: %d, %v, %d, %d, %d",
+				short.PeakBytes(), short.StagePeaks, first(short), short.HostPeak, short.Stage, s.Accum, all.PeakBytes(), all.StagePeaks, first(all), all.HostPeak, all.Stage)
+		}
+		if short.SimAccum != s.PP+1 || short.Spec.Accum != s.Accum {
+			t.Fatalf("simulated %d of %d micro-steps (want %d)", short.SimAccum, short.Spec.Accum, s.PP+1)
+		}
+	})
+}
+
+// TestStageAccum pins the micro-steps each stage is planned with: p−i+1,
+// at least three, at most the plan's, and the plan's where the cache holds
+// the stage's program of them.
+func TestStageAccum(t *testing.T) {
+	s := Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 5},
+		Parallel: Parallel{PP: 4}}
+	pl := &planner{s: &s}
+	var got []int
+	for stage := range 4 {
+		got = append(got, pl.stageAccum(5, stage))
+	}
+	if want := []int{5, 4, 3, 3}; !slices.Equal(got, want) {
+		t.Fatalf("stages of a 4-stage pipeline planned with %v micro-steps, want %v", got, want)
+	}
+	if n := pl.stageAccum(2, 3); n != 2 {
+		t.Fatalf("a plan of 2 planned stage 3 with %d", n)
+	}
+	c := &Cache{}
+	s.Accum = 5
+	if _, err := PlanWith(s, Options{NoTiming: true, Cache: c, Stages: []int{2}}); err != nil {
+		t.Fatal(err)
+	}
+	pl = &planner{s: &s, o: Options{Cache: c}}
+	if n := pl.stageAccum(5, 2); n != 5 {
+		t.Fatalf("stage 2, cached with 5 micro-steps, planned with %d", n)
+	}
+	if n := pl.stageAccum(5, 3); n != 3 {
+		t.Fatalf("stage 3, not cached, planned with %d", n)
+	}
+}
+
 // A priced 1F1B pipeline of more than 2p+3 micro-steps simulates p+1 and
 // prices each stage's step from its programs of p+1 and p+2
 // (planPipelineShortAccum): its peaks, its step time, phase walls, FLOPs

@@ -273,6 +273,14 @@ func (c *Cache) holds(p *ir.Program) bool {
 	return c.refs[p] > 0
 }
 
+// has reports whether c holds a program under k (a lookup that counts
+// neither as a hit nor as a use).
+func (c *Cache) has(k cacheKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k] != nil
+}
+
 func (c *Cache) get(k cacheKey) *cacheEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()

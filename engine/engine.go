@@ -249,6 +249,10 @@ type Options struct {
 	// the first step's is built (with leverBound, deepseek-v3 --accum 8:
 	// 2.67 → 2.41 GB of peak RSS).
 	numbersOnly bool
+	// stageShort: a numbers-only plan of a 1F1B pipeline's p+1 micro-steps
+	// (planPipelineShortAccum) plans each stage with the fewer that show
+	// its own peak (stageAccum).
+	stageShort bool
 	// rankTimes, when set, gets each planned stage's timing before the
 	// bubble (priceRank), in stage order (planPipelineShortAccum).
 	rankTimes *[]*cost.Timing
@@ -816,9 +820,13 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	// the highest peak is reported (stage 0 holds the most micro-batches in
 	// flight, the last one the loss).
 	// The step takes as long as the slowest stage.
+	accum, peakAccum := s.Accum, s.Accum // peakAccum: the peak stage's micro-steps
 	for stage := 0; stage < max(s.PP, 1); stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
+		}
+		if o.stageShort {
+			s.Accum = pl.stageAccum(accum, stage)
 		}
 		p, params, err := pl.stageProgram(false, stage)
 		if err != nil {
@@ -835,7 +843,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
 		res.HostPeak = max(res.HostPeak, r.HostPeak)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
-			res.Program, res.Sim, res.Stage = p, r, stage
+			res.Program, res.Sim, res.Stage, peakAccum = p, r, stage, s.Accum
 			// A cached stage's offload transforms made p for this call
 			// alone, unless they left the cached program as it was
 			// (without them, or an autocast cache with no float32
@@ -862,6 +870,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			res.StepFLOPs += t.FLOPs
 		}
 	}
+	s.Accum = accum
 	res.Spec = s
 	if o.numbersOnly {
 		res.Compact()
@@ -869,7 +878,10 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if s.FirstStep && s.Mode == Train {
 		var params int64
 		var err error
-		if res.FirstProgram, params, err = pl.stageProgram(true, res.Stage); err != nil {
+		s.Accum = peakAccum
+		res.FirstProgram, params, err = pl.stageProgram(true, res.Stage)
+		s.Accum = accum
+		if err != nil {
 			return nil, err
 		}
 		if err := checkProgramBytes(&s, res.FirstProgram); err != nil {
