@@ -295,11 +295,13 @@ func (c *Cache) get(k cacheKey) *cacheEntry {
 	return e
 }
 
-func (c *Cache) put(k cacheKey, e *cacheEntry) {
+// put caches e under k and reports whether c holds it: not when the
+// filter (putOnlyFor) refuses it, and then the caller owns the program.
+func (c *Cache) put(k cacheKey, e *cacheEntry) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.filter && !k.wantedBy(c.only, c.m) {
-		return
+		return false
 	}
 	if c.m == nil {
 		c.m = map[cacheKey]*cacheEntry{}
@@ -319,6 +321,7 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) {
 	if c.refs[e.prog]++; c.refs[e.prog] == 1 {
 		c.size += n
 	}
+	return true
 }
 
 // limit is the most ops the cache holds (Cache.Limit).
@@ -366,36 +369,43 @@ func (k cacheKey) lowering() cacheKey {
 }
 
 // transform is transform for a cacheable spec and its lowered program p
-// (cached under k.lowering()): it caches the program before sharding and
-// offload.
-func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
-	q, err := s.preChain(p, nil, stage, sl)
+// (cached under k.lowering(), or the caller's own when own): it caches the
+// program before sharding and offload. Each program the cache does not hold
+// (its filter refused it: plan's baseline, whose programs the lever does
+// not plan from) is handed to the next transform to rewrite in place: the
+// lowered program to the pipeline (deepseek-v3 --pp 4: a copy of a million
+// tensors a stage), the one before sharding to autocast's cache (the ops
+// moved in place, not copied into a new array).
+func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, own bool, stage int, sl slice) (*ir.Program, int64, error) {
+	q, err := s.preChain(p, own, nil, stage, sl)
 	if err != nil {
 		return nil, 0, err
 	}
 	e := &cacheEntry{prog: q, params: paramCount(q)}
-	c.put(k, e)
-	q, err = c.post(k, e, s)
+	held := c.put(k, e)
+	q, err = c.post(k, e, s, !held)
 	return q, e.params, err
 }
 
 // post applies s's sharding and offload to the cached program of e (key
-// k). The sharded program is cached too (keyed by k and the sharding), so
-// the offload variants of one sharding shard once.
-func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
+// k; the caller's own when own). The sharded program is cached too (keyed
+// by k and the sharding), so the offload variants of one sharding shard
+// once.
+func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec, own bool) (*ir.Program, error) {
 	shard := s.shardTransforms()
 	if len(shard) == 0 {
-		return c.finish(e, s.offloadTransforms())
+		return c.finish(e, s.offloadTransforms(), own)
 	}
 	k.shard = s.Sharding
 	if k.shard.ZeRO == 0 {
 		k.shard.ZeRO = -1 // DDP, distinct from the unsharded key
 	}
 	sharded := c.get(k)
+	ownSharded := false
 	if sharded == nil {
-		p, own := c.program(e)
+		p, made := c.program(e)
 		chain := strategy.Chain
-		if own {
+		if made || own {
 			chain = strategy.ChainOwned
 		}
 		q, err := chain(p, shard...)
@@ -403,17 +413,18 @@ func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec) (*ir.Program, error) {
 			return nil, err
 		}
 		sharded = &cacheEntry{prog: q, params: e.params}
-		c.put(k, sharded)
+		ownSharded = !c.put(k, sharded)
 	}
-	return c.finish(sharded, s.offloadTransforms())
+	return c.finish(sharded, s.offloadTransforms(), ownSharded)
 }
 
-// finish applies the offload transforms ts to the program of e. Where ts
+// finish applies the offload transforms ts to the program of e (the
+// caller's own when own, which they then rewrite in place). Where ts
 // is autocast's cache alone, a cache that derives (LeverCache) keeps the
 // program it makes in place of e's, which is that program without its
 // exits: plan's result holds it anyway, and deepseek-v3's steady and
 // first-step programs (1.4 million ops each) were held twice, 0.43 GB.
-func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform) (*ir.Program, error) {
+func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform, own bool) (*ir.Program, error) {
 	autocastOnly := false
 	if len(ts) == 1 {
 		_, autocastOnly = ts[0].(*strategy.AutocastCache)
@@ -427,8 +438,12 @@ func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform) (*ir.Program, err
 		}
 		return strategy.ChainOwned(strategy.WithoutExits(held), ts...)
 	}
-	q, err := strategy.Chain(held, ts...)
-	if err != nil || !c.derive || !autocastOnly || q == held {
+	chain := strategy.Chain
+	if own {
+		chain = strategy.ChainOwned
+	}
+	q, err := chain(held, ts...)
+	if err != nil || own || !c.derive || !autocastOnly || q == held {
 		return q, err
 	}
 	c.mu.Lock()

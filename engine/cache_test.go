@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"pgregory.net/rapid"
 )
 
 // TestCacheEvictsLeastRecentlyUsed: a full cache drops the programs used
@@ -121,4 +124,51 @@ func TestCacheReusesGraph(t *testing.T) {
 	if c.graph.g == g {
 		t.Fatal("a plan of another micro-batch lowered the old graph")
 	}
+}
+
+// Plans through one cache, one after another, each planned from what the
+// ones before cached, equal the same plans made alone: a program the cache
+// holds is never written, and one it refuses (its filter, putOnlyFor),
+// which the next transform rewrites in place (Cache.transform), is nobody
+// else's. The plans differ in checkpointing, sharding and offload, so each
+// finds the lowered, checkpointed or sharded programs of the ones before.
+func TestPropertyCachedPlansEqualPlansAlone(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		if pp := rapid.IntRange(1, 2).Draw(rt, "pp"); pp > 1 {
+			s.PP, s.Model.Layers = pp, 2*pp
+		}
+		s.Accum = rapid.IntRange(1, 5).Draw(rt, "accum")
+		specs := make([]Spec, 4)
+		for i := range specs {
+			v := s
+			v.Checkpoint = rapid.SampledFrom([]CheckpointPolicy{{}, {Kind: CheckpointFull}}).Draw(rt, "checkpoint")
+			if v.DP > 1 {
+				v.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+			}
+			v.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
+			v.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
+			specs[i] = v
+		}
+		c := &Cache{}
+		if rapid.Bool().Draw(rt, "filter") {
+			// Only the last two's programs are kept: the first two's are
+			// refused, and rewritten in place.
+			c.putOnlyFor(specs[2:], Options{}, true)
+		}
+		for i, v := range specs {
+			alone, err := PlanWith(v, Options{})
+			if err != nil {
+				rt.Skip(err)
+			}
+			cached, err := PlanWith(v, Options{Cache: c})
+			if err != nil {
+				t.Fatalf("plan %d alone planned, through the cache: %v", i, err)
+			}
+			if !reflect.DeepEqual(alone.Program.Ops, cached.Program.Ops) || !reflect.DeepEqual(alone.Program.Tensors, cached.Program.Tensors) ||
+				!slices.Equal(alone.StagePeaks, cached.StagePeaks) || alone.PeakBytes() != cached.PeakBytes() {
+				t.Fatalf("plan %d through the cache (peaks %v) differs from the plan alone (%v)", i, cached.StagePeaks, alone.StagePeaks)
+			}
+		}
+	})
 }

@@ -662,12 +662,12 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	key, cacheable := pl.cacheKey(first, stage)
 	if cacheable {
 		if e := c.get(key); e != nil {
-			q, err := c.post(key, e, s)
+			q, err := c.post(key, e, s, false)
 			return q, e.params, err
 		}
 		if e := c.get(key.lowering()); e != nil {
 			p, _ := c.program(e)
-			return c.transform(key, s, p, stage, pl.stageSlice(stage))
+			return c.transform(key, s, p, false, stage, pl.stageSlice(stage))
 		}
 	}
 	if lk, ok := pl.autoLoweringKey(first, stage); ok {
@@ -708,8 +708,8 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		return nil, 0, err
 	}
 	if cacheable {
-		c.put(key.lowering(), &cacheEntry{prog: p})
-		return c.transform(key, s, p, stage, sl)
+		held := c.put(key.lowering(), &cacheEntry{prog: p})
+		return c.transform(key, s, p, !held, stage, sl)
 	}
 	return pl.transform(p, stage, sl)
 }
@@ -754,8 +754,9 @@ func (pl *planner) stageSlice(stage int) slice {
 }
 
 // preChain applies checkpointing (chosen: the blocks --checkpoint auto
-// picked) and the pipeline schedule to lowered program p.
-func (s *Spec) preChain(p *ir.Program, chosen []string, stage int, sl slice) (*ir.Program, error) {
+// picked) and the pipeline schedule to lowered program p (rewritten in
+// place when the caller owns it).
+func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl slice) (*ir.Program, error) {
 	var ts []strategy.Transform
 	ck, err := checkpointTransform(s.Checkpoint, p, chosen, sl.layers[0])
 	if err != nil {
@@ -765,6 +766,9 @@ func (s *Spec) preChain(p *ir.Program, chosen []string, stage int, sl slice) (*i
 		ts = append(ts, ck)
 	}
 	ts = append(ts, s.preTransforms(stage, sl)...)
+	if own {
+		return strategy.ChainOwned(p, ts...)
+	}
 	return strategy.Chain(p, ts...)
 }
 
@@ -773,7 +777,7 @@ func (pl *planner) transform(p *ir.Program, stage int, sl slice) (*ir.Program, i
 	s := pl.s
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
-		q, err := s.preChain(p, chosen, stage, sl)
+		q, err := s.preChain(p, false, chosen, stage, sl)
 		if err != nil {
 			return nil, err
 		}

@@ -52,7 +52,7 @@ func TestFSDPFlatOffKeepsZeRO3(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ck, err := s.preChain(lp, nil, 0, slice{})
+		ck, err := s.preChain(lp, false, nil, 0, slice{})
 		if err != nil {
 			t.Fatal(err)
 		}
