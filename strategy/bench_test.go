@@ -64,3 +64,16 @@ func BenchmarkCheckpointDeepSeekV2(b *testing.B) {
 func BenchmarkActivationOffloadDeepSeekV2(b *testing.B) {
 	benchChain(b, deepSeekV2Program(b), &strategy.ActivationOffload{}, &strategy.AutocastCache{})
 }
+
+// BenchmarkPipelineDeepSeekV2 cuts stage 1 of 4 out of deepseek-v2's
+// program of four micro-steps and schedules it 1F1B (the transform engine
+// applies to every pipeline stage before caching it; `memplan plan
+// --pp 4` pays it once a stage, fit's search once a shallow stage).
+func BenchmarkPipelineDeepSeekV2(b *testing.B) {
+	a, err := models.Lookup("deepseek-v2")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := zTrain(b, a, ops.AMPBF16, lower.AdamW, lower.Foreach, 4, false, 512)
+	benchChain(b, p, &strategy.Pipeline{Stages: 4, Stage: 1})
+}

@@ -645,10 +645,38 @@ func (pl *pipeliner) emit() error {
 	if err != nil {
 		return err
 	}
-	byUnit := map[ppUnit][]int{}
-	for _, i := range pl.keptIdx {
-		u := pl.unitOf[i]
-		byUnit[u] = append(byUnit[u], i)
+	// The kept ops by unit, in their order: a counting sort on each
+	// unit's place in the schedule (ops of a unit it does not list are
+	// not placed, and reported below).
+	at := make(map[ppUnit]int, len(order))
+	for k, u := range order {
+		at[u] = k
+	}
+	start := make([]int, len(order)+1)
+	slot := make([]int32, len(pl.keptIdx)) // each kept op's place in order, or -1
+	var lastU ppUnit
+	lastK, lastOK := 0, false
+	for j, i := range pl.keptIdx {
+		if u := pl.unitOf[i]; j == 0 || u != lastU {
+			lastU = u
+			lastK, lastOK = at[u]
+		}
+		slot[j] = -1
+		if lastOK {
+			slot[j] = int32(lastK)
+			start[lastK+1]++
+		}
+	}
+	for k := range order {
+		start[k+1] += start[k]
+	}
+	byUnit := make([]int, start[len(order)])
+	next := append([]int(nil), start[:len(order)]...)
+	for j, i := range pl.keptIdx {
+		if k := slot[j]; k >= 0 {
+			byUnit[next[k]] = i
+			next[k]++
+		}
 	}
 	recvBy := map[ppUnit][]ppXfer{}
 	for _, x := range pl.recvs {
@@ -665,11 +693,11 @@ func (pl *pipeliner) emit() error {
 		}
 	}
 	out := opPool.get(0, len(pl.keptIdx)+len(pl.recvs)+len(pl.sends)+nOptim+8)
-	for _, u := range order {
+	for k, u := range order {
 		for _, x := range recvBy[u] {
 			out = append(out, pl.p2p("pp.recv_"+ppDir(u.phase), x, nil, []ir.TensorID{x.t}))
 		}
-		for _, i := range byUnit[u] {
+		for _, i := range byUnit[start[k]:start[k+1]] {
 			op := q.Ops[i]
 			// Capped, so ppFixGradCreation's appends never write into
 			// p's spare capacity.
@@ -858,7 +886,10 @@ type ppAnalysis struct {
 	readers [][]int32 // fwd/bwd ops reading each tensor id
 	// assoc maps a model-state tensor (optimizer state, master weight,
 	// gradient) to the parameter whose name prefixes its own; NoTensor
-	// otherwise (and for the parameters themselves).
+	// otherwise (and for the parameters themselves). Only gradients and the
+	// optimizer step's operands are asked about (tiedGrads, cutOptimizer),
+	// so only theirs are matched: the names of every activation of a
+	// deepseek-v3 stage were a third of the analysis.
 	assoc     []ir.TensorID
 	untouched []bool // resident storages no op reads or writes
 	trace     bool   // p was replayed from a trace (pipeline_trace.go)
@@ -901,19 +932,23 @@ func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 		a.readers[t], flat = flat[:0:c], flat[c:]
 	}
 	touched := make([]bool, n)
+	asked := make([]bool, n) // tensors assoc is asked about
 	for i := range p.Ops {
 		op := &p.Ops[i]
+		opt := op.Phase == ir.Optimizer
 		for _, t := range op.Out {
 			if a.writer[t] < 0 {
 				a.writer[t] = int32(i)
 			}
 			touched[owner[t]] = true
+			asked[t] = asked[t] || opt
 		}
 		for _, t := range op.In {
-			if op.Phase != ir.Optimizer {
+			if !opt {
 				a.readers[t] = append(a.readers[t], int32(i))
 			}
 			touched[owner[t]] = true
+			asked[t] = asked[t] || opt
 		}
 	}
 	for i := range p.Tensors {
@@ -931,6 +966,9 @@ func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 	}
 	for i := range p.Tensors {
 		a.assoc[i] = ir.NoTensor
+		if !asked[i] && p.Tensors[i].Cat != ir.Gradient {
+			continue
+		}
 		name := p.Tensors[i].Name
 		for j := min(len(name), len(isLen)) - 1; j > 0; j-- {
 			if name[j] != '.' || !isLen[j] {
