@@ -182,18 +182,28 @@ func TestPropertyPipelineShortAccumShowsPeak(t *testing.T) {
 		if short.SimAccum != s.PP+1 || short.Spec.Accum != s.Accum || all.SimAccum != 0 {
 			t.Fatalf("simulated %d of %d micro-steps (want %d), all of them: %d", short.SimAccum, short.Spec.Accum, s.PP+1, all.SimAccum)
 		}
-		first := func(r *Result) units.Bytes {
-			if r.First == nil {
-				return -1
-			}
-			return r.First.Peak.Total
-		}
-		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || first(short) != first(all) ||
-			short.HostPeak != all.HostPeak || short.Stage != all.Stage || short.Fits != all.Fits || short.Shortfall != all.Shortfall {
-			t.Fatalf("%d micro-steps: peak %d, stages %v, first step %d, host %d; %d: %d, %v, %d, %d",
-				s.PP+1, short.PeakBytes(), short.StagePeaks, first(short), short.HostPeak, s.Accum, all.PeakBytes(), all.StagePeaks, first(all), all.HostPeak)
+		if d := peaksDiffer(short, all); d != "" {
+			t.Fatalf("%d micro-steps against all %d: %s", s.PP+1, s.Accum, d)
 		}
 	})
+}
+
+// peaksDiffer says how a plan of fewer micro-steps peaks otherwise than all
+// of them ("" when it does not): the peak, every stage's, the first step's,
+// the host's, the stage at the peak and whether and by how much it fits.
+func peaksDiffer(short, all *Result) string {
+	first := func(r *Result) units.Bytes {
+		if r.First == nil {
+			return -1
+		}
+		return r.First.Peak.Total
+	}
+	if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || first(short) != first(all) ||
+		short.HostPeak != all.HostPeak || short.Stage != all.Stage || short.Fits != all.Fits || short.Shortfall != all.Shortfall {
+		return fmt.Sprintf("peak %d, stages %v, first step %d, host %d, stage %d against %d, %v, %d, %d, %d",
+			short.PeakBytes(), short.StagePeaks, first(short), short.HostPeak, short.Stage, all.PeakBytes(), all.StagePeaks, first(all), all.HostPeak, all.Stage)
+	}
+	return ""
 }
 
 // A numbers-only plan of an unpriced 1F1B pipeline of k > p+1 micro-steps
@@ -222,16 +232,8 @@ func TestPropertyStageAccumShowsPeak(t *testing.T) {
 		if err != nil {
 			t.Fatalf("all %d micro-steps planned, each stage's few did not: %v", s.Accum, err)
 		}
-		first := func(r *Result) units.Bytes {
-			if r.First == nil {
-				return -1
-			}
-			return r.First.Peak.Total
-		}
-		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || first(short) != first(all) ||
-			short.HostPeak != all.HostPeak || short.Stage != all.Stage || short.Fits != all.Fits || short.Shortfall != all.Shortfall {
-			t.Fatalf("each stage's few: peak %d, stages %v, first step %d, host %d, stage %d; %d: %d, %v, %d, %d, %d",
-				short.PeakBytes(), short.StagePeaks, first(short), short.HostPeak, short.Stage, s.Accum, all.PeakBytes(), all.StagePeaks, first(all), all.HostPeak, all.Stage)
+		if d := peaksDiffer(short, all); d != "" {
+			t.Fatalf("each stage's few against all %d: %s", s.Accum, d)
 		}
 		if short.SimAccum != s.PP+1 || short.Spec.Accum != s.Accum {
 			t.Fatalf("simulated %d of %d micro-steps (want %d)", short.SimAccum, short.Spec.Accum, s.PP+1)
