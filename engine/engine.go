@@ -839,7 +839,20 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if err := checkProgramBytes(&s, p); err != nil {
 			return nil, err
 		}
+		// The stage is priced beside its simulation: both only read p.
+		var t *cost.Timing
+		var errT error
+		priced := make(chan struct{})
+		if o.NoTiming {
+			close(priced)
+		} else {
+			go func() {
+				defer close(priced)
+				t, errT = priceRank(&s, p)
+			}()
+		}
 		r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
+		<-priced
 		if err != nil {
 			return nil, err
 		}
@@ -858,9 +871,8 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if o.NoTiming {
 			continue
 		}
-		t, err := priceRank(&s, p)
-		if err != nil {
-			return nil, err
+		if errT != nil {
+			return nil, errT
 		}
 		if o.rankTimes != nil && t != nil {
 			rt := *t
