@@ -714,6 +714,58 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	return pl.transform(p, stage, sl)
 }
 
+// stagePlan is one pipeline stage planned: its program, simulation and
+// timing before the bubble (nil unpriced), and whether the plan owns the
+// program (Result.owned).
+type stagePlan struct {
+	p     *ir.Program
+	r     *sim.Result
+	t     *cost.Timing
+	owned bool
+}
+
+// planStage builds stage stage of pl's spec, simulates it and, unless
+// pl.o.NoTiming, prices it beside the simulation (both only read the
+// program; plan's stages ran them in turn with the second core idle but
+// for the collector).
+func (pl *planner) planStage(stage int) (stagePlan, error) {
+	s, o := pl.s, pl.o
+	p, params, err := pl.stageProgram(false, stage)
+	if err != nil {
+		return stagePlan{}, err
+	}
+	if err := checkProgramBytes(s, p); err != nil {
+		return stagePlan{}, err
+	}
+	var t *cost.Timing
+	var errT error
+	priced := make(chan struct{})
+	if o.NoTiming {
+		close(priced)
+	} else {
+		go func() {
+			defer close(priced)
+			t, errT = priceRank(s, p)
+		}()
+	}
+	r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
+	<-priced
+	if err == nil {
+		err = errT // the simulation's error first, as when it ran first
+	}
+	if err != nil {
+		return stagePlan{}, err
+	}
+	r.Params = params
+	// A cached stage's offload transforms made p for this call alone,
+	// unless they left the cached program as it was (without them, or an
+	// autocast cache with no float32 parameter to cache: autocast-bf16
+	// without adapters).
+	_, cached := pl.cacheKey(false, stage)
+	owned := cached && len(s.offloadTransforms()) > 0 && !o.Cache.holds(p)
+	return stagePlan{p: p, r: r, t: t, owned: owned}, nil
+}
+
 // slice is the part of the model a pipeline stage's program is built from:
 // layers [layers[0], layers[1]) (zero: the whole model) and the pipeline
 // layout that gives them all to the stage.
@@ -832,47 +884,18 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if o.stageShort {
 			s.Accum = pl.stageAccum(accum, stage)
 		}
-		p, params, err := pl.stageProgram(false, stage)
+		sp, err := pl.planStage(stage)
 		if err != nil {
 			return nil, err
 		}
-		if err := checkProgramBytes(&s, p); err != nil {
-			return nil, err
-		}
-		// The stage is priced beside its simulation: both only read p.
-		var t *cost.Timing
-		var errT error
-		priced := make(chan struct{})
-		if o.NoTiming {
-			close(priced)
-		} else {
-			go func() {
-				defer close(priced)
-				t, errT = priceRank(&s, p)
-			}()
-		}
-		r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
-		<-priced
-		if err != nil {
-			return nil, err
-		}
-		r.Params = params
+		p, r, t := sp.p, sp.r, sp.t
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
 		res.HostPeak = max(res.HostPeak, r.HostPeak)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
-			res.Program, res.Sim, res.Stage, peakAccum = p, r, stage, s.Accum
-			// A cached stage's offload transforms made p for this call
-			// alone, unless they left the cached program as it was
-			// (without them, or an autocast cache with no float32
-			// parameter to cache: autocast-bf16 without adapters).
-			_, cached := pl.cacheKey(false, stage)
-			res.owned = cached && len(s.offloadTransforms()) > 0 && !o.Cache.holds(p)
+			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
 		}
 		if o.NoTiming {
 			continue
-		}
-		if errT != nil {
-			return nil, errT
 		}
 		if o.rankTimes != nil && t != nil {
 			rt := *t
