@@ -7,6 +7,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/memplan/memplan/cost"
@@ -725,9 +726,9 @@ type stagePlan struct {
 }
 
 // planStage builds stage stage of pl's spec, simulates it and, unless
-// pl.o.NoTiming, prices it beside the simulation (both only read the
-// program; plan's stages ran them in turn with the second core idle but
-// for the collector).
+// pl.o.NoTiming, prices it, beside the simulation for a large program
+// (ir.ConcurrentOps: both only read it, and plan's stages ran them in turn
+// with the second core idle but for the collector).
 func (pl *planner) planStage(stage int) (stagePlan, error) {
 	s, o := pl.s, pl.o
 	p, params, err := pl.stageProgram(false, stage)
@@ -739,17 +740,19 @@ func (pl *planner) planStage(stage int) (stagePlan, error) {
 	}
 	var t *cost.Timing
 	var errT error
-	priced := make(chan struct{})
-	if o.NoTiming {
-		close(priced)
-	} else {
-		go func() {
-			defer close(priced)
+	price := func() {
+		if !o.NoTiming {
 			t, errT = priceRank(s, p)
-		}()
+		}
+	}
+	var beside sync.WaitGroup
+	if len(p.Ops) >= ir.ConcurrentOps {
+		beside.Go(price)
+		price = func() {}
 	}
 	r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
-	<-priced
+	price()
+	beside.Wait()
 	if err == nil {
 		err = errT // the simulation's error first, as when it ran first
 	}

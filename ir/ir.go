@@ -354,6 +354,13 @@ func (p *Program) Verify() error {
 	return nil
 }
 
+// ConcurrentOps is the size from which a pass over a program pays for a
+// goroutine beside another pass (strategy's pipeline analysis, engine's
+// pricing beside the simulation): deepseek-v3's pipeline stages have a
+// million ops, fit's shallow programs a few thousand, whose search keeps
+// every core busy already.
+const ConcurrentOps = 1 << 16
+
 // BlockOf returns the module path of the block that owns path: everything up
 // to and including the first numeric component ("model.layers.3.mlp" →
 // "model.layers.3"). Paths without an index are returned whole.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/units"
@@ -136,13 +137,21 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if err := pl.check(); err != nil {
 		return nil, err
 	}
-	// The blocks and the analysis only read p: the analysis runs beside
-	// (on a deepseek-v3 stage the two were a quarter of the transform).
-	analysed := make(chan *ppAnalysis, 1)
-	go func() { analysed <- newPPAnalysis(p, isTrace(p)) }()
+	// The blocks and the analysis only read p: on a large program the
+	// analysis runs beside (on a deepseek-v3 stage the two were a quarter
+	// of the transform); on fit's shallow ones, whose workers keep both
+	// cores busy, a goroutine each cost more than it saved (mixtral-8x7b's
+	// search: 80-92 s → 88-99 s).
+	analyse := func() { pl.a = newPPAnalysis(p, isTrace(p)) }
+	var beside sync.WaitGroup
+	if len(p.Ops) >= ir.ConcurrentOps {
+		beside.Go(analyse)
+		analyse = func() {}
+	}
 	pl.findBlocks()
 	err := pl.chunks()
-	pl.a = <-analysed
+	analyse()
+	beside.Wait()
 	if err != nil {
 		return nil, err
 	}
