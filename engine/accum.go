@@ -173,13 +173,13 @@ func priceStages(s Spec, o Options, n int) ([]*cost.Timing, map[int]*ir.Graph, e
 // same cache) keeps m: the cached program costs less than a shorter one
 // built. TestPropertyStageAccumShowsPeak checks it.
 func (pl *planner) stageAccum(m, stage int) int {
-	s := pl.s
-	n := min(m, max(3, s.PP-stage+1))
+	n := min(m, max(3, pl.s.PP-stage+1))
 	if n == m || pl.o.Cache == nil {
 		return n
 	}
+	s := *pl.s
 	s.Accum = m
-	k, ok := pl.cacheKey(false, stage)
+	k, ok := (&planner{s: &s, o: pl.o}).cacheKey(false, stage)
 	if ok && (pl.o.Cache.has(k) || pl.o.Cache.has(k.lowering())) {
 		return m
 	}
