@@ -324,6 +324,15 @@ func (c *Cache) put(k cacheKey, e *cacheEntry) bool {
 	return true
 }
 
+// owned puts e under k and reports whether the caller owns its program:
+// neither refused under k nor held under another key. A transform that
+// leaves its input as it was makes no new program (the steps before
+// sharding without checkpointing or a pipeline), so a program refused as
+// the one before sharding may be the lowered one the cache holds.
+func (c *Cache) owned(k cacheKey, e *cacheEntry) bool {
+	return !c.put(k, e) && !c.holds(e.prog)
+}
+
 // limit is the most ops the cache holds (Cache.Limit).
 func (c *Cache) limit() int {
 	if c.Limit > 0 {
@@ -371,8 +380,9 @@ func (k cacheKey) lowering() cacheKey {
 // transform is transform for a cacheable spec and its lowered program p
 // (cached under k.lowering(), or the caller's own when own): it caches the
 // program before sharding and offload. Each program the cache does not hold
-// (its filter refused it: plan's baseline, whose programs the lever does
-// not plan from) is handed to the next transform to rewrite in place: the
+// under any key (owned: its filter refused it, as plan's baseline, whose
+// programs the lever does not plan from) is handed to the next transform to
+// rewrite in place: the
 // lowered program to the pipeline (deepseek-v3 --pp 4: a copy of a million
 // tensors a stage), the one before sharding to autocast's cache (the ops
 // moved in place, not copied into a new array).
@@ -382,8 +392,7 @@ func (c *Cache) transform(k cacheKey, s *Spec, p *ir.Program, own bool, stage in
 		return nil, 0, err
 	}
 	e := &cacheEntry{prog: q, params: paramCount(q)}
-	held := c.put(k, e)
-	q, err = c.post(k, e, s, !held)
+	q, err = c.post(k, e, s, c.owned(k, e))
 	return q, e.params, err
 }
 
@@ -413,7 +422,7 @@ func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec, own bool) (*ir.Program,
 			return nil, err
 		}
 		sharded = &cacheEntry{prog: q, params: e.params}
-		ownSharded = !c.put(k, sharded)
+		ownSharded = c.owned(k, sharded)
 	}
 	return c.finish(sharded, s.offloadTransforms(), ownSharded)
 }

@@ -139,6 +139,11 @@ func TestPropertyCachedPlansEqualPlansAlone(t *testing.T) {
 			s.PP, s.Model.Layers = pp, 2*pp
 		}
 		s.Accum = rapid.IntRange(1, 5).Draw(rt, "accum")
+		// Validated, as compare's and the lever's specs are: the filter
+		// keys on the spec as planned (recipe defaults filled).
+		if err := s.Validate(); err != nil {
+			rt.Skip(err)
+		}
 		specs := make([]Spec, 4)
 		for i := range specs {
 			v := s
@@ -152,10 +157,12 @@ func TestPropertyCachedPlansEqualPlansAlone(t *testing.T) {
 		}
 		c := &Cache{}
 		if rapid.Bool().Draw(rt, "filter") {
-			// Only the last two's programs are kept: the first two's are
-			// refused, and rewritten in place.
+			// Only what the last two plan from is kept: the first two's
+			// other programs are refused, and rewritten in place (their
+			// lowered one held for a checkpointed plan after them).
 			c.putOnlyFor(specs[2:], Options{}, true)
 		}
+		held := 0
 		for i, v := range specs {
 			alone, err := PlanWith(v, Options{})
 			if err != nil {
@@ -169,6 +176,10 @@ func TestPropertyCachedPlansEqualPlansAlone(t *testing.T) {
 				!slices.Equal(alone.StagePeaks, cached.StagePeaks) || alone.PeakBytes() != cached.PeakBytes() {
 				t.Fatalf("plan %d through the cache (peaks %v) differs from the plan alone (%v)", i, cached.StagePeaks, alone.StagePeaks)
 			}
+			held += len(c.m)
+		}
+		if held == 0 {
+			t.Fatal("the cache held no program for any plan")
 		}
 	})
 }

@@ -709,8 +709,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		return nil, 0, err
 	}
 	if cacheable {
-		held := c.put(key.lowering(), &cacheEntry{prog: p})
-		return c.transform(key, s, p, !held, stage, sl)
+		return c.transform(key, s, p, c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
 	}
 	return pl.transform(p, stage, sl)
 }
