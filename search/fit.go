@@ -129,6 +129,10 @@ type Plan struct {
 	Dropped string
 
 	unpriced shots // estimated peak, step not priced yet (estimator.price)
+	// stopped: EstPeak is a shallow model's peak over the limit, where
+	// the estimate stopped (pair), not the bound extrapolated to the
+	// full depth (refineSmallest).
+	stopped bool
 }
 
 // Peak is the verified peak, or the estimate.
@@ -480,6 +484,7 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 // it were dropped for another reason (one that did not plan, or did not fit in full).
 func (f *fitter) nothingFits() error {
 	o, limit, cands := f.o, f.limit, f.cands
+	f.refineSmallest()
 	if m := smallest(cands); m > limit || m == 0 {
 		return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
 			ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), m)
@@ -528,6 +533,44 @@ func smallerFallback(est *estimator, g []*Plan, c *Plan, limit units.Bytes) *Pla
 		}
 	}
 	return nil
+}
+
+// refineSmallest extrapolates to the full depth the estimates that stopped
+// at a shallow model over the limit (Plan.stopped) and could be the
+// smallest, in increasing order, so that the smallest estimated peak a
+// search where nothing fits reports is a bound on the full model, not the
+// shallow model's peak that was enough to drop the plan: once the next
+// stopped peak is at least the smallest bound, no bound past it (each at
+// least its own stopped peak) is smaller.
+func (f *fitter) refineSmallest() {
+	var stopped, rest []*Plan
+	for _, c := range f.cands {
+		if c.stopped {
+			stopped = append(stopped, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	slices.SortStableFunc(stopped, func(a, b *Plan) int { return cmp.Compare(a.EstPeak, b.EstPeak) })
+	best := smallest(rest)
+	e := *f.est
+	e.limit, e.overPart = 0, nil
+	for _, c := range stopped {
+		if best > 0 && c.EstPeak >= best {
+			return
+		}
+		shallow, why := c.EstPeak, c.Dropped
+		e.peak(c)
+		c.unpriced.release()
+		c.unpriced, c.stopped = nil, false
+		if c.Dropped != why { // it did not plan at full depth's pair
+			c.EstPeak = shallow
+		}
+		c.Dropped = why
+		if best == 0 || c.EstPeak < best {
+			best = c.EstPeak
+		}
+	}
 }
 
 func smallest(cs []*Plan) units.Bytes {

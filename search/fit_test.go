@@ -3,6 +3,7 @@ package search
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -39,37 +40,20 @@ func baseSpec(t testing.TB, name, gpu string, layers int) engine.Spec {
 // search drops plans on it, so it must never overstate. Checked against the
 // full simulation on random plans.
 func TestPropertyEstimateIsLowerBound(t *testing.T) {
-	// Layer counts that whole units do not divide (odd under every-other-
-	// layer checkpointing, unequal pipeline stages) as well as ones they do.
-	// A mixture of experts with transformers 5.x's grouped experts (3-D
-	// parameters, whole per-layer gradients).
-	moe := baseSpec(t, "mixtral-8x7b", "h100", 10)
-	moe.Sem.GroupedExperts = true
-	bases := []engine.Spec{baseSpec(t, "llama-3.2-1b", "h100", 24), baseSpec(t, "gpt2", "h100", 12), baseSpec(t, "pythia-160m", "h100", 12),
-		baseSpec(t, "llama-3.2-1b", "h100", 15), baseSpec(t, "gpt2", "h100", 13), moe}
+	bases := estimatedBases(t)
 	rapid.Check(t, func(rt *rapid.T) {
-		s := rapid.SampledFrom(bases).Draw(rt, "model")
-		s.MicroBatch = rapid.IntRange(1, 4).Draw(rt, "b")
-		s.Accum = rapid.IntRange(1, 8).Draw(rt, "accum")
-		s.TP = rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp")
-		s.SP = s.TP > 1 && s.Model.NumExperts == 0 && rapid.Bool().Draw(rt, "sp")
-		s.PP = rapid.SampledFrom([]int{1, 2, 4, 5}).Draw(rt, "pp")
-		s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
-		if s.DP > 1 {
-			s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointEvery, Every: 3}}).Draw(rt, "ckpt")
-		s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
-		s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
-		s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
-		if rapid.IntRange(0, 3).Draw(rt, "lora") == 0 {
-			s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
-		}
-		if err := s.Validate(); err != nil {
-			rt.Fatal(err)
-		}
+		s := drawEstimated(rt, bases)
 		c := &Plan{Spec: s}
-		newEstimator(s.Model).estimate(c)
+		est := newEstimator(s.Model)
+		if rapid.Bool().Draw(rt, "over") {
+			// A limit every shallow peak is over: the estimate stops at
+			// the shallowest plan of the part it tries first (pair), the
+			// first or (as after a last stage over the limit) the last.
+			est.limit = 1
+			est = est.withCache(est.cache)
+			est.overPart[stateKey(&s)] = rapid.IntRange(0, 1).Draw(rt, "part")
+		}
+		est.estimate(c)
 		if c.Dropped != "" {
 			rt.Fatalf("estimate refused: %s", c.Dropped)
 		}
@@ -82,6 +66,80 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 			rt.Fatalf("%s %s: estimate %s above the full peak %s", s.Model.Name, c.Describe(), c.EstPeak, r.PeakBytes())
 		}
 	})
+}
+
+// A deeper model peaks at least as high, part by part: pair stops at the
+// shallower plan of a part once it is over the limit, and extrapolate keeps
+// the deeper peak when the line through the two falls. Checked on the
+// shallow depths the estimate plans and the full depth, with the
+// estimate's one-element ZeRO-2 buckets.
+func TestPropertyDeeperPeaksHigher(t *testing.T) {
+	bases := estimatedBases(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		s := drawEstimated(rt, bases)
+		if s.ZeRO == 2 {
+			s.ZeROBucketElems = 1
+		}
+		est := newEstimator(s.Model)
+		L := s.Model.Layers
+		parts := est.parts(&s)
+		for i, pt := range parts {
+			lo, u := shallow(&s, i, L)
+			if u == 0 {
+				continue // planned at full depth
+			}
+			var peaks []units.Bytes
+			for _, d := range []int{lo, lo + u, L} {
+				p, sh, err := pt(s, d)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				sh.release()
+				peaks = append(peaks, p)
+			}
+			if peaks[0] > peaks[1] || peaks[0] > peaks[2] {
+				rt.Fatalf("%s, part %d: %s at %d layers, %s at %d, %s at %d", (&Plan{Spec: s}).Describe(), i, peaks[0], lo, peaks[1], lo+u, peaks[2], L)
+			}
+		}
+	})
+}
+
+// estimatedBases are the models TestPropertyEstimateIsLowerBound draws:
+// layer counts that whole units do not divide (odd under every-other-
+// layer checkpointing, unequal pipeline stages) as well as ones they do,
+// and a mixture of experts with transformers 5.x's grouped experts (3-D
+// parameters, whole per-layer gradients).
+func estimatedBases(t testing.TB) []engine.Spec {
+	moe := baseSpec(t, "mixtral-8x7b", "h100", 10)
+	moe.Sem.GroupedExperts = true
+	return []engine.Spec{baseSpec(t, "llama-3.2-1b", "h100", 24), baseSpec(t, "gpt2", "h100", 12), baseSpec(t, "pythia-160m", "h100", 12),
+		baseSpec(t, "llama-3.2-1b", "h100", 15), baseSpec(t, "gpt2", "h100", 13), moe}
+}
+
+// drawEstimated draws a validated plan over one of bases: every axis fit
+// searches.
+func drawEstimated(rt *rapid.T, bases []engine.Spec) engine.Spec {
+	s := rapid.SampledFrom(bases).Draw(rt, "model")
+	s.MicroBatch = rapid.IntRange(1, 4).Draw(rt, "b")
+	s.Accum = rapid.IntRange(1, 8).Draw(rt, "accum")
+	s.TP = rapid.SampledFrom([]int{1, 2, 4}).Draw(rt, "tp")
+	s.SP = s.TP > 1 && s.Model.NumExperts == 0 && rapid.Bool().Draw(rt, "sp")
+	s.PP = rapid.SampledFrom([]int{1, 2, 4, 5}).Draw(rt, "pp")
+	s.DP = rapid.SampledFrom([]int{1, 2, 8}).Draw(rt, "dp")
+	if s.DP > 1 {
+		s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")
+	}
+	s.Checkpoint = rapid.SampledFrom([]engine.CheckpointPolicy{{}, {Kind: engine.CheckpointFull}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointEvery, Every: 3}}).Draw(rt, "ckpt")
+	s.Offload.Activations = rapid.Bool().Draw(rt, "offact")
+	s.Offload.Optimizer = rapid.Bool().Draw(rt, "offopt")
+	s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
+	if rapid.IntRange(0, 3).Draw(rt, "lora") == 0 {
+		s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
+	}
+	if err := s.Validate(); err != nil {
+		rt.Fatal(err)
+	}
+	return s
 }
 
 func TestFitSmallModel(t *testing.T) {
@@ -288,6 +346,52 @@ func TestSmallerFallback(t *testing.T) {
 	}
 	if d := smallerFallback(nil, g, g[1], limit); d != nil {
 		t.Errorf("fell back past a plan dropped for another reason: %v", d)
+	}
+}
+
+// A search where nothing fits reports the smallest bound extrapolated to
+// the full depth, although its estimates stop at the first shallow model
+// over the limit (pair): refineSmallest extrapolates the ones that could be
+// smallest. Checked against every candidate estimated without a limit, on
+// a limit a pipeline's shallow stages are over.
+func TestNothingFitsReportsFullDepthBound(t *testing.T) {
+	base := baseSpec(t, "llama-3.2-1b", "h100", 0)
+	o := Options{GPUs: 2, GlobalBatch: 16, Capacity: 3 << 29, Keep: 5, Pinned: PinTP | PinDP | PinZeRO | PinOffload}
+	base.PP, base.DP = 1, 1
+	cands := enumerate(base, o)
+	if len(cands) == 0 {
+		t.Fatal("no candidates")
+	}
+	est := newEstimator(base.Model)
+	est.limit = o.Capacity
+	be := est.withCache(est.cache)
+	f := &fitter{o: o, limit: o.Capacity, cands: cands, est: est}
+	stopped := 0
+	for _, c := range cands {
+		be.peak(c)
+		c.unpriced.release()
+		c.unpriced = nil
+		if c.stopped {
+			stopped++
+		}
+	}
+	full := units.Bytes(math.MaxInt64)
+	for _, c := range cands {
+		d := &Plan{Spec: c.Spec}
+		newEstimator(base.Model).estimate(d)
+		if d.Dropped == "" {
+			full = min(full, d.EstPeak)
+		}
+	}
+	if stopped == 0 {
+		t.Fatalf("no estimate of %d stopped at a shallow model: the case does not exercise it", len(cands))
+	}
+	if got := smallest(cands); got >= full {
+		t.Fatalf("before refining, the smallest stopped estimate %s is already the full bound %s: the case does not exercise it", got, full)
+	}
+	f.refineSmallest()
+	if got := smallest(cands); got != full {
+		t.Errorf("smallest estimated peak %s after refining, %s estimating every candidate without a limit (%d of %d stopped)", got, full, stopped, len(cands))
 	}
 }
 
