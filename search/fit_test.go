@@ -108,16 +108,16 @@ func TestPropertyDeeperPeaksHigher(t *testing.T) {
 // layer counts that whole units do not divide (odd under every-other-
 // layer checkpointing, unequal pipeline stages) as well as ones they do,
 // and a mixture of experts with transformers 5.x's grouped experts (3-D
-// parameters, whole per-layer gradients).
+// parameters, whole per-layer gradients) and with 4.x's loop over them.
 func estimatedBases(t testing.TB) []engine.Spec {
 	moe := baseSpec(t, "mixtral-8x7b", "h100", 10)
 	moe.Sem.GroupedExperts = true
 	return []engine.Spec{baseSpec(t, "llama-3.2-1b", "h100", 24), baseSpec(t, "gpt2", "h100", 12), baseSpec(t, "pythia-160m", "h100", 12),
-		baseSpec(t, "llama-3.2-1b", "h100", 15), baseSpec(t, "gpt2", "h100", 13), moe}
+		baseSpec(t, "llama-3.2-1b", "h100", 15), baseSpec(t, "gpt2", "h100", 13), moe, baseSpec(t, "mixtral-8x7b", "h100", 9)}
 }
 
 // drawEstimated draws a validated plan over one of bases: every axis fit
-// searches.
+// searches, the result-changing ones (QLoRA, bf16, 8-bit Adam) included.
 func drawEstimated(rt *rapid.T, bases []engine.Spec) engine.Spec {
 	s := rapid.SampledFrom(bases).Draw(rt, "model")
 	s.MicroBatch = rapid.IntRange(1, 4).Draw(rt, "b")
@@ -135,6 +135,14 @@ func drawEstimated(rt *rapid.T, bases []engine.Spec) engine.Spec {
 	s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Fused}).Draw(rt, "impl")
 	if rapid.IntRange(0, 3).Draw(rt, "lora") == 0 {
 		s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
+		s.QLoRA = rapid.Bool().Draw(rt, "qlora")
+	}
+	// The result-changing options fit searches when allowed (--allow).
+	if rapid.IntRange(0, 3).Draw(rt, "bf16") == 0 {
+		s.Precision = ops.BF16
+	}
+	if rapid.IntRange(0, 3).Draw(rt, "8bit") == 0 {
+		s.Optimizer = lower.Adam8bit
 	}
 	if err := s.Validate(); err != nil {
 		rt.Fatal(err)
