@@ -563,7 +563,9 @@ func (f *fitter) refineSmallest() {
 		e.peak(c)
 		c.unpriced.release()
 		c.unpriced, c.stopped = nil, false
-		if c.Dropped != why { // it did not plan at full depth's pair
+		if c.Dropped != why {
+			// A deeper shallow model did not plan (the memory
+			// budget): the stopped peak is still a bound.
 			c.EstPeak = shallow
 		}
 		c.Dropped = why
