@@ -9,6 +9,7 @@ import (
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 )
 
@@ -62,5 +63,46 @@ func BenchmarkFitMixtralAllow(b *testing.B) {
 		}
 		b.ReportMetric(float64(r.Considered), "plans")
 		b.ReportMetric(float64(live)/(1<<20), "max-live-MB")
+	}
+}
+
+// BenchmarkEstimateMixtralPipelines estimates, through one cache as a
+// bundle of fit's search does, the kind of plan most of
+// BenchmarkFitMixtralAllow's time goes to: mixtral-8x7b at sequence 4096
+// under a 1F1B pipeline with LoRA or QLoRA (60 of its 72 s of estimates
+// on one worker). Twelve plans, pp 2, 4 and 8 at tp 2 with ZeRO 0 and 3,
+// micro-batch 1 and 2, judged against an A100-40GB (some estimates stop
+// at a shallow model over it, search.pair). A minute-long search moves by
+// ±10 % with the host; this takes a second, for benchstat.
+func BenchmarkEstimateMixtralPipelines(b *testing.B) {
+	base := baseSpec(b, "mixtral-8x7b", "a100-40gb", 0)
+	base.Seq = 4096
+	var plans []engine.Spec
+	for _, pp := range []int{2, 4, 8} {
+		for _, qlora := range []bool{false, true} {
+			for _, zero := range []int{0, 3} {
+				s := base
+				s.TP, s.PP, s.DP, s.ZeRO = 2, pp, 32/pp, zero
+				s.MicroBatch, s.Accum = 1+pp%4/2, 16
+				s.LoRA = &build.LoRA{Rank: 16, Alpha: 32, Targets: []string{build.AllLinear}}
+				s.QLoRA = qlora
+				if err := s.Validate(); err != nil {
+					b.Fatal(err)
+				}
+				plans = append(plans, s)
+			}
+		}
+	}
+	for b.Loop() {
+		est := newEstimator(base.Model)
+		est.limit = base.CapacityBytes()
+		be := est.withCache(&engine.Cache{})
+		for _, s := range plans {
+			c := &Plan{Spec: s}
+			be.estimate(c)
+			if c.Dropped != "" {
+				b.Fatalf("%s: %s", c.Describe(), c.Dropped)
+			}
+		}
 	}
 }
