@@ -73,7 +73,7 @@ func BenchmarkFitMixtralAllow(b *testing.B) {
 // on one worker). Twelve plans, pp 2, 4 and 8 at tp 2 with ZeRO 0 and 3,
 // micro-batch 1 and 2, judged against an A100-40GB (some estimates stop
 // at a shallow model over it, search.pair). A minute-long search moves by
-// ±10 % with the host; this takes a second, for benchstat.
+// ±10 % with the host; this takes 0.2 s an iteration, for benchstat.
 func BenchmarkEstimateMixtralPipelines(b *testing.B) {
 	base := baseSpec(b, "mixtral-8x7b", "a100-40gb", 0)
 	base.Seq = 4096
