@@ -158,7 +158,7 @@ func btoi(b bool) int {
 	return 0
 }
 
-// estimatedBases are the models TestPropertyEstimateIsLowerBound draws:
+// estimatedBases are the models the estimate's properties draw:
 // layer counts that whole units do not divide (odd under every-other-
 // layer checkpointing, unequal pipeline stages) as well as ones they do,
 // and a mixture of experts with transformers 5.x's grouped experts (3-D
