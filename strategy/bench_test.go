@@ -6,6 +6,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/strategy"
 )
@@ -76,4 +77,39 @@ func BenchmarkPipelineDeepSeekV2(b *testing.B) {
 	}
 	p := zTrain(b, a, ops.AMPBF16, lower.AdamW, lower.Foreach, 4, false, 512)
 	benchChain(b, p, &strategy.Pipeline{Stages: 4, Stage: 1})
+}
+
+// BenchmarkPipelineStageDeepSeekV3 schedules the program `memplan plan
+// --model deepseek-v3 --pp 4 --accum 8` builds for its second stage: layers
+// 15-29 alone (engine's stage slice, with the layout that gives them all to
+// the stage), eight micro-steps, about 970,000 ops once scheduled, handed
+// over as engine does. Every stage of that plan, its first step's and the
+// next step's pay it.
+func BenchmarkPipelineStageDeepSeekV3(b *testing.B) {
+	a, err := models.Lookup("deepseek-v3")
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := build.Graph(a, build.Options{MicroBatch: 1, Seq: 2048, Precision: ops.AMPBF16, Training: true, Layers: [2]int{15, 30}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := lower.Train(g, lower.TrainConfig{Optimizer: lower.AdamW, Impl: lower.Foreach, Precision: ops.AMPBF16, Accum: 8, WeightDecay: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// engine hands the lowered program over (ChainOwned): each iteration
+	// gets its own copy of the tensors, the only part the transform writes.
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		own := *p
+		own.Tensors = append([]ir.Tensor(nil), p.Tensors...)
+		b.StartTimer()
+		q, err := strategy.ChainOwned(&own, &strategy.Pipeline{Stages: 4, Stage: 1, Layout: []int{0, 15, 0, 0}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		strategy.Release(q)
+	}
 }

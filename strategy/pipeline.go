@@ -128,8 +128,8 @@ func (pp *Pipeline) Apply(p *ir.Program) (*ir.Program, error) { return pp.apply(
 // It is a driver over a pipeliner's phases, in order: check (the layout
 // and the program), blocks and chunks (which chunk each block goes to),
 // placeOps (the chunk of every op), keepOps and placeSources (the rank's
-// ops, and the source ops it replicates), boundaries (what crosses ranks),
-// retag (categories of what crosses), emit (the units in schedule order
+// ops, what crosses ranks, and the source ops it replicates), retag
+// (categories of what crosses), emit (the units in schedule order
 // with their receives and sends), tiedGrads, cutOptimizer, and finish
 // (gradient creation, compaction).
 func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
@@ -150,6 +150,10 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	}
 	pl.findBlocks()
 	err := pl.chunks()
+	var nodeChunk []int32
+	if err == nil {
+		nodeChunk = pl.nodeChunks()
+	}
 	analyse()
 	beside.Wait()
 	if err != nil {
@@ -158,12 +162,11 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if pl.a.trace {
 		pl.a.assocByDataflow(p.Params)
 	}
-	if err := pl.placeOps(); err != nil {
+	if err := pl.placeOps(nodeChunk); err != nil {
 		return nil, err
 	}
 	pl.keepOps(own)
 	pl.placeSources()
-	pl.boundaries()
 	pl.retag()
 	if err := pl.emit(); err != nil {
 		return nil, err
@@ -173,13 +176,14 @@ func (pp *Pipeline) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if pl.a.trace {
 		pl.bornAtStart()
 	}
-	ppFixGradCreation(pl.q, pl.out)
-	// Resident storages no op touches: the first stage holds them.
+	// Resident storages no op touches: the first stage holds them; and
+	// what the rank's ops touch, which ppFixGradCreation marks as it goes.
 	keep := make([]bool, len(pl.q.Tensors))
 	if pp.Stage == 0 {
 		copy(keep, pl.a.untouched)
 	}
-	return ppCompact(pl.q, pl.out, keep, p.GradOf), nil
+	operands := ppFixGradCreation(pl.q, pl.out, keep)
+	return ppCompact(pl.q, pl.out, keep, operands, p.GradOf), nil
 }
 
 // ppXfer is a tensor crossing ranks: received before, or sent after, a unit.
@@ -210,13 +214,18 @@ type pipeliner struct {
 
 	// q's tensors are written (categories, sizes); q.Ops is p's and is
 	// never written (a source op's trimmed outputs go to srcOut).
-	q       *ir.Program
-	srcOut  map[int][]ir.TensorID
-	unitOf  []ppUnit // original op index → unit, where isKept
-	isKept  []bool
-	nKept   int
-	used    []bool // tensors the rank's ops touch (with their bases)
-	keptIdx []int  // kept ops, in order
+	q      *ir.Program
+	srcOut map[int][]ir.TensorID
+	unitOf []ppUnit // original op index → unit, where isKept
+	isKept []bool
+	nKept  int
+	used   []bool // tensors the rank's ops touch (with their bases)
+	// minReader: the earliest chunk reading each tensor of a source op's
+	// storage, or a view of it (keepOps).
+	minReader []int32
+	// paramRanks: the ranks reading each parameter (keepOps).
+	paramRanks paramRanks
+	keptIdx    []int // kept ops, in order
 
 	recvs, sends []ppXfer
 	isParam      tensorSet
@@ -278,21 +287,37 @@ func (pl *pipeliner) check() error {
 func (pl *pipeliner) findBlocks() {
 	ops := pl.p.Ops
 	pl.blockIdx = map[string]int{}
+	pl.opBlock = make([]int32, len(ops))
+	// One pass: an op's block is registered by then whenever the block's
+	// first forward op comes before every other op of it (a lowered
+	// program's forward comes first); an op of a block not registered yet
+	// leaves the second pass to do (a trace's, or a block no forward op
+	// runs in, which stays -1).
 	var blk blockOfModule
+	last, lastIdx, lastB, lastOK := "", int32(-1), "", false
+	pending := false
 	for i := range ops {
 		op := &ops[i]
-		if op.Phase != ir.Forward || op.Recompute {
-			continue
-		}
-		if b, ok := blk.of(op.Module); ok {
-			if _, seen := pl.blockIdx[b]; !seen {
-				pl.blockIdx[b] = len(pl.blocks)
-				pl.blocks = append(pl.blocks, b)
+		if m := op.Module; i == 0 || m != last {
+			last = m
+			lastB, lastOK = blk.of(m)
+			lastIdx = -1
+			if bi, ok := pl.blockIdx[lastB]; lastOK && ok {
+				lastIdx = int32(bi)
 			}
 		}
+		if lastOK && lastIdx < 0 && op.Phase == ir.Forward && !op.Recompute {
+			lastIdx = int32(len(pl.blocks))
+			pl.blockIdx[lastB] = len(pl.blocks)
+			pl.blocks = append(pl.blocks, lastB)
+		}
+		pl.opBlock[i] = lastIdx
+		pending = pending || (lastOK && lastIdx < 0)
 	}
-	pl.opBlock = make([]int32, len(ops))
-	last, lastIdx := "", int32(-1)
+	if !pending {
+		return
+	}
+	last, lastIdx = "", -1
 	for i := range ops {
 		if m := ops[i].Module; i == 0 || m != last {
 			last, lastIdx = m, -1
@@ -367,13 +392,31 @@ func (pl *pipeliner) chunks() error {
 // forward op in a block has its block in opBlock (findBlocks lists them).
 func (pl *pipeliner) nodeChunks() []int32 {
 	p := pl.p
-	lastBlockOp := map[int]int{}
+	// lastBlockOp[micro]: the last forward op of a block in the micro-step
+	// (-1: none), for micro-steps in [0, MicroBatches); a map (once a
+	// map per op, a tenth of the transform) for any other.
+	lastBlockOp := make([]int, max(p.MicroBatches, 1))
+	for i := range lastBlockOp {
+		lastBlockOp[i] = -1
+	}
+	other := map[int]int{}
+	lastOf := func(micro int) (int, bool) {
+		if micro >= 0 && micro < len(lastBlockOp) {
+			return lastBlockOp[micro], lastBlockOp[micro] >= 0
+		}
+		i, ok := other[micro]
+		return i, ok
+	}
 	maxNode := int32(-1)
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		maxNode = max(maxNode, op.Node)
 		if op.Phase == ir.Forward && !op.Recompute && pl.opBlock[i] >= 0 {
-			lastBlockOp[op.Micro] = i
+			if op.Micro >= 0 && op.Micro < len(lastBlockOp) {
+				lastBlockOp[op.Micro] = i
+			} else {
+				other[op.Micro] = i
+			}
 		}
 	}
 	nodeChunk := make([]int32, maxNode+1)
@@ -388,7 +431,7 @@ func (pl *pipeliner) nodeChunks() []int32 {
 		}
 		if bi := pl.opBlock[i]; bi >= 0 {
 			cur = pl.chunkOfBlock[bi]
-		} else if last, ok := lastBlockOp[op.Micro]; ok && i > last {
+		} else if last, ok := lastOf(op.Micro); ok && i > last {
 			cur = pl.nChunks - 1
 		}
 		if op.Node >= 0 && nodeChunk[op.Node] < 0 {
@@ -399,16 +442,19 @@ func (pl *pipeliner) nodeChunks() []int32 {
 }
 
 // placeOps gives every op its chunk: the optimizer step and source ops are
-// marked; other ops take their node's chunk, their block's, or that of the
-// op that wrote what they read (loss.backward reads the loss).
-func (pl *pipeliner) placeOps() error {
+// marked; other ops take their node's chunk (nodeChunk, nodeChunks), their
+// block's, or that of the op that wrote what they read (loss.backward reads
+// the loss).
+func (pl *pipeliner) placeOps(nodeChunk []int32) error {
 	p, a := pl.p, pl.a
-	nodeChunk := pl.nodeChunks()
 	if pl.a.trace {
 		pl.traceFwd, pl.traceModule = pl.traceChunks()
 	}
 	opChunk := make([]int, len(p.Ops))
 	pl.opChunk = opChunk
+	// The ops of the rank's chunks are kept, in their units.
+	pl.unitOf = make([]ppUnit, len(p.Ops))
+	pl.isKept = make([]bool, len(p.Ops))
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		switch {
@@ -425,6 +471,10 @@ func (pl *pipeliner) placeOps() error {
 			}
 			if opChunk[i] == chunkNone {
 				return fmt.Errorf("pipeline cannot place op %d (%s) on a stage", i, op.Name)
+			}
+			if pl.mine(opChunk[i]) {
+				pl.unitOf[i], pl.isKept[i] = ppUnit{op.Phase, op.Micro, opChunk[i]}, true
+				pl.nKept++
 			}
 		}
 	}
@@ -468,9 +518,14 @@ func (pl *pipeliner) readsCarried(op *ir.Op, cat ir.Category) bool {
 	})
 }
 
-// keepOps keeps the forward and backward ops of the rank's chunks, in
-// their units, and marks the tensors they touch. The ops are rebuilt into
-// out, so only the tensors are copied.
+// keepOps keeps the forward and backward ops of the rank's chunks
+// (placeOps marks them). The ops are rebuilt into out, so only the tensors
+// are copied. One pass over the kept ops' operands gathers what the later
+// phases ask of them (each was a pass of its own, a fifth of the transform
+// on a stage's million ops): the tensors they touch (used, with their
+// bases), the earliest chunk reading a source op's output (minReader), the
+// tensors received and sent (recvs, sends) and the ranks reading each
+// parameter (paramRanks).
 func (pl *pipeliner) keepOps(own bool) {
 	p := pl.p
 	pl.q = p
@@ -480,49 +535,120 @@ func (pl *pipeliner) keepOps(own bool) {
 	}
 	q := pl.q
 	pl.srcOut = map[int][]ir.TensorID{}
-	pl.unitOf = make([]ppUnit, len(q.Ops))
-	pl.isKept = make([]bool, len(q.Ops))
-	for i := range q.Ops {
-		if pl.mine(pl.opChunk[i]) {
-			pl.unitOf[i], pl.isKept[i] = ppUnit{q.Ops[i].Phase, q.Ops[i].Micro, pl.opChunk[i]}, true
-			pl.nKept++
+	pl.isParam = paramSet(p)
+	pl.paramRanks = paramRanks{first: make([]int32, len(q.Tensors)), more: map[ir.TensorID]map[int]bool{}}
+	// What another rank's forward and backward ops read (a whole
+	// program's reader lists were a fifth of the transform on a stage's
+	// own slice, which has few ops of another rank's).
+	readElsewhere := make([]bool, len(q.Tensors))
+	for r, c := range pl.opChunk {
+		if c >= 0 && !pl.mine(c) {
+			for _, t := range q.Ops[r].In {
+				readElsewhere[t] = true
+				if pl.isParam.has(t) {
+					pl.paramRanks.add(t, c%pl.pp.Stages)
+				}
+			}
 		}
 	}
+	// A read's minReader walk runs only when its storage holds a source
+	// op's output (srcTree), and stops at the first tensor already read
+	// from a chunk no later (a storage's value is never above any of its
+	// views', as each walk lowers the whole chain).
+	srcTree := make([]bool, len(q.Tensors))
+	for i, c := range pl.opChunk {
+		if c == chunkSource {
+			for _, t := range q.Ops[i].Out {
+				srcTree[pl.a.owner[t]] = true
+			}
+		}
+	}
+	pl.minReader = make([]int32, len(q.Tensors))
+	for i := range pl.minReader {
+		pl.minReader[i] = -1
+	}
 	pl.used = make([]bool, len(q.Tensors))
+	recvSeen := make([]bool, len(q.Tensors))
 	for i := range pl.unitOf {
 		if !pl.isKept[i] {
 			continue
 		}
+		u := pl.unitOf[i]
+		c := int32(u.chunk)
 		for _, t := range q.Ops[i].In {
 			pl.markUsed(t)
+			if pl.isParam.has(t) {
+				pl.paramRanks.add(t, u.chunk%pl.pp.Stages)
+			}
+			if !pl.a.local(t) && !recvSeen[t] && !pl.keptWriter(t) {
+				recvSeen[t] = true
+				pl.recvs = append(pl.recvs, ppXfer{t, u, i})
+			}
+			if !srcTree[pl.a.owner[t]] {
+				continue
+			}
+			for s := t; s != ir.NoTensor; s = q.Tensors[s].Base {
+				if r := pl.minReader[s]; r >= 0 && r <= c {
+					break
+				}
+				pl.minReader[s] = c
+			}
 		}
 		for _, t := range q.Ops[i].Out {
 			pl.markUsed(t)
+			if !pl.a.local(t) && pl.a.writer[t] == int32(i) && readElsewhere[t] {
+				pl.sends = append(pl.sends, ppXfer{t, u, i})
+			}
 		}
 	}
+}
+
+// keptWriter reports whether the op that first writes t, which a kept op
+// reads, is on this rank: kept already, or a source op, which placeSources
+// keeps for the output it writes here.
+func (pl *pipeliner) keptWriter(t ir.TensorID) bool {
+	w := pl.a.writer[t]
+	return w >= 0 && (pl.isKept[w] || pl.opChunk[w] == chunkSource)
+}
+
+// paramRanks are the ranks reading each parameter: first is the rank+1 of
+// its first reader, and a set is made only for a parameter read on a
+// second rank, so that the reads of a parameter on one rank (all but a
+// few) touch no map.
+type paramRanks struct {
+	first []int32
+	more  map[ir.TensorID]map[int]bool
+}
+
+func (pr *paramRanks) add(t ir.TensorID, rank int) {
+	switch f := pr.first[t]; {
+	case f == int32(rank)+1:
+	case f == 0:
+		pr.first[t] = int32(rank) + 1
+	default:
+		if pr.more[t] == nil {
+			pr.more[t] = map[int]bool{int(f - 1): true}
+		}
+		pr.more[t][rank] = true
+	}
+}
+
+// count is how many ranks read t.
+func (pr *paramRanks) count(t ir.TensorID) int {
+	if m := pr.more[t]; m != nil {
+		return len(m)
+	}
+	if pr.first[t] > 0 {
+		return 1
+	}
+	return 0
 }
 
 // placeSources keeps the outputs of source ops that kept ops use; a source
 // op runs in the unit of the earliest chunk reading them (same phase and
 // micro-step).
 func (pl *pipeliner) placeSources() {
-	q := pl.q
-	minReader := make([]int, len(q.Tensors)) // -1: no kept op reads it
-	for i := range minReader {
-		minReader[i] = -1
-	}
-	for i, u := range pl.unitOf {
-		if !pl.isKept[i] {
-			continue
-		}
-		for _, t := range q.Ops[i].In {
-			for s := t; s != ir.NoTensor; s = q.Tensors[s].Base {
-				if c := minReader[s]; c < 0 || u.chunk < c {
-					minReader[s] = u.chunk
-				}
-			}
-		}
-	}
+	q, minReader := pl.q, pl.minReader
 	for i := range q.Ops {
 		if pl.opChunk[i] != chunkSource {
 			continue
@@ -533,7 +659,7 @@ func (pl *pipeliner) placeSources() {
 		for _, t := range op.Out {
 			if pl.used[t] {
 				outs = append(outs, t)
-				if c := minReader[t]; c >= 0 && (chunk < 0 || c < chunk) {
+				if c := int(minReader[t]); c >= 0 && (chunk < 0 || c < chunk) {
 					chunk = c
 				}
 			}
@@ -559,43 +685,6 @@ func (pl *pipeliner) placeSources() {
 	}
 }
 
-// boundaries finds the tensors kept ops read that another rank computes
-// (received) and those they compute that another rank reads (sent).
-func (pl *pipeliner) boundaries() {
-	q, a := pl.q, pl.a
-	recvSeen := map[ir.TensorID]bool{}
-	for _, i := range pl.keptIdx {
-		u := pl.unitOf[i]
-		for _, t := range q.Ops[i].In {
-			if a.local(t) || recvSeen[t] {
-				continue
-			}
-			if w := a.writer[t]; w >= 0 && pl.isKept[w] {
-				continue
-			}
-			recvSeen[t] = true
-			pl.recvs = append(pl.recvs, ppXfer{t, u, i})
-		}
-	}
-	for _, i := range pl.keptIdx {
-		u := pl.unitOf[i]
-		if u.chunk < 0 || pl.opChunk[i] == chunkSource {
-			continue
-		}
-		for _, t := range q.Ops[i].Out {
-			if a.local(t) || a.writer[t] != int32(i) {
-				continue
-			}
-			for _, r := range a.readers[t] {
-				if c := pl.opChunk[r]; c >= 0 && !pl.mine(c) {
-					pl.sends = append(pl.sends, ppXfer{t, u, i})
-					break
-				}
-			}
-		}
-	}
-}
-
 // retag writes received tensors fresh here, and sets what is saved for
 // backward here: received inputs the backward reads become activations,
 // and activations only another rank's backward reads (the output sent on)
@@ -610,11 +699,23 @@ func (pl *pipeliner) retag() {
 		t.Cat = ir.Temporary
 		pl.markUsed(x.t)
 	}
+	// A read's storage is the analysis's (a byte array, where walking the
+	// chain read 80-byte tensors in no order) unless a received tensor
+	// was in its chain: then its storage is where the walk now stops.
+	owner := pl.a.owner
+	moved := make([]bool, len(q.Tensors))
+	for _, x := range pl.recvs {
+		moved[owner[x.t]] = true
+	}
 	savedHere := make([]bool, len(q.Tensors))
 	for i, u := range pl.unitOf {
 		if pl.isKept[i] && u.phase == ir.Backward {
 			for _, t := range q.Ops[i].In {
-				savedHere[ir.Storage(q.Tensors, t)] = true
+				o := owner[t]
+				if moved[o] {
+					o = ir.Storage(q.Tensors, t)
+				}
+				savedHere[o] = true
 			}
 		}
 	}
@@ -716,8 +817,8 @@ func (pl *pipeliner) emit() error {
 			// Capped, so ppFixGradCreation's appends never write into
 			// p's spare capacity.
 			op.In, op.Out = op.In[:len(op.In):len(op.In)], op.Out[:len(op.Out):len(op.Out)]
-			if outs, ok := pl.srcOut[i]; ok {
-				op.Out = outs
+			if pl.opChunk[i] == chunkSource {
+				op.Out = pl.srcOut[i] // kept: it has outputs here
 			}
 			out = append(out, op)
 			placed++
@@ -737,29 +838,16 @@ func (pl *pipeliner) emit() error {
 // (tied embeddings) over the ranks holding them.
 func (pl *pipeliner) tiedGrads() {
 	p, q := pl.p, pl.q
-	paramRanks := map[ir.TensorID]map[int]bool{}
-	pl.isParam = paramSet(p)
-	for i := range p.Ops {
-		if c := pl.opChunk[i]; c >= 0 {
-			for _, t := range p.Ops[i].In {
-				if pl.isParam.has(t) {
-					if paramRanks[t] == nil {
-						paramRanks[t] = map[int]bool{}
-					}
-					paramRanks[t][c%pl.pp.Stages] = true
-				}
-			}
-		}
-	}
 	for _, id := range p.Params {
-		if !pl.used[id] || len(paramRanks[id]) < 2 {
+		n := pl.paramRanks.count(id)
+		if !pl.used[id] || n < 2 {
 			continue
 		}
 		for g := range q.Tensors {
 			gt := &q.Tensors[g]
 			if gt.Cat == ir.Gradient && pl.used[g] && pl.a.assoc[g] == id {
 				pl.out = append(pl.out, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
-					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: ir.PipelineGroup, Ranks: len(paramRanks[id])}})
+					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: ir.PipelineGroup, Ranks: n}})
 			}
 		}
 	}
@@ -895,9 +983,8 @@ func ppBlock(module string) (string, bool) {
 
 // ppAnalysis is what Apply needs to know about the whole program.
 type ppAnalysis struct {
-	p       *ir.Program
-	writer  []int32   // first op writing each tensor id, or -1
-	readers [][]int32 // fwd/bwd ops reading each tensor id
+	p      *ir.Program
+	writer []int32 // first op writing each tensor id, or -1
 	// assoc maps a model-state tensor (optimizer state, master weight,
 	// gradient) to the parameter whose name prefixes its own; NoTensor
 	// otherwise (and for the parameters themselves). Only gradients and the
@@ -914,13 +1001,17 @@ type ppAnalysis struct {
 	// writes a category, of p's tensors as they were.
 	isLocal  []bool
 	sourceIn []bool
+	// owner is each tensor's storage (ir.Storages), of p's tensors as
+	// they were (retag clears the base of what is received).
+	owner []ir.TensorID
 }
 
 func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 	n := len(p.Tensors)
-	a := &ppAnalysis{p: p, writer: make([]int32, n), readers: make([][]int32, n), assoc: make([]ir.TensorID, n), untouched: make([]bool, n),
+	a := &ppAnalysis{p: p, writer: make([]int32, n), assoc: make([]ir.TensorID, n), untouched: make([]bool, n),
 		trace: trace, isLocal: make([]bool, n), sourceIn: make([]bool, n)}
 	owner := ir.Storages(p.Tensors)
+	a.owner = owner
 	for i, o := range owner {
 		t := &p.Tensors[o]
 		a.isLocal[i] = t.Resident || t.Keep || t.Cat == ir.Gradient
@@ -929,21 +1020,6 @@ func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 	}
 	for i := range a.writer {
 		a.writer[i] = -1
-	}
-	// Readers are carved from one array: count, then fill.
-	count := make([]int32, n)
-	total := 0
-	for i := range p.Ops {
-		if op := &p.Ops[i]; op.Phase != ir.Optimizer {
-			for _, t := range op.In {
-				count[t]++
-			}
-			total += len(op.In)
-		}
-	}
-	flat := make([]int32, total)
-	for t, c := range count {
-		a.readers[t], flat = flat[:0:c], flat[c:]
 	}
 	touched := make([]bool, n)
 	asked := make([]bool, n) // tensors assoc is asked about
@@ -958,9 +1034,6 @@ func newPPAnalysis(p *ir.Program, trace bool) *ppAnalysis {
 			asked[t] = asked[t] || opt
 		}
 		for _, t := range op.In {
-			if !opt {
-				a.readers[t] = append(a.readers[t], int32(i))
-			}
 			touched[owner[t]] = true
 			asked[t] = asked[t] || opt
 		}
@@ -1025,21 +1098,37 @@ func (a *ppAnalysis) local(t ir.TensorID) bool { return a.isLocal[t] }
 
 // ppFixGradCreation makes the first op on this rank that touches each
 // parameter gradient create it (write it, without the accumulation
-// workspace) and later ones accumulate into it.
-func ppFixGradCreation(q *ir.Program, ops []ir.Op) {
+// workspace) and later ones accumulate into it. It marks in used what
+// each op touches once fixed (with their bases), for ppCompact.
+//
+// It returns how many operands the ops have once fixed (ppCompact's).
+func ppFixGradCreation(q *ir.Program, ops []ir.Op, used []bool) int {
+	// fixable: a gradient storage the iteration creates, asked of every
+	// operand (a byte each, not its 80-byte tensor).
+	fixable := make([]bool, len(q.Tensors))
+	for t := range q.Tensors {
+		tt := &q.Tensors[t]
+		fixable[t] = tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep
+	}
 	written := make([]bool, len(q.Tensors))
+	operands := 0
+	mark := func(ts []ir.TensorID) {
+		for _, t := range ts {
+			for s := t; s != ir.NoTensor && !used[s]; s = q.Tensors[s].Base {
+				used[s] = true
+			}
+		}
+	}
 	for oi := range ops {
 		op := &ops[oi]
 		var fixIn, fixOut []ir.TensorID
 		for _, t := range op.In {
-			tt := &q.Tensors[t]
-			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && !written[t] && !ppContains(fixIn, t) {
+			if fixable[t] && !written[t] && !ppContains(fixIn, t) {
 				fixIn = append(fixIn, t)
 			}
 		}
 		for _, t := range op.Out {
-			tt := &q.Tensors[t]
-			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Resident && !tt.Keep && written[t] {
+			if fixable[t] && written[t] {
 				fixOut = append(fixOut, t)
 			}
 		}
@@ -1060,7 +1149,11 @@ func ppFixGradCreation(q *ir.Program, ops []ir.Op) {
 		for _, t := range op.Out {
 			written[t] = true
 		}
+		mark(op.In)
+		mark(op.Out)
+		operands += len(op.In) + len(op.Out)
 	}
+	return operands
 }
 
 func ppRemove(ts []ir.TensorID, x ir.TensorID) []ir.TensorID {
@@ -1082,22 +1175,15 @@ func ppContains(ts []ir.TensorID, x ir.TensorID) bool {
 	return false
 }
 
-// ppCompact keeps the tensors ops touch (with their bases) and those marked in
-// used, renumbered in their original order, and rewrites ops (the caller's
-// own, which the result keeps), Params and GradOf (gradOf renumbered).
-func ppCompact(q *ir.Program, ops []ir.Op, used []bool, gradOf map[ir.TensorID]ir.TensorID) *ir.Program {
-	for oi := range ops {
-		for _, ts := range [][]ir.TensorID{ops[oi].In, ops[oi].Out} {
-			for _, t := range ts {
-				for s := t; s != ir.NoTensor && !used[s]; s = q.Tensors[s].Base {
-					used[s] = true
-				}
-			}
-		}
-	}
+// ppCompact keeps the tensors marked in used (every one ops touch, with
+// their bases: ppFixGradCreation marks them, and counts the ids operands
+// ops have), renumbered in their original order, and rewrites ops (the
+// caller's own, which the result keeps), Params and GradOf (gradOf
+// renumbered).
+func ppCompact(q *ir.Program, ops []ir.Op, used []bool, ids int, gradOf map[ir.TensorID]ir.TensorID) *ir.Program {
 	remap := make([]ir.TensorID, len(q.Tensors))
 	r := &ir.Program{MicroBatches: q.MicroBatches}
-	kept, ids := 0, 0
+	kept := 0
 	for i := range q.Tensors {
 		if used[i] {
 			kept++
@@ -1117,10 +1203,8 @@ func ppCompact(q *ir.Program, ops []ir.Op, used []bool, gradOf map[ir.TensorID]i
 		r.Tensors = append(r.Tensors, t)
 	}
 	// ops is the caller's own: its operand lists are replaced by ones
-	// carved from a single array (each capped, as in Clone).
-	for oi := range ops {
-		ids += len(ops[oi].In) + len(ops[oi].Out)
-	}
+	// carved from a single array of ids operands (each capped, as in
+	// Clone).
 	operands := make([]ir.TensorID, ids)
 	re := func(ts []ir.TensorID) []ir.TensorID {
 		if ts == nil {
