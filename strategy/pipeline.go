@@ -302,7 +302,7 @@ func (pl *pipeliner) findBlocks() {
 			last = m
 			lastB, lastOK = blk.of(m)
 			lastIdx = -1
-			if bi, ok := pl.blockIdx[lastB]; lastOK && ok {
+			if bi, ok := pl.blockIdx[lastB]; ok && lastOK {
 				lastIdx = int32(bi)
 			}
 		}
@@ -393,8 +393,8 @@ func (pl *pipeliner) chunks() error {
 func (pl *pipeliner) nodeChunks() []int32 {
 	p := pl.p
 	// lastBlockOp[micro]: the last forward op of a block in the micro-step
-	// (-1: none), for micro-steps in [0, MicroBatches); a map (once a
-	// map per op, a tenth of the transform) for any other.
+	// (-1: none), for micro-steps in [0, MicroBatches), where it was a map
+	// written once per forward op; a map only for any other micro-step.
 	lastBlockOp := make([]int, max(p.MicroBatches, 1))
 	for i := range lastBlockOp {
 		lastBlockOp[i] = -1
@@ -521,8 +521,9 @@ func (pl *pipeliner) readsCarried(op *ir.Op, cat ir.Category) bool {
 // keepOps keeps the forward and backward ops of the rank's chunks
 // (placeOps marks them). The ops are rebuilt into out, so only the tensors
 // are copied. One pass over the kept ops' operands gathers what the later
-// phases ask of them (each was a pass of its own, a fifth of the transform
-// on a stage's million ops): the tensors they touch (used, with their
+// phases ask of them, each once a pass of its own over a stage's million
+// ops (BenchmarkPipelineStageDeepSeekV3, with the rest of round 19's
+// changes: 492 -> 299 ms): the tensors they touch (used, with their
 // bases), the earliest chunk reading a source op's output (minReader), the
 // tensors received and sent (recvs, sends) and the ranks reading each
 // parameter (paramRanks).
@@ -537,29 +538,28 @@ func (pl *pipeliner) keepOps(own bool) {
 	pl.srcOut = map[int][]ir.TensorID{}
 	pl.isParam = paramSet(p)
 	pl.paramRanks = paramRanks{first: make([]int32, len(q.Tensors)), more: map[ir.TensorID]map[int]bool{}}
-	// What another rank's forward and backward ops read (a whole
-	// program's reader lists were a fifth of the transform on a stage's
-	// own slice, which has few ops of another rank's).
+	// One pass over the placement, touching only the ops of other ranks
+	// and the source ops (few on a stage's own slice): what another rank's
+	// forward and backward ops read (in place of a whole program's reader
+	// lists), and the storages holding a source op's
+	// output (srcTree). A read's minReader walk below runs only for those,
+	// and stops at the first tensor already read from a chunk no later (a
+	// storage's value is never above any of its views', as each walk lowers
+	// the whole chain).
 	readElsewhere := make([]bool, len(q.Tensors))
+	srcTree := make([]bool, len(q.Tensors))
 	for r, c := range pl.opChunk {
-		if c >= 0 && !pl.mine(c) {
+		switch {
+		case c == chunkSource:
+			for _, t := range q.Ops[r].Out {
+				srcTree[pl.a.owner[t]] = true
+			}
+		case c >= 0 && !pl.mine(c):
 			for _, t := range q.Ops[r].In {
 				readElsewhere[t] = true
 				if pl.isParam.has(t) {
 					pl.paramRanks.add(t, c%pl.pp.Stages)
 				}
-			}
-		}
-	}
-	// A read's minReader walk runs only when its storage holds a source
-	// op's output (srcTree), and stops at the first tensor already read
-	// from a chunk no later (a storage's value is never above any of its
-	// views', as each walk lowers the whole chain).
-	srcTree := make([]bool, len(q.Tensors))
-	for i, c := range pl.opChunk {
-		if c == chunkSource {
-			for _, t := range q.Ops[i].Out {
-				srcTree[pl.a.owner[t]] = true
 			}
 		}
 	}
@@ -699,7 +699,7 @@ func (pl *pipeliner) retag() {
 		t.Cat = ir.Temporary
 		pl.markUsed(x.t)
 	}
-	// A read's storage is the analysis's (a byte array, where walking the
+	// A read's storage is the analysis's (an array of ids, where walking the
 	// chain read 80-byte tensors in no order) unless a received tensor
 	// was in its chain: then its storage is where the walk now stops.
 	owner := pl.a.owner

@@ -385,7 +385,7 @@ CATALOG_CLOSED_JOBS = [
      "Four stages of eight priced micro-steps, the first step's eight, the reserved replay and the next step on each\n"
      "# stage's own few: open until round 19 (7.1-7.6 s alone in a quiet hour, 10.1 s alone in CI's harness in a slow\n"
      "# one); round 19's one pass of the pipeline transform over a stage's ops (strategy BenchmarkPipelineStageDeepSeekV3,\n"
-     "# -39 %): 5.9-6.5 s alone and 1.53 GiB, 8.0-8.4 s beside plan --accum 8, where the same hour's build before took 7.2-7.8 s."),
+     "# -39 %): 5.9-6.5 s alone and 1.50 GiB, 8.0-8.4 s beside plan --accum 8, where the same hour's build before took 7.2-7.8 s."),
 ]
 
 
