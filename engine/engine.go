@@ -215,6 +215,9 @@ type Options struct {
 	// NoTimeline leaves Result.Sim.Timeline empty (sim.Options): for
 	// searches that only need peaks.
 	NoTimeline bool
+	// Totals fills Result.Sim.Totals with each op's device total
+	// (sim.Options.Totals).
+	Totals bool
 	// NoTiming leaves Result.Timing nil and StepFLOPs 0: for plans whose
 	// step time nobody reads (the next step's strategies, judged by their
 	// peaks). A plan of more than four micro-steps then builds no
@@ -555,7 +558,7 @@ func (r *Result) Compact() {
 	for _, p := range []**sim.Result{&r.Sim, &r.First} {
 		if *p != nil {
 			s := **p
-			s.Timeline = nil
+			s.Timeline, s.Totals = nil, nil
 			*p = &s
 		}
 	}
@@ -749,7 +752,7 @@ func (pl *planner) planStage(stage int) (stagePlan, error) {
 		beside.Go(price)
 		price = func() {}
 	}
-	r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline})
+	r, err := sim.RunWith(p, sim.Options{NoTimeline: o.NoTimeline, Totals: o.Totals})
 	price()
 	beside.Wait()
 	if err == nil {

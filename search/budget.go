@@ -106,7 +106,7 @@ func resultBytes(r *engine.Result) units.Bytes {
 	n := programBytes(r.Program) + programBytes(r.FirstProgram)
 	for _, s := range []*sim.Result{r.Sim, r.First} {
 		if s != nil {
-			n += units.Bytes(cap(s.Timeline)) * units.Bytes(unsafe.Sizeof(sim.Point{}))
+			n += units.Bytes(cap(s.Timeline))*units.Bytes(unsafe.Sizeof(sim.Point{})) + units.Bytes(cap(s.Totals))*units.Bytes(unsafe.Sizeof(units.Bytes(0)))
 		}
 	}
 	if r.Timing != nil {

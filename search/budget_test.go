@@ -82,7 +82,7 @@ func TestFitKeepsNoJudgedPrograms(t *testing.T) {
 			continue
 		}
 		n++
-		if p.Result.Program != nil || len(p.Result.Sim.Timeline) > 0 || (p.Result.Timing != nil && p.Result.Timing.Ops != nil) {
+		if p.Result.Program != nil || len(p.Result.Sim.Timeline) > 0 || len(p.Result.Sim.Totals) > 0 || (p.Result.Timing != nil && p.Result.Timing.Ops != nil) {
 			t.Errorf("%s keeps its program or timeline", p.Describe())
 		}
 	}

@@ -180,12 +180,12 @@ func (sh *shot) step() (time.Duration, error) {
 }
 
 // shoot plans the pipeline stages of s (nil: all; its GPU left out, so
-// unpriced, and without a timeline unless asked) at depth layers with sim
-// micro-steps.
-func (e *estimator) shoot(s engine.Spec, stages []int, layers, sim int, timeline bool) (*shot, error) {
+// unpriced, and without a timeline; with each op's device total when
+// totals asks, inFlight's) at depth layers with sim micro-steps.
+func (e *estimator) shoot(s engine.Spec, stages []int, layers, sim int, totals bool) (*shot, error) {
 	sh := &shot{gpu: s.GPU, sim: sim, accum: s.Accum, pp: s.PP}
 	s.GPU = nil
-	r, _, err := e.runWith(s, engine.Options{Stages: stages, NoTimeline: !timeline}, layers, sim)
+	r, _, err := e.runWith(s, engine.Options{Stages: stages, NoTimeline: true, Totals: totals}, layers, sim)
 	if err != nil {
 		return nil, err
 	}
@@ -275,8 +275,8 @@ func (e *estimator) firstStage(s engine.Spec, layers int) (units.Bytes, *shot, e
 // forwards of micro-steps 1 and 2. ok is false when the program does not
 // have that shape.
 func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
-	p, tl := r.Program, r.Sim.Timeline
-	if len(tl) != len(p.Ops) {
+	p, tot := r.Program, r.Sim.Totals
+	if len(tot) != len(p.Ops) {
 		return 0, false
 	}
 	first := func(ph ir.Phase, micro int) int {
@@ -291,13 +291,13 @@ func inFlight(r *engine.Result, extra, endMicro int) (units.Bytes, bool) {
 	if f1 < 0 || f2 <= f1 || end <= f2 || p.Ops[f1].Name != p.Ops[f2].Name {
 		return 0, false
 	}
-	per := tl[f2].Total - tl[f1].Total
+	per := tot[f2] - tot[f1]
 	if per < 0 {
 		return 0, false
 	}
 	var peak units.Bytes
-	for i := range tl {
-		v := tl[i].Total
+	for i := range tot {
+		v := tot[i]
 		if i >= f2 && i < end {
 			more, ok := units.MulBytes(per, int64(extra))
 			if !ok {

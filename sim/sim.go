@@ -39,6 +39,9 @@ type Point struct {
 // Result is what one iteration needs.
 type Result struct {
 	Timeline []Point
+	// Totals is each op's device total (Point.Total), when Options.Totals
+	// asked for it instead of the timeline.
+	Totals []units.Bytes
 	// Peak is the highest Point of the iteration.
 	Peak Point
 	// PhasePeak is the highest Point in each phase; Op is -1 for a phase the
@@ -70,6 +73,11 @@ type Options struct {
 	// NoTimeline leaves Result.Timeline empty (the peaks are still
 	// found): for callers that only need the peak, such as a search.
 	NoTimeline bool
+	// Totals fills Result.Totals with each op's device total: for callers
+	// that read the curve's height alone, a twelfth of a timeline's bytes
+	// (a search's in-flight extrapolation of a pipeline's first stage,
+	// 5.4 of the 102 GiB the mixtral-8x7b fit probe allocated).
+	Totals bool
 }
 
 // Run simulates p. It fails only on a malformed program.
@@ -212,6 +220,9 @@ func (rp *replay) residents() {
 	if !rp.opt.NoTimeline {
 		r.Timeline = make([]Point, 0, len(p.Ops))
 	}
+	if rp.opt.Totals {
+		r.Totals = make([]units.Bytes, 0, len(p.Ops))
+	}
 	for i := range r.PhasePeak {
 		r.PhasePeak[i].Op = -1
 	}
@@ -288,6 +299,9 @@ func (rp *replay) record(oi int, op *ir.Op) {
 	}
 	if !rp.opt.NoTimeline {
 		r.Timeline = append(r.Timeline, point())
+	}
+	if rp.opt.Totals {
+		r.Totals = append(r.Totals, total)
 	}
 	if total > r.Peak.Total || r.Peak.Op < 0 {
 		r.Peak = point()

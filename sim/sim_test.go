@@ -41,6 +41,22 @@ func TestRunHandBuilt(t *testing.T) {
 			t.Errorf("op %d (%s): %d bytes, want %d", i, p.Ops[i].Name, got, w)
 		}
 	}
+	// Totals alone: the same heights, no timeline, the same peak.
+	rt, err := RunWith(p, Options{NoTimeline: true, Totals: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rt.Timeline) != 0 || len(rt.Totals) != len(want) || rt.Peak != r.Peak {
+		t.Errorf("totals only: %d points, %d totals, peak %+v; want 0, %d, %+v", len(rt.Timeline), len(rt.Totals), rt.Peak, len(want), r.Peak)
+	}
+	for i, w := range want {
+		if i < len(rt.Totals) && rt.Totals[i] != w {
+			t.Errorf("total of op %d (%s): %d bytes, want %d", i, p.Ops[i].Name, rt.Totals[i], w)
+		}
+	}
+	if len(r.Totals) != 0 {
+		t.Errorf("Run fills %d totals; only Options.Totals asks for them", len(r.Totals))
+	}
 	if r.Peak.Op != 2 || r.Peak.Phase != ir.Backward || r.Peak.Total != 240 {
 		t.Errorf("peak %+v, want 240 bytes at op 2 in backward", r.Peak)
 	}
