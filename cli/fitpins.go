@@ -111,10 +111,11 @@ func flagValue(flag string, s *engine.Spec) string {
 	return ""
 }
 
-// fitOnlyFlags are fit's flags a plan does not take; planSets are the
-// flags planCommand writes from the plan itself.
+// fitOnlyFlags are fit's flags planCommand does not echo: those a plan
+// does not take (TestFitOnlyFlagsCoverPlansMissing), and --json; planSets
+// are the flags planCommand writes from the plan itself.
 var (
-	fitOnlyFlags = []string{"gpus", "global-batch", "headroom", "allow", "deny", "json", "emit", "emit-out"}
+	fitOnlyFlags = []string{"gpus", "global-batch", "headroom", "allow", "deny", "json", "emit", "emit-out", "search-memory"}
 	planSets     = []string{"micro-batch", "accum", "tp", "sp", "pp", "dp", "zero", "fsdp", "checkpoint", "offload", "optimizer-impl",
 		"first-step", "precision", "optimizer", "lora", "qlora"}
 )

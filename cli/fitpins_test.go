@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/memplan/memplan/search"
 )
 
@@ -228,5 +230,22 @@ func TestBudgetFlagErr(t *testing.T) {
 	other := errors.New("x")
 	if budgetFlagErr(other) != other {
 		t.Error("another error was rewritten")
+	}
+}
+
+// Every flag fit has and plan does not is in fitOnlyFlags: one missing
+// from it is echoed into the plan command each verified plan prints, which
+// plan then refuses (--search-memory was, until round 20: "unknown flag").
+func TestFitOnlyFlagsCoverPlansMissing(t *testing.T) {
+	fit, plan := newFitCmd(nil, nil).Flags(), newPlanCmd(nil).Flags()
+	fit.VisitAll(func(f *pflag.Flag) {
+		if plan.Lookup(f.Name) == nil && !slices.Contains(fitOnlyFlags, f.Name) {
+			t.Errorf("planCommand echoes --%s, which plan does not take", f.Name)
+		}
+	})
+	for _, name := range planSets {
+		if plan.Lookup(name) == nil {
+			t.Errorf("planCommand writes --%s, which plan does not take", name)
+		}
 	}
 }
