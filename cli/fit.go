@@ -66,7 +66,7 @@ func (ff *fitFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	fs.IntVar(&ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
 	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
-	fs.StringVar(&ff.searchMemory, "search-memory", search.DefaultMemoryBudget.String(), "the memory the search may hold in plans and programs (this process stays near 1.5× it); a search that needs more stops with an error")
+	fs.StringVar(&ff.searchMemory, "search-memory", search.DefaultMemoryBudget.String(), "the memory the search may hold in plans and programs, shared by its workers (one per GOMAXPROCS; about 512MiB each keeps a large search from rebuilding programs); this process stays near 1.5× it, and a search that needs more stops with an error")
 }
 
 // run is fit's command: read the flags into a spec and search options, search, then report the result and write
