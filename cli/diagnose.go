@@ -24,6 +24,8 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			"ledger category move, names the object that presses on the peak (activations, loss logits, optimizer\n" +
 			"state, parameters, gradients, KV cache, temporaries; with --reserved, the caching allocator's\n" +
 			"fragmentation) and the cheapest of compare's strategies that fits (or lowers the peak by 10%).\n" +
+			"For --mode infer it varies the micro-batch, sequence, generated tokens and precision, and names the\n" +
+			"change of the table that lowers the peak most.\n" +
 			"Given a CUDA memory snapshot (torch.cuda.memory._dump_snapshot), it says which phase and which lifetime\n" +
 			"objects hit the device's line: at the snapshot's recorded out-of-memory event, or where the caching\n" +
 			"allocator model replaying its allocations on a device of --capacity bytes runs out.",

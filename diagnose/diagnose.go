@@ -1,6 +1,7 @@
 // Package diagnose runs the observation table of a memory problem: it varies
 // one input of a job at a time (micro-batch, sequence, accumulation,
-// optimizer, checkpointing, precision), reports how the peak, its phase and
+// optimizer, checkpointing, precision; for inference, generated tokens
+// instead of the training-only inputs), reports how the peak, its phase and
 // each ledger category move, names the object that presses on the peak, and
 // picks the cheapest next step among engine.Compare's strategies.
 package diagnose
@@ -14,6 +15,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
 )
@@ -46,20 +48,29 @@ type Report struct {
 	Next, Why string
 }
 
-// Variations are the inputs diagnose changes, one at a time.
-func variations(s engine.Spec) []struct {
+// variation is one input changed.
+type variation struct {
 	name  string
 	apply func(*engine.Spec)
-} {
-	type v = struct {
-		name  string
-		apply func(*engine.Spec)
+}
+
+// variations are the inputs diagnose changes, one at a time: those that
+// apply to the job. A ViT takes images of a fixed size (no sequence to
+// double); inference has no accumulation, optimizer or checkpointing, and
+// varies the generated tokens instead.
+func variations(s engine.Spec) []variation {
+	type v = variation
+	vs := []v{{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }}}
+	if s.Model == nil || s.Model.Family != models.FamilyViT {
+		vs = append(vs, v{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }})
 	}
-	vs := []v{
-		{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }},
-		{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }},
-		{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }},
+	if s.Mode != engine.Train {
+		if s.GenTokens > 0 {
+			vs = append(vs, v{fmt.Sprintf("generated tokens ×2 (%d)", 2*s.GenTokens), func(s *engine.Spec) { s.GenTokens *= 2 }})
+		}
+		return append(vs, precisionVariation(s))
 	}
+	vs = append(vs, v{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }})
 	if s.Optimizer == lower.SGD {
 		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer = lower.AdamW }})
 	} else {
@@ -70,12 +81,15 @@ func variations(s engine.Spec) []struct {
 	} else {
 		vs = append(vs, v{"no checkpointing", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{} }})
 	}
+	return append(vs, precisionVariation(s))
+}
+
+// precisionVariation switches between mixed and pure bf16.
+func precisionVariation(s engine.Spec) variation {
 	if s.Precision == ops.PureBF16 {
-		vs = append(vs, v{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }})
-	} else {
-		vs = append(vs, v{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }})
+		return variation{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }}
 	}
-	return vs
+	return variation{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }}
 }
 
 func rowOf(name string, r *engine.Result, err error) Row {
@@ -123,7 +137,11 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	}
 	slices.SortStableFunc(rep.Objects, func(a, b Object) int { return cmp.Compare(b.Bytes, a.Bytes) })
 	rep.Pressure = rep.Objects[0]
-	rep.Next, rep.Why = nextStep(base)
+	if base.Spec.Mode == engine.Train {
+		rep.Next, rep.Why = nextStep(base)
+	} else {
+		rep.Next, rep.Why = inferenceStep(base, rep.Rows)
+	}
 	return rep, nil
 }
 
@@ -216,6 +234,29 @@ func lossBytes(p *ir.Program, at int) lossLive {
 // or budget, the fastest variant that fits (step time when the GPU prices
 // it, else the least extra FLOPs); without one, the cheapest that lowers the
 // peak by at least 10%.
+// inferenceStep is the next step of an inference job: compare's strategies
+// are training's, so it is the change of the table that lowers the peak
+// most (with a capacity, only one that fits).
+func inferenceStep(base *engine.Result, rows []Row) (string, string) {
+	var best *Row
+	for i := range rows {
+		r := &rows[i]
+		if r.Err != nil || r.Peak >= base.PeakBytes() || (base.Capacity > 0 && r.Peak > base.Capacity) {
+			continue
+		}
+		if best == nil || r.Peak < best.Peak {
+			best = r
+		}
+	}
+	if best == nil {
+		if base.Capacity > 0 {
+			return "", "inference: no change above fits (compare's strategies are for training); try --tp or a smaller --micro-batch"
+		}
+		return "", "inference: no change above lowers the peak (compare's strategies are for training)"
+	}
+	return fmt.Sprintf("%s: peak %s", best.Name, best.Peak), "inference: the change above that lowers the peak most"
+}
+
 func nextStep(base *engine.Result) (string, string) {
 	if len(engine.Variants(base.Spec, engine.Allow{})) < 2 {
 		return "", ""

@@ -49,6 +49,10 @@ func TestDiagnose(t *testing.T) {
 				s.Checkpoint, err = engine.ParseCheckpoint(v)
 			case "gpu":
 				s.GPU, err = hw.Lookup(v)
+			case "mode":
+				s.Mode, err = engine.ParseMode(v)
+			case "gen":
+				s.GenTokens = num()
 			case "expect-pressure":
 				want = strings.ReplaceAll(v, "-", " ")
 			default:
