@@ -7,6 +7,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/units"
 )
 
@@ -14,6 +15,15 @@ import (
 // comparison or a search when the user allows them.
 type Allow struct {
 	LoRA, QLoRA, EightBit, LowerPrecision bool
+}
+
+// LoweredPrecision is what --allow precision trades p for: bfloat16
+// parameters and activations with float32 master weights and optimizer
+// state (Megatron-LM's and DeepSpeed's bf16). Only a precision that keeps
+// float32 parameters is lowered; ok is false for one already in 16 bits
+// (bf16 itself, or pure 16-bit, which is smaller still).
+func LoweredPrecision(p ops.Precision) (lowered ops.Precision, ok bool) {
+	return ops.BF16, p.ParamDType() == units.F32
 }
 
 // ParseAllow reads a comma list of lora, qlora, 8bit, precision.
@@ -134,6 +144,10 @@ func Variants(base Spec, allow Allow) []Variant {
 				s.QLoRA = true
 				return nil
 			}})
+	}
+	if to, ok := LoweredPrecision(base.Precision); allow.LowerPrecision && ok {
+		vs = append(vs, Variant{Name: "precision " + to.String() + " (float32 master weights)", Changes: "16-bit parameters and gradients beside a float32 master copy; every activation in bf16",
+			Keeps: "optimizer state", apply: func(s *Spec) error { s.Precision = to; return nil }})
 	}
 	if allow.EightBit && base.Optimizer != lower.Adam8bit && (base.Optimizer == lower.Adam || base.Optimizer == lower.AdamW) {
 		vs = append(vs, Variant{Name: "8-bit AdamW (bitsandbytes)", Changes: "optimizer state 8 → 2 bytes/param (+ block constants)",

@@ -649,8 +649,8 @@ func axesOf(base engine.Spec, o Options) axes {
 		impls:      []lower.Impl{base.Impl},
 		ckpts:      []engine.CheckpointPolicy{{}, {Kind: engine.CheckpointEvery, Every: 2}, {Kind: engine.CheckpointFull}},
 	}
-	if o.Allow.LowerPrecision && base.Precision != ops.BF16 {
-		ax.precisions = append(ax.precisions, ops.BF16)
+	if to, ok := engine.LoweredPrecision(base.Precision); o.Allow.LowerPrecision && ok {
+		ax.precisions = append(ax.precisions, to)
 	}
 	if o.Allow.EightBit && (base.Optimizer == lower.Adam || base.Optimizer == lower.AdamW) {
 		ax.optimizers = append(ax.optimizers, lower.Adam8bit)
