@@ -45,7 +45,11 @@ func newModelsCmd(stdout io.Writer) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "models",
 		Short: "List the embedded model catalog",
-		Args:  cobra.NoArgs,
+		Long: "List the embedded model catalog. The params column is the published checkpoint's module, tied weights\n" +
+			"counted once (the *ForCausalLM class; BertModel with its pooler; ViT as its config's architectures says).\n" +
+			"plan trains an encoder without a classification head with one of num_labels (default 2, as\n" +
+			"BertForSequenceClassification), so plan's params add hidden × labels + labels (1,538 for bert-base).",
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if err := checkListFormat(out); err != nil {
 				return err
