@@ -25,13 +25,16 @@ type maxServeJSON struct {
 	Dimension string `json:"dimension"`
 	// Value is the answer (0: nothing fits); Requests and Context the
 	// deployment's at the answer.
-	Value     int64        `json:"value"`
-	Requests  int64        `json:"requests"`
-	Context   int          `json:"context"`
-	Cap       int          `json:"cap,omitempty"`
-	CapReason string       `json:"cap_reason,omitempty"`
-	AtCap     bool         `json:"at_cap"`
-	Plans     int          `json:"plans"`
+	Value     int64  `json:"value"`
+	Requests  int64  `json:"requests"`
+	Context   int    `json:"context"`
+	Cap       int    `json:"cap,omitempty"`
+	CapReason string `json:"cap_reason,omitempty"`
+	AtCap     bool   `json:"at_cap"`
+	Plans     int    `json:"plans"`
+	// Gap: --context, the shorter contexts [first, last] that do not hold
+	// the requests (above vLLM's chunked-prefill switch the cache is larger).
+	Gap       *[2]int      `json:"gap,omitempty"`
 	Scheduler string       `json:"scheduler_note,omitempty"`
 	At        *serveReport `json:"at,omitempty"`
 	Beyond    *serveReport `json:"beyond,omitempty"`
@@ -94,6 +97,10 @@ func (m *maxServe) run(stdout io.Writer, jsonOut bool, sf *serveFlags, p *planFl
 		}
 		j = maxServeJSON{Dimension: "context", Value: int64(r.Context), Requests: int64(m.requests), Context: r.Context, Cap: r.Cap,
 			CapReason: fieldRef.ReplaceAllString(r.CapWhy, "--$1"), AtCap: r.Context > 0 && r.Context == r.Cap, Plans: r.Plans}
+		if r.Gap[0] > 0 {
+			g := r.Gap
+			j.Gap = &g
+		}
 		if r.At != nil {
 			at := serveJSON(r.At)
 			j.At = &at
@@ -156,7 +163,16 @@ func writeMaxServeText(w io.Writer, j *maxServeJSON) error {
 	if j.Scheduler != "" {
 		fmt.Fprintf(&b, "Note: %s\n", j.Scheduler)
 	}
-	fmt.Fprintf(&b, "(%d deployments planned; the requests a KV cache holds never grow with the context, so every shorter context holds them too)\n", j.Plans)
+	switch {
+	case j.Gap != nil:
+		fmt.Fprintf(&b, "(%d deployments planned; contexts %d to %d do not hold them: vLLM turns chunked prefill on above %d tokens of --max-model-len, which leaves more memory to the KV cache; every other shorter context does)\n", j.Plans, j.Gap[0], j.Gap[1], j.Gap[1])
+	case j.Dimension == "context":
+		fmt.Fprintf(&b, "(%d deployments planned; the requests a KV cache holds never grow with the context, so every shorter context holds them too)\n", j.Plans)
+	case j.Plans == 1:
+		b.WriteString("(1 deployment planned)\n")
+	default:
+		fmt.Fprintf(&b, "(%d deployments planned)\n", j.Plans)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -64,6 +64,44 @@ func TestMaxServeAgreesWithPlan(t *testing.T) {
 	}
 }
 
+// Above vLLM's chunked-prefill switch the KV cache is larger: five
+// requests on an A100-40GB hold 32,800 tokens but not 32,768. max names
+// the shorter contexts that do not hold them, and plan agrees at the edges.
+func TestMaxServeContextGap(t *testing.T) {
+	job := []string{"--model", "llama-3.1-8b", "--gpu", "a100-40gb", "--requests", "5", "--context", "?"}
+	code, out, errs := run(append([]string{"max", "--json"}, job...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var j struct {
+		Value int    `json:"value"`
+		Gap   [2]int `json:"gap"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	if j.Gap[0] < 2 || j.Gap[1] >= j.Value {
+		t.Fatalf("answer %d, gap %v: want a gap below the answer", j.Value, j.Gap)
+	}
+	for _, c := range []struct{ context, want int }{{j.Gap[0] - 1, 5}, {j.Gap[0], 4}, {j.Gap[1], 4}} {
+		_, out, _ := run("plan", "--mode", "serve", "--json", "--model", "llama-3.1-8b", "--gpu", "a100-40gb",
+			"--max-model-len", fmt.Sprint(c.context), "--context", fmt.Sprint(c.context))
+		var p struct {
+			Requests int `json:"requests_at_context"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatal(err)
+		}
+		if (p.Requests >= 5) != (c.want >= 5) {
+			t.Errorf("context %d: plan holds %d requests; the gap %v says %v", c.context, p.Requests, j.Gap, c.want >= 5)
+		}
+	}
+	_, text, _ := run(append([]string{"max"}, job...)...)
+	if want := fmt.Sprintf("contexts %d to %d do not hold them", j.Gap[0], j.Gap[1]); !strings.Contains(text, want) || strings.Contains(text, "every shorter context holds them") {
+		t.Errorf("text does not name the gap %q:\n%s", want, text)
+	}
+}
+
 func TestMaxServeBadInput(t *testing.T) {
 	for _, c := range []struct {
 		args []string

@@ -20,6 +20,11 @@ type ContextResult struct {
 	FollowsModelLen bool
 	// Plans counts the deployments planned.
 	Plans int
+	// Gap is the shorter contexts that do not hold the requests, [first,
+	// last] ([0, 0]: none, every context up to Context holds them): when the
+	// answer is above vLLM's chunked-prefill switch, those from the longest
+	// context below it that holds them up to the switch.
+	Gap [2]int
 }
 
 // holds says whether r starts and its cache holds n requests of r's
@@ -41,7 +46,8 @@ func holds(r *Result, n int64) bool { return r.Fits && r.ConcurrencyAtContext >=
 // "holds" is again true on a prefix. vLLM turns chunked prefill on by
 // default above 32K tokens of max_model_len, which shrinks the profile run
 // to 512 tokens and raises the blocks: the search therefore runs on each
-// side of that switch (each side monotone) and takes the larger answer.
+// side of that switch (each side monotone) and takes the larger answer;
+// shorter contexts below the switch that do not hold the requests are Gap.
 // TestPropertyMaxContextMatchesScan checks it against a scan of every value.
 func MaxContext(s Spec, requests int64) (*ContextResult, error) {
 	if requests < 1 {
@@ -82,10 +88,13 @@ func MaxContext(s Spec, requests int64) (*ContextResult, error) {
 		}
 	}
 	best := 0
-	for _, sg := range segs {
+	for i, sg := range segs {
 		v, err := m.largest(sg[0], sg[1])
 		if err != nil {
 			return nil, err
+		}
+		if i > 0 && v > best && best < chunkedPrefillAbove {
+			r.Gap = [2]int{best + 1, chunkedPrefillAbove}
 		}
 		best = max(best, v)
 	}

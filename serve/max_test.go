@@ -46,6 +46,9 @@ func TestPropertyMaxContextMatchesScan(t *testing.T) {
 			if ok {
 				want = c
 			}
+			if inGap := c >= r.Gap[0] && c <= r.Gap[1] && r.Gap[0] > 0; c <= r.Context && ok == inGap {
+				rt.Fatalf("context %d holds the requests: %v, but the answer %d with gap %v says otherwise", c, ok, r.Context, r.Gap)
+			}
 		}
 		if r.Context != want {
 			rt.Fatalf("MaxContext %d, scan %d (cap %d)", r.Context, want, r.Cap)
@@ -79,6 +82,33 @@ func TestMaxContextAcrossChunkedSwitch(t *testing.T) {
 	}
 	if r2.Context >= r.Context {
 		t.Errorf("without chunked prefill %d tokens, with %d", r2.Context, r.Context)
+	}
+}
+
+// Five requests on an A100-40GB hold a context of 32,800 tokens, above the
+// chunked-prefill switch, but not one of 32,768 below it: the answer names
+// the shorter contexts that do not hold them (`max --context '?'` used to
+// say every shorter context did).
+func TestMaxContextGapBelowChunkedSwitch(t *testing.T) {
+	s := Spec{Model: mustModel(t, "llama-3.1-8b"), GPU: mustGPU(t, "a100-40gb")}
+	r, err := MaxContext(s, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Context <= chunkedPrefillAbove || r.Gap[0] < 1 || r.Gap[1] != chunkedPrefillAbove {
+		t.Fatalf("answer %d, gap %v: want an answer above %d and a gap ending there", r.Context, r.Gap, chunkedPrefillAbove)
+	}
+	m := &ctxSolver{base: s, n: 5, res: &ContextResult{FollowsModelLen: true}}
+	for _, c := range []struct {
+		context int
+		holds   bool
+	}{{r.Gap[0] - 1, true}, {r.Gap[0], false}, {r.Gap[1], false}, {r.Gap[1] + 1, true}, {r.Context, true}} {
+		if c.context < 1 {
+			continue
+		}
+		if ok, err := m.holdsAt(c.context); err != nil || ok != c.holds {
+			t.Errorf("context %d: holds %v (err %v), want %v", c.context, ok, err, c.holds)
+		}
 	}
 }
 
