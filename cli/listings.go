@@ -133,7 +133,7 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 		Use:   "gpus",
 		Short: "List the embedded GPU catalog",
 		Long: "List the embedded GPU catalog. \"datasheet\" is the capacity the vendor prints (decimal GB); " +
-			"\"usable\" is what a process can allocate (torch's total_memory, GiB), which plans are checked against. " +
+			"\"usable\" is what a process can allocate (torch's total_memory, GiB); plans are checked against it less the CUDA context and NCCL buffers the recipe counts (what plan prints as usable). " +
 			"MIG profiles are entries <gpu>-mig-<profile> (e.g. h100-80gb-mig-3g.40gb): the instance's memory, " +
 			"the compute of its share of the SMs and the bandwidth of its share of the memory.",
 		Args: cobra.NoArgs,
