@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,39 @@ func TestValidateBadInput(t *testing.T) {
 		_, err := runValidate(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// A measured peak of 0 made --json fail on +Inf after the work was done,
+// and a negative one printed a meaningless error: both are bad input, one
+// line and nothing on stdout, with or without --json.
+func TestValidateRefusesNonPositivePeak(t *testing.T) {
+	data, err := os.ReadFile(measuredPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, from, to, want string }{
+		{"zero", `"forward":127914080`, `"forward":0`, `phases.forward is 0 bytes: a measured peak must be positive`},
+		{"negative", `"backward":159656072`, `"backward":-5`, `phases.backward is -5 bytes`},
+		{"empty", `"phases":{"forward":127914080,"backward":159656072,"optimizer":134973696}`, `"phases":{}`, `missing "phases.forward"`},
+	} {
+		if !bytes.Contains(data, []byte(c.from)) {
+			t.Fatalf("%s: %s not in %s", c.name, c.from, measuredPath())
+		}
+		path := filepath.Join(t.TempDir(), "measured.json")
+		if err := os.WriteFile(path, bytes.Replace(data, []byte(c.from), []byte(c.to), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, js := range []bool{false, true} {
+			args := []string{path, "--traces", filepath.Dir(measuredPath())}
+			if js {
+				args = append(args, "--json")
+			}
+			out, err := runValidate(t, args...)
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") || out != "" {
+				t.Errorf("%s %v: got %v, stdout %q; want one line containing %q", c.name, args[2:], err, out, c.want)
+			}
 		}
 	}
 }

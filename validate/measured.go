@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/units"
 	"github.com/memplan/memplan/workload"
 )
 
@@ -102,13 +103,42 @@ type rawCase struct {
 	Device     string          `json:"device"`
 	MicroBatch *int            `json:"micro_batch"`
 	SeqLen     *int            `json:"seq_len"`
-	Phases     *Phases         `json:"phases"`
+	Phases     *rawPhases      `json:"phases"`
 	FirstStep  *struct {
-		Phases *Phases `json:"phases"`
+		Phases *rawPhases `json:"phases"`
 	} `json:"first_step"`
 	Memory     rawMemory `json:"memory"`
 	Trace      string    `json:"trace"`
 	TraceBatch int       `json:"trace_batch"`
+}
+
+// rawPhases is a phases object as read: a phase left out (or null) is
+// told apart from a 0, so that both are refused by name.
+type rawPhases struct {
+	Forward   *int64 `json:"forward"`
+	Backward  *int64 `json:"backward"`
+	Optimizer *int64 `json:"optimizer"`
+}
+
+// phases checks every phase peak of the object at field (such as
+// "first_step.phases") and returns them. Each is refused unless in
+// (0, 2^62]: a measured peak divides every relative error, so a 0 made
+// them +Inf (which JSON cannot encode) and a negative one made them
+// meaningless, and no device holds more than units.MaxBytes.
+func (r *rawPhases) phases(where, field string) (Phases, error) {
+	vals := [...]*int64{r.Forward, r.Backward, r.Optimizer}
+	for i, v := range vals {
+		name := field + "." + PhaseNames[i]
+		switch {
+		case v == nil:
+			return Phases{}, fmt.Errorf("%s: missing %q (a measured peak must be positive)", where, name)
+		case *v <= 0:
+			return Phases{}, fmt.Errorf("%s: %s is %d bytes: a measured peak must be positive", where, name, *v)
+		case *v > int64(units.MaxBytes):
+			return Phases{}, fmt.Errorf("%s: %s is %d bytes: over 4 EiB (2^62 bytes), more than any device holds", where, name, *v)
+		}
+	}
+	return Phases{Forward: *r.Forward, Backward: *r.Backward, Optimizer: *r.Optimizer}, nil
 }
 
 // LoadMeasured reads a memplan.measured/v1 file.
@@ -171,8 +201,17 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w", err)
 		}
-		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: *rc.Phases,
-			First: *rc.FirstStep.Phases, Memory: rc.Memory.memory(), Trace: rc.Trace, TraceBatch: rc.TraceBatch}
+		named := fmt.Sprintf("%s %q", where, *rc.Name) // quoted: a name may hold a newline
+		steady, err := rc.Phases.phases(named, "phases")
+		if err != nil {
+			return nil, err
+		}
+		first, err := rc.FirstStep.Phases.phases(named, "first_step.phases")
+		if err != nil {
+			return nil, err
+		}
+		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: steady,
+			First: first, Memory: rc.Memory.memory(), Trace: rc.Trace, TraceBatch: rc.TraceBatch}
 		if rc.SeqLen != nil {
 			c.SeqLen = *rc.SeqLen
 		}

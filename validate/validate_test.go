@@ -1,6 +1,8 @@
 package validate
 
 import (
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,4 +126,99 @@ func TestParseMeasuredErrors(t *testing.T) {
 			t.Errorf("%.50q: got %v, want %q", c.in, err, c.want)
 		}
 	}
+}
+
+// measuredWith is testdata's measured file cut to its first case, with
+// edit applied to that case's decoded JSON.
+func measuredWith(t testing.TB, edit func(c map[string]any)) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testdata, "measured.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := doc["cases"].([]any)[0].(map[string]any)
+	edit(c)
+	doc["cases"] = []any{c}
+	out, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A measured phase peak divides every error: a 0 made them +Inf (which
+// --json cannot encode), a negative one made them nonsense ("worst
+// 3193010180.0%"). Each is refused in one line naming the case and field.
+func TestParseMeasuredPhasePeaks(t *testing.T) {
+	setPhase := func(step, ph string, v any) func(map[string]any) {
+		return func(c map[string]any) {
+			phases := c["phases"].(map[string]any)
+			if step == "first_step" {
+				phases = c["first_step"].(map[string]any)["phases"].(map[string]any)
+			}
+			if v == nil {
+				delete(phases, ph)
+			} else {
+				phases[ph] = v
+			}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		edit func(map[string]any)
+		want string
+	}{
+		{"zero", setPhase("phases", "forward", 0), `cases[0] "resnet18": phases.forward is 0 bytes: a measured peak must be positive`},
+		{"negative", setPhase("phases", "backward", -5), `cases[0] "resnet18": phases.backward is -5 bytes: a measured peak must be positive`},
+		{"missing", setPhase("phases", "optimizer", nil), `cases[0] "resnet18": missing "phases.optimizer" (a measured peak must be positive)`},
+		{"null", setPhase("phases", "forward", json.RawMessage("null")), `missing "phases.forward"`},
+		{"empty phases", func(c map[string]any) { c["phases"] = map[string]any{} }, `missing "phases.forward"`},
+		{"first step zero", setPhase("first_step", "optimizer", 0), `first_step.phases.optimizer is 0 bytes: a measured peak must be positive`},
+		{"first step negative", setPhase("first_step", "forward", -1), `first_step.phases.forward is -1 bytes`},
+		{"first step missing", setPhase("first_step", "backward", nil), `missing "first_step.phases.backward"`},
+		{"past 4 EiB", setPhase("phases", "forward", int64(1)<<62+1), `phases.forward is 4611686018427387905 bytes: over 4 EiB (2^62 bytes)`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseMeasured("m.json", measuredWith(t, c.edit))
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("got %v, want one line containing %q", err, c.want)
+			}
+		})
+	}
+	if _, err := ParseMeasured("m.json", measuredWith(t, func(map[string]any) {})); err != nil {
+		t.Errorf("the unedited case: %v", err)
+	}
+}
+
+// The measured file is outside input: never a panic or a multi-line error,
+// and a case accepted has every phase peak in (0, 2^62].
+func FuzzParseMeasured(f *testing.F) {
+	f.Add(measuredWith(f, func(map[string]any) {}))
+	f.Add(measuredWith(f, func(c map[string]any) { c["phases"] = map[string]any{} }))
+	f.Add(measuredWith(f, func(c map[string]any) {
+		c["phases"] = map[string]any{"forward": 0, "backward": -5, "optimizer": int64(1) << 62}
+	}))
+	f.Add([]byte(`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "micro_batch": "2"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ParseMeasured("m.json", data)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("multi-line error %q", err)
+			}
+			return
+		}
+		for _, c := range m.Cases {
+			for _, p := range []Phases{c.Phases, c.First} {
+				for _, ph := range PhaseNames {
+					if v := p.Get(ph); v <= 0 || v > 1<<62 {
+						t.Fatalf("case %q: %s %d bytes accepted", c.Name, ph, v)
+					}
+				}
+			}
+		}
+	})
 }
