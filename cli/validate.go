@@ -88,7 +88,7 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.traces, "traces", "", "directory of the cases' trace files (default: the measured file's directory)")
-	fl.StringVar(&f.tolerance, "tolerance", "3%", "largest accepted relative error of a phase peak, e.g. 3% or 0.03")
+	fl.StringVar(&f.tolerance, "tolerance", "3%", "largest accepted relative error of a phase peak: a percentage (3%) or a fraction up to 1 (0.03)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON (memplan.validation/v1, or memplan.published-validation/v1 with --published)")
 	fl.StringVar(&f.published, "published", "", "compare with published GPU measurements in the frameworks' own terms (memplan.published/v1 JSON Lines)")
 	return c
@@ -102,7 +102,13 @@ func parseTolerance(s string) (float64, error) {
 		return 0, fmt.Errorf("--tolerance %q: want a percentage such as 3%% or a fraction such as 0.03", s)
 	}
 	if pct {
-		v /= 100
+		return v / 100, nil
+	}
+	if v > 1 {
+		// A bare number is a fraction, so "3" would be 300% and pass
+		// nearly anything: whoever wrote it almost surely meant 3%.
+		g := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+		return 0, fmt.Errorf("--tolerance %q: give a fraction (%s) or a percentage (%s%%)", s, g(v/100), g(v))
 	}
 	return v, nil
 }

@@ -119,3 +119,38 @@ func TestValidateRefusesNonPositivePeak(t *testing.T) {
 		}
 	}
 }
+
+// A bare number is a fraction, so "--tolerance 3" meant 300% and passed
+// everything silently: a bare number over 1 is refused with the two
+// spellings that say 3%.
+func TestParseTolerance(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want float64
+		err  string
+	}{
+		{"3%", 0.03, ""},
+		{" 0.5% ", 0.005, ""},
+		{"150%", 1.5, ""},
+		{"0.03", 0.03, ""},
+		{"1", 1, ""},
+		{"0", 0, ""},
+		{"3", 0, `--tolerance "3": give a fraction (0.03) or a percentage (3%)`},
+		{"12.5", 0, `--tolerance "12.5": give a fraction (0.125) or a percentage (12.5%)`},
+		{"1.0001", 0, `a fraction (0.010001) or a percentage (1.0001%)`},
+		{"1e309", 0, `--tolerance "1e309": want a percentage such as 3% or a fraction such as 0.03`},
+		{"Inf", 0, `--tolerance "Inf": want`},
+		{"-0.5", 0, `--tolerance "-0.5": want`},
+		{"three", 0, `--tolerance "three": want`},
+	} {
+		got, err := parseTolerance(c.in)
+		switch {
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("%q: got %v, %v; want %v", c.in, got, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%q: got %v, %v; want an error containing %q", c.in, got, err, c.err)
+		case err != nil:
+			record(err.Error())
+		}
+	}
+}

@@ -165,7 +165,8 @@ def flag_probes():
     ps += lines_for("explain", expl, "device", ["-2", "2147483647", "9223372036854775808", "NaN", ""])
     ps += lines_for("explain", expl, "against", ENUMS)
     val = ["validate", "{testdata}/torch/measured.json"]
-    ps += lines_for("validate", val, "tolerance", ["-1%", "NaN", "Inf", "1e309", "", "\uff13%", "3GiB", "-0.5", "%"])
+    # A bare 3 is not 3% (it was read as 300%): refused, with both spellings.
+    ps += lines_for("validate", val, "tolerance", ["-1%", "NaN", "Inf", "1e309", "", "\uff13%", "3GiB", "-0.5", "%", "3"])
     pack = ["pack", "{dir}/jobs.yaml", "--gpus", "2xh100", "--json"]
     ps += lines_for("pack", pack, "gpus", ["0xh100", "-1xh100", "9223372036854775808xh100", "2147483647xh100",
                                            "NaNxh100", "2xnope", "", "x", "2x", "\uff12xh100"])
