@@ -49,6 +49,11 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 				if len(args) > 0 {
 					return fmt.Errorf("give a measured file or --published, not both")
 				}
+				if cmd.Flags().Changed("traces") {
+					// A published row names a model and a recipe, never a
+					// trace: ignoring --traces would hide a mistaken command.
+					return fmt.Errorf("--traces is for a measured file: --published rows name no traces")
+				}
 				return runPublished(stdout, cmd.ErrOrStderr(), f.published, tol, cmd.Flags().Changed("tolerance"), f.jsonOut)
 			}
 			if len(args) == 0 {
@@ -87,7 +92,7 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.traces, "traces", "", "directory of the cases' trace files (default: the measured file's directory)")
+	fl.StringVar(&f.traces, "traces", "", "directory of the cases' trace files (default: the measured file's directory; not with --published)")
 	fl.StringVar(&f.tolerance, "tolerance", "3%", "largest accepted relative error of a phase peak: a percentage (3%) or a fraction up to 1 (0.03)")
 	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON (memplan.validation/v1, or memplan.published-validation/v1 with --published)")
 	fl.StringVar(&f.published, "published", "", "compare with published GPU measurements in the frameworks' own terms (memplan.published/v1 JSON Lines)")

@@ -79,6 +79,9 @@ func TestValidateBadInput(t *testing.T) {
 		{[]string{"nope.json"}, "nope.json: no such file or directory"},
 		{[]string{measuredPath(), "--tolerance", "three"}, `--tolerance "three"`},
 		{[]string{measuredPath(), "--traces", "/nonexistent"}, "/nonexistent/"},
+		// --traces was ignored with --published (its rows name no traces).
+		{[]string{"--published", "nope.jsonl", "--traces", "/nonexistent"}, "--traces is for a measured file"},
+		{[]string{"--published", "nope.jsonl", "--traces", ""}, "--traces is for a measured file"},
 	} {
 		_, err := runValidate(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
