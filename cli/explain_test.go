@@ -117,6 +117,11 @@ func TestExplainBadInput(t *testing.T) {
 		{[]string{"explain", write("half.json", timeline[:len(timeline)/2])}, "half.json: not a torch.profiler memory timeline"},
 		{[]string{"explain", write("t.html", []byte("<html><body><img src='data:image/png;base64,AA'></body></html>"))}, "an HTML memory timeline holds only a picture"},
 		{[]string{"explain", write("neg.json", []byte("[[1], [[0,0,0,0,-1,0,0,0,0]]]"))}, "TEMPORARY is -1 bytes"},
+		// Sums past int64 wrapped: a peak of 1 B at point 1, a negative PARAMETER.
+		{[]string{"explain", write("wrap.json", []byte("[[0,1],[[0,9000000000000000000,9000000000000000000,0,0,0,0,0,0],[0,1,0,0,0,0,0,0,0]]]"))},
+			"wrap.json: time point 0 (0 µs): the live bytes sum past 4 EiB (2^62 bytes)"},
+		{[]string{"explain", write("wrap.raw.json", []byte("[[-1,1,4611686018427387904,0],[-1,1,4611686018427387904,0],[-1,1,4,0]]"))},
+			"wrap.raw.json: raw event 1 (time point 0): the live bytes of PARAMETER pass 4 EiB"},
 	}
 	for _, c := range cases {
 		var out, errb bytes.Buffer

@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/units"
 )
 
 // This file reads torch.profiler's memory timeline, the files
@@ -86,7 +87,8 @@ type Timeline struct {
 	Sizes [][NumProfilerCategories]int64
 }
 
-// Total is the live bytes at point i.
+// Total is the live bytes at point i. A timeline the reader accepted sums
+// to at most units.MaxBytes at every point, so this does not wrap.
 func (t *Timeline) Total(i int) int64 {
 	var s int64
 	for _, b := range t.Sizes[i] {
@@ -213,13 +215,25 @@ func coalesced(top []json.RawMessage) (*Timeline, error) {
 	return tl, tl.checkSizes()
 }
 
-// checkSizes refuses a negative live size.
+// maxLive bounds the live bytes of a time point, and of one category and one
+// raw event: 2^62 bytes (units.MaxBytes), far past any device, so that a
+// sum of two stays inside int64. A total past int64 wrapped, and explain
+// reported the wrong point as the peak.
+const maxLive = int64(units.MaxBytes)
+
+// checkSizes refuses a negative live size, and a point whose sizes sum
+// past maxLive (each size is then at most maxLive, and so is Total).
 func (t *Timeline) checkSizes() error {
 	for i, row := range t.Sizes {
+		var total int64
 		for c, b := range row {
 			if b < 0 {
 				return fmt.Errorf("%s is %d bytes at time point %d (%d µs): live memory cannot be negative", ProfilerCategory(c), b, i, t.Times[i])
 			}
+			if b > maxLive-total {
+				return fmt.Errorf("time point %d (%d µs): the live bytes sum past 4 EiB (2^62 bytes), more than any device holds", i, t.Times[i])
+			}
+			total += b
 		}
 	}
 	return nil
@@ -274,6 +288,15 @@ func raw(top []json.RawMessage) (*Timeline, error) {
 			}
 			tl.Times = append(tl.Times, t)
 		}
+		// Within a time the running sum may dip below 0 (checkSizes
+		// judges each point's end), but never leave ±maxLive: past it,
+		// the next event could wrap int64.
+		switch {
+		case n > 0 && cur[c] > maxLive-n:
+			return nil, fmt.Errorf("%s (time point %d): the live bytes of %s pass 4 EiB (2^62 bytes), more than any device holds", what, len(tl.Times)-1, ProfilerCategory(c))
+		case n < 0 && cur[c] < -maxLive-n:
+			return nil, fmt.Errorf("%s (time point %d): the live bytes of %s fall below -4 EiB (-2^62 bytes)", what, len(tl.Times)-1, ProfilerCategory(c))
+		}
 		cur[c] += n
 	}
 	if pendingIncrement != 0 {
@@ -291,6 +314,8 @@ func raw(top []json.RawMessage) (*Timeline, error) {
 // rawEventOK checks one raw event against the one before it.
 func rawEventOK(what string, ns, prevNS, action, n, c, pendingIncrement int64) error {
 	switch {
+	case n > maxLive || n < -maxLive: // first: -n of int64's least wraps
+		return fmt.Errorf("%s: %d bytes, past 4 EiB (2^62 bytes), more than any device holds", what, n)
 	case ns < -1:
 		return fmt.Errorf("%s: time %d ns (want -1 for a tensor that existed before profiling, or a timestamp)", what, ns)
 	case ns < prevNS:

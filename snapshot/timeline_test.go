@@ -101,6 +101,21 @@ func TestTimelineBadInput(t *testing.T) {
 		{"raw: increment halves differ", []byte(`[[-1, 1, 4, 0], [1000, 3, -4, 0], [1000, 3, 8, 4]]`), "second half of an INCREMENT_VERSION"},
 		{"raw: destroyed twice", []byte(`[[-1, 1, 4, 0], [1000, 4, -4, 0], [2000, 4, -4, 0]]`), "PARAMETER is -4 bytes"},
 		{"gzipped garbage", gz([]byte("hello")), "want a JSON array"},
+		// Sums past int64 wrapped: the first reported a peak of 1 B at
+		// point 1, the second a negative PARAMETER at point 0.
+		{"sizes sum past int64", []byte(`[[0, 1], [[0,9000000000000000000,9000000000000000000,0,0,0,0,0,0], [0,1,0,0,0,0,0,0,0]]]`),
+			"time point 0 (0 µs): the live bytes sum past 4 EiB (2^62 bytes)"},
+		{"sizes sum past 4 EiB", []byte(`[[7], [[0,4611686018427387904,0,0,0,0,0,0,1]]]`), "time point 0 (7 µs): the live bytes sum past 4 EiB"},
+		{"a size past 4 EiB", []byte(`[[7], [[0,0,0,0,0,4611686018427387905,0,0,0]]]`), "time point 0 (7 µs): the live bytes sum past 4 EiB"},
+		{"raw: bytes past 4 EiB", []byte(`[[-1, 1, 9223372036854775807, 0]]`), "raw event 0: 9223372036854775807 bytes, past 4 EiB (2^62 bytes)"},
+		{"raw: destroy of int64's least", []byte(`[[-1, 1, 4, 0], [1000, 4, -9223372036854775808, 0]]`), "raw event 1: -9223372036854775808 bytes, past 4 EiB"},
+		{"raw: increment of int64's least", []byte(`[[-1, 1, 4, 0], [1000, 3, -9223372036854775808, 0], [1000, 3, 0, 4]]`), "raw event 1: -9223372036854775808 bytes"},
+		{"raw: accumulated past int64", []byte(`[[-1,1,4611686018427387904,0],[-1,1,4611686018427387904,0],[-1,1,4,0]]`),
+			"raw event 1 (time point 0): the live bytes of PARAMETER pass 4 EiB (2^62 bytes)"},
+		{"raw: destroyed past -4 EiB", []byte(`[[-1,4,-4611686018427387904,2],[-1,4,-4611686018427387904,2],[-1,4,-4611686018427387904,2]]`),
+			"raw event 1 (time point 0): the live bytes of INPUT fall below -4 EiB"},
+		{"raw: categories sum past 4 EiB", []byte(`[[1000,2,4611686018427387904,0],[1000,2,4,1],[2000,4,-4,1]]`),
+			"time point 0 (1 µs): the live bytes sum past 4 EiB"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -126,7 +141,13 @@ func FuzzParseTimeline(f *testing.F) {
 		}
 		f.Add(data[:min(len(data), 2048)])
 	}
-	for _, s := range []string{`[[1, 2], [[0,0,0,0,0,0,0,0,0], [0,1,2,3,4,5,6,7,8]]]`, `[[-1, 1, 4, 0], [1000, 3, -4, 0], [1000, 3, 4, 4], [2000, 4, -4, 4]]`, `<html>`} {
+	for _, s := range []string{`[[1, 2], [[0,0,0,0,0,0,0,0,0], [0,1,2,3,4,5,6,7,8]]]`, `[[-1, 1, 4, 0], [1000, 3, -4, 0], [1000, 3, 4, 4], [2000, 4, -4, 4]]`, `<html>`,
+		// Sums at int64's edge: every one is refused.
+		`[[0,1],[[0,9000000000000000000,9000000000000000000,0,0,0,0,0,0],[0,1,0,0,0,0,0,0,0]]]`,
+		`[[0],[[0,4611686018427387904,0,0,0,0,0,0,1]]]`,
+		`[[-1,1,4611686018427387904,0],[-1,1,4611686018427387904,0],[-1,1,4,0]]`,
+		`[[-1,1,4,0],[1000,4,-9223372036854775808,0]]`,
+		`[[1000,2,4611686018427387904,0],[1000,2,4,1],[2000,4,-4,1]]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -141,10 +162,17 @@ func FuzzParseTimeline(f *testing.F) {
 			t.Fatalf("%d times, %d sizes", len(tl.Times), len(tl.Sizes))
 		}
 		for i, row := range tl.Sizes {
+			var sum uint64 // stopped at 2^62, so it cannot wrap
 			for _, b := range row {
 				if b < 0 {
 					t.Fatalf("negative size at %d accepted", i)
 				}
+				if sum += uint64(b); sum > 1<<62 {
+					t.Fatalf("point %d: sizes sum past 2^62 accepted", i)
+				}
+			}
+			if tl.Total(i) != int64(sum) {
+				t.Fatalf("point %d: Total %d, the sizes sum to %d", i, tl.Total(i), sum)
 			}
 		}
 	})
