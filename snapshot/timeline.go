@@ -196,6 +196,9 @@ func coalesced(top []json.RawMessage) (*Timeline, error) {
 	}
 	tl := &Timeline{Form: "coalesced", Times: times, Sizes: make([][NumProfilerCategories]int64, len(rows))}
 	for i, r := range rows {
+		if times[i] < -1 || times[i] > maxTimeUS {
+			return nil, fmt.Errorf("time point %d: %d µs (want -1, or a time from 0 to 2^62 µs)", i, times[i])
+		}
 		what := fmt.Sprintf("sizes at time point %d", i)
 		v, err := intArray(r, what)
 		if err != nil {
@@ -220,6 +223,12 @@ func coalesced(top []json.RawMessage) (*Timeline, error) {
 // sum of two stays inside int64. A total past int64 wrapped, and explain
 // reported the wrong point as the peak.
 const maxLive = int64(units.MaxBytes)
+
+// maxTimeUS bounds a [times, sizes] file's times. The profiler writes -1
+// or int(ns / 1000) of an int64 ns, so any real time is under it, and the
+// span explain reports (last − first) cannot wrap: times far apart made it
+// negative.
+const maxTimeUS = int64(1) << 62
 
 // checkSizes refuses a negative live size, and a point whose sizes sum
 // past maxLive (each size is then at most maxLive, and so is Total).

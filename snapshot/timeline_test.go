@@ -90,6 +90,11 @@ func TestTimelineBadInput(t *testing.T) {
 		{"string time", []byte(`[["1"], [[0,0,0,0,0,0,0,0,0]]]`), "\"1\" is not an integer"},
 		{"negative size", []byte(`[[1, 2], [[0,0,0,0,0,0,0,0,0], [0,0,0,0,-4,0,0,0,0]]]`), "TEMPORARY is -4 bytes at time point 1"},
 		{"time goes back", []byte(`[[5, 2], [[0,0,0,0,0,0,0,0,0], [0,0,0,0,0,0,0,0,0]]]`), "time point 1 (2 µs) is before"},
+		// Times far apart wrapped explain's span and peak time negative.
+		{"time before -1", []byte(`[[-9000000000000000000, 9000000000000000000], [[0,1,0,0,0,0,0,0,0], [0,2,0,0,0,0,0,0,0]]]`),
+			"time point 0: -9000000000000000000 µs (want -1, or a time from 0 to 2^62 µs)"},
+		{"time past ns/1000", []byte(`[[-1, 9223372036854775807], [[0,1,0,0,0,0,0,0,0], [0,2,0,0,0,0,0,0,0]]]`),
+			"time point 1: 9223372036854775807 µs (want -1"},
 		{"raw: three numbers", []byte(`[[-1, 1, 4]]`), "raw event 0: 3 numbers, want 4"},
 		{"raw: unknown action", []byte(`[[-1, 1, 4, 0], [10, 7, 4, 0]]`), "raw event 1: action 7"},
 		{"raw: unknown category", []byte(`[[-1, 1, 4, 8]]`), "category 8"},
@@ -147,7 +152,8 @@ func FuzzParseTimeline(f *testing.F) {
 		`[[0],[[0,4611686018427387904,0,0,0,0,0,0,1]]]`,
 		`[[-1,1,4611686018427387904,0],[-1,1,4611686018427387904,0],[-1,1,4,0]]`,
 		`[[-1,1,4,0],[1000,4,-9223372036854775808,0]]`,
-		`[[1000,2,4611686018427387904,0],[1000,2,4,1],[2000,4,-4,1]]`} {
+		`[[1000,2,4611686018427387904,0],[1000,2,4,1],[2000,4,-4,1]]`,
+		`[[-9000000000000000000,9000000000000000000],[[0,1,0,0,0,0,0,0,0],[0,2,0,0,0,0,0,0,0]]]`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -160,6 +166,9 @@ func FuzzParseTimeline(f *testing.F) {
 		}
 		if len(tl.Times) == 0 || len(tl.Times) != len(tl.Sizes) {
 			t.Fatalf("%d times, %d sizes", len(tl.Times), len(tl.Sizes))
+		}
+		if span := tl.Times[len(tl.Times)-1] - tl.Times[0]; span < 0 {
+			t.Fatalf("times %d to %d: the span wraps to %d", tl.Times[0], tl.Times[len(tl.Times)-1], span)
 		}
 		for i, row := range tl.Sizes {
 			var sum uint64 // stopped at 2^62, so it cannot wrap
