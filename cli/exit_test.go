@@ -26,6 +26,13 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"compare", "--model", "gpt2", "--budget", "100MiB"}, ExitNothingFits, "baseline"},
 		{[]string{"diagnose", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "micro-batch ×2"},
 		{[]string{"diagnose", "--model", "gpt2", "--budget", "1GiB"}, ExitDoesNotFit, "micro-batch ×2"},
+		// --checkpoint auto that no choice of blocks fits plans every block
+		// and reports a job that does not fit, not bad input.
+		{[]string{"plan", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto", "--no-chart"}, ExitDoesNotFit, "checkpoint auto (none fits: all 12 blocks)"},
+		{[]string{"plan", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto", "--json", "--no-timeline"}, ExitDoesNotFit, `"checkpoint_auto_none_fits": true`},
+		{[]string{"compare", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto"}, ExitDoesNotFit, "accumulate ×2"},
+		{[]string{"compare", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64"}, ExitDoesNotFit, "none fits: every block checkpointed"},
+		{[]string{"diagnose", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto"}, ExitDoesNotFit, "no checkpointing"},
 		{[]string{"max", "--model", "gpt2", "--gpu", "rtx-4090", "--micro-batch", "?"}, ExitOK, "Largest micro-batch that fits: "},
 		{[]string{"max", "--model", "gpt2", "--budget", "100MiB", "--micro-batch", "?"}, ExitNothingFits, "Nothing fits: even micro-batch 1"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--global-batch", "4"}, ExitOK, "Fastest plan that fits"},
@@ -133,6 +140,9 @@ func TestMaxAgreesWithPlan(t *testing.T) {
 		args []string
 	}{
 		{"micro-batch", []string{"--model", "gpt2", "--gpu", "rtx-4090", "--seq", "512"}},
+		// Beyond the answer no choice of blocks fits: auto plans every
+		// block, which does not fit, and the search goes on.
+		{"micro-batch", []string{"--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--checkpoint", "auto"}},
 		{"seq", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--checkpoint", "full", "--micro-batch", "2"}},
 		{"gen-tokens", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--mode", "infer", "--micro-batch", "64", "--seq", "1024"}},
 	} {

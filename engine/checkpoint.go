@@ -255,20 +255,30 @@ func blockCosts(p *ir.Program, blocks []string) []ckpt.Block {
 // ErrNoCapacity is returned by --checkpoint auto without a GPU or budget.
 var ErrNoCapacity error = fieldErr(FieldCheckpoint, "{checkpoint} auto needs a {gpu} or a {budget} to plan against")
 
+// autoChoice is what --checkpoint auto chose: the blocks to checkpoint and
+// whether no choice fits (then every block, the lowest peak auto reaches).
+type autoChoice struct {
+	blocks   []string
+	noneFits bool
+}
+
 // autoCheckpoint chooses the blocks to checkpoint with the exact chain DP
 // (search/ckpt) so that the simulated peak fits the capacity with the least
 // recompute. The DP works on measured block costs; the simulator is the
 // judge: the chain budget is tightened by any excess until the simulated
-// program fits.
-func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error)) ([]string, error) {
+// program fits. When no choice fits, it chooses every block: a job too big
+// for the GPU is an answer that does not fit (plan reports it, max bisects
+// over it), not bad input.
+func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error)) (autoChoice, error) {
 	capacity := s.CapacityBytes()
 	if capacity <= 0 {
-		return nil, ErrNoCapacity
+		return autoChoice{}, ErrNoCapacity
 	}
 	blocks := Blocks(base)
 	if len(blocks) == 0 {
-		return nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
+		return autoChoice{}, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
+	none := autoChoice{blocks: blocks, noneFits: true}
 	// peaks returns the simulated peak and the peak of forward and backward
 	// (the part the chain can change; the optimizer step's is fixed).
 	peaks := func(names []string) (all, fb units.Bytes, err error) {
@@ -285,23 +295,24 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 	if q, err := build(nil); err == nil {
 		if r, err := sim.Run(q); err == nil {
 			if r.Peak.Total <= capacity {
-				return nil, nil // fits without checkpointing
+				return autoChoice{}, nil // fits without checkpointing
 			}
 			// Checkpointing changes no op of the optimizer step
 			// (TestPropertyFwdBwdVariantsKeepOptimizerPeak): a step over
-			// the capacity stays over it, whatever blocks are chosen.
+			// the capacity stays over it, whatever blocks are chosen, so
+			// every block is chosen without simulating it here first.
 			if st := r.PhasePeak[ir.Optimizer]; st.Op >= 0 && st.Total > capacity {
-				return nil, fmt.Errorf("does not fit even with every block checkpointed: the optimizer step alone peaks at %s > %s", st.Total, capacity)
+				return none, nil
 			}
 		}
 	}
-	costs := blockCosts(base, blocks) // for the DP: not before the refusals above need it
+	costs := blockCosts(base, blocks) // for the DP: not before the early answers above need it
 	allPeak, allFB, err := peaks(blocks)
 	if err != nil {
-		return nil, err
+		return autoChoice{}, err
 	}
 	if allPeak > capacity {
-		return nil, fmt.Errorf("does not fit even with every block checkpointed: peak %s > %s", allPeak, capacity)
+		return none, nil
 	}
 	// Memory outside the chain at the forward/backward peak, seen with every
 	// block checkpointed.
@@ -324,7 +335,7 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		}
 		peak, fb, err := peaks(names)
 		if err != nil {
-			return nil, err
+			return autoChoice{}, err
 		}
 		if peak > capacity {
 			// The model under-counted: tighten. The DP works in whole
@@ -349,5 +360,5 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		}
 		break
 	}
-	return best, nil
+	return autoChoice{blocks: best}, nil
 }

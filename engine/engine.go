@@ -518,8 +518,12 @@ type Result struct {
 	Stage      int
 	StagePeaks []units.Bytes
 	// AutoCheckpointed lists the blocks --checkpoint auto chose (nil
-	// otherwise).
+	// otherwise). AutoNoneFits says no choice fits: auto planned every
+	// block checkpointed, the lowest peak it reaches, and the plan does not
+	// fit (a job too big is an answer, not bad input: plan reports it, max
+	// bisects over it).
 	AutoCheckpointed []string
+	AutoNoneFits     bool
 	// Reserved is the caching allocator's prediction, when PredictReserved
 	// was asked for it.
 	Reserved *Reserved
@@ -645,7 +649,7 @@ type planner struct {
 	o Options
 	// auto caches what --checkpoint auto chose for the spec (nil: not
 	// chosen yet).
-	auto *[]string
+	auto *autoChoice
 	// graphs are the forward graphs built, by stage: the first step's
 	// program is lowered from the same graph as the steady one (lowering
 	// reads a graph, never writes it), so the model is built once a plan.
@@ -844,13 +848,13 @@ func (pl *planner) transform(p *ir.Program, stage int, sl slice) (*ir.Program, i
 	var chosen []string
 	if s.Checkpoint.Kind == CheckpointAuto {
 		if pl.auto == nil {
-			names, err := autoCheckpoint(s, p, transforms)
+			ch, err := autoCheckpoint(s, p, transforms)
 			if err != nil {
 				return nil, 0, err
 			}
-			pl.auto = &names
+			pl.auto = &ch
 		}
-		chosen = *pl.auto
+		chosen = pl.auto.blocks
 	}
 	q, err := transforms(chosen)
 	return q, params, err
@@ -941,7 +945,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 	}
 	if pl.auto != nil {
-		res.AutoCheckpointed = append([]string(nil), *pl.auto...)
+		res.AutoCheckpointed, res.AutoNoneFits = append([]string(nil), pl.auto.blocks...), pl.auto.noneFits
 	}
 	r := res.Sim
 	if res.Capacity > 0 {

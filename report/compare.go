@@ -74,6 +74,10 @@ func (c *Compare) Add(r engine.Row) {
 		return
 	}
 	res := r.Result
+	if res.AutoNoneFits && base.Spec.Checkpoint.Kind != engine.CheckpointAuto {
+		// compare's auto row: no blocks the DP picks fit, so it planned them all.
+		j.Changes = "none fits: every block checkpointed"
+	}
 	j.PeakBytes = res.PeakBytes()
 	j.PeakDeltaBytes = j.PeakBytes - base.PeakBytes()
 	j.PeakPhase = res.Sim.Peak.Phase.String()

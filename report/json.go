@@ -80,6 +80,7 @@ type PlanJSON struct {
 	Checkpoint     string        `json:"checkpoint,omitempty"`
 	Recipe         string        `json:"recipe,omitempty"`
 	Checkpointed   []string      `json:"checkpointed_modules,omitempty"`
+	AutoNoneFits   bool          `json:"checkpoint_auto_none_fits,omitempty"` // auto planned every block: no choice fits
 	GPU            string        `json:"gpu,omitempty"`
 	TP             int           `json:"tp,omitempty"`
 	SP             bool          `json:"sp,omitempty"`
@@ -216,7 +217,7 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
 		MicroBatch: s.MicroBatch, Seq: s.Seq, Accum: s.Accum, SimulatedAccum: res.SimAccum, GenTokens: s.GenTokens,
 		Precision: s.Precision.String(), Attention: s.Attention.String(), Checkpoint: s.Checkpoint.String(),
-		Recipe: s.Sem.Recipe, Checkpointed: res.AutoCheckpointed,
+		Recipe: s.Sem.Recipe, Checkpointed: res.AutoCheckpointed, AutoNoneFits: res.AutoNoneFits,
 		Params: r.Params, Peak: point(p, r.Peak), Phases: phases(p, r), Ledger: ledger(r.Peak.Cat),
 		ModelStates: statesJSON{r.ModelStates.Parameters, r.ModelStates.Gradients, r.ModelStates.OptimizerState, 0},
 		Saved:       savedJSON{r.SavedTotal, r.SavedByModule},

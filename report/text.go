@@ -109,7 +109,11 @@ func textHeader(res *engine.Result) string {
 	}
 	if s.Checkpoint.Kind != engine.NoCheckpoint {
 		head += " · checkpoint " + s.Checkpoint.String()
-		if auto := res.AutoCheckpointed; s.Checkpoint.Kind == engine.CheckpointAuto {
+		switch auto := res.AutoCheckpointed; {
+		case s.Checkpoint.Kind != engine.CheckpointAuto:
+		case res.AutoNoneFits:
+			head += fmt.Sprintf(" (none fits: all %d blocks)", len(auto))
+		default:
 			head += fmt.Sprintf(" (%d blocks)", len(auto))
 		}
 	}
