@@ -160,7 +160,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return fitsVerdict(res.Capacity > 0, res.Fits)
+			return planVerdict(res)
 		},
 	}
 	fl := c.Flags()

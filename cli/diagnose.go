@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/memplan/memplan/diagnose"
-	"github.com/memplan/memplan/engine"
 )
 
 func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
@@ -55,7 +54,7 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			if err := diagnose.Write(stdout, rep); err != nil {
 				return err
 			}
-			return diagnoseVerdict(spec, rep)
+			return planVerdict(rep.Plan)
 		},
 	}
 	f.register(c.Flags())
@@ -64,14 +63,4 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 	c.Flags().Int64Var(&device, "device", -1, "with a snapshot: the device to diagnose (default: the one with the largest allocated peak)")
 	c.Flags().BoolVar(&reserved, "reserved", false, "count the caching allocator's fragmentation (the reserved peak's unused bytes) as an object")
 	return c
-}
-
-// diagnoseVerdict is diagnose's exit status: 3 when the job as given does
-// not fit its GPU or budget.
-func diagnoseVerdict(s engine.Spec, rep *diagnose.Report) error {
-	if err := s.Validate(); err != nil {
-		return err
-	}
-	c := s.CapacityBytes()
-	return fitsVerdict(c > 0, rep.Base.Peak <= c)
 }

@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/search"
 )
 
@@ -44,6 +45,13 @@ func fitsVerdict(capacity bool, fits bool) error {
 		return verdict(ExitDoesNotFit)
 	}
 	return nil
+}
+
+// planVerdict is the status of a job planned as given (plan, diagnose): 3
+// when a GPU or budget was given and the job does not fit it or
+// --host-memory (engine.Result.Fits holds both).
+func planVerdict(res *engine.Result) error {
+	return fitsVerdict(res.Capacity > 0, res.Fits)
 }
 
 // exitCode prints err (unless it is a verdict) and returns its status.

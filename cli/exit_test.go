@@ -26,6 +26,10 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"compare", "--model", "gpt2", "--budget", "100MiB"}, ExitNothingFits, "baseline"},
 		{[]string{"diagnose", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "micro-batch ×2"},
 		{[]string{"diagnose", "--model", "gpt2", "--budget", "1GiB"}, ExitDoesNotFit, "micro-batch ×2"},
+		// Over --host-memory is not fitting, to diagnose as to plan.
+		{[]string{"diagnose", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB"}, ExitDoesNotFit, "micro-batch ×2"},
+		{[]string{"diagnose", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--seq", "1024", "--offload", "activations", "--host-memory", "1GiB"}, ExitDoesNotFit, "next step: "},
+		{[]string{"diagnose", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "64GiB"}, ExitOK, "micro-batch ×2"},
 		// --checkpoint auto that no choice of blocks fits plans every block
 		// and reports a job that does not fit, not bad input.
 		{[]string{"plan", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto", "--no-chart"}, ExitDoesNotFit, "checkpoint auto (none fits: all 12 blocks)"},

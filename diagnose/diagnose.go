@@ -39,6 +39,10 @@ type Object struct {
 // Report is a diagnosis.
 type Report struct {
 	Base Row
+	// Plan is the job as given, compacted (its numbers without its
+	// programs): whether it fits is Plan.Fits, the GPU or budget and the
+	// host memory together, as plan decides.
+	Plan *engine.Result
 	Rows []Row
 	// Objects live at the base's peak, largest first; Pressure is the first.
 	Objects  []Object
@@ -142,6 +146,8 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	} else {
 		rep.Next, rep.Why = inferenceStep(base, rep.Rows)
 	}
+	base.Compact()
+	rep.Plan = base
 	return rep, nil
 }
 
