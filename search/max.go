@@ -3,6 +3,7 @@ package search
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/models"
@@ -333,7 +334,21 @@ func (m *maxSolver) finish(lo, hi int) error {
 	r, step := m.r, m.r.Step
 	r.Value, r.At, r.Beyond = lo*step, m.plans[lo], m.plans[hi]
 	if lo == 0 {
-		return fmt.Errorf("%w: %w", ErrNothingFits, engine.FieldErrorf(r.Dim.Field(), "even {%s} %d does not fit: needs %s more", r.Dim.Field().Key(), step, r.Beyond.Shortfall))
+		return fmt.Errorf("%w: %w", ErrNothingFits, engine.FieldErrorf(r.Dim.Field(), "even {%s} %d does not fit: %s", r.Dim.Field().Key(), step, shortOf(r.Beyond)))
 	}
 	return nil
+}
+
+// shortOf says what res, a plan that does not fit, runs out of: how much
+// more device memory it needs, how far over the host limit it is, or both
+// (a job over --host-memory alone needs 0 B more of its GPU).
+func shortOf(res *engine.Result) string {
+	var parts []string
+	if res.Shortfall > 0 {
+		parts = append(parts, fmt.Sprintf("needs %s more", res.Shortfall))
+	}
+	if res.HostShortfall > 0 {
+		parts = append(parts, fmt.Sprintf("is %s over {host-memory} %s", res.HostShortfall, res.Spec.HostMemory))
+	}
+	return strings.Join(parts, " and ")
 }

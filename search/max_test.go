@@ -2,6 +2,7 @@ package search
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -159,5 +160,42 @@ func TestMaxBounds(t *testing.T) {
 	}
 	if _, err := Max(s, DimGenTokens); err == nil {
 		t.Error("training: solved generated tokens")
+	}
+}
+
+// Max that nothing fits says what runs out: the GPU or budget (how much more
+// it needs), --host-memory (how far over it) or both; never "needs 0 B more"
+// of a GPU the job fits.
+func TestMaxNothingFitsNamesTheLimit(t *testing.T) {
+	device := baseSpec(t, "gpt2", "h100", 2)
+	device.Capacity = 1 << 20
+	host := baseSpec(t, "gpt2", "h100", 2)
+	host.Offload.Activations, host.HostMemory = true, 1<<20
+	both := host
+	both.Capacity = 1 << 20
+	for _, c := range []struct {
+		name        string
+		s           engine.Spec
+		want, lacks []string
+	}{
+		{"the budget", device, []string{"even micro-batch 1 does not fit: needs ", " more"}, []string{"host memory", "needs 0 B"}},
+		{"host memory", host, []string{"even micro-batch 1 does not fit: is ", " over host memory per node 1.00 MiB"}, []string{"needs"}},
+		{"both", both, []string{"even micro-batch 1 does not fit: needs ", " more and is ", " over host memory per node 1.00 MiB"}, []string{"needs 0 B"}},
+	} {
+		_, err := Max(c.s, DimMicroBatch)
+		if !errors.Is(err, ErrNothingFits) {
+			t.Errorf("%s: %v, want ErrNothingFits", c.name, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q lacks %q", c.name, err, w)
+			}
+		}
+		for _, w := range c.lacks {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q says %q", c.name, err, w)
+			}
+		}
 	}
 }
