@@ -523,9 +523,7 @@ var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)
 
 // reservedAndLever predicts res's reserved bytes (--fit-on, --alloc-conf,
 // --no-reserved) and, for a job over its GPU, finds compare's largest lever
-// (through cache, the baseline's): the next step of a job over its GPU, not
-// of one over its host memory, as the levers lower the device peak. The
-// lever runs after the replay: side by side, the replays' allocator state
+// (through cache, the baseline's: nextStep). The lever runs after the replay: side by side, the replays' allocator state
 // was live beside the lever's programs (deepseek-v3 --accum 8: 1.87 GiB of
 // peak RSS side by side, 1.77 GiB in turn), for little time saved once the
 // lever plans from the baseline's cached programs (6.1-6.6 s side by side,
@@ -535,8 +533,16 @@ func reservedAndLever(res *engine.Result, cache *engine.Cache, rf *reservedFlags
 	if err := rf.apply(res, true); err != nil {
 		return nil, err
 	}
+	return nextStep(res, cache), nil
+}
+
+// nextStep is where plan and max point a job that does not fit: compare's
+// largest lever (planned through cache) when it is over its GPU or budget;
+// none when it is over --host-memory alone, as the levers lower the device
+// peak and those that lower it most (offload) add host memory.
+func nextStep(res *engine.Result, cache *engine.Cache) *engine.Row {
 	if res.Capacity <= 0 || res.Shortfall <= 0 {
-		return nil, nil
+		return nil
 	}
-	return engine.LargestLever(res, cache), nil
+	return engine.LargestLever(res, cache)
 }

@@ -147,6 +147,8 @@ func TestMaxAgreesWithPlan(t *testing.T) {
 		// Beyond the answer no choice of blocks fits: auto plans every
 		// block, which does not fit, and the search goes on.
 		{"micro-batch", []string{"--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--checkpoint", "auto"}},
+		// Host memory, not the GPU, stops it.
+		{"micro-batch", []string{"--model", "gpt2", "--gpu", "h100", "--seq", "1024", "--offload", "activations", "--host-memory", "8GiB"}},
 		{"seq", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--checkpoint", "full", "--micro-batch", "2"}},
 		{"gen-tokens", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--mode", "infer", "--micro-batch", "64", "--seq", "1024"}},
 	} {

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -58,3 +59,39 @@ func TestFitRespectsHostMemory(t *testing.T) {
 
 // jsonBytes is n bytes as --host-memory reads it.
 func jsonBytes(n int64) string { return fmt.Sprintf("%dB", n) }
+
+// max names --host-memory when host memory is what a job runs out of: how
+// far over it the value beyond the answer (or micro-batch 1) is, never "0 B
+// over" the GPU, and no next step, as plan gives none: compare's strategies
+// lower the device peak, and those that lower it most add host memory.
+func TestMaxHostMemory(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		args        []string
+		code        int
+		want, lacks []string
+	}{
+		{"micro-batch 1 over", []string{"--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--seq", "1024", "--offload", "activations", "--host-memory", "1GiB"}, ExitNothingFits,
+			[]string{"Nothing fits: even micro-batch 1 needs ", " more host memory per node than --host-memory 1.00 GiB", "DOES NOT FIT: ", " over --host-memory 1.00 GiB"},
+			[]string{"0 B", "Next step"}},
+		{"the value beyond over", []string{"--model", "gpt2", "--gpu", "h100", "--seq", "1024", "--offload", "activations", "--host-memory", "8GiB"}, ExitOK,
+			[]string{"Largest micro-batch that fits: 8 on h100-sxm (78.82 GiB usable) and --host-memory 8.00 GiB", " over --host-memory 8.00 GiB"},
+			[]string{"0 B"}},
+	} {
+		code, out, errs := run(append([]string{"max", "--micro-batch", "?"}, c.args...)...)
+		if code != c.code {
+			t.Errorf("%s: exit %d, want %d: %s", c.name, code, c.code, errs)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", c.name, w, out)
+			}
+		}
+		for _, w := range c.lacks {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: output says %q:\n%s", c.name, w, out)
+			}
+		}
+	}
+}

@@ -131,7 +131,7 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 	}
 	var next *engine.Row
 	if nothing {
-		next = engine.LargestLever(r.Beyond, r.Cache)
+		next = nextStep(r.Beyond, r.Cache)
 	}
 	err = emit(stdout, mf.jsonOut,
 		func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },

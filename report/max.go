@@ -69,14 +69,18 @@ func WriteMaxText(w io.Writer, r *search.MaxResult, next *engine.Row) error {
 	fmt.Fprintf(&b, "memplan max · --%s ? · %s\n\n", key, strings.TrimPrefix(textHeader(head), "memplan · "))
 	switch {
 	case r.At == nil:
-		fmt.Fprintf(&b, "Nothing fits: even %s %d needs %s more than %s (%s usable)\n", key, r.Step, r.Beyond.Shortfall, capacityName(r.Beyond), r.Beyond.Capacity)
+		fmt.Fprintf(&b, "Nothing fits: even %s %d %s\n", key, r.Step, maxShort(r.Beyond))
 		writeMaxPoint(&b, key, r.Beyond, nil)
 		writeNextStep(&b, next)
 	case r.AtCap():
 		fmt.Fprintf(&b, "Largest %s that fits: %d, the bound of the search (%s); memory does not stop it\n", key, r.Value, r.CapWhy)
 		writeMaxPoint(&b, key, r.At, nil)
 	default:
-		fmt.Fprintf(&b, "Largest %s that fits: %d on %s (%s usable)\n", key, r.Value, capacityName(r.At), r.At.Capacity)
+		fmt.Fprintf(&b, "Largest %s that fits: %d on %s (%s usable)", key, r.Value, capacityName(r.At), r.At.Capacity)
+		if hm := r.At.Spec.HostMemory; hm > 0 {
+			fmt.Fprintf(&b, " and --host-memory %s", hm)
+		}
+		b.WriteString("\n")
 		writeMaxPoint(&b, key, r.At, nil)
 		writeMaxPoint(&b, key, r.Beyond, r.At)
 	}
@@ -95,6 +99,33 @@ func capacityName(res *engine.Result) string {
 		return s.GPU.Name
 	}
 	return "the budget"
+}
+
+// maxShort says what res, a plan that does not fit, needs: more of its GPU
+// or budget, more host memory than --host-memory, or both (over
+// --host-memory alone, it needs 0 B more of the GPU).
+func maxShort(res *engine.Result) string {
+	var parts []string
+	if res.Shortfall > 0 {
+		parts = append(parts, fmt.Sprintf("%s more than %s (%s usable)", res.Shortfall, capacityName(res), res.Capacity))
+	}
+	if res.HostShortfall > 0 {
+		parts = append(parts, fmt.Sprintf("%s more host memory per node than --host-memory %s", res.HostShortfall, res.Spec.HostMemory))
+	}
+	return "needs " + strings.Join(parts, " and ")
+}
+
+// overBy is how far res, a plan that does not fit, is over its GPU or
+// budget, --host-memory, or both.
+func overBy(res *engine.Result) string {
+	var parts []string
+	if res.Shortfall > 0 {
+		parts = append(parts, fmt.Sprintf("%s over", res.Shortfall))
+	}
+	if res.HostShortfall > 0 {
+		parts = append(parts, fmt.Sprintf("%s over --host-memory %s", res.HostShortfall, res.Spec.HostMemory))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // maxPeak is the peak PeakBytes reports: the first step's when higher.
@@ -116,7 +147,7 @@ func writeMaxPoint(b *strings.Builder, key string, res, prev *engine.Result) {
 		fmt.Fprintf(b, "; %s to spare\n", res.Headroom)
 		return
 	}
-	fmt.Fprintf(b, "; DOES NOT FIT: %s over", res.Shortfall)
+	fmt.Fprintf(b, "; DOES NOT FIT: %s", overBy(res))
 	if prev != nil {
 		_, was, _ := maxPeak(prev)
 		type grew struct {
@@ -131,6 +162,9 @@ func writeMaxPoint(b *strings.Builder, key string, res, prev *engine.Result) {
 		}
 		slices.SortStableFunc(gs, func(x, y grew) int { return cmp.Compare(y.d, x.d) })
 		var parts []string
+		if res.HostShortfall > 0 && res.HostPerNode > prev.HostPerNode {
+			parts = append(parts, fmt.Sprintf("host memory per node +%s", res.HostPerNode-prev.HostPerNode))
+		}
 		for i, g := range gs {
 			if i == 3 {
 				break
