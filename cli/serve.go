@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/memplan/memplan/serve"
 	"github.com/memplan/memplan/units"
@@ -22,12 +24,15 @@ type serveFlags struct {
 	util                                        float64
 	chunked, eager                              bool
 	changed                                     func(string) bool
+	// flags is the command's flag set: the flags given are checked
+	// against what serve mode reads.
+	flags *pflag.FlagSet
 	// contextAsked: max solves for --context (given '?').
 	contextAsked bool
 }
 
 func (f *serveFlags) register(fl *pflag.FlagSet) {
-	f.changed = fl.Changed
+	f.changed, f.flags = fl.Changed, fl
 	fl.StringVar(&f.dtype, "dtype", "auto", "serve: weights and activations dtype (auto: the config's torch_dtype; bfloat16, float16, float32)")
 	fl.StringVar(&f.quant, "quantization", "none", "serve: weight quantization: "+strings.Join(serve.QuantNames(), ", "))
 	fl.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "serve: KV-cache dtype (auto: --dtype; fp8)")
@@ -44,17 +49,44 @@ func (f *serveFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.release, "vllm-version", string(serve.V064), "serve: the vLLM release whose memory profiler to follow: 0.6 (v0.6.4: the CUDA context counts as non-torch memory) or 0.7 (v0.7 on: only what grows after it, NCCL's buffers)")
 }
 
-// servedFlags are the training-only flags plan --mode serve refuses.
-var notServeFlags = []string{"micro-batch", "accum", "gen-tokens", "optimizer", "optimizer-impl", "checkpoint", "dp", "zero", "fsdp",
-	"pp", "pp-schedule", "pp-interleave", "offload", "lora", "qlora", "sp", "ep", "budget", "graph", "workload", "precision", "seq", "host-memory", "gpus-per-node", "nodes", "cluster"}
+// serveReads are the flags outside serveFlags that serve mode reads: the
+// model, its GPU and tensor-parallel degree, the mode, max's --requests,
+// --json, and --no-timeline and --no-chart, which leave out what a serving
+// report never has (scripts that pass them to every plan keep working).
+// Every other flag given in serve mode is refused by name (unreadByServe):
+// training's, the recipe's, the plots' and the reserved prediction's, and
+// any flag plan gains later until serve mode reads it.
+var serveReads = []string{"model", "gpu", "tp", "mode", "requests", "json", "no-timeline", "no-chart"}
+
+// serveOwn are the flags serveFlags registers, by name.
+var serveOwn = sync.OnceValue(func() map[string]bool {
+	fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	(&serveFlags{}).register(fl)
+	own := map[string]bool{}
+	fl.VisitAll(func(f *pflag.Flag) { own[f.Name] = true })
+	return own
+})
+
+// serveReadsFlag reports whether serve mode reads flag name.
+func serveReadsFlag(name string) bool { return serveOwn()[name] || slices.Contains(serveReads, name) }
+
+// unreadByServe refuses the first flag given (in name order) that serve
+// mode does not read.
+func (f *serveFlags) unreadByServe() error {
+	var err error
+	f.flags.Visit(func(fl *pflag.Flag) {
+		if err == nil && !serveReadsFlag(fl.Name) {
+			err = fmt.Errorf("--%s does not apply to --mode serve", fl.Name)
+		}
+	})
+	return err
+}
 
 // spec reads the serving job.
 func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 	var s serve.Spec
-	for _, n := range notServeFlags {
-		if p.changed(n) {
-			return s, fmt.Errorf("--%s does not apply to --mode serve", n)
-		}
+	if err := f.unreadByServe(); err != nil {
+		return s, err
 	}
 	m, err := resolveModel(p.model)
 	if err != nil {

@@ -2,8 +2,13 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // TestPlanServe: plan --mode serve prints what vLLM logs at start-up, exits
@@ -76,5 +81,69 @@ func TestPlanServeBadInput(t *testing.T) {
 	code, _, errs = run("plan", "--mode", "serve", "--model", "llama-3-8b")
 	if code != ExitBadInput || !strings.Contains(errs, "--gpu") {
 		t.Errorf("no gpu: exit %d, %q", code, errs)
+	}
+}
+
+// TestServeRefusesWhatItDoesNotRead: in --mode serve, every flag of plan
+// and max that serve mode does not read is refused by name, so that a
+// training or plot flag (--recipe, --set, --attention, --png, --fit-on, ...)
+// is never accepted and ignored, a flag added to plan later included. Each
+// is given its own default, which it must refuse all the same: given is
+// not used.
+func TestServeRefusesWhatItDoesNotRead(t *testing.T) {
+	bases := map[string][]string{
+		"plan": {"plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h100"},
+		"max":  {"max", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--context", "4096", "--requests", "?"},
+	}
+	for name, c := range map[string]*cobra.Command{"plan": newPlanCmd(nil), "max": newMaxCmd(nil)} {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if serveReadsFlag(f.Name) {
+				return
+			}
+			v := f.DefValue
+			if _, ok := f.Value.(pflag.SliceValue); ok {
+				v = "k=v"
+			}
+			args := append(append([]string{}, bases[name]...), "--"+f.Name+"="+v)
+			code, out, errs := run(args...)
+			want := "memplan: --" + f.Name + " does not apply to --mode serve\n"
+			if code != ExitBadInput || out != "" || errs != want {
+				t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want %q", strings.Join(args, " "), code, len(out), errs, want)
+			}
+		})
+	}
+	for _, r := range serveReads {
+		if newPlanCmd(nil).Flags().Lookup(r) == nil && newMaxCmd(nil).Flags().Lookup(r) == nil {
+			t.Errorf("serveReads names --%s, which neither plan nor max has", r)
+		}
+	}
+	// The reproductions: flags of other modes with values no mode takes,
+	// and a plot serve mode does not draw (and would not have written).
+	png := filepath.Join(t.TempDir(), "s.png")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append(bases["max"][1:], "--recipe", "/nonexistent", "--set", "nonsense=1", "--attention", "bogus"), "--attention does not apply"},
+		{[]string{"--context", "4096", "--png", png, "--fit-on", "bogus", "--alloc-conf", "garbage", "--kernels", "cpu"}, "--alloc-conf does not apply"},
+		{[]string{"--first-step=false"}, "--first-step does not apply"},
+		{[]string{"--no-reserved"}, "--no-reserved does not apply"},
+		{[]string{"--svg", "s.svg"}, "--svg does not apply"},
+	} {
+		args := append(append([]string{}, bases["plan"]...), c.args...)
+		if c.args[0] == "--mode" {
+			args = append([]string{"max"}, c.args...)
+		}
+		code, out, errs := run(args...)
+		if code != ExitBadInput || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want one line with %q", args, code, len(out), errs, c.want)
+		}
+	}
+	if _, err := os.Stat(png); err == nil {
+		t.Errorf("a refused serve plan wrote %s", png)
+	}
+	// What serve mode reads is still taken.
+	if code, _, errs := run("plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h100", "--tp", "2", "--json", "--no-timeline", "--no-chart"); code != ExitOK {
+		t.Errorf("serve plan with --tp, --json, --no-timeline, --no-chart: exit %d, %q", code, errs)
 	}
 }

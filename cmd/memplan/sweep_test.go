@@ -326,7 +326,9 @@ func serveFlags(r *rand.Rand, g sweepGPU) []string {
 func finishJob(r *rand.Rand, cmd, mode string, args []string) []string {
 	switch cmd {
 	case "plan":
-		if r.IntN(2) == 0 {
+		// Serve mode plans no first step and refuses the flag (the
+		// draw is made all the same, to keep the sample's seed).
+		if r.IntN(2) == 0 && mode != "serve" {
 			args = append(args, "--first-step=false")
 		}
 	case "max":
