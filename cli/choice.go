@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -123,6 +124,32 @@ var valueWants = map[string]string{
 // plotFlags pairs --svg and --png with their paths ("" when not given).
 func plotFlags(svg, png string) [2]struct{ flag, path string } {
 	return [2]struct{ flag, path string }{{"--svg", svg}, {"--png", png}}
+}
+
+// checkPlotNames refuses a --svg or --png file not named for the flag's
+// format. The writers draw the format a file's extension names, so plan
+// --png a.svg wrote an SVG and --svg x.pdf a PDF; each flag writes its own
+// format and nothing else, so the name must say it (a file named for one
+// format holding another misleads whatever opens it by its name).
+func checkPlotNames(svg, png string) error {
+	for _, o := range plotFlags(svg, png) {
+		if o.path == "" {
+			continue
+		}
+		want := "." + strings.TrimPrefix(o.flag, "--")
+		ext := strings.ToLower(filepath.Ext(o.path))
+		if ext == want {
+			continue
+		}
+		var other string
+		for _, p := range plotFlags("", "") {
+			if ext == "."+strings.TrimPrefix(p.flag, "--") {
+				other = fmt.Sprintf(" (%s is %s's)", ext, p.flag)
+			}
+		}
+		return fmt.Errorf("%s %s: want a file name ending in %s%s", o.flag, quoteCut(o.path), want, other)
+	}
+	return nil
 }
 
 // onFlag names the output flag a plot's write failed on ("--svg: cannot

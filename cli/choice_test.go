@@ -83,7 +83,7 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:99999"},
 			`--addr "127.0.0.1:99999": invalid port 99999; want HOST:PORT such as 127.0.0.1:8080 (:PORT listens on every interface, port 0 on a free port)`},
 		{[]string{"plan", "--seq", "64", "--png", "x.txt"},
-			`--png: unsupported plot format ".txt" (want .svg, .png or .pdf)`},
+			`--png "x.txt": want a file name ending in .png`},
 		{[]string{"plan", "--svg", "nope/x.svg"},
 			`--svg: cannot write nope/x.svg: no such file or directory`},
 		{[]string{"pack", "../testdata/pack/mix.yaml", "--gpus", "2xh100", "--png", "nope/x.png"},

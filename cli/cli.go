@@ -433,6 +433,9 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 			return err
 		}
 	}
+	if err := checkPlotNames(f.svg, f.png); err != nil {
+		return err
+	}
 	for _, o := range plotFlags(f.svg, f.png) {
 		if o.path == "" {
 			continue

@@ -45,6 +45,9 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			if device < -1 {
 				return errBadDevice(device)
 			}
+			if err := checkPlotNames(svg, png); err != nil {
+				return err
+			}
 			rep, settings, err := readExplained(args[0], device, cmd.Flags().Changed("device"))
 			if err != nil {
 				return err

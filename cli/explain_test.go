@@ -112,7 +112,7 @@ func TestExplainBadInput(t *testing.T) {
 		{[]string{"explain", write("int.pickle", []byte("\x80\x02K\x01."))}, "not a CUDA memory snapshot"},
 		{[]string{"explain", write("t.json", []byte(`{"a": 1}`))}, "this is JSON"},
 		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--device", "7"}, "--device 7"},
-		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--svg", filepath.Join(dir, "x.pdf")}, "unsupported plot format"},
+		{[]string{"explain", "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl", "--svg", filepath.Join(dir, "x.pdf")}, "want a file name ending in .svg"},
 		{[]string{"explain", "../testdata/profiler/cpu_mlp_step.json", "--device", "0"}, "--device: ../testdata/profiler/cpu_mlp_step.json is a torch.profiler memory timeline"},
 		{[]string{"explain", write("half.json", timeline[:len(timeline)/2])}, "half.json: not a torch.profiler memory timeline"},
 		{[]string{"explain", write("t.html", []byte("<html><body><img src='data:image/png;base64,AA'></body></html>"))}, "an HTML memory timeline holds only a picture"},
@@ -133,5 +133,49 @@ func TestExplainBadInput(t *testing.T) {
 	}
 	if _, err := os.Stat("pwned"); err == nil {
 		t.Fatal("the pickle ran code")
+	}
+}
+
+// TestPlotFlagsNameTheirFormat: --png draws PNG and --svg SVG, so each
+// takes only a file named for its format; a file named for another (plan
+// --png a.svg wrote an SVG into it, by its extension) or for none is
+// refused in one line that says what the flag takes, and nothing is
+// written.
+func TestPlotFlagsNameTheirFormat(t *testing.T) {
+	dir := t.TempDir()
+	at := func(name string) string { return filepath.Join(dir, name) }
+	snap := "../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--model", "gpt2", "--seq", "64", "--png", at("a.svg")}, `--png "` + at("a.svg") + `": want a file name ending in .png (.svg is --svg's)`},
+		{[]string{"plan", "--model", "gpt2", "--seq", "64", "--svg", at("b.png")}, `--svg "` + at("b.png") + `": want a file name ending in .svg (.png is --png's)`},
+		{[]string{"plan", "--model", "gpt2", "--seq", "64", "--svg", at("c.pdf")}, `--svg "` + at("c.pdf") + `": want a file name ending in .svg`},
+		{[]string{"explain", snap, "--png", at("noext")}, `--png "` + at("noext") + `": want a file name ending in .png`},
+		{[]string{"explain", snap, "--svg", at("d.png")}, `--svg "` + at("d.png") + `": want a file name ending in .svg (.png is --png's)`},
+		{[]string{"explain", snap, "--svg", at("x.pdf")}, `--svg "` + at("x.pdf") + `": want a file name ending in .svg`},
+		{[]string{"pack", "../testdata/pack/mix.yaml", "--gpus", "2xh100", "--png", at("e.svg")}, `--png "` + at("e.svg") + `": want a file name ending in .png (.svg is --svg's)`},
+	} {
+		code, out, errs := run(c.args...)
+		if code != ExitBadInput || out != "" || errs != "memplan: "+c.want+"\n" {
+			t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want %q", strings.Join(c.args, " "), code, len(out), errs, c.want)
+		}
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("refused plots left %d files behind", len(left))
+	}
+	// A name of the flag's format in any case is taken.
+	if code, _, errs := run("plan", "--model", "gpt2", "--seq", "64", "--svg", at("ok.SVG"), "--png", at("ok.png")); code != 0 {
+		t.Errorf("plan --svg ok.SVG --png ok.png: exit %d, %q", code, errs)
+	}
+	for _, name := range []string{"ok.SVG", "ok.png"} {
+		b, err := os.ReadFile(at(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if isPNG := bytes.HasPrefix(b, []byte("\x89PNG")); isPNG != strings.HasSuffix(name, ".png") {
+			t.Errorf("%s: PNG %v", name, isPNG)
+		}
 	}
 }

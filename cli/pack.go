@@ -94,6 +94,9 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 	if (f.svg != "" || f.png != "") && len(opt.Policies) > 0 && !containsPolicy(opt.Policies, plot) {
 		return pool, opt, 0, fmt.Errorf("--plot-policy %s is not among --policy %s", plot, f.policies)
 	}
+	if err := checkPlotNames(f.svg, f.png); err != nil {
+		return pool, opt, 0, err
+	}
 	for _, o := range plotFlags(f.svg, f.png) {
 		if o.path == "" {
 			continue

@@ -170,7 +170,7 @@ func TestPackBadInput(t *testing.T) {
 		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "100GiB"}, "--margin must be between 0 and the GPU's"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "static", "--png", png}, "--plot-policy curve is not among --policy static"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "no", "x.png")}, "no such directory"},
-		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "x.gif")}, `unsupported plot format ".gif"`},
+		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "x.gif")}, `--png "` + filepath.Join(dir, "x.gif") + `": want a file name ending in .png`},
 		{[]string{"pack", filepath.Join(dir, "none.yaml"), "--gpus", "h100"}, "cannot read"},
 		{[]string{"pack", badJobs, "--gpus", "h100"}, "micro-batch: expected an integer"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", badArr}, `arrivals[0]: job "nobody" is not in the job file`},

@@ -255,7 +255,7 @@ def file_probes():
             path = "{dir}/%s.%s" % (name, ext)
             ps.append((1, os.path.basename(path), head + [path], None))
         if ext != "json":
-            ps.append((1, "unsupported plot format", head + ["{dir}/x.txt"], None))
+            ps.append((1, "want a file name ending in", head + ["{dir}/x.txt"], None))
     return ps
 
 
