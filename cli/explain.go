@@ -52,13 +52,6 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, o := range plotFlags(svg, png) {
-				if o.path != "" {
-					if err := report.WriteSnapshotPlot(o.path, rep); err != nil {
-						return onFlag(o.flag, err)
-					}
-				}
-			}
 			var ag *againstJSON
 			if against != "" {
 				pj, name, err := planAgainst(against, pf, allocator.ConfigOf(settings))
@@ -66,6 +59,15 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 					return err
 				}
 				ag = compareAgainst(rep, pj, name)
+			}
+			// The plots are written once nothing can be refused, so
+			// that a refusal leaves no file behind.
+			for _, o := range plotFlags(svg, png) {
+				if o.path != "" {
+					if err := report.WriteSnapshotPlot(o.path, rep); err != nil {
+						return onFlag(o.flag, err)
+					}
+				}
 			}
 			return emit(stdout, jsonOut,
 				func(w io.Writer) error {

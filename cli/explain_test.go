@@ -179,3 +179,29 @@ func TestPlotFlagsNameTheirFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestExplainWritesNothingWhenItFails: every flag, --against's plan
+// included, is checked before a plot is written, so a refused explain
+// leaves no --png or --svg file behind (they were written first, then
+// --against failed).
+func TestExplainWritesNothingWhenItFails(t *testing.T) {
+	snap := "../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle"
+	for _, c := range []struct {
+		tail []string
+		want string
+	}{
+		{[]string{"--against", "/nonexistent.json"}, "--against"},
+		{[]string{"--against", "flags", "--model", "nope"}, "--model \"nope\""},
+		{[]string{"--against", "flags", "--micro-batch", "0"}, "--micro-batch must be at least 1"},
+	} {
+		dir := t.TempDir()
+		args := append([]string{"explain", snap, "--png", filepath.Join(dir, "e1.png"), "--svg", filepath.Join(dir, "e1.svg")}, c.tail...)
+		code, out, errs := run(args...)
+		if code != ExitBadInput || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want one line with %q", c.tail, code, len(out), errs, c.want)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("%v: left %v behind", c.tail, left)
+		}
+	}
+}
