@@ -44,6 +44,9 @@ type apiCommand struct {
 	// inline are flags whose value is a file's path on the CLI and the
 	// file's text in a request.
 	inline map[string]string
+	// hide reports flags of the command that are no request fields of it
+	// (beside apiHidden's); nil hides none.
+	hide func(flag string) bool
 }
 
 type apiFile struct {
@@ -57,8 +60,11 @@ var apiCommands = map[string]apiCommand{
 	"compare": {build: newCompareCmd},
 	"fit":     {build: func(w io.Writer) *cobra.Command { return newFitCmd(w, io.Discard) }},
 	"max":     {build: newMaxCmd},
+	// explain reads its plan flags only with --against flags, and
+	// against is no field (it may name a file on the server): a request
+	// could give them only to have them refused.
 	"explain": {build: newExplainCmd, file: &apiFile{key: "snapshot", base64: true, name: "snapshot",
-		help: "the snapshot pickle or profiler memory timeline (.json, .json.gz), base64-encoded"}},
+		help: "the snapshot pickle or profiler memory timeline (.json, .json.gz), base64-encoded"}, hide: isPlanFlag},
 	"pack": {build: newPackCmd, file: &apiFile{key: "jobs", name: "jobs.yaml",
 		help: "the job file's text (kind: memplan.jobs/v1, YAML or JSON)"},
 		inline: map[string]string{"arrivals": "arrivals.yaml"}},
@@ -119,7 +125,7 @@ func fieldsOf(name string) []APIField {
 		out = append(out, APIField{Key: ac.file.key, Type: "string", Help: ac.file.help, Required: true})
 	}
 	ac.build(io.Discard).Flags().VisitAll(func(fl *pflag.Flag) {
-		if apiHidden[fl.Name] {
+		if apiHidden[fl.Name] || ac.hide != nil && ac.hide(fl.Name) {
 			return
 		}
 		f := APIField{Key: apiKey(fl.Name), Type: jsonType(fl.Value.Type()), Help: fl.Usage, Default: fl.DefValue}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -214,6 +215,31 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
 	fl.StringVar(&f.recipe, "recipe", "hf", "how the framework runs the job: "+strings.Join(recipe.Names(), ", ")+", or a recipe file (see 'memplan recipes')")
 	fl.StringArrayVar(&f.sets, "set", nil, "override one recipe switch, key=value (repeatable; see 'memplan recipes NAME')")
+}
+
+// planFlagNames are the flags register adds, by name.
+var planFlagNames = sync.OnceValue(func() map[string]bool {
+	fl := pflag.NewFlagSet("plan", pflag.ContinueOnError)
+	(&planFlags{}).register(fl)
+	names := map[string]bool{}
+	fl.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+	return names
+})
+
+// isPlanFlag reports whether flag name describes a job to plan (register's).
+func isPlanFlag(name string) bool { return planFlagNames()[name] }
+
+// firstGiven is the first flag given on fl, in name order, that refused
+// reports true for ("" when none): a command path that reads only some of
+// its command's flags refuses the others by name instead of ignoring them.
+func firstGiven(fl *pflag.FlagSet, refused func(name string) bool) string {
+	var first string
+	fl.Visit(func(f *pflag.Flag) {
+		if first == "" && refused(f.Name) {
+			first = f.Name
+		}
+	})
+	return first
 }
 
 func (f *planFlags) spec() (engine.Spec, error) {

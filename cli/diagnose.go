@@ -27,17 +27,26 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			"change of the table that lowers the peak most.\n" +
 			"Given a CUDA memory snapshot (torch.cuda.memory._dump_snapshot), it says which phase and which lifetime\n" +
 			"objects hit the device's line: at the snapshot's recorded out-of-memory event, or where the caching\n" +
-			"allocator model replaying its allocations on a device of --capacity bytes runs out.",
+			"allocator model replaying its allocations on a device of --capacity bytes runs out (or on --gpu's memory\n" +
+			"less the CUDA context, as plan counts it). A snapshot takes no other plan flag.",
 		Example: `  memplan diagnose --model llama-3.2-1b --gpu rtx-4090 --micro-batch 4 --seq 2048
   memplan diagnose oom_snapshot.pickle
-  memplan diagnose snapshot.pickle --capacity 12GiB`,
+  memplan diagnose snapshot.pickle --capacity 12GiB
+  memplan diagnose snapshot.pickle --gpu t4`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if device < -1 {
 					return errBadDevice(device)
 				}
-				return diagnoseSnapshot(stdout, args[0], capacity, device, jsonOut)
+				if n := firstGiven(cmd.Flags(), snapshotRefuses); n != "" {
+					return fmt.Errorf("--%s does not apply to a snapshot (diagnose SNAPSHOT takes --capacity or --gpu, --device and --json)", n)
+				}
+				c, err := snapshotCapacity(capacity, f.gpu)
+				if err != nil {
+					return err
+				}
+				return diagnoseSnapshot(stdout, args[0], c, device, jsonOut)
 			}
 			if capacity != "" || jsonOut || device >= 0 {
 				return fmt.Errorf("--capacity, --json and --device: only with a snapshot file (diagnose SNAPSHOT --capacity 12GiB)")
@@ -58,9 +67,17 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	f.register(c.Flags())
+	c.Flags().Lookup("gpu").Usage += "; with a snapshot: replay it on this GPU's memory less the CUDA context (instead of --capacity)"
 	c.Flags().StringVar(&capacity, "capacity", "", "with a snapshot: replay it on a device of this many bytes (e.g. 12GiB) to find where it runs out")
 	c.Flags().BoolVar(&jsonOut, "json", false, "with a snapshot: print the machine-readable JSON report (memplan.diagnose-oom/v1)")
 	c.Flags().Int64Var(&device, "device", -1, "with a snapshot: the device to diagnose (default: the one with the largest allocated peak)")
 	c.Flags().BoolVar(&reserved, "reserved", false, "count the caching allocator's fragmentation (the reserved peak's unused bytes) as an object")
 	return c
+}
+
+// snapshotRefuses reports whether diagnose SNAPSHOT refuses flag name: the
+// plan flags but --gpu (the device to replay on) and --reserved, which
+// describe a job to plan; a snapshot is one that ran.
+func snapshotRefuses(name string) bool {
+	return isPlanFlag(name) && name != "gpu" || name == "reserved"
 }

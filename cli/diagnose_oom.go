@@ -2,27 +2,62 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/explain"
 	"github.com/memplan/memplan/snapshot"
 	"github.com/memplan/memplan/units"
 )
 
-// diagnoseSnapshot says which phase and which lifetime objects hit the
-// device's line in a snapshot: at its recorded oom event, or replayed
-// through the allocator model on --capacity bytes.
-func diagnoseSnapshot(stdout io.Writer, path, capacity string, device int64, jsonOut bool) error {
-	var c int64
-	if capacity != "" {
+// replayDevice is the device diagnose SNAPSHOT replays a snapshot on:
+// bytes (0: none, the snapshot's own oom event), and the --gpu that gave
+// them, if one did.
+type replayDevice struct {
+	bytes int64
+	gpu   string
+}
+
+// snapshotCapacity reads --capacity, or --gpu: the GPU's memory less the
+// CUDA context, as plan counts what one process's allocator can reserve
+// there (hw.GPU.Capacity less the hf recipe's cuda.overhead: the snapshot
+// does not say which framework ran, and pack counts a snapshot's process
+// the same way).
+func snapshotCapacity(capacity, gpu string) (replayDevice, error) {
+	switch {
+	case capacity != "" && gpu != "":
+		return replayDevice{}, fmt.Errorf("give --capacity or --gpu, not both: each is the device to replay on")
+	case capacity != "":
 		b, err := units.ParseBytes(capacity)
 		if err != nil || b <= 0 {
-			return fmt.Errorf("--capacity %q: want a size such as 12GiB or 16GB", capacity)
+			return replayDevice{}, fmt.Errorf("--capacity %q: want a size such as 12GiB or 16GB", capacity)
 		}
-		c = int64(b)
+		return replayDevice{bytes: int64(b)}, nil
+	case gpu != "":
+		g, err := lookupGPU(gpu)
+		if err != nil {
+			return replayDevice{}, err
+		}
+		s := engine.Spec{Target: engine.Target{GPU: g}}
+		r, err := loadRecipe("hf")
+		if err == nil {
+			err = r.Apply(&s, nil)
+		}
+		if err != nil {
+			return replayDevice{}, err
+		}
+		return replayDevice{int64(s.CapacityBytes()), gpu}, nil
 	}
+	return replayDevice{}, nil
+}
+
+// diagnoseSnapshot says which phase and which lifetime objects hit the
+// device's line in a snapshot: at its recorded oom event, or replayed
+// through the allocator model on dev's bytes.
+func diagnoseSnapshot(stdout io.Writer, path string, dev replayDevice, device int64, jsonOut bool) error {
 	s, err := snapshot.ReadFile(path)
 	if err != nil {
 		return err
@@ -31,7 +66,11 @@ func diagnoseSnapshot(stdout io.Writer, path, capacity string, device int64, jso
 	if err != nil {
 		return explainFlagErr(err)
 	}
-	o, err := explain.DiagnoseOOM(s, rep, c)
+	o, err := explain.DiagnoseOOM(s, rep, dev.bytes)
+	var ce *explain.CapacityError
+	if errors.As(err, &ce) && ce.Capacity > 0 && dev.gpu != "" {
+		return fmt.Errorf("--gpu %s: %s fits in its %s (its memory less the CUDA context; the allocator model reserves at most %s)", dev.gpu, ce.File, ce.Capacity, ce.Reserved)
+	}
 	if err != nil {
 		return explainFlagErr(err)
 	}

@@ -48,6 +48,9 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			if err := checkPlotNames(svg, png); err != nil {
 				return err
 			}
+			if n := firstGiven(cmd.Flags(), isPlanFlag); n != "" && against != "flags" {
+				return fmt.Errorf("--%s applies only with --against flags (the plan to compare the snapshot with)", n)
+			}
 			rep, settings, err := readExplained(args[0], device, cmd.Flags().Changed("device"))
 			if err != nil {
 				return err
@@ -91,7 +94,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 	fl.Int64Var(&device, "device", -1, "the device to explain (default: the one with the largest allocated peak)")
 	fl.StringVar(&svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&png, "png", "", "draw the timeline to this PNG file")
-	fl.StringVar(&against, "against", "", "compare with memplan's prediction, category by category: a plan JSON (memplan plan --json), or 'flags' for the plan the plan flags given here describe")
+	fl.StringVar(&against, "against", "", "compare with memplan's prediction, category by category: a plan JSON (memplan plan --json), or 'flags' for the plan the plan flags given here describe (the plan flags apply only then)")
 	pf.register(fl)
 	return c
 }
@@ -131,7 +134,7 @@ func explainFlagErr(err error) error {
 	case errors.As(err, &de):
 		return fmt.Errorf("--device %d: %s has devices %v", de.Device, de.File, de.Have)
 	case errors.As(err, &ce) && ce.Capacity == 0:
-		return fmt.Errorf("%s: the trace records no out-of-memory event; give --capacity to replay it on a smaller device", ce.File)
+		return fmt.Errorf("%s: the trace records no out-of-memory event; give --capacity or --gpu to replay it on a smaller device", ce.File)
 	case errors.As(err, &ce):
 		return fmt.Errorf("--capacity %s: %s fits in it (the allocator model reserves at most %s)", ce.Capacity, ce.File, ce.Reserved)
 	}

@@ -205,3 +205,51 @@ func TestExplainWritesNothingWhenItFails(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotPathsTakeNoPlanFlags: explain reads the plan flags only to
+// plan with --against flags, and diagnose SNAPSHOT only --gpu (the device
+// to replay on); any other plan flag given there is refused by name, not
+// ignored (explain SNAPSHOT --model nope --micro-batch 0 answered as if
+// they were not given, diagnose SNAPSHOT --gpu t4 asked for --capacity).
+func TestSnapshotPathsTakeNoPlanFlags(t *testing.T) {
+	snap := "../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"explain", snap, "--model", "nope"}, "--model applies only with --against flags"},
+		{[]string{"explain", snap, "--model", "nope", "--micro-batch", "0", "--gpu", "bogus", "--budget", "xyz"}, "--budget applies only with --against flags"},
+		{[]string{"explain", snap, "--against", "/nonexistent.json", "--seq", "128"}, "--seq applies only with --against flags"},
+		{[]string{"explain", snap, "--recipe", "deepspeed", "--json"}, "--recipe applies only with --against flags"},
+		{[]string{"diagnose", snap, "--capacity", "12GiB", "--model", "nope", "--gpu", "bogus", "--reserved"},
+			"--model does not apply to a snapshot (diagnose SNAPSHOT takes --capacity or --gpu, --device and --json)"},
+		{[]string{"diagnose", snap, "--reserved"}, "--reserved does not apply to a snapshot"},
+		{[]string{"diagnose", snap, "--set", "cuda.overhead=0"}, "--set does not apply to a snapshot"},
+		{[]string{"diagnose", snap, "--capacity", "12GiB", "--gpu", "t4"}, "give --capacity or --gpu, not both"},
+		{[]string{"diagnose", snap, "--gpu", "bogus"}, "--gpu \"bogus\": not a GPU of the catalog"},
+		{[]string{"diagnose", snap, "--gpu", "t4"}, "--gpu t4: " + snap + " fits in its 14.38 GiB (its memory less the CUDA context"},
+		{[]string{"diagnose", snap}, "give --capacity or --gpu"},
+	} {
+		code, out, errs := run(c.args...)
+		if code != ExitBadInput || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want one line with %q", c.args[2:], code, len(out), errs, c.want)
+		}
+	}
+	// --gpu is the device less the CUDA context plan counts: the MAGMA27
+	// run (13.2 GiB reserved at its peak) runs out on a 10 GB MIG slice.
+	code, out, errs := run("diagnose", snap, "--gpu", "a100-80gb-mig-1g.10gb", "--json")
+	var got struct {
+		Capacity int64  `json:"capacity_bytes"`
+		Phase    string `json:"phase"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+		t.Fatalf("diagnose --gpu a100-80gb-mig-1g.10gb: exit %d, %q", code, errs)
+	}
+	if want := int64(10200547328) - 400_000_000; got.Capacity != want || got.Phase != "forward" {
+		t.Errorf("capacity %d (want %d), phase %q", got.Capacity, want, got.Phase)
+	}
+	// With --against flags, explain plans with them.
+	if code, _, errs := run("explain", snap, "--against", "flags", "--model", "gpt2", "--seq", "128"); code != 0 {
+		t.Errorf("explain --against flags --model gpt2: exit %d, %q", code, errs)
+	}
+}

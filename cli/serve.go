@@ -73,13 +73,10 @@ func serveReadsFlag(name string) bool { return serveOwn()[name] || slices.Contai
 // unreadByServe refuses the first flag given (in name order) that serve
 // mode does not read.
 func (f *serveFlags) unreadByServe() error {
-	var err error
-	f.flags.Visit(func(fl *pflag.Flag) {
-		if err == nil && !serveReadsFlag(fl.Name) {
-			err = fmt.Errorf("--%s does not apply to --mode serve", fl.Name)
-		}
-	})
-	return err
+	if n := firstGiven(f.flags, func(n string) bool { return !serveReadsFlag(n) }); n != "" {
+		return fmt.Errorf("--%s does not apply to --mode serve", n)
+	}
+	return nil
 }
 
 // spec reads the serving job.

@@ -123,6 +123,9 @@ func TestBadInput(t *testing.T) {
 		row{"explain", `{"snapshot": "not base64!"}`, 400, "snapshot", "not base64"},
 		row{"explain", `{"snapshot": "` + base64.StdEncoding.EncodeToString([]byte("garbage")) + `"}`, 400, "", `field "snapshot": not a valid pickle`},
 		row{"explain", `{"snapshot": 5}`, 400, "snapshot", "must be a string"},
+		// explain plans only --against flags, which the service does not
+		// take: its plan flags are no fields.
+		row{"explain", `{"snapshot": "", "model": "gpt2"}`, 400, "model", `unknown field "model"`},
 		row{"explain", hugeFile, 413, "", "over the limit of 4096 bytes"},
 		row{"pack", `{"gpus": "8xh100"}`, 400, "jobs", `field "jobs" is required`},
 		row{"pack", `{"jobs": "kind: [", "gpus": "8xh100"}`, 400, "", ""},
