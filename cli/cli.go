@@ -107,6 +107,9 @@ type planFlags struct {
 	recipe   string
 	sets     []string
 	changed  func(string) bool
+	// flags is the flag set register added to: a refusal quotes a flag's
+	// value as given.
+	flags *pflag.FlagSet
 }
 
 func newPlanCmd(stdout io.Writer) *cobra.Command {
@@ -181,7 +184,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.graph, "graph", "", "a PyTorch training-step trace (python3 -m memplan_torch export ... --out trace.json) instead of --model")
 	fl.StringVar(&f.workloadPath, "workload", "", "a workload file (YAML/JSON, docs/measure-format.md) setting batch, accumulation, optimizer, checkpointing; with --graph")
-	f.changed = fl.Changed
+	f.changed, f.flags = fl.Changed, fl
 	fl.StringVar(&f.model, "model", "gpt2", "catalog model name (see 'memplan models') or path to a HuggingFace config.json")
 	fl.StringVar(&f.gpu, "gpu", "", "GPU to fit on (see 'memplan gpus')")
 	fl.StringVar(&f.budget, "budget", "", "memory budget instead of a GPU's capacity, e.g. 24GiB or 80GB")
@@ -214,7 +217,19 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.qlora, "qlora", false, "QLoRA: NF4 base weights with double-quantized constants (needs --lora)")
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
 	fl.StringVar(&f.recipe, "recipe", "hf", "how the framework runs the job: "+strings.Join(recipe.Names(), ", ")+", or a recipe file (see 'memplan recipes')")
-	fl.StringArrayVar(&f.sets, "set", nil, "override one recipe switch, key=value (repeatable; see 'memplan recipes NAME')")
+	fl.StringArrayVar(&f.sets, "set", nil, "override one recipe switch, key=value (repeatable; see 'memplan recipes NAME'); the switches flags also set ("+strings.Join(flaggedSwitches(), ", ")+") must agree with their flag when both are given")
+}
+
+// flaggedSwitches are the keys of the recipe switches a flag also sets
+// (recipe.Switch.Flag).
+func flaggedSwitches() []string {
+	var out []string
+	for _, sw := range recipe.Switches() {
+		if sw.Flag != "" {
+			out = append(out, sw.Key)
+		}
+	}
+	return out
 }
 
 // planFlagNames are the flags register adds, by name.
@@ -497,8 +512,9 @@ func (f *planFlags) traceHold(s *engine.Spec) {
 }
 
 // applyRecipe applies --recipe and --set: a recipe's value for a switch that
-// mirrors a flag yields to that flag when it was given. A trace keeps the
-// dtypes it recorded.
+// mirrors a flag yields to that flag when it was given, and a --set of it
+// that disagrees with the flag is refused naming both (recipe.Apply). A
+// trace keeps the dtypes it recorded.
 func (f *planFlags) applyRecipe(s *engine.Spec) error {
 	r, err := loadRecipe(f.recipe)
 	if err != nil {
@@ -511,7 +527,10 @@ func (f *planFlags) applyRecipe(s *engine.Spec) error {
 		}
 	}
 	prec := s.Precision
-	if err := r.Apply(s, f.changed); err != nil {
+	var d *recipe.Disagreement
+	if err := r.Apply(s, f.changed); errors.As(err, &d) {
+		return fmt.Errorf("--%s %s and --set %s=%s disagree", d.Flag, f.flags.Lookup(d.Flag).Value, d.Key, d.Value)
+	} else if err != nil {
 		return err
 	}
 	if s.Trace != nil {

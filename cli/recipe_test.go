@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/units"
 )
 
@@ -181,6 +182,57 @@ func TestValidatePublished(t *testing.T) {
 		code, out, errs := run(c.args...)
 		if code == 0 || out != "" || !strings.Contains(errs, c.want) || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want one line containing %q", c.args, code, out, errs, c.want)
+		}
+	}
+}
+
+// TestSetDisagreesWithFlag: a --set of a switch whose flag was also given
+// (recipe.Switch.Flag) must say the same thing; --set silently won (plan
+// --precision fp32 --set precision=pure-bf16 planned pure-bf16). When they
+// disagree both are named in one line; when they agree, in any spelling,
+// the plan is the flag's.
+func TestSetDisagreesWithFlag(t *testing.T) {
+	base := []string{"plan", "--model", "gpt2", "--seq", "512", "--json", "--no-timeline"}
+	for _, sw := range recipe.Switches() {
+		if sw.Flag != "" && newPlanCmd(nil).Flags().Lookup(sw.Flag) == nil {
+			t.Errorf("switch %s names --%s, which plan does not take", sw.Key, sw.Flag)
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--precision", "fp32", "--set", "precision=pure-bf16"}, "--precision fp32 and --set precision=pure-bf16 disagree"},
+		{[]string{"--optimizer", "sgd", "--set", "optimizer=adamw"}, "--optimizer sgd and --set optimizer=adamw disagree"},
+		{[]string{"--checkpoint", "full", "--set", "checkpoint=none"}, "--checkpoint full and --set checkpoint=none disagree"},
+		{[]string{"--attention", "eager", "--set", "attention=sdpa"}, "--attention eager and --set attention=sdpa disagree"},
+		{[]string{"--optimizer-impl", "fused", "--set", "optimizer.impl=foreach"}, "--optimizer-impl fused and --set optimizer.impl=foreach disagree"},
+		// A recipe's own value still yields to the flag; the --set does not.
+		{[]string{"--recipe", "litgpt", "--precision", "fp32", "--set", "precision=bf16-true"}, "--precision fp32 and --set precision=bf16-true disagree"},
+	} {
+		for _, cmd := range []string{"plan", "compare"} {
+			args := append([]string{cmd, "--model", "gpt2", "--seq", "512"}, c.args...)
+			code, out, errs := run(args...)
+			if code != ExitBadInput || out != "" || errs != "memplan: "+c.want+"\n" {
+				t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want %q", args, code, len(out), errs, c.want)
+			}
+		}
+	}
+	for _, c := range []struct {
+		args      []string
+		precision string
+	}{
+		{[]string{"--precision", "fp32", "--set", "precision=fp32"}, "fp32"},
+		{[]string{"--precision", "amp-bf16", "--set", "precision=bf16-mixed"}, "amp-bf16"},
+		{[]string{"--optimizer", "sgd", "--set", "optimizer=sgd", "--checkpoint", "full", "--set", "checkpoint=full"}, "amp-bf16"},
+		{[]string{"--set", "precision=pure-bf16"}, "pure-bf16"},
+	} {
+		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
+		var j struct {
+			Precision string `json:"precision"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &j) != nil || j.Precision != c.precision {
+			t.Errorf("%v: exit %d, precision %q (want %s), stderr %q", c.args, code, j.Precision, c.precision, errs)
 		}
 	}
 }

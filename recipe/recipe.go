@@ -179,8 +179,10 @@ func (r *Recipe) Value(key string) string {
 }
 
 // Apply sets the spec's fields from the recipe. A setting whose switch
-// mirrors a flag is skipped when explicit(flag) reports that the user gave
-// that flag (--set settings always apply). explicit may be nil.
+// mirrors a flag (Switch.Flag) yields to the flag when explicit(flag)
+// reports that the user gave it: a recipe's own value is skipped, and a
+// --set one must set what the flag set (a *Disagreement when it does
+// not). explicit may be nil.
 func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
 	s.Sem.Recipe = r.Name
 	for _, st := range r.Settings {
@@ -188,15 +190,46 @@ func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
 		if err != nil {
 			return err
 		}
-		if sw.Flag != "" && st.Source != "--set" && explicit != nil && explicit(sw.Flag) {
+		given := sw.Flag != "" && explicit != nil && explicit(sw.Flag)
+		if given && st.Source != "--set" {
 			continue
 		}
-		if err := sw.apply(s, st.Value); err != nil {
+		// A --set of a given flag's switch is applied to a copy: the
+		// flag set the spec first, so a copy the setting changes is a
+		// value the user gave twice, differently. Compared by effect,
+		// not by text, so spellings of one value (bf16-mixed and
+		// amp-bf16) agree.
+		t := s
+		if given {
+			c := *s
+			t = &c
+		}
+		if err := sw.apply(t, st.Value); err != nil {
 			return fmt.Errorf("%w: %s: %s=%q: %v", ErrRecipe, r.Name, st.Key, st.Value, err)
+		}
+		if given && *t != *s {
+			return &Disagreement{Flag: sw.Flag, Key: st.Key, Value: st.Value}
 		}
 	}
 	return nil
 }
+
+// Disagreement is a --set setting of a switch whose flag the user also
+// gave, to another value: neither may silently win over the other, and
+// the CLI names both with the flag's value.
+type Disagreement struct {
+	// Flag is the switch's flag (Switch.Flag, without dashes).
+	Flag string
+	// Key and Value are the setting.
+	Key, Value string
+}
+
+func (e *Disagreement) Error() string {
+	return fmt.Sprintf("%v: %s given and set %s=%s disagree", ErrRecipe, e.Flag, e.Key, e.Value)
+}
+
+// Unwrap makes a Disagreement a recipe error (errors.Is ErrRecipe).
+func (e *Disagreement) Unwrap() error { return ErrRecipe }
 
 // Clone is a copy that Set does not share.
 func (r *Recipe) Clone() *Recipe {

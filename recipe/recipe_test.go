@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"errors"
 	"github.com/memplan/memplan/internal/msgcheck"
 	"os"
 	"path/filepath"
@@ -92,25 +93,37 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// A flag the user gave wins over the recipe; --set wins over the flag.
+// A flag the user gave wins over the recipe; a --set of its switch must
+// agree with it (in any spelling), else neither wins; without the flag,
+// --set wins over the recipe.
 func TestApplyOrder(t *testing.T) {
 	r, _ := Load("litgpt")
 	r = r.Clone()
 	s := engine.Spec{Job: engine.Job{Precision: ops.AMPBF16}}
-	if err := r.Apply(&s, func(flag string) bool { return flag == "precision" }); err != nil {
+	precisionGiven := func(flag string) bool { return flag == "precision" }
+	if err := r.Apply(&s, precisionGiven); err != nil {
 		t.Fatal(err)
 	}
 	if s.Precision != ops.AMPBF16 {
 		t.Errorf("explicit --precision overridden by the recipe: %v", s.Precision)
 	}
+	agree := r.Clone()
+	if err := agree.Set("precision=bf16-mixed"); err != nil {
+		t.Fatal(err)
+	}
+	if err := agree.Apply(&s, precisionGiven); err != nil || s.Precision != ops.AMPBF16 {
+		t.Errorf("--set precision=bf16-mixed beside --precision amp-bf16: %v, %v", err, s.Precision)
+	}
 	if err := r.Set("precision=fp32"); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Apply(&s, func(flag string) bool { return flag == "precision" }); err != nil {
-		t.Fatal(err)
+	var d *Disagreement
+	if err := r.Apply(&s, precisionGiven); !errors.As(err, &d) || *d != (Disagreement{Flag: "precision", Key: "precision", Value: "fp32"}) || !errors.Is(err, ErrRecipe) {
+		t.Errorf("--set precision=fp32 beside --precision amp-bf16: %v", err)
 	}
-	if s.Precision != ops.FP32 {
-		t.Errorf("--set precision lost to the flag: %v", s.Precision)
+	s = engine.Spec{}
+	if err := r.Apply(&s, nil); err != nil || s.Precision != ops.FP32 {
+		t.Errorf("--set precision=fp32 without the flag: %v, %v", err, s.Precision)
 	}
 	s = engine.Spec{}
 	if err := r.Apply(&s, nil); err != nil {

@@ -23,7 +23,9 @@ type Switch struct {
 	// Doc says what the switch changes in memory.
 	Doc string
 	// Flag is the plan flag that sets the same thing, if any: a flag given
-	// on the command line wins over the recipe's value.
+	// on the command line wins over the recipe's value, and a --set of the
+	// switch must agree with it (Recipe.Apply). This column is the one
+	// mapping of setting keys to flags.
 	Flag  string
 	apply func(s *engine.Spec, v string) error
 }
