@@ -426,6 +426,11 @@ const limitStep = 64 << 20
 // suffices. The allocator frees its cache and retries at the limit
 // (CUDACachingAllocator.cpp alloc_block, release_cached_blocks), so the
 // limit can sit below the unlimited reserved peak.
+//
+// The allocator reads a limit of 0 as none (allocator.Config.AllowedMemory),
+// so 0 is never a candidate: a replay "under" it always succeeds. lo, the
+// allocated peak, rounds down to the step below it but no lower than one
+// step; an iteration that allocates less than a step gets hi.
 func smallestLimit(p *ir.Program, lo, hi int64) (int64, error) {
 	ok := func(limit int64) (bool, error) {
 		r, err := allocator.ReplayProgram(p, allocator.Config{AllowedMemory: limit}, 0, false)
@@ -434,7 +439,7 @@ func smallestLimit(p *ir.Program, lo, hi int64) (int64, error) {
 		}
 		return !r.OOM, nil
 	}
-	lo = lo / limitStep * limitStep
+	lo = max(lo/limitStep*limitStep, limitStep)
 	hi = (hi + limitStep - 1) / limitStep * limitStep
 	if lo >= hi {
 		return hi, nil

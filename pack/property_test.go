@@ -314,3 +314,23 @@ func TestPackRefusesInconsistentInput(t *testing.T) {
 		}
 	}
 }
+
+// Every training job's envelope keeps context ≤ allocated ≤ cap ≤ peak
+// with a real limit, whatever its peak: below, at and above the limit
+// search's step (tiny GPT-2s, micro-batch and sequence drawn).
+func TestPropertyEnvelopeConsistent(t *testing.T) {
+	pool, err := ParsePool("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		j := Job{Name: "tiny", Train: &Train{Model: tinyModel,
+			MicroBatch: rapid.IntRange(1, 64).Draw(t, "micro-batch"),
+			Seq:        rapid.IntRange(1, 128).Draw(t, "seq")}}
+		e, err := envelopeOf(&j, pool.GPU)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		checkEnvelope(t, e)
+	})
+}

@@ -1,0 +1,51 @@
+package pack
+
+import (
+	"testing"
+)
+
+// tinyModel is a GPT-2 of 64 wide, 2 layers and 1000 tokens: its allocated
+// peak at seq 64 is about 20 MB, under the limit search's 64 MiB step.
+const tinyModel = "../testdata/torch/gpt2_tiny.config.json"
+
+// A job whose whole iteration allocates less than one step of the limit
+// search still gets a limit that holds it: the allocator reads a limit of 0
+// as none, so a search that rounded down to 0 gave a cap below the
+// allocated peak and pack refused the job as inconsistent.
+func TestTinyJobEnvelope(t *testing.T) {
+	pool := h100Pool(t, 2, 0)
+	jobs := []Job{{Name: "a", Train: &Train{Model: tinyModel, Seq: 64}}}
+	procs, _, err := Envelopes(jobs, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := procs[0]
+	if e.Allocated-e.Context >= limitStep {
+		t.Fatalf("allocated %s: not a tiny job any more", e.Allocated-e.Context)
+	}
+	checkEnvelope(t, e)
+	res, err := PackEnvelopes(procs, pool, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range res.Policies {
+		if pr.GPUsNeeded != 1 || len(pr.Unplaced) != 0 {
+			t.Errorf("%s: %d GPUs, %v unplaced", pr.Policy, pr.GPUsNeeded, pr.Unplaced)
+		}
+	}
+}
+
+// checkEnvelope fails t unless e keeps the order pack relies on and its
+// limit is one the allocator enforces (a positive fraction of the GPU).
+func checkEnvelope(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}, e *Envelope) {
+	t.Helper()
+	if err := checkEnvelopes([]*Envelope{e}); err != nil {
+		t.Fatalf("%v: context %s, allocated %s, cap %s, peak %s", err, e.Context, e.Allocated, e.Cap, e.Peak)
+	}
+	if e.Cap <= e.Context || e.Fraction <= 0 || e.Fraction > 1 {
+		t.Fatalf("cap %s over context %s, fraction %g: no limit", e.Cap, e.Context, e.Fraction)
+	}
+}
