@@ -70,10 +70,11 @@ type Envelope struct {
 	// (torch.cuda.set_per_process_memory_fraction × total memory) under
 	// which the allocator, freeing its cache and retrying when it reaches
 	// the limit, never fails; Fraction is that limit as the fraction to
-	// pass.
+	// pass, 0 when one GPU cannot hold the process (no fraction does).
 	Cap      units.Bytes `json:"cap_bytes"`
 	Fraction float64     `json:"memory_fraction"`
-	// Setting is how to run the process so it stays within Cap.
+	// Setting is how to run the process so it stays within Cap, or, when
+	// one GPU cannot hold it, "none: does not fit" and why.
 	Setting string `json:"setting,omitempty"`
 	// Floor is the lowest point of the allocated curve over a steady
 	// period (Context plus what stays live between steps).
@@ -135,7 +136,13 @@ func envelopesOf(j *Job, g *hw.GPU) ([]*Envelope, error) {
 		if e.ModelSize == 0 && e.Request == 0 {
 			return nil, bad(fmt.Sprintf("job %q", j.Name), "a snapshot tells no model size: give request (the size a static scheduler is told)")
 		}
-		if total := g.Capacity(); total > 0 && e.Fraction == 0 {
+		switch total := g.Capacity(); {
+		case total <= 0 || e.Setting != "": // a server's own setting (vLLM's)
+		case e.Cap > total:
+			// No fraction holds it (torch refuses one over 1): say so, not
+			// a setting that cannot be run.
+			e.Fraction, e.Setting = 0, doesNotFit(g, fmt.Sprintf("its limit and CUDA context need %s of %s", e.Cap, total))
+		default:
 			e.Fraction = math.Ceil(float64(e.Cap-e.Context)/float64(total)*1e4) / 1e4
 			e.Setting = fmt.Sprintf("torch.cuda.set_per_process_memory_fraction(%.4f)", e.Fraction)
 		}
@@ -285,9 +292,18 @@ func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
 	}
 	e.Curve = []Sample{{0, used}, {e.Period, used}}
 	e.Reserved, e.Capped = e.Curve, e.Curve
-	e.Fraction = min(u, 1)
+	if u > 1 {
+		e.Setting = doesNotFit(g, fmt.Sprintf("no --gpu-memory-utilization up to 1 holds %d requests of %d tokens", v.Concurrency, r.Spec.Context))
+		return e, nil
+	}
+	e.Fraction = u
 	e.Setting = fmt.Sprintf("vllm serve --gpu-memory-utilization %.3f --max-model-len %d --max-num-seqs %d", e.Fraction, s.MaxModelLen, s.MaxNumSeqs)
 	return e, nil
+}
+
+// doesNotFit is the Setting of a process no GPU of g's kind holds, and why.
+func doesNotFit(g *hw.GPU, why string) string {
+	return fmt.Sprintf("none: does not fit one %s (%s)", g.Name, why)
 }
 
 // specEnvelope plans s on g: the allocated curve on the roofline time

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -47,5 +48,34 @@ func checkEnvelope(t interface {
 	}
 	if e.Cap <= e.Context || e.Fraction <= 0 || e.Fraction > 1 {
 		t.Fatalf("cap %s over context %s, fraction %g: no limit", e.Cap, e.Context, e.Fraction)
+	}
+}
+
+// A job larger than one GPU gets no fraction to pass (a fraction over 1
+// is one torch refuses): its setting says it does not fit, under a
+// training job's caching allocator and under vLLM alike.
+func TestJobLargerThanGPUHasNoFraction(t *testing.T) {
+	h100, l4 := h100Pool(t, 1, 0), Pool{}
+	var err error
+	if l4, err = ParsePool("l4"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		job  Job
+		pool Pool
+	}{
+		{Job{Name: "train", Train: &Train{Model: "llama-3-8b", Seq: 2048}}, h100},
+		{Job{Name: "vllm", Serve: &Serve{Model: "llama-2-13b", Concurrency: 16, Context: 1024}}, l4},
+	} {
+		e, err := envelopeOf(&tc.job, tc.pool.GPU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Cap <= tc.pool.Capacity() {
+			t.Fatalf("%s: limit %s fits the GPU's %s", tc.job.Name, e.Cap, tc.pool.Capacity())
+		}
+		if e.Fraction != 0 || !strings.Contains(e.Setting, "does not fit") {
+			t.Errorf("%s: limit %s of %s, fraction %g, setting %q", tc.job.Name, e.Cap, tc.pool.Capacity(), e.Fraction, e.Setting)
+		}
 	}
 }
