@@ -198,15 +198,7 @@ func packText(w io.Writer, res *pack.Result, sim *pack.SimResult) error {
 	}
 	right(t, 2, 3, 4, 5)
 	fmt.Fprintln(w, t.Render())
-	if len(res.Saved) > 0 {
-		var parts []string
-		for _, p := range res.Policies {
-			if n, ok := res.Saved[p.Policy.String()]; ok {
-				parts = append(parts, fmt.Sprintf("%d against %s", n, p.Policy))
-			}
-		}
-		fmt.Fprintf(w, "GPUs curve saves: %s (negative: curve needs more).\n", strings.Join(parts, ", "))
-	}
+	writeSaved(w, res)
 	for _, p := range res.Policies {
 		t = newTable()
 		t.SetTitle(fmt.Sprintf("Assignment: %s", p.Policy))
@@ -233,6 +225,25 @@ func packText(w io.Writer, res *pack.Result, sim *pack.SimResult) error {
 	right(t, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 	_, err := fmt.Fprintln(w, t.Render())
 	return err
+}
+
+// writeSaved writes curve's savings against the policies that count the
+// same processes, and why the others are not compared.
+func writeSaved(w io.Writer, res *pack.Result) {
+	var parts []string
+	for _, p := range res.Policies {
+		if n, ok := res.Saved[p.Policy.String()]; ok {
+			parts = append(parts, fmt.Sprintf("%d against %s", n, p.Policy))
+		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(w, "GPUs curve saves: %s (negative: curve needs more).\n", strings.Join(parts, ", "))
+	}
+	for _, p := range res.Policies {
+		if why, ok := res.NotCompared[p.Policy.String()]; ok {
+			fmt.Fprintf(w, "GPUs curve saves against %s: not compared: %s.\n", p.Policy, why)
+		}
+	}
 }
 
 // source is where e comes from and, for a rank of a job of several GPUs,

@@ -144,6 +144,41 @@ jobs:
 	}
 }
 
+// A job larger than its GPU (llama-3-8b at seq 2048 on one H100, a
+// tester's file): curve places nothing, so it saves nothing against the
+// policies that count the job, and the job's setting says it does not fit
+// instead of giving a fraction over 1.
+func TestPackJobLargerThanGPU(t *testing.T) {
+	jobs := filepath.Join(t.TempDir(), "jobs.yaml")
+	if err := os.WriteFile(jobs, []byte("kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: llama-3-8b, seq: 2048}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run("pack", jobs, "--gpus", "1xh100")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"none: does not fit one h100-sxm", "GPUs curve saves: 0 against peaks",
+		"GPUs curve saves against whole-gpu: not compared: curve leaves out a", "unplaced under curve: a"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "set_per_process_memory_fraction") || strings.Contains(out, "1 against whole-gpu") {
+		t.Errorf("a fraction or a saving for a job no GPU holds:\n%s", out)
+	}
+	code, out, errs = run("pack", jobs, "--gpus", "1xh100", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var got pack.Result
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := got.Saved["whole-gpu"]; ok || got.NotCompared["whole-gpu"] == "" || got.Envelopes[0].Fraction != 0 {
+		t.Errorf("saved %v, not compared %v, fraction %g", got.Saved, got.NotCompared, got.Envelopes[0].Fraction)
+	}
+}
+
 // Bad flags and files: one line naming the problem, exit 1, nothing on
 // stdout, no plot written.
 func TestPackBadInput(t *testing.T) {

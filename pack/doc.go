@@ -49,6 +49,12 @@
 //     limit (Envelope.Fraction). Its combined curve (the processes' curves
 //     under their limits) never exceeds the capacity.
 //
+// A policy's GPUs needed counts the processes it places, past the pool's
+// end too, but not those no GPU holds as it counts them (TooLarge): curve's
+// saving against a policy (Result.Saved) is given only where the two leave
+// out the same processes, since GPUs needed for different jobs measure no
+// saving; Result.NotCompared says why it is not otherwise.
+//
 // Phases of co-located jobs: stock processes run their steps at their own
 // pace, so their relative phases drift and every alignment of their curves
 // eventually happens; the worst case of the combined curve is the sum of

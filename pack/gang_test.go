@@ -324,3 +324,44 @@ func TestMustShowGangs(t *testing.T) {
 func TestGangsArrivalsFileIsGenerated(t *testing.T) {
 	checkArrivalsGenerated(t, gangsFile, gangsArrivalsFile, "TestGangsArrivalsFileIsGenerated")
 }
+
+// Curve's savings compare GPUs needed only where both policies count the
+// same processes: a process left out as larger than a GPU (or a gang as
+// larger than a node) is in neither's GPUs needed, so a policy that leaves
+// out what the other places is not compared, and why is said. Processes
+// past the pool's end are counted in GPUs needed and compare.
+func TestSavedComparesTheSameProcesses(t *testing.T) {
+	declared := proc("declared", 30, "", 0, 0, false)
+	declared.Request = 100 << 30
+	for _, tc := range []struct {
+		name        string
+		envs        []*Envelope
+		saved       map[string]int
+		notCompared map[string]string // policy → a process its reason names
+	}{
+		{"a process larger than a GPU: curve places nothing whole-gpu and static count", []*Envelope{proc("a", 100, "", 0, 0, false), proc("b", 30, "", 0, 0, false)},
+			map[string]int{"peaks": 0}, map[string]string{"whole-gpu": "a", "static": "a"}},
+		{"the pool is too small, but every process fits a GPU", []*Envelope{proc("a", 30, "", 0, 0, false), proc("b", 30, "", 0, 0, false), proc("c", 30, "", 0, 0, false)},
+			map[string]int{"whole-gpu": 1, "static": -1, "peaks": 0}, nil},
+		{"static leaves out a declared size larger than a GPU", []*Envelope{declared, proc("b", 30, "", 0, 0, false)},
+			map[string]int{"whole-gpu": 1, "peaks": 0}, map[string]string{"static": "declared"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := PackEnvelopes(tc.envs, h100Pool(t, 1, 0), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !mapsEqual(res.Saved, tc.saved) {
+				t.Errorf("saved %v, want %v", res.Saved, tc.saved)
+			}
+			if len(res.NotCompared) != len(tc.notCompared) {
+				t.Errorf("not compared %v, want %v", res.NotCompared, tc.notCompared)
+			}
+			for p, job := range tc.notCompared {
+				if why := res.NotCompared[p]; !strings.Contains(why, job) {
+					t.Errorf("%s not compared because %q, want it to name %s", p, why, job)
+				}
+			}
+		})
+	}
+}

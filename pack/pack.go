@@ -183,7 +183,12 @@ type PolicyResult struct {
 	GPUsNeeded int `json:"gpus_needed"`
 	// Unplaced are jobs left out: larger than a GPU as the policy counts,
 	// or beyond the pool.
-	Unplaced []string    `json:"unplaced,omitempty"`
+	Unplaced []string `json:"unplaced,omitempty"`
+	// TooLarge are those of Unplaced that no pool of this GPU holds as the
+	// policy counts (a process larger than a GPU less the margin, a
+	// same-node gang of more ranks than a node has): GPUsNeeded does not
+	// count them, where it does count those placed past the pool's end.
+	TooLarge []string    `json:"too_large,omitempty"`
 	OOMGPUs  int         `json:"oom_gpus"`
 	AtRisk   int         `json:"at_risk_gpus"`
 	GPUs     []GPUResult `json:"assignment"`
@@ -199,9 +204,13 @@ type Result struct {
 	Margin    units.Bytes    `json:"margin_bytes"`
 	Envelopes []*Envelope    `json:"envelopes"`
 	Policies  []PolicyResult `json:"policies"`
-	// Saved is, for each other policy, its GPUs needed minus curve's
-	// (present when curve was compared).
-	Saved map[string]int `json:"gpus_saved_by_curve,omitempty"`
+	// Saved is, for each other policy, its GPUs needed minus curve's,
+	// present when curve was compared and the two count the same
+	// processes (their TooLarge agree): GPUs needed for different jobs do
+	// not measure a saving. NotCompared says, for each other policy, why
+	// it is not in Saved.
+	Saved       map[string]int    `json:"gpus_saved_by_curve,omitempty"`
+	NotCompared map[string]string `json:"gpus_saved_not_compared,omitempty"`
 }
 
 // Envelopes computes the envelopes of every job on the pool's GPU: procs
@@ -296,15 +305,64 @@ func PackEnvelopes(envs []*Envelope, pool Pool, opt Options) (*Result, error) {
 	for _, p := range opt.policies() {
 		res.Policies = append(res.Policies, packPolicy(envs, pool, opt.Margin, p))
 	}
-	if i := slices.IndexFunc(res.Policies, func(r PolicyResult) bool { return r.Policy == Curve }); i >= 0 {
-		res.Saved = map[string]int{}
-		for _, r := range res.Policies {
-			if r.Policy != Curve {
-				res.Saved[r.Policy.String()] = r.GPUsNeeded - res.Policies[i].GPUsNeeded
+	res.compareSavings()
+	return res, nil
+}
+
+// compareSavings fills Saved and NotCompared when curve was compared.
+func (res *Result) compareSavings() {
+	i := slices.IndexFunc(res.Policies, func(r PolicyResult) bool { return r.Policy == Curve })
+	if i < 0 {
+		return
+	}
+	c := res.Policies[i]
+	res.Saved = map[string]int{}
+	for _, r := range res.Policies {
+		if r.Policy == Curve {
+			continue
+		}
+		if why := whyNotCompared(c, r); why != "" {
+			if res.NotCompared == nil {
+				res.NotCompared = map[string]string{}
 			}
+			res.NotCompared[r.Policy.String()] = why
+			continue
+		}
+		res.Saved[r.Policy.String()] = r.GPUsNeeded - c.GPUsNeeded
+	}
+}
+
+// whyNotCompared names the processes one of a and b leaves out as too
+// large and the other counts ("" when they leave out the same ones).
+func whyNotCompared(a, b PolicyResult) string {
+	var why []string
+	for _, x := range [][2]PolicyResult{{a, b}, {b, a}} {
+		if only := without(x[0].TooLarge, x[1].TooLarge); len(only) > 0 {
+			why = append(why, fmt.Sprintf("%s leaves out %s (larger than a GPU or a node holds as it counts), which %s counts",
+				x[0].Policy, someNames(only), x[1].Policy))
 		}
 	}
-	return res, nil
+	return strings.Join(why, "; ")
+}
+
+// without is the names of a not in b.
+func without(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// someNames lists up to three names and how many more.
+func someNames(ns []string) string {
+	const shown = 3
+	if len(ns) <= shown {
+		return strings.Join(ns, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ns[:shown], ", "), len(ns)-shown)
 }
 
 func checkPool(pool Pool, opt Options) error {
@@ -370,6 +428,7 @@ func packPolicy(envs []*Envelope, pool Pool, margin units.Bytes, p Policy) Polic
 	for _, g := range left {
 		for _, i := range g.procs {
 			out.Unplaced = append(out.Unplaced, envs[i].Job)
+			out.TooLarge = append(out.TooLarge, envs[i].Job)
 		}
 	}
 	beyond := map[string]bool{}

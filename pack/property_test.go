@@ -148,7 +148,34 @@ func TestPropertyPackPlacesSafely(t *testing.T) {
 		if needed[Curve] > needed[WholeGPU] || samePlaced && needed[Curve] > needed[Peaks] {
 			t.Fatalf("curve needs %d GPUs, whole-gpu %d, peaks %d", needed[Curve], needed[WholeGPU], needed[Peaks])
 		}
+		checkSavings(t, res)
 	})
+}
+
+// checkSavings: curve's saving against a policy is given exactly when the
+// two leave out the same processes as too large (those are a part of
+// Unplaced), else why not; a saving given against peaks is never negative.
+func checkSavings(t interface{ Fatalf(string, ...any) }, res *Result) {
+	c := res.Policies[slices.IndexFunc(res.Policies, func(r PolicyResult) bool { return r.Policy == Curve })]
+	for _, r := range res.Policies {
+		for _, j := range r.TooLarge {
+			if !slices.Contains(r.Unplaced, j) {
+				t.Fatalf("%s: %s too large but not unplaced", r.Policy, j)
+			}
+		}
+		if r.Policy == Curve {
+			continue
+		}
+		n, saved := res.Saved[r.Policy.String()]
+		why, notCompared := res.NotCompared[r.Policy.String()]
+		same := slices.Equal(slices.Sorted(slices.Values(r.TooLarge)), slices.Sorted(slices.Values(c.TooLarge)))
+		if saved == notCompared || saved != same || notCompared && why == "" {
+			t.Fatalf("%s: saved %d (%v), not compared %q, too large %v against curve's %v", r.Policy, n, saved, why, r.TooLarge, c.TooLarge)
+		}
+		if saved && r.Policy == Peaks && n < 0 {
+			t.Fatalf("curve needs %d more GPUs than peaks for the same processes", -n)
+		}
+	}
 }
 
 // checkGangsWhole: every gang is placed whole on distinct GPUs (one node
