@@ -54,11 +54,9 @@ func (f *extenderFlags) extender() (*k8s.Extender, error) {
 	if err != nil || (p != pack.Curve && p != pack.Peaks) {
 		return nil, fmt.Errorf("--policy %q: want curve or peaks", f.policy)
 	}
-	var m units.Bytes
-	if f.margin != "0" {
-		if m, err = units.ParseBytes(f.margin); err != nil || m < 0 {
-			return nil, fmt.Errorf("--margin %q: want a size such as 1GiB", f.margin)
-		}
+	m, err := units.ParseBytesOrZero(f.margin)
+	if err != nil {
+		return nil, fmt.Errorf("--margin %q: want a size such as 1GiB, or 0", f.margin)
 	}
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("--timeout %s: want a positive duration", f.timeout)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // memplan extender's flags and --pods file: one line, exit 1, nothing
@@ -34,6 +35,17 @@ func TestExtenderBadInput(t *testing.T) {
 		code, out, errs := run(tc.args...)
 		if code != 1 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
+		}
+	}
+}
+
+// --margin takes zero in any spelling, as its default "0" does.
+func TestExtenderMarginZero(t *testing.T) {
+	for _, m := range []string{"0", "0B", "0GiB", "0.0GiB"} {
+		f := &extenderFlags{policy: "curve", margin: m, timeout: time.Second, pods: "../k8s/testdata/pods.json"}
+		x, err := f.extender()
+		if err != nil || x.Planner.Margin != 0 {
+			t.Errorf("--margin %s: %v", m, err)
 		}
 	}
 }

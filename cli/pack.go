@@ -79,10 +79,8 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 			opt.Policies = append(opt.Policies, p)
 		}
 	}
-	if f.margin != "0" {
-		if opt.Margin, err = units.ParseBytes(f.margin); err != nil {
-			return pool, opt, 0, fmt.Errorf("--margin: %v", err)
-		}
+	if opt.Margin, err = units.ParseBytesOrZero(f.margin); err != nil {
+		return pool, opt, 0, fmt.Errorf("--margin: %v", err)
 	}
 	if opt.Margin < 0 || opt.Margin >= pool.Capacity() {
 		return pool, opt, 0, fmt.Errorf("--margin must be between 0 and the GPU's %s, got %s", pool.Capacity(), opt.Margin)

@@ -179,6 +179,29 @@ func TestPackJobLargerThanGPU(t *testing.T) {
 	}
 }
 
+// --margin takes zero in any spelling, as its default "0" (units.ParseBytesOrZero).
+func TestPackMarginZero(t *testing.T) {
+	model, err := filepath.Abs("../testdata/torch/gpt2_tiny.config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := filepath.Join(t.TempDir(), "jobs.yaml")
+	if err := os.WriteFile(jobs, []byte("kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: "+model+", seq: 64}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"0", "0GiB", "0B", "00", "0.0GiB"} {
+		code, out, errs := run("pack", jobs, "--gpus", "h100", "--policy", "curve", "--json", "--margin", m)
+		var got pack.Result
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Margin != 0 {
+			t.Errorf("--margin %s: exit %d, margin %d: %s", m, code, got.Margin, errs)
+		}
+	}
+	code, _, errs := run("pack", jobs, "--gpus", "h100", "--margin", "-0.5GiB")
+	if code != 1 || !strings.Contains(errs, "--margin") {
+		t.Errorf("--margin -0.5GiB: exit %d: %s", code, errs)
+	}
+}
+
 // Bad flags and files: one line naming the problem, exit 1, nothing on
 // stdout, no plot written.
 func TestPackBadInput(t *testing.T) {

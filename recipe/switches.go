@@ -233,12 +233,8 @@ func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {
 
 func bytesSwitch(f func(*engine.Spec, units.Bytes)) func(*engine.Spec, string) error {
 	return func(s *engine.Spec, v string) error {
-		if strings.TrimSpace(v) == "0" { // units.ParseBytes wants a positive size
-			f(s, 0)
-			return nil
-		}
-		b, err := units.ParseBytes(v)
-		if err != nil || b < 0 {
+		b, err := units.ParseBytesOrZero(v)
+		if err != nil {
 			return fmt.Errorf("want a byte size such as 8519680, 8MiB or 0")
 		}
 		f(s, b)

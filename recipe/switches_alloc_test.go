@@ -28,6 +28,8 @@ func TestAllocConfAndZeroBytes(t *testing.T) {
 		{"cuda.alloc-conf=colour:blue", "unknown option"},
 		{"cuda.cublas-workspace=0", ""},
 		{"cuda.overhead=0", ""},
+		{"cuda.overhead=0B", ""},
+		{"cuda.cublas-workspace=0.0MiB", ""},
 		{"cuda.overhead=-5", "want a byte size"},
 	} {
 		rc := r.Clone()

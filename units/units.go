@@ -75,7 +75,16 @@ var suffixes = []struct {
 
 // ParseBytes reads sizes such as "24GiB", "80GB", "1.5 TiB", "4096". A bare
 // number is bytes. Single letters (K, M, G, T) are binary, as in ulimit.
-func ParseBytes(s string) (Bytes, error) {
+// The size must be positive: see ParseBytesOrZero where 0 means none.
+func ParseBytes(s string) (Bytes, error) { return parseBytes(s, false) }
+
+// ParseBytesOrZero is ParseBytes for a size whose zero means none (a
+// margin, a switch turned off): zero in any spelling ParseBytes reads
+// ("0", "0B", "0GiB", "0.0 MiB") is 0, so a flag that defaults to "0"
+// takes the same value with a unit.
+func ParseBytesOrZero(s string) (Bytes, error) { return parseBytes(s, true) }
+
+func parseBytes(s string, zero bool) (Bytes, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	if t == "" {
 		return 0, fmt.Errorf("%w: empty", ErrBadSize)
@@ -92,7 +101,12 @@ func ParseBytes(s string) (Bytes, error) {
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 		return 0, fmt.Errorf("%w: %q is not a number with a unit such as 24GiB or 80GB", ErrBadSize, s)
 	}
-	if v <= 0 {
+	switch {
+	case zero && v == 0:
+		return 0, nil
+	case zero && v < 0:
+		return 0, fmt.Errorf("%w: %q must be 0 or positive", ErrBadSize, s)
+	case v <= 0:
 		return 0, fmt.Errorf("%w: %q must be positive", ErrBadSize, s)
 	}
 	f := v * float64(mult)

@@ -26,6 +26,29 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
+// A size whose zero means none (a margin, a switch set off) takes zero in
+// any spelling a positive size may have; negatives and non-numbers stay
+// refused.
+func TestParseBytesOrZero(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Bytes
+	}{
+		{"0", 0}, {"0B", 0}, {"0GiB", 0}, {"00", 0}, {"0.0GiB", 0}, {" 0 MiB ", 0}, {"0e3", 0},
+		{"2GiB", 2 * GiB}, {"4096", 4096},
+	} {
+		got, err := ParseBytesOrZero(tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseBytesOrZero(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "GiB", "-4GiB", "-1", "lots", "NaN", "0.0000001b", "1e30TiB"} {
+		if _, err := ParseBytesOrZero(bad); !errors.Is(err, ErrBadSize) {
+			t.Errorf("ParseBytesOrZero(%q): err %v, want ErrBadSize", bad, err)
+		}
+	}
+}
+
 func TestBytesString(t *testing.T) {
 	for _, tc := range []struct {
 		b    Bytes

@@ -70,10 +70,10 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		pol = p
 	}
 	var m units.Bytes
-	if a.Margin != "" && a.Margin != "0" {
+	if a.Margin != "" {
 		var err error
-		if m, err = units.ParseBytes(a.Margin); err != nil || m < 0 {
-			return nil, fmt.Errorf("%s args: margin %q: want a size such as 1GiB", Name, a.Margin)
+		if m, err = units.ParseBytesOrZero(a.Margin); err != nil {
+			return nil, fmt.Errorf("%s args: margin %q: want a size such as 1GiB, or 0", Name, a.Margin)
 		}
 	}
 	pl := &Plugin{handle: h, reserved: map[types.UID]int{}}

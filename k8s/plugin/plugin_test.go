@@ -290,6 +290,12 @@ func TestPluginArgs(t *testing.T) {
 	if _, err := New(context.Background(), &runtime.Unknown{Raw: []byte(`{"policy": "peaks", "margin": "1GiB"}`)}, nil); err != nil {
 		t.Error(err)
 	}
+	// Zero in any spelling, as "0" (units.ParseBytesOrZero).
+	for _, m := range []string{"0", "0B", "0GiB", "0.0GiB"} {
+		if pl, err := New(context.Background(), &runtime.Unknown{Raw: []byte(`{"margin": "` + m + `"}`)}, nil); err != nil || pl.(*Plugin).planner.Margin != 0 {
+			t.Errorf("margin %s: %v", m, err)
+		}
+	}
 }
 
 // The scheduler's cache reports to the scheduler's metrics, which the
