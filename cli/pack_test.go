@@ -179,8 +179,10 @@ func TestPackJobLargerThanGPU(t *testing.T) {
 	}
 }
 
-// --margin takes zero in any spelling, as its default "0" (units.ParseBytesOrZero).
-func TestPackMarginZero(t *testing.T) {
+// tinyJobFile is a job file of one tiny GPT-2 training job (planned in
+// milliseconds).
+func tinyJobFile(t *testing.T) string {
+	t.Helper()
 	model, err := filepath.Abs("../testdata/torch/gpt2_tiny.config.json")
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +191,12 @@ func TestPackMarginZero(t *testing.T) {
 	if err := os.WriteFile(jobs, []byte("kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: "+model+", seq: 64}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return jobs
+}
+
+// --margin takes zero in any spelling, as its default "0" (units.ParseBytesOrZero).
+func TestPackMarginZero(t *testing.T) {
+	jobs := tinyJobFile(t)
 	for _, m := range []string{"0", "0GiB", "0B", "00", "0.0GiB"} {
 		code, out, errs := run("pack", jobs, "--gpus", "h100", "--policy", "curve", "--json", "--margin", m)
 		var got pack.Result
@@ -199,6 +207,22 @@ func TestPackMarginZero(t *testing.T) {
 	code, _, errs := run("pack", jobs, "--gpus", "h100", "--margin", "-0.5GiB")
 	if code != 1 || !strings.Contains(errs, "--margin") {
 		t.Errorf("--margin -0.5GiB: exit %d: %s", code, errs)
+	}
+}
+
+// pack reports the node it packs with: a pool of 2 H100s is one node of
+// 2 (what --node-gpus 2 says; --node-gpus 8 is refused), not the catalog
+// server's 8.
+func TestPackNodeIsThePools(t *testing.T) {
+	jobs := tinyJobFile(t)
+	code, out, errs := run("pack", jobs, "--gpus", "2xh100", "--policy", "curve")
+	if code != 0 || !strings.Contains(out, "2 × h100-sxm (79.19 GiB each, 2 to a node)") {
+		t.Errorf("exit %d: %s%s", code, out, errs)
+	}
+	code, out, errs = run("pack", jobs, "--gpus", "2xh100", "--policy", "curve", "--json")
+	var got pack.Result
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.NodeGPUs != 2 {
+		t.Errorf("exit %d, node_gpus %d: %s", code, got.NodeGPUs, errs)
 	}
 }
 

@@ -365,3 +365,28 @@ func TestSavedComparesTheSameProcesses(t *testing.T) {
 		})
 	}
 }
+
+// A node holds at most the pool's GPUs: a pool of 2 H100s is one node of
+// 2, not of the catalog server's 8, as --node-gpus 2 would say (and
+// --node-gpus refuses more than the pool); the result reports that node.
+func TestPoolNode(t *testing.T) {
+	for _, tc := range []struct {
+		pool       string
+		node, want int
+	}{
+		{"2xh100", 0, 2}, {"h100", 0, 1}, {"16xh100", 0, 8}, {"16xh100", 4, 4}, {"2xh100", 8, 2}, {"3xrtx-4090", 0, 3},
+	} {
+		p, err := ParsePool(tc.pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.NodeGPUs = tc.node
+		res, err := PackEnvelopes([]*Envelope{proc("a", 1, "", 0, 0, false)}, p, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Node() != tc.want || res.NodeGPUs != tc.want {
+			t.Errorf("%s, node %d: Node() %d, reported %d; want %d", tc.pool, tc.node, p.Node(), res.NodeGPUs, tc.want)
+		}
+	}
+}

@@ -77,22 +77,27 @@ func ParsePolicy(s string) (Policy, error) {
 
 // Pool is Count GPUs of one kind, NodeGPUs to a node (0: the catalog's
 // server for the GPU, else the whole pool is one node). GPU i is on node
-// i / NodeGPUs.
+// i / Node().
 type Pool struct {
 	GPU      *hw.GPU
 	Count    int
 	NodeGPUs int
 }
 
-// Node is how many GPUs one node of the pool has.
+// Node is how many GPUs one node of the pool has: NodeGPUs, or the
+// catalog's server, but no more than the pool's GPUs. A pool of 2 H100s
+// is one node of 2, the pool NodeGPUs 2 gives: 2 of a server's 8 GPUs are
+// all the pool has of it, so a same-node gang of more ranks has no node
+// here.
 func (p Pool) Node() int {
+	n := max(p.Count, 1)
 	switch {
 	case p.NodeGPUs > 0:
-		return p.NodeGPUs
+		return min(p.NodeGPUs, n)
 	case p.GPU != nil && p.GPU.Node != nil && p.GPU.Node.GPUs > 0:
-		return p.GPU.Node.GPUs
+		return min(p.GPU.Node.GPUs, n)
 	}
-	return max(p.Count, 1)
+	return n
 }
 
 // maxPool bounds the GPUs of a pool.
@@ -199,7 +204,7 @@ type Result struct {
 	Schema    string         `json:"schema"`
 	GPU       string         `json:"gpu"`
 	GPUs      int            `json:"gpus"`
-	NodeGPUs  int            `json:"node_gpus"`
+	NodeGPUs  int            `json:"node_gpus"` // Pool.Node: what packing used
 	Capacity  units.Bytes    `json:"capacity_bytes"`
 	Margin    units.Bytes    `json:"margin_bytes"`
 	Envelopes []*Envelope    `json:"envelopes"`
