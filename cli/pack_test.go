@@ -246,6 +246,7 @@ func TestPackBadInput(t *testing.T) {
 		{[]string{"pack", jobs, "--gpus", "8xnothing"}, "--gpus: unknown GPU"},
 		{[]string{"pack", jobs, "--gpus", "0xh100"}, "--gpus: GPU count must be between 1 and 100000, got 0"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "greedy"}, `--policy "greedy": want one of whole-gpu, static, peaks, curve`},
+		{[]string{"pack", jobs, "--gpus", "h100", "--policy", "curve, peaks,curve"}, `--policy "curve, peaks,curve": curve is named twice`},
 		{[]string{"pack", jobs, "--gpus", "h100", "--margin", "lots"}, "--margin:"},
 		{[]string{"pack", jobs, "--gpus", "8xh100", "--node-gpus", "-1"}, "--node-gpus must be between 1 and the pool's 8 GPUs, got -1"},
 		{[]string{"pack", jobs, "--gpus", "8xh100", "--node-gpus", "9"}, "--node-gpus must be between 1 and the pool's 8 GPUs, got 9"},

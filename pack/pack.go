@@ -379,9 +379,12 @@ func checkPool(pool Pool, opt Options) error {
 	case pool.NodeGPUs < 0 || pool.NodeGPUs > maxPool:
 		return fmt.Errorf("GPUs per node must be between 1 and %d, got %d", maxPool, pool.NodeGPUs)
 	}
-	for _, p := range opt.Policies {
+	for i, p := range opt.Policies {
 		if p >= numPolicies {
 			return fmt.Errorf("unknown policy %d", p)
+		}
+		if slices.Contains(opt.Policies[:i], p) {
+			return fmt.Errorf("policy %s named twice", p)
 		}
 	}
 	return nil

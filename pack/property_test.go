@@ -321,6 +321,7 @@ func TestPackRefusesInconsistentInput(t *testing.T) {
 		{"negative margin", []*Envelope{good}, pool, Options{Margin: -1}},
 		{"margin over the GPU", []*Envelope{good}, pool, Options{Margin: pool.Capacity()}},
 		{"unknown policy", []*Envelope{good}, pool, Options{Policies: []Policy{numPolicies}}},
+		{"a policy twice", []*Envelope{good}, pool, Options{Policies: []Policy{Curve, Peaks, Curve}}},
 	} {
 		if _, err := PackEnvelopes(tc.envs, tc.pool, tc.opt); err == nil {
 			t.Errorf("%s: packed", tc.name)
