@@ -126,6 +126,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			if f.mode == "serve" {
 				return sf.run(cmd, stdout, f)
 			}
+			if err := sf.unreadOutsideServe(f.mode); err != nil {
+				return err
+			}
 			spec, err := f.spec()
 			if err != nil {
 				return err

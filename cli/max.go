@@ -100,6 +100,9 @@ func (mf *maxFlags) run(cmd *cobra.Command, stdout io.Writer) error {
 	if f.changed("requests") {
 		return fmt.Errorf("--requests applies to --mode serve, not --mode %s", f.mode)
 	}
+	if err := mf.serve.unreadOutsideServe(f.mode); err != nil {
+		return err
+	}
 	d, err := solvedDim(mf.asked)
 	if err != nil {
 		return err

@@ -79,6 +79,16 @@ func (f *serveFlags) unreadByServe() error {
 	return nil
 }
 
+// unreadOutsideServe refuses the first serving flag given (in name order)
+// to a job of another mode, which would ignore it: a --quantization or
+// --block-size, valid or not, changes nothing about training or inference.
+func (f *serveFlags) unreadOutsideServe(mode string) error {
+	if n := firstGiven(f.flags, func(n string) bool { return serveOwn()[n] }); n != "" {
+		return fmt.Errorf("--%s applies to --mode serve, not --mode %s", n, mode)
+	}
+	return nil
+}
+
 // spec reads the serving job.
 func (f *serveFlags) spec(p *planFlags) (serve.Spec, error) {
 	var s serve.Spec

@@ -147,3 +147,28 @@ func TestServeRefusesWhatItDoesNotRead(t *testing.T) {
 		t.Errorf("serve plan with --tp, --json, --no-timeline, --no-chart: exit %d, %q", code, errs)
 	}
 }
+
+// TestOtherModesRefuseServeFlags is the converse: training and inference
+// read none of serve mode's own flags, so each is refused by name, with its
+// own default as the value (`plan --quantization zzz --block-size -1` was
+// answered as if neither were given).
+func TestOtherModesRefuseServeFlags(t *testing.T) {
+	bases := map[string][]string{
+		"plan": {"plan", "--model", "gpt2", "--seq", "128", "--no-timeline"},
+		"max":  {"max", "--model", "gpt2", "--seq", "128", "--gpu", "h100", "--micro-batch", "?"},
+	}
+	fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	(&serveFlags{}).register(fl)
+	for _, mode := range []string{"train", "infer"} {
+		for _, base := range bases {
+			fl.VisitAll(func(f *pflag.Flag) {
+				args := append(append([]string{}, base...), "--mode", mode, "--"+f.Name+"="+f.DefValue)
+				code, out, errs := run(args...)
+				want := "memplan: --" + f.Name + " applies to --mode serve, not --mode " + mode + "\n"
+				if code != ExitBadInput || out != "" || errs != want {
+					t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want %q", strings.Join(args, " "), code, len(out), errs, want)
+				}
+			})
+		}
+	}
+}
