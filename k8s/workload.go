@@ -76,6 +76,10 @@ func ParseWorkload(value, pod, refs string) (*Workload, error) {
 		msg := oneLine(err.Error())
 		msg = strings.TrimPrefix(msg, fmt.Sprintf("annotation: job %q: ", pod))
 		msg = strings.TrimPrefix(msg, "annotation: ")
+		// The annotation is the file's only job: its keys' path starts
+		// at the job.
+		msg = strings.TrimPrefix(msg, "jobs[0]: ")
+		msg = strings.Replace(msg, "jobs[0].", "", 1)
 		return nil, badWorkload(pod, "%s", msg)
 	}
 	j := &f.Jobs[0]

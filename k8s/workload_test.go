@@ -27,7 +27,10 @@ func TestParseWorkloadBadInput(t *testing.T) {
 		{"{replicas: 2, train: {model: gpt2}}", "", "replicas: a pod is one process"},
 		{"{}", "", "give exactly one of train, serve"},
 		{"train: {model: gpt2, micro-batch: four}", "", "micro-batch"},
-		{"train: {model: gpt2, colour: red}", "", "colour"},
+		{"train: {model: gpt2, colour: red}", "", `train: unknown key "colour"`},
+		{"train: {Model: /etc/passwd}", "", `: train: unknown key "Model" (keys are written as documented: model)`},
+		{"Plan: /etc/passwd", refs, `: unknown key "Plan"`},
+		{"{Name: x, train: {model: gpt2}}", "", `: unknown key "Name"`},
 		{"{train: {model: gpt2}, serve: {model: gpt2, concurrency: 1, context: 8}}", "", ""},
 		{"published: rows.jsonl#A", "", "a published row is for job files"},
 		{"plan: p.json", "", "no reference directory"},
@@ -164,7 +167,7 @@ func TestWholeGPUs(t *testing.T) {
 // FuzzParseWorkload: any annotation either parses into a job named after
 // the pod or fails with one line naming the annotation; never a panic.
 func FuzzParseWorkload(f *testing.F) {
-	for _, s := range []string{xl, "serve: {model: llama-3-8b, concurrency: 32, context: 2048}", "{}", "[", "plan: x.json", "train: {model: gpt2, set: [a=b]}", "request: 1GiB\ntrain: {model: gpt2}"} {
+	for _, s := range []string{xl, "serve: {model: llama-3-8b, concurrency: 32, context: 2048}", "{}", "[", "plan: x.json", "train: {model: gpt2, set: [a=b]}", "request: 1GiB\ntrain: {model: gpt2}", "train: {Model: gpt2}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -327,8 +328,8 @@ func parse(data []byte, name, dir string) (*File, error) {
 	return &f, nil
 }
 
-// strictYAML unmarshals YAML or JSON into v, refusing unknown keys and
-// trailing documents.
+// strictYAML unmarshals YAML or JSON into v, refusing unknown keys (keys
+// match as written, exactKeys) and trailing documents.
 func strictYAML(data []byte, v any) error {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
@@ -337,6 +338,9 @@ func strictYAML(data []byte, v any) error {
 			msg = strings.TrimPrefix(msg, p)
 		}
 		return errors.New(msg)
+	}
+	if err := exactKeys(js, reflect.TypeOf(v)); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()

@@ -22,7 +22,16 @@ func TestParseBadInput(t *testing.T) {
 		{"no jobs", "kind: memplan.jobs/v1\njobs: []", "no jobs"},
 		{"unknown top key", "kind: memplan.jobs/v1\ngpus: 8\njobs: [{name: a, train: {model: gpt2}}]", `unknown key "gpus"`},
 		{"unknown job key", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2}, gpu: h100}]", `unknown key "gpu"`},
-		{"unknown train key", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, batch: 4}}]", `unknown key "batch"`},
+		{"unknown train key", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, batch: 4}}]", `jobs[0].train: unknown key "batch"`},
+		// Keys match as written: encoding/json alone would read these as
+		// kind, jobs, model, snapshot and recipe.
+		{"top key in another case", "Kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2}}]", `unknown key "Kind" (keys are written as documented: kind)`},
+		{"list key in another case", "kind: memplan.jobs/v1\nJOBS: [{name: a, train: {model: gpt2}}]", `unknown key "JOBS"`},
+		{"model in another case", "kind: memplan.jobs/v1\njobs: [{name: a, train: {Model: gpt2}}]", `jobs[0].train: unknown key "Model" (keys are written as documented: model)`},
+		{"serve model in another case", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {mODEL: gpt2, concurrency: 1, context: 8}}]", `jobs[0].serve: unknown key "mODEL"`},
+		{"recipe in another case", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, Recipe: r.yaml}}]", `unknown key "Recipe"`},
+		{"snapshot with a long s", "kind: memplan.jobs/v1\njobs: [{name: a, ſnapshot: s.pickle}]", `jobs[0]: unknown key "ſnapshot"`},
+		{"Kelvin sign", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, \u212aernels: cpu}}]", "unknown key \"\u212aernels\""},
 		{"duplicate key", "kind: memplan.jobs/v1\nkind: memplan.jobs/v1\njobs: []", `line 2: key "kind" already set in map`},
 		{"no name", "kind: memplan.jobs/v1\njobs: [{train: {model: gpt2}}]", "jobs[0]: no name"},
 		{"two sources", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2}, plan: p.json}]", "exactly one of train, serve, plan, snapshot or published (found 2)"},
@@ -138,6 +147,7 @@ func TestParseArrivalsBadInput(t *testing.T) {
 		{"wrong kind", "kind: memplan.jobs/v1\narrivals: []", "is not memplan.arrivals/v1"},
 		{"no arrivals", "kind: memplan.arrivals/v1\narrivals: []", "no arrivals"},
 		{"unknown key", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, job: a, gpu: 1}]", `unknown key "gpu"`},
+		{"key in another case", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, Job: a}]", `arrivals[0]: unknown key "Job" (keys are written as documented: job)`},
 		{"unknown job", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, job: b}]", `arrivals[0]: job "b" is not in the job file`},
 		{"no job", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h}]", "arrivals[0]: no job"},
 		{"bad at", "kind: memplan.arrivals/v1\narrivals: [{at: noon, duration: 1h, job: a}]", `at: "noon" is not a positive duration`},
@@ -171,6 +181,8 @@ func FuzzParse(f *testing.F) {
 		"kind: memplan.jobs/v1\njobs: [{name: q, snapshot: s.pickle, device: 0, period: 1s}]",
 		"kind: memplan.jobs/v1\njobs: [{name: r, published: rows.jsonl#A-1}]",
 		"{\"kind\": \"memplan.jobs/v1\", \"jobs\": [{\"name\": \"a\", \"train\": {\"model\": \"gpt2\", \"lora\": \"r=8\"}}]}",
+		"kind: memplan.jobs/v1\njobs: [{name: a, train: {Model: gpt2, MICRO-BATCH: 2}}]",
+		"kind: memplan.jobs/v1\njobs: [{name: a, ſnapshot: s.pickle}]",
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The service reads no file of its disk for a caller, however a job file
+// spells its keys: a key in another case than the documented one (Model:,
+// PLAN:, ſnapshot: with a long s, which Unicode folds to s) is an unknown
+// key, never the file key it folds to.
+func TestAPIPackKeysInAnotherCase(t *testing.T) {
+	cfg, err := filepath.Abs("../testdata/torch/gpt2_tiny.config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, job, want string }{
+		{"serve Model", "serve: {Model: CFG, concurrency: 1, context: 64}", `unknown key "Model"`},
+		{"train Model", "train: {Model: CFG, seq: 64}", `unknown key "Model"`},
+		{"train MODEL", "train: {MODEL: /etc/passwd}", `unknown key "MODEL"`},
+		{"train Recipe", "train: {model: gpt2, Recipe: /etc/memplan/recipe.yaml}", `unknown key "Recipe"`},
+		{"serve Recipe", "serve: {model: gpt2, concurrency: 1, context: 64, server: hf, rEcipe: /etc/r.yaml}", `unknown key "rEcipe"`},
+		{"Train", "Train: {model: gpt2}", `unknown key "Train"`},
+		{"Plan", "Plan: /etc/memplan/plan.json", `unknown key "Plan"`},
+		{"SNAPSHOT", "SNAPSHOT: /etc/passwd", `unknown key "SNAPSHOT"`},
+		{"long s", "ſnapshot: /etc/passwd", `unknown key "ſnapshot"`},
+		{"Published", "Published: /etc/rows.jsonl#A", `unknown key "Published"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs := "kind: memplan.jobs/v1\njobs:\n- name: a\n  " + strings.ReplaceAll(tc.job, "CFG", cfg) + "\n"
+			body, _ := json.Marshal(map[string]string{"gpus": "2xh100", "jobs": jobs})
+			vals, _, err := ParseAPIRequest("pack", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := RunAPI(context.Background(), "pack", vals)
+			var ae *APIError
+			if !errors.As(err, &ae) {
+				t.Fatalf("answered %v (%s), want a 400", err, res.Doc[:min(len(res.Doc), 80)])
+			}
+			if ae.Status != 400 || !strings.Contains(ae.Msg, tc.want) {
+				t.Errorf("%d %q, want 400 saying %q", ae.Status, ae.Msg, tc.want)
+			}
+		})
+	}
+}
