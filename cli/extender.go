@@ -33,7 +33,10 @@ func newExtenderCmd(stderr io.Writer) *cobra.Command {
 			"memplan pack's job file without its name); a node's GPUs come from GPU feature discovery's labels\n" +
 			"(nvidia.com/gpu.product, nvidia.com/gpu.count) and what runs there from the pods bound to it, listed\n" +
 			"from the API server in the cluster or read from --pods. Filter refuses a node whose GPUs cannot hold\n" +
-			"the pod beside them under --policy; prioritize prefers the tightest fit. See deploy/README.md.",
+			"the pod beside them under --policy; prioritize prefers the tightest fit. The extender reads files for a\n" +
+			"pod only from --refs (plan:, snapshot:); model: and recipe: take catalog models and embedded recipes,\n" +
+			"never a path, since whoever creates pods writes the annotation and the disk is the scheduler's (a model\n" +
+			"of your own: a plan JSON under --refs). See deploy/README.md.",
 		Example: `  memplan extender --addr :8888
   memplan extender --addr 127.0.0.1:8888 --pods pods.json --policy peaks --margin 1GiB`,
 		Args: cobra.NoArgs,
@@ -43,7 +46,7 @@ func newExtenderCmd(stderr io.Writer) *cobra.Command {
 	fl.StringVar(&f.addr, "addr", ":8888", "HOST:PORT to listen on")
 	fl.StringVar(&f.policy, "policy", "curve", "how a GPU's processes are counted: curve or peaks (see memplan pack)")
 	fl.StringVar(&f.margin, "margin", "0", "memory kept free on every GPU, e.g. 1GiB")
-	fl.StringVar(&f.refs, "refs", "", "directory that plan: and snapshot: in annotations are read from")
+	fl.StringVar(&f.refs, "refs", "", "directory that plan: and snapshot: in annotations are read from (model: and recipe: are catalog names, never paths)")
 	fl.StringVar(&f.pods, "pods", "", "a PodList JSON (kubectl get pods -A -o json) instead of the API server's pods")
 	fl.DurationVar(&f.timeout, "timeout", 25*time.Second, "bound on one request (below the scheduler's httpTimeout)")
 	return c

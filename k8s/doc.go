@@ -5,8 +5,9 @@
 //
 // A pod declares what it runs in the annotation memplan.io/workload: one
 // job of pack's job file (memplan.jobs/v1) without its name — train: or
-// serve: in plan's terms, or plan: / snapshot: naming a file under the
-// extender's --refs directory. A node's GPUs come from the labels NVIDIA's
+// serve: in plan's terms (a catalog model and an embedded recipe, never a
+// path), or plan: / snapshot: naming a file under the extender's --refs
+// directory. A node's GPUs come from the labels NVIDIA's
 // GPU feature discovery sets (nvidia.com/gpu.product, nvidia.com/gpu.count;
 // NVIDIA/k8s-device-plugin internal/lm/resource.go @ aaccdfd2: the product
 // is the NVML name with spaces as dashes, "-SHARED" appended when the GPU

@@ -7,13 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/internal/yamlerr"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/pack"
+	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/snapshot"
 )
 
@@ -47,7 +50,8 @@ func badWorkload(pod, format string, a ...any) error {
 // ParseWorkload reads the annotation value of pod (namespace/name) into a
 // job named after the pod, strictly as pack reads a job file. A plan: or
 // snapshot: it names is read from under refs ("" refuses them); the path
-// must stay inside refs.
+// must stay inside refs. A model: or recipe: must be a catalog name
+// (catalogOnly): nothing else of the disk is read.
 func ParseWorkload(value, pod, refs string) (*Workload, error) {
 	if strings.TrimSpace(value) == "" {
 		return nil, badWorkload(pod, "empty")
@@ -68,6 +72,9 @@ func ParseWorkload(value, pod, refs string) (*Workload, error) {
 	}
 	if _, ok := obj["replicas"]; ok {
 		return nil, badWorkload(pod, "replicas: a pod is one process; use a Deployment's replicas")
+	}
+	if err := catalogOnly(obj); err != nil {
+		return nil, badWorkload(pod, "%v", err)
 	}
 	obj["name"], _ = json.Marshal(pod)
 	file, _ := json.Marshal(map[string]any{"kind": pack.Kind, "jobs": []any{obj}})
@@ -110,6 +117,40 @@ func ParseWorkload(value, pod, refs string) (*Workload, error) {
 		j.SetSnapshot(s)
 	}
 	return &Workload{Job: j, key: jobKey(j, ref)}, nil
+}
+
+// catalogOnly refuses a train: or serve: job whose model is not a catalog
+// model or whose recipe is not an embedded one, before pack reads them: a
+// model or recipe that is not one is read as a file (models.Resolve,
+// recipe.Load), and the annotation is written by whoever creates pods while
+// the disk is the scheduler's (a config.json path read /etc/passwd and said
+// so). Confining them to --refs as plan: and snapshot: are was the other
+// way; it is not taken because a plan under --refs already carries a model
+// of one's own (memplan plan --model config.json --json), and a config
+// named by path would key the envelope cache by its name, not its bytes
+// (jobKey hashes a plan's bytes).
+// Only the strings are looked at, so the answer says nothing of the disk.
+func catalogOnly(obj map[string]json.RawMessage) error {
+	for _, part := range []string{"train", "serve"} {
+		var job map[string]json.RawMessage
+		if json.Unmarshal(obj[part], &job) != nil {
+			continue // pack says what is wrong with it
+		}
+		var model, rec string
+		if json.Unmarshal(job["model"], &model) == nil && model != "" {
+			if _, err := models.Lookup(model); err != nil {
+				hint := ""
+				if !strings.ContainsAny(model, `/\`) && !strings.HasSuffix(strings.ToLower(model), ".json") {
+					hint = "; did you mean " + strings.Join(models.Suggest(model, 3), ", ") + "?"
+				}
+				return fmt.Errorf("%s.model %.60q: the extender plans catalog models (memplan models lists them), not config.json files%s; for a model of your own, give the plan key a plan JSON under the extender's --refs (memplan plan --json writes one)", part, model, hint)
+			}
+		}
+		if json.Unmarshal(job["recipe"], &rec) == nil && rec != "" && !slices.Contains(recipe.Names(), rec) {
+			return fmt.Errorf("%s.recipe %.60q: the extender takes the recipes memplan recipes lists (%s), not recipe files", part, rec, strings.Join(recipe.Names(), ", "))
+		}
+	}
+	return nil
 }
 
 // Workload is a pod's job and its identity for the envelope cache.

@@ -17,6 +17,9 @@ func TestParseWorkloadBadInput(t *testing.T) {
 	refs := t.TempDir()
 	os.WriteFile(filepath.Join(refs, "bad-plan.json"), []byte(`{"schema": "nope"}`), 0o644)
 	os.WriteFile(filepath.Join(refs, "bad-snap.pickle"), []byte("not a pickle"), 0o644)
+	cfg, _ := filepath.Abs("../testdata/torch/gpt2_tiny.config.json")
+	tiny, _ := os.ReadFile(cfg)
+	os.WriteFile(filepath.Join(refs, "tiny.json"), tiny, 0o644)
 	for _, c := range []struct{ in, refs, want string }{
 		{"", "", "empty"},
 		{"   ", "", "empty"},
@@ -40,7 +43,21 @@ func TestParseWorkloadBadInput(t *testing.T) {
 		{"plan: bad-plan.json", refs, "plan bad-plan.json"},
 		{"snapshot: bad-snap.pickle", refs, "snapshot bad-snap.pickle"},
 		{strings.Repeat("x", maxAnnotation+1), "", "longer than"},
+		// The extender plans catalog models and embedded recipes: a path
+		// in model: or recipe: is refused before anything is read, on
+		// its disk or under --refs.
+		{"train: {model: /etc/passwd}", "", `train.model "/etc/passwd": the extender plans catalog models`},
+		{"train: {model: CFG, seq: 64}", "", "train.model"},
+		{"train: {model: tiny.json, seq: 64}", refs, `train.model "tiny.json": the extender plans catalog models`},
+		{"serve: {model: ../../etc/config.json, concurrency: 1, context: 8}", refs, `serve.model "../../etc/config.json"`},
+		{"serve: {model: /, concurrency: 1, context: 8}", "", `serve.model "/"`},
+		{`train: {model: 'C:\\models\\config.json'}`, "", "train.model"},
+		{"train: {model: gpt5}", "", `train.model "gpt5": the extender plans catalog models`},
+		{"train: {model: gpt2, recipe: /etc/recipe.yaml}", "", `train.recipe "/etc/recipe.yaml": the extender takes the recipes`},
+		{"train: {model: gpt2, recipe: tiny.json}", refs, `train.recipe "tiny.json"`},
+		{"serve: {model: gpt2, concurrency: 1, context: 8, server: hf, recipe: ./r.yaml}", "", `serve.recipe "./r.yaml"`},
 	} {
+		c.in = strings.ReplaceAll(c.in, "CFG", cfg)
 		_, err := ParseWorkload(c.in, "team-a/p", c.refs)
 		if err == nil {
 			t.Errorf("%.60q: no error", c.in)
@@ -59,6 +76,9 @@ func TestParseWorkloadKinds(t *testing.T) {
 		xl,
 		`{"serve": {"model": "llama-3-8b", "concurrency": 32, "context": 2048}}`,
 		"serve: {model: qwen2.5-7b, concurrency: 8, context: 1024, server: hf}\nrequest: 20GiB",
+		// A catalog model by its repository, which has a slash, and an
+		// embedded recipe.
+		"train: {model: openai-community/gpt2, recipe: torchtune, seq: 128}",
 	} {
 		w, err := ParseWorkload(in, "ns/p", "")
 		if err != nil || w.Job.Name != "ns/p" {
