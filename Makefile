@@ -40,7 +40,8 @@ FUZZMINIMIZE ?= 10s
 FUZZ_TARGETS = units:FuzzParseBytes allocator:FuzzParseConf hw:FuzzParseCluster recipe:FuzzParse \
 	published:FuzzRead snapshot:FuzzParse snapshot:FuzzParseTimeline pack:FuzzParse pack:FuzzParseArrivals \
 	k8s:FuzzParseWorkload k8s:FuzzDecodePods workload:FuzzParse cli:FuzzParseAPIRequest models:FuzzParseHFConfig \
-	importer/torchtrace:FuzzParse server:FuzzPagePath engine:FuzzPlanTraceSizes cli:FuzzPlanFlags
+	importer/torchtrace:FuzzParse server:FuzzPagePath engine:FuzzPlanTraceSizes cli:FuzzPlanFlags \
+	internal/yamlerr:FuzzToJSON
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== ./$${t%%:*} $${t##*:}"; \

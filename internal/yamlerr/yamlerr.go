@@ -1,9 +1,14 @@
-// Package yamlerr words the errors of sigs.k8s.io/yaml's strict decoding in
-// a file's terms, on one line: its messages stack the library's steps
-// ("error unmarshaling JSON: while decoding JSON: json: unknown field
-// "jobs"") and Go's types ("into Go struct field raw.gpus_per_node of type
-// int") where a reader of the file wants `unknown key "jobs"` and
-// "gpus_per_node: want a whole number, got a string".
+// Package yamlerr is where outside YAML is read. ToJSON and UnmarshalStrict
+// are sigs.k8s.io/yaml's conversions behind two checks the library lacks:
+// aliases measured before they are written out (a reader's limit, refused
+// in one line) and mapping keys that must be strings (said with their
+// line, not in Go's formatting). Message words the errors of
+// sigs.k8s.io/yaml's strict decoding in a file's terms, on one line: its
+// messages stack the library's steps ("error unmarshaling JSON: while
+// decoding JSON: json: unknown field "jobs"") and Go's types ("into Go
+// struct field raw.gpus_per_node of type int") where a reader of the file
+// wants `unknown key "jobs"` and "gpus_per_node: want a whole number, got a
+// string".
 package yamlerr
 
 import (
