@@ -19,9 +19,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/yaml"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/internal/yamlerr"
+	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/search"
 )
 
@@ -496,8 +497,15 @@ func selfContained(ac apiCommand, vals map[string][]string) error {
 		return nil
 	}
 	key := ac.file.key
+	text := []byte(vals[key][0])
+	if len(text) > pack.MaxFileBytes {
+		return nil // pack refuses it before reading it
+	}
+	// Read as pack reads it (aliases bounded, keys strings), or a body of
+	// aliases would be written out here before pack refused it.
+	js, err := yamlerr.ToJSON(text, pack.MaxFileBytes, false)
 	var doc any
-	if err := yaml.Unmarshal([]byte(vals[key][0]), &doc); err != nil {
+	if err != nil || json.Unmarshal(js, &doc) != nil {
 		return nil // the command says what is wrong with it
 	}
 	var walk func(v any, at string) error

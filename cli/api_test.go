@@ -48,3 +48,41 @@ func TestAPIPackKeysInAnotherCase(t *testing.T) {
 		})
 	}
 }
+
+// A job file or arrival trace in a request is read as pack reads a file:
+// aliases bounded before they are written out (a 1 MiB body of aliases
+// was 2 GB in the service), keys that are not strings said in the file's
+// words (not "%!s(<nil>)"), each a 400 in one line.
+func TestAPIPackYAMLRefusals(t *testing.T) {
+	// 300 aliases of a 64 KiB string: 19 MiB written out.
+	bomb := func(kind, key string) string {
+		return "kind: " + kind + "\nbig: &a \"" + strings.Repeat("x", 64<<10) + "\"\n" + key + ": [" + strings.Repeat("*a,", 300) + "*a]\n"
+	}
+	jobs := "kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: gpt2}\n"
+	for _, tc := range []struct{ name, jobs, arrivals, want string }{
+		{"aliases", bomb("memplan.jobs/v1", "jobs"), "", `field "jobs": YAML aliases expand to more than 16 MiB`},
+		{"null key", "?", "", `field "jobs": a mapping key must be a string (line 1)`},
+		{"list key", "? [a]\n: 1\n", "", `field "jobs": a mapping key must be a string (line 1)`},
+		{"key in a job", jobs + "  ? {x: 1}\n", "", `field "jobs": a mapping key must be a string (line 5)`},
+		{"arrivals null key", jobs, "?", `field "arrivals": a mapping key must be a string (line 1)`},
+		{"arrivals list key", jobs, "kind: memplan.arrivals/v1\narrivals:\n- {at: 0s, [d]: 1h, job: a}\n", `field "arrivals": a mapping key must be a string (line 3)`},
+		{"arrivals aliases", jobs, bomb("memplan.arrivals/v1", "arrivals"), `field "arrivals": YAML aliases expand to more than 16 MiB`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := map[string]string{"gpus": "1xh100", "jobs": tc.jobs}
+			if tc.arrivals != "" {
+				req["arrivals"] = tc.arrivals
+			}
+			body, _ := json.Marshal(req)
+			vals, _, err := ParseAPIRequest("pack", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = RunAPI(context.Background(), "pack", vals)
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Msg, tc.want) || strings.Contains(ae.Msg, "\n") {
+				t.Fatalf("%v, want a 400 saying %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -236,6 +236,10 @@ func TestPackBadInput(t *testing.T) {
 	os.WriteFile(badArr, []byte("kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, job: nobody}]"), 0o644)
 	huge := filepath.Join(dir, "huge.yaml")
 	os.WriteFile(huge, []byte("kind: memplan.jobs/v1\njobs: [{name: big, train: {model: llama-2-70b}}]"), 0o644)
+	q2 := filepath.Join(dir, "q2.yaml")
+	os.WriteFile(q2, []byte("? [a]\n: 1\n"), 0o644)
+	bomb := filepath.Join(dir, "bomb.yaml")
+	os.WriteFile(bomb, []byte("kind: memplan.jobs/v1\nbig: &a \""+strings.Repeat("x", 64<<10)+"\"\njobs: ["+strings.Repeat("*a,", 300)+"*a]\n"), 0o644)
 	png := filepath.Join(dir, "out.png")
 	for _, tc := range []struct {
 		args []string
@@ -258,6 +262,9 @@ func TestPackBadInput(t *testing.T) {
 		{[]string{"pack", badJobs, "--gpus", "h100"}, "micro-batch: expected an integer"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", badArr}, `arrivals[0]: job "nobody" is not in the job file`},
 		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", filepath.Join(dir, "none.yaml")}, "cannot read"},
+		{[]string{"pack", q2, "--gpus", "1xh100"}, "q2.yaml: a mapping key must be a string (line 1)"},
+		{[]string{"pack", jobs, "--gpus", "1xh100", "--arrivals", q2}, "q2.yaml: a mapping key must be a string (line 1)"},
+		{[]string{"pack", bomb, "--gpus", "1xh100"}, "bomb.yaml: YAML aliases expand to more than 16 MiB"},
 		{[]string{"pack", huge, "--gpus", "l4", "--policy", "whole-gpu", "--plot-policy", "whole-gpu", "--png", png}, ""},
 	} {
 		code, out, errs := run(tc.args...)

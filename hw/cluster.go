@@ -5,8 +5,6 @@ import (
 	"math"
 	"time"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/memplan/memplan/internal/yamlerr"
 )
 
@@ -26,6 +24,10 @@ type Cluster struct {
 	InterNodeLatency      time.Duration
 }
 
+// maxClusterBytes bounds what a cluster file's aliases may expand it to: the
+// size the CLI reads it under (boundedio.SmallFile).
+const maxClusterBytes = 1 << 20
+
 // ParseCluster reads a cluster file; errors name the file's keys.
 func ParseCluster(data []byte) (Cluster, error) {
 	var raw struct {
@@ -35,7 +37,7 @@ func ParseCluster(data []byte) (Cluster, error) {
 			LatencyUs float64  `json:"latency_us"`
 		} `json:"inter_node"`
 	}
-	if err := yaml.UnmarshalStrict(data, &raw); err != nil {
+	if err := yamlerr.UnmarshalStrict(data, &raw, maxClusterBytes); err != nil {
 		return Cluster{}, fmt.Errorf("not a cluster file: %s", yamlerr.Message(err))
 	}
 	var c Cluster

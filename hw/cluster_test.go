@@ -36,6 +36,10 @@ func TestParseClusterBadInput(t *testing.T) {
 		{"nodes: 2\ninter_node: {gbps: 400}\n", "not a cluster file"},
 		{"[1, 2]\n", "not a cluster file"},
 		{"inter_node: {gbps: \"400Gb/s\"}\n", "not a cluster file"},
+		// Aliases bounded by the file's 1 MiB, keys strings.
+		{"x: &x \"" + strings.Repeat("x", 64<<10) + "\"\ny: [" + strings.Repeat("*x,", 20) + "*x]\ninter_node: {gbps: 400}\n", "not a cluster file: YAML aliases expand to more than 1 MiB"},
+		{"?\n", "not a cluster file: a mapping key must be a string (line 1)"},
+		{"inter_node: {gbps: 400, [a]: 1}\n", "not a cluster file: a mapping key must be a string (line 1)"},
 	} {
 		_, err := ParseCluster([]byte(c.in))
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
@@ -50,6 +54,11 @@ func FuzzParseCluster(f *testing.F) {
 	f.Add([]byte("gpus_per_node: 9223372036854775808\ninter_node: {gbps: 1e309, latency_us: -1}\n"))
 	f.Add([]byte("gpus_per_node: 4611686018427387904\ninter_node: {gbps: .nan, latency_us: .inf}\n"))
 	f.Add([]byte("gpus_per_node: 2147483647\ninter_node: {gbps: 5e-324, latency_us: 9223372036854775807}\n"))
+	// Aliases and keys that are not strings (yamlerr.UnmarshalStrict).
+	f.Add([]byte("gpus_per_node: &n 8\ninter_node: {gbps: *n, latency_us: *n}\n"))
+	f.Add([]byte("a: &a [x, x, x]\nb: [*a, *a, *a]\ninter_node: {gbps: 400}\n"))
+	f.Add([]byte("?\n"))
+	f.Add([]byte("? [a]\n: 1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseCluster(data)
 		if err == nil && (c.InterNodePerDirection <= 0 || c.GPUsPerNode < 0 || c.InterNodeLatency < 0) {

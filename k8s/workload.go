@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/models"
@@ -59,7 +57,12 @@ func ParseWorkload(value, pod, refs string) (*Workload, error) {
 	if len(value) > maxAnnotation {
 		return nil, badWorkload(pod, "longer than %d bytes", maxAnnotation)
 	}
-	js, err := yaml.YAMLToJSON([]byte(value))
+	// Aliases may expand the annotation to what an annotation may hold:
+	// 5,000 aliases of a string took the extender to 3.7 GB.
+	js, err := yamlerr.ToJSON([]byte(value), maxAnnotation, false)
+	if errors.Is(err, yamlerr.ErrRefused) {
+		return nil, badWorkload(pod, "%s", err)
+	}
 	if err != nil {
 		return nil, badWorkload(pod, "not YAML or JSON: %s", yamlerr.Message(err))
 	}

@@ -56,6 +56,13 @@ func TestParseWorkloadBadInput(t *testing.T) {
 		{"train: {model: gpt2, recipe: /etc/recipe.yaml}", "", `train.recipe "/etc/recipe.yaml": the extender takes the recipes`},
 		{"train: {model: gpt2, recipe: tiny.json}", refs, `train.recipe "tiny.json"`},
 		{"serve: {model: gpt2, concurrency: 1, context: 8, server: hf, recipe: ./r.yaml}", "", `serve.recipe "./r.yaml"`},
+		// Aliases may expand the annotation to what an annotation may
+		// hold (5,000 aliases of a string took the extender to 3.7 GB,
+		// then to "larger than 16.00 MiB"); keys must be strings.
+		{"{big: &a \"" + strings.Repeat("x", 200) + "\", refs: [" + strings.Repeat("*a,", 5000) + "*a]}", "", ": YAML aliases expand to more than 256 KiB"},
+		{"?", "", ": a mapping key must be a string (line 1)"},
+		{"{train: {model: gpt2, ? [x] : 1}}", "", ": a mapping key must be a string (line 1)"},
+		{"train:\n  model: gpt2\n  ~: 1\n", "", ": a mapping key must be a string (line 3)"},
 	} {
 		c.in = strings.ReplaceAll(c.in, "CFG", cfg)
 		_, err := ParseWorkload(c.in, "team-a/p", c.refs)
@@ -187,7 +194,8 @@ func TestWholeGPUs(t *testing.T) {
 // FuzzParseWorkload: any annotation either parses into a job named after
 // the pod or fails with one line naming the annotation; never a panic.
 func FuzzParseWorkload(f *testing.F) {
-	for _, s := range []string{xl, "serve: {model: llama-3-8b, concurrency: 32, context: 2048}", "{}", "[", "plan: x.json", "train: {model: gpt2, set: [a=b]}", "request: 1GiB\ntrain: {model: gpt2}", "train: {Model: gpt2}"} {
+	for _, s := range []string{xl, "serve: {model: llama-3-8b, concurrency: 32, context: 2048}", "{}", "[", "plan: x.json", "train: {model: gpt2, set: [a=b]}", "request: 1GiB\ntrain: {model: gpt2}", "train: {Model: gpt2}",
+		"{t: &t {model: gpt2, seq: 64}, train: *t}", "{big: &a \"xxxxxxxx\", refs: [*a, *a, *a, *a]}", "?", "? [a]\n: 1", "train: &t {model: gpt2, x: *t}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -13,11 +13,10 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -33,10 +32,11 @@ import (
 // Kind is the version of the job file this package reads.
 const Kind = "memplan.jobs/v1"
 
-// maxFileBytes bounds a job file, an arrival trace and a plan JSON a job
-// names; a snapshot may be larger (maxSnapshotBytes).
+// MaxFileBytes bounds a job file, an arrival trace and a plan JSON a job
+// names, and what aliases may expand a job file or a trace to; a snapshot
+// may be larger (maxSnapshotBytes).
 const (
-	maxFileBytes     = 16 << 20
+	MaxFileBytes     = 16 << 20
 	maxSnapshotBytes = 1 << 30
 	maxJobs          = 4096
 	maxReplicas      = 1024
@@ -164,7 +164,7 @@ type Serve struct {
 // ReadFile reads a job file and the plan and snapshot files its jobs name
 // (relative to the job file).
 func ReadFile(path string) (*File, error) {
-	data, err := readBounded(path, maxFileBytes)
+	data, err := readBounded(path, MaxFileBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func where(file string, i int, name string) string {
 func (j *Job) load(dir, at string) error {
 	switch {
 	case j.Plan != "":
-		data, err := readBounded(filepath.Join(dir, j.Plan), maxFileBytes)
+		data, err := readBounded(filepath.Join(dir, j.Plan), MaxFileBytes)
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
@@ -228,7 +228,7 @@ func (j *Job) load(dir, at string) error {
 	case j.Published != "":
 		file, id, _ := strings.Cut(j.Published, "#")
 		path := filepath.Join(dir, file)
-		data, err := readBounded(path, maxFileBytes)
+		data, err := readBounded(path, MaxFileBytes)
 		if err != nil {
 			return fmt.Errorf("%s: %w", at, err)
 		}
@@ -288,8 +288,8 @@ func Parse(data []byte, name string) (*File, error) { return parse(data, name, "
 // parse is Parse with a model given as a relative path (a config.json or
 // a snapshot directory) taken relative to dir, as the files a job names are.
 func parse(data []byte, name, dir string) (*File, error) {
-	if len(data) > maxFileBytes {
-		return nil, bad(name, "larger than %s", units.Bytes(maxFileBytes))
+	if len(data) > MaxFileBytes {
+		return nil, bad(name, "larger than %s", units.Bytes(MaxFileBytes))
 	}
 	var f File
 	if err := strictYAML(data, &f); err != nil {
@@ -329,9 +329,11 @@ func parse(data []byte, name, dir string) (*File, error) {
 }
 
 // strictYAML unmarshals YAML or JSON into v, refusing unknown keys (keys
-// match as written, exactKeys) and trailing documents.
+// match as written, exactKeys) and trailing documents; aliases may expand
+// the document to MaxFileBytes, what a file without them may hold
+// (yamlerr.ToJSON).
 func strictYAML(data []byte, v any) error {
-	js, err := yaml.YAMLToJSONStrict(data)
+	js, err := yamlerr.ToJSON(data, MaxFileBytes, true)
 	if err != nil {
 		msg := oneLine(err.Error())
 		for _, p := range []string{"error converting YAML to JSON: ", "yaml: ", "unmarshal errors: "} {

@@ -3,6 +3,7 @@ package pack
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +68,17 @@ func TestParseBadInput(t *testing.T) {
 		{"serve context past the model", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: gpt2, concurrency: 4, context: 4096}}]", "max-model-len 4096 exceeds gpt2's 1024 positions"},
 		{"serve encoder", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: bert-base, concurrency: 4, context: 128}}]", "is an encoder"},
 		{"published not FILE#ID", "kind: memplan.jobs/v1\njobs: [{name: p, published: rows.jsonl}]", `published "rows.jsonl" is not FILE#ID`},
+		// Aliases are measured before they are written out: 300 of a
+		// 64 KiB string are 19 MiB, past a file's 16 MiB.
+		{"aliases past the limit", aliasBomb("jobs", 64<<10, 300), "jobs.yaml: YAML aliases expand to more than 16 MiB"},
+		{"billion laughs", "kind: memplan.jobs/v1\n" + laughs(9), "jobs.yaml: YAML aliases expand to more than 16 MiB"},
+		{"alias inside itself", "kind: memplan.jobs/v1\njobs: &j [{name: a, train: {model: gpt2}}, *j]", "jobs.yaml: a YAML alias names a node that holds it (line 2)"},
+		// Keys that are not strings, in the file's words.
+		{"null key", "?", "jobs.yaml: a mapping key must be a string (line 1)"},
+		{"list key", "? [a]\n: 1\n", "jobs.yaml: a mapping key must be a string (line 1)"},
+		{"mapping key in a job", "kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: gpt2, ? {x: 1}}\n", "jobs.yaml: a mapping key must be a string (line 4)"},
+		{"null key in a job", "kind: memplan.jobs/v1\njobs:\n- name: a\n  ~: 1\n", "jobs.yaml: a mapping key must be a string (line 4)"},
+		{"alias to a list as a key", "kind: memplan.jobs/v1\nx: &k [1]\n*k : 2\n", "jobs.yaml: a mapping key must be a string (line 3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), "jobs.yaml")
@@ -154,12 +166,33 @@ func TestParseArrivalsBadInput(t *testing.T) {
 		{"negative at", "kind: memplan.arrivals/v1\narrivals: [{at: -1h, duration: 1h, job: a}]", "at:"},
 		{"zero duration", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 0s, job: a}]", "duration:"},
 		{"duration a number", "kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 5, job: a}]", "duration: expected a string"},
+		{"aliases past the limit", aliasBomb("arrivals", 64<<10, 300), "trace.yaml: YAML aliases expand to more than 16 MiB"},
+		{"list key", "kind: memplan.arrivals/v1\narrivals:\n- {at: 0s, [d]: 1h, job: a}\n", "trace.yaml: a mapping key must be a string (line 3)"},
+		{"null key", "?\n", "trace.yaml: a mapping key must be a string (line 1)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseArrivals([]byte(tc.yaml), "trace.yaml", jobs)
 			checkBad(t, err, tc.want)
 		})
 	}
+}
+
+// aliasBomb is a file of kind's with n aliases of an anchored string of
+// size bytes (the probe's bomb2.yaml was 500 of 1 MiB).
+func aliasBomb(kind string, size, n int) string {
+	k := map[string]string{"jobs": Kind, "arrivals": ArrivalsKind}[kind]
+	return "kind: " + k + "\nbig: &a \"" + strings.Repeat("x", size) + "\"\n" + kind + ": [" + strings.TrimSuffix(strings.Repeat("*a,", n), ",") + "]\n"
+}
+
+// laughs is the billion laughs: levels of lists of nine aliases of the
+// level below, 9^levels strings once written out.
+func laughs(levels int) string {
+	var b strings.Builder
+	b.WriteString("l0: &l0 [lol]\n")
+	for i := 1; i <= levels; i++ {
+		fmt.Fprintf(&b, "l%d: &l%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d,", i-1), 9), ","))
+	}
+	return b.String()
 }
 
 // Errors wrap ErrInput so a caller (the CLI, a service) can tell bad input
@@ -183,6 +216,11 @@ func FuzzParse(f *testing.F) {
 		"{\"kind\": \"memplan.jobs/v1\", \"jobs\": [{\"name\": \"a\", \"train\": {\"model\": \"gpt2\", \"lora\": \"r=8\"}}]}",
 		"kind: memplan.jobs/v1\njobs: [{name: a, train: {Model: gpt2, MICRO-BATCH: 2}}]",
 		"kind: memplan.jobs/v1\njobs: [{name: a, ſnapshot: s.pickle}]",
+		// Aliases and keys that are not strings (yamlerr.ToJSON).
+		"kind: memplan.jobs/v1\ntrain: &t {model: gpt2, seq: 128}\njobs: [{name: a, train: *t}, {name: b, train: *t}]",
+		aliasBomb("jobs", 1024, 64), "kind: memplan.jobs/v1\n" + laughs(4),
+		"kind: memplan.jobs/v1\njobs: &j [{name: a, train: {model: gpt2}}, *j]",
+		"?", "? [a]\n: 1\n", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, ? [x]}}]",
 	} {
 		f.Add([]byte(s))
 	}
@@ -212,6 +250,9 @@ func FuzzParse(f *testing.F) {
 func FuzzParseArrivals(f *testing.F) {
 	f.Add([]byte("kind: memplan.arrivals/v1\narrivals: [{at: 0s, duration: 1h, job: a}, {at: 90m, duration: 30m, job: a}]"))
 	f.Add([]byte("{\"kind\": \"memplan.arrivals/v1\", \"arrivals\": [{\"at\": \"1h\", \"duration\": \"2h\", \"job\": \"a\"}]}"))
+	f.Add([]byte("kind: memplan.arrivals/v1\narrivals: [&a {at: 0s, duration: 1h, job: a}, *a, *a]"))
+	f.Add([]byte(aliasBomb("arrivals", 1024, 64)))
+	f.Add([]byte("kind: memplan.arrivals/v1\narrivals: [{at: 0s, ? [d]: 1h, job: a}]"))
 	jobs := []Job{{Name: "a"}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tr, err := ParseArrivals(data, "trace.yaml", jobs)

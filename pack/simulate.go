@@ -36,8 +36,8 @@ type Arrival struct {
 // ParseArrivals reads an arrival trace (YAML or JSON) strictly; every
 // arrival names a job of jobs. name is the file's name in messages.
 func ParseArrivals(data []byte, name string, jobs []Job) (*Trace, error) {
-	if len(data) > maxFileBytes {
-		return nil, bad(name, "larger than %s", units.Bytes(maxFileBytes))
+	if len(data) > MaxFileBytes {
+		return nil, bad(name, "larger than %s", units.Bytes(MaxFileBytes))
 	}
 	var t Trace
 	if err := strictYAML(data, &t); err != nil {

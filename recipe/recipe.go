@@ -16,8 +16,6 @@ import (
 	"strings"
 	"sync"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/internal/yamlerr"
@@ -51,13 +49,13 @@ var ErrRecipe = errors.New("recipe")
 // ErrUnknownRecipe is a name that is neither an embedded recipe nor a path.
 var ErrUnknownRecipe = errors.New("unknown recipe")
 
-// maxFileBytes bounds a recipe file.
+// maxFileBytes bounds a recipe file, and what its aliases may expand it to.
 const maxFileBytes = 1 << 20
 
 // Parse reads a recipe file (YAML or JSON) and checks every setting.
 func Parse(data []byte, name string) (*Recipe, error) {
 	var r Recipe
-	if err := yaml.UnmarshalStrict(data, &r); err != nil {
+	if err := yamlerr.UnmarshalStrict(data, &r, maxFileBytes); err != nil {
 		return nil, fmt.Errorf("%w: %s: %s", ErrRecipe, name, yamlerr.Message(err))
 	}
 	if strings.TrimSpace(r.Name) == "" {

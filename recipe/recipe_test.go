@@ -93,6 +93,25 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// A recipe file's aliases may expand it to what a recipe file may hold, and
+// its keys are strings; each refusal is one line naming the file.
+func TestParseYAMLRefusals(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"name: x\ndoc: &d \"" + strings.Repeat("x", 64<<10) + "\"\nframework: [" + strings.Repeat("*d,", 20) + "*d]\n", "r.yaml: YAML aliases expand to more than 1 MiB"},
+		{"?\n", "r.yaml: a mapping key must be a string (line 1)"},
+		{"name: x\nswitches:\n- {key: precision, ? [v]: fp32}\n", "r.yaml: a mapping key must be a string (line 3)"},
+	} {
+		_, err := Parse([]byte(c.in), "r.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%.40q: %v, want one line containing %q", c.in, err, c.want)
+			continue
+		}
+		if p := msgcheck.Problems(err.Error()); p != nil {
+			t.Errorf("%q: %v", err, p)
+		}
+	}
+}
+
 // A flag the user gave wins over the recipe; a --set of its switch must
 // agree with it (in any spelling), else neither wins; without the flag,
 // --set wins over the recipe.
@@ -160,6 +179,10 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte("name: x\nswitches:\n- key: loss\n  value: chunked:tokens=99999999999\n"))
+	f.Add([]byte("name: x\nswitches:\n- &s {key: precision, value: fp32, source: a}\n- *s\n- *s\n"))
+	f.Add([]byte("name: &n x\ndoc: [*n, *n, *n, *n]\nswitches: []\n"))
+	f.Add([]byte("?\n"))
+	f.Add([]byte("name: x\n? [a]\n: 1\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := Parse(data, "f.yaml")
 		if err != nil {
