@@ -147,7 +147,7 @@ func Parse(data []byte) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return FromValue(v)
+	return FromValue(v, len(data))
 }
 
 func looksJSON(data []byte) bool {
@@ -160,9 +160,12 @@ func layoutError(format string, args ...any) error {
 	return fmt.Errorf("not a CUDA memory snapshot: "+format, args...)
 }
 
-// FromValue interprets a decoded pickle as a snapshot.
-func FromValue(v any) (*Snapshot, error) {
-	c := converter{frames: map[*List][]Frame{}, frame: map[*Dict]Frame{}}
+// FromValue interprets a decoded pickle of size bytes as a snapshot. The
+// size bounds what the pickle's shared references may expand to
+// (maxRecords, maxFrameRefs).
+func FromValue(v any, size int) (*Snapshot, error) {
+	c := converter{frames: map[*List][]Frame{}, frame: map[*Dict]Frame{},
+		size: size, records: maxRecords(size), frameRefs: maxFrameRefs(size)}
 	s := &Snapshot{Settings: DefaultSettings()}
 	switch top := v.(type) {
 	case *List:
@@ -233,6 +236,46 @@ func dictKeys(d *Dict) string {
 type converter struct {
 	frames map[*List][]Frame // shared (memoized) frame lists convert once
 	frame  map[*Dict]Frame   // and so do shared frames
+	// size is the pickle's bytes; records and frameRefs what is left of
+	// the segments, blocks and trace events, and of their frame
+	// references, a pickle of that size may expand to.
+	size               int
+	records, frameRefs int64
+}
+
+// A pickle's memo lets one value be referenced many times. PyTorch's
+// pickles share strings, frames and frame lists that way, but write each
+// segment, block and trace event as a dict of its own: in the eight real
+// snapshots of ../shared/snapshots each takes 54 bytes of pickle (Muduard's
+// list of frame-less segments) to 301 bytes (Constructor-Sun's), and their
+// frame references, counted once per block or event that lists them, come
+// to at most one per 2.6 bytes (cranberrii's 1,006,949 in 2,591,918 bytes).
+// The converter counts what the references expand to before building it
+// and refuses a pickle of n bytes past maxRecords(n) segments, blocks and
+// events (one per 16 bytes, 3.4 times the densest real one, plus 65,536) or
+// maxFrameRefs(n) frame references (four per byte, ten times the densest,
+// plus 2^20): a 16 KB pickle of 4,000 references to a segment of 4,000
+// references to one block was 16 million blocks, 3.4 GB of memory and 15 s
+// before an error.
+func maxRecords(n int) int64   { return int64(n)/16 + 1<<16 }
+func maxFrameRefs(n int) int64 { return 4*int64(n) + 1<<20 }
+
+// expand takes n segments, blocks or events from what the pickle may
+// expand to.
+func (c *converter) expand(n int) error {
+	if c.records -= int64(n); c.records < 0 {
+		return fmt.Errorf("its shared references expand to more than %d segments, blocks and trace events, more than a snapshot of %d bytes holds (PyTorch writes each as a dict of its own); refusing to build them", maxRecords(c.size), c.size)
+	}
+	return nil
+}
+
+// expandFrames takes n frame references from what the pickle may expand
+// to.
+func (c *converter) expandFrames(n int) error {
+	if c.frameRefs -= int64(n); c.frameRefs < 0 {
+		return fmt.Errorf("its shared references expand to more than %d stack frames of blocks and trace events, more than a snapshot of %d bytes holds; refusing to build them", maxFrameRefs(c.size), c.size)
+	}
+	return nil
 }
 
 func asDict(v any, what string) (*Dict, error) {
@@ -284,6 +327,9 @@ func getString(d *Dict, key, what string) (string, error) {
 }
 
 func (c *converter) segments(l *List, what string) ([]Segment, error) {
+	if err := c.expand(len(l.Items)); err != nil {
+		return nil, err
+	}
 	segs := make([]Segment, 0, len(l.Items))
 	for i, sv := range l.Items {
 		s, err := c.segment(sv, fmt.Sprintf("%s[%d]", what, i))
@@ -328,6 +374,9 @@ func (c *converter) segment(sv any, w string) (Segment, error) {
 	bl, ok := bv.(*List)
 	if !ok {
 		return s, layoutError("%s.blocks is a %s, not a list", w, TypeName(bv))
+	}
+	if err := c.expand(len(bl.Items)); err != nil {
+		return s, err
 	}
 	off := s.Address
 	for j, bvi := range bl.Items {
@@ -435,6 +484,9 @@ func (c *converter) frameList(v any, what string) ([]Frame, error) {
 	if !ok {
 		return nil, layoutError("%s.frames is a %s, not a list", what, TypeName(v))
 	}
+	if err := c.expandFrames(len(l.Items)); err != nil {
+		return nil, err
+	}
 	if f, ok := c.frames[l]; ok {
 		return f, nil
 	}
@@ -480,6 +532,9 @@ func (c *converter) trace(v any, dev int) ([]Event, bool, error) {
 	l, ok := v.(*List)
 	if !ok {
 		return nil, false, layoutError("device_traces[%d] is a %s, not a list", dev, TypeName(v))
+	}
+	if err := c.expand(len(l.Items)); err != nil {
+		return nil, false, err
 	}
 	evs := make([]Event, 0, len(l.Items))
 	hasTime := false

@@ -156,6 +156,11 @@ func FuzzParse(f *testing.F) {
 	for name := range pickles {
 		f.Add(mustHex(f, name))
 	}
+	// Pickles whose shared references expand past what their size holds
+	// (TestParseRefusesSharedExpansion), and ones within it.
+	for _, b := range [][]byte{sharedBlocks(300, 300), sharedEvents(300, 300), sharedFrames(600, 600), sharedBlocks(4, 4), sharedFrames(8, 8)} {
+		f.Add(b)
+	}
 	seeds, _ := filepath.Glob("../testdata/snapshots/*")
 	shared, _ := filepath.Glob(filepath.Join("..", "..", "shared", "snapshots", "raw", "*"))
 	for _, p := range append(seeds, shared...) {
