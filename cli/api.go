@@ -298,8 +298,10 @@ func fieldValue(f APIField, v json.RawMessage) ([]string, error) {
 		if !ok {
 			return nil, wrong
 		}
-		if _, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
-			return nil, &APIError{Status: 400, Field: f.Key, Msg: fmt.Sprintf("field %q must be a whole number, not %s", f.Key, n)}
+		if _, err := strconv.ParseInt(n.String(), 10, 64); errors.Is(err, strconv.ErrRange) {
+			return nil, &APIError{Status: 400, Field: f.Key, Msg: fmt.Sprintf("field %q %s: want a whole number (this one is out of range)", f.Key, cutNumber(n.String()))}
+		} else if err != nil {
+			return nil, &APIError{Status: 400, Field: f.Key, Msg: fmt.Sprintf("field %q must be a whole number, not %s", f.Key, cutNumber(n.String()))}
 		}
 		return []string{n.String()}, nil
 	case "number":
@@ -444,7 +446,7 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 		}
 		for _, s := range v {
 			if err := fl.Set(flag, s); err != nil {
-				return nil, &APIError{Status: 400, Field: k, Msg: apiMessage(fmt.Errorf("field %q: %w", k, err), fl, dir)}
+				return nil, &APIError{Status: 400, Field: k, Msg: apiMessage(apiValueError(name, k, s, err), fl, dir)}
 			}
 		}
 	}
@@ -484,6 +486,33 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 		ae.Status = 422
 	}
 	return nil, ae
+}
+
+// apiValueError is a field's value the command's flag refused, worded as
+// the CLI words a flag's (flagError): `field "gpu_memory_utilization"
+// 1e999: want a number (this one is out of range)`, the value as the
+// request wrote it (a JSON number bare, a string quoted), never pflag's
+// or strconv's text.
+func apiValueError(command, key, value string, err error) error {
+	var iv *pflag.InvalidValueError
+	if !errors.As(err, &iv) {
+		return fmt.Errorf("field %q: %w", key, err)
+	}
+	shown := quoteCut(value)
+	switch apiFieldMaps()[command][key].Type {
+	case "integer", "number", "boolean":
+		shown = cutNumber(value)
+	}
+	return fmt.Errorf("field %q %s: %s", key, shown, valueWant(iv))
+}
+
+// cutNumber is a JSON number as a message repeats it: bare, cut to
+// maxQuoted bytes with "…" when longer (a number is ASCII).
+func cutNumber(n string) string {
+	if len(n) > maxQuoted {
+		return n[:maxQuoted] + "…"
+	}
+	return n
 }
 
 // fileKeys are the keys of a job file (pack) that name other files.

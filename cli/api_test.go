@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/memplan/memplan/internal/msgcheck"
 )
 
 // The service reads no file of its disk for a caller, however a job file
@@ -82,6 +84,45 @@ func TestAPIPackYAMLRefusals(t *testing.T) {
 			var ae *APIError
 			if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Msg, tc.want) || strings.Contains(ae.Msg, "\n") {
 				t.Fatalf("%v, want a 400 saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A value a field's flag refuses is worded as the CLI words a flag's
+// (flagError), the field in place of the flag: never pflag's "invalid
+// argument ... flag" or strconv's "parsing ...: value out of range".
+func TestAPIValueRefusals(t *testing.T) {
+	for _, c := range []struct {
+		command, body, field, want string
+	}{
+		{"plan", `{"model": "gpt2", "mode": "serve", "gpu": "h100", "gpu_memory_utilization": 1e999}`, "gpu_memory_utilization",
+			`field "gpu_memory_utilization" 1e999: want a number (this one is out of range)`},
+		{"fit", `{"model": "gpt2", "gpu": "h100", "headroom": -1e999}`, "headroom",
+			`field "headroom" -1e999: want a number (this one is out of range)`},
+		{"plan", `{"model": "gpt2", "micro_batch": 99999999999999999999}`, "micro_batch",
+			`field "micro_batch" 99999999999999999999: want a whole number (this one is out of range)`},
+		{"plan", `{"model": "gpt2", "micro_batch": 1.5}`, "micro_batch", `field "micro_batch" must be a whole number, not 1.5`},
+	} {
+		t.Run(c.command+" "+c.field, func(t *testing.T) {
+			vals, _, err := ParseAPIRequest(c.command, []byte(c.body))
+			if err == nil {
+				_, err = RunAPI(context.Background(), c.command, vals)
+			}
+			var ae *APIError
+			if !errors.As(err, &ae) || ae.Status != 400 || ae.Field != c.field {
+				t.Fatalf("%v (%#v), want a 400 on %q", err, ae, c.field)
+			}
+			if ae.Msg != c.want {
+				t.Errorf("error %q, want %q", ae.Msg, c.want)
+			}
+			for _, bad := range []string{"invalid argument", "flag", "strconv", "parsing"} {
+				if strings.Contains(ae.Msg, bad) {
+					t.Errorf("error %q says %q", ae.Msg, bad)
+				}
+			}
+			if p := msgcheck.Problems(ae.Msg); len(p) > 0 {
+				t.Errorf("error %q: %v", ae.Msg, p)
 			}
 		})
 	}

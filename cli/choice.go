@@ -98,6 +98,14 @@ func flagError(c *cobra.Command, err error) error {
 	if !errors.As(err, &iv) {
 		return fmt.Errorf("%s (see '%s --help')", err, c.CommandPath())
 	}
+	f := iv.GetFlag()
+	return fmt.Errorf("--%s %s: %s (see '%s --help')", f.Name, quoteCut(iv.GetValue()), valueWant(iv), c.CommandPath())
+}
+
+// valueWant says what a flag whose value pflag refused takes, in words
+// (`want a number (this one is out of range)`), for the CLI's refusal and
+// the service's (apiValueError).
+func valueWant(iv *pflag.InvalidValueError) string {
 	f, cause := iv.GetFlag(), iv.Unwrap()
 	want := valueWants[f.Value.Type()]
 	if _, ok := f.Value.(askable); ok {
@@ -106,13 +114,11 @@ func flagError(c *cobra.Command, err error) error {
 	switch {
 	case want == "":
 		// A memplan flag type: its own words.
-		want = goParser.ReplaceAllString(cause.Error(), "")
+		return goParser.ReplaceAllString(cause.Error(), "")
 	case errors.Is(cause, strconv.ErrRange):
-		want = "want " + want + " (this one is out of range)"
-	default:
-		want = "want " + want
+		return "want " + want + " (this one is out of range)"
 	}
-	return fmt.Errorf("--%s %s: %s (see '%s --help')", f.Name, quoteCut(iv.GetValue()), want, c.CommandPath())
+	return "want " + want
 }
 
 // valueWants are what pflag's value types take, in words.
