@@ -55,10 +55,12 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 		Short: "Serve plan, compare, fit, max, explain and pack as a JSON HTTP API (POST /v1/COMMAND, /openapi.json, /metrics)",
 		Long: "serve answers POST /v1/plan, /v1/compare, /v1/fit, /v1/max, /v1/explain and /v1/pack: a JSON object of the\n" +
 			"command's flags ('-' written '_', e.g. {\"model\": \"llama-3-8b\", \"gpu\": \"h100\", \"micro_batch\": 4}) answered with\n" +
-			"the document its --json prints (a job that does not fit too, with Memplan-Exit-Status: 3). explain takes\n" +
-			"the snapshot base64-encoded in \"snapshot\", pack the job file's text in \"jobs\". Errors are {\"error\", \"field\"}:\n" +
-			"400 bad input, 413 too large, 422 nothing fits, 429/503 busy (Retry-After), 503 past --timeout. It caches\n" +
-			"answers, logs one JSON line per request on stderr and exposes Prometheus metrics at /metrics.\n" +
+			"the document its --json prints, with the CLI's exit status in Memplan-Exit-Status: 200 for 0 and 3 (a job that\n" +
+			"does not fit: the document says so), 422 for 4 (nothing fits: compare's and max's document, fit's error),\n" +
+			"400 for 1 (bad input). explain takes the snapshot base64-encoded in \"snapshot\", pack the job file's text in\n" +
+			"\"jobs\". Errors are {\"error\", \"field\"}: 400 bad input, 413 too large, 422 fit found no plan, 429/503 busy\n" +
+			"(Retry-After), 503 past --timeout. It caches answers, logs one JSON line per request on stderr and exposes\n" +
+			"Prometheus metrics at /metrics.\n" +
 			"(plan --mode serve is a different thing: vLLM serving a model.)",
 		Example: `  memplan serve --addr 127.0.0.1:8080
   curl -s localhost:8080/v1/plan -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,

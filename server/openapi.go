@@ -12,6 +12,13 @@ var docKinds = map[string]string{
 	"pack":    "memplan.pack/v1",
 }
 
+// exitHeader is the Memplan-Exit-Status header of a response whose CLI
+// exit statuses are exits.
+func exitHeader(exits string) map[string]any {
+	return map[string]any{"Memplan-Exit-Status": map[string]any{"schema": map[string]any{"type": "integer"},
+		"description": "the CLI's exit status for the same flags: " + exits}}
+}
+
 // OpenAPI is the OpenAPI 3 document of b's API, as data: each command's
 // request schema is its fields (Backend.Fields, the CLI's flags), closed to
 // others.
@@ -48,20 +55,26 @@ func OpenAPI(b Backend) map[string]any {
 		if len(required) > 0 {
 			schema["required"] = required
 		}
+		doc := map[string]any{"type": "object", "description": "the " + docKinds[c] + " document memplan " + c + " --json prints"}
+		badInput := errResp("bad input (the CLI's exit status 1): malformed JSON, an unknown field, a value of the wrong type, or a value the command refuses; field names it")
+		badInput["headers"] = exitHeader("1")
 		paths["/v1/"+c] = map[string]any{"post": map[string]any{
 			"operationId": c,
 			"summary":     "memplan " + c + ", its flags as fields ('-' written '_')",
 			"requestBody": map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": schema}}},
 			"responses": map[string]any{
-				"200": map[string]any{"description": "the " + docKinds[c] + " document memplan " + c + " --json prints; a job that does not fit is an answer too (Memplan-Exit-Status: 3)",
+				"200": map[string]any{"description": "the " + docKinds[c] + " document memplan " + c + " --json prints (the CLI's exit status 0, or 3: the job does not fit, which the document says)",
 					"headers": map[string]any{
-						"Memplan-Exit-Status": map[string]any{"schema": map[string]any{"type": "integer"}, "description": "the CLI's exit status: 0, or 3 does not fit"},
+						"Memplan-Exit-Status": exitHeader("0 fits (or no GPU or budget was given), 3 does not fit")["Memplan-Exit-Status"],
 						"Memplan-Cache":       map[string]any{"schema": map[string]any{"type": "string", "enum": []any{"hit", "miss"}}},
 					},
-					"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}},
-				"400": errResp("bad input: malformed JSON, an unknown field, a value of the wrong type, or a value the command refuses; field names it"),
+					"content": map[string]any{"application/json": map[string]any{"schema": doc}}},
+				"400": badInput,
 				"413": errResp("the request body is over the size limit"),
-				"422": errResp("no plan fits (fit) or no value fits (max)"),
+				"422": map[string]any{"description": "nothing fits (the CLI's exit status 4): compare answers its document (no strategy fits) and max its document (no value fits), each naming the largest lever; fit, which prints none, answers the error (no plan fits)",
+					"headers": exitHeader("4"),
+					"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{
+						"anyOf": []any{doc, map[string]any{"$ref": "#/components/schemas/Error"}}}}}},
 				"429": busy,
 				"503": busy,
 			},

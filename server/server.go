@@ -8,12 +8,16 @@
 // with Retry-After past it), an LRU cache of answers keyed by the canonical
 // request, one structured log line (log/slog) and Prometheus metrics.
 //
-// Statuses: 200 with the document for every answer, a job that does not
-// fit included (the document says so, and the Memplan-Exit-Status header
-// carries the CLI's exit status, 3); 400 for bad input and 422 when fit
-// finds no plan that fits or max no value, both {"error": ..., "field": ...}
-// naming the request field; 413 past the size limit; 429 and 503 when busy;
-// 503 past the time limit. A 500 is a bug (a recovered panic), never input.
+// Statuses follow the CLI's exit status for the same flags, one mapping for
+// every command (exitHTTP), carried too in the Memplan-Exit-Status header:
+// 0 (fits) and 3 (does not fit: the document says so) are 200 with the
+// document; 4 (nothing fits) is 422, with the document where the command
+// prints one (compare: no strategy fits; max: no value fits; each names the
+// largest lever) and {"error": ..., "field": ...} where it prints none (fit
+// finds no plan); 1 (bad input) is 400 with the error naming the request
+// field. Outside the CLI's statuses: 413 past the size limit; 429 and 503
+// when busy; 503 past the time limit. A 500 is a bug (a recovered panic),
+// never input.
 package server
 
 import (
@@ -51,8 +55,9 @@ type Request struct {
 	Canonical []byte
 }
 
-// Answer is a command's JSON document and the CLI's exit status for it (0,
-// or 3 when the job does not fit).
+// Answer is a command's JSON document and the CLI's exit status for it: 0,
+// 3 when the job does not fit, 4 when nothing fits (compare's strategies,
+// max's values).
 type Answer struct {
 	Doc  []byte
 	Exit int
@@ -404,6 +409,18 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return n, err
 }
 
+// exitHTTP is the HTTP status of each of the CLI's exit statuses: a job
+// that does not fit is an answer (200, the document says so); nothing
+// fitting is the request's question left without an answer (422, as fit's
+// error has always been); bad input is 400. /openapi.json says the same
+// (OpenAPI); TestExitStatusHTTP checks every route.
+var exitHTTP = map[int]int{0: http.StatusOK, 1: http.StatusBadRequest, 3: http.StatusOK, 4: http.StatusUnprocessableEntity}
+
+// exitOfHTTP is the exit status of a backend error's HTTP status, for its
+// Memplan-Exit-Status header (none for the others: busy, too large, past
+// the time limit have no exit status).
+var exitOfHTTP = map[int]int{http.StatusBadRequest: 1, http.StatusUnprocessableEntity: 4}
+
 // Header values every answer shares, set without Header.Set's
 // canonicalising and allocating a slice each (3 of a cached round trip's
 // 103 allocations in BenchmarkCachedPlan); net/http only reads them.
@@ -426,19 +443,27 @@ func writeAnswer(w http.ResponseWriter, a Answer, cache string) int {
 	} else {
 		h.Set("Memplan-Cache", cache)
 	}
-	w.WriteHeader(http.StatusOK)
+	status, ok := exitHTTP[a.Exit]
+	if !ok {
+		status = http.StatusOK // a status the CLI does not have: the document answers
+	}
+	w.WriteHeader(status)
 	_, _ = w.Write(a.Doc)
-	return http.StatusOK
+	return status
 }
 
 func writeBackendError(w http.ResponseWriter, err error) int {
+	status, field, msg := http.StatusBadRequest, "", err.Error()
 	var se StatusError
 	if errors.As(err, &se) {
-		return writeError(w, se.HTTPStatus(), se.FieldKey(), se.Error())
+		status, field = se.HTTPStatus(), se.FieldKey()
 	}
 	// A backend error without a status is about the input (the CLI's exit
 	// status 1): 400, never a 500.
-	return writeError(w, http.StatusBadRequest, "", err.Error())
+	if exit, ok := exitOfHTTP[status]; ok {
+		w.Header()["Memplan-Exit-Status"] = exitWords[exit]
+	}
+	return writeError(w, status, field, msg)
 }
 
 // errorBody is every error's JSON.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -389,5 +390,80 @@ func TestLogLines(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &l); err != nil || l.Status != 400 || !strings.Contains(l.Error, "modle") {
 		t.Errorf("log line %s (%v)", lines[1], err)
+	}
+}
+
+// Every route answers the CLI's exit status for the same flags with one
+// mapping, the one /openapi.json documents: 0 and 3 are 200 with the
+// document, 4 (nothing fits) is 422 with compare's and max's document or
+// fit's error, 1 is 400; the Memplan-Exit-Status header says which, a
+// cached answer too.
+func TestExitStatusHTTP(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	resp, err := http.Get(ts.URL + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]struct {
+			Post struct {
+				Responses map[string]struct {
+					Headers map[string]struct {
+						Description string `json:"description"`
+					} `json:"headers"`
+				} `json:"responses"`
+			} `json:"post"`
+		} `json:"paths"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := os.ReadFile("../testdata/snapshots/Muduard__LayoutEditing__413b2eb4__memory_snapshot.pkl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, _ := json.Marshal("kind: memplan.jobs/v1\njobs:\n  - name: a\n    train: {model: gpt2}\n")
+	for _, c := range []struct {
+		route, body string
+		status      int
+		exit        string
+		schema      string // the document's; "" an error body
+	}{
+		{"plan", `{"model": "gpt2", "gpu": "h100", "no_timeline": true}`, 200, "0", "memplan.plan/v1"},
+		{"plan", `{"model": "llama-3-8b", "gpu": "rtx-4090", "no_timeline": true}`, 200, "3", "memplan.plan/v1"},
+		{"plan", `{"model": "gpt2", "micro_batch": 0}`, 400, "1", ""},
+		{"compare", `{"model": "gpt2", "gpu": "h100"}`, 200, "0", "memplan.compare/v1"},
+		{"compare", `{"model": "llama-3-70b", "gpu": "rtx-4090"}`, 422, "4", "memplan.compare/v1"},
+		{"max", `{"model": "gpt2", "gpu": "h100", "micro_batch": "?", "seq": 1024}`, 200, "0", "memplan.max/v1"},
+		{"max", `{"model": "llama-3-70b", "gpu": "rtx-4090", "micro_batch": "?"}`, 422, "4", "memplan.max/v1"},
+		{"max", `{"model": "gpt2", "mode": "serve", "gpu": "rtx-4090", "context": "?", "requests": 100000000}`, 422, "4", "memplan.max/v1"},
+		{"fit", `{"model": "llama-3-70b", "gpu": "rtx-4090", "global_batch": 8}`, 422, "4", ""},
+		{"explain", `{"snapshot": "` + base64.StdEncoding.EncodeToString(snap) + `"}`, 200, "0", "memplan.explain/v1"},
+		{"pack", `{"jobs": ` + string(jobs) + `, "gpus": "1xh100"}`, 200, "0", "memplan.pack/v1"},
+	} {
+		t.Run(c.route+" "+c.exit+" "+c.body[:min(40, len(c.body))], func(t *testing.T) {
+			for _, try := range []string{"computed", "cached"} {
+				got := post(t, ts.URL+"/v1/"+c.route, c.body)
+				if got.status != c.status || got.header.Get("Memplan-Exit-Status") != c.exit {
+					t.Fatalf("%s: status %d, Memplan-Exit-Status %q, want %d and %s: %.300s", try, got.status, got.header.Get("Memplan-Exit-Status"), c.status, c.exit, got.body)
+				}
+				if c.schema == "" {
+					errorOf(t, got)
+				} else {
+					var d struct {
+						Schema string `json:"schema"`
+					}
+					if err := json.Unmarshal(got.body, &d); err != nil || d.Schema != c.schema {
+						t.Errorf("%s: body schema %q (%v), want %s", try, d.Schema, err, c.schema)
+					}
+				}
+			}
+			r, ok := doc.Paths["/v1/"+c.route].Post.Responses[fmt.Sprint(c.status)]
+			if !ok || !strings.Contains(r.Headers["Memplan-Exit-Status"].Description, c.exit) {
+				t.Errorf("/openapi.json: /v1/%s's %d does not document exit status %s (%+v)", c.route, c.status, c.exit, r)
+			}
+		})
 	}
 }

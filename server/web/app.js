@@ -35,7 +35,9 @@ async function api(command, body) {
     await new Promise((r) => setTimeout(r, wait * 1000));
   }
   const doc = await resp.json();
-  if (!resp.ok) {
+  // 422 with a document is an answer: nothing fits (Memplan-Exit-Status 4),
+  // and compare's table says what each strategy would need.
+  if (!resp.ok && !(resp.status === 422 && doc.schema)) {
     throw new Error(command + ": " + doc.error + (doc.field ? " (field " + doc.field + ")" : ""));
   }
   return doc;
