@@ -181,7 +181,11 @@ func New(b Backend, cfg Config) *Server {
 	s.mux.Handle("/healthz", s.route("/healthz", s.get(func(w http.ResponseWriter, r *http.Request) int {
 		return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "in_flight": len(s.sem), "queued": s.waiting.Load()})
 	})))
-	s.mux.Handle("/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+	s.mux.Handle("/metrics", s.route("/metrics", s.get(func(w http.ResponseWriter, r *http.Request) int {
+		prom.ServeHTTP(w, r)
+		return http.StatusOK
+	})))
 	if c, ok := b.(Cataloger); ok {
 		s.mux.Handle("/v1/catalog", s.route("/v1/catalog", s.catalog(c)))
 	}

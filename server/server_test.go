@@ -467,3 +467,22 @@ func TestExitStatusHTTP(t *testing.T) {
 		})
 	}
 }
+
+// Every GET route refuses another method with 405 and Allow, /metrics too.
+func TestGetRoutesRefuseOtherMethods(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	for _, path := range []string{"/metrics", "/healthz", "/openapi.json", "/v1/catalog", "/"} {
+		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+			req, _ := http.NewRequest(method, ts.URL+path, strings.NewReader("{}"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 405 || !strings.Contains(resp.Header.Get("Allow"), "GET") {
+				t.Errorf("%s %s: %d, Allow %q, want 405 GET: %.100s", method, path, resp.StatusCode, resp.Header.Get("Allow"), b)
+			}
+		}
+	}
+}
