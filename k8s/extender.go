@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,23 +39,25 @@ const maxArgs = 64 << 20
 func (x *Extender) Handler() http.Handler {
 	m := http.NewServeMux()
 	m.HandleFunc("POST /filter", func(w http.ResponseWriter, r *http.Request) {
-		args, err := x.read(w, r)
-		if err != nil {
+		args, ok := x.read(w, r)
+		if !ok {
 			return
 		}
 		writeJSON(w, http.StatusOK, x.Filter(r.Context(), args))
 	})
 	m.HandleFunc("POST /prioritize", func(w http.ResponseWriter, r *http.Request) {
-		args, err := x.read(w, r)
-		if err != nil {
+		args, ok := x.read(w, r)
+		if !ok {
 			return
 		}
 		list, err := x.Prioritize(r.Context(), args)
 		if err != nil {
-			// The prioritize verb has no error field: a failed call is
-			// a non-200 answer, which the scheduler reports (and ignores
-			// when the extender is ignorable).
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			// The prioritize verb has no error field: a failed call is a
+			// non-200 answer. kube-scheduler takes every status but 200
+			// alike (pkg/scheduler/extender.go @ v1.37.2, send), so the
+			// status is for people and logs: 4xx for the request's
+			// fault, 503 for the extender's.
+			writeJSON(w, errorStatus(err), map[string]string{"error": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, list)
@@ -62,18 +66,107 @@ func (x *Extender) Handler() http.Handler {
 	return m
 }
 
-func (x *Extender) read(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, error) {
+// errListing wraps a failure to list the pods bound to nodes (the API
+// server's, not the request's).
+var errListing = errors.New("listing the pods bound to nodes")
+
+// errorStatus is the HTTP status of an error judging a request: 503 when
+// the extender could not answer (its time limit, the request cancelled, the
+// pods not listed), else 400 (the request's nodes, the pod's annotation or
+// workload).
+func errorStatus(err error) int {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, errListing) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusBadRequest
+}
+
+// read decodes the request's ExtenderArgs: one JSON object with a Pod and
+// nothing after it. Otherwise it answers 400 (413 past maxArgs) with one
+// line naming the JSON field and returns false.
+func (x *Extender) read(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, bool) {
 	var args extenderv1.ExtenderArgs
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxArgs))
 	err := dec.Decode(&args)
+	if err == nil {
+		// Decode stops after the object; what follows is refused, not
+		// ignored.
+		if _, end := dec.Token(); end != io.EOF {
+			err = errTrailing
+		}
+	}
 	if err == nil && args.Pod == nil {
-		err = errors.New("no Pod")
+		err = errors.New(`the request has no "Pod"`)
 	}
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "ExtenderArgs: " + oneLine(err.Error())})
-		return nil, err
+		status, msg := argsError(err)
+		writeJSON(w, status, map[string]string{"error": msg})
+		return nil, false
 	}
-	return &args, nil
+	return &args, true
+}
+
+var errTrailing = errors.New("the request body has data after its JSON object")
+
+// argsError words a request body's decoding error in JSON's terms, the
+// field by its path (Pod.metadata.name), never the Go type it decodes
+// into.
+func argsError(err error) (int, string) {
+	var mb *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mb):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit)
+	case errors.Is(err, io.EOF):
+		return http.StatusBadRequest, `the request body is empty: want kube-scheduler's ExtenderArgs, a JSON object with "Pod" and "Nodes"`
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return http.StatusBadRequest, "the request body is not valid JSON (it ends early)"
+	case errors.Is(err, errTrailing):
+		return http.StatusBadRequest, err.Error()
+	case errors.As(err, &se):
+		return http.StatusBadRequest, fmt.Sprintf("the request body is not valid JSON (at byte %d: %s)", se.Offset, se.Error())
+	case errors.As(err, &te) && te.Field == "":
+		return http.StatusBadRequest, fmt.Sprintf(`the request body must be a JSON object with "Pod" and "Nodes", not %s`, withArticle(te.Value))
+	case errors.As(err, &te):
+		return http.StatusBadRequest, fmt.Sprintf("field %q must be %s, not %s", te.Field, jsonKind(te.Type), withArticle(te.Value))
+	}
+	return http.StatusBadRequest, "the request body: " + oneLine(err.Error())
+}
+
+// jsonKind is what JSON value decodes into t, in words.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another JSON value"
+}
+
+// withArticle is encoding/json's name of a JSON value ("number", "array")
+// with its article.
+func withArticle(v string) string {
+	switch {
+	case v == "":
+		return "that value"
+	case strings.HasPrefix(v, "number "):
+		return "the number " + strings.TrimPrefix(v, "number ")
+	case strings.ContainsAny(v[:1], "aeiou"):
+		return "an " + v
+	}
+	return "a " + v
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -99,7 +192,7 @@ func (x *Extender) judged(ctx context.Context, args *extenderv1.ExtenderArgs) (*
 	var pods []*corev1.Pod
 	if x.Pods != nil {
 		if pods, err = x.Pods.Pods(ctx); err != nil {
-			return nil, nil, nil, fmt.Errorf("listing the pods bound to nodes: %w", err)
+			return nil, nil, nil, fmt.Errorf("%w: %w", errListing, err)
 		}
 	}
 	out := make([]Verdict, len(args.Nodes.Items))

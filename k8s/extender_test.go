@@ -199,19 +199,47 @@ func TestExtenderErrors(t *testing.T) {
 	}
 }
 
+// A request the extender cannot read is 400 (413 past the size limit)
+// with one line naming the JSON field, never a Go type, and data after the
+// JSON object is refused. /prioritize answers a request it cannot judge
+// (the pod's annotation) with 400 too: kube-scheduler takes any status but
+// 200 as a failed call.
 func TestExtenderBadRequests(t *testing.T) {
 	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
 	defer srv.Close()
-	for _, c := range []struct{ verb, body, want string }{
-		{"filter", "", "EOF"},
-		{"filter", "{", "unexpected EOF"},
-		{"filter", `{"Nodes": {"items": []}}`, "no Pod"},
-		{"prioritize", `[1,2]`, "cannot unmarshal"},
+	bad := string(readArgs(t, "args-bad.json"))
+	for _, c := range []struct {
+		verb, body string
+		status     int
+		want       string
+	}{
+		{"filter", "", 400, "the request body is empty"},
+		{"filter", "{", 400, "the request body is not valid JSON (it ends early)"},
+		{"filter", `{"Pod": }`, 400, "the request body is not valid JSON (at byte 9: "},
+		{"filter", `{"Nodes": {"items": []}}`, 400, `the request has no "Pod"`},
+		{"filter", `{"Pod": 5}`, 400, `field "Pod" must be an object, not a number`},
+		{"filter", `[]`, 400, `the request body must be a JSON object with "Pod" and "Nodes", not an array`},
+		{"filter", `{"Pod": {"metadata": {"name": 5}}}`, 400, `field "Pod.metadata.name" must be a string, not a number`},
+		{"filter", `{"Pod": {}, "Nodes": {"items": []}} garbage`, 400, "the request body has data after its JSON object"},
+		{"filter", `{"Pod": {}, "Nodes": {"items": []}} {}`, 400, "the request body has data after its JSON object"},
+		{"prioritize", `[1,2]`, 400, "must be a JSON object"},
+		{"prioritize", `{"Pod": {}, "Nodes": {"items": []}} x`, 400, "data after its JSON object"},
+		{"prioritize", bad, 400, "annotation memplan.io/workload"},
+		{"filter", `{"Pod": {"metadata": {"name": "` + strings.Repeat("x", maxArgs) + `"}}}`, 413, "over the limit of"},
 	} {
 		resp, body := post(t, srv, c.verb, []byte(c.body))
-		if resp.StatusCode != 400 || !strings.Contains(string(body), c.want) {
-			t.Errorf("%s %q: %d %s, want 400 %q", c.verb, c.body, resp.StatusCode, body, c.want)
+		var e struct {
+			Error string `json:"error"`
 		}
+		if err := json.Unmarshal(body, &e); err != nil || resp.StatusCode != c.status || !strings.Contains(e.Error, c.want) || strings.Contains(e.Error, "\n") {
+			t.Errorf("%s %.60q: %d %.300s, want %d with one line containing %q", c.verb, c.body, resp.StatusCode, body, c.status, c.want)
+		}
+		for _, leak := range []string{"Go ", "v1.", "ExtenderArgs.", "json: ", "unmarshal"} {
+			if strings.Contains(e.Error, leak) {
+				t.Errorf("%s %.60q: %q says %q", c.verb, c.body, e.Error, leak)
+			}
+		}
+		checkMsg(t, e.Error)
 	}
 	// NodeNames only (a node-cache-capable configuration): an Error.
 	x := testExtender(t, pack.Curve)
