@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -97,6 +98,20 @@ func (d *capacityDevice) Unmap(ptr, size int64) { d.used -= size }
 // on the stream of the forward); NCCL's own buffers are not allocations of
 // the caching allocator and are not in p.
 func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*ProgramResult, error) {
+	return ReplayProgramContext(context.Background(), p, cfg, capacity, timeline)
+}
+
+// stopEvery is how many ops ReplayProgramContext replays between looks at
+// its context: a look is a few ns, 65,536 ops a few ms.
+const stopEvery = 1 << 16
+
+// ReplayProgramContext is ReplayProgram stopped by ctx: every stopEvery
+// ops it returns ctx's cause once ctx is done (deepseek-v3 --accum 8's
+// replays of 1.4 million ops took 3 s each, the longest step of a plan).
+func ReplayProgramContext(ctx context.Context, p *ir.Program, cfg Config, capacity int64, timeline bool) (*ProgramResult, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	pr := &programReplayer{p: p, res: &ProgramResult{PeakOp: -1, OOMOp: -1}}
 	if err := pr.owners(); err != nil {
 		return nil, err
@@ -118,6 +133,11 @@ func ReplayProgram(p *ir.Program, cfg Config, capacity int64, timeline bool) (*P
 	}
 	for pass := range passes {
 		for oi := range p.Ops {
+			if oi%stopEvery == 0 {
+				if err := context.Cause(ctx); err != nil {
+					return nil, err
+				}
+			}
 			if ok, err := pr.step(oi, pass, timeline && pass == passes-1); err != nil || !ok {
 				return pr.res, err
 			}
