@@ -141,7 +141,7 @@ func priceStages(s Spec, o Options, n int) ([]*cost.Timing, map[int]*ir.Graph, e
 	if err := s.Validate(); err != nil {
 		return nil, nil, err
 	}
-	pl := &planner{s: &s, graphs: o.graphs}
+	pl := &planner{s: &s, o: Options{Context: o.Context}, graphs: o.graphs}
 	var ts []*cost.Timing
 	for stage := 0; stage < s.PP; stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
@@ -241,8 +241,11 @@ func priceFour(s Spec, o Options) (*cost.Timing, map[int]*ir.Graph, error) {
 	if err := s.Validate(); err != nil {
 		return nil, nil, err
 	}
-	pl := &planner{s: &s}
+	pl := &planner{s: &s, o: Options{Context: o.Context}}
 	p4, _, err := pl.stageProgram(false, 0)
+	if err == nil {
+		err = o.stopped()
+	}
 	if err != nil {
 		return nil, pl.graphs, err
 	}

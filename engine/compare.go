@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -176,11 +177,18 @@ func Compare(base Spec, allow Allow) ([]Row, error) {
 // it once. A variant that cannot apply keeps its reason in Row.Err; an
 // error in the baseline, or one each returns, is returned.
 func CompareEach(base Spec, allow Allow, each func(Row) error) error {
+	return CompareEachContext(context.Background(), base, allow, each)
+}
+
+// CompareEachContext is CompareEach stopped by ctx (Options.Context): once
+// ctx is done no more rows are planned or handed to each, and its cause is
+// returned.
+func CompareEachContext(ctx context.Context, base Spec, allow Allow, each func(Row) error) error {
 	if err := base.Validate(); err != nil {
 		return err
 	}
 	first := true
-	return eachVariant(base, Variants(base, allow), Options{Cache: &Cache{}, NoTimeline: true}, nil, func(_ int, r Row) error {
+	return eachVariant(base, Variants(base, allow), Options{Cache: &Cache{}, NoTimeline: true, Context: ctx}, nil, func(_ int, r Row) error {
 		if first && r.Err != nil {
 			return r.Err // the baseline
 		}

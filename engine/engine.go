@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -210,6 +211,15 @@ func (s *Spec) Topology() *cost.Topology {
 
 // Options say how a plan is computed; they never change its numbers.
 type Options struct {
+	// Context, when set, stops the plan between its phases (building,
+	// lowering and transforming each program, simulating it, pricing it,
+	// replaying it through the allocator, each strategy of Compare and the
+	// lever): the call then returns the context's cause. A phase runs to
+	// its end; deepseek-v3's longest, lowering or simulating its 1.3
+	// million ops, take about 0.3 s on this project's machine. The
+	// service's request deadline and a client that went away stop a plan
+	// through it.
+	Context context.Context
 	// Cache, when set, memoizes programs across plans (a search's).
 	Cache *Cache
 	// NoTimeline leaves Result.Sim.Timeline empty (sim.Options): for
@@ -264,6 +274,15 @@ type Options struct {
 	// bound its peak tightens (LargestLever), so the cache keeps none of
 	// its programs for them (eachVariant).
 	leverBound bool
+}
+
+// stopped is the cause of o.Context once it is done (nil without one, or
+// before).
+func (o *Options) stopped() error {
+	if o.Context == nil {
+		return nil
+	}
+	return context.Cause(o.Context)
 }
 
 // ErrSpec wraps every invalid-spec error.
@@ -660,6 +679,9 @@ type planner struct {
 // parameters of this GPU before data-parallel sharding.
 func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, error) {
 	s, c := pl.s, pl.o.Cache
+	if err := pl.o.stopped(); err != nil {
+		return nil, 0, err
+	}
 	if s.Trace != nil {
 		p, err := traceProgram(s, first)
 		if err != nil {
@@ -704,6 +726,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		}
 		pl.graphs[stage] = g
 	}
+	if err := pl.o.stopped(); err != nil {
+		return nil, 0, err
+	}
 	if s.Mode == Infer {
 		p, err := lower.InferWith(g, s.Sem.Workspace)
 		if err != nil {
@@ -712,6 +737,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		return p, paramCount(p), nil
 	}
 	p, err := lower.Train(g, s.trainConfig(first))
+	if err == nil {
+		err = pl.o.stopped()
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -738,6 +766,9 @@ type stagePlan struct {
 func (pl *planner) planStage(stage int) (stagePlan, error) {
 	s, o := pl.s, pl.o
 	p, params, err := pl.stageProgram(false, stage)
+	if err == nil {
+		err = o.stopped()
+	}
 	if err != nil {
 		return stagePlan{}, err
 	}
@@ -838,6 +869,9 @@ func (pl *planner) transform(p *ir.Program, stage int, sl slice) (*ir.Program, i
 	s := pl.s
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
+		if err := pl.o.stopped(); err != nil {
+			return nil, err // --checkpoint auto's search makes many
+		}
 		q, err := s.preChain(p, false, chosen, stage, sl)
 		if err != nil {
 			return nil, err
@@ -868,6 +902,9 @@ func Plan(s Spec) (*Result, error) {
 // PlanWith is Plan computed as o says (o never changes the numbers).
 func PlanWith(s Spec, o Options) (*Result, error) {
 	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if err := o.stopped(); err != nil {
 		return nil, err
 	}
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
@@ -933,6 +970,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			return nil, err
 		}
 		if err := checkProgramBytes(&s, res.FirstProgram); err != nil {
+			return nil, err
+		}
+		if err := o.stopped(); err != nil {
 			return nil, err
 		}
 		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: true}); err != nil {

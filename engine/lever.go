@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"context"
 	"slices"
 
 	"github.com/memplan/memplan/ir"
@@ -33,6 +34,14 @@ import (
 // lever held seven programs of about 470,000 ops each and built the model
 // eight times.
 func LargestLever(base *Result, c *Cache) *Row {
+	r, _ := LargestLeverContext(context.Background(), base, c)
+	return r
+}
+
+// LargestLeverContext is LargestLever stopped by ctx (Options.Context):
+// once ctx is done it returns its cause, not a lever picked from the
+// strategies planned before.
+func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, error) {
 	all := Variants(base.Spec, Allow{})[1:] // the baseline is base
 	floors := make([]units.Bytes, len(all))
 	for i, v := range all {
@@ -45,12 +54,17 @@ func LargestLever(base *Result, c *Cache) *Row {
 	}
 	var best *Row
 	b := newBound(base.PeakBytes(), floors)
-	eachStrategy(base, vs, leverOptions(c), func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
+	o := leverOptions(c)
+	o.Context = ctx
+	eachStrategy(base, vs, o, func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
 		if b.offer(order[k], r.Result.PeakBytes()) {
 			best = &r
 		}
 	})
-	return best
+	if err := o.stopped(); err != nil {
+		return nil, err
+	}
+	return best, nil
 }
 
 // leverOptions are the options LargestLever plans its strategies with
@@ -205,6 +219,9 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
 				row.Result, row.Err = PlanWith(specs[i], o)
+			}
+			if err := o.stopped(); err != nil {
+				return err // not a row: the variant was not planned
 			}
 			if err := each(i, row); err != nil {
 				return err

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/units"
 )
@@ -29,6 +31,12 @@ type Reserved struct {
 // cfg. With decide, Fits, Shortfall and Headroom are decided on the reserved
 // peak instead of the allocated one.
 func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*Reserved, error) {
+	return r.PredictReservedContext(context.Background(), cfg, decide, timeline)
+}
+
+// PredictReservedContext is PredictReserved stopped by ctx (each replay
+// looks at it, allocator.ReplayProgramContext).
+func (r *Result) PredictReservedContext(ctx context.Context, cfg allocator.Config, decide, timeline bool) (*Reserved, error) {
 	rv := &Reserved{Config: cfg, FitsOnReserved: true}
 	// The two iterations are replayed side by side: each replay owns its
 	// allocator and only reads its program (deepseek-v3 --accum 8: two
@@ -40,11 +48,11 @@ func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*
 	} else {
 		go func() {
 			defer close(done)
-			rv.First, errFirst = allocator.ReplayProgram(r.FirstProgram, cfg, 0, false)
+			rv.First, errFirst = allocator.ReplayProgramContext(ctx, r.FirstProgram, cfg, 0, false)
 		}()
 	}
 	var err error
-	rv.Steady, err = allocator.ReplayProgram(r.Program, cfg, 0, timeline)
+	rv.Steady, err = allocator.ReplayProgramContext(ctx, r.Program, cfg, 0, timeline)
 	<-done
 	if err == nil {
 		err = errFirst // the steady iteration's error first, as when they were replayed in turn
@@ -62,7 +70,7 @@ func (r *Result) PredictReserved(cfg allocator.Config, decide, timeline bool) (*
 		if worst == rv.First {
 			prog = r.FirstProgram
 		}
-		if rv.Capped, err = allocator.ReplayProgram(prog, cfg, int64(r.Capacity), false); err != nil {
+		if rv.Capped, err = allocator.ReplayProgramContext(ctx, prog, cfg, int64(r.Capacity), false); err != nil {
 			return nil, err
 		}
 		rv.FitsOnReserved = !rv.Capped.OOM
