@@ -1,6 +1,7 @@
 package search
 
 import (
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -33,6 +34,9 @@ type estimator struct {
 	overPart map[engine.Spec]int
 	// budget, when set, bounds each program planned (Options.MemoryBudget).
 	budget *budget
+	// ctx, when set, stops each plan (engine.Options.Context): the search
+	// looks at it between states, a plan between its phases.
+	ctx context.Context
 }
 
 type depths struct {
@@ -130,7 +134,7 @@ func (e *estimator) run(s engine.Spec, layers int) (*engine.Result, time.Duratio
 // runWith is run simulating sim micro-steps, planned as o says (through
 // e's cache).
 func (e *estimator) runWith(s engine.Spec, o engine.Options, layers, sim int) (*engine.Result, time.Duration, error) {
-	s.Model, o.Cache = e.depth(layers), e.cache
+	s.Model, o.Cache, o.Context = e.depth(layers), e.cache, e.ctx
 	accum := s.Accum
 	s.Accum = sim
 	r, err := engine.PlanWith(s, o)

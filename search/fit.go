@@ -239,7 +239,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		return nil, err
 	}
 	f.est = newEstimator(base.Model)
-	f.est.limit, f.est.budget = f.limit, b
+	f.est.limit, f.est.budget, f.est.ctx = f.limit, b, o.Context
 	f.est.cache.Limit = b.cacheOps() * o.Workers // verification's, shared by the workers
 	f.estimate()
 	if err := f.cancelled(); err != nil {

@@ -83,9 +83,9 @@ func Max(base engine.Spec, d Dim) (*MaxResult, error) {
 	return MaxContext(context.Background(), base, d)
 }
 
-// MaxContext is Max cancelled by ctx: each probe checks it first and the
-// search returns its error (a service's request deadline or a client that
-// went away).
+// MaxContext is Max cancelled by ctx: each probe checks it first, and each
+// plan between its phases (engine.Options.Context), and the search returns
+// its error (a service's request deadline or a client that went away).
 func MaxContext(ctx context.Context, base engine.Spec, d Dim) (*MaxResult, error) {
 	r := &MaxResult{Dim: d, Step: 1, Cache: &engine.Cache{}}
 	if err := r.refuse(&base); err != nil {
@@ -233,7 +233,7 @@ func (m *maxSolver) plan(v int) (*engine.Result, error) {
 		}
 	}
 	m.r.Plans++
-	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true, Cache: m.r.Cache})
+	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true, Cache: m.r.Cache, Context: m.ctx})
 }
 
 // probe plans value u·Step and records its peak.
