@@ -2,6 +2,7 @@ package pack
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -123,8 +124,8 @@ func (e *Envelope) members() []*Envelope {
 
 // envelopesOf computes job j's envelopes on GPU g, one per GPU it runs on
 // (its ranks, in rank order).
-func envelopesOf(j *Job, g *hw.GPU) ([]*Envelope, error) {
-	ranks, err := sourceEnvelopes(j, g)
+func envelopesOf(ctx context.Context, j *Job, g *hw.GPU) ([]*Envelope, error) {
+	ranks, err := sourceEnvelopes(ctx, j, g)
 	if err != nil {
 		return nil, fmt.Errorf("job %q: %w", j.Name, err)
 	}
@@ -155,7 +156,7 @@ func envelopesOf(j *Job, g *hw.GPU) ([]*Envelope, error) {
 
 // sourceEnvelopes are the envelopes of what j says runs, one per rank: a
 // plan JSON or a snapshot is one process's.
-func sourceEnvelopes(j *Job, g *hw.GPU) ([]*Envelope, error) {
+func sourceEnvelopes(ctx context.Context, j *Job, g *hw.GPU) ([]*Envelope, error) {
 	var (
 		s      engine.Spec
 		err    error
@@ -163,7 +164,7 @@ func sourceEnvelopes(j *Job, g *hw.GPU) ([]*Envelope, error) {
 	)
 	switch {
 	case j.Serve != nil && j.Serve.server() == "vllm":
-		e, err := vllmEnvelope(j.Serve, g)
+		e, err := vllmEnvelope(ctx, j.Serve, g)
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +189,7 @@ func sourceEnvelopes(j *Job, g *hw.GPU) ([]*Envelope, error) {
 	if err != nil {
 		return nil, err
 	}
-	return specEnvelopes(s, g, source)
+	return specEnvelopes(ctx, s, g, source)
 }
 
 // copies is n ranks of one envelope (nil when e is nil).
@@ -220,11 +221,11 @@ func rankCopies(stages []*Envelope, n int) []*Envelope {
 // its micro-batches in flight, its first step), and gives every rank its
 // stage's envelope; a pipeline's stages step together, at the slowest
 // stage's period.
-func specEnvelopes(s engine.Spec, g *hw.GPU, source string) ([]*Envelope, error) {
+func specEnvelopes(ctx context.Context, s engine.Spec, g *hw.GPU, source string) ([]*Envelope, error) {
 	stages := make([]*Envelope, max(s.PP, 1))
 	period := 0.0
 	for k := range stages {
-		e, err := specEnvelope(s, g, k)
+		e, err := specEnvelope(ctx, s, g, k)
 		if err != nil {
 			return nil, err
 		}
@@ -259,7 +260,7 @@ func spread(ranks []*Envelope, modelSize units.Bytes) []*Envelope {
 // cache at start-up and keeps the profile run's activations cached, so its
 // memory is flat: budget plus the CUDA graphs it captures after the KV
 // cache (outside the budget).
-func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
+func vllmEnvelope(ctx context.Context, v *Serve, g *hw.GPU) (*Envelope, error) {
 	s, err := v.VLLM(g)
 	if err != nil {
 		return nil, err
@@ -273,6 +274,9 @@ func vllmEnvelope(v *Serve, g *hw.GPU) (*Envelope, error) {
 	kv := units.Bytes(int64(v.Concurrency) * perReq * int64(r.BlockBytes))
 	u := math.Ceil(float64(r.Weights+r.Activation+r.NonTorch+kv)/total*1000) / 1000
 	for ; u <= 1; u += 0.001 {
+		if err := context.Cause(ctx); err != nil {
+			return nil, err // up to 1,000 plans of a few ms
+		}
 		s.Utilization = u
 		if r, err = serve.Plan(s); err != nil {
 			return nil, err
@@ -311,9 +315,9 @@ func doesNotFit(g *hw.GPU, why string) string {
 // through engine.Result.PredictReserved) and the smallest per-process
 // limit it survives. It is a driver over an enveloper's phases: plan,
 // reserve, limit, curves.
-func specEnvelope(s engine.Spec, g *hw.GPU, stage int) (*Envelope, error) {
+func specEnvelope(ctx context.Context, s engine.Spec, g *hw.GPU, stage int) (*Envelope, error) {
 	s.GPU, s.Capacity = g, 0
-	ev := &enveloper{stage: stage}
+	ev := &enveloper{ctx: ctx, stage: stage}
 	for _, phase := range []func(engine.Spec) error{ev.plan, ev.reserve, ev.limit, ev.curves} {
 		if err := phase(s); err != nil {
 			return nil, err
@@ -324,6 +328,8 @@ func specEnvelope(s engine.Spec, g *hw.GPU, stage int) (*Envelope, error) {
 
 // enveloper holds what specEnvelope's phases share.
 type enveloper struct {
+	// ctx stops each phase's plans and replays (engine.Options.Context).
+	ctx       context.Context
 	e         *Envelope
 	stage     int // the pipeline stage planned
 	res       *engine.Result
@@ -334,7 +340,7 @@ type enveloper struct {
 
 // plan plans the job; the context is the recipe's CUDA overhead.
 func (ev *enveloper) plan(s engine.Spec) (err error) {
-	var o engine.Options
+	o := engine.Options{Context: ev.ctx}
 	if s.PP > 1 {
 		o.Stages = []int{ev.stage}
 	}
@@ -348,7 +354,7 @@ func (ev *enveloper) plan(s engine.Spec) (err error) {
 // reserve replays both iterations through the caching allocator without a
 // limit: the allocated and reserved peaks.
 func (ev *enveloper) reserve(engine.Spec) (err error) {
-	if ev.rv, err = ev.res.PredictReserved(allocator.Config{}, false, true); err != nil {
+	if ev.rv, err = ev.res.PredictReservedContext(ev.ctx, allocator.Config{}, false, true); err != nil {
 		return err
 	}
 	ev.allocated = ev.rv.Steady.PeakAllocated
@@ -372,13 +378,13 @@ func (ev *enveloper) limit(engine.Spec) error {
 	if rv.First != nil && rv.First.PeakReserved > worstPeak {
 		worst, worstPeak = res.FirstProgram, rv.First.PeakReserved
 	}
-	limit, err := smallestLimit(worst, ev.allocated, worstPeak)
+	limit, err := smallestLimit(ev.ctx, worst, ev.allocated, worstPeak)
 	if err != nil {
 		return err
 	}
 	unlimited := (int64(rv.Peak) + limitStep - 1) / limitStep * limitStep
 	if worst == res.Program && res.FirstProgram != nil {
-		r, err := allocator.ReplayProgram(res.FirstProgram, allocator.Config{AllowedMemory: limit}, 0, false)
+		r, err := allocator.ReplayProgramContext(ev.ctx, res.FirstProgram, allocator.Config{AllowedMemory: limit}, 0, false)
 		if err != nil {
 			return err
 		}
@@ -386,12 +392,12 @@ func (ev *enveloper) limit(engine.Spec) error {
 			limit = unlimited
 		}
 	}
-	if ev.capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
+	if ev.capped, err = allocator.ReplayProgramContext(ev.ctx, res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
 		return err
 	}
 	if ev.capped.OOM {
 		limit = unlimited
-		if ev.capped, err = allocator.ReplayProgram(res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
+		if ev.capped, err = allocator.ReplayProgramContext(ev.ctx, res.Program, allocator.Config{AllowedMemory: limit}, 0, true); err != nil {
 			return err
 		}
 	}
@@ -447,9 +453,9 @@ const limitStep = 64 << 20
 // so 0 is never a candidate: a replay "under" it always succeeds. lo, the
 // allocated peak, rounds down to the step below it but no lower than one
 // step; an iteration that allocates less than a step gets hi.
-func smallestLimit(p *ir.Program, lo, hi int64) (int64, error) {
+func smallestLimit(ctx context.Context, p *ir.Program, lo, hi int64) (int64, error) {
 	ok := func(limit int64) (bool, error) {
-		r, err := allocator.ReplayProgram(p, allocator.Config{AllowedMemory: limit}, 0, false)
+		r, err := allocator.ReplayProgramContext(ctx, p, allocator.Config{AllowedMemory: limit}, 0, false)
 		if err != nil {
 			return false, err
 		}

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 // envelopeOf is job j's first process on g (one-GPU jobs' only one).
 func envelopeOf(j *Job, g *hw.GPU) (*Envelope, error) {
-	es, err := envelopesOf(j, g)
+	es, err := envelopesOf(context.Background(), j, g)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -223,6 +224,16 @@ type Result struct {
 // NAME/r for rank r of a job of several GPUs), and byJob the job by its
 // name (rank 0's envelope, its Members the ranks).
 func Envelopes(jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Envelope, err error) {
+	return EnvelopesContext(context.Background(), jobs, pool)
+}
+
+// EnvelopesContext is Envelopes stopped by ctx: each job's plans and
+// allocator replays look at it (engine.Options.Context), and once it is
+// done its cause is returned.
+func EnvelopesContext(ctx context.Context, jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Envelope, err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if pool.GPU == nil {
 		return nil, nil, fmt.Errorf("no GPU")
 	}
@@ -236,10 +247,13 @@ func Envelopes(jobs []Job, pool Pool) (procs []*Envelope, byJob map[string]*Enve
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			ranks[i], errs[i] = envelopesOf(&jobs[i], pool.GPU)
+			ranks[i], errs[i] = envelopesOf(ctx, &jobs[i], pool.GPU)
 		}()
 	}
 	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, nil, err // not a job's error: the jobs were stopped
+	}
 	for _, e := range errs {
 		if e != nil {
 			return nil, nil, e // the first job's, as a sequential loop would

@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"context"
 	"flag"
 	"math"
 	"os"
@@ -217,7 +218,7 @@ func TestVLLMUtilizationIsSmallest(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &Serve{Model: "llama-3-8b", Concurrency: 32, Context: 2048, GenTokens: 512}
-	e, err := vllmEnvelope(v, pool.GPU)
+	e, err := vllmEnvelope(context.Background(), v, pool.GPU)
 	if err != nil {
 		t.Fatal(err)
 	}
