@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -140,11 +141,11 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			// is built and lowered once, and the cache keeps only what
 			// the lever plans from.
 			cache := engine.LeverCache(spec)
-			res, err := engine.PlanWith(spec, engine.Options{Cache: cache})
+			res, err := engine.PlanWith(spec, engine.Options{Cache: cache, Context: cmd.Context()})
 			if err != nil {
 				return err
 			}
-			next, err := reservedAndLever(res, cache, rf)
+			next, err := reservedAndLever(cmd.Context(), res, cache, rf)
 			if err != nil {
 				return err
 			}
@@ -580,20 +581,20 @@ var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)
 // lever plans from the baseline's cached programs (6.1-6.6 s side by side,
 // 6.7-6.8 s in turn; --pp 4 --accum 8: 11.1 s and 10.7-11.1 s): the
 // collector had the second core.
-func reservedAndLever(res *engine.Result, cache *engine.Cache, rf *reservedFlags) (*engine.Row, error) {
-	if err := rf.apply(res, true); err != nil {
+func reservedAndLever(ctx context.Context, res *engine.Result, cache *engine.Cache, rf *reservedFlags) (*engine.Row, error) {
+	if err := rf.apply(ctx, res, true); err != nil {
 		return nil, err
 	}
-	return nextStep(res, cache), nil
+	return nextStep(ctx, res, cache)
 }
 
 // nextStep is where plan and max point a job that does not fit: compare's
 // largest lever (planned through cache) when it is over its GPU or budget;
 // none when it is over --host-memory alone, as the levers lower the device
 // peak and those that lower it most (offload) add host memory.
-func nextStep(res *engine.Result, cache *engine.Cache) *engine.Row {
+func nextStep(ctx context.Context, res *engine.Result, cache *engine.Cache) (*engine.Row, error) {
 	if res.Capacity <= 0 || res.Shortfall <= 0 {
-		return nil
+		return nil, nil
 	}
-	return engine.LargestLever(res, cache)
+	return engine.LargestLeverContext(ctx, res, cache)
 }

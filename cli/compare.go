@@ -40,7 +40,7 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 			// Each strategy is a whole plan: deepseek-v3's seven take
 			// about 12 s on two cores.
 			bar := progress(cmd.ErrOrStderr(), compareRows(spec, a), "comparing strategies")
-			err = engine.CompareEach(spec, a, func(r engine.Row) error {
+			err = engine.CompareEachContext(cmd.Context(), spec, a, func(r engine.Row) error {
 				rep.Add(r)
 				v.add(r)
 				r.Result.Compact()

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 			if n := firstGiven(cmd.Flags(), isPlanFlag); n != "" && against != "flags" {
 				return fmt.Errorf("--%s applies only with --against flags (the plan to compare the snapshot with)", n)
 			}
-			rep, settings, err := readExplained(args[0], device, cmd.Flags().Changed("device"))
+			rep, settings, err := readExplained(cmd.Context(), args[0], device, cmd.Flags().Changed("device"))
 			if err != nil {
 				return err
 			}
@@ -102,7 +103,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 // readExplained explains a snapshot pickle or a torch.profiler memory
 // timeline, told apart by their first bytes; the allocator settings are the
 // snapshot's (the defaults for a timeline, which records none).
-func readExplained(path string, device int64, deviceSet bool) (*explain.Report, snapshot.Settings, error) {
+func readExplained(ctx context.Context, path string, device int64, deviceSet bool) (*explain.Report, snapshot.Settings, error) {
 	data, err := boundedio.ReadFile(path, boundedio.LargeFile)
 	if err != nil {
 		return nil, snapshot.Settings{}, fmt.Errorf("reading snapshot or memory timeline: %w", err)
@@ -120,6 +121,13 @@ func readExplained(path string, device int64, deviceSet bool) (*explain.Report, 
 	s, err := snapshot.Parse(data)
 	if err != nil {
 		return nil, snapshot.Settings{}, fmt.Errorf("%s: %w", path, err)
+	}
+	// The replay below does not look at ctx: it runs to its end, bounded
+	// by the snapshot's size (snapshot.maxRecords).
+	if ctx != nil {
+		if err := context.Cause(ctx); err != nil {
+			return nil, snapshot.Settings{}, err
+		}
 	}
 	rep, err := explain.Explain(s, path, device)
 	return rep, s.Settings, explainFlagErr(err)

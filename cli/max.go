@@ -134,7 +134,9 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 	}
 	var next *engine.Row
 	if nothing {
-		next = nextStep(r.Beyond, r.Cache)
+		if next, err = nextStep(cmd.Context(), r.Beyond, r.Cache); err != nil {
+			return err
+		}
 	}
 	err = emit(stdout, mf.jsonOut,
 		func(w io.Writer) error { return report.WriteMaxJSON(w, r, next, ws) },

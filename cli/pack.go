@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -42,7 +43,7 @@ func newPackCmd(stdout io.Writer) *cobra.Command {
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return f.run(stdout, args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error { return f.run(cmd.Context(), stdout, args[0]) },
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.gpus, "gpus", "", "the pool: COUNTxGPU, e.g. 8xh100 (see 'memplan gpus')")
@@ -118,7 +119,7 @@ func containsPolicy(ps []pack.Policy, p pack.Policy) bool {
 	return false
 }
 
-func (f *packFlags) run(stdout io.Writer, path string) error {
+func (f *packFlags) run(ctx context.Context, stdout io.Writer, path string) error {
 	pool, opt, plotPolicy, err := f.options()
 	if err != nil {
 		return err
@@ -137,7 +138,7 @@ func (f *packFlags) run(stdout io.Writer, path string) error {
 			return err
 		}
 	}
-	envs, byName, err := pack.Envelopes(file.Jobs, pool)
+	envs, byName, err := pack.EnvelopesContext(ctx, file.Jobs, pool)
 	if err != nil {
 		return err
 	}

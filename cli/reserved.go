@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -23,7 +24,7 @@ func (f *reservedFlags) register(fl *pflag.FlagSet) {
 }
 
 // apply replays the planned iteration through the allocator model.
-func (f *reservedFlags) apply(res *engine.Result, timeline bool) error {
+func (f *reservedFlags) apply(ctx context.Context, res *engine.Result, timeline bool) error {
 	var decide bool
 	switch f.fitOn {
 	case "allocated":
@@ -46,6 +47,6 @@ func (f *reservedFlags) apply(res *engine.Result, timeline bool) error {
 		}
 		return nil
 	}
-	_, err = res.PredictReserved(cfg, decide, timeline)
+	_, err = res.PredictReservedContext(ctx, cfg, decide, timeline)
 	return err
 }
