@@ -3,8 +3,9 @@
 // versioned JSON API, POST /v1/COMMAND with a JSON object of the command's
 // fields, answered with the document the command's --json prints. Around
 // each request: a body size limit, a time limit (the request's context,
-// which fit and max check between plans, cancelled too when the client goes
-// away), bounded concurrency (a semaphore with a short queue; 429 or 503
+// cancelled too when the client goes away: the request is answered when it
+// ends, and the command, which looks at it between its phases, stops soon
+// after), bounded concurrency (a semaphore with a short queue; 429 or 503
 // with Retry-After past it), an LRU cache of answers keyed by the canonical
 // request, one structured log line (log/slog) and Prometheus metrics.
 //
@@ -85,7 +86,8 @@ type Config struct {
 	// (default 64 KiB); MaxFileBody for explain and pack, whose bodies carry
 	// a file (default 64 MiB).
 	MaxBody, MaxFileBody int64
-	// Timeout is each request's time limit (default 60 s).
+	// Timeout is each request's time limit (default 60 s): the request is
+	// answered 503 then, and its command stopped through its context.
 	Timeout time.Duration
 	// MaxInFlight requests compute at once (default GOMAXPROCS); MaxQueue
 	// more wait (default 8 × MaxInFlight), each at most QueueWait (default
@@ -241,7 +243,7 @@ func (s *Server) route(name string, h handler) http.Handler {
 			defer func() {
 				if p := recover(); p != nil {
 					s.log.Error("panic", "route", name, "panic", fmt.Sprint(p))
-					status = writeError(rec, http.StatusInternalServerError, "", "internal error (a bug in memplan, not your request)")
+					status = writeError(rec, http.StatusInternalServerError, "", errPanic.Error())
 				}
 			}()
 			return h(rec, r)
@@ -321,11 +323,13 @@ func (s *Server) command(name string) handler {
 		if status, ok := s.acquire(ctx, w); !ok {
 			return status
 		}
-		defer s.release()
-		a, err := s.backend.Run(ctx, name, req)
+		a, err := s.run(ctx, name, req)
 		if err != nil {
 			if ctx.Err() != nil {
-				return writeError(w, http.StatusServiceUnavailable, "", "the request was stopped: "+context.Cause(ctx).Error())
+				return writeError(w, http.StatusServiceUnavailable, "", "the request was stopped: "+stopReason(ctx, r))
+			}
+			if errors.Is(err, errPanic) {
+				return writeError(w, http.StatusInternalServerError, "", err.Error())
 			}
 			return writeBackendError(w, err)
 		}
@@ -335,6 +339,55 @@ func (s *Server) command(name string) handler {
 		}
 		return writeAnswer(w, a, "miss")
 	}
+}
+
+// errPanic is a command that panicked (a bug), logged where it happened.
+var errPanic = errors.New("internal error (a bug in memplan, not your request)")
+
+// run runs a command holding a place in the semaphore (taken by acquire)
+// and returns its answer, or ctx's cause as soon as ctx is done: the
+// request is answered at its time limit, or when its client goes away,
+// even while the command is between two looks at ctx (a plan's phase,
+// explain's replay). The place is given back when the command returns,
+// which its looks at ctx make soon after, so no more than MaxInFlight
+// commands ever compute.
+func (s *Server) run(ctx context.Context, name string, req Request) (Answer, error) {
+	type result struct {
+		a   Answer
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer s.release()
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("panic", "route", "/v1/"+name, "panic", fmt.Sprint(p))
+				done <- result{err: errPanic}
+			}
+		}()
+		a, err := s.backend.Run(ctx, name, req)
+		done <- result{a, err}
+	}()
+	select {
+	case res := <-done:
+		return res.a, res.err
+	case <-ctx.Done():
+		select {
+		case res := <-done: // it ended as ctx did: its answer
+			return res.a, res.err
+		default:
+			return Answer{}, context.Cause(ctx)
+		}
+	}
+}
+
+// stopReason says why a request's context ended: its time limit, or its
+// client going away.
+func stopReason(ctx context.Context, r *http.Request) string {
+	if r.Context().Err() != nil {
+		return "the client closed the connection"
+	}
+	return context.Cause(ctx).Error()
 }
 
 // bodyKey is the key of a request body in s.bodies.

@@ -247,6 +247,166 @@ func TestTimeLimit(t *testing.T) {
 	}
 }
 
+// inFlight is /healthz's count of requests computing.
+func inFlight(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h struct {
+		InFlight int `json:"in_flight"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h.InFlight
+}
+
+// waitIdle waits until no request computes and returns how long that took;
+// it fails the test past limit.
+func waitIdle(t *testing.T, url string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if inFlight(t, url) == 0 {
+			return time.Since(start)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("a request still computes %s after its answer", limit)
+	return 0
+}
+
+// Every route's work stops at the time limit, not only fit's: a 100 ms
+// limit on deepseek-v3 jobs that take seconds to plan (plan --accum 8 took
+// 5.7 s under a 3 s limit, pack 7.9 s) answers 503 naming the limit, and
+// the request's place is free soon after (its plans look at the context
+// between phases). Wall times are logged, not asserted beyond bounds
+// several times the check's granularity.
+func TestEveryRouteStopsAtTheTimeLimit(t *testing.T) {
+	ts := newServer(t, server.Config{Timeout: 100 * time.Millisecond, CacheEntries: -1, MaxInFlight: 1})
+	jobs, _ := json.Marshal("kind: memplan.jobs/v1\njobs:\n  - name: a\n    train: {model: deepseek-v3, seq: 4096}\n")
+	for _, c := range []struct{ route, body string }{
+		{"plan", `{"model": "deepseek-v3", "gpu": "h100", "accum": 8}`},
+		{"compare", `{"model": "deepseek-v3", "gpu": "h100"}`},
+		{"max", `{"model": "deepseek-v3", "gpu": "h100", "seq": "?"}`},
+		{"fit", `{"model": "deepseek-v3", "gpu": "h100", "gpus": 64, "global_batch": 64}`},
+		{"pack", `{"jobs": ` + string(jobs) + `, "gpus": "8xh100"}`},
+	} {
+		t.Run(c.route, func(t *testing.T) {
+			start := time.Now()
+			got := post(t, ts.URL+"/v1/"+c.route, c.body)
+			answered := time.Since(start)
+			if got.status != 503 {
+				t.Fatalf("status %d, want 503: %.300s", got.status, got.body)
+			}
+			if msg, _ := errorOf(t, got); !strings.Contains(msg, "time limit of 100ms") {
+				t.Errorf("error %q does not name the time limit", msg)
+			}
+			if answered > 2*time.Second {
+				t.Errorf("a 100ms limit took %s to answer", answered)
+			}
+			stopped := waitIdle(t, ts.URL, 5*time.Second)
+			t.Logf("answered after %s, stopped %s later", answered, stopped)
+		})
+	}
+}
+
+// stubborn is a backend whose Run ignores its context: it returns when
+// released, as a computation between two looks at its context does.
+type stubborn struct {
+	cli.APIBackend
+	started, release chan struct{}
+}
+
+func (b *stubborn) Run(ctx context.Context, c string, r server.Request) (server.Answer, error) {
+	b.started <- struct{}{}
+	<-b.release
+	return server.Answer{Doc: []byte("{}\n")}, nil
+}
+
+// The answer comes at the time limit, and when the client goes away, even
+// while the computation runs on; its place in the semaphore is held until
+// it returns, so no more than MaxInFlight requests ever compute.
+func TestAnswersAtTheDeadline(t *testing.T) {
+	b := &stubborn{started: make(chan struct{}, 1), release: make(chan struct{})}
+	srv := httptest.NewServer(server.New(b, server.Config{Timeout: 50 * time.Millisecond, MaxInFlight: 1, CacheEntries: -1,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}))
+	defer srv.Close()
+	replied := make(chan reply, 1)
+	go func() { replied <- post(t, srv.URL+"/v1/plan", `{"model": "gpt2"}`) }()
+	<-b.started
+	var got reply
+	select {
+	case got = <-replied:
+	case <-time.After(5 * time.Second):
+		close(b.release)
+		t.Fatal("no answer 5 s past a 50ms limit: the server waited for the computation")
+	}
+	if got.status != 503 {
+		t.Fatalf("status %d, want 503: %s", got.status, got.body)
+	}
+	if msg, _ := errorOf(t, got); !strings.Contains(msg, "time limit of 50ms") {
+		t.Errorf("error %q does not name the time limit", msg)
+	}
+	if n := inFlight(t, srv.URL); n != 1 {
+		t.Errorf("%d requests computing while the stopped one runs on, want 1", n)
+	}
+	close(b.release)
+	waitIdle(t, srv.URL, 5*time.Second)
+}
+
+// panicky is a backend with a bug.
+type panicky struct{ cli.APIBackend }
+
+func (panicky) Run(context.Context, string, server.Request) (server.Answer, error) {
+	panic("a bug")
+}
+
+// A command that panics (it runs beside its handler) is a 500 and a log
+// line, not a crash of the server, and its place is given back.
+func TestPanicIs500(t *testing.T) {
+	var buf bytes.Buffer
+	srv := httptest.NewServer(server.New(panicky{}, server.Config{MaxInFlight: 1, CacheEntries: -1, Logger: slog.New(slog.NewJSONHandler(&buf, nil))}))
+	defer srv.Close()
+	for range 2 {
+		got := post(t, srv.URL+"/v1/plan", `{"model": "gpt2"}`)
+		if msg, _ := errorOf(t, got); got.status != 500 || !strings.Contains(msg, "a bug in memplan") {
+			t.Fatalf("%d %q, want 500", got.status, msg)
+		}
+	}
+	waitIdle(t, srv.URL, 5*time.Second)
+	if !strings.Contains(buf.String(), `"panic":"a bug"`) {
+		t.Errorf("no log line of the panic: %s", buf.String())
+	}
+}
+
+// A client that goes away frees its place: the plan it asked for stops at
+// its next look at the context, seconds before it would have ended.
+func TestClientGoneFreesItsPlace(t *testing.T) {
+	ts := newServer(t, server.Config{CacheEntries: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/plan", strings.NewReader(`{"model": "deepseek-v3", "gpu": "h100", "accum": 8}`))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for deadline := time.Now().Add(5 * time.Second); inFlight(t, ts.URL) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the request never started")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	<-done
+	t.Logf("stopped %s after the client went away", waitIdle(t, ts.URL, 5*time.Second))
+}
+
 // blocking is a backend whose Run waits for release or its context.
 type blocking struct {
 	cli.APIBackend
