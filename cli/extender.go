@@ -48,7 +48,7 @@ func newExtenderCmd(stderr io.Writer) *cobra.Command {
 	fl.StringVar(&f.margin, "margin", "0", "memory kept free on every GPU, e.g. 1GiB")
 	fl.StringVar(&f.refs, "refs", "", "directory that plan: and snapshot: in annotations are read from (model: and recipe: are catalog names, never paths)")
 	fl.StringVar(&f.pods, "pods", "", "a PodList JSON (kubectl get pods -A -o json) instead of the API server's pods")
-	fl.DurationVar(&f.timeout, "timeout", 25*time.Second, "bound on one request (below the scheduler's httpTimeout)")
+	fl.DurationVar(&f.timeout, "timeout", 25*time.Second, "bound on one request, planning a new workload included (below the scheduler's httpTimeout): past it, the pod's Error and the planning stops")
 	return c
 }
 

@@ -27,7 +27,9 @@ type PodSource interface {
 type Extender struct {
 	Planner *Planner
 	Pods    PodSource
-	// Timeout bounds one request (planning a new workload included).
+	// Timeout bounds one request, planning a new workload included: at it
+	// the filter answers an Error, prioritize 503, and the planning stops
+	// unless another request waits for it (Planner.EnvelopeContext).
 	Timeout time.Duration
 }
 
@@ -65,6 +67,17 @@ func (x *Extender) Handler() http.Handler {
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	return m
 }
+
+// timeLimit is the cause of a request's context ending at the extender's
+// time limit (Extender.Timeout): the filter's Error, prioritize's 503.
+type timeLimit time.Duration
+
+func (t timeLimit) Error() string {
+	return fmt.Sprintf("the request ran past the extender's time limit of %s (a workload planned the first time can take longer)", time.Duration(t))
+}
+
+// Is makes it a deadline to errors.Is, as the context's own error.
+func (timeLimit) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // errListing wraps a failure to list the pods bound to nodes (the API
 // server's, not the request's).
@@ -186,21 +199,24 @@ func (x *Extender) judged(ctx context.Context, args *extenderv1.ExtenderArgs) (*
 	}
 	if x.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, x.Timeout)
+		ctx, cancel = context.WithTimeoutCause(ctx, x.Timeout, timeLimit(x.Timeout))
 		defer cancel()
 	}
 	var pods []*corev1.Pod
 	if x.Pods != nil {
 		if pods, err = x.Pods.Pods(ctx); err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return nil, nil, nil, cause
+			}
 			return nil, nil, nil, fmt.Errorf("%w: %w", errListing, err)
 		}
 	}
 	out := make([]Verdict, len(args.Nodes.Items))
 	for i := range args.Nodes.Items {
-		if err := ctx.Err(); err != nil {
+		if err := context.Cause(ctx); err != nil {
 			return nil, nil, nil, err
 		}
-		if out[i], err = x.Planner.Judge(w, &args.Nodes.Items[i], pods); err != nil {
+		if out[i], err = x.Planner.JudgeContext(ctx, w, &args.Nodes.Items[i], pods); err != nil {
 			return nil, nil, nil, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -292,5 +293,114 @@ func checkMsg(t *testing.T, msg string) {
 	t.Helper()
 	if p := msgcheck.Problems(msg); len(p) > 0 {
 		t.Errorf("%q: %v", msg, p)
+	}
+}
+
+// withWorkload is the ExtenderArgs of args-xl.json with the pod's
+// annotation set to w.
+func withWorkload(t *testing.T, w string) *extenderv1.ExtenderArgs {
+	t.Helper()
+	var args extenderv1.ExtenderArgs
+	if err := json.Unmarshal(readArgs(t, "args-xl.json"), &args); err != nil {
+		t.Fatal(err)
+	}
+	args.Pod.Annotations[WorkloadAnnotation] = w
+	return &args
+}
+
+// A workload that takes longer to plan than the extender's time limit is
+// the pod's Error at the limit (prioritize's 503), and the planning stops:
+// deepseek-v3 at seq 4096 planned on for 9 s past a 2 s limit and the
+// answer came after the server had dropped the connection.
+func TestExtenderTimeLimit(t *testing.T) {
+	x := testExtender(t, pack.Curve)
+	x.Timeout = 100 * time.Millisecond
+	args := withWorkload(t, "{train: {model: deepseek-v3, seq: 4096}}")
+	start := time.Now()
+	res := x.Filter(context.Background(), args)
+	answered := time.Since(start)
+	if !strings.Contains(res.Error, "time limit of 100ms") || len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 0 {
+		t.Fatalf("%+v, want the pod's Error naming the time limit", res)
+	}
+	checkMsg(t, res.Error)
+	if answered > 2*time.Second {
+		t.Errorf("a 100ms limit answered after %s", answered)
+	}
+	x.Planner.mu.Lock()
+	left := len(x.Planner.cache)
+	x.Planner.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d envelopes kept after the only request for them stopped", left)
+	}
+	srv := httptest.NewServer(x.Handler())
+	defer srv.Close()
+	body, _ := json.Marshal(args)
+	if resp, b := post(t, srv, "prioritize", body); resp.StatusCode != 503 || !strings.Contains(string(b), "time limit of 100ms") {
+		t.Errorf("prioritize: %d %s, want 503 naming the time limit", resp.StatusCode, b)
+	}
+	t.Logf("answered after %s", answered)
+}
+
+// One computation serves every request that waits for it, and stops only
+// when the last has gone: a request that leaves early does not stop the
+// envelope another still waits for; when the last leaves, the computation
+// stops and the next request computes it afresh.
+func TestEnvelopeSharedAndStopped(t *testing.T) {
+	p := &Planner{}
+	w, err := ParseWorkload("train: {model: deepseek-v3, seq: 4096}", "t/x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := hw.Lookup("h100")
+	entry := func() (*entry, int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, e := range p.cache {
+			return e, e.waiters
+		}
+		return nil, 0
+	}
+	wait := func(ctx context.Context, n int) chan error {
+		out := make(chan error, 1)
+		go func() {
+			_, err := p.EnvelopeContext(ctx, w, g)
+			out <- err
+		}()
+		for _, k := entry(); k < n; _, k = entry() {
+			time.Sleep(time.Millisecond)
+		}
+		return out
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	first, second := wait(ctx1, 1), wait(ctx2, 2)
+	e, _ := entry()
+	cancel1()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Errorf("the request that left: %v", err)
+	}
+	if now, k := entry(); now != e || k != 1 || isClosed(e.done) {
+		t.Fatalf("after one of two requests left: entry kept %v, %d waiting, done %v", now == e, k, isClosed(e.done))
+	}
+	cancel2()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Errorf("the last request: %v", err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the computation ran on 5 s after its last request left")
+	}
+	if now, _ := entry(); now != nil {
+		t.Error("a stopped computation is still cached")
+	}
+	w2, _ := ParseWorkload("train: {model: gpt2, seq: 512}", "t/y", "")
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	cancel3()
+	if _, err := p.EnvelopeContext(ctx3, w2, g); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled request: %v", err)
+	}
+	if _, err := p.EnvelopeContext(context.Background(), w2, g); err != nil {
+		t.Errorf("asked again after a stop: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -30,10 +31,14 @@ type Planner struct {
 	cache map[string]*entry
 }
 
+// entry is a workload's envelope on a GPU, computed once for every request
+// that asks while it is computed (its waiters) and cached after.
 type entry struct {
-	once sync.Once
-	env  *pack.Envelope
-	err  error
+	done    chan struct{} // closed once env or err is set
+	env     *pack.Envelope
+	err     error
+	waiters int
+	cancel  context.CancelCauseFunc
 }
 
 // maxCache bounds the envelopes kept; past it the cache starts over.
@@ -41,6 +46,18 @@ const maxCache = 4096
 
 // Envelope is w's envelope on GPU g.
 func (p *Planner) Envelope(w *Workload, g *hw.GPU) (*pack.Envelope, error) {
+	return p.EnvelopeContext(context.Background(), w, g)
+}
+
+// EnvelopeContext is w's envelope on GPU g, or ctx's cause as soon as ctx
+// is done. The envelope is computed once, beside its callers, for all who
+// ask while it is computed; it stops (pack.EnvelopesContext) when the last
+// of them has gone, and is computed afresh for the next, so a request's
+// time limit or its client going away stops the work it alone wanted
+// (deepseek-v3 at seq 4096 planned for 9 s after a 2 s limit, and the
+// answer came after the server's write timeout had dropped the
+// connection).
+func (p *Planner) EnvelopeContext(ctx context.Context, w *Workload, g *hw.GPU) (*pack.Envelope, error) {
 	k := g.Name + "\x00" + w.key
 	p.mu.Lock()
 	if p.cache == nil || len(p.cache) >= maxCache {
@@ -48,24 +65,65 @@ func (p *Planner) Envelope(w *Workload, g *hw.GPU) (*pack.Envelope, error) {
 	}
 	e, ok := p.cache[k]
 	if !ok {
-		e = &entry{}
+		cctx, cancel := context.WithCancelCause(context.Background())
+		e = &entry{done: make(chan struct{}), cancel: cancel}
 		p.cache[k] = e
+		go e.compute(cctx, *w.Job, g)
+	}
+	e.waiters++
+	p.mu.Unlock()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	e.waiters--
+	finished := isClosed(e.done)
+	if !finished && e.waiters == 0 {
+		e.cancel(context.Cause(ctx))
+		if p.cache[k] == e {
+			delete(p.cache, k)
+		}
 	}
 	p.mu.Unlock()
-	e.once.Do(func() {
-		envs, _, err := pack.Envelopes([]pack.Job{*w.Job}, pack.Pool{GPU: g, Count: 1})
-		if err != nil {
-			e.err = err
-			return
-		}
-		e.env = largest(envs)
-	})
+	if !finished {
+		return nil, context.Cause(ctx)
+	}
 	if e.err != nil {
 		return nil, e.err
 	}
 	c := *e.env
 	c.Job = w.Job.Name
 	return &c, nil
+}
+
+// compute plans the envelope of job on g (one process: a pod is one rank)
+// and closes e.done.
+func (e *entry) compute(ctx context.Context, job pack.Job, g *hw.GPU) {
+	defer e.cancel(nil) // its context's resources
+	defer close(e.done)
+	defer func() {
+		// It runs beside the request that asked: a bug here is that
+		// request's error, not the extender's crash.
+		if r := recover(); r != nil {
+			e.env, e.err = nil, fmt.Errorf("internal error planning the workload (a bug in memplan): %v", r)
+		}
+	}()
+	envs, _, err := pack.EnvelopesContext(ctx, []pack.Job{job}, pack.Pool{GPU: g, Count: 1})
+	if err != nil {
+		e.err = err
+		return
+	}
+	e.env = largest(envs)
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // largest is the rank of a job that holds the most (its reserved peak):
@@ -111,11 +169,21 @@ var ErrPlan = errors.New("cannot plan the pod's workload")
 // it). The error is the pod's (its workload cannot be planned); a node
 // that cannot hold it, or whose GPUs or pods cannot be read, is a Verdict.
 func (p *Planner) Judge(w *Workload, node *corev1.Node, pods []*corev1.Pod) (Verdict, error) {
+	return p.JudgeContext(context.Background(), w, node, pods)
+}
+
+// JudgeContext is Judge returning ctx's cause once ctx is done, the
+// envelopes it waits for included (EnvelopeContext): the request's error,
+// not the node's or the workload's.
+func (p *Planner) JudgeContext(ctx context.Context, w *Workload, node *corev1.Node, pods []*corev1.Pod) (Verdict, error) {
 	gpus, err := GPUsOf(node)
 	if err != nil {
 		return Verdict{Placement: Placement{GPU: -1, Reason: err.Error()}, Unresolvable: true}, nil
 	}
-	env, err := p.Envelope(w, gpus.GPU)
+	env, err := p.EnvelopeContext(ctx, w, gpus.GPU)
+	if ctx.Err() != nil {
+		return Verdict{}, context.Cause(ctx)
+	}
 	if err != nil {
 		return Verdict{}, fmt.Errorf("%w on %s: %s", ErrPlan, gpus.GPU.Name, oneLine(err.Error()))
 	}
@@ -133,7 +201,10 @@ func (p *Planner) Judge(w *Workload, node *corev1.Node, pods []*corev1.Pod) (Ver
 			whole += wholeGPUs(q)
 			continue
 		}
-		qe, err := p.Envelope(qw, gpus.GPU)
+		qe, err := p.EnvelopeContext(ctx, qw, gpus.GPU)
+		if ctx.Err() != nil {
+			return Verdict{}, context.Cause(ctx)
+		}
 		if err != nil {
 			return Verdict{Placement: Placement{GPU: -1, Reason: fmt.Sprintf("pod %s running there cannot be planned: %s", PodName(q), oneLine(err.Error()))}, Unresolvable: true}, nil
 		}
