@@ -358,15 +358,20 @@ func (s *Server) run(ctx context.Context, name string, req Request) (Answer, err
 	}
 	done := make(chan result, 1)
 	go func() {
-		defer s.release()
-		defer func() {
-			if p := recover(); p != nil {
-				s.log.Error("panic", "route", "/v1/"+name, "panic", fmt.Sprint(p))
-				done <- result{err: errPanic}
-			}
+		res := func() (res result) {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.Error("panic", "route", "/v1/"+name, "panic", fmt.Sprint(p))
+					res = result{err: errPanic}
+				}
+			}()
+			a, err := s.backend.Run(ctx, name, req)
+			return result{a, err}
 		}()
-		a, err := s.backend.Run(ctx, name, req)
-		done <- result{a, err}
+		// Given back before the answer is handed over: a client that
+		// reads its answer finds the place free.
+		s.release()
+		done <- res
 	}()
 	select {
 	case res := <-done:
