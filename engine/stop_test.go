@@ -4,31 +4,12 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync/atomic"
 	"testing"
 
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/internal/ctxtest"
 )
-
-// countdown is a context that is done from its at-th look on (a call of
-// Err, which context.Cause makes for a context of its own type), so a test
-// can stop a plan at each of its checks in turn. Done is never closed: the
-// engine looks, it does not wait.
-type countdown struct {
-	context.Context
-	looks atomic.Int64
-	at    int64
-}
-
-func stopAt(at int64) *countdown { return &countdown{Context: context.Background(), at: at} }
-
-func (c *countdown) Err() error {
-	if c.looks.Add(1) >= c.at {
-		return context.Canceled
-	}
-	return nil
-}
 
 // stopSpecs are jobs whose plans take every path that checks the context:
 // accumulation planned short and priced from four micro-steps, a priced
@@ -62,16 +43,16 @@ func stopSpecs(t *testing.T) map[string]Spec {
 func TestPlanStopsAtEveryCheck(t *testing.T) {
 	for name, s := range stopSpecs(t) {
 		t.Run(name, func(t *testing.T) {
-			full := stopAt(math.MaxInt64)
+			full := ctxtest.StopAt(math.MaxInt64)
 			if _, err := PlanWith(s, Options{Context: full}); err != nil {
 				t.Fatal(err)
 			}
-			n := full.looks.Load()
+			n := full.Looks()
 			if n < 4 {
 				t.Fatalf("a plan looked at its context %d times", n)
 			}
 			for at := int64(1); at <= n; at++ {
-				r, err := PlanWith(s, Options{Context: stopAt(at)})
+				r, err := PlanWith(s, Options{Context: ctxtest.StopAt(at)})
 				if !errors.Is(err, context.Canceled) || r != nil {
 					t.Fatalf("stopped at check %d of %d: %v, %v", at, n, r, err)
 				}
@@ -92,15 +73,15 @@ func TestCompareAndLeverStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Capacity = r.PeakBytes() * 9 / 10 // over it: the lever has strategies to plan
-	full := stopAt(math.MaxInt64)
+	full := ctxtest.StopAt(math.MaxInt64)
 	var rows int
 	if err := CompareEachContext(full, s, Allow{}, func(Row) error { rows++; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	n := full.looks.Load()
+	n := full.Looks()
 	for at := int64(1); at <= n; at += max(1, n/40) {
 		got := 0
-		err := CompareEachContext(stopAt(at), s, Allow{}, func(r Row) error {
+		err := CompareEachContext(ctxtest.StopAt(at), s, Allow{}, func(r Row) error {
 			if errors.Is(r.Err, context.Canceled) {
 				t.Errorf("stopped at check %d: a row of the stop: %v", at, r.Err)
 			}
@@ -115,13 +96,13 @@ func TestCompareAndLeverStop(t *testing.T) {
 	if err != nil || base.Fits {
 		t.Fatalf("the lever's base: %v (fits %v)", err, base != nil && base.Fits)
 	}
-	full = stopAt(math.MaxInt64)
+	full = ctxtest.StopAt(math.MaxInt64)
 	if r, err := LargestLeverContext(full, base, nil); err != nil || r == nil {
 		t.Fatalf("the lever: %v, %v", r, err)
 	}
-	n = full.looks.Load()
+	n = full.Looks()
 	for at := int64(1); at <= n; at += max(1, n/40) {
-		if r, err := LargestLeverContext(stopAt(at), base, nil); !errors.Is(err, context.Canceled) || r != nil {
+		if r, err := LargestLeverContext(ctxtest.StopAt(at), base, nil); !errors.Is(err, context.Canceled) || r != nil {
 			t.Fatalf("lever stopped at check %d of %d: %v, %v", at, n, r, err)
 		}
 	}

@@ -4,26 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync/atomic"
 	"testing"
+
+	"github.com/memplan/memplan/internal/ctxtest"
 )
-
-// countdown is a context done from its at-th look on (a call of Err, which
-// context.Cause makes for a context of its own type).
-type countdown struct {
-	context.Context
-	looks atomic.Int64
-	at    int64
-}
-
-func stopAt(at int64) *countdown { return &countdown{Context: context.Background(), at: at} }
-
-func (c *countdown) Err() error {
-	if c.looks.Add(1) >= c.at {
-		return context.Canceled
-	}
-	return nil
-}
 
 // Envelopes stop with their context: a training job's plans, reserved
 // replays and limit bisection and a vLLM job's utilization search all look
@@ -44,16 +28,16 @@ jobs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := stopAt(math.MaxInt64)
+	full := ctxtest.StopAt(math.MaxInt64)
 	if _, _, err := EnvelopesContext(full, file.Jobs, pool); err != nil {
 		t.Fatal(err)
 	}
-	n := full.looks.Load()
+	n := full.Looks()
 	if n < 20 {
 		t.Fatalf("%d looks at the context", n)
 	}
 	for at := int64(1); at <= n; at += max(1, n/50) {
-		procs, byJob, err := EnvelopesContext(stopAt(at), file.Jobs, pool)
+		procs, byJob, err := EnvelopesContext(ctxtest.StopAt(at), file.Jobs, pool)
 		if !errors.Is(err, context.Canceled) || procs != nil || byJob != nil {
 			t.Fatalf("stopped at look %d of %d: %v (%d envelopes)", at, n, err, len(procs))
 		}

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/memplan/memplan/internal/ctxtest"
 )
 
 // A search whose context is done stops and returns the context's error:
@@ -35,51 +36,33 @@ func TestFitAndMaxCancelled(t *testing.T) {
 	t.Logf("fit stopped %s after a 20ms deadline", time.Since(start))
 }
 
-// countdown is a context done from its at-th look on (a call of Err, which
-// context.Cause makes for a context of its own type): a test stops a
-// search at each of its checks, the engine's inside each plan included.
-type countdown struct {
-	context.Context
-	looks atomic.Int64
-	at    int64
-}
-
-func stopAt(at int64) *countdown { return &countdown{Context: context.Background(), at: at} }
-
-func (c *countdown) Err() error {
-	if c.looks.Add(1) >= c.at {
-		return context.Canceled
-	}
-	return nil
-}
-
 // Max and Fit hand their context to every plan they make: stopped at any
 // of the checks a search makes (between probes and states, and the
 // engine's between a plan's phases), they return its cause, not an answer.
 func TestSearchStopsInsidePlans(t *testing.T) {
 	base := baseSpec(t, "gpt2", "rtx-4090", 4)
-	full := stopAt(math.MaxInt64)
+	full := ctxtest.StopAt(math.MaxInt64)
 	mr, err := MaxContext(full, base, DimMicroBatch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := full.looks.Load()
+	n := full.Looks()
 	if n < 3*int64(mr.Plans) {
 		t.Errorf("%d checks in %d plans: the plans do not look at the context", n, mr.Plans)
 	}
 	for at := int64(1); at <= n; at++ {
-		if r, err := MaxContext(stopAt(at), base, DimMicroBatch); !errors.Is(err, context.Canceled) || r != nil {
+		if r, err := MaxContext(ctxtest.StopAt(at), base, DimMicroBatch); !errors.Is(err, context.Canceled) || r != nil {
 			t.Fatalf("max stopped at check %d of %d: %v, %v", at, n, r, err)
 		}
 	}
 	t.Logf("max: %d checks in %d plans", n, mr.Plans)
-	full = stopAt(math.MaxInt64)
+	full = ctxtest.StopAt(math.MaxInt64)
 	if _, err := Fit(base, Options{GlobalBatch: 8, Context: full}); err != nil {
 		t.Fatal(err)
 	}
-	n = full.looks.Load()
+	n = full.Looks()
 	for _, at := range []int64{1, n / 3, n / 2, n - 1} {
-		if r, err := Fit(base, Options{GlobalBatch: 8, Context: stopAt(at)}); !errors.Is(err, context.Canceled) || r != nil {
+		if r, err := Fit(base, Options{GlobalBatch: 8, Context: ctxtest.StopAt(at)}); !errors.Is(err, context.Canceled) || r != nil {
 			t.Fatalf("fit stopped at check %d of %d: %v, %v", at, n, r, err)
 		}
 	}
