@@ -22,6 +22,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/yamlerr"
+	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/search"
 )
@@ -380,6 +381,10 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 	}
 	if m := vals["model"]; len(m) == 1 && looksLikePath(m[0]) {
 		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": the service plans catalog models (memplan models lists them), not config.json files: %q", m[0])}
+	} else if len(m) == 1 && !models.InCatalog(m[0]) {
+		// Refused here, by name: the CLI would look for a file of that
+		// name in the service's working directory first.
+		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": %q is not a catalog model (memplan models lists them); did you mean %s?", m[0], strings.Join(models.Suggest(m[0], 3), ", "))}
 	}
 	if r := vals["recipe"]; len(r) == 1 && looksLikePath(r[0]) {
 		return nil, &APIError{Status: 400, Field: "recipe", Msg: fmt.Sprintf("field \"recipe\": the service takes recipe names, not recipe files: %q", r[0])}
@@ -559,6 +564,9 @@ func selfContained(ac apiCommand, vals map[string][]string) error {
 			last := at[strings.LastIndex(strings.TrimSuffix(at, "."), ".")+1:]
 			if ((last == "model." || last == "recipe.") && looksLikePath(v)) || strings.Contains(v, "..") {
 				return &APIError{Status: 400, Field: key, Msg: fmt.Sprintf("field %q: %s is a path (%q); the service reads no file from its disk: name catalog models and recipes", key, strings.TrimSuffix(at, "."), v)}
+			}
+			if last == "model." && !models.InCatalog(v) {
+				return &APIError{Status: 400, Field: key, Msg: fmt.Sprintf("field %q: %s %q is not a catalog model (memplan models lists them)", key, strings.TrimSuffix(at, "."), v)}
 			}
 		}
 		return nil

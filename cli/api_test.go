@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -125,5 +126,38 @@ func TestAPIValueRefusals(t *testing.T) {
 				t.Errorf("error %q: %v", ae.Msg, p)
 			}
 		})
+	}
+}
+
+// A model the service is given by name never reads its disk: a catalog
+// name is the catalog's model even beside a file of that name, and any
+// other name is refused by name (the CLI would look for such a file in the
+// service's working directory first), top level or in a job file.
+func TestAPIModelNamesReadNoDisk(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, f := range []string{"gpt2", "secrets"} {
+		if err := os.WriteFile(f, []byte(`{"not": "a config"}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ command, body, want string }{
+		{"plan", `{"model": "secrets"}`, `field "model": "secrets" is not a catalog model`},
+		{"pack", `{"gpus": "1xh100", "jobs": "kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: secrets}"}`, `"secrets" is not a catalog model`},
+	} {
+		vals, _, err := ParseAPIRequest(c.command, []byte(c.body))
+		if err == nil {
+			_, err = RunAPI(context.Background(), c.command, vals)
+		}
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.Status != 400 || !strings.Contains(ae.Msg, c.want) {
+			t.Errorf("%s %s: %v, want a 400 saying %q", c.command, c.body, err, c.want)
+		}
+	}
+	vals, _, err := ParseAPIRequest("plan", []byte(`{"model": "gpt2", "seq": 64}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunAPI(context.Background(), "plan", vals); err != nil {
+		t.Errorf("gpt2 beside a file named gpt2: %v, want the catalog's model planned", err)
 	}
 }

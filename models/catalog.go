@@ -165,10 +165,33 @@ func Suggest(name string, n int) []string {
 	return out
 }
 
-// Resolve loads an architecture from a config.json path or a catalog name:
-// an argument naming an existing file, or ending in ".json", is read as a
-// file; anything else is looked up in the catalog.
+// InCatalog reports whether name is a catalog model's name or HuggingFace
+// repository (as Lookup reads them), without reading any file.
+func InCatalog(name string) bool {
+	loadCatalog()
+	key := strings.ToLower(strings.TrimSpace(name))
+	if _, ok := catalogData[key]; ok {
+		return true
+	}
+	for _, repo := range catalogRepos {
+		if strings.ToLower(repo) == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolve loads an architecture from a catalog name or a config.json path:
+// a catalog name (or repository) is the catalog's model even where a file or
+// directory of that name exists (write ./NAME for it), so a name never
+// reads the disk of whoever resolves it (the service, the extender); an
+// argument naming an existing file or directory, or ending in ".json", is
+// read from disk; anything else is looked up in the catalog (and refused
+// with suggestions).
 func Resolve(nameOrPath string) (*Arch, error) {
+	if InCatalog(nameOrPath) {
+		return Lookup(nameOrPath)
+	}
 	st, err := os.Stat(nameOrPath)
 	if err == nil && st.IsDir() {
 		return LoadSnapshot(nameOrPath)

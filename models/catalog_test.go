@@ -184,3 +184,32 @@ func TestResolveSnapshotDir(t *testing.T) {
 		}
 	}
 }
+
+// A catalog name is the catalog's model even where a file or directory of
+// that name is in the working directory: the service and the extender
+// resolve callers' names, and a name must not read their disk. ./NAME
+// reads the path.
+func TestResolveNameBeforeDisk(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("gpt2", []byte(`not a config`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir("llama-3-8b", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gpt2", "llama-3-8b", "openai-community/gpt2"} {
+		if !InCatalog(name) {
+			t.Fatalf("%s is not in the catalog", name)
+		}
+		if _, err := Resolve(name); err != nil {
+			t.Errorf("%s: %v, want the catalog's model", name, err)
+		}
+	}
+	if _, err := Resolve("./gpt2"); err == nil {
+		t.Errorf("./gpt2 resolved; want the file read (and refused)")
+	}
+	if InCatalog("./gpt2") || InCatalog("no-such-model") {
+		t.Errorf("InCatalog takes a path or an unknown name")
+	}
+}
