@@ -384,7 +384,7 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 	} else if len(m) == 1 && !models.InCatalog(m[0]) {
 		// Refused here, by name: the CLI would look for a file of that
 		// name in the service's working directory first.
-		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": %q is not a catalog model (memplan models lists them); did you mean %s?", m[0], strings.Join(models.Suggest(m[0], 3), ", "))}
+		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": model %q: not a catalog model (memplan models lists them); did you mean %s?", m[0], strings.Join(models.Suggest(m[0], 3), ", "))}
 	}
 	if r := vals["recipe"]; len(r) == 1 && looksLikePath(r[0]) {
 		return nil, &APIError{Status: 400, Field: "recipe", Msg: fmt.Sprintf("field \"recipe\": the service takes recipe names, not recipe files: %q", r[0])}

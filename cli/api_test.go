@@ -141,7 +141,7 @@ func TestAPIModelNamesReadNoDisk(t *testing.T) {
 		}
 	}
 	for _, c := range []struct{ command, body, want string }{
-		{"plan", `{"model": "secrets"}`, `field "model": "secrets" is not a catalog model`},
+		{"plan", `{"model": "secrets"}`, `field "model": model "secrets": not a catalog model`},
 		{"pack", `{"gpus": "1xh100", "jobs": "kind: memplan.jobs/v1\njobs:\n- name: a\n  train: {model: secrets}"}`, `"secrets" is not a catalog model`},
 	} {
 		vals, _, err := ParseAPIRequest(c.command, []byte(c.body))
