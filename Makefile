@@ -41,7 +41,7 @@ FUZZ_TARGETS = units:FuzzParseBytes allocator:FuzzParseConf hw:FuzzParseCluster 
 	published:FuzzRead snapshot:FuzzParse snapshot:FuzzParseTimeline pack:FuzzParse pack:FuzzParseArrivals \
 	k8s:FuzzParseWorkload k8s:FuzzDecodePods workload:FuzzParse cli:FuzzParseAPIRequest models:FuzzParseHFConfig \
 	importer/torchtrace:FuzzParse server:FuzzPagePath engine:FuzzPlanTraceSizes cli:FuzzPlanFlags \
-	internal/yamlerr:FuzzToJSON
+	internal/yamlerr:FuzzToJSON validate:FuzzParseMeasured
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		echo "== ./$${t%%:*} $${t##*:}"; \

@@ -379,15 +379,8 @@ func RunAPI(ctx context.Context, name string, vals map[string][]string) (res *AP
 	if !ok {
 		return nil, &APIError{Status: 404, Msg: fmt.Sprintf("no command %q", name)}
 	}
-	if m := vals["model"]; len(m) == 1 && looksLikePath(m[0]) {
-		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": the service plans catalog models (memplan models lists them), not config.json files: %q", m[0])}
-	} else if len(m) == 1 && !models.InCatalog(m[0]) {
-		// Refused here, by name: the CLI would look for a file of that
-		// name in the service's working directory first.
-		return nil, &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": model %q: not a catalog model (memplan models lists them); did you mean %s?", m[0], strings.Join(models.Suggest(m[0], 3), ", "))}
-	}
-	if r := vals["recipe"]; len(r) == 1 && looksLikePath(r[0]) {
-		return nil, &APIError{Status: 400, Field: "recipe", Msg: fmt.Sprintf("field \"recipe\": the service takes recipe names, not recipe files: %q", r[0])}
+	if err := namesOnly(vals); err != nil {
+		return nil, err
 	}
 	if err := selfContained(ac, vals); err != nil {
 		return nil, err
@@ -522,6 +515,23 @@ func cutNumber(n string) string {
 
 // fileKeys are the keys of a job file (pack) that name other files.
 var fileKeys = map[string]bool{"plan": true, "snapshot": true, "published": true}
+
+// namesOnly refuses a model or recipe the service would have to read from
+// its disk: a path, or a model name outside the catalog (the CLI looks for
+// a file of that name in the working directory first).
+func namesOnly(vals map[string][]string) error {
+	if m := vals["model"]; len(m) == 1 && looksLikePath(m[0]) {
+		return &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": the service plans catalog models (memplan models lists them), not config.json files: %q", m[0])}
+	} else if len(m) == 1 && !models.InCatalog(m[0]) {
+		// Refused here, by name: the CLI would look for a file of that
+		// name in the service's working directory first.
+		return &APIError{Status: 400, Field: "model", Msg: fmt.Sprintf("field \"model\": model %q: not a catalog model (memplan models lists them); did you mean %s?", m[0], strings.Join(models.Suggest(m[0], 3), ", "))}
+	}
+	if r := vals["recipe"]; len(r) == 1 && looksLikePath(r[0]) {
+		return &APIError{Status: 400, Field: "recipe", Msg: fmt.Sprintf("field \"recipe\": the service takes recipe names, not recipe files: %q", r[0])}
+	}
+	return nil
+}
 
 // selfContained refuses a request file that names other files: the service
 // reads no file of its disk for a caller (a job file's names resolve beside
