@@ -88,7 +88,13 @@ func WriteMaxText(w io.Writer, r *search.MaxResult, next *engine.Row) error {
 	if r.Dim == search.DimGenTokens { // "the generated tokens grows"
 		grows = "grow"
 	}
-	fmt.Fprintf(&b, "(%d plans simulated, each exact; the peak never falls as the %s %s, so every smaller value fits too)\n", r.Plans, r.Dim, grows)
+	why := fmt.Sprintf("the peak never falls as the %s %s", r.Dim, grows)
+	if ref := cmp.Or(r.At, r.Beyond); ref != nil && ref.Spec.Checkpoint.Kind == engine.CheckpointAuto {
+		// Auto picks other blocks at other values, so the peak can fall;
+		// but the blocks that fit one value fit every smaller one.
+		why = fmt.Sprintf("--checkpoint auto picks other blocks as the %s %s, but the blocks that fit a value fit every smaller one", r.Dim, grows)
+	}
+	fmt.Fprintf(&b, "(%d plans simulated, each exact; %s, so every smaller value fits too)\n", r.Plans, why)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
