@@ -112,6 +112,35 @@ type rawCase struct {
 	TraceBatch int       `json:"trace_batch"`
 }
 
+// counts refuses a case's descriptive sizes outside what a run can have: a
+// micro-batch below 1, a negative sequence, trace batch, counter threshold
+// or overflow count (the plan reads the workload; these describe the run,
+// and the threshold picks the counter the peaks are compared as).
+func (rc *rawCase) counts(named string) error {
+	for _, f := range []struct {
+		field string
+		v, lo int64
+	}{
+		{"micro_batch", int64(*rc.MicroBatch), 1},
+		{"seq_len", int64(derefOr(rc.SeqLen, 0)), 0},
+		{"trace_batch", int64(rc.TraceBatch), 0},
+		{"memory.threshold_bytes", rc.Memory.Threshold, 0},
+		{"memory.overflow", rc.Memory.Overflow, 0},
+	} {
+		if f.v < f.lo {
+			return fmt.Errorf("%s: %s is %d: want at least %d", named, f.field, f.v, f.lo)
+		}
+	}
+	return nil
+}
+
+func derefOr(p *int, or int) int {
+	if p == nil {
+		return or
+	}
+	return *p
+}
+
 // rawPhases is a phases object as read: a phase left out (or null) is
 // told apart from a 0, so that both are refused by name.
 type rawPhases struct {
@@ -208,6 +237,9 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		}
 		first, err := rc.FirstStep.Phases.phases(named, "first_step.phases")
 		if err != nil {
+			return nil, err
+		}
+		if err := rc.counts(named); err != nil {
 			return nil, err
 		}
 		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: steady,

@@ -181,6 +181,10 @@ func TestParseMeasuredPhasePeaks(t *testing.T) {
 		{"first step negative", setPhase("first_step", "forward", -1), `first_step.phases.forward is -1 bytes`},
 		{"first step missing", setPhase("first_step", "backward", nil), `missing "first_step.phases.backward"`},
 		{"past 4 EiB", setPhase("phases", "forward", int64(1)<<62+1), `phases.forward is 4611686018427387905 bytes: over 4 EiB (2^62 bytes)`},
+		{"micro-batch 0", func(c map[string]any) { c["micro_batch"] = 0 }, `cases[0] "resnet18": micro_batch is 0: want at least 1`},
+		{"negative seq", func(c map[string]any) { c["seq_len"] = -1 }, `seq_len is -1: want at least 0`},
+		{"negative trace batch", func(c map[string]any) { c["trace_batch"] = -2 }, `trace_batch is -2: want at least 0`},
+		{"negative threshold", func(c map[string]any) { c["memory"] = map[string]any{"kind": "memtrack", "threshold_bytes": -1} }, `memory.threshold_bytes is -1: want at least 0`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseMeasured("m.json", measuredWith(t, c.edit))
@@ -212,6 +216,9 @@ func FuzzParseMeasured(f *testing.F) {
 			return
 		}
 		for _, c := range m.Cases {
+			if c.MicroBatch < 1 || c.SeqLen < 0 || c.TraceBatch < 0 || c.Memory.Threshold < 0 || c.Memory.Overflow < 0 {
+				t.Fatalf("case %q: sizes %+v accepted", c.Name, c)
+			}
 			for _, p := range []Phases{c.Phases, c.First} {
 				for _, ph := range PhaseNames {
 					if v := p.Get(ph); v <= 0 || v > 1<<62 {
