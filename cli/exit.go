@@ -28,7 +28,7 @@ const (
 )
 
 // exitHelp documents the exit statuses (root --help and README).
-const exitHelp = `Exit status: 0 the job fits (or no --gpu/--budget was given); 3 it does not fit (plan, compare,
+const exitHelp = `Exit status: 0 the job fits (or no --gpu, --budget or --host-memory was given); 3 it does not fit (plan, compare,
 diagnose: the report is printed); 4 nothing fits (fit found no plan, max no value, compare no
 strategy); 1 bad input (one line on stderr, nothing on stdout).`
 
@@ -48,9 +48,13 @@ func fitsVerdict(capacity bool, fits bool) error {
 }
 
 // planVerdict is the status of a job planned as given (plan, diagnose): 3
-// when a GPU or budget was given and the job does not fit it or
-// --host-memory (engine.Result.Fits holds both).
+// when it is over --host-memory, or a GPU or budget was given and it does
+// not fit it (engine.Result.Fits holds both). --host-memory is a limit of
+// its own: over it, the job does not fit with no GPU given too.
 func planVerdict(res *engine.Result) error {
+	if res.HostShortfall > 0 {
+		return verdict(ExitDoesNotFit)
+	}
 	return fitsVerdict(res.Capacity > 0, res.Fits)
 }
 

@@ -20,6 +20,11 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--no-chart"}, ExitDoesNotFit, "Next step: "},
 		{[]string{"plan", "--model", "gpt2", "--budget", "1GiB", "--json", "--no-timeline"}, ExitDoesNotFit, `"next_step"`},
 		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB", "--no-chart"}, ExitDoesNotFit, "DOES NOT FIT in host memory"},
+		// --host-memory is a limit of its own: over it, no GPU given, or
+		// the fit decided on the reserved peak, the job does not fit.
+		{[]string{"plan", "--model", "gpt2", "--offload", "optimizer", "--host-memory", "1KiB", "--no-chart"}, ExitDoesNotFit, "DOES NOT FIT in host memory"},
+		{[]string{"plan", "--model", "gpt2", "--offload", "optimizer", "--host-memory", "64GiB", "--no-chart"}, ExitOK, "Host memory peak"},
+		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1KiB", "--fit-on", "reserved", "--json", "--no-timeline"}, ExitDoesNotFit, `"fits": false`},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB"}, ExitNothingFits, "host/node"},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "baseline"},
 		{[]string{"compare", "--model", "gpt2", "--budget", "3GiB", "--micro-batch", "2"}, ExitDoesNotFit, "checkpoint every block"},

@@ -77,7 +77,9 @@ func (r *Result) PredictReservedContext(ctx context.Context, cfg allocator.Confi
 	}
 	if decide && r.Capacity > 0 {
 		rv.DecidesFit = true
-		r.Fits = rv.FitsOnReserved
+		// Over --host-memory the job does not fit, whatever the device's
+		// reserved peak.
+		r.Fits = rv.FitsOnReserved && r.HostShortfall == 0
 		r.Shortfall, r.Headroom = 0, 0
 		switch {
 		case !r.Fits:
