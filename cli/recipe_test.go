@@ -236,3 +236,26 @@ func TestSetDisagreesWithFlag(t *testing.T) {
 		}
 	}
 }
+
+// Overheads that leave the GPU no memory for tensors are refused: a usable
+// memory clamped to 0 read as no GPU given, and plan printed no verdict
+// (JSON fits false, capacity 0, exit 0). Just under the GPU's memory, the
+// job is judged (it does not fit).
+func TestOverheadsLeavingNoMemory(t *testing.T) {
+	base := []string{"plan", "--model", "llama-3.2-1b", "--seq", "128", "--gpu", "h100", "--json", "--no-timeline"}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--set", "cuda.overhead=100TB"}, ExitBadInput, "memplan: cuda.overhead 90.95 TiB leaves none of the h100-sxm's 79.19 GiB for tensors\n"},
+		{[]string{"--dp", "2", "--set", "nccl.overhead=90GB"}, ExitBadInput, "(a communicator per parallel group) leave none of the h100-sxm's 79.19 GiB for tensors\n"},
+		{[]string{"--set", "cuda.overhead=85GB"}, ExitDoesNotFit, ""},
+		{[]string{"--budget", "10GiB", "--set", "cuda.overhead=100TB"}, ExitDoesNotFit, ""},
+	} {
+		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
+		if code != c.code || !strings.HasSuffix(errs, c.want) || (c.code == ExitBadInput) != (out == "") {
+			t.Errorf("%v: exit %d, stderr %q, stdout %d bytes; want exit %d, stderr ending %q", c.args, code, errs, len(out), c.code, c.want)
+		}
+	}
+}

@@ -294,6 +294,16 @@ func (s *Spec) Validate() error {
 	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 || s.Sem.CommOverhead < 0 {
 		return invalid(FieldSet, "the cuBLAS workspace and the memory overheads must not be negative")
 	}
+	if g := s.GPU; g != nil && s.Capacity <= 0 {
+		// A usable memory of 0 would read as no GPU given: no verdict.
+		n := s.groups()
+		if out := s.Sem.Overhead + units.Bytes(n)*s.Sem.CommOverhead; out >= g.Capacity() {
+			if n == 0 {
+				return invalid(FieldSet, "cuda.overhead %s leaves none of the %s's %s for tensors", s.Sem.Overhead, g.Name, g.Capacity())
+			}
+			return invalid(FieldSet, "cuda.overhead %s and %d × nccl.overhead %s (a communicator per parallel group) leave none of the %s's %s for tensors", s.Sem.Overhead, n, s.Sem.CommOverhead, g.Name, g.Capacity())
+		}
+	}
 	if s.Trace != nil {
 		if err := s.validateTraceJob(); err != nil {
 			return err
