@@ -21,7 +21,10 @@ import (
 var steps = []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "yaml: ", "unmarshal errors: ", "json: "}
 
 // typeErr is encoding/json's UnmarshalTypeError text.
-var typeErr = regexp.MustCompile(`^cannot unmarshal (\w+) into Go (?:struct field \w+\.([\w.\[\]]+)|value) of type (\S+)$`)
+// The value follows a number's kind ("number 4.5"); a reader that decodes
+// into an anonymous struct has an empty struct name (".gpus_per_node") and
+// a type with spaces ("struct { GPUsPerNode *int ... }").
+var typeErr = regexp.MustCompile(`^cannot unmarshal (\w+)(?: (\S+))? into Go (?:struct field \w*\.([\w.\[\]]+)|value) of type (.+)$`)
 
 // Message is err's text without the library's steps, on one line, with
 // "unknown field" said as "unknown key" and a type mismatch in the file's
@@ -40,11 +43,15 @@ func Message(err error) string {
 		return "unknown key " + k
 	}
 	if m := typeErr.FindStringSubmatch(msg); m != nil {
-		where := m[2]
+		where := m[3]
 		if where == "" {
 			where = "the document"
 		}
-		return where + ": want " + kind(m[3]) + ", got " + article(m[1])
+		got := article(m[1])
+		if m[2] != "" {
+			got += " (" + m[2] + ")"
+		}
+		return where + ": want " + kind(m[4]) + ", got " + got
 	}
 	return msg
 }

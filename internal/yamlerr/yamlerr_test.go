@@ -43,6 +43,26 @@ func TestMessage(t *testing.T) {
 			t.Errorf("%q: %q: %v", c.in, got, p)
 		}
 	}
+	// A reader decoding into an anonymous struct (hw's cluster file): the
+	// struct's name is empty and its type has spaces; a number's value is
+	// kept.
+	var anon struct {
+		Count *int `json:"count"`
+		Link  *struct {
+			Gbps *float64 `json:"gbps"`
+		} `json:"link"`
+	}
+	for _, c := range []struct{ in, want string }{
+		{"count: 4.5\n", "count: want a whole number, got a number (4.5)"},
+		{"link: 5\n", "link: want a mapping, got a number"},
+		{"42\n", "the document: want a mapping, got a number"},
+		{"[1]\n", "the document: want a mapping, got a list"},
+	} {
+		err := yaml.UnmarshalStrict([]byte(c.in), &anon)
+		if got := yamlerr.Message(err); got != c.want {
+			t.Errorf("%q: got %q, want %q (from %q)", c.in, got, c.want, err)
+		}
+	}
 	if got := yamlerr.Message(errors.New("error converting YAML to JSON: yaml: a\nb")); got != "a b" {
 		t.Errorf("two lines: got %q", got)
 	}
