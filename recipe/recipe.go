@@ -61,10 +61,17 @@ func Parse(data []byte, name string) (*Recipe, error) {
 	if strings.TrimSpace(r.Name) == "" {
 		return nil, fmt.Errorf("%w: %s: no name: a recipe file is YAML with name: and switches: (key, value, source), as memplan recipes NAME prints", ErrRecipe, name)
 	}
+	first := map[string]int{}
 	for i, st := range r.Settings {
 		if err := check(st.Key, st.Value); err != nil {
 			return nil, fmt.Errorf("%w: %s: switch %d: %v", ErrRecipe, name, i+1, err)
 		}
+		// Applied in order, the last of two would win unseen; a file
+		// says each switch once (--set is what overrides).
+		if j, ok := first[st.Key]; ok {
+			return nil, fmt.Errorf("%w: %s: switch %d sets %s again (switch %d set it)", ErrRecipe, name, i+1, st.Key, j+1)
+		}
+		first[st.Key] = i
 	}
 	return &r, nil
 }

@@ -100,6 +100,8 @@ func TestParseYAMLRefusals(t *testing.T) {
 		{"name: x\ndoc: &d \"" + strings.Repeat("x", 64<<10) + "\"\nframework: [" + strings.Repeat("*d,", 20) + "*d]\n", "r.yaml: YAML aliases expand to more than 1 MiB"},
 		{"?\n", "r.yaml: a mapping key must be a string (line 1)"},
 		{"name: x\nswitches:\n- {key: precision, ? [v]: fp32}\n", "r.yaml: a mapping key must be a string (line 3)"},
+		// A switch set twice: the last would win unseen.
+		{"name: x\nswitches:\n- {key: precision, value: pure-bf16}\n- {key: optimizer, value: sgd}\n- {key: precision, value: fp32}\n", "r.yaml: switch 3 sets precision again (switch 1 set it)"},
 	} {
 		_, err := Parse([]byte(c.in), "r.yaml")
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
