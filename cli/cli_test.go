@@ -309,11 +309,14 @@ func TestFit(t *testing.T) {
 		{"fit", "--graph", "../testdata/torch/lm.trace.json", "--gpu", "t4"},
 		{"fit", "--model", "gpt2", "--gpu", "t4", "--search-memory", "1KiB"},
 		{"fit", "--model", "gpt2", "--gpu", "t4", "--search-memory", "lots"},
+		{"fit", "--model", "gpt2", "--gpu", "t4", "--search-memory", "9999999TiB"},
 	} {
 		if code, out, errs := run(bad...); code == 0 || out != "" || !strings.HasPrefix(errs, "memplan: ") || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", bad, code, out, errs)
 		} else if bad[len(bad)-2] == "--search-memory" && !strings.Contains(errs, "--search-memory") {
 			t.Errorf("%v: %q does not name the flag", bad, errs)
+		} else if v := bad[len(bad)-1]; v == "9999999TiB" && !strings.Contains(errs, "too large") {
+			t.Errorf("%v: %q says not what is wrong (too large, not too small)", bad, errs)
 		}
 	}
 }

@@ -80,7 +80,10 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	ws := ff.plan.warnings(&spec)
 	warn(cmd.ErrOrStderr(), ws)
 	mem, err := units.ParseBytes(ff.searchMemory)
-	if err != nil || mem < 64<<20 {
+	if err != nil {
+		return fmt.Errorf("--search-memory: %v", err) // what is wrong with it, not only its lower bound
+	}
+	if mem < 64<<20 {
 		return fmt.Errorf("--search-memory %q: want a size of at least 64MiB, e.g. 1GiB", ff.searchMemory)
 	}
 	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context(),
