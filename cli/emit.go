@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,6 +52,11 @@ func emitWinner(name, out string, win *search.Plan) (*report.EmittedJSON, error)
 		return nil, nil
 	}
 	text, err := frameworks.Config(name, &win.Spec)
+	var fe *engine.FieldError
+	if errors.As(err, &fe) && fe.Field == engine.FieldEmit {
+		// Not a dimension fit searches (the job's optimizer): no pin helps.
+		return nil, fmt.Errorf("the winner (%s): %s", win.Describe(), message(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the winner (%s): %s; pin or --deny that dimension so fit searches plans %s can run", win.Describe(), message(err), name)
 	}

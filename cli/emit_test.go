@@ -70,9 +70,12 @@ func TestFitEmitBadInput(t *testing.T) {
 		{[]string{"--emit", "torchtune"}, "--emit torchtune plans the run with --recipe torchtune, not --recipe hf"},
 		{[]string{"--emit", "accelerate", "--recipe", "litgpt"}, "--recipe hf or --recipe deepspeed"},
 		{[]string{"--emit", "deepspeed", "--recipe", "deepspeed", "--emit-out", "/no/such/dir/ds.json"}, "its directory does not exist"},
+		// The optimizer is the job's, not a dimension fit searches: no
+		// pin or --deny to suggest, and no "this plan's --emit".
+		{[]string{"--emit", "deepspeed", "--recipe", "deepspeed", "--optimizer", "sgd"}, "--emit deepspeed cannot express this plan, as DeepSpeed's Adam and AdamW are its fused kernels (fused adam or adamw here, not fused sgd)\n"},
 	} {
 		code, _, errs := run(append([]string{"fit", "--model", "gpt2", "--gpu", "a100", "--global-batch", "4"}, c.args...)...)
-		if code != ExitBadInput || !strings.Contains(errs, c.want) {
+		if code != ExitBadInput || !strings.Contains(errs, c.want) || strings.Contains(errs, "this plan's --emit") {
 			t.Errorf("%v: exit %d, %q, want %q", c.args, code, errs, c.want)
 		}
 	}

@@ -81,7 +81,12 @@ func Config(name string, s *engine.Spec) (string, error) {
 }
 
 // refuse is the error for a plan dimension framework cannot express.
+// FieldEmit stands for what no flag of fit's search chooses (the
+// optimizer the job keeps): the framework cannot express the plan at all.
 func refuse(framework string, f engine.Field, why string, a ...any) error {
+	if f == engine.FieldEmit {
+		return engine.FieldErrorf(f, "{emit} %s cannot express this plan, as %s", framework, fmt.Sprintf(why, a...))
+	}
 	return engine.FieldErrorf(f, "{emit} %s cannot express this plan's {%s}: %s", framework, f.Key(), fmt.Sprintf(why, a...))
 }
 
