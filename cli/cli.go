@@ -473,6 +473,9 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 			return fmt.Errorf("--precision does not apply to a trace: it ran in the dtypes it recorded")
 		}
 	}
+	if err := f.checkImpl(s); err != nil {
+		return err
+	}
 	if f.workloadPath != "" {
 		if err := f.applyWorkload(s); err != nil {
 			return err
@@ -513,6 +516,38 @@ func (f *planFlags) traceHold(s *engine.Spec) {
 	default:
 		s.Sem.Hold = lower.HoldBackward
 	}
+}
+
+// checkImpl refuses an optimizer step the user asked for (--optimizer-impl, or --set optimizer.impl) that the
+// optimizer does not have: planning its own step instead would answer another question than the one asked
+// (torch.optim.RMSprop(fused=True) raises, bitsandbytes has no foreach loop). A step a recipe chose for its
+// own optimizer (torchtune's fused AdamW) is planned as the optimizer's own (engine.Spec.Validate).
+func (f *planFlags) checkImpl(s *engine.Spec) error {
+	if s.Mode != engine.Train || s.Trace != nil && !s.TraceOptimizer {
+		return nil // no step planned: the flag is warned about, or the trace's own step replayed
+	}
+	err := s.Optimizer.CheckImpl(s.Impl)
+	if err == nil {
+		return nil
+	}
+	if f.changed("optimizer-impl") {
+		return fmt.Errorf("--optimizer-impl %s: %v", f.impl, err)
+	}
+	if v, ok := f.setOf("optimizer.impl"); ok {
+		return fmt.Errorf("--set optimizer.impl=%s: %v", v, err)
+	}
+	return nil
+}
+
+// setOf is the value --set last gave key, and whether it gave one.
+func (f *planFlags) setOf(key string) (string, bool) {
+	v, ok := "", false
+	for _, kv := range f.sets {
+		if k, val, found := strings.Cut(kv, "="); found && strings.TrimSpace(k) == key {
+			v, ok = strings.TrimSpace(val), true
+		}
+	}
+	return v, ok
 }
 
 // applyRecipe applies --recipe and --set: a recipe's value for a switch that

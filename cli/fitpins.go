@@ -83,6 +83,10 @@ func fitPins(changed func(string) bool, deny string, s *engine.Spec) (search.Pin
 			return 0, fmt.Errorf("--%s %s contradicts --deny %s", d.flag, flagValue(d.flag, s), d.name)
 		}
 		d.set(s)
+		if d.pin == search.PinImpl && s.Optimizer.Planned(s.Impl) == lower.Fused {
+			// bitsandbytes' and torchao's step is their own fused kernel.
+			return 0, fmt.Errorf("--deny %s: %v", d.name, s.Optimizer.CheckImpl(s.Impl))
+		}
 		p |= d.pin
 	}
 	return p, nil

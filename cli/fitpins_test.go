@@ -199,6 +199,8 @@ func TestFitPinConflicts(t *testing.T) {
 		{[]string{"--zero", "2", "--deny", "zero"}, "--zero 2 contradicts --deny zero"},
 		{[]string{"--tp", "2", "--deny", "tp"}, "--tp 2 contradicts --deny tp"},
 		{[]string{"--optimizer-impl", "fused", "--deny", "fused"}, "--optimizer-impl fused contradicts --deny fused"},
+		{[]string{"--optimizer", "adamw8bit", "--deny", "fused"}, "--deny fused: adamw8bit has only fused"},
+		{[]string{"--optimizer", "rmsprop", "--optimizer-impl", "fused"}, "--optimizer-impl fused: rmsprop has only foreach and single"},
 		{[]string{"--deny", "magic"}, `--deny "magic": want one of offload`},
 		{[]string{"--tp", "3"}, "keeping --tp as given"},
 	} {

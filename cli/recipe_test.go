@@ -259,3 +259,55 @@ func TestOverheadsLeavingNoMemory(t *testing.T) {
 		}
 	}
 }
+
+// The plan's header and JSON name the optimizer step it planned: an
+// optimizer with one step plans it whatever the default or a recipe says,
+// and a step the user asks for that the optimizer lacks is refused in one
+// line (torch.optim.RMSprop takes no fused=True; lion-pytorch loops over
+// parameters; bitsandbytes runs its own kernel).
+func TestOptimizerImplPlanned(t *testing.T) {
+	job := []string{"plan", "--model", "gpt2", "--seq", "64", "--no-timeline", "--no-chart"}
+	for _, c := range []struct {
+		args []string
+		want string // the header's optimizer, or the refusal
+	}{
+		{[]string{"--optimizer", "lion"}, "lion (single)"},
+		{[]string{"--optimizer", "adafactor"}, "adafactor (single)"},
+		{[]string{"--optimizer", "adamw8bit"}, "adamw8bit (fused)"},
+		{[]string{"--optimizer", "adamw4bit-torchao"}, "adamw4bit-torchao (fused)"},
+		{[]string{"--optimizer", "lion", "--recipe", "torchtune"}, "lion (single)"},        // the recipe's fused AdamW step
+		{[]string{"--optimizer", "rmsprop", "--recipe", "torchtune"}, "rmsprop (foreach)"}, // ditto: PyTorch's default
+		{[]string{"--optimizer", "rmsprop", "--optimizer-impl", "single"}, "rmsprop (single)"},
+		{[]string{"--optimizer", "lion", "--optimizer-impl", "foreach"}, "--optimizer-impl foreach: lion has only single"},
+		{[]string{"--optimizer", "adamw8bit", "--optimizer-impl", "single"}, "--optimizer-impl single: adamw8bit has only fused"},
+		{[]string{"--optimizer", "rmsprop", "--optimizer-impl", "fused"}, "--optimizer-impl fused: rmsprop has only foreach and single"},
+		{[]string{"--optimizer", "lion", "--set", "optimizer.impl=fused"}, "--set optimizer.impl=fused: lion has only single"},
+		{[]string{"--set", "optimizer=rmsprop", "--set", "optimizer.impl=fused"}, "--set optimizer.impl=fused: rmsprop has only foreach and single"},
+	} {
+		code, out, errs := run(append(job, c.args...)...)
+		refused := strings.HasPrefix(c.want, "--")
+		switch {
+		case refused && (code != 1 || strings.TrimSpace(errs) != "memplan: "+c.want || out != ""):
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", c.args, code, errs, c.want)
+		case !refused && (code != 0 || !strings.Contains(strings.SplitN(out, "\n", 2)[0], " · "+c.want+" · ")):
+			t.Errorf("%v: exit %d %s, header %q; want %q", c.args, code, errs, strings.SplitN(out, "\n", 2)[0], c.want)
+		}
+		if refused {
+			continue
+		}
+		code, out, _ = run(append(append(job, c.args...), "--json")...)
+		var p struct {
+			Impl string `json:"optimizer_impl"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); code != 0 || err != nil || !strings.HasSuffix(c.want, "("+p.Impl+")") {
+			t.Errorf("%v --json: exit %d, optimizer_impl %q; want the one of %q", c.args, code, p.Impl, c.want)
+		}
+	}
+	// compare offers a fused step only to an optimizer that has one.
+	for opt, want := range map[string]bool{"lion": false, "rmsprop": false, "adamw": true} {
+		code, out, errs := run("compare", "--model", "gpt2", "--seq", "64", "--optimizer", opt)
+		if code != 0 || strings.Contains(out, "fused optimizer step") != want {
+			t.Errorf("compare --optimizer %s: exit %d %s; fused optimizer step offered: %v, want %v", opt, code, errs, !want, want)
+		}
+	}
+}

@@ -66,11 +66,15 @@ func listRecipes(w io.Writer) error {
 	fmt.Fprintln(w, t.Render())
 	t = table.NewWriter()
 	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"optimizer", "state it keeps", "follows"})
+	t.AppendHeader(table.Row{"optimizer", "state it keeps", "steps", "follows"})
 	for _, o := range lower.Optimizers() {
-		t.AppendRow(table.Row{o.String(), o.Doc(), o.Source()})
+		var steps []string
+		for _, i := range o.Impls() {
+			steps = append(steps, i.String())
+		}
+		t.AppendRow(table.Row{o.String(), o.Doc(), strings.Join(steps, ", "), o.Source()})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 60}, {Number: 3, WidthMax: 60}})
+	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 60}, {Number: 4, WidthMax: 60}})
 	_, err = fmt.Fprintln(w, t.Render())
 	return err
 }

@@ -127,7 +127,9 @@ func Variants(base Spec, allow Allow) []Variant {
 				}})
 		}
 	}
-	if base.Impl != lower.Fused {
+	// Only a fused step the optimizer has: another would plan its own step
+	// again (Planned), a row equal to the baseline.
+	if base.Impl != lower.Fused && base.Optimizer.Has(lower.Fused) {
 		vs = append(vs, Variant{Name: "fused optimizer step", Changes: "optimizer-step temporaries", stepOnly: true,
 			Keeps: "training result, model states", apply: func(s *Spec) error { s.Impl = lower.Fused; return nil }})
 	}

@@ -291,6 +291,10 @@ var ErrSpec = errors.New("invalid spec")
 // Validate fills defaults and checks ranges.
 func (s *Spec) Validate() error {
 	s.Sem.resolve(s.GPU, s.Device)
+	// The step the plan lowers, so the spec a result reports names it
+	// (lion's single loop, bitsandbytes' kernel): the lowering would plan
+	// it anyway, and a report of the one asked for misread the peak.
+	s.Impl = s.Optimizer.Planned(s.Impl)
 	if s.Sem.Workspace < 0 || s.Sem.Overhead < 0 || s.Sem.CommOverhead < 0 {
 		return invalid(FieldSet, "the cuBLAS workspace and the memory overheads must not be negative")
 	}

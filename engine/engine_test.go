@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -219,5 +220,43 @@ func TestPreQuantizedConfigRefused(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != FieldModel || !strings.Contains(err.Error(), "quantization_config (awq 4-bit, group 128)") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// A plan reports the optimizer step it planned, not the one asked for: an
+// optimizer with one step runs it whatever was asked (lion and Adafactor
+// loop over parameters, bitsandbytes runs its kernel), and one without a
+// fused step (torch.optim.RMSprop takes no fused=True) runs PyTorch's
+// default, foreach. compare offers a fused step only to an optimizer that
+// has one.
+func TestSpecReportsPlannedImpl(t *testing.T) {
+	a := lookup(t, "gpt2")
+	for _, tc := range []struct {
+		opt        lower.Optimizer
+		asked, got lower.Impl
+	}{
+		{lower.Lion, lower.Foreach, lower.Single},
+		{lower.Adafactor, lower.Fused, lower.Single},
+		{lower.Adam8bit, lower.Single, lower.Fused},
+		{lower.AdamW4bitAO, lower.Foreach, lower.Fused},
+		{lower.RMSprop, lower.Fused, lower.Foreach},
+		{lower.AdamW, lower.Single, lower.Single},
+	} {
+		s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Optimizer: tc.opt, Impl: tc.asked}}
+		r := mustPlan(t, s)
+		if r.Spec.Impl != tc.got {
+			t.Errorf("%s asked %s: the plan reports %s, want %s", tc.opt, tc.asked, r.Spec.Impl, tc.got)
+		}
+		s.Impl = tc.got
+		if want := mustPlan(t, s); r.Sim.Peak.Total != want.Sim.Peak.Total {
+			t.Errorf("%s asked %s: peak %s, the %s step's is %s", tc.opt, tc.asked, r.Sim.Peak.Total, tc.got, want.Sim.Peak.Total)
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		fusedRow := slices.ContainsFunc(Variants(s, Allow{}), func(v Variant) bool { return v.Name == "fused optimizer step" })
+		if want := tc.got != lower.Fused && tc.opt.Has(lower.Fused); fusedRow != want {
+			t.Errorf("%s %s: compare's fused optimizer step offered %v, want %v", tc.opt, tc.got, fusedRow, want)
+		}
 	}
 }

@@ -616,9 +616,7 @@ func (c *TrainConfig) defaults() {
 	if c.WeightDecay < 0 {
 		c.WeightDecay = c.Optimizer.DefaultWeightDecay()
 	}
-	if only, ok := c.Optimizer.OnlyImpl(); ok {
-		c.Impl = only
-	}
+	c.Impl = c.Optimizer.Planned(c.Impl)
 }
 
 // optimizer appends the optimizer step and zero_grad. Its phases: register every trained parameter with its
@@ -657,16 +655,11 @@ func (l *lowerer) optimizer(c TrainConfig, pgrad map[ir.TensorID]ir.TensorID) {
 	}
 }
 
-// update writes the step in the configured implementation; an optimizer without a foreach form runs the
-// single-tensor loop.
+// update writes the step in the configured implementation, one the optimizer has (defaults: Planned).
 func (l *lowerer) update(c TrainConfig, s *step, m *masterSet) {
-	impl := c.Impl
-	if impl == Foreach && s.row.foreach == nil {
-		impl = Single
-	}
-	switch impl {
+	switch c.Impl {
 	case Foreach, Fused:
-		l.multiTensorUpdate(s, m, impl == Fused, c.Optimizer.String())
+		l.multiTensorUpdate(s, m, c.Impl == Fused, c.Optimizer.String())
 	case Single:
 		l.perParamUpdate(s, c.Optimizer.String())
 	}

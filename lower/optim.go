@@ -2,6 +2,7 @@ package lower
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/ir"
@@ -39,8 +40,11 @@ type optimizerRow struct {
 	source string
 	// decay is the default weight_decay.
 	decay float64
-	// impl forces an implementation (the optimizer has only one), or -1.
-	impl Impl
+	// fused is the fused kernel its fused step runs (the source it is
+	// read from), "" when it has none. Its other implementations are its
+	// emitters: foreach when it has a foreach emitter, single when it has
+	// a per-parameter one (Impls).
+	fused string
 	// eager: the state is created by the constructor, so the first step
 	// finds it allocated (torch.optim.Adagrad), not lazily by step().
 	eager bool
@@ -56,7 +60,8 @@ type optimizerRow struct {
 
 var optimizers = []optimizerRow{
 	SGD: {name: "sgd", doc: "torch.optim.SGD without momentum: no state",
-		source: "pytorch torch/optim/sgd.py @v2.1.0", impl: -1,
+		source: "pytorch torch/optim/sgd.py @v2.1.0",
+		fused:  fusedSGD,
 		states: func(*ir.Tensor, units.DType) []state { return nil },
 		foreach: func(s *step) {
 			if s.wd > 0 {
@@ -71,7 +76,7 @@ var optimizers = []optimizerRow{
 			return 0
 		}},
 	SGDMomentum: {name: "sgd-momentum", aliases: []string{"momentum"}, doc: "torch.optim.SGD with momentum: one momentum buffer",
-		source: "pytorch torch/optim/sgd.py @v2.1.0", impl: -1,
+		source: "pytorch torch/optim/sgd.py @v2.1.0", fused: fusedSGD,
 		states: func(p *ir.Tensor, dt units.DType) []state { return []state{full(p, dt, "momentum_buffer")} },
 		foreach: func(s *step) {
 			s.emit("_foreach_mul_/_foreach_add_(momentum_buffers, grads)", cat(s.all, s.g), nil, 0)
@@ -79,13 +84,13 @@ var optimizers = []optimizerRow{
 		},
 		single: func(*step, int) units.Bytes { return 0 }},
 	Adam: {name: "adam", doc: "torch.optim.Adam: exp_avg and exp_avg_sq",
-		source: "pytorch torch/optim/adam.py @v2.1.0", impl: -1,
+		source: "pytorch torch/optim/adam.py @v2.1.0", fused: "pytorch torch/optim/adam.py @v2.1.0 _fused_adam: torch._fused_adam_",
 		states: adamStates, foreach: adamForeach, single: adamSingle},
 	AdamW: {name: "adamw", aliases: []string{"adamw_torch", "adamw_hf", "torch.optim.adamw"}, doc: "torch.optim.AdamW: exp_avg and exp_avg_sq, decoupled weight decay (default 0.01)",
-		source: "pytorch torch/optim/adamw.py @v2.1.0", decay: 0.01, impl: -1,
+		source: "pytorch torch/optim/adamw.py @v2.1.0", decay: 0.01, fused: fusedAdamW,
 		states: adamStates, foreach: adamForeach, single: adamSingle},
 	Adafactor: {name: "adafactor", doc: "transformers.Adafactor (beta1=None): factored float32 second moment for matrices",
-		source: "huggingface/transformers src/transformers/optimization.py @v4.35.0 Adafactor", impl: Single,
+		source: "huggingface/transformers src/transformers/optimization.py @v4.35.0 Adafactor",
 		states: func(p *ir.Tensor, _ units.DType) []state {
 			n := p.Numel()
 			if len(p.Shape) >= 2 {
@@ -100,7 +105,8 @@ var optimizers = []optimizerRow{
 		single: func(s *step, i int) units.Bytes { return 2 * units.F32.Size(s.l.p.Tensors[s.params[i]].Numel()) }},
 	Adam8bit: {name: "adamw8bit", aliases: []string{"adam8bit", "8bit-adam", "adamw-8bit", "adamw_bnb_8bit"},
 		doc:    "bitsandbytes AdamW8bit: block-wise 8-bit exp_avg and exp_avg_sq, a float32 absmax per 2048 values; tensors under 4096 values keep 32-bit state",
-		source: "bitsandbytes bitsandbytes/optim/optimizer.py @0.41.1 Optimizer8bit (min_8bit_size=4096, blocksize 2048)", decay: 0.01, impl: Fused,
+		source: "bitsandbytes bitsandbytes/optim/optimizer.py @0.41.1 Optimizer8bit (min_8bit_size=4096, blocksize 2048)", decay: 0.01,
+		fused: "bitsandbytes bitsandbytes/optim/optimizer.py @0.41.1 Optimizer8bit.update_step: one optimizer_update_8bit_blockwise kernel per parameter, its only step",
 		states: func(p *ir.Tensor, _ units.DType) []state {
 			n := p.Numel()
 			if n < bnbMin8bitNum {
@@ -111,7 +117,8 @@ var optimizers = []optimizerRow{
 				{"absmax1", units.F32, blocks, []int64{blocks}}, {"absmax2", units.F32, blocks, []int64{blocks}}}
 		}},
 	AdamWAMSGrad: {name: "adamw-amsgrad", aliases: []string{"adam-amsgrad"}, doc: "torch.optim.AdamW(amsgrad=True): exp_avg, exp_avg_sq and max_exp_avg_sq",
-		source: "pytorch torch/optim/adamw.py @v2.1.0 (_multi_tensor_adamw: _foreach_maximum_, then _foreach_sqrt of the maxima)", decay: 0.01, impl: -1,
+		source: "pytorch torch/optim/adamw.py @v2.1.0 (_multi_tensor_adamw: _foreach_maximum_, then _foreach_sqrt of the maxima)", decay: 0.01,
+		fused: fusedAdamW + " (max_exp_avg_sqs with amsgrad=True)",
 		states: func(p *ir.Tensor, dt units.DType) []state {
 			return []state{full(p, dt, "exp_avg"), full(p, dt, "exp_avg_sq"), full(p, dt, "max_exp_avg_sq")}
 		},
@@ -127,7 +134,10 @@ var optimizers = []optimizerRow{
 		},
 		single: func(s *step, i int) units.Bytes { return 2 * s.stateBytes(i, 2) }},
 	RMSprop: {name: "rmsprop", doc: "torch.optim.RMSprop (momentum=0, centered=False): square_avg",
-		source: "pytorch torch/optim/rmsprop.py @v2.1.0 (_multi_tensor_rmsprop: avg = _foreach_sqrt(square_avgs))", impl: -1,
+		source: "pytorch torch/optim/rmsprop.py @v2.1.0 (_multi_tensor_rmsprop: avg = _foreach_sqrt(square_avgs))",
+		// No fused: RMSprop.__init__ takes no fused argument (rmsprop.py
+		// @v2.1.0, and the stable docs' signature: foreach, maximize,
+		// differentiable, capturable).
 		states: func(p *ir.Tensor, dt units.DType) []state { return []state{full(p, dt, "square_avg")} },
 		foreach: func(s *step) {
 			sq := s.slot(0)
@@ -138,7 +148,8 @@ var optimizers = []optimizerRow{
 		},
 		single: func(s *step, i int) units.Bytes { return s.stateBytes(i, 0) }},
 	Adagrad: {name: "adagrad", doc: "torch.optim.Adagrad: a sum of squared gradients, created by the constructor (so it exists before the first step)",
-		source: "pytorch torch/optim/adagrad.py @v2.1.0 (state['sum'] in __init__; _multi_tensor_adagrad: std = _foreach_sqrt(state_sums))", impl: -1, eager: true,
+		source: "pytorch torch/optim/adagrad.py @v2.1.0 (state['sum'] in __init__; _multi_tensor_adagrad: std = _foreach_sqrt(state_sums))", eager: true,
+		fused:  "pytorch torch/optim/adagrad.py (stable docs) fused=True: torch._fused_adagrad_",
 		states: func(p *ir.Tensor, dt units.DType) []state { return []state{full(p, dt, "sum")} },
 		foreach: func(s *step) {
 			sum := s.slot(0)
@@ -149,21 +160,28 @@ var optimizers = []optimizerRow{
 		},
 		single: func(s *step, i int) units.Bytes { return s.stateBytes(i, 0) }},
 	Lion: {name: "lion", doc: "Lion (Chen et al. 2023, lion-pytorch): one momentum buffer; the update is a sign of an interpolation",
-		source: "lucidrains/lion-pytorch lion_pytorch/lion_pytorch.py @0.1.2 update_fn: exp_avg.clone().mul_(beta1).add(grad, ...).sign_()", impl: Single, decay: 0,
+		source: "lucidrains/lion-pytorch lion_pytorch/lion_pytorch.py @0.1.2 update_fn: exp_avg.clone().mul_(beta1).add(grad, ...).sign_()", decay: 0,
 		states: func(p *ir.Tensor, dt units.DType) []state { return []state{full(p, dt, "exp_avg")} },
 		// the clone and the out-of-place add are alive together.
 		single: func(s *step, i int) units.Bytes { return 2 * s.stateBytes(i, 0) }},
 	AdamW8bitAO: {name: "adamw8bit-torchao", aliases: []string{"torchao.optim.adamw8bit", "torchao-adamw8bit"},
 		doc:    "torchao AdamW8bit: block-wise 8-bit exp_avg and exp_avg_sq with a float32 scale per 256 values; tensors under 4096 values (or not a multiple of the block) keep plain state",
 		source: "pytorch/ao torchao/prototype/low_bit_optim/adam.py @v0.5.0 _AdamBase._new_buffer (p.numel() >= 4096 and p.numel() % block_size == 0, else torch.zeros_like(p)); subclass_8bit.py OptimState8bit (uint8 codes, float32 scale per block of 256); the step is one compiled kernel per parameter",
-		decay:  0.01, impl: Fused,
+		decay:  0.01, fused: torchaoStep,
 		states: func(p *ir.Tensor, dt units.DType) []state { return lowBitStates(p, dt, 256, 1) }},
 	AdamW4bitAO: {name: "adamw4bit-torchao", aliases: []string{"torchao.optim.adamw4bit", "adamw4bit"},
 		doc:    "torchao AdamW4bit (Li et al. 2023): 4-bit exp_avg and exp_avg_sq packed two per byte with a float32 scale per 128 values; tensors under 4096 values keep plain state",
 		source: "pytorch/ao torchao/prototype/low_bit_optim/adam.py @v0.5.0 _AdamBase._new_buffer; subclass_4bit.py OptimState4bit (codes packed two per uint8, float32 scale per block of 128)",
-		decay:  0.01, impl: Fused,
+		decay:  0.01, fused: torchaoStep,
 		states: func(p *ir.Tensor, dt units.DType) []state { return lowBitStates(p, dt, 128, 2) }},
 }
+
+// The fused kernels the torch.optim rows share, and torchao's step.
+const (
+	fusedSGD    = "pytorch torch/optim/sgd.py @v2.3.0 fused=True: torch._fused_sgd_"
+	fusedAdamW  = "pytorch torch/optim/adamw.py @v2.1.0 _fused_adamw: torch._fused_adamw_"
+	torchaoStep = "pytorch/ao torchao/prototype/low_bit_optim/adam.py @v0.5.0 _AdamBase.step: one compiled single_param_adam per parameter, its only step"
+)
 
 // lowBitStates are torchao's block-wise quantised Adam states: per moment,
 // numel/perByte bytes of codes and a float32 scale per block; small tensors
@@ -211,7 +229,7 @@ func (o Optimizer) row() *optimizerRow {
 	if int(o) < len(optimizers) {
 		return &optimizers[o]
 	}
-	return &optimizerRow{name: fmt.Sprintf("optimizer(%d)", o), impl: -1, states: func(*ir.Tensor, units.DType) []state { return nil }}
+	return &optimizerRow{name: fmt.Sprintf("optimizer(%d)", o), states: func(*ir.Tensor, units.DType) []state { return nil }}
 }
 
 func (o Optimizer) String() string { return o.row().name }
@@ -225,10 +243,64 @@ func (o Optimizer) Source() string { return o.row().source }
 // DefaultWeightDecay is the optimizer's default weight_decay.
 func (o Optimizer) DefaultWeightDecay() float64 { return o.row().decay }
 
+// Impls are the implementations the optimizer has, in Impl order: foreach
+// and single where the row has their emitters, fused where it names a fused
+// kernel. torch.optim.RMSprop has no fused=True, lion-pytorch and
+// transformers' Adafactor only a per-parameter loop, bitsandbytes and
+// torchao only their own kernels.
+func (o Optimizer) Impls() []Impl {
+	r := o.row()
+	var out []Impl
+	if r.foreach != nil {
+		out = append(out, Foreach)
+	}
+	if r.single != nil {
+		out = append(out, Single)
+	}
+	if r.fused != "" {
+		out = append(out, Fused)
+	}
+	return out
+}
+
+// Has reports whether the optimizer has implementation i.
+func (o Optimizer) Has(i Impl) bool { return slices.Contains(o.Impls(), i) }
+
 // OnlyImpl is the one implementation the optimizer has, if it has one.
 func (o Optimizer) OnlyImpl() (Impl, bool) {
-	r := o.row()
-	return r.impl, r.impl >= 0
+	if is := o.Impls(); len(is) == 1 {
+		return is[0], true
+	}
+	return 0, false
+}
+
+// Planned is the implementation the step is lowered in when i is asked
+// for: i when the optimizer has it, else its first (foreach where it has
+// one: what torch.optim runs on CUDA when fused is not asked for,
+// optimizer.py _default_to_fused_or_foreach). It is the one rule that maps
+// a request to a plan: lowering applies it, and engine.Spec.Validate, so
+// the spec a plan reports names the step it planned.
+func (o Optimizer) Planned(i Impl) Impl {
+	is := o.Impls()
+	if len(is) == 0 || slices.Contains(is, i) {
+		return i
+	}
+	return is[0]
+}
+
+// CheckImpl says, in words, why implementation i cannot run the optimizer
+// (nil when it can): for a request a user made explicitly, which Planned
+// would otherwise replace.
+func (o Optimizer) CheckImpl(i Impl) error {
+	is := o.Impls()
+	if len(is) == 0 || slices.Contains(is, i) {
+		return nil
+	}
+	names := make([]string, len(is))
+	for k, x := range is {
+		names[k] = x.String()
+	}
+	return fmt.Errorf("%s has only %s", o, strings.Join(names, " and "))
 }
 
 // ParseOptimizer reads an optimizer name or alias (OptimizerNames).

@@ -667,6 +667,14 @@ func (t *Train) Spec() (engine.Spec, error) {
 	if err := applyRecipe(&s, t.Recipe, t.Set, func(flag string) bool { return given[flag] }); err != nil {
 		return s, err
 	}
+	// A step the job names that its optimizer lacks is refused, as plan
+	// refuses --optimizer-impl; a recipe's is planned as the optimizer's own.
+	if err := s.Optimizer.CheckImpl(s.Impl); err != nil && (given["optimizer-impl"] || slices.ContainsFunc(t.Set, func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return strings.TrimSpace(k) == "optimizer.impl"
+	})) {
+		return s, fmt.Errorf("optimizer-impl %s: %v", s.Impl, err)
+	}
 	return s, s.Validate()
 }
 

@@ -57,6 +57,7 @@ func TestParseBadInput(t *testing.T) {
 		{"negative tp", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, tp: -2}}]", "train: tp must be between 1 and 4096, got -2"},
 		{"pp a string", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, pp: two}}]", "pp: expected an integer"},
 		{"too many GPUs", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, dp: 4096, tp: 2}}]", "train: dp × tp × pp is 8192 GPUs, more than 4096"},
+		{"a step the optimizer lacks", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, optimizer: lion, optimizer-impl: foreach}}]", "train: optimizer-impl foreach: lion has only single"},
 		{"bad pp-schedule", "kind: memplan.jobs/v1\njobs: [{name: a, train: {model: gpt2, pp: 2, pp-schedule: zigzag}}]", "train: pp-schedule:"},
 		{"same-node a string", "kind: memplan.jobs/v1\njobs: [{name: a, same-node: yes please, train: {model: gpt2}}]", "same-node: expected true or false"},
 		{"serve negative tp", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: llama-3-8b, concurrency: 4, context: 8, tp: -1}}]", "serve: tp must be between 1 and 4096, got -1"},

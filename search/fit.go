@@ -661,7 +661,9 @@ func axesOf(base engine.Spec, o Options) axes {
 	if !base.QLoRA && o.Allow.QLoRA {
 		ax.adapters = append(ax.adapters, adapter{&build.LoRA{Rank: 16, Alpha: 32, Targets: []string{"all-linear"}}, true})
 	}
-	if _, only := base.Optimizer.OnlyImpl(); base.Impl != lower.Fused && !only && !pin.Has(PinImpl) {
+	// The fused step where an optimizer of the search has one (--allow
+	// 8bit's bitsandbytes has nothing else).
+	if base.Impl != lower.Fused && !pin.Has(PinImpl) && slices.ContainsFunc(ax.optimizers, func(o lower.Optimizer) bool { return o.Has(lower.Fused) }) {
 		ax.impls = append(ax.impls, lower.Fused)
 	}
 	if base.Attention == build.Eager {
@@ -738,6 +740,9 @@ func (ax axes) cross(out []*Plan, base engine.Spec, o Options, l layout) []*Plan
 			for _, impl := range ax.impls {
 				for _, prec := range ax.precisions {
 					for _, opt := range ax.optimizers {
+						if !opt.Has(impl) {
+							continue // a step it lacks: the plan of its own step is another impl's
+						}
 						for _, ad := range ax.adapters {
 							for _, b := range batches(l.replica, o.Pinned, &base) {
 								if l.pp > 1 && l.replica/b > engine.MaxPipelineAccum {

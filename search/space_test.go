@@ -115,3 +115,40 @@ func fmtAny(v any) string {
 }
 
 func fmtPlain(v any) string { return fmt.Sprint(v) }
+
+// fit searches only the optimizer steps each optimizer has, and every plan
+// names the step it plans: lion's single loop alone (no fused variant that
+// would plan it again under another name), RMSprop without a fused step
+// (torch.optim.RMSprop takes no fused=True), --allow 8bit's bitsandbytes
+// AdamW only with its own kernel.
+func TestSearchSpaceImpls(t *testing.T) {
+	for _, c := range []struct {
+		opt   lower.Optimizer
+		allow engine.Allow
+		want  []string // optimizer/impl pairs searched
+	}{
+		{lower.Lion, engine.Allow{}, []string{"lion/single"}},
+		{lower.RMSprop, engine.Allow{}, []string{"rmsprop/foreach"}},
+		{lower.Adam8bit, engine.Allow{}, []string{"adamw8bit/fused"}},
+		{lower.AdamW, engine.Allow{EightBit: true}, []string{"adamw/foreach", "adamw/fused", "adamw8bit/fused"}},
+	} {
+		base := baseSpec(t, "llama-3.2-1b", "h100", 0)
+		base.Optimizer = c.opt
+		o := Options{GPUs: 2, GlobalBatch: 4, Allow: c.allow}
+		if err := fitDefaults(&base, &o); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, p := range enumerate(base, o) {
+			seen[p.Spec.Optimizer.String()+"/"+p.Spec.Impl.String()] = true
+		}
+		var got []string
+		for k := range seen {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s %+v: searched %v, want %v", c.opt, c.allow, got, c.want)
+		}
+	}
+}
