@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
@@ -292,4 +294,58 @@ func TestFusedLinearLossNeverHoldsLogits(t *testing.T) {
 	if rf, rc := semPlan(t, full), semPlan(t, s); rc.Sim.Peak.Total >= rf.Sim.Peak.Total {
 		t.Errorf("fused loss peak %v, float32 logits %v", rc.Sim.Peak.Total, rf.Sim.Peak.Total)
 	}
+}
+
+// Paged optimizer state is the state of the rank's shard under ZeRO: each
+// rank's optimizer pages what it steps (DeepSpeed's stage 1/2 optimizer over
+// its flat partition, FSDP's over sharded parameters, each allocating its
+// own bitsandbytes state: optimizer.py @0.41.1 get_state_buffer), so dp
+// ranks page the unsharded state between them, as --offload optimizer's
+// host state is divided. Per tensor a shard rounds up to ceil(numel/dp)
+// elements (zero.go), so dp shards exceed the whole by under dp elements a
+// tensor.
+func TestPropertyPagedStateSharded(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		arch := lookup(t, "gpt2").Clone()
+		arch.Hidden = 64 * rapid.IntRange(4, 8).Draw(rt, "hidden64")
+		arch.Heads, arch.KVHeads = 4, 4
+		arch.HeadDim, arch.Intermediate = arch.Hidden/4, 4*arch.Hidden
+		arch.Layers = rapid.IntRange(1, 3).Draw(rt, "layers")
+		opt := rapid.SampledFrom([]lower.Optimizer{lower.AdamW, lower.Adam8bit, lower.SGDMomentum, lower.Lion}).Draw(rt, "optimizer")
+		prec := rapid.SampledFrom([]ops.Precision{ops.AMPBF16, ops.PureBF16, ops.BF16}).Draw(rt, "precision")
+		stage := rapid.IntRange(1, 3).Draw(rt, "zero")
+		s := Spec{Job: Job{Model: arch, Seq: 32, Precision: prec, Optimizer: opt}}
+		s.Sem.PagedOptimizer = true
+		whole, err := Plan(s)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		var paged int64 // paged tensors and the widest element among them
+		var elem units.Bytes
+		for _, tt := range whole.Program.Tensors {
+			if tt.Host && tt.Cat == ir.OptimizerState {
+				paged++
+				elem = max(elem, tt.DType.Size(1))
+			}
+		}
+		if paged == 0 || whole.HostPeak == 0 {
+			rt.Fatalf("%s %s: nothing paged", opt, prec)
+		}
+		for _, dp := range []int{1, 2, 4, 8} {
+			sh := s
+			sh.DP, sh.ZeRO = dp, stage
+			if dp == 1 {
+				sh.ZeRO = 0
+			}
+			r, err := Plan(sh)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			over := r.HostPeak*units.Bytes(dp) - whole.HostPeak
+			if over < 0 || over > units.Bytes(int64(dp)*paged)*elem {
+				rt.Errorf("%s %s ZeRO-%d dp %d: %v paged per rank, × dp = %v; unsharded %v (%d paged tensors)",
+					opt, prec, sh.ZeRO, dp, r.HostPeak, r.HostPeak*units.Bytes(dp), whole.HostPeak, paged)
+			}
+		}
+	})
 }

@@ -160,10 +160,12 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		}
 	}
 
-	// Optimizer state and the step itself run on the rank's partition.
+	// Optimizer state and the step itself run on the rank's partition:
+	// paged state (Host: bitsandbytes' unified memory) too, as each rank's
+	// optimizer pages the state of the shard it steps.
 	for i := range q.Tensors {
 		t := &q.Tensors[i]
-		if t.Base == ir.NoTensor && t.Cat == ir.OptimizerState && !t.Host {
+		if t.Base == ir.NoTensor && t.Cat == ir.OptimizerState {
 			shardTensor(t, N)
 		}
 	}
