@@ -84,6 +84,9 @@ func check(key, value string) error {
 	}
 	var s engine.Spec
 	if err := sw.apply(&s, strings.TrimSpace(value)); err != nil {
+		if strings.Contains(err.Error(), sw.Values) {
+			return fmt.Errorf("%s=%q: %v", key, value, err) // it lists them already
+		}
 		return fmt.Errorf("%s=%q: %v (allowed: %s)", key, value, err, sw.Values)
 	}
 	return nil

@@ -55,7 +55,12 @@ func TestBadInput(t *testing.T) {
 		{"cuda.overhead=-5", "want a byte size"},
 		{"loss=chunked:tokens=0", "tokens must be a positive integer"},
 		{"loss=chunked:rows=-1", "rows must be a positive integer"},
-		{"loss=chunked:lines=8", `unknown key "lines" (want tokens, chunks, rows, fp32 or fp32-outputs)`},
+		{"loss=chunked:lines=8", `unknown key "lines" (want tokens=N, chunks=N, rows=N, fp32 or fp32-outputs)`},
+		{"loss=chunked:chunks=8,fp32,fp32-outputs", "fp32 and fp32-outputs contradict"},
+		{"loss=chunked:chunks=8,tokens=16", "chunks=8 and tokens=16 contradict"},
+		{"loss=chunked:chunks=8,chunks=4", "chunks is given twice"},
+		{"loss=chunkedtokens=4", `unknown loss "chunkedtokens=4" (want fp32-logits, native, fused-linear, or chunked[:OPTIONS]`},
+		{"loss=chunked:foo", `unknown key "foo"`},
 		{"optimizer.paged=maybe", "want true or false"},
 	} {
 		err := r.Clone().Set(c.kv)
@@ -181,6 +186,9 @@ func FuzzParse(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte("name: x\nswitches:\n- key: loss\n  value: chunked:tokens=99999999999\n"))
+	for _, loss := range []string{"chunked:chunks=8,fp32,fp32-outputs", "chunked:chunks=8,tokens=16", "chunked:chunks=8,chunks=4", "chunkedtokens=4", "chunked:", "chunked:rows=128,fp32-outputs"} {
+		f.Add([]byte("name: x\nswitches:\n- key: loss\n  value: " + loss + "\n"))
+	}
 	f.Add([]byte("name: x\nswitches:\n- &s {key: precision, value: fp32, source: a}\n- *s\n- *s\n"))
 	f.Add([]byte("name: &n x\ndoc: [*n, *n, *n, *n]\nswitches: []\n"))
 	f.Add([]byte("?\n"))

@@ -96,7 +96,7 @@ var switches = []Switch{
 	{Key: "optimizer.in-backward", Values: "true, false",
 		Doc:   "each parameter's optimizer step runs inside backward as soon as its gradient is complete, and the gradient is freed (torchtune optimizer_in_bwd); needs --accum 1",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.OptimizerInBackward = b })},
-	{Key: "loss", Values: "fp32-logits, native, fused-linear, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,fp32|,fp32-outputs]",
+	{Key: "loss", Values: build.LossForms(),
 		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric); fused-linear: Liger's fused linear cross-entropy, logits one chunk of about N·H values at a time, only the gradients of the hidden states and head kept",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Sem.Loss, err = build.ParseLoss(v)

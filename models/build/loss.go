@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -89,53 +90,131 @@ func (l Loss) String() string {
 	return "fp32-logits"
 }
 
-// ParseLoss reads fp32-logits, native, or chunked:tokens=N / chunked:chunks=N
-// followed by ",fp32" (each chunk upcast in the loss) or ",fp32-outputs"
-// (every chunk upcast when the model returns).
+// lossNames are the losses without options, each with its aliases (the
+// first is the name messages list).
+var lossNames = []struct {
+	names []string
+	kind  LossKind
+}{
+	{[]string{"fp32-logits", "hf", ""}, LossFP32Logits},
+	{[]string{"native"}, LossNative},
+	{[]string{"fused-linear", "liger"}, LossFusedLinear},
+}
+
+// chunkSizes are the sizes a chunked loss takes one of (none: chunks=8,
+// torchtune's num_output_chunks), chunkUpcasts where its chunks become
+// float32 (none: cross_entropy in the logits' dtype). ParseLoss and
+// LossForms read them.
+var (
+	chunkSizes = []struct {
+		key string
+		set func(l *Loss, n int)
+	}{
+		{"tokens", func(l *Loss, n int) { l.ChunkTokens = n }},
+		{"chunks", func(l *Loss, n int) { l.Chunks = n }},
+		{"rows", func(l *Loss, n int) { l.Rows = n }},
+	}
+	chunkUpcasts = []struct {
+		name string
+		up   Upcast
+	}{{"fp32", UpcastChunk}, {"fp32-outputs", UpcastOutputs}}
+)
+
+// LossForms lists every form ParseLoss reads, for its messages and the
+// loss switch's listing.
+func LossForms() string {
+	var forms []string
+	for _, n := range lossNames {
+		forms = append(forms, n.names[0])
+	}
+	sizes, ups := chunkOptions()
+	return fmt.Sprintf("%s, or chunked[:OPTIONS], OPTIONS comma-separated: at most one of %s (default chunks=8) and at most one of %s",
+		strings.Join(forms, ", "), strings.Join(sizes, ", "), strings.Join(ups, ", "))
+}
+
+// chunkOptions are the options of a chunked loss as written: its sizes
+// (key=N) and its upcasts.
+func chunkOptions() (sizes, ups []string) {
+	for _, c := range chunkSizes {
+		sizes = append(sizes, c.key+"=N")
+	}
+	for _, u := range chunkUpcasts {
+		ups = append(ups, u.name)
+	}
+	return sizes, ups
+}
+
+// ParseLoss reads a loss (LossForms): fp32-logits, native, fused-linear, or
+// chunked with options after a colon: one size (tokens=N, chunks=N, rows=N)
+// and one upcast (",fp32": each chunk upcast in the loss; ",fp32-outputs":
+// every chunk upcast when the model returns), in any order. A second size
+// or upcast is refused naming both: the last one winning made
+// "fp32,fp32-outputs" and "fp32-outputs,fp32" different losses.
 func ParseLoss(s string) (Loss, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
-	switch t {
-	case "", "fp32-logits", "hf":
-		return Loss{}, nil
-	case "native":
-		return Loss{Kind: LossNative}, nil
-	case "fused-linear", "liger":
-		return Loss{Kind: LossFusedLinear}, nil
-	}
-	rest, ok := strings.CutPrefix(t, "chunked")
-	if !ok {
-		return Loss{}, fmt.Errorf("unknown loss %q (want fp32-logits, native, chunked:tokens=N[,fp32|,fp32-outputs], chunked:chunks=N[,...] or chunked:rows=N[,...])", s)
+	for _, n := range lossNames {
+		if slices.Contains(n.names, t) {
+			return Loss{Kind: n.kind}, nil
+		}
 	}
 	l := Loss{Kind: LossChunked, Chunks: 8}
-	rest = strings.TrimPrefix(rest, ":")
-	for _, kv := range strings.Split(rest, ",") {
-		switch kv {
-		case "":
-			continue
-		case "fp32":
-			l.Upcast = UpcastChunk
-			continue
-		case "fp32-outputs":
-			l.Upcast = UpcastOutputs
+	if t == "chunked" {
+		return l, nil
+	}
+	opts, ok := strings.CutPrefix(t, "chunked:")
+	if !ok {
+		return Loss{}, fmt.Errorf("unknown loss %q (want %s)", s, LossForms())
+	}
+	var size, up string // the options that set them
+	for _, opt := range strings.Split(opts, ",") {
+		k, v, valued := strings.Cut(opt, "=")
+		if i := slices.IndexFunc(chunkUpcasts, func(u struct {
+			name string
+			up   Upcast
+		}) bool {
+			return u.name == k
+		}); i >= 0 {
+			if valued {
+				return Loss{}, fmt.Errorf("loss %q: %s takes no value", s, k)
+			}
+			if up != "" {
+				return Loss{}, lossTwice(s, up, opt, "upcasts in one place")
+			}
+			up, l.Upcast = opt, chunkUpcasts[i].up
 			continue
 		}
-		k, v, _ := strings.Cut(kv, "=")
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 || n > MaxTokens {
+		i := slices.IndexFunc(chunkSizes, func(c struct {
+			key string
+			set func(l *Loss, n int)
+		}) bool {
+			return c.key == k
+		})
+		switch n, err := strconv.Atoi(v); {
+		case opt == "":
+			return Loss{}, fmt.Errorf("loss %q: an empty option (want %s)", s, LossForms())
+		case i < 0:
+			sizes, ups := chunkOptions()
+			return Loss{}, fmt.Errorf("loss %q: unknown key %q (want %s or %s)", s, k, strings.Join(append(sizes, ups[:len(ups)-1]...), ", "), ups[len(ups)-1])
+		case err != nil || n <= 0 || n > MaxTokens:
 			return Loss{}, fmt.Errorf("loss %q: %s must be a positive integer", s, k)
-		}
-		switch k {
-		case "tokens":
-			l.ChunkTokens, l.Chunks, l.Rows = n, 0, 0
-		case "chunks":
-			l.Chunks, l.ChunkTokens, l.Rows = n, 0, 0
-		case "rows":
-			l.Rows, l.Chunks, l.ChunkTokens = n, 0, 0
+		case size != "":
+			return Loss{}, lossTwice(s, size, opt, "takes one of tokens, chunks, rows")
 		default:
-			return Loss{}, fmt.Errorf("loss %q: unknown key %q (want tokens, chunks, rows, fp32 or fp32-outputs)", s, k)
+			size, l.Chunks = opt, 0
+			chunkSizes[i].set(&l, n)
 		}
 	}
 	return l, nil
+}
+
+// lossTwice refuses a second option a of the kind first set (a size or an
+// upcast): the same key given twice, or two that contradict.
+func lossTwice(s, first, second, rule string) error {
+	k1, _, _ := strings.Cut(first, "=")
+	if k2, _, _ := strings.Cut(second, "="); k1 == k2 {
+		return fmt.Errorf("loss %q: %s and %s: %s is given twice", s, first, second, k1)
+	}
+	return fmt.Errorf("loss %q: %s and %s contradict: a chunked loss %s", s, first, second, rule)
 }
 
 // fusedLinearLoss is Liger's lce_forward for a causal LM: the hidden states
