@@ -104,6 +104,14 @@ func TestWarnings(t *testing.T) {
 		{[]string{"--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training; ignored with --mode infer"},
 		{[]string{"--mode", "infer", "--optimizer-impl", "fused"}, "--optimizer-impl applies to training"},
 		{[]string{"--mode", "infer", "--first-step=false"}, "--first-step applies to training"},
+		{[]string{"--mode", "infer", "--set", "optimizer=sgd"}, "--set optimizer applies to training; ignored with --mode infer"},
+		{[]string{"--mode", "infer", "--set", "optimizer.impl=fused"}, "--set optimizer.impl applies to training"},
+		{[]string{"--mode", "infer", "--set", "optimizer.in-backward=true"}, "--set optimizer.in-backward applies to training"},
+		{[]string{"--mode", "infer", "--set", "optimizer.paged=true"}, "--set optimizer.paged applies to training"},
+		{[]string{"--mode", "infer", "--set", "loss=chunked:chunks=4"}, "--set loss applies to training"},
+		{[]string{"--mode", "infer", "--set", "loop.hold-outputs=true"}, "--set loop.hold-outputs applies to training"},
+		{[]string{"--mode", "infer", "--set", "loop.zero-grad=in-place"}, "--set loop.zero-grad applies to training"},
+		{[]string{"--mode", "infer", "--set", "checkpoint=full"}, "--set checkpoint applies to training"},
 		{[]string{"--pp-schedule", "gpipe"}, "--pp-schedule applies to pipeline parallelism"},
 		{[]string{"--pp-interleave", "2"}, "--pp-interleave applies to pipeline parallelism"},
 		{[]string{"--gpu", "h100", "--kernels", "cpu"}, "--kernels cpu plans CPU kernels' memory"},
@@ -137,6 +145,15 @@ func TestWarnings(t *testing.T) {
 	_, out, _ := run("plan", "--model", "vit-base", "--seq", "77", "--json", "--no-timeline")
 	if !strings.Contains(out, `"seq": 197`) {
 		t.Errorf("vit with --seq 77 did not plan 197 tokens:\n%.400s", out)
+	}
+	// A recipe's training-only switches do not apply to inference, nor are
+	// they the user's to be warned about: torchtitan's selective-op
+	// checkpointing was refused as "--checkpoint applies to training only".
+	// A --set of a switch inference uses is no warning.
+	for _, args := range [][]string{{"--recipe", "torchtitan"}, {"--recipe", "torchtune"}, {"--set", "attention=eager"}, {"--set", "cuda.overhead=0"}} {
+		if code, _, errs := run(append([]string{"plan", "--model", "gpt2", "--mode", "infer", "--no-chart"}, args...)...); code != 0 || errs != "" {
+			t.Errorf("infer %v: exit %d, stderr %q", args, code, errs)
+		}
 	}
 	// No warning without a reason.
 	if _, _, errs := run("plan", "--model", "gpt2", "--gpu", "h100", "--no-chart"); errs != "" {

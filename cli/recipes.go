@@ -52,7 +52,11 @@ func listRecipes(w io.Writer) error {
 	t.SetStyle(table.StyleLight)
 	t.AppendHeader(table.Row{"switch", "values", "what it changes"})
 	for _, s := range recipe.Switches() {
-		t.AppendRow(table.Row{s.Key, s.Values, s.Doc})
+		doc := s.Doc
+		if s.Training {
+			doc += " (training only: ignored with --mode infer)"
+		}
+		t.AppendRow(table.Row{s.Key, s.Values, doc})
 	}
 	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 40}, {Number: 3, WidthMax: 70}})
 	fmt.Fprintln(w, t.Render())

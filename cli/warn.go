@@ -7,6 +7,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/recipe"
 )
 
 // warnings lists the inputs of s (as the flags gave it) that are ignored or
@@ -33,6 +34,16 @@ func (f *planFlags) warnings(s *engine.Spec) []string {
 		for _, fl := range []string{"optimizer", "optimizer-impl", "first-step"} {
 			if f.changed(fl) {
 				add("--%s applies to training; ignored with --mode infer", fl)
+			}
+		}
+		// The recipe's table says which switches only training has;
+		// Recipe.Apply did not apply them.
+		warned := map[string]bool{}
+		for _, kv := range f.sets {
+			key, _, _ := strings.Cut(kv, "=")
+			if key = strings.TrimSpace(key); recipe.TrainingOnly(key) && !warned[key] {
+				warned[key] = true
+				add("--set %s applies to training; ignored with --mode infer", key)
 			}
 		}
 	}

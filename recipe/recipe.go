@@ -190,13 +190,18 @@ func (r *Recipe) Value(key string) string {
 // mirrors a flag (Switch.Flag) yields to the flag when explicit(flag)
 // reports that the user gave it: a recipe's own value is skipped, and a
 // --set one must set what the flag set (a *Disagreement when it does
-// not). explicit may be nil.
+// not). explicit may be nil. An inference spec skips the training
+// switches (Switch.Training): a recipe's checkpointing or loss is its
+// training step's (TrainingOnly names a --set of one to warn about).
 func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
 	s.Sem.Recipe = r.Name
 	for _, st := range r.Settings {
 		sw, err := lookup(st.Key)
 		if err != nil {
 			return err
+		}
+		if sw.Training && s.Mode == engine.Infer {
+			continue
 		}
 		given := sw.Flag != "" && explicit != nil && explicit(sw.Flag)
 		if given && st.Source != "--set" {
@@ -220,6 +225,13 @@ func (r *Recipe) Apply(s *engine.Spec, explicit func(flag string) bool) error {
 		}
 	}
 	return nil
+}
+
+// TrainingOnly reports whether key names a switch only a training step
+// has (Switch.Training), which an inference plan ignores.
+func TrainingOnly(key string) bool {
+	sw, err := lookup(strings.TrimSpace(key))
+	return err == nil && sw.Training
 }
 
 // Disagreement is a --set setting of a switch whose flag the user also

@@ -26,8 +26,13 @@ type Switch struct {
 	// on the command line wins over the recipe's value, and a --set of the
 	// switch must agree with it (Recipe.Apply). This column is the one
 	// mapping of setting keys to flags.
-	Flag  string
-	apply func(s *engine.Spec, v string) error
+	Flag string
+	// Training: the switch changes only what a training step has (the
+	// optimizer and its step, the loss, what backward saves, the loop
+	// around them, sharding and checkpointing), so inference ignores it:
+	// Recipe.Apply skips it, and the CLI warns about a --set of it.
+	Training bool
+	apply    func(s *engine.Spec, v string) error
 }
 
 var switches = []Switch{
@@ -41,24 +46,24 @@ var switches = []Switch{
 			s.Precision, err = ops.ParsePrecision(v)
 			return err
 		}},
-	{Key: "optimizer", Flag: "optimizer", Values: strings.Join(lower.OptimizerNames(), ", "),
+	{Key: "optimizer", Training: true, Flag: "optimizer", Values: strings.Join(lower.OptimizerNames(), ", "),
 		Doc: "the optimizer family: which state it keeps per parameter",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Optimizer, err = lower.ParseOptimizer(v)
 			return err
 		}},
-	{Key: "optimizer.impl", Flag: "optimizer-impl", Values: "foreach, single, fused",
+	{Key: "optimizer.impl", Training: true, Flag: "optimizer-impl", Values: "foreach, single, fused",
 		Doc: "how the step runs: foreach (multi-tensor temporaries as large as the state), single (per-parameter), fused (no temporaries)",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Impl, err = lower.ParseImpl(v)
 			return err
 		}},
-	{Key: "optimizer.state-dtype", Values: "auto, float32, bfloat16, float16",
+	{Key: "optimizer.state-dtype", Training: true, Values: "auto, float32, bfloat16, float16",
 		Doc: "the dtype of the optimizer's state where it follows the parameters (Adam's moments, momentum): auto takes the precision's (float32 with master weights, else the parameters' dtype)",
 		apply: choice([]string{"auto", "float32|fp32", "bfloat16|bf16", "float16|fp16"}, func(s *engine.Spec, i int) {
 			s.Sem.StateDType = []units.DType{units.Invalid, units.F32, units.BF16, units.F16}[i]
 		})},
-	{Key: "optimizer.paged", Values: "true, false",
+	{Key: "optimizer.paged", Training: true, Values: "true, false",
 		Doc:   "optimizer state in CUDA unified memory (bitsandbytes paged optimizers): outside the caching allocator and max_memory_allocated",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.PagedOptimizer = b })},
 	{Key: "model.code", Values: "hf, litgpt",
@@ -90,13 +95,13 @@ var switches = []Switch{
 	{Key: "attention.repeat-kv", Values: "true, false",
 		Doc:   "grouped-query attention copies k and v to every query head before SDPA (transformers' repeat_kv: always before 4.54, and from 4.54 with an attention mask or before PyTorch 2.5), so SDPA saves heads/kv-heads times more; false: SDPA takes the grouped heads (enable_gqa, flash-attn, torchtune's own expand is a copy too)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.RepeatKV = b })},
-	{Key: "autograd.mean-saves-input", Values: "true, false",
+	{Key: "autograd.mean-saves-input", Training: true, Values: "true, false",
 		Doc:   "autograd keeps mean.dim's input for backward (PyTorch 2.1's MeanBackward1 holds self_): an unfused RMSNorm then saves x*x per norm",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.MeanSavesInput = b })},
-	{Key: "optimizer.in-backward", Values: "true, false",
+	{Key: "optimizer.in-backward", Training: true, Values: "true, false",
 		Doc:   "each parameter's optimizer step runs inside backward as soon as its gradient is complete, and the gradient is freed (torchtune optimizer_in_bwd); needs --accum 1",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.OptimizerInBackward = b })},
-	{Key: "loss", Values: build.LossForms(),
+	{Key: "loss", Training: true, Values: build.LossForms(),
 		Doc: "fp32-logits: logits.float() then cross-entropy (transformers); native: cross-entropy in the logits' dtype; chunked: the head and cross-entropy chunk by chunk, upcast per chunk in the loss (fp32) or all chunks when the model returns (fp32-outputs, Lightning Fabric); fused-linear: Liger's fused linear cross-entropy, logits one chunk of about N·H values at a time, only the gradients of the hidden states and head kept",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Sem.Loss, err = build.ParseLoss(v)
@@ -105,10 +110,10 @@ var switches = []Switch{
 	{Key: "lora.adapter-dtype", Values: "float32, model",
 		Doc:   "float32: peft keeps adapters over a 16-bit model in float32 (autocast_adapter_dtype=True); model: adapters in the model's dtype",
 		apply: choice([]string{"float32|fp32", "model"}, func(s *engine.Spec, i int) { s.Sem.LoRAModelDType = i == 1 })},
-	{Key: "lora.dropout", Values: "per-target, shared",
+	{Key: "lora.dropout", Training: true, Values: "per-target, shared",
 		Doc:   "per-target: one dropout (mask and output) per adapted linear (peft); shared: one per input, shared by the adapters that read it (litgpt's fused qkv)",
 		apply: choice([]string{"per-target", "shared"}, func(s *engine.Spec, i int) { s.Sem.LoRASharedDropout = i == 1 })},
-	{Key: "bitsandbytes", Values: "a version, e.g. 0.41.1",
+	{Key: "bitsandbytes", Training: true, Values: "a version, e.g. 0.41.1",
 		Doc: "bitsandbytes up to 0.43.2 saves every 4-bit linear's input for backward (fixed by bitsandbytes #1270 in 0.43.3)",
 		apply: func(s *engine.Spec, v string) error {
 			old, err := versionBefore(v, [3]int{0, 43, 3})
@@ -133,15 +138,15 @@ var switches = []Switch{
 	{Key: "qlora.double-quant", Values: "true, false",
 		Doc:   "NF4 absmax constants quantised again to 8 bits (bnb.nf4-dq) or kept in float32 (bnb.nf4)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.Quant.NoDoubleQuant = !b })},
-	{Key: "fsdp.flat-params", Values: "true, false",
+	{Key: "fsdp.flat-params", Training: true, Values: "true, false",
 		Doc:   "FSDP1 FlatParameters (use_orig_params=True): frozen and trainable weights of a wrapped unit share one flat gradient, no_sync accumulation keeps unsharded gradients, the root unit stays unsharded between forward and backward; false: per-parameter sharding that skips frozen weights (FSDP2, DeepSpeed ZeRO-3)",
 		apply: boolSwitch(func(s *engine.Spec, b bool) { s.Sem.FSDPFlat = b })},
-	{Key: "loop.hold-outputs", Values: "false, backward, true (until the next forward returns)",
+	{Key: "loop.hold-outputs", Training: true, Values: "false, backward, true (until the next forward returns)",
 		Doc: "how long the loop keeps the model's output (logits) in a variable: false drops it once the loss exists (transformers Trainer, torchtune, torchtitan); backward keeps it through backward; true keeps it until the next forward rebinds it, through the optimizer step (litgpt, hand-written loops)",
 		apply: choice([]string{"false|none", "backward", "true|next-forward"}, func(s *engine.Spec, i int) {
 			s.Sem.Hold = []lower.Hold{lower.HoldNone, lower.HoldBackward, lower.HoldNextForward}[i]
 		})},
-	{Key: "loop.zero-grad", Values: "set-to-none, in-place, after-forward",
+	{Key: "loop.zero-grad", Training: true, Values: "set-to-none, in-place, after-forward",
 		Doc: "set-to-none: zero_grad(set_to_none=True) after the step (PyTorch 2's default); in-place: set_to_none=False, gradients stay allocated across iterations (PyTorch < 2.0's default); after-forward: zero_grad between forward and backward, so the previous step's gradients are alive during the forward",
 		apply: choice([]string{"set-to-none", "in-place", "after-forward"}, func(s *engine.Spec, i int) {
 			s.Sem.ZeroGrad = []lower.ZeroGrad{lower.ZeroToNone, lower.ZeroInPlace, lower.ZeroAfterForward}[i]
@@ -176,7 +181,7 @@ var switches = []Switch{
 			s.Attention, err = build.ParseAttention(v)
 			return err
 		}},
-	{Key: "checkpoint", Flag: "checkpoint", Values: "none, full, every=K, modules=GLOB, selective, selective-op",
+	{Key: "checkpoint", Training: true, Flag: "checkpoint", Values: "none, full, every=K, modules=GLOB, selective, selective-op",
 		Doc: "activation checkpointing as the framework applies it",
 		apply: func(s *engine.Spec, v string) (err error) {
 			s.Checkpoint, err = engine.ParseCheckpoint(v)
