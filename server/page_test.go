@@ -123,6 +123,42 @@ func TestPageRefuses(t *testing.T) {
 	}
 }
 
+// A path that is not clean (dot segments, doubled slashes, a directory
+// without its slash) is the API's JSON 404, as any other path that is not
+// the page's: never the mux's HTML redirect to the cleaned path (README:
+// "200 only for the page's files, JSON 404/405 otherwise"). The requests
+// go out as written and redirects are not followed, as curl --path-as-is.
+func TestUncleanPathsAreJSON404(t *testing.T) {
+	ts := newServer(t, server.Config{})
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/static/../main.go"}, {"GET", "/static/../go.mod"}, {"GET", "/static"}, {"HEAD", "/static"},
+		{"GET", "/static/./app.js"}, {"GET", "//static/app.js"}, {"GET", "/static//app.js"}, {"HEAD", "/static//app.js"},
+		{"GET", "/static/vendor/../app.js"}, {"GET", "/static/app.js/."}, {"GET", "/./"}, {"GET", "//"}, {"GET", "/.."},
+		{"GET", "/static/%2e%2e/main.go"}, {"GET", "/v1/../openapi.json"}, {"GET", "//healthz"}, {"GET", "/metrics/"},
+		{"POST", "//v1/plan"}, {"POST", "/v1/./plan"}, {"POST", "/v1//plan"}, {"DELETE", "/static/../app.js"},
+	} {
+		req, err := http.NewRequest(c.method, ts.URL+c.path, strings.NewReader(`{"model": "gpt2"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Location") != "" ||
+			(c.method != "HEAD" && !json.Valid(b)) {
+			t.Errorf("%s %s: %d %q Location %q %q, want a JSON 404", c.method, c.path, resp.StatusCode,
+				resp.Header.Get("Content-Type"), resp.Header.Get("Location"), b)
+		} else if c.method != "HEAD" {
+			errorOf(t, reply{resp.StatusCode, resp.Header, b})
+		}
+	}
+}
+
 // GET /v1/catalog lists exactly the embedded catalogs' models, GPUs and
 // recipes: what the page's pickers offer is what plan accepts.
 func TestCatalog(t *testing.T) {
@@ -173,41 +209,51 @@ func TestCatalog(t *testing.T) {
 }
 
 // Any path and method: the page's handler answers 200 (or 304) only for
-// the page and its assets, a JSON 404 or 405 otherwise, never a 500 or a
-// panic.
+// the page and its assets, with their content type, and a JSON 404 or 405
+// otherwise: never a redirect (the mux's cleaning of a path), a text or
+// HTML answer, a 500 or a panic.
 func FuzzPagePath(f *testing.F) {
 	for _, p := range []string{"/", "/static/app.js", "/static/vendor/uplot-1.6.32/uPlot.min.css", "/static/", "/static/../go.mod",
-		"/static/vendor/uplot-1.6.32/LICENSE", "//", "/static//app.js", "/%00", "/static/app.js/"} {
+		"/static/vendor/uplot-1.6.32/LICENSE", "//", "/static//app.js", "/%00", "/static/app.js/", "/static", "/static/./app.js",
+		"//static/app.js", "/.", "", "static/app.js", "/static/%2e%2e/go.mod"} {
 		f.Add(p, "GET")
 		f.Add(p, "HEAD")
 		f.Add(p, "DELETE")
 	}
+	f.Add("/static", "CONNECT")
+	f.Add("/static/../app.js", "OPTIONS")
 	s := server.New(cli.APIBackend{}, server.Config{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	served := map[string]bool{"/": true, "/static/app.js": true, "/static/app.css": true,
-		"/static/vendor/uplot-1.6.32/uPlot.iife.min.js": true, "/static/vendor/uplot-1.6.32/uPlot.min.css": true}
+	served := map[string]string{"/": "text/html; charset=utf-8", "/static/app.js": "text/javascript; charset=utf-8",
+		"/static/app.css": "text/css; charset=utf-8", "/static/vendor/uplot-1.6.32/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+		"/static/vendor/uplot-1.6.32/uPlot.min.css": "text/css; charset=utf-8"}
 	f.Fuzz(func(t *testing.T, path, method string) {
-		if path == "" || path[0] != '/' || strings.HasPrefix(path, "/v1/") || path == "/openapi.json" || path == "/healthz" || path == "/metrics" {
+		if strings.HasPrefix(path, "/v1/") || path == "/openapi.json" || path == "/healthz" || path == "/metrics" {
 			t.Skip() // the API's routes have their own tests
 		}
-		if method != "GET" && method != "HEAD" && method != "POST" && method != "DELETE" {
+		if !slices.Contains([]string{"GET", "HEAD", "POST", "DELETE", "PUT", "OPTIONS", "CONNECT"}, method) {
 			t.Skip()
 		}
 		req := httptest.NewRequest(method, "/", nil)
 		req.URL.Path = path
 		w := httptest.NewRecorder()
 		s.ServeHTTP(w, req)
+		ctype := w.Header().Get("Content-Type")
 		switch code := w.Code; {
-		case code == 200 || code == 304:
-			if !served[path] || (method != "GET" && method != "HEAD") {
-				t.Errorf("%s %q: %d, but it is not one of the page's files", method, path, code)
+		case code == 200:
+			if served[path] == "" || ctype != served[path] || (method != "GET" && method != "HEAD") {
+				t.Errorf("%s %q: %d %q, but it is not one of the page's files", method, path, code, ctype)
 			}
-		case code == 301 || code == 307 || code == 308: // the mux cleaning a path
+		case code == 304:
+			t.Errorf("%s %q: 304 to a request without If-None-Match", method, path)
 		case code == 404 || code == 405:
-			if method != "HEAD" && !json.Valid(w.Body.Bytes()) {
-				t.Errorf("%s %q: %d with a body that is not JSON: %q", method, path, code, w.Body.String())
+			if ctype != "application/json" || !json.Valid(w.Body.Bytes()) {
+				t.Errorf("%s %q: %d %q with a body that is not JSON: %q", method, path, code, ctype, w.Body.String())
+			}
+			if loc := w.Header().Get("Location"); loc != "" {
+				t.Errorf("%s %q: %d with Location %q", method, path, code, loc)
 			}
 		default:
-			t.Errorf("%s %q: %d", method, path, code)
+			t.Errorf("%s %q: %d %q %q", method, path, code, ctype, w.Body.String())
 		}
 	})
 }

@@ -29,8 +29,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +109,7 @@ type Server struct {
 	cfg     Config
 	backend Backend
 	mux     *http.ServeMux
+	unclean http.Handler // answers a path that is not clean
 	sem     chan struct{}
 	waiting atomic.Int64
 	cache   *lru
@@ -193,8 +196,14 @@ func New(b Backend, cfg Config) *Server {
 	}
 	assets := pageAssets()
 	s.mux.Handle("/static/", s.route("/static/", s.page(assets)))
+	// "/static" itself is a 404 like any other path that is not a file,
+	// not the mux's redirect to "/static/".
+	s.mux.Handle("/static", s.route("other", s.page(assets)))
 	s.mux.Handle("/{$}", s.route("/", s.page(assets)))
 	s.mux.Handle("/", s.route("other", s.page(assets)))
+	s.unclean = s.route("other", func(w http.ResponseWriter, r *http.Request) int {
+		return writeError(w, http.StatusNotFound, "", "no route "+r.URL.Path+": a path with a . or .. segment or a doubled slash is not cleaned (the API is described at /openapi.json)")
+	})
 	return s
 }
 
@@ -228,8 +237,31 @@ func (s *Server) initMetrics() {
 	s.reg.MustRegister(s.m.requests, s.m.latency, s.m.inFlight, s.m.queued, s.m.cacheHits, s.m.cacheMiss, s.m.rejected, s.m.cacheSize)
 }
 
-// ServeHTTP serves the API.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the API. A path that is not clean (a . or .. segment,
+// a doubled slash, no leading slash) is a JSON 404 like any other path
+// that is not a route: http.ServeMux would answer it with an HTML redirect
+// to the path cleaned, which the API never promised and the page never
+// needs.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !isClean(r.URL.EscapedPath()) {
+		s.unclean.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// isClean reports whether p is a path http.ServeMux leaves as it is: it
+// starts with a slash and path.Clean changes nothing but a trailing slash.
+func isClean(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	c := path.Clean(p)
+	if c != "/" && strings.HasSuffix(p, "/") {
+		c += "/"
+	}
+	return c == p
+}
 
 // handler answers a request and returns the status it wrote.
 type handler func(w http.ResponseWriter, r *http.Request) int
