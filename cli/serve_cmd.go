@@ -58,12 +58,13 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 			"the document its --json prints, with the CLI's exit status in Memplan-Exit-Status: 200 for 0 and 3 (a job that\n" +
 			"does not fit: the document says so), 422 for 4 (nothing fits: compare's and max's document, fit's error),\n" +
 			"400 for 1 (bad input). explain takes the snapshot base64-encoded in \"snapshot\", pack the job file's text in\n" +
-			"\"jobs\". Errors are {\"error\", \"field\"}: 400 bad input, 413 too large, 422 fit found no plan, 429/503 busy\n" +
-			"(Retry-After), 503 past --timeout. It caches answers, logs one JSON line per request on stderr and exposes\n" +
-			"Prometheus metrics at /metrics.\n" +
+			"\"jobs\". Errors are {\"error\", \"field\"}: 400 bad input, 413 too large, 415 a body not sent as\n" +
+			"Content-Type: application/json (so that no page of another site can make the server compute), 422 fit found\n" +
+			"no plan, 429/503 busy (Retry-After), 503 past --timeout. It caches answers, logs one JSON line per request on\n" +
+			"stderr and exposes Prometheus metrics at /metrics.\n" +
 			"(plan --mode serve is a different thing: vLLM serving a model.)",
 		Example: `  memplan serve --addr 127.0.0.1:8080
-  curl -s localhost:8080/v1/plan -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,
+  curl -s localhost:8080/v1/plan -H 'Content-Type: application/json' -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkServeFlags(&cfg); err != nil {

@@ -71,6 +71,7 @@ func OpenAPI(b Backend) map[string]any {
 					"content": map[string]any{"application/json": map[string]any{"schema": doc}}},
 				"400": badInput,
 				"413": errResp("the request body is over the size limit"),
+				"415": errResp("the request's Content-Type is not application/json (with at most charset=utf-8): other types are refused so that no page of another site can make the server compute"),
 				"422": map[string]any{"description": "nothing fits (the CLI's exit status 4): compare answers its document (no strategy fits) and max its document (no value fits), each naming the largest lever; fit, which prints none, answers the error (no plan fits)",
 					"headers": exitHeader("4"),
 					"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{

@@ -67,7 +67,7 @@ func TestOpenAPI(t *testing.T) {
 				t.Errorf("%s: field %s is not in the schema", c, f.Key)
 			}
 		}
-		for _, code := range []int{200, 400, 413, 422, 429, 503} {
+		for _, code := range []int{200, 400, 413, 415, 422, 429, 503} {
 			if op.Responses.Status(code) == nil {
 				t.Errorf("%s: no %d response", c, code)
 			}

@@ -16,7 +16,9 @@
 // prints one (compare: no strategy fits; max: no value fits; each names the
 // largest lever) and {"error": ..., "field": ...} where it prints none (fit
 // finds no plan); 1 (bad input) is 400 with the error naming the request
-// field. Outside the CLI's statuses: 413 past the size limit; 429 and 503
+// field. Outside the CLI's statuses: 413 past the size limit; 415 for a
+// body not sent as application/json (what keeps other sites' pages from
+// posting to a local server without a CORS preflight); 429 and 503
 // when busy; 503 past the time limit. A 500 is a bug (a recovered panic),
 // never input.
 package server
@@ -28,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"path"
 	"runtime"
@@ -326,6 +329,10 @@ func (s *Server) command(name string) handler {
 			w.Header().Set("Allow", "POST")
 			return writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here: POST a JSON object of the command's fields (see /openapi.json)")
 		}
+		if ct := r.Header.Values("Content-Type"); len(ct) != 1 || !jsonContent(ct[0]) {
+			return writeError(w, http.StatusUnsupportedMediaType, "", fmt.Sprintf("the body must be sent as Content-Type: application/json, not %q: "+
+				"other types are refused so that no page of another site can make this server compute", strings.Join(ct, ", ")))
+		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if err != nil {
 			var mb *http.MaxBytesError
@@ -371,6 +378,28 @@ func (s *Server) command(name string) handler {
 		}
 		return writeAnswer(w, a, "miss")
 	}
+}
+
+// jsonContent reports whether a request's Content-Type says its body is
+// JSON: application/json, with no parameter but a UTF-8 charset (RFC 8259:
+// JSON between systems is UTF-8). It is what keeps other sites out: a page
+// may send a form, multipart or text/plain to any origin without asking (a
+// CORS simple request), but application/json only after a preflight,
+// which the server never grants.
+func jsonContent(ctype string) bool {
+	if ctype == "application/json" {
+		return true
+	}
+	mt, params, err := mime.ParseMediaType(ctype)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return false
+		}
+	}
+	return true
 }
 
 // errPanic is a command that panicked (a bug), logged where it happened.

@@ -389,6 +389,7 @@ func TestClientGoneFreesItsPlace(t *testing.T) {
 	ts := newServer(t, server.Config{CacheEntries: -1})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/plan", strings.NewReader(`{"model": "deepseek-v3", "gpu": "h100", "accum": 8}`))
+	req.Header.Set("Content-Type", "application/json")
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -455,6 +456,7 @@ func TestConcurrencyAndCancellation(t *testing.T) {
 	b.release = make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/plan", strings.NewReader(`{"model": "gpt2", "seq": 32}`))
+	req.Header.Set("Content-Type", "application/json")
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
@@ -643,6 +645,70 @@ func TestGetRoutesRefuseOtherMethods(t *testing.T) {
 			if resp.StatusCode != 405 || !strings.Contains(resp.Header.Get("Allow"), "GET") {
 				t.Errorf("%s %s: %d, Allow %q, want 405 GET: %.100s", method, path, resp.StatusCode, resp.Header.Get("Allow"), b)
 			}
+		}
+	}
+}
+
+// A POST to /v1/COMMAND must say its body is JSON (Content-Type
+// application/json, with at most a UTF-8 charset): a page on another
+// origin can send text/plain, a form or multipart without asking first (a
+// CORS "simple request"), and so make a local server plan for it, but not
+// application/json without a preflight, which the server does not grant.
+// Every other type is a 415 with a JSON error, before the body is read or
+// parsed.
+func TestPostNeedsJSONContentType(t *testing.T) {
+	b := &counting{}
+	ts := httptest.NewServer(server.New(b, server.Config{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}))
+	defer ts.Close()
+	send := func(method, path, ctype string, header map[string]string) reply {
+		req, err := http.NewRequest(method, ts.URL+path, strings.NewReader(`{"model": "gpt2", "no_timeline": true}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ctype != "-" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return reply{resp.StatusCode, resp.Header, body}
+	}
+	evil := map[string]string{"Origin": "http://evil.example"}
+	for _, c := range b.Commands() {
+		for _, ctype := range []string{"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+			"multipart/form-data; boundary=x", "-", "", "application/jsonx", "application/json-seq", "text/json",
+			"application/json; charset=latin1", "application/json; foo=bar", "application/json, text/plain"} {
+			r := send("POST", "/v1/"+c, ctype, evil)
+			if r.status != 415 || r.header.Get("Content-Type") != "application/json" {
+				t.Errorf("POST /v1/%s as %q from another origin: %d %q %s, want 415 with a JSON error", c, ctype, r.status, r.header.Get("Content-Type"), r.body)
+				continue
+			}
+			if msg, _ := errorOf(t, r); !strings.Contains(msg, "application/json") {
+				t.Errorf("POST /v1/%s as %q: 415 %q does not say what to send", c, ctype, msg)
+			}
+			if r.header.Get("Access-Control-Allow-Origin") != "" {
+				t.Errorf("POST /v1/%s: Access-Control-Allow-Origin %q", c, r.header.Get("Access-Control-Allow-Origin"))
+			}
+		}
+	}
+	if n := b.parsed.Load(); n != 0 {
+		t.Errorf("%d bodies parsed under a type that is not JSON, want none", n)
+	}
+	// No preflight is granted: a cross-origin page cannot send JSON.
+	pre := send("OPTIONS", "/v1/plan", "-", map[string]string{"Origin": "http://evil.example",
+		"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"})
+	if pre.status < 400 || pre.header.Get("Access-Control-Allow-Origin") != "" || pre.header.Get("Access-Control-Allow-Headers") != "" {
+		t.Errorf("preflight OPTIONS /v1/plan: %d %v, want a refusal without CORS headers", pre.status, pre.header)
+	}
+	for _, ctype := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON; Charset=\"UTF-8\"", "application/json;"} {
+		if r := send("POST", "/v1/plan", ctype, nil); r.status != 200 {
+			t.Errorf("POST /v1/plan as %q: %d %s, want 200", ctype, r.status, r.body)
 		}
 	}
 }

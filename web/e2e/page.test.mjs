@@ -13,6 +13,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, execFileSync } from "node:child_process";
+import { createServer } from "node:http";
 import { readFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -54,7 +55,9 @@ async function startServer() {
 // with Retry-After) on a loaded machine; api expects a 200.
 async function post(command, body) {
   for (let attempt = 0; ; attempt++) {
-    const resp = await fetch(base + "/v1/" + command, { method: "POST", body: JSON.stringify(body) });
+    const resp = await fetch(base + "/v1/" + command, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
     const wait = Number(resp.headers.get("Retry-After"));
     if (attempt >= 5 || !(resp.status === 429 || resp.status === 503) || !(wait > 0)) {
       return { status: resp.status, doc: await resp.json() };
@@ -221,4 +224,43 @@ test("the page shows the API's numbers, re-plans, explains, packs", async () => 
   const shot = process.env.SCREENSHOT || join(tmp, "page.png");
   await page.screenshot({ path: shot, fullPage: true });
   assert.deepEqual(problems, []);
+});
+
+// requestsTotal is memplan_http_requests_total for a route and status.
+async function requestsTotal(route, status) {
+  const m = (await (await fetch(base + "/metrics")).text())
+    .match(new RegExp(`^memplan_http_requests_total\\{route="${route}",status="${status}"\\} (\\d+)$`, "m"));
+  return m ? Number(m[1]) : 0;
+}
+
+// A page of another origin (a second loopback server's) cannot make the
+// service plan: the POST a browser sends without asking (text/plain,
+// no-cors) is refused 415 before it is parsed, and a JSON one never leaves
+// the browser, its preflight refused.
+test("another origin's page cannot make the service plan", async () => {
+  const other = createServer((req, res) => res.writeHead(200, { "Content-Type": "text/html" }).end("<!doctype html><title>evil</title>"));
+  await new Promise((res) => other.listen(0, "127.0.0.1", res));
+  const ctx = await browser.newContext();
+  try {
+    const evil = await ctx.newPage();
+    await evil.goto(`http://127.0.0.1:${other.address().port}/`);
+    const before = { ok: await requestsTotal("/v1/plan", 200), refused: await requestsTotal("/v1/plan", 415) };
+    const body = JSON.stringify({ model: "gpt2", seq: 7, no_timeline: true });
+    const got = await evil.evaluate(async ({ url, body }) => {
+      const simple = await fetch(url, { method: "POST", mode: "no-cors", headers: { "Content-Type": "text/plain" }, body });
+      let json = "sent";
+      try {
+        await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body });
+      } catch (e) {
+        json = e.name;
+      }
+      return { simple: simple.type, json };
+    }, { url: base + "/v1/plan", body });
+    assert.deepEqual(got, { simple: "opaque", json: "TypeError" }, "the simple request goes out, the JSON one is stopped");
+    assert.equal(await requestsTotal("/v1/plan", 415), before.refused + 1, "the simple request is refused 415");
+    assert.equal(await requestsTotal("/v1/plan", 200), before.ok, "nothing is planned for another origin");
+  } finally {
+    await ctx.close();
+    other.close();
+  }
 });
