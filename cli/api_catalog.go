@@ -35,6 +35,12 @@ type catalogGPU struct {
 type catalogRecipe struct {
 	Name      string `json:"name"`
 	Framework string `json:"framework"`
+	// Fields are the request fields the recipe sets, with its values: its
+	// switches that a plan flag also sets (recipe.Switch.Flag), keyed as
+	// requests write the flag. A field given in a request wins over the
+	// recipe's value; the page shows these in its controls when the
+	// recipe is chosen.
+	Fields map[string]string `json:"fields"`
 }
 
 // Catalog is the service's GET /v1/catalog document (server.Cataloger).
@@ -53,7 +59,13 @@ var apiCatalog = sync.OnceValues(func() ([]byte, error) {
 		return nil, err
 	}
 	for _, r := range rs {
-		c.Recipes = append(c.Recipes, catalogRecipe{Name: r.Name, Framework: r.Framework})
+		cr := catalogRecipe{Name: r.Name, Framework: r.Framework, Fields: map[string]string{}}
+		for _, sw := range recipe.Switches() {
+			if v := r.Value(sw.Key); sw.Flag != "" && v != "" {
+				cr.Fields[apiKey(sw.Flag)] = v
+			}
+		}
+		c.Recipes = append(c.Recipes, cr)
 	}
 	return json.Marshal(c)
 })

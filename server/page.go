@@ -165,10 +165,15 @@ func pagePaths(paths map[string]any, b Backend) {
 		paths["/v1/catalog"] = map[string]any{"get": map[string]any{"summary": "what requests may name: models, GPUs and recipes (memplan.catalog/v1)",
 			"responses": map[string]any{"200": map[string]any{"description": "the catalog", "content": map[string]any{"application/json": map[string]any{
 				"schema": map[string]any{"type": "object", "properties": map[string]any{
-					"schema":  map[string]any{"type": "string"},
-					"models":  map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
-					"gpus":    map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
-					"recipes": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+					"schema": map[string]any{"type": "string"},
+					"models": map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+					"gpus":   map[string]any{"type": "array", "items": map[string]any{"type": "object"}},
+					"recipes": map[string]any{"type": "array", "items": map[string]any{"type": "object", "properties": map[string]any{
+						"name":      map[string]any{"type": "string"},
+						"framework": map[string]any{"type": "string"},
+						"fields": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "string"},
+							"description": "the request fields the recipe's switches set, with its values (a field given in a request wins)"},
+					}}},
 				}}}}}}}}
 	}
 }

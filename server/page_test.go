@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -202,6 +203,42 @@ func TestCatalog(t *testing.T) {
 		!slices.Equal(names(len(doc.GPUs), func(i int) string { return doc.GPUs[i].Name }), wantGPUs) ||
 		!slices.Equal(names(len(doc.Recipes), func(i int) string { return doc.Recipes[i].Name }), wantRecipes) {
 		t.Errorf("catalog %s, want models %v, GPUs %v, recipes %v", r.body, wantModels, wantGPUs, wantRecipes)
+	}
+	// Each recipe's fields are the request fields its switches set (a
+	// plan flag's switch), with its values: what the page's controls show
+	// when the recipe is chosen. Each is a field plan takes.
+	var withFields struct {
+		Recipes []struct {
+			Name   string
+			Fields map[string]string
+		}
+	}
+	if err := json.Unmarshal(r.body, &withFields); err != nil {
+		t.Fatal(err)
+	}
+	planFields := map[string]bool{}
+	for _, f := range cli.APIFields("plan") {
+		planFields[f.Key] = true
+	}
+	fields := map[string]map[string]string{}
+	for _, x := range withFields.Recipes {
+		fields[x.Name] = x.Fields
+		for k := range x.Fields {
+			if !planFields[k] {
+				t.Errorf("recipe %s: field %q is not one plan takes", x.Name, k)
+			}
+		}
+	}
+	for name, want := range map[string]map[string]string{ // memplan recipes NAME
+		"hf":         {"optimizer": "adamw", "optimizer_impl": "foreach"},
+		"hf5":        {"precision": "checkpoint", "optimizer": "adamw", "optimizer_impl": "fused"},
+		"litgpt":     {"precision": "pure-bf16", "optimizer": "adamw", "optimizer_impl": "foreach"},
+		"torchtune":  {"precision": "pure-bf16", "optimizer": "adamw", "optimizer_impl": "fused"},
+		"torchtitan": {"optimizer": "adamw", "optimizer_impl": "foreach", "checkpoint": "selective-op"},
+	} {
+		if !maps.Equal(fields[name], want) {
+			t.Errorf("recipe %s: fields %v, want %v", name, fields[name], want)
+		}
 	}
 	if p := post(t, ts.URL+"/v1/catalog", "{}"); p.status != 405 {
 		t.Errorf("POST /v1/catalog: %d, want 405", p.status)

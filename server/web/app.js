@@ -51,6 +51,14 @@ function showError(err) {
 
 // --- the job and its what-if controls --------------------------------------
 
+// RECIPE_CONTROLS are the controls a recipe may set: its switches that a
+// request field also sets (/v1/catalog's recipes[].fields).
+const RECIPE_CONTROLS = ["precision", "optimizer", "attention", "checkpoint"];
+// CHOICES are the select controls a request carries when they differ from
+// what would be planned without them.
+const CHOICES = [...RECIPE_CONTROLS, "offload"];
+let recipeFields = {}; // recipe name → the request fields it sets, with its values
+
 async function loadCatalog() {
   const resp = await fetch("/v1/catalog");
   if (!resp.ok) throw new Error("GET /v1/catalog: " + resp.status);
@@ -58,6 +66,47 @@ async function loadCatalog() {
   fill($("model"), cat.models.map((m) => [m.name, m.name + " (" + (m.params / 1e9).toFixed(2) + "B)"]), "llama-3.2-1b");
   fill($("gpu"), cat.gpus.map((g) => [g.name, g.name + " (" + gib(g.memory_bytes) + ")"]), "h100-sxm");
   fill($("recipe"), cat.recipes.map((r) => [r.name, r.name + " — " + r.framework]), "hf");
+  recipeFields = Object.fromEntries(cat.recipes.map((r) => [r.name, r.fields || {}]));
+}
+
+// commandDefault is a control's value as the page is served: the
+// command's default (the page's test checks them against /openapi.json).
+function commandDefault(select) {
+  return ([...select.options].find((o) => o.defaultSelected) || select.options[0]).value;
+}
+
+// planDefault is what a control's field is planned as when the request
+// leaves it out: the chosen recipe's value, else the command's default.
+function planDefault(k) {
+  return recipeFields[$("recipe").value]?.[k] ?? commandDefault($(k));
+}
+
+// applyRecipe shows the chosen recipe's values in the controls it may set
+// (the command's defaults where it sets none), so the controls describe
+// what is planned; a control changed after that overrides the recipe. A
+// value a control does not list (hf5's precision "checkpoint": the dtype
+// the model's checkpoint loads in) is listed while the recipe is chosen.
+function applyRecipe() {
+  const name = $("recipe").value;
+  for (const k of RECIPE_CONTROLS) {
+    const select = $(k);
+    for (const o of [...select.options]) if (o.dataset.recipe) o.remove();
+    const v = planDefault(k);
+    if (![...select.options].some((o) => o.value === v)) {
+      const o = new Option(v + " (" + name + ")", v);
+      o.dataset.recipe = name;
+      select.add(o);
+    }
+    select.value = v;
+  }
+  followAttention();
+}
+
+// followAttention offers checkpoint selective only under eager attention:
+// it recomputes eager attention's score matrices, and the API refuses it
+// with sdpa.
+function followAttention() {
+  $("checkpoint").querySelector('option[value="selective"]').disabled = $("attention").value !== "eager";
 }
 
 function fill(select, options, preferred) {
@@ -66,7 +115,10 @@ function fill(select, options, preferred) {
 }
 
 // request is the plan/compare request the controls describe: only fields
-// that differ from the command's defaults, so the API applies its own.
+// that differ from what the API would plan without them (the recipe's
+// value, else the command's default), so it means what the CLI's flags
+// mean and repeats hit the cache; a control showing another value than
+// the recipe's is sent and wins over it.
 function request() {
   const r = { model: $("model").value, gpu: $("gpu").value, recipe: $("recipe").value };
   const ints = { micro_batch: 1, seq: 0, accum: 1, dp: 1, zero: 0, tp: 1 };
@@ -74,10 +126,16 @@ function request() {
     const v = parseInt($(k).value, 10);
     if (Number.isFinite(v) && v !== def) r[k] = v;
   }
-  for (const [k, def] of [["precision", "amp-bf16"], ["checkpoint", "none"], ["optimizer", "adamw"], ["offload", "none"]]) {
-    if ($(k).value !== def) r[k] = $(k).value;
+  for (const k of CHOICES) {
+    if ($(k).value !== planDefault(k)) r[k] = $(k).value;
   }
   return r;
+}
+
+// plannedAs names the switches a plan ran with, as its document says.
+function plannedAs(p) {
+  return "precision " + p.precision + ", optimizer " + p.optimizer + ", attention " + p.attention +
+    ", checkpoint " + p.checkpoint + ", offload " + (p.offload || "none");
 }
 
 let generation = 0;
@@ -94,7 +152,7 @@ async function replan() {
     showPlan(plan);
     showStrategies(cmp);
     document.body.dataset.planned = JSON.stringify(req);
-    $("status").textContent = plan.model + " on " + plan.gpu + ": " + plan.ops + " ops";
+    $("status").textContent = plan.model + " on " + plan.gpu + ": " + plan.ops + " ops · " + plannedAs(plan);
     document.body.dataset.state = "ready";
   } catch (err) {
     if (gen !== generation) return;
@@ -329,6 +387,9 @@ async function start() {
     showError(new Error("loading the catalog: " + err.message));
     return;
   }
+  applyRecipe();
+  $("recipe").addEventListener("change", applyRecipe);
+  $("attention").addEventListener("change", followAttention);
   $("controls").addEventListener("change", replanSoon);
   $("controls").addEventListener("input", (e) => { if (e.target.type === "number") replanSoon(); });
   $("controls").addEventListener("submit", (e) => e.preventDefault());

@@ -4,7 +4,10 @@
 // work offline), the numbers it shows checked against the API's JSON for
 // the same request, a what-if control changed and checked again, a
 // snapshot from testdata uploaded and its explanation checked, a pack run
-// checked, and a screenshot taken.
+// checked, and a screenshot taken; the controls checked to follow the
+// chosen recipe and to override it, each time against what the API plans;
+// and a page of another origin checked to be unable to make the service
+// plan.
 //
 // Environment: MEMPLAN (the binary; default: go build ./cmd/memplan into a
 // temporary directory), CHROMIUM (default /usr/bin/chromium), SCREENSHOT
@@ -223,6 +226,74 @@ test("the page shows the API's numbers, re-plans, explains, packs", async () => 
   await page.evaluate(() => window.scrollTo(0, 0));
   const shot = process.env.SCREENSHOT || join(tmp, "page.png");
   await page.screenshot({ path: shot, fullPage: true });
+  assert.deepEqual(problems, []);
+});
+
+// controls reads the select controls a request may carry.
+const controls = () => page.evaluate(() =>
+  Object.fromEntries(["precision", "optimizer", "attention", "checkpoint", "offload"].map((k) => [k, document.getElementById(k).value])));
+
+// checkFollows waits for the plan of a request with want's fields and
+// checks that the API plans it with what the controls show: the plan's
+// precision, optimizer, attention, checkpoint and offload are the
+// controls' (a recipe's precision "checkpoint" resolves to a precision).
+async function checkFollows(want) {
+  const req = await planned(want);
+  const [shown, plan] = [await controls(), await api("plan", req)];
+  const got = { precision: plan.precision, optimizer: plan.optimizer, attention: plan.attention, checkpoint: plan.checkpoint, offload: plan.offload || "none" };
+  if (shown.precision === "checkpoint") shown.precision = got.precision;
+  assert.deepEqual(got, shown, `the plan of ${JSON.stringify(req)} against the controls`);
+  assert.ok((await text("#status")).endsWith(`precision ${got.precision}, optimizer ${got.optimizer}, attention ${got.attention}, checkpoint ${got.checkpoint}, offload ${got.offload}`),
+    "the status line says what was planned: " + (await text("#status")));
+  return req;
+}
+
+// Choosing a recipe shows its switches in the controls (GET /v1/catalog's
+// fields), and what the controls show is what /v1/plan plans; a control
+// changed afterwards overrides the recipe. Checkpoint selective is offered
+// only under eager attention, and then plans.
+test("the controls follow the recipe, and a control overrides it", async () => {
+  await page.goto(base + "/");
+  await planned({ recipe: "hf" });
+  const spec = (await (await fetch(base + "/openapi.json")).json()).paths["/v1/plan"].post.requestBody.content["application/json"].schema.properties;
+  const defaults = await controls();
+  for (const [k, v] of Object.entries(defaults)) {
+    assert.match(spec[k].description, new RegExp(`\\(default ${v}\\)$`), `the page's ${k} shows the command's default`);
+  }
+  const cat = await (await fetch(base + "/v1/catalog")).json();
+  const fields = Object.fromEntries(cat.recipes.map((r) => [r.name, r.fields]));
+  for (const name of ["torchtune", "torchtitan", "litgpt", "hf5", "megatron", "hf"]) {
+    await page.selectOption("#recipe", name);
+    const req = await checkFollows({ recipe: name });
+    const shown = await controls();
+    for (const k of ["precision", "optimizer", "attention", "checkpoint"]) {
+      assert.equal(shown[k], fields[name][k] ?? defaults[k], `recipe ${name}'s ${k}`);
+      assert.equal(req[k], undefined, `recipe ${name}: ${k} equal to the recipe's is left to it`);
+    }
+  }
+  assert.equal(await page.inputValue("#precision"), "amp-bf16", "hf sets no precision: the command's default again");
+
+  // The reported cases: torchtune with amp-bf16, torchtitan without
+  // checkpointing, litgpt with amp-bf16, hf5 with amp-bf16.
+  for (const [name, k, v] of [["torchtune", "precision", "amp-bf16"], ["torchtitan", "checkpoint", "none"],
+    ["litgpt", "precision", "amp-bf16"], ["hf5", "precision", "amp-bf16"]]) {
+    await page.selectOption("#recipe", name);
+    await planned({ recipe: name });
+    await page.selectOption("#" + k, v);
+    const req = await checkFollows({ recipe: name, [k]: v });
+    assert.equal(req[k], v, `${name} with ${k} ${v} sends it`);
+  }
+
+  await page.selectOption("#recipe", "hf");
+  await planned({ recipe: "hf", precision: undefined });
+  const selective = page.locator('#checkpoint option[value="selective"]');
+  assert.equal(await selective.isDisabled(), true, "checkpoint selective is not offered under sdpa");
+  await page.selectOption("#attention", "eager");
+  await checkFollows({ attention: "eager" });
+  assert.equal(await selective.isDisabled(), false, "checkpoint selective is offered under eager attention");
+  await page.selectOption("#checkpoint", "selective");
+  await checkFollows({ attention: "eager", checkpoint: "selective" });
+  assert.equal(await page.locator("#error").isHidden(), true);
   assert.deepEqual(problems, []);
 });
 
