@@ -21,8 +21,9 @@ import (
 type estimator struct {
 	model *models.Arch
 	cache *engine.Cache
-	// limit, when set, lets an estimate stop once its bound exceeds it.
-	limit units.Bytes
+	// stop, when set, lets an estimate stop once its bound exceeds the
+	// plan's limit (Plan.Limit; 0: none).
+	stop bool
 	// depths are the model's shallow copies, shared by every estimator
 	// derived from this one (withCache), so their cache keys agree.
 	depths *depths
@@ -467,7 +468,7 @@ func shallow(s *engine.Spec, part, L int) (lo, u int) {
 // functions affine in the layer count (convex in it), so the line through
 // two shallow points extended to the full depth lies below it. The step
 // time is a sum over layers, affine in it: the shallow plans are kept in
-// c for price. With a limit set it may stop at a bound over the limit.
+// c for price. When e stops it may stop at a bound over c's limit.
 func (e *estimator) peak(c *Plan) {
 	L := e.model.Layers
 	// Models too shallow to shrink are planned in full.
@@ -504,12 +505,16 @@ func (e *estimator) peak(c *Plan) {
 		order[i] = i
 	}
 	sk := stateKey(&c.Spec)
+	var limit units.Bytes
+	if e.stop {
+		limit = c.Limit
+	}
 	if i, ok := e.overPart[sk]; ok && i < len(order) {
 		order[0], order[i] = i, 0
 	}
 	for _, pi := range order {
 		lo, u := shallow(&c.Spec, pi, L)
-		bound, s1, s2, err := pair(parts[pi], sh, lo, u, L, e.limit)
+		bound, s1, s2, err := pair(parts[pi], sh, lo, u, L, limit)
 		if err != nil {
 			kept.release()
 			c.Dropped = err.Error()
@@ -518,7 +523,7 @@ func (e *estimator) peak(c *Plan) {
 		c.EstPeak = max(c.EstPeak, bound)
 		c.stopped = u > 0 && s1 == s2 // pair stopped at the shallower depth
 		kept = append(kept, struct{ lo, hi *shot }{s1, s2})
-		if e.limit > 0 && c.EstPeak > e.limit {
+		if limit > 0 && c.EstPeak > limit {
 			kept.release()
 			if e.overPart != nil {
 				e.overPart[sk] = pi

@@ -37,10 +37,12 @@ import (
 
 // Options of a search. Zero values take the defaults documented per field.
 type Options struct {
-	// Capacity is the device memory to fit (default: the base spec's
-	// CapacityBytes, the GPU's memory less the recipe's overhead, as plan
-	// and compare decide); Headroom the fraction of it kept free besides
-	// (default 0).
+	// Capacity, when set, is the device memory every plan must fit,
+	// whatever its layout (a budget). By default each plan fits its own
+	// spec's CapacityBytes, as plan and compare decide: the GPU's memory
+	// less the recipe's overhead and one NCCL communicator for each of the
+	// plan's parallel groups of more than one GPU. Headroom is the fraction
+	// of it kept free besides (default 0).
 	Capacity units.Bytes
 	Headroom float64
 	// GlobalBatch is the samples per optimizer step over all replicas
@@ -127,6 +129,9 @@ type Plan struct {
 	VerifiedStep time.Duration
 	// Why the candidate was dropped ("" if it was not).
 	Dropped string
+	// Limit is the memory the plan must fit (limitOf): its own, since
+	// each parallel group of more than one GPU holds a communicator.
+	Limit units.Bytes
 
 	unpriced shots // estimated peak, step not priced yet (estimator.price)
 	// stopped: EstPeak is a shallow model's peak over the limit, where
@@ -200,7 +205,11 @@ type Result struct {
 	// Considered counts every enumerated plan; Estimated those estimated on
 	// shallow models; Verified those simulated in full.
 	Considered, Estimated, Verified int
-	Limit                           units.Bytes
+	// Limit is the limit of a plan on one GPU (no parallel group), and
+	// LimitPerGroup what each parallel group of more than one GPU takes
+	// off it (NCCL's buffers; 0 under a budget, or when no candidate has a
+	// group). Plan.Limit is each plan's exactly.
+	Limit, LimitPerGroup units.Bytes
 	// Pinned are the dimensions kept at the given value; the others were
 	// searched.
 	Pinned Pins
@@ -217,9 +226,9 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	if err := fitDefaults(&base, &o); err != nil {
 		return nil, err
 	}
-	f := &fitter{o: o, limit: units.Bytes(float64(o.Capacity) * (1 - o.Headroom))}
-	f.cands = enumerate(base, o)
-	f.res = &Result{Considered: len(f.cands), Limit: f.limit, Pinned: o.Pinned}
+	f := &fitter{o: o, cands: enumerate(base, o)}
+	f.res = &Result{Considered: len(f.cands), Pinned: o.Pinned}
+	f.setLimits(base)
 	if len(f.cands) == 0 {
 		if o.Pinned != 0 {
 			var pins []string
@@ -239,7 +248,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 		return nil, err
 	}
 	f.est = newEstimator(base.Model)
-	f.est.limit, f.est.budget, f.est.ctx = f.limit, b, o.Context
+	f.est.stop, f.est.budget, f.est.ctx = true, b, o.Context
 	f.est.cache.Limit = b.cacheOps() * o.Workers // verification's, shared by the workers
 	f.estimate()
 	if err := f.cancelled(); err != nil {
@@ -303,10 +312,7 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	if err := base.Validate(); err != nil {
 		return err
 	}
-	if o.Capacity <= 0 {
-		o.Capacity = base.CapacityBytes()
-	}
-	if o.Capacity <= 0 || base.GPU == nil {
+	if o.Capacity <= 0 && base.CapacityBytes() <= 0 || base.GPU == nil {
 		return engine.FieldErrorf(engine.FieldGPU, "fit needs a {gpu} (its speed ranks the plans; a {budget} may lower its memory)")
 	}
 	if !(o.Headroom >= 0 && o.Headroom < 1) { // NaN too
@@ -338,13 +344,17 @@ const MaxGlobalBatch = 1 << 24
 // fitter is one Fit.
 type fitter struct {
 	o        Options
-	limit    units.Bytes
 	cands    []*Plan
 	res      *Result
 	est      *estimator
 	groupOf  map[*Plan][]*Plan // the plans that differ from each only in micro-batch
 	fits     []*Plan           // plans estimated to fit, by estimate (fallbacks appended)
 	verified []*Plan
+
+	// capacity is a plan's usable memory on one GPU, less perGroup for
+	// each of its parallel groups (before the headroom; setLimits), for
+	// the report of a search where nothing fits.
+	capacity, perGroup units.Bytes
 }
 
 // cancelled is the error of o.Context once it is done (nil without one),
@@ -420,7 +430,7 @@ func (f *fitter) searchBundle(b [][][]*Plan, report func(n, size int)) {
 			// with (states come by ZeRO stage).
 			be.cache.DropSharded()
 		}
-		n, size := searchState(be, k, f.limit, m)
+		n, size := searchState(be, k, m)
 		report(n, size)
 	}
 }
@@ -460,16 +470,16 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	switch {
 	case err != nil:
 		c.Dropped = err.Error()
-	case c.Result.PeakBytes() > f.limit || c.Result.HostShortfall > 0:
+	case c.Result.PeakBytes() > c.Limit || c.Result.HostShortfall > 0:
 		c.Result.Compact() // its peak is reported, its program not
-		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), f.limit)
+		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), c.Limit)
 		if c.Result.HostShortfall > 0 {
 			// Host memory is judged on the full model only (a shallow
 			// model's host peak bounds nothing); a smaller micro-batch
 			// offloads fewer activations.
 			c.Dropped = fmt.Sprintf("host memory %s per node over the host limit %s", c.Result.HostPerNode, c.Spec.HostMemory)
 		}
-		if d := smallerFallback(f.est, f.groupOf[c], c, f.limit); d != nil {
+		if d := smallerFallback(f.est, f.groupOf[c], c); d != nil {
 			f.fits = append(f.fits, d)
 			at, _ := slices.BinarySearchFunc(queue, d, byEstimate)
 			queue = slices.Insert(queue, at, d)
@@ -480,22 +490,25 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	return queue
 }
 
-// nothingFits says why no plan fits: the smallest estimated peak is over the limit, or plans estimated under
-// it were dropped for another reason (one that did not plan, or did not fit in full).
+// nothingFits says why no plan fits: the smallest estimated peak is over its plan's limit, or plans estimated under
+// theirs were dropped for another reason (one that did not plan, or did not fit in full).
 func (f *fitter) nothingFits() error {
-	o, limit, cands := f.o, f.limit, f.cands
+	o, cands := f.o, f.cands
+	in := fmt.Sprintf("in %s (%s with %.0f%% headroom)", f.capacity, f.res.Limit, 100*o.Headroom)
+	if f.perGroup > 0 {
+		in += fmt.Sprintf(" on one GPU, less %s for each parallel group of more than one GPU,", f.perGroup)
+	}
 	f.refineSmallest()
-	if m := smallest(cands); m > limit || m == 0 {
-		return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; the smallest estimated peak is %s",
-			ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), m)
+	under := func(c *Plan) bool { return c.EstPeak > 0 && c.EstPeak <= c.Limit }
+	if m := smallest(cands); m == 0 || !slices.ContainsFunc(cands, under) {
+		return fmt.Errorf("%w %s among %d plans; the smallest estimated peak is %s", ErrNothingFits, in, len(cands), m)
 	}
 	for _, c := range cands {
-		if c.EstPeak > 0 && c.EstPeak <= limit && c.Dropped != "" {
-			return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans; %s, estimated at %s, was dropped: %s",
-				ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands), c.Describe(), c.EstPeak, c.Dropped)
+		if under(c) && c.Dropped != "" {
+			return fmt.Errorf("%w %s among %d plans; %s, estimated at %s, was dropped: %s", ErrNothingFits, in, len(cands), c.Describe(), c.EstPeak, c.Dropped)
 		}
 	}
-	return fmt.Errorf("%w in %s (%s with %.0f%% headroom) among %d plans", ErrNothingFits, o.Capacity, limit, 100*o.Headroom, len(cands))
+	return fmt.Errorf("%w %s among %d plans", ErrNothingFits, in, len(cands))
 }
 
 // byEstimate orders plans by estimated step time, then estimated peak.
@@ -514,7 +527,7 @@ const droppedForLarger = "same plan with a larger micro-batch fits and runs fewe
 // the next smaller micro-batch of its group that was dropped for c (or for
 // one of the micro-batches between) and whose estimate fits; nil when
 // there is none.
-func smallerFallback(est *estimator, g []*Plan, c *Plan, limit units.Bytes) *Plan {
+func smallerFallback(est *estimator, g []*Plan, c *Plan) *Plan {
 	for j := slices.Index(g, c) - 1; j >= 0; j-- {
 		d := g[j]
 		if d.Dropped != droppedForLarger {
@@ -525,7 +538,7 @@ func smallerFallback(est *estimator, g []*Plan, c *Plan, limit units.Bytes) *Pla
 			d.EstPeak, d.EstStep = 0, 0
 			est.estimate(d)
 		}
-		if d.Dropped == "" && d.EstPeak <= limit {
+		if d.Dropped == "" && d.EstPeak <= d.Limit {
 			return d
 		}
 		if d.Dropped == "" {
@@ -554,7 +567,7 @@ func (f *fitter) refineSmallest() {
 	slices.SortStableFunc(stopped, func(a, b *Plan) int { return cmp.Compare(a.EstPeak, b.EstPeak) })
 	best := smallest(rest)
 	e := *f.est
-	e.limit, e.overPart = 0, nil
+	e.stop, e.overPart = false, nil
 	for _, c := range stopped {
 		if best > 0 && c.EstPeak >= best {
 			return
@@ -753,8 +766,11 @@ func (ax axes) cross(out []*Plan, base engine.Spec, o Options, l layout) []*Plan
 								s.TP, s.SP, s.PP, s.DP, s.ZeRO = l.tp, l.sp, l.pp, l.dp, l.zero
 								s.Offload, s.Checkpoint, s.Impl = off, ck, impl
 								s.Precision, s.Optimizer, s.LoRA, s.QLoRA = prec, opt, ad.lora, ad.qlora
-								s.Capacity, s.FirstStep = o.Capacity, false
-								out = append(out, &Plan{Spec: s})
+								if o.Capacity > 0 {
+									s.Capacity = o.Capacity
+								}
+								s.FirstStep = false
+								out = append(out, &Plan{Spec: s, Limit: limitOf(&s, o.Headroom)})
 							}
 						}
 					}
@@ -763,6 +779,32 @@ func (ax axes) cross(out []*Plan, base engine.Spec, o Options, l layout) []*Plan
 		}
 	}
 	return out
+}
+
+// limitOf is the memory a plan of spec s must fit: its usable memory as
+// plan decides (engine.Spec.CapacityBytes: the budget, else the GPU's
+// memory less the CUDA context and one NCCL communicator for each parallel
+// group of more than one GPU) less the headroom.
+func limitOf(s *engine.Spec, headroom float64) units.Bytes {
+	return units.Bytes(float64(s.CapacityBytes()) * (1 - headroom))
+}
+
+// setLimits sets the limits the reports name (Result.Limit and
+// LimitPerGroup, and before the headroom f.capacity and f.perGroup): a
+// plan's of base's job on one GPU, and what a parallel group takes off it
+// (0 under a budget, or when no candidate has a group). Each plan is
+// judged against its own (Plan.Limit).
+func (f *fitter) setLimits(base engine.Spec) {
+	if f.o.Capacity > 0 {
+		base.Capacity = f.o.Capacity
+	}
+	base.TP, base.PP, base.DP, base.EP = 1, 1, 1, 1
+	group := base
+	group.DP = 2
+	f.capacity, f.res.Limit = limitOf(&base, 0), limitOf(&base, f.o.Headroom)
+	if slices.ContainsFunc(f.cands, func(c *Plan) bool { return c.Limit != f.res.Limit }) {
+		f.perGroup, f.res.LimitPerGroup = f.capacity-limitOf(&group, 0), f.res.Limit-limitOf(&group, f.o.Headroom)
+	}
 }
 
 // pinned is []T{given} when the dimension is pinned, else all.
@@ -871,7 +913,10 @@ type memo struct {
 	// much model state. Offload never raises the device peak
 	// (strategy.TestPropertyOffload, engine.TestPropertyOffloadOrder), so
 	// the same plan that offloads less does not fit either: its search
-	// stops below that micro-batch.
+	// stops below that micro-batch. The plans of a key share their limit
+	// (overKey keeps the layout, the GPU, the budget and the overheads
+	// limitOf reads; TestMemoKeysShareLimit), so the bound is found and
+	// applied under one limit.
 	over map[engine.Spec]int
 }
 
@@ -891,11 +936,11 @@ func (m *memo) bound(g []*Plan) int {
 	return i
 }
 
-// record notes the smallest micro-batch of g whose estimate is over the
+// record notes the smallest micro-batch of g whose estimate is over its
 // limit.
-func (m *memo) record(g []*Plan, limit units.Bytes) {
+func (m *memo) record(g []*Plan) {
 	for _, c := range g {
-		if c.EstPeak > limit {
+		if c.EstPeak > c.Limit {
 			k := overKey(&c.Spec)
 			if v, ok := m.over[k]; !ok || c.Spec.MicroBatch < v {
 				m.over[k] = c.Spec.MicroBatch
@@ -954,8 +999,8 @@ func thrift(s *engine.Spec) int {
 // how many plans it estimated and how many the state has.
 //
 // m carries hints and bounds between the states of a bundle;
-// searchState updates it.
-func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (int, int) {
+// searchState updates it. Each plan is judged against its own limit.
+func searchState(est *estimator, groups [][]*Plan, m *memo) (int, int) {
 	size := 0
 	for _, g := range groups {
 		size += len(g)
@@ -983,9 +1028,9 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 	case !m.fitted:
 		est.peak(first)
 		n++
-		m.record(groups[0], limit)
+		m.record(groups[0])
 	}
-	if first.Dropped != "" || (first.EstPeak > 0 && first.EstPeak > limit) {
+	if first.Dropped != "" || (first.EstPeak > 0 && first.EstPeak > first.Limit) {
 		why := first.Dropped
 		if why == "" {
 			why = fmt.Sprintf("its thriftiest variant (%s) already peaks at %s", first.Describe(), first.EstPeak)
@@ -1037,8 +1082,8 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 				c.Dropped = overDrop
 			}
 		}
-		k, used := searchGroupAbove(est, g[:top+1], limit, best, h)
-		m.record(g, limit)
+		k, used := searchGroupAbove(est, g[:top+1], best, h)
+		m.record(g)
 		n += used
 		best = max(best, k)
 		m.hints[v] = k
@@ -1056,14 +1101,14 @@ func searchState(est *estimator, groups [][]*Plan, limit units.Bytes, m *memo) (
 // faster variant of the state, or this one with a larger micro-batch,
 // already fits them). It returns the index of the largest fitting
 // micro-batch (-1: none) and how many plans it estimated.
-func searchGroupAbove(est *estimator, g []*Plan, limit units.Bytes, above, hint int) (int, int) {
+func searchGroupAbove(est *estimator, g []*Plan, above, hint int) (int, int) {
 	n := 0
 	probe := func(c *Plan) bool {
 		if c.EstPeak == 0 && c.Dropped == "" {
 			est.peak(c)
 			n++
 		}
-		return c.Dropped == "" && c.EstPeak <= limit
+		return c.Dropped == "" && c.EstPeak <= c.Limit
 	}
 	lo := above + 1
 	for i := 0; i < lo && i < len(g); i++ {

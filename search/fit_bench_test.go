@@ -95,10 +95,10 @@ func BenchmarkEstimateMixtralPipelines(b *testing.B) {
 	}
 	for b.Loop() {
 		est := newEstimator(base.Model)
-		est.limit = base.CapacityBytes()
+		est.stop = true
 		be := est.withCache(&engine.Cache{})
 		for _, s := range plans {
-			c := &Plan{Spec: s}
+			c := &Plan{Spec: s, Limit: base.CapacityBytes()}
 			be.estimate(c)
 			if c.Dropped != "" {
 				b.Fatalf("%s: %s", c.Describe(), c.Dropped)

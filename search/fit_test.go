@@ -49,7 +49,7 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 			// A limit every shallow peak is over: the estimate stops at
 			// the shallowest plan of the part it tries first (pair), the
 			// first or (as after a last stage over the limit) the last.
-			est.limit = 1
+			c.Limit, est.stop = 1, true
 			est = est.withCache(est.cache)
 			est.overPart[stateKey(&s)] = rapid.IntRange(0, 1).Draw(rt, "part")
 		}
@@ -213,8 +213,8 @@ func TestFitSmallModel(t *testing.T) {
 	if r.Winner == nil || r.Winner.Result == nil {
 		t.Fatal("no verified winner")
 	}
-	if p := r.Winner.Result.PeakBytes(); p > r.Limit {
-		t.Errorf("winner peaks at %s over the limit %s", p, r.Limit)
+	if p := r.Winner.Result.PeakBytes(); p > r.Winner.Limit || r.Winner.Limit != r.Limit {
+		t.Errorf("winner peaks at %s; its limit %s, the search's on one GPU %s", p, r.Winner.Limit, r.Limit)
 	}
 	if s := r.Winner.Spec; s.MicroBatch*s.Accum*s.DP != 16 {
 		t.Errorf("winner changed the effective batch: %d × %d × %d", s.MicroBatch, s.Accum, s.DP)
@@ -400,18 +400,17 @@ func TestFitDeterministicAcrossWorkers(t *testing.T) {
 // another reason.
 func TestSmallerFallback(t *testing.T) {
 	mk := func(peak units.Bytes, why string) *Plan {
-		return &Plan{EstPeak: peak, EstStep: time.Second, Dropped: why}
+		return &Plan{EstPeak: peak, EstStep: time.Second, Dropped: why, Limit: 100}
 	}
-	const limit = 100
 	g := []*Plan{mk(50, "a faster variant of the same state fits at this micro-batch or a larger one"),
 		mk(80, droppedForLarger), mk(120, droppedForLarger), mk(90, "")}
-	if d := smallerFallback(nil, g, g[3], limit); d != g[1] {
+	if d := smallerFallback(nil, g, g[3]); d != g[1] {
 		t.Fatalf("fell back to %v, want the 80-byte plan", d)
 	}
 	if g[1].Dropped != "" || g[2].Dropped == "" {
 		t.Errorf("dropped reasons after the fallback: %q, %q", g[1].Dropped, g[2].Dropped)
 	}
-	if d := smallerFallback(nil, g, g[1], limit); d != nil {
+	if d := smallerFallback(nil, g, g[1]); d != nil {
 		t.Errorf("fell back past a plan dropped for another reason: %v", d)
 	}
 }
@@ -430,9 +429,9 @@ func TestNothingFitsReportsFullDepthBound(t *testing.T) {
 		t.Fatal("no candidates")
 	}
 	est := newEstimator(base.Model)
-	est.limit = o.Capacity
+	est.stop = true
 	be := est.withCache(est.cache)
-	f := &fitter{o: o, limit: o.Capacity, cands: cands, est: est}
+	f := &fitter{o: o, cands: cands, est: est}
 	stopped := 0
 	for _, c := range cands {
 		be.peak(c)
@@ -489,13 +488,13 @@ func TestFitMatchesExhaustiveSearch(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := tc.o
-		o.Capacity, o.Keep = base.CapacityBytes(), 5
+		o.Keep = 5
 		cands := enumerate(base, o)
 		est := newEstimator(base.Model)
 		var fits []*Plan
 		for _, c := range cands {
 			est.estimate(c)
-			if c.Dropped == "" && c.EstPeak <= r.Limit {
+			if c.Dropped == "" && c.EstPeak <= c.Limit {
 				fits = append(fits, c)
 			}
 		}
@@ -507,7 +506,7 @@ func TestFitMatchesExhaustiveSearch(t *testing.T) {
 				break
 			}
 			res, step, err := est.run(c.Spec, 0)
-			if err != nil || res.PeakBytes() > r.Limit {
+			if err != nil || res.PeakBytes() > c.Limit {
 				continue
 			}
 			verified++
