@@ -65,7 +65,7 @@ func (ff *fitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&ff.emitOut, "emit-out", "", "the file --emit writes (written whole, or not at all)")
 	fs.IntVar(&ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
 	fs.IntVar(&ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
-	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of the usable memory (the GPU's less the recipe's cuda.overhead) kept free, e.g. for allocator fragmentation")
+	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of each plan's usable memory (the GPU's less the recipe's cuda.overhead and an nccl.overhead per parallel group) kept free, e.g. for allocator fragmentation")
 	fs.StringVar(&ff.searchMemory, "search-memory", search.DefaultMemoryBudget.String(), "the memory the search may hold in plans and programs, shared by its workers (one per GOMAXPROCS; about 512MiB each keeps a large search from rebuilding programs); this process stays near 1.5× it, and a search that needs more stops with an error")
 }
 
@@ -86,7 +86,9 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if mem < 64<<20 {
 		return fmt.Errorf("--search-memory %q: want a size of at least 64MiB, e.g. 1GiB", ff.searchMemory)
 	}
-	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Capacity: spec.CapacityOn(gpus), Pinned: pins, Context: cmd.Context(),
+	// No Capacity: each plan fits its own usable memory (a --budget, or
+	// the GPU's less a communicator per parallel group), as plan decides.
+	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Pinned: pins, Context: cmd.Context(),
 		MemoryBudget: mem}
 	if finish := showProgress(stderr, &o); finish != nil {
 		defer finish()

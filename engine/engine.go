@@ -485,17 +485,6 @@ func (s *Spec) CapacityBytes() units.Bytes {
 	return 0
 }
 
-// CapacityOn is CapacityBytes for a job spread over gpus GPUs: a search
-// that places the job on several GPUs counts at least one communicator
-// (fit's plans are data parallel at the least).
-func (s *Spec) CapacityOn(gpus int) units.Bytes {
-	c := s.CapacityBytes()
-	if s.Capacity <= 0 && s.GPU != nil && gpus > 1 && s.groups() == 0 {
-		c = max(c-s.Sem.CommOverhead, 0)
-	}
-	return c
-}
-
 // groups counts the parallel groups of more than one GPU (one NCCL
 // communicator each).
 func (s *Spec) groups() int {

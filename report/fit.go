@@ -17,8 +17,11 @@ import (
 // FitPlanJSON is one plan of `memplan fit --json`: every choice the search
 // makes, and the plan command that reproduces it.
 type FitPlanJSON struct {
-	Plan       string      `json:"plan"`
-	PeakBytes  units.Bytes `json:"peak_bytes"`
+	Plan      string      `json:"plan"`
+	PeakBytes units.Bytes `json:"peak_bytes"`
+	// LimitBytes is the memory the plan must fit: one NCCL communicator
+	// less for each of its parallel groups of more than one GPU.
+	LimitBytes units.Bytes `json:"limit_bytes"`
 	StepS      float64     `json:"step_s"`
 	TokensPerS float64     `json:"tokens_per_s,omitempty"`
 	MFU        float64     `json:"mfu,omitempty"`
@@ -40,16 +43,20 @@ type FitPlanJSON struct {
 	Detail           *PlanJSON   `json:"detail,omitempty"`
 }
 
-// FitJSON is the machine form of `memplan fit`.
+// FitJSON is the machine form of `memplan fit`. LimitBytes is a plan's
+// limit on one GPU, LimitPerGroupBytes what each parallel group of more
+// than one GPU takes off it (absent when no plan has one, or under a
+// budget); each plan's limit_bytes is its own.
 type FitJSON struct {
-	Schema     string        `json:"schema"`
-	LimitBytes units.Bytes   `json:"limit_bytes"`
-	Considered int           `json:"considered"`
-	Estimated  int           `json:"estimated"`
-	Verified   int           `json:"verified"`
-	Winner     FitPlanJSON   `json:"winner"`
-	RunnersUp  []FitPlanJSON `json:"runners_up"`
-	Front      []FitPlanJSON `json:"pareto_front"`
+	Schema             string        `json:"schema"`
+	LimitBytes         units.Bytes   `json:"limit_bytes"`
+	LimitPerGroupBytes units.Bytes   `json:"limit_per_group_bytes,omitempty"`
+	Considered         int           `json:"considered"`
+	Estimated          int           `json:"estimated"`
+	Verified           int           `json:"verified"`
+	Winner             FitPlanJSON   `json:"winner"`
+	RunnersUp          []FitPlanJSON `json:"runners_up"`
+	Front              []FitPlanJSON `json:"pareto_front"`
 	// Pinned are the dimensions kept as given, Searched the others (field
 	// keys: micro-batch, accum, tp, sp, pp, dp, zero, checkpoint, offload,
 	// optimizer-impl).
@@ -80,7 +87,7 @@ type FitOptions struct {
 
 func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 	s := &p.Spec
-	j := FitPlanJSON{Plan: p.Describe(), PeakBytes: p.Peak(), StepS: p.Step().Seconds(), Verified: p.Result != nil,
+	j := FitPlanJSON{Plan: p.Describe(), PeakBytes: p.Peak(), LimitBytes: p.Limit, StepS: p.Step().Seconds(), Verified: p.Result != nil,
 		MicroBatch: s.MicroBatch, Accum: s.Accum, ZeRO: s.ZeRO, TP: max(s.TP, 1), SP: s.SP, PP: max(s.PP, 1), DP: max(s.DP, 1),
 		Checkpoint: s.Checkpoint.String(), Offload: s.Offload.String(), OptimizerImpl: s.Impl.String()}
 	if j.Offload == "" {
@@ -100,7 +107,7 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 
 // WriteFitJSON writes the JSON form.
 func WriteFitJSON(w io.Writer, r *search.Result, o FitOptions) error {
-	j := FitJSON{Schema: "memplan.fit/v1", LimitBytes: r.Limit, Considered: r.Considered, Estimated: r.Estimated, Verified: r.Verified,
+	j := FitJSON{Schema: "memplan.fit/v1", LimitBytes: r.Limit, LimitPerGroupBytes: r.LimitPerGroup, Considered: r.Considered, Estimated: r.Estimated, Verified: r.Verified,
 		Winner: fitPlan(r.Winner, true, o), Pinned: r.Pinned.Names(), Searched: (search.AllPins &^ r.Pinned).Names(), Warnings: o.Warnings, Emitted: o.Emitted}
 	if j.Pinned == nil {
 		j.Pinned = []string{}
@@ -121,7 +128,11 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	win := r.Winner
 	s := &win.Spec
 	gpus := s.DP * s.TP * s.PP
-	fmt.Fprintf(w, "memplan fit · %s · %d × %s · global batch %d · limit %s\n", s.JobName(), gpus, s.GPU.Name, s.MicroBatch*s.Accum*s.DP, r.Limit)
+	limit := r.Limit.String()
+	if r.LimitPerGroup > 0 {
+		limit += " on one GPU, less " + r.LimitPerGroup.String() + " per parallel group"
+	}
+	fmt.Fprintf(w, "memplan fit · %s · %d × %s · global batch %d · limit %s\n", s.JobName(), gpus, s.GPU.Name, s.MicroBatch*s.Accum*s.DP, limit)
 	fmt.Fprintf(w, "searched %d plans: %d estimated on shallow models, %d verified on the full model (%s)\n\n",
 		r.Considered, r.Estimated, r.Verified, elapsed.Round(time.Millisecond))
 	pinned := "none"
