@@ -2,6 +2,7 @@ package search
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -122,6 +123,43 @@ func TestPropertyFitPlansFitTheirOwnCapacity(t *testing.T) {
 			}
 		}
 	})
+}
+
+// torchtune's optimizer step inside backward cannot accumulate gradients:
+// the search tries no plan that accumulates (each would be refused, and the
+// refusal of a state's thriftiest probe dropped the state whole), and finds
+// the micro-batch of the whole replica's batch.
+func TestFitInBackwardDoesNotAccumulate(t *testing.T) {
+	base := recipeSpec(t, "llama-3.2-1b", "a100-40gb", "torchtune", "optimizer.in-backward=true")
+	base.Seq = 2048
+	o := Options{GlobalBatch: 4}
+	r, err := Fit(base, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Winner.Spec; s.MicroBatch != 4 || s.Accum != 1 {
+		t.Errorf("winner %s, want micro-batch 4 × accum 1", r.Winner.Describe())
+	}
+	b, oo := base, Options{GPUs: 8, GlobalBatch: 64}
+	if err := fitDefaults(&b, &oo); err != nil {
+		t.Fatal(err)
+	}
+	cands := enumerate(b, oo)
+	if len(cands) == 0 {
+		t.Fatal("no candidates on 8 GPUs")
+	}
+	for _, c := range cands {
+		if c.Spec.Accum != 1 {
+			t.Fatalf("candidate %s accumulates", c.Describe())
+		}
+	}
+	// A pinned micro-batch that would need accumulation leaves no plan,
+	// and the refusal says why rather than a smallest peak of 0 B.
+	base.MicroBatch = 1
+	_, err = Fit(base, Options{GlobalBatch: 4, Pinned: PinMicroBatch})
+	if err == nil || strings.Contains(err.Error(), " 0 B") || !strings.Contains(err.Error(), "accumulate") {
+		t.Errorf("in-backward at micro-batch 1 of 4: %v", err)
+	}
 }
 
 // The memo carries a bound found in one state of a bundle to the others

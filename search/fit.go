@@ -230,18 +230,7 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	f.res = &Result{Considered: len(f.cands), Pinned: o.Pinned}
 	f.setLimits(base)
 	if len(f.cands) == 0 {
-		if o.Pinned != 0 {
-			var pins []string
-			for _, n := range o.Pinned.Names() {
-				if n == "optimizer-impl" {
-					pins = append(pins, "the optimizer implementation")
-				} else {
-					pins = append(pins, "{"+n+"}")
-				}
-			}
-			return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d keeping %s as given (the global batch must divide among data-parallel replicas, the GPUs into tp × pp × dp, a pipeline's batch into at most %d micro-steps)", o.GPUs, o.GlobalBatch, strings.Join(pins, ", "), engine.MaxPipelineAccum)
-		}
-		return nil, engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas, and a pipeline's into at most %d micro-steps)", o.GPUs, o.GlobalBatch, engine.MaxPipelineAccum)
+		return nil, noPlans(&base, &o)
 	}
 	b, err := newBudget(o.MemoryBudget, o.Workers, len(f.cands))
 	if err != nil {
@@ -271,6 +260,26 @@ func Fit(base engine.Spec, o Options) (*Result, error) {
 	}
 	f.res.Front = pareto(front)
 	return f.res, nil
+}
+
+// noPlans is why enumerate found no plan for base and o.
+func noPlans(base *engine.Spec, o *Options) error {
+	var why string
+	if base.Sem.OptimizerInBackward {
+		why = "; an optimizer step inside backward cannot accumulate gradients, so a replica's batch is one micro-batch"
+	}
+	if o.Pinned != 0 {
+		var pins []string
+		for _, n := range o.Pinned.Names() {
+			if n == "optimizer-impl" {
+				pins = append(pins, "the optimizer implementation")
+			} else {
+				pins = append(pins, "{"+n+"}")
+			}
+		}
+		return engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d keeping %s as given (the global batch must divide among data-parallel replicas, the GPUs into tp × pp × dp, a pipeline's batch into at most %d micro-steps%s)", o.GPUs, o.GlobalBatch, strings.Join(pins, ", "), engine.MaxPipelineAccum, why)
+	}
+	return engine.FieldErrorf(engine.FieldGlobalBatch, "no plan splits %d GPUs and a {global-batch} of %d (the global batch must divide among data-parallel replicas, and a pipeline's into at most %d micro-steps%s)", o.GPUs, o.GlobalBatch, engine.MaxPipelineAccum, why)
 }
 
 // fitDefaults checks base and fills o's defaults from it.
@@ -816,19 +825,24 @@ func pinned[T any](pin bool, all []T, given T) []T {
 }
 
 // batches are the micro-batches that split a replica's batch, keeping a
-// pinned micro-batch or accumulation.
+// pinned micro-batch or accumulation. An optimizer step inside backward
+// cannot accumulate gradients (lower.ErrInBackwardAccum): its only
+// micro-batch is the replica's batch, as any other would be refused.
 func batches(replica int, pin Pins, base *engine.Spec) []int {
 	var out []int
+	inBackward := base.Sem.OptimizerInBackward
 	switch {
 	case pin.Has(PinMicroBatch):
 		out = []int{base.MicroBatch}
 	case pin.Has(PinAccum):
 		out = []int{replica / max(base.Accum, 1)}
+	case inBackward:
+		out = []int{replica}
 	default:
 		return divisors(replica)
 	}
 	b := out[0]
-	if b < 1 || replica%b != 0 || pin.Has(PinAccum) && replica/b != base.Accum {
+	if b < 1 || replica%b != 0 || pin.Has(PinAccum) && replica/b != base.Accum || inBackward && b != replica {
 		return nil
 	}
 	return out
