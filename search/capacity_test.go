@@ -206,3 +206,23 @@ func TestMemoKeysShareLimit(t *testing.T) {
 		}
 	}
 }
+
+// A search where no plan was estimated (every one refused) says the
+// refusal, never a smallest estimated peak of 0 B.
+func TestNothingFitsSaysTheRefusal(t *testing.T) {
+	base := recipeSpec(t, "gpt2", "a100", "hf")
+	o := Options{GPUs: 2, GlobalBatch: 4}
+	if err := fitDefaults(&base, &o); err != nil {
+		t.Fatal(err)
+	}
+	f := &fitter{o: o, cands: enumerate(base, o), est: newEstimator(base.Model), res: &Result{}}
+	f.setLimits(base)
+	for _, c := range f.cands {
+		c.Dropped = "refused"
+	}
+	err := f.nothingFits()
+	if !errors.Is(err, ErrNothingFits) || strings.Contains(err.Error(), " 0 B") || !strings.Contains(err.Error(), "refused") ||
+		!strings.Contains(err.Error(), "less 518.80 MiB for each parallel group") {
+		t.Errorf("every plan refused: %v", err)
+	}
+}

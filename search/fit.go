@@ -499,8 +499,9 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 	return queue
 }
 
-// nothingFits says why no plan fits: the smallest estimated peak is over its plan's limit, or plans estimated under
-// theirs were dropped for another reason (one that did not plan, or did not fit in full).
+// nothingFits says why no plan fits: the smallest estimated peak is over its plan's limit, plans estimated under
+// theirs were dropped for another reason (one that did not plan, or did not fit in full), or none was estimated
+// (every plan refused: the first refusal, not a smallest peak of 0 B).
 func (f *fitter) nothingFits() error {
 	o, cands := f.o, f.cands
 	in := fmt.Sprintf("in %s (%s with %.0f%% headroom)", f.capacity, f.res.Limit, 100*o.Headroom)
@@ -509,7 +510,13 @@ func (f *fitter) nothingFits() error {
 	}
 	f.refineSmallest()
 	under := func(c *Plan) bool { return c.EstPeak > 0 && c.EstPeak <= c.Limit }
-	if m := smallest(cands); m == 0 || !slices.ContainsFunc(cands, under) {
+	if m := smallest(cands); m == 0 {
+		for _, c := range cands {
+			if c.Dropped != "" {
+				return fmt.Errorf("%w %s among %d plans; none was estimated: %s was dropped: %s", ErrNothingFits, in, len(cands), c.Describe(), c.Dropped)
+			}
+		}
+	} else if !slices.ContainsFunc(cands, under) {
 		return fmt.Errorf("%w %s among %d plans; the smallest estimated peak is %s", ErrNothingFits, in, len(cands), m)
 	}
 	for _, c := range cands {
