@@ -503,7 +503,7 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 // memplan_torch did) is replayed as recorded (dropped once the loss exists)
 // unless the switch is set.
 func (f *planFlags) traceHold(s *engine.Spec) {
-	if slices.ContainsFunc(f.sets, func(kv string) bool { return strings.HasPrefix(kv, "loop.hold-outputs=") }) {
+	if _, set := f.setValue("loop.hold-outputs"); set {
 		return
 	}
 	mo := s.Trace.ModelOutput

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/importer/torchtrace"
@@ -74,5 +75,65 @@ func TestPlanWorkloadIsValidatesPrediction(t *testing.T) {
 	}
 	if compared < 6 {
 		t.Errorf("only %d suite cases compared", compared)
+	}
+}
+
+// plan --graph --workload refuses what plan --graph refuses, in the same
+// words, and a flag or switch the workload file also sets is refused when
+// it disagrees with the file. The workload path used to set the mode and
+// the loop's hold of the model's output itself: --mode infer and --set
+// loop.hold-outputs planned the workload's training step, exit 0.
+func TestPlanWorkloadRefusesWhatItWouldIgnore(t *testing.T) {
+	const lm, w = "../testdata/torch/lm.trace.json", "../testdata/torch/workloads/lm.yaml"
+	const setHold = "--set loop.hold-outputs="
+	for _, c := range []struct {
+		args []string
+		want string // in the refusal; "": the refusal without --workload, word for word
+	}{
+		{[]string{"--mode", "infer"}, ""},
+		{[]string{"--mode", "infer", "--gen-tokens", "8"}, ""},
+		{[]string{"--precision", "fp32"}, ""},
+		{[]string{"--tp", "2"}, ""},
+		{[]string{"--set", "loop.hold-outputs=true"}, setHold + "true disagrees with " + w + " (hold_outputs: none)"},
+		{[]string{"--set", "loop.hold-outputs=backward"}, setHold + "backward disagrees with " + w + " (hold_outputs: none)"},
+		{[]string{"--micro-batch", "4"}, "--micro-batch disagrees with " + w + " (batch: 16, strategy.accumulation: 1)"},
+		{[]string{"--accum", "2"}, "--accum disagrees with " + w + " (strategy.accumulation: 1)"},
+		{[]string{"--seq", "32"}, "--seq disagrees with " + w + " (seq_len: 64)"},
+		{[]string{"--optimizer", "sgd"}, "--optimizer disagrees with " + w + " (optimizer: adamw)"},
+		{[]string{"--optimizer-impl", "fused"}, "--optimizer-impl disagrees with " + w + " (foreach: false)"},
+		{[]string{"--checkpoint", "full"}, "--checkpoint disagrees with " + w + " (strategy.checkpoint: none)"},
+		{[]string{"--offload", "activations"}, "--offload disagrees with " + w + " (strategy.offload: none)"},
+		{[]string{"--kernels", "cuda"}, "--kernels disagrees with " + w + " (device: cpu)"},
+	} {
+		want := c.want
+		if want == "" {
+			code, _, errs := run(append([]string{"plan", "--graph", lm}, c.args...)...)
+			if code != 1 {
+				t.Fatalf("%v without --workload: exit %d, want 1: %s", c.args, code, errs)
+			}
+			want = errs
+		}
+		code, out, errs := run(append([]string{"plan", "--graph", lm, "--workload", w}, c.args...)...)
+		if code != 1 || out != "" || strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 || !strings.Contains(errs, want) {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want exit 1 and one line with %q", c.args, code, len(out), errs, want)
+		}
+	}
+	// What agrees with the file plans the file's job.
+	peak := func(args ...string) string {
+		code, out, errs := run(append([]string{"plan", "--graph", lm, "--workload", w, "--json", "--no-timeline"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var j struct {
+			Peak struct{ Bytes json.Number } `json:"peak"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		return j.Peak.Bytes.String()
+	}
+	if a, b := peak(), peak("--mode", "train", "--set", "loop.hold-outputs=false", "--micro-batch", "16", "--accum", "1", "--seq", "64",
+		"--optimizer", "adamw", "--optimizer-impl", "single", "--kernels", "cpu", "--checkpoint", "none", "--offload", "none"); a != b {
+		t.Errorf("flags that agree with the file: peak %s, want %s", b, a)
 	}
 }

@@ -17,8 +17,10 @@ import (
 // prediction: plan --graph --workload and validate both plan what it
 // returns, so the accuracy validate reports is that of what users run.
 //
-// base gives what the file does not say (the GPU or budget, the recipe's
-// semantics, the parallel layout); Spec sets the rest as memplan_torch
+// base gives what the file does not say (the mode, the GPU or budget, the
+// recipe's semantics, the parallel layout: a mode other than training is
+// the engine's to refuse, as for a trace without a workload); Spec sets
+// the rest as memplan_torch
 // runs the workload: the micro-batch, accumulation and sequence, the
 // optimizer (the recorded step when the trace ran the same one, else
 // lower.OptimizerStep's), non-reentrant checkpointing of every block of the
@@ -29,7 +31,7 @@ import (
 // (Counter), with the batch built whole and split into micro-batches.
 func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, error) {
 	s := base
-	s.Model, s.Trace, s.Mode = nil, tr, engine.Train
+	s.Model, s.Trace = nil, tr
 	s.MicroBatch, s.Accum = w.MicroBatch(), w.Strategy.Accumulation
 	s.Seq = 0
 	if w.SeqLen != nil {
