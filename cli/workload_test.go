@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -135,5 +136,30 @@ func TestPlanWorkloadRefusesWhatItWouldIgnore(t *testing.T) {
 	if a, b := peak(), peak("--mode", "train", "--set", "loop.hold-outputs=false", "--micro-batch", "16", "--accum", "1", "--seq", "64",
 		"--optimizer", "adamw", "--optimizer-impl", "single", "--kernels", "cpu", "--checkpoint", "none", "--offload", "none"); a != b {
 		t.Errorf("flags that agree with the file: peak %s, want %s", b, a)
+	}
+}
+
+// A workload file that contradicts its trace is refused in one line naming
+// the file and the field; it used to plan the trace as recorded, exit 0.
+func TestPlanWorkloadRefusesWhatTheTraceContradicts(t *testing.T) {
+	const lm = "../testdata/torch/lm.trace.json"
+	doc, err := os.ReadFile("../testdata/torch/workloads/lm.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct{ from, to, want string }{
+		{"dtype: float32", "dtype: bfloat16", "w.yaml: dtype bfloat16 contradicts the trace's float32 parameters"},
+		{"models:transformer_lm", "models:resnet18", "w.yaml: model memplan_torch.models:resnet18 contradicts the trace's builder memplan_torch.models:transformer_lm"},
+		{"batch_dim: 0", "batch_dim: 1", "w.yaml: batch_dim 1 contradicts the trace's batch dimension 0"},
+	} {
+		path := filepath.Join(dir, "w.yaml")
+		if err := os.WriteFile(path, []byte(strings.Replace(string(doc), c.from, c.to, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errs := run("plan", "--graph", lm, "--workload", path)
+		if code != 1 || out != "" || strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want exit 1 and one line with %q", c.to, code, len(out), errs, c.want)
+		}
 	}
 }

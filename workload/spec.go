@@ -10,6 +10,7 @@ import (
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/units"
 )
 
 // Spec is the job w describes, replayed from tr, the trace of its model
@@ -31,6 +32,9 @@ import (
 // (Counter), with the batch built whole and split into micro-batches.
 func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, error) {
 	s := base
+	if err := w.checkTrace(tr); err != nil {
+		return s, err
+	}
 	s.Model, s.Trace = nil, tr
 	s.MicroBatch, s.Accum = w.MicroBatch(), w.Strategy.Accumulation
 	s.Seq = 0
@@ -72,6 +76,35 @@ func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, er
 	}
 	s.Count = DeviceCounter(w.Device, tr)
 	return s, nil
+}
+
+// checkTrace refuses a workload that contradicts what its trace recorded:
+// the builder (source, when it names one: MODULE:FUNCTION), the dtype the
+// model was cast to (its parameters'), the batch dimension, and a held
+// output the trace does not record. What a trace does not record
+// (model_args, and name, warmup, iters and seed, which only the
+// measurement reads) is descriptive.
+func (w *Workload) checkTrace(tr *torchtrace.Trace) error {
+	if builder(tr.Source) && tr.Source != w.Model {
+		return fmt.Errorf("model %s contradicts the trace's builder %s", w.Model, tr.Source)
+	}
+	if dt, _ := units.ParseDType(w.DType); tr.ParamDType() != units.Invalid && dt != tr.ParamDType() {
+		return fmt.Errorf("dtype %s contradicts the trace's %s parameters (a trace runs in the dtypes it recorded)", w.DType, tr.ParamDType())
+	}
+	if tr.BatchDim != nil && *tr.BatchDim != w.BatchDim {
+		return fmt.Errorf("batch_dim %d contradicts the trace's batch dimension %d", w.BatchDim, *tr.BatchDim)
+	}
+	if w.HoldOutputs != Holds[0] && tr.ModelOutput == nil {
+		return fmt.Errorf("hold_outputs %s needs the model's output, which the trace does not record (model_output: exported before memplan_torch recorded it); re-export it, or write hold_outputs: %s", w.HoldOutputs, Holds[0])
+	}
+	return nil
+}
+
+// builder reports whether a trace's source names the builder it was
+// exported from (memplan_torch export MODULE:FUNCTION), rather than a
+// model object (memplan_torch.export) or export-hf's description.
+func builder(source string) bool {
+	return strings.Contains(source, ":") && !strings.ContainsAny(source, " \t\n")
 }
 
 // TrackerThreshold is the smallest allocation memplan_torch's CPU tracker

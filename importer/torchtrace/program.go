@@ -756,14 +756,34 @@ func (t *Trace) scanDType() units.DType {
 			}
 		}
 	}
-	if by[units.F32]+by[units.BF16]+by[units.F16]+by[units.FP8]+by[units.F64] == 0 {
-		for i := range t.Initial {
-			if s := &t.Initial[i]; s.Category == CatParameter && !s.Buffer {
-				add(s.DType, s.Bytes)
+	if best := mostBytes(by); best != units.Invalid {
+		return best
+	}
+	if p := t.ParamDType(); p != units.Invalid {
+		return p
+	}
+	return units.F32
+}
+
+// ParamDType is the floating dtype holding most of the trace's parameter
+// bytes (buffers left out): the dtype the model was cast to, a workload's
+// dtype. Invalid when no parameter is floating-point.
+func (t *Trace) ParamDType() units.DType {
+	by := map[units.DType]int64{}
+	for i := range t.Initial {
+		if s := &t.Initial[i]; s.Category == CatParameter && !s.Buffer {
+			if dt, err := units.ParseDType(s.DType); err == nil {
+				by[dt] += s.Bytes + 1 // an empty parameter still says its dtype
 			}
 		}
 	}
-	best, most := units.F32, int64(0)
+	return mostBytes(by)
+}
+
+// mostBytes is the floating dtype with the most bytes in by (float32 first
+// on a tie), Invalid when none has any.
+func mostBytes(by map[units.DType]int64) units.DType {
+	best, most := units.Invalid, int64(0)
 	for _, dt := range []units.DType{units.F32, units.BF16, units.F16, units.FP8, units.F64} {
 		if by[dt] > most {
 			best, most = dt, by[dt]

@@ -229,7 +229,7 @@ type Trace struct {
 	Notes       []string
 	Optimizer   string
 	Foreach     *bool
-	BatchDim    int
+	BatchDim    *int // nil: not recorded
 	SeqDim      *int // nil: no sequence size model
 	TraceBatch  int64
 	TraceSeq    int64       // 0 without a sequence size model
@@ -577,7 +577,8 @@ func (p *parser) trace(m map[string]any) *Trace {
 		t.Foreach = &b
 	}
 	if bd, ok := p.optInt(m, "", "batch_dim"); ok {
-		t.BatchDim = int(bd)
+		d := int(bd)
+		t.BatchDim = &d
 	}
 	if sd, ok := p.optInt(m, "", "seq_dim"); ok {
 		d := int(sd)

@@ -144,7 +144,30 @@ func TestComputeDType(t *testing.T) {
 		}
 	}
 	lm, err := Load(filepath.Join(testdata, "lm.trace.json"))
-	if err != nil || lm.ComputeDType() != units.F32 {
+	if err != nil || lm.ComputeDType() != units.F32 || lm.ParamDType() != units.F32 {
 		t.Errorf("lm: %v", err)
+	}
+}
+
+// ParamDType is the dtype of the parameters, not of the matmuls: an
+// autocast trace's float32 parameters under bfloat16 products.
+func TestParamDType(t *testing.T) {
+	param := `"dtype": "float32", "shape": [4, 4], "category": "parameter"`
+	for _, c := range []struct {
+		doc  string
+		want units.DType
+	}{
+		{tiny, units.F32},
+		{strings.ReplaceAll(tiny, `"float32"`, `"bfloat16"`), units.BF16},
+		{strings.ReplaceAll(strings.Replace(tiny, param, strings.Replace(param, "float32", "float16", 1), 1), "aten.mm.default", "aten.relu.default"), units.F16},
+		{strings.Replace(tiny, param, strings.Replace(param, "float32", "int8", 1), 1), units.Invalid},
+	} {
+		tr, err := Parse([]byte(c.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.ParamDType(); got != c.want {
+			t.Errorf("got %s, want %s", got, c.want)
+		}
 	}
 }
