@@ -49,3 +49,41 @@ func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
+
+// A trace plan names the dtype the trace ran in, never --precision's
+// default it did not use: the JSON leaves precision out (it names a
+// --precision) and gives trace_dtype, and the text's header and chart say
+// float32 for the float32 lm trace, with or without its workload. They
+// said amp-bf16.
+func TestTracePrecisionReported(t *testing.T) {
+	const lm = "../testdata/torch/lm.trace.json"
+	for _, extra := range [][]string{nil, {"--workload", "../testdata/torch/workloads/lm.yaml"}} {
+		args := append([]string{"plan", "--graph", lm}, extra...)
+		code, out, errs := run(append(args, "--json", "--no-timeline")...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var j map[string]any
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := j["precision"]; ok || j["trace_dtype"] != "float32" {
+			t.Errorf("%v --json: precision %v, trace_dtype %v; want no precision, trace_dtype float32", args, p, j["trace_dtype"])
+		}
+		code, out, errs = run(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		if head := strings.SplitN(out, "\n", 2)[0]; !strings.Contains(head, " · float32 · ") || strings.Contains(out, "amp-bf16") {
+			t.Errorf("%v: the text names a precision the trace did not use, or not its dtype:\n%s", args, out)
+		}
+	}
+	code, out, errs := run("compare", "--graph", lm)
+	if code != 0 || !strings.Contains(strings.SplitN(out, "\n", 2)[0], " · float32 · ") || strings.Contains(out, "amp-bf16") {
+		t.Errorf("compare: exit %d, %s\n%s", code, errs, out)
+	}
+	code, out, errs = run("plan", "--model", "gpt2", "--json", "--no-timeline")
+	if code != 0 || !strings.Contains(out, `"precision": "amp-bf16"`) || strings.Contains(out, "trace_dtype") {
+		t.Errorf("gpt2: exit %d, %s\n%s", code, errs, out)
+	}
+}

@@ -86,6 +86,17 @@ func (s *Spec) TracePriceDType() (recorded, priced units.DType) {
 	return recorded, priced
 }
 
+// PrecisionName is the precision a report names: --precision's for a
+// model; for a trace, which ran in the dtypes it recorded (--precision is
+// refused there), the dtype its matrix products wrote (TracePriceDType's
+// recorded), never the flag's default it did not use.
+func (s *Spec) PrecisionName() string {
+	if s.Trace != nil {
+		return s.Trace.ComputeDType().String()
+	}
+	return s.Precision.String()
+}
+
 // priceDType is the dtype s is priced in: a model's ComputeDType, a
 // trace's TracePriceDType.
 func (s *Spec) priceDType() units.DType {

@@ -568,7 +568,7 @@ func chartTitle(r *engine.Result) string {
 	if s.Accum > 1 {
 		parts = append(parts, fmt.Sprintf("accum %d", s.Accum))
 	}
-	parts = append(parts, s.Precision.String())
+	parts = append(parts, s.PrecisionName())
 	if s.Mode == engine.Train {
 		parts = append(parts, s.Optimizer.String())
 	}

@@ -73,7 +73,8 @@ type PlanJSON struct {
 	// accum were simulated (the same peak: engine.Result.SimAccum).
 	SimulatedAccum int           `json:"simulated_accum,omitempty"`
 	GenTokens      int           `json:"gen_tokens,omitempty"`
-	Precision      string        `json:"precision"`
+	Precision      string        `json:"precision,omitempty"`   // the --precision planned; none for a trace, which ran in the dtypes it recorded
+	TraceDType     string        `json:"trace_dtype,omitempty"` // a trace's: the dtype its matrix products wrote, the one its step is priced in
 	Optimizer      string        `json:"optimizer,omitempty"`
 	OptimizerImpl  string        `json:"optimizer_impl,omitempty"`
 	Attention      string        `json:"attention"`
@@ -232,6 +233,9 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 		j.Family = s.Model.Family
 	} else {
 		j.Family = "trace"
+	}
+	if s.Trace != nil {
+		j.Precision, j.TraceDType = "", s.PrecisionName()
 	}
 	if s.Mode == engine.Train {
 		j.Optimizer, j.OptimizerImpl = s.Optimizer.String(), s.Impl.String()

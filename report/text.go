@@ -88,7 +88,7 @@ func textHeader(res *engine.Result) string {
 		if s.TraceOptimizer {
 			opt = fmt.Sprintf("%s (%s)", s.Optimizer, s.Impl)
 		}
-		head += fmt.Sprintf(" · accum %d%s · %s", s.Accum, simulated(res), opt) + parallelism(s)
+		head += fmt.Sprintf(" · accum %d%s · %s · %s", s.Accum, simulated(res), s.PrecisionName(), opt) + parallelism(s)
 		if s.Checkpoint.Kind != engine.NoCheckpoint {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
