@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,5 +88,60 @@ func TestTracePrecisionReported(t *testing.T) {
 	code, out, errs = run("plan", "--model", "gpt2", "--json", "--no-timeline")
 	if code != 0 || !strings.Contains(out, `"precision": "amp-bf16"`) || strings.Contains(out, "trace_dtype") {
 		t.Errorf("gpt2: exit %d, %s\n%s", code, errs, out)
+	}
+}
+
+// --seq equal to the length a trace without a sequence dimension recorded
+// is its own job, planned; another length is refused naming the exporter
+// that records one; a trace that records no length refuses any --seq. The
+// workload path applies the same rule to seq_len where the trace records
+// a length (a seq_len it cannot check is descriptive).
+func TestTraceOwnSeqAccepted(t *testing.T) {
+	doc, err := os.ReadFile("../testdata/torch/lm_sgd.trace.json") // exported at --seq-len 64, no --seq-dim
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(t.TempDir(), "lm_sgd.trace.json")
+	if err := os.WriteFile(rec, bytes.Replace(doc, []byte(`"trace_seq":null`), []byte(`"trace_seq":64`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	peak := func(args ...string) string {
+		code, out, errs := run(append([]string{"plan", "--json", "--no-timeline"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var j struct {
+			Peak struct{ Bytes json.Number } `json:"peak"`
+		}
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		return j.Peak.Bytes.String()
+	}
+	if a, b := peak("--graph", rec), peak("--graph", rec, "--seq", "64"); a != b {
+		t.Errorf("--seq 64, the trace's own: peak %s, want %s", b, a)
+	}
+	const ckpt = "../testdata/torch/workloads/lm_sgd_ckpt_accum2.yaml" // seq_len: 64
+	peak("--graph", rec, "--workload", ckpt)
+	wl := filepath.Join(t.TempDir(), "w.yaml")
+	w, err := os.ReadFile(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wl, bytes.Replace(w, []byte("seq_len: 64"), []byte("seq_len: 32"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--graph", rec, "--seq", "32"}, "--seq 32: trace lm_sgd was exported without a sequence dimension at sequence 64, so it replays only that length (re-export it with memplan_torch export --seq-len N --seq-dim D)"},
+		{[]string{"--graph", "../testdata/torch/lm_sgd.trace.json", "--seq", "64"}, "--seq 64: trace lm_sgd was exported without a sequence dimension and does not record its length"},
+		{[]string{"--graph", rec, "--workload", wl}, "w.yaml: seq_len 32: trace lm_sgd was exported without a sequence dimension at sequence 64"},
+	} {
+		code, out, errs := run(append([]string{"plan"}, c.args...)...)
+		if code != 1 || out != "" || strings.Count(strings.TrimRight(errs, "\n"), "\n") != 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want exit 1 and one line with %q", c.args, code, len(out), errs, c.want)
+		}
 	}
 }

@@ -21,8 +21,8 @@ func (s *Spec) validateTrace() error {
 		// same under any matching of equal-size tensors; stage 3 gathers
 		// each parameter with its module and reduces its gradient there.
 		return invalid(FieldZeRO, "{zero} 3: trace %s is %s, which does not record which gradient belongs to which parameter: re-export it with memplan_torch (memplan.trace/v2 records param_grads)", s.JobName(), s.Trace.Schema)
-	case s.Seq != 0 && !s.Trace.HasSeq():
-		return invalid(FieldSeq, "{seq} %d: trace %s was exported without a sequence dimension, so its sequence cannot change (export it with memplan_torch export --seq-dim)", s.Seq, s.Trace.Name)
+	case s.Seq != 0 && !s.Trace.ReplaysSeq(int64(s.Seq)):
+		return invalid(FieldSeq, "{seq} %d: %s", s.Seq, s.Trace.FixedSeq())
 	}
 	if rec, priced := s.TracePriceDType(); s.GPU != nil && s.GPU.PeakFLOPs(priced) <= 0 {
 		return invalid(FieldGPU, "the %s has no %s arithmetic, which the trace's matmuls run in: plan it on a {gpu} that has it", s.GPU.Name, rec)

@@ -39,11 +39,13 @@ func (w *Workload) Spec(tr *torchtrace.Trace, base engine.Spec) (engine.Spec, er
 	s.MicroBatch, s.Accum = w.MicroBatch(), w.Strategy.Accumulation
 	s.Seq = 0
 	if w.SeqLen != nil {
-		switch {
+		// A length a trace without a sequence dimension does not record
+		// is descriptive: nothing to check it against.
+		switch n := int64(*w.SeqLen); {
 		case tr.HasSeq():
 			s.Seq = *w.SeqLen
-		case int64(*w.SeqLen) != tr.TraceSeq && tr.TraceSeq != 0:
-			return s, fmt.Errorf("seq_len %d differs from the trace's %d, and the trace has no sequence dimension to replay it at (export it with --seq-dim)", *w.SeqLen, tr.TraceSeq)
+		case tr.TraceSeq != 0 && !tr.ReplaysSeq(n):
+			return s, fmt.Errorf("seq_len %d: %s", n, tr.FixedSeq())
 		}
 	}
 	opt, err := lower.ParseOptimizer(w.Optimizer)

@@ -85,10 +85,8 @@ func (t *Trace) Program(o Options) (*ir.Program, error) {
 		bd.b = int64(o.Batch)
 	}
 	if o.Seq > 0 {
-		if !t.HasSeq() {
-			if int64(o.Seq) != t.TraceSeq {
-				return nil, fmt.Errorf("%w: trace %s has no sequence size model (export it with --seq-dim) and cannot be replayed at sequence %d", ErrOptions, t.label(), o.Seq)
-			}
+		if !t.ReplaysSeq(int64(o.Seq)) {
+			return nil, fmt.Errorf("%w: sequence %d: %s", ErrOptions, o.Seq, t.FixedSeq())
 		}
 		bd.s = int64(o.Seq)
 	}

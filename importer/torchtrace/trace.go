@@ -232,7 +232,11 @@ type Trace struct {
 	BatchDim    *int // nil: not recorded
 	SeqDim      *int // nil: no sequence size model
 	TraceBatch  int64
-	TraceSeq    int64       // 0 without a sequence size model
+	// TraceSeq is the sequence length of the trace: its sizes are modelled
+	// in it with SeqDim; without, it is the length the builder ran at when
+	// the trace records one (0 when not).
+	TraceSeq int64
+
 	ScratchKind ScratchKind // scratch: whether in-kernel scratch was measured
 	NParams     int64
 	ParamBytes  int64
@@ -268,6 +272,29 @@ var Holds = []string{"none", "backward", "next-forward"}
 
 // HasSeq reports whether sizes are modelled in the sequence length too.
 func (t *Trace) HasSeq() bool { return t.SeqDim != nil }
+
+// ReplaysSeq reports whether the trace replays at sequence length seq: any
+// length with a sequence dimension, else only the length it recorded.
+func (t *Trace) ReplaysSeq(seq int64) bool { return t.HasSeq() || seq == t.TraceSeq }
+
+// FixedSeq says why a trace without a sequence dimension replays no other
+// length than its own, and how to export one that does: memplan_torch
+// export fits the sequence with --seq-dim; export-hf unless --no-seq-fit
+// (or a --seq under 3), never for an image model.
+func (t *Trace) FixedSeq() string {
+	at := " and does not record its length, so it replays none given"
+	if t.TraceSeq > 0 {
+		at = fmt.Sprintf(" at sequence %d, so it replays only that length", t.TraceSeq)
+	}
+	how := "memplan_torch export --seq-len N --seq-dim D"
+	switch {
+	case strings.HasPrefix(t.Source, "transformers ") && strings.Contains(t.Source, "ImageClassification"):
+		how = "memplan_torch export-hf traces an image model without one"
+	case strings.HasPrefix(t.Source, "transformers "):
+		how = "memplan_torch export-hf --seq N without --no-seq-fit"
+	}
+	return fmt.Sprintf("trace %s was exported without a sequence dimension%s (re-export it with %s)", t.label(), at, how)
+}
 
 // FirstStepCreated returns the ids of the initial storages that do not exist
 // before the first step because its optimizer phase creates them:
@@ -592,6 +619,11 @@ func (p *parser) trace(m map[string]any) *Trace {
 		t.TraceSeq = p.intv(p.get(m, "", "trace_seq"), "trace_seq")
 		if t.TraceSeq < 1 {
 			p.fail("trace_seq", "must be at least 1 when seq_dim is set, got %d", t.TraceSeq)
+		}
+	} else if v, ok := m["trace_seq"]; ok && v != nil {
+		// the length the builder ran at, with no size model in it
+		if t.TraceSeq = p.intv(v, "trace_seq"); t.TraceSeq < 1 {
+			p.fail("trace_seq", "must be at least 1 or null, got %d", t.TraceSeq)
 		}
 	}
 	t.ScratchKind = ScratchKind(p.optStr(m, "", "scratch"))

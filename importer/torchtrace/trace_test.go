@@ -106,7 +106,7 @@ func TestProgramOptionErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tr.Program(Options{Seq: 128}); err == nil || !strings.Contains(err.Error(), "no sequence size model") {
+	if _, err := tr.Program(Options{Seq: 128}); err == nil || !strings.Contains(err.Error(), "without a sequence dimension") {
 		t.Errorf("got %v", err)
 	}
 	if _, err := tr.Program(Options{Batch: -1}); err == nil {
@@ -146,4 +146,39 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A trace without a sequence dimension replays at the length it recorded
+// (trace_seq, which memplan_torch export writes whenever the builder took a
+// seq_len) and at no other; one that records none replays at none given.
+// Each refusal names the exporter that makes a trace with the dimension.
+func TestSeqLessTraceReplaysItsOwnLength(t *testing.T) {
+	own, err := Parse([]byte(strings.Replace(tiny, `"trace_batch": 2,`, `"trace_batch": 2, "trace_seq": 64,`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.HasSeq() || own.TraceSeq != 64 || !own.ReplaysSeq(64) || own.ReplaysSeq(32) {
+		t.Fatalf("trace_seq 64 without seq_dim: HasSeq %t, TraceSeq %d", own.HasSeq(), own.TraceSeq)
+	}
+	if _, err := own.Program(Options{Seq: 64}); err != nil {
+		t.Errorf("its own length: %v", err)
+	}
+	if _, err := own.Program(Options{Seq: 32}); err == nil || !strings.Contains(err.Error(), "at sequence 64") || !strings.Contains(err.Error(), "memplan_torch export --seq-len N --seq-dim D") {
+		t.Errorf("another length: %v", err)
+	}
+	hf := *own
+	hf.Source = "transformers 5.24.0 AutoModelForCausalLM.from_config(llama.json)"
+	if msg := hf.FixedSeq(); !strings.Contains(msg, "memplan_torch export-hf") || strings.Contains(msg, "--seq-dim") {
+		t.Errorf("export-hf trace: %s", msg)
+	}
+	none, err := Parse([]byte(tiny))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if none.ReplaysSeq(64) || !strings.Contains(none.FixedSeq(), "does not record its length") {
+		t.Errorf("no trace_seq: replays 64 %t, %s", none.ReplaysSeq(64), none.FixedSeq())
+	}
+	if _, err := Parse([]byte(strings.Replace(tiny, `"trace_batch": 2,`, `"trace_batch": 2, "trace_seq": 0,`, 1))); err == nil || !strings.Contains(err.Error(), "trace_seq") {
+		t.Errorf("trace_seq 0: %v", err)
+	}
 }

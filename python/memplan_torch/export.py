@@ -430,7 +430,9 @@ def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim
         "batch_dim": batch_dim,
         "seq_dim": seq_dim,
         "trace_batch": batch,
-        "trace_seq": want_seq,
+        # the length the builder ran at, even when sizes are not fitted in it (no seq_dim): memplan replays
+        # such a trace at that length only, and checks a workload's seq_len against it
+        "trace_seq": seq_len,
         "traced_at": {"batch": base_key[0], "seq": base_key[1]},
         "fit_points": [{"batch": b, "seq": s} for (b, s) in sorted(raws, key=lambda k: (k[1] or 0, k[0]))],
         "size_model": "bytes = bytes_const + bytes_per_batch*batch" + (

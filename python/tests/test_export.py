@@ -84,6 +84,25 @@ def test_seq_fit_exact(tmp_path):
     assert any(a.get("bytes_per_batch_seq2", 0) > 0 for e in doc["events"] for a in e["alloc"])
 
 
+def test_seqless_trace_records_its_length(tmp_path, memplan_bin):
+    """Without seq_dim a trace still records the length its builder ran at (trace_seq, no size model in it):
+    memplan plans --seq of that length as the trace's own job and refuses another, naming the exporter's flags."""
+    import subprocess
+    path = tmp_path / "lm.json"
+    doc = export_builder("memplan_torch.models:transformer_lm", str(path), batch=2, seq_len=20, device="cpu",
+                         optimizer="sgd")
+    validate_trace(doc)
+    assert doc["seq_dim"] is None and doc["trace_seq"] == 20 and doc["traced_at"] == {"batch": 2, "seq": None}
+    if memplan_bin is None:
+        pytest.skip("needs Go")
+    plan = [memplan_bin, "plan", "--graph", str(path), "--json", "--no-timeline", "--seq"]
+    own = subprocess.run(plan + ["20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert own.returncode == 0, own.stderr.decode()
+    other = subprocess.run(plan + ["12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = other.stderr.decode()
+    assert other.returncode == 1 and "at sequence 20" in err and "--seq-len N --seq-dim D" in err, err
+
+
 def test_builder_export_and_cli(tmp_path):
     out = tmp_path / "w.json"
     import subprocess, sys
