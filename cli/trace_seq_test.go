@@ -145,3 +145,14 @@ func TestTraceOwnSeqAccepted(t *testing.T) {
 		}
 	}
 }
+
+// plan --help says a trace's micro-batch and sequence are its own unless
+// given: it said "default 1" alone, while --graph plans the trace's batch.
+func TestPlanHelpTraceDefaults(t *testing.T) {
+	code, out, _ := run("plan", "--help")
+	for _, want := range []string{"with --graph, the batch the trace was exported at unless given", "with --graph, the trace's own)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("plan --help lacks %q:\n%s", want, out)
+		}
+	}
+}
