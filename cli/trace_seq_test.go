@@ -105,19 +105,7 @@ func TestTraceOwnSeqAccepted(t *testing.T) {
 	if err := os.WriteFile(rec, bytes.Replace(doc, []byte(`"trace_seq":null`), []byte(`"trace_seq":64`), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	peak := func(args ...string) string {
-		code, out, errs := run(append([]string{"plan", "--json", "--no-timeline"}, args...)...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errs)
-		}
-		var j struct {
-			Peak struct{ Bytes json.Number } `json:"peak"`
-		}
-		if err := json.Unmarshal([]byte(out), &j); err != nil {
-			t.Fatal(err)
-		}
-		return j.Peak.Bytes.String()
-	}
+	peak := func(args ...string) string { return planPeak(t, args...) }
 	if a, b := peak("--graph", rec), peak("--graph", rec, "--seq", "64"); a != b {
 		t.Errorf("--seq 64, the trace's own: peak %s, want %s", b, a)
 	}

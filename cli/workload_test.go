@@ -121,17 +121,7 @@ func TestPlanWorkloadRefusesWhatItWouldIgnore(t *testing.T) {
 	}
 	// What agrees with the file plans the file's job.
 	peak := func(args ...string) string {
-		code, out, errs := run(append([]string{"plan", "--graph", lm, "--workload", w, "--json", "--no-timeline"}, args...)...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errs)
-		}
-		var j struct {
-			Peak struct{ Bytes json.Number } `json:"peak"`
-		}
-		if err := json.Unmarshal([]byte(out), &j); err != nil {
-			t.Fatal(err)
-		}
-		return j.Peak.Bytes.String()
+		return planPeak(t, append([]string{"--graph", lm, "--workload", w}, args...)...)
 	}
 	if a, b := peak(), peak("--mode", "train", "--set", "loop.hold-outputs=false", "--micro-batch", "16", "--accum", "1", "--seq", "64",
 		"--optimizer", "adamw", "--optimizer-impl", "single", "--kernels", "cpu", "--checkpoint", "none", "--offload", "none"); a != b {
@@ -162,4 +152,21 @@ func TestPlanWorkloadRefusesWhatTheTraceContradicts(t *testing.T) {
 			t.Errorf("%s: exit %d, stdout %d bytes, stderr %q; want exit 1 and one line with %q", c.to, code, len(out), errs, c.want)
 		}
 	}
+}
+
+// planPeak is plan's JSON peak (bytes, as printed) for args, which must be
+// answered with exit 0.
+func planPeak(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, errs := run(append([]string{"plan", "--json", "--no-timeline"}, args...)...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d: %s", args, code, errs)
+	}
+	var j struct {
+		Peak struct{ Bytes json.Number } `json:"peak"`
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatal(err)
+	}
+	return j.Peak.Bytes.String()
 }

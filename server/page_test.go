@@ -26,6 +26,12 @@ func get(t *testing.T, url string, header map[string]string) reply {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return do(t, req, header)
+}
+
+// do sends req with header set and reads the whole answer.
+func do(t *testing.T, req *http.Request, header map[string]string) reply {
+	t.Helper()
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}

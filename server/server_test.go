@@ -668,16 +668,7 @@ func TestPostNeedsJSONContentType(t *testing.T) {
 		if ctype != "-" {
 			req.Header.Set("Content-Type", ctype)
 		}
-		for k, v := range header {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return reply{resp.StatusCode, resp.Header, body}
+		return do(t, req, header)
 	}
 	evil := map[string]string{"Origin": "http://evil.example"}
 	for _, c := range b.Commands() {
