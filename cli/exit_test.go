@@ -25,6 +25,9 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"plan", "--model", "gpt2", "--offload", "optimizer", "--host-memory", "1KiB", "--no-chart"}, ExitDoesNotFit, "DOES NOT FIT in host memory"},
 		{[]string{"plan", "--model", "gpt2", "--offload", "optimizer", "--host-memory", "64GiB", "--no-chart"}, ExitOK, "Host memory peak"},
 		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1KiB", "--fit-on", "reserved", "--json", "--no-timeline"}, ExitDoesNotFit, `"fits": false`},
+		// ... and the device's shortfall stays the device's (not the
+		// negative "reserved peak less capacity" of a device that fits).
+		{[]string{"plan", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1KiB", "--fit-on", "reserved", "--json", "--no-timeline"}, ExitDoesNotFit, `"shortfall_bytes": 0,`},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "h100", "--offload", "optimizer", "--host-memory", "1GiB"}, ExitNothingFits, "host/node"},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "h100"}, ExitOK, "baseline"},
 		{[]string{"compare", "--model", "gpt2", "--budget", "3GiB", "--micro-batch", "2"}, ExitDoesNotFit, "checkpoint every block"},

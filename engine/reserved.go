@@ -81,8 +81,8 @@ func (r *Result) PredictReservedContext(ctx context.Context, cfg allocator.Confi
 		// reserved peak.
 		r.Fits = rv.FitsOnReserved && r.HostShortfall == 0
 		r.Shortfall, r.Headroom = 0, 0
-		switch {
-		case !r.Fits:
+		switch { // the device's shortfall or headroom (the host's is HostShortfall)
+		case !rv.FitsOnReserved:
 			r.Shortfall = rv.Peak - r.Capacity
 		case rv.Peak <= r.Capacity:
 			r.Headroom = r.Capacity - rv.Peak
