@@ -472,6 +472,9 @@ func (f *planFlags) specFinish(s *engine.Spec) error {
 		if f.changed("precision") {
 			return fmt.Errorf("--precision does not apply to a trace: it ran in the dtypes it recorded")
 		}
+		if f.changed("attention") {
+			return fmt.Errorf("--attention: a trace ran the attention it recorded")
+		}
 	}
 	if err := f.checkImpl(s); err != nil {
 		return err

@@ -144,3 +144,71 @@ func TestPlanHelpTraceDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A trace plan names the optimizer step it planned, never the flags'
+// defaults it did not run: the lm_sgd trace's recorded single-tensor SGD
+// (JSON optimizer sgd, optimizer_impl single, optimizer_recorded; the
+// text's header, chart and compare's header "sgd (single) as recorded"),
+// and no attention (it ran the one it recorded). It said adamw, foreach
+// and sdpa. A replaced step (--optimizer, or a workload's optimizer that
+// differs from the trace's) is named as the replacement; --attention on a
+// trace is refused in one line.
+func TestTraceOptimizerReported(t *testing.T) {
+	const sgd = "../testdata/torch/lm_sgd.trace.json"
+	dir := t.TempDir()
+	w, err := os.ReadFile("../testdata/torch/workloads/lm_sgd_ckpt_accum2.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adamw := filepath.Join(dir, "adamw.yaml")
+	if err := os.WriteFile(adamw, []byte(strings.Replace(string(w), "optimizer: sgd", "optimizer: adamw", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		extra          []string
+		opt, impl, txt string
+		recorded       bool
+	}{
+		{nil, "sgd", "single", " · sgd (single) as recorded", true},
+		{[]string{"--workload", "../testdata/torch/workloads/lm_sgd_ckpt_accum2.yaml"}, "sgd", "single", " · sgd (single) as recorded", true},
+		{[]string{"--optimizer", "adamw"}, "adamw", "foreach", " · adamw (foreach)", false},
+		{[]string{"--workload", adamw}, "adamw", "single", " · adamw (single)", false},
+	} {
+		args := append([]string{"plan", "--graph", sgd}, c.extra...)
+		code, out, errs := run(append(args, "--json", "--no-timeline")...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		var j map[string]any
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := j["optimizer_recorded"].(bool)
+		if a, ok := j["attention"]; ok || j["optimizer"] != c.opt || j["optimizer_impl"] != c.impl || rec != c.recorded {
+			t.Errorf("%v --json: attention %v, optimizer %v (%v), recorded %v; want no attention, %s (%s), %v",
+				args, a, j["optimizer"], j["optimizer_impl"], rec, c.opt, c.impl, c.recorded)
+		}
+		code, out, errs = run(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		head := strings.SplitN(out, "\n", 2)[0]
+		if !strings.Contains(head, c.txt) || strings.Count(out, c.txt) < 2 || strings.Contains(out, "sdpa") || c.recorded && strings.Contains(out, "adamw") {
+			t.Errorf("%v: the header and chart title do not name %q, or name what the trace did not run:\n%s", args, c.txt, out)
+		}
+	}
+	code, out, errs := run("compare", "--graph", sgd)
+	if code != 0 || !strings.Contains(strings.SplitN(out, "\n", 2)[0], " · sgd (single) as recorded") || strings.Contains(out, "adamw") {
+		t.Errorf("compare: exit %d, %s\n%s", code, errs, out)
+	}
+	for _, cmd := range []string{"plan", "compare"} {
+		code, out, errs = run(cmd, "--graph", sgd, "--attention", "eager")
+		if code != 1 || out != "" || strings.TrimSpace(errs) != "memplan: --attention: a trace ran the attention it recorded" {
+			t.Errorf("%s --attention eager on a trace: exit %d, stdout %q, stderr %q; want one line refusing it", cmd, code, out, errs)
+		}
+	}
+	code, out, errs = run("plan", "--model", "gpt2", "--json", "--no-timeline")
+	if code != 0 || !strings.Contains(out, `"attention": "sdpa"`) || !strings.Contains(out, `"optimizer_impl": "foreach"`) || strings.Contains(out, "optimizer_recorded") {
+		t.Errorf("gpt2: exit %d, %s\n%s", code, errs, out)
+	}
+}

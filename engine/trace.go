@@ -97,6 +97,33 @@ func (s *Spec) PrecisionName() string {
 	return s.Precision.String()
 }
 
+// OptimizerName and ImplName are the optimizer step a report names:
+// Optimizer/Impl for a model, and for a trace whose recorded step is
+// replaced (TraceOptimizer: --optimizer, or a workload's optimizer); for
+// a trace replaying its own step, what the trace recorded (its optimizer's
+// name; foreach or single where it records which), "" where it records
+// nothing, never the flags' defaults the trace did not run.
+func (s *Spec) OptimizerName() string {
+	if s.Trace != nil && !s.TraceOptimizer {
+		return s.Trace.Optimizer
+	}
+	return s.Optimizer.String()
+}
+
+// ImplName is the implementation of OptimizerName's step (see there).
+func (s *Spec) ImplName() string {
+	if s.Trace == nil || s.TraceOptimizer {
+		return s.Impl.String()
+	}
+	switch f := s.Trace.Foreach; {
+	case f == nil:
+		return ""
+	case *f:
+		return lower.Foreach.String()
+	}
+	return lower.Single.String()
+}
+
 // priceDType is the dtype s is priced in: a model's ComputeDType, a
 // trace's TracePriceDType.
 func (s *Spec) priceDType() units.DType {

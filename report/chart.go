@@ -570,7 +570,7 @@ func chartTitle(r *engine.Result) string {
 	}
 	parts = append(parts, s.PrecisionName())
 	if s.Mode == engine.Train {
-		parts = append(parts, s.Optimizer.String())
+		parts = append(parts, chartOptimizer(s))
 	}
 	if name := chartGPUName(r); name != "" {
 		parts = append(parts, name)

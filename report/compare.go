@@ -105,7 +105,7 @@ func (c *Compare) JSON() *CompareJSON { return &c.j }
 func (c *Compare) WriteText(w io.Writer) error {
 	j, base := &c.j, c.base
 	s := &base.Spec
-	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.JobName(), s.Mode, s.MicroBatch, s.Seq, s.Accum, s.PrecisionName(), s.Optimizer)
+	fmt.Fprintf(w, "memplan compare · %s · %s · micro-batch %d × seq %d · accum %d · %s · %s\n", s.JobName(), s.Mode, s.MicroBatch, s.Seq, s.Accum, s.PrecisionName(), chartOptimizer(s))
 	if base.Capacity > 0 {
 		where := "budget"
 		if s.GPU != nil && s.Capacity == 0 {

@@ -71,31 +71,37 @@ type PlanJSON struct {
 	Accum      int    `json:"accum"`
 	// SimulatedAccum is the micro-steps the timeline holds when fewer than
 	// accum were simulated (the same peak: engine.Result.SimAccum).
-	SimulatedAccum int           `json:"simulated_accum,omitempty"`
-	GenTokens      int           `json:"gen_tokens,omitempty"`
-	Precision      string        `json:"precision,omitempty"`   // the --precision planned; none for a trace, which ran in the dtypes it recorded
-	TraceDType     string        `json:"trace_dtype,omitempty"` // a trace's: the dtype its matrix products wrote, the one its step is priced in
-	Optimizer      string        `json:"optimizer,omitempty"`
-	OptimizerImpl  string        `json:"optimizer_impl,omitempty"`
-	Attention      string        `json:"attention"`
-	Checkpoint     string        `json:"checkpoint,omitempty"`
-	Recipe         string        `json:"recipe,omitempty"`
-	Checkpointed   []string      `json:"checkpointed_modules,omitempty"`
-	AutoNoneFits   bool          `json:"checkpoint_auto_none_fits,omitempty"` // auto planned every block: no choice fits
-	GPU            string        `json:"gpu,omitempty"`
-	TP             int           `json:"tp,omitempty"`
-	SP             bool          `json:"sp,omitempty"`
-	EP             int           `json:"ep,omitempty"`
-	LoRARank       int           `json:"lora_rank,omitempty"`
-	LoRATargets    []string      `json:"lora_targets,omitempty"`
-	QLoRA          bool          `json:"qlora,omitempty"`
-	DP             int           `json:"dp,omitempty"`
-	ZeRO           int           `json:"zero,omitempty"`
-	PP             int           `json:"pp,omitempty"`
-	PPStage        int           `json:"pp_stage"`
-	StagePeaks     []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
-	Offload        string        `json:"offload,omitempty"`
-	HostPeak       units.Bytes   `json:"host_peak_bytes"`
+	SimulatedAccum int    `json:"simulated_accum,omitempty"`
+	GenTokens      int    `json:"gen_tokens,omitempty"`
+	Precision      string `json:"precision,omitempty"`   // the --precision planned; none for a trace, which ran in the dtypes it recorded
+	TraceDType     string `json:"trace_dtype,omitempty"` // a trace's: the dtype its matrix products wrote, the one its step is priced in
+	Optimizer      string `json:"optimizer,omitempty"`
+	OptimizerImpl  string `json:"optimizer_impl,omitempty"`
+	// Attention is the --attention planned; none for a trace, which ran
+	// the attention it recorded.
+	Attention string `json:"attention,omitempty"`
+	// OptimizerRecorded: a trace's recorded optimizer step was replayed
+	// (optimizer and optimizer_impl are what it recorded, each left out
+	// where it records none), not replaced by --optimizer or a workload's.
+	OptimizerRecorded bool          `json:"optimizer_recorded,omitempty"`
+	Checkpoint        string        `json:"checkpoint,omitempty"`
+	Recipe            string        `json:"recipe,omitempty"`
+	Checkpointed      []string      `json:"checkpointed_modules,omitempty"`
+	AutoNoneFits      bool          `json:"checkpoint_auto_none_fits,omitempty"` // auto planned every block: no choice fits
+	GPU               string        `json:"gpu,omitempty"`
+	TP                int           `json:"tp,omitempty"`
+	SP                bool          `json:"sp,omitempty"`
+	EP                int           `json:"ep,omitempty"`
+	LoRARank          int           `json:"lora_rank,omitempty"`
+	LoRATargets       []string      `json:"lora_targets,omitempty"`
+	QLoRA             bool          `json:"qlora,omitempty"`
+	DP                int           `json:"dp,omitempty"`
+	ZeRO              int           `json:"zero,omitempty"`
+	PP                int           `json:"pp,omitempty"`
+	PPStage           int           `json:"pp_stage"`
+	StagePeaks        []units.Bytes `json:"pp_stage_peaks_bytes,omitempty"`
+	Offload           string        `json:"offload,omitempty"`
+	HostPeak          units.Bytes   `json:"host_peak_bytes"`
 	// HostPerNode is HostPeak × the job's GPUs on one node (GPUsPerNode);
 	// HostMemory the per-node limit given, HostShortfall how far over it.
 	HostPerNode   units.Bytes   `json:"host_per_node_bytes"`
@@ -236,9 +242,11 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 	}
 	if s.Trace != nil {
 		j.Precision, j.TraceDType = "", s.PrecisionName()
+		j.Attention = "" // a trace ran the attention it recorded, which its ops are
+		j.OptimizerRecorded = !s.TraceOptimizer
 	}
 	if s.Mode == engine.Train {
-		j.Optimizer, j.OptimizerImpl = s.Optimizer.String(), s.Impl.String()
+		j.Optimizer, j.OptimizerImpl = s.OptimizerName(), s.ImplName()
 	}
 	if s.GPU != nil {
 		j.GPU = s.GPU.Name

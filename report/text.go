@@ -76,6 +76,33 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	return nil
 }
 
+// optimizerStep names the optimizer step planned: "adamw (foreach)"; for
+// a trace replaying its own, what it recorded and no more ("sgd (single)
+// as recorded", "sgd as recorded" where it does not record the
+// implementation, "optimizer step as recorded" where it names none).
+func optimizerStep(s *engine.Spec) string {
+	name, impl := s.OptimizerName(), s.ImplName()
+	if name == "" {
+		name = "optimizer step"
+	}
+	if impl != "" {
+		name += " (" + impl + ")"
+	}
+	if s.Trace != nil && !s.TraceOptimizer {
+		name += " as recorded"
+	}
+	return name
+}
+
+// chartOptimizer is the optimizer a title names: a model's, and a trace's
+// step as optimizerStep names it (what it recorded, or its replacement).
+func chartOptimizer(s *engine.Spec) string {
+	if s.Trace == nil {
+		return s.Optimizer.String()
+	}
+	return optimizerStep(s)
+}
+
 // textHeader is the first line: the job, its size, mode and settings.
 func textHeader(res *engine.Result) string {
 	s, r := &res.Spec, res.Sim
@@ -84,11 +111,7 @@ func textHeader(res *engine.Result) string {
 		if s.Trace.HasSeq() {
 			head += fmt.Sprintf(" × seq %d", s.Seq)
 		}
-		opt := "recorded optimizer step"
-		if s.TraceOptimizer {
-			opt = fmt.Sprintf("%s (%s)", s.Optimizer, s.Impl)
-		}
-		head += fmt.Sprintf(" · accum %d%s · %s · %s", s.Accum, simulated(res), s.PrecisionName(), opt) + parallelism(s)
+		head += fmt.Sprintf(" · accum %d%s · %s · %s", s.Accum, simulated(res), s.PrecisionName(), optimizerStep(s)) + parallelism(s)
 		if s.Checkpoint.Kind != engine.NoCheckpoint {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
