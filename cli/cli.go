@@ -237,13 +237,18 @@ func flaggedSwitches() []string {
 }
 
 // planFlagNames are the flags register adds, by name.
-var planFlagNames = sync.OnceValue(func() map[string]bool {
-	fl := pflag.NewFlagSet("plan", pflag.ContinueOnError)
-	(&planFlags{}).register(fl)
-	names := map[string]bool{}
-	fl.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
-	return names
-})
+var planFlagNames = registeredNames((&planFlags{}).register)
+
+// registeredNames is the set of flags register adds, by name, made once.
+func registeredNames(register func(*pflag.FlagSet)) func() map[string]bool {
+	return sync.OnceValue(func() map[string]bool {
+		fl := pflag.NewFlagSet("names", pflag.ContinueOnError)
+		register(fl)
+		names := map[string]bool{}
+		fl.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
+		return names
+	})
+}
 
 // isPlanFlag reports whether flag name describes a job to plan (register's).
 func isPlanFlag(name string) bool { return planFlagNames()[name] }

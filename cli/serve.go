@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/memplan/memplan/serve"
 	"github.com/memplan/memplan/units"
@@ -59,13 +58,7 @@ func (f *serveFlags) register(fl *pflag.FlagSet) {
 var serveReads = []string{"model", "gpu", "tp", "mode", "requests", "json", "no-timeline", "no-chart"}
 
 // serveOwn are the flags serveFlags registers, by name.
-var serveOwn = sync.OnceValue(func() map[string]bool {
-	fl := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	(&serveFlags{}).register(fl)
-	own := map[string]bool{}
-	fl.VisitAll(func(f *pflag.Flag) { own[f.Name] = true })
-	return own
-})
+var serveOwn = registeredNames((&serveFlags{}).register)
 
 // serveReadsFlag reports whether serve mode reads flag name.
 func serveReadsFlag(name string) bool { return serveOwn()[name] || slices.Contains(serveReads, name) }

@@ -62,18 +62,11 @@ func TestTracePrecisionReported(t *testing.T) {
 	const lm = "../testdata/torch/lm.trace.json"
 	for _, extra := range [][]string{nil, {"--workload", "../testdata/torch/workloads/lm.yaml"}} {
 		args := append([]string{"plan", "--graph", lm}, extra...)
-		code, out, errs := run(append(args, "--json", "--no-timeline")...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errs)
-		}
-		var j map[string]any
-		if err := json.Unmarshal([]byte(out), &j); err != nil {
-			t.Fatal(err)
-		}
+		j := planJSON(t, args[1:]...)
 		if p, ok := j["precision"]; ok || j["trace_dtype"] != "float32" {
 			t.Errorf("%v --json: precision %v, trace_dtype %v; want no precision, trace_dtype float32", args, p, j["trace_dtype"])
 		}
-		code, out, errs = run(args...)
+		code, out, errs := run(args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errs)
 		}
@@ -175,20 +168,13 @@ func TestTraceOptimizerReported(t *testing.T) {
 		{[]string{"--workload", adamw}, "adamw", "single", " · adamw (single)", false},
 	} {
 		args := append([]string{"plan", "--graph", sgd}, c.extra...)
-		code, out, errs := run(append(args, "--json", "--no-timeline")...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d: %s", args, code, errs)
-		}
-		var j map[string]any
-		if err := json.Unmarshal([]byte(out), &j); err != nil {
-			t.Fatal(err)
-		}
+		j := planJSON(t, args[1:]...)
 		rec, _ := j["optimizer_recorded"].(bool)
 		if a, ok := j["attention"]; ok || j["optimizer"] != c.opt || j["optimizer_impl"] != c.impl || rec != c.recorded {
 			t.Errorf("%v --json: attention %v, optimizer %v (%v), recorded %v; want no attention, %s (%s), %v",
 				args, a, j["optimizer"], j["optimizer_impl"], rec, c.opt, c.impl, c.recorded)
 		}
-		code, out, errs = run(args...)
+		code, out, errs := run(args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d: %s", args, code, errs)
 		}

@@ -158,15 +158,27 @@ func TestPlanWorkloadRefusesWhatTheTraceContradicts(t *testing.T) {
 // answered with exit 0.
 func planPeak(t *testing.T, args ...string) string {
 	t.Helper()
+	peak, _ := planJSON(t, args...)["peak"].(map[string]any)
+	b, ok := peak["bytes"].(json.Number)
+	if !ok {
+		t.Fatalf("%v: no peak.bytes in plan's JSON", args)
+	}
+	return b.String()
+}
+
+// planJSON is plan's JSON for args (numbers as printed), which must be
+// answered with exit 0.
+func planJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
 	code, out, errs := run(append([]string{"plan", "--json", "--no-timeline"}, args...)...)
 	if code != 0 {
 		t.Fatalf("%v: exit %d: %s", args, code, errs)
 	}
-	var j struct {
-		Peak struct{ Bytes json.Number } `json:"peak"`
-	}
-	if err := json.Unmarshal([]byte(out), &j); err != nil {
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	var j map[string]any
+	if err := dec.Decode(&j); err != nil {
 		t.Fatal(err)
 	}
-	return j.Peak.Bytes.String()
+	return j
 }
