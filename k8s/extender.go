@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/memplan/memplan/internal/jsonbody"
 )
 
 // PodSource lists the pods bound to nodes (ExtenderArgs carries the pod to
@@ -95,9 +97,14 @@ func errorStatus(err error) int {
 }
 
 // read decodes the request's ExtenderArgs: one JSON object with a Pod and
-// nothing after it. Otherwise it answers 400 (413 past maxArgs) with one
+// nothing after it, sent as application/json. Otherwise it answers 400
+// (413 past maxArgs, 415 for another Content-Type, jsonbody.Check) with one
 // line naming the JSON field and returns false.
 func (x *Extender) read(w http.ResponseWriter, r *http.Request) (*extenderv1.ExtenderArgs, bool) {
+	if err := jsonbody.Check(r.Header); err != nil {
+		writeJSON(w, http.StatusUnsupportedMediaType, map[string]string{"error": err.Error()})
+		return nil, false
+	}
 	var args extenderv1.ExtenderArgs
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxArgs))
 	err := dec.Decode(&args)

@@ -252,6 +252,54 @@ func TestExtenderBadRequests(t *testing.T) {
 	}
 }
 
+// The extender reads only bodies sent as application/json, as
+// kube-scheduler sends them: a page of another site may POST text/plain or
+// a form to it without a preflight, and a plain-text body was read as
+// ExtenderArgs, so any page a cluster user opened could make the extender
+// plan. Both verbs answer 415 with one line.
+func TestExtenderContentType(t *testing.T) {
+	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
+	defer srv.Close()
+	body := readArgs(t, "args-xl.json")
+	for _, c := range []struct {
+		ctype  string
+		status int
+	}{
+		{"application/json", 200},
+		{"application/json; charset=utf-8", 200},
+		{"text/plain", 415},
+		{"text/plain; charset=utf-8", 415},
+		{"application/x-www-form-urlencoded", 415},
+		{"", 415},
+		{"application/json; charset=utf-16", 415},
+	} {
+		for _, verb := range []string{"filter", "prioritize"} {
+			req, err := http.NewRequest("POST", srv.URL+"/"+verb, bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.ctype != "" {
+				req.Header.Set("Content-Type", c.ctype)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var e struct {
+				Error string `json:"error"`
+			}
+			json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+			if resp.StatusCode != c.status {
+				t.Errorf("%s as %q: %d, want %d", verb, c.ctype, resp.StatusCode, c.status)
+			}
+			if c.status == 415 && (!strings.Contains(e.Error, "Content-Type: application/json") || strings.Contains(e.Error, "\n")) {
+				t.Errorf("%s as %q: %q, want one line naming the Content-Type", verb, c.ctype, e.Error)
+			}
+		}
+	}
+}
+
 // A pod source that fails is the pod's error.
 type failing struct{}
 

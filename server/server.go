@@ -30,7 +30,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"path"
 	"runtime"
@@ -42,6 +41,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/memplan/memplan/internal/jsonbody"
 )
 
 // Field is one field of a command's request body.
@@ -329,9 +330,8 @@ func (s *Server) command(name string) handler {
 			w.Header().Set("Allow", "POST")
 			return writeError(w, http.StatusMethodNotAllowed, "", r.Method+" is not allowed here: POST a JSON object of the command's fields (see /openapi.json)")
 		}
-		if ct := r.Header.Values("Content-Type"); len(ct) != 1 || !jsonContent(ct[0]) {
-			return writeError(w, http.StatusUnsupportedMediaType, "", fmt.Sprintf("the body must be sent as Content-Type: application/json, not %q: "+
-				"other types are refused so that no page of another site can make this server compute", strings.Join(ct, ", ")))
+		if err := jsonbody.Check(r.Header); err != nil {
+			return writeError(w, http.StatusUnsupportedMediaType, "", err.Error())
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if err != nil {
@@ -378,28 +378,6 @@ func (s *Server) command(name string) handler {
 		}
 		return writeAnswer(w, a, "miss")
 	}
-}
-
-// jsonContent reports whether a request's Content-Type says its body is
-// JSON: application/json, with no parameter but a UTF-8 charset (RFC 8259:
-// JSON between systems is UTF-8). It is what keeps other sites out: a page
-// may send a form, multipart or text/plain to any origin without asking (a
-// CORS simple request), but application/json only after a preflight,
-// which the server never grants.
-func jsonContent(ctype string) bool {
-	if ctype == "application/json" {
-		return true
-	}
-	mt, params, err := mime.ParseMediaType(ctype)
-	if err != nil || mt != "application/json" {
-		return false
-	}
-	for k, v := range params {
-		if k != "charset" || !strings.EqualFold(v, "utf-8") {
-			return false
-		}
-	}
-	return true
 }
 
 // errPanic is a command that panicked (a bug), logged where it happened.
