@@ -91,7 +91,11 @@ func (pl *Plugin) pinned(p *corev1.Pod) (int, bool) {
 	return g, ok
 }
 
-func (pl *Plugin) judge(pod *corev1.Pod, ni fwk.NodeInfo) (*k8s.Verdict, *fwk.Status) {
+// judge is the planner's verdict on pod at ni, planning its workload under
+// ctx, the scheduling cycle's: a cycle the scheduler abandons stops the
+// planning (unless another cycle waits for the same envelope) and is the
+// pod's error, not a verdict on the node.
+func (pl *Plugin) judge(ctx context.Context, pod *corev1.Pod, ni fwk.NodeInfo) (*k8s.Verdict, *fwk.Status) {
 	w, err := pl.planner.WorkloadOf(pod)
 	if err != nil {
 		// A pod whose annotation does not parse is an error for that pod:
@@ -118,7 +122,7 @@ func (pl *Plugin) judge(pod *corev1.Pod, ni fwk.NodeInfo) (*k8s.Verdict, *fwk.St
 		}
 		pods = append(pods, q)
 	}
-	v, err := pl.planner.Judge(w, node, pods)
+	v, err := pl.planner.JudgeContext(ctx, w, node, pods)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -129,8 +133,8 @@ func (pl *Plugin) judge(pod *corev1.Pod, ni fwk.NodeInfo) (*k8s.Verdict, *fwk.St
 // what runs there: Unschedulable when preempting pods could make room,
 // UnschedulableAndUnresolvable when the node has no GPUs memplan knows.
 // A pod without the annotation passes.
-func (pl *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
-	v, st := pl.judge(pod, ni)
+func (pl *Plugin) Filter(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	v, st := pl.judge(ctx, pod, ni)
 	if st != nil || v == nil || v.Fits {
 		return st
 	}
@@ -142,8 +146,8 @@ func (pl *Plugin) Filter(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, n
 
 // Score is how full the GPU the pod lands on is then, 0 to MaxNodeScore:
 // the tightest fit highest.
-func (pl *Plugin) Score(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
-	v, st := pl.judge(pod, ni)
+func (pl *Plugin) Score(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	v, st := pl.judge(ctx, pod, ni)
 	if st != nil || v == nil {
 		return 0, st
 	}
@@ -155,12 +159,12 @@ func (pl *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // Reserve records the GPU the pod takes on the node, so the next pods are
 // judged with it pinned there.
-func (pl *Plugin) Reserve(_ context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
+func (pl *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *corev1.Pod, nodeName string) *fwk.Status {
 	ni, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(nodeName)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	v, st := pl.judge(pod, ni)
+	v, st := pl.judge(ctx, pod, ni)
 	if st != nil || v == nil {
 		return st
 	}

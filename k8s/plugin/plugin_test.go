@@ -275,6 +275,30 @@ func TestPluginBadAnnotation(t *testing.T) {
 	}
 }
 
+// A scheduling cycle the scheduler abandons (its context done) stops the
+// planning of a workload not planned yet and is the pod's error, never a
+// verdict on the node; the next cycle plans it and places the pod.
+func TestPluginCycleCancelled(t *testing.T) {
+	c := newCluster(t, "", gpuNode("node-a", 1))
+	if err := c.cache.UpdateSnapshot(klog.Background(), c.snap); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := c.snap.NodeInfos().List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p := pod("ft", jobs["ft"])
+	st := c.fw.RunFilterPlugins(ctx, framework.NewCycleState(), p, infos[0])
+	if st.Code() != fwk.Error || !strings.Contains(st.Message(), "context canceled") {
+		t.Fatalf("filter in a cancelled cycle: %v %q, want the cycle's error", st.Code(), st.Message())
+	}
+	if host, failed := c.schedule(p); host != "node-a" {
+		t.Fatalf("the next cycle: %q %v", host, failed)
+	}
+}
+
 func TestPluginArgs(t *testing.T) {
 	for _, c := range []struct{ args, want string }{
 		{`{"policy": "static"}`, "want curve or peaks"},
