@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"context"
 	"errors"
 
 	"github.com/memplan/memplan/snapshot"
@@ -30,7 +31,13 @@ type CappedResult struct {
 // free_completed). It says where a run with this allocation order would
 // have stopped with "CUDA out of memory".
 func ReplayCapped(s *snapshot.Snapshot, dev, capacity int64) (*CappedResult, error) {
-	r, err := ReplayDevice(s, dev)
+	return ReplayCappedContext(context.Background(), s, dev, capacity)
+}
+
+// ReplayCappedContext is ReplayCapped stopped by ctx, as
+// ReplayDeviceContext is.
+func ReplayCappedContext(ctx context.Context, s *snapshot.Snapshot, dev, capacity int64) (*CappedResult, error) {
+	r, err := ReplayDeviceContext(ctx, s, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +71,9 @@ func ReplayCapped(s *snapshot.Snapshot, dev, capacity int64) (*CappedResult, err
 		ptr[pb.Addr] = b.Ptr
 	}
 	for i, e := range trace {
+		if i%stopEvery == 0 && ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		switch {
 		case e.Action == snapshot.Alloc:
 			b, err := a.Malloc(e.Size, e.Stream)

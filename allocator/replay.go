@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -107,14 +108,21 @@ func (d *replayDevice) Unmap(ptr, size int64) {}
 
 // ReplayDevice runs the allocator model over device dev's trace of s.
 func ReplayDevice(s *snapshot.Snapshot, dev int64) (*Replay, error) {
-	r, _, err := replay(s, dev, -2)
+	return ReplayDeviceContext(context.Background(), s, dev)
+}
+
+// ReplayDeviceContext is ReplayDevice stopped by ctx: every stopEvery
+// events it returns ctx's cause once ctx is done (a snapshot at the
+// readers' limits holds millions of events).
+func ReplayDeviceContext(ctx context.Context, s *snapshot.Snapshot, dev int64) (*Replay, error) {
+	r, _, err := replay(ctx, s, dev, -2)
 	return r, err
 }
 
 // StateAt is the model's segments after event ev of device dev's trace (ev
 // -1: before the first).
 func StateAt(s *snapshot.Snapshot, dev int64, ev int) ([]SegmentState, error) {
-	_, a, err := replay(s, dev, ev)
+	_, a, err := replay(context.Background(), s, dev, ev)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +135,7 @@ func StateAt(s *snapshot.Snapshot, dev int64, ev int) ([]SegmentState, error) {
 // reserved total checked where the trace records one, the peaks tracked)
 // until the model diverges, and at the end the segment events no allocation
 // used and the final segments compared block for block.
-func replay(s *snapshot.Snapshot, dev int64, stop int) (*Replay, *Allocator, error) {
+func replay(ctx context.Context, s *snapshot.Snapshot, dev int64, stop int) (*Replay, *Allocator, error) {
 	rp := newReplayer(s, dev)
 	if err := initialState(rp.a, rp.r, rp.cfg, rp.segs, rp.trace); err != nil {
 		return nil, nil, fmt.Errorf("device %d: %w", dev, err)
@@ -136,6 +144,9 @@ func replay(s *snapshot.Snapshot, dev int64, stop int) (*Replay, *Allocator, err
 	for i, e := range rp.trace {
 		if stop >= -1 && i > stop {
 			break
+		}
+		if i%stopEvery == 0 && ctx.Err() != nil {
+			return nil, nil, context.Cause(ctx)
 		}
 		rp.event(i, e)
 		if rp.r.Diverged != "" {

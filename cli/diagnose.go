@@ -46,7 +46,7 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return diagnoseSnapshot(stdout, args[0], c, device, jsonOut)
+				return diagnoseSnapshot(cmd.Context(), stdout, args[0], c, device, jsonOut)
 			}
 			if capacity != "" || jsonOut || device >= 0 {
 				return fmt.Errorf("--capacity, --json and --device: only with a snapshot file (diagnose SNAPSHOT --capacity 12GiB)")

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,16 +58,19 @@ func snapshotCapacity(capacity, gpu string) (replayDevice, error) {
 // diagnoseSnapshot says which phase and which lifetime objects hit the
 // device's line in a snapshot: at its recorded oom event, or replayed
 // through the allocator model on dev's bytes.
-func diagnoseSnapshot(stdout io.Writer, path string, dev replayDevice, device int64, jsonOut bool) error {
+func diagnoseSnapshot(ctx context.Context, stdout io.Writer, path string, dev replayDevice, device int64, jsonOut bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	s, err := snapshot.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	rep, err := explain.Explain(s, path, device)
+	rep, err := explain.ExplainContext(ctx, s, path, device)
 	if err != nil {
 		return explainFlagErr(err)
 	}
-	o, err := explain.DiagnoseOOM(s, rep, dev.bytes)
+	o, err := explain.DiagnoseOOMContext(ctx, s, rep, dev.bytes)
 	var ce *explain.CapacityError
 	if errors.As(err, &ce) && ce.Capacity > 0 && dev.gpu != "" {
 		return fmt.Errorf("--gpu %s: %s fits in its %s (its memory less the CUDA context; the allocator model reserves at most %s)", dev.gpu, ce.File, ce.Capacity, ce.Reserved)

@@ -122,14 +122,10 @@ func readExplained(ctx context.Context, path string, device int64, deviceSet boo
 	if err != nil {
 		return nil, snapshot.Settings{}, fmt.Errorf("%s: %w", path, err)
 	}
-	// The replay below does not look at ctx: it runs to its end, bounded
-	// by the snapshot's size (snapshot.maxRecords).
-	if ctx != nil {
-		if err := context.Cause(ctx); err != nil {
-			return nil, snapshot.Settings{}, err
-		}
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	rep, err := explain.Explain(s, path, device)
+	rep, err := explain.ExplainContext(ctx, s, path, device)
 	return rep, s.Settings, explainFlagErr(err)
 }
 

@@ -35,6 +35,7 @@ package explain
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -157,6 +158,13 @@ type Point struct {
 // Explain explains device dev of s (dev < 0: the device with the largest
 // allocated peak).
 func Explain(s *snapshot.Snapshot, file string, dev int64) (*Report, error) {
+	return ExplainContext(context.Background(), s, file, dev)
+}
+
+// ExplainContext is Explain returning ctx's cause once ctx is done: the
+// replays of the devices' traces look at it every 65,536 events
+// (allocator.ReplayDeviceContext).
+func ExplainContext(ctx context.Context, s *snapshot.Snapshot, file string, dev int64) (*Report, error) {
 	devs := s.Devices()
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%s: the snapshot holds no segments and no trace events", file)
@@ -166,7 +174,10 @@ func Explain(s *snapshot.Snapshot, file string, dev int64) (*Report, error) {
 		if dev >= 0 && d != dev {
 			continue
 		}
-		r, err := allocator.ReplayDevice(s, d)
+		r, err := allocator.ReplayDeviceContext(ctx, s, d)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}

@@ -2,6 +2,7 @@ package explain
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -39,6 +40,12 @@ type OOM struct {
 // own oom event, or, when it has none and capacity > 0, where the allocator
 // model replaying the trace on capacity bytes fails first.
 func DiagnoseOOM(s *snapshot.Snapshot, rep *Report, capacity int64) (*OOM, error) {
+	return DiagnoseOOMContext(context.Background(), s, rep, capacity)
+}
+
+// DiagnoseOOMContext is DiagnoseOOM returning ctx's cause once ctx is
+// done, its replays stopped as Explain's are.
+func DiagnoseOOMContext(ctx context.Context, s *snapshot.Snapshot, rep *Report, capacity int64) (*OOM, error) {
 	var trace []snapshot.Event
 	if int(rep.Device) < len(s.Traces) {
 		trace = s.Traces[rep.Device][:rep.Events]
@@ -57,7 +64,10 @@ func DiagnoseOOM(s *snapshot.Snapshot, rep *Report, capacity int64) (*OOM, error
 		if capacity <= 0 {
 			return nil, &CapacityError{File: rep.File}
 		}
-		c, err := allocator.ReplayCapped(s, rep.Device, capacity)
+		c, err := allocator.ReplayCappedContext(ctx, s, rep.Device, capacity)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", rep.File, err)
 		}
@@ -68,7 +78,10 @@ func DiagnoseOOM(s *snapshot.Snapshot, rep *Report, capacity int64) (*OOM, error
 	}
 	// What is alive when the request fails: the state after the event
 	// before it.
-	r, err := allocator.ReplayDevice(s, rep.Device)
+	r, err := allocator.ReplayDeviceContext(ctx, s, rep.Device)
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", rep.File, err)
 	}
