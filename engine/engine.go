@@ -500,7 +500,8 @@ func (s *Spec) groups() int {
 // trainConfig is how the spec's iteration is lowered.
 func (s *Spec) trainConfig(first bool) lower.TrainConfig {
 	return lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
-		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward, StateDType: s.Sem.StateDType}
+		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward, StateDType: s.Sem.StateDType,
+		SeparateCopies: s.PP > 1}
 }
 
 // Result of planning one job.
@@ -665,10 +666,25 @@ func Program(s *Spec, first bool) (*ir.Program, error) {
 	return p, err
 }
 
+// PipelineInput is the program of s's whole model that strategy.Pipeline
+// cuts into s.PP stages, before any other transform: lowered with each tied
+// parameter's copies apart, one per stage, as the stages hold them
+// (lower.TrainConfig.SeparateCopies). Program is its first stage's.
+func PipelineInput(s *Spec, first bool) (*ir.Program, error) {
+	q := *s
+	q.PP, q.PPInterleave, q.PPSchedule = 1, 0, 0
+	pl := &planner{s: &q, separate: true}
+	p, _, err := pl.stageProgram(first, 0)
+	return p, err
+}
+
 // planner plans one spec under its options.
 type planner struct {
 	s *Spec
 	o Options
+	// separate lowers tied parameters as separate copies whatever s.PP
+	// (PipelineInput).
+	separate bool
 	// auto caches what --checkpoint auto chose for the spec (nil: not
 	// chosen yet).
 	auto *autoChoice
@@ -739,7 +755,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		}
 		return p, paramCount(p), nil
 	}
-	p, err := lower.Train(g, s.trainConfig(first))
+	cfg := s.trainConfig(first)
+	cfg.SeparateCopies = cfg.SeparateCopies || pl.separate
+	p, err := lower.Train(g, cfg)
 	if err == nil {
 		err = pl.o.stopped()
 	}

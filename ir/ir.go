@@ -270,6 +270,13 @@ type Program struct {
 	// tensors copies them first, and strategy.Release does not recycle
 	// them.
 	SharedTensors bool
+	// SummedGrads: the gradients of a parameter several nodes read (a tied
+	// input embedding and LM head) are summed before its one
+	// AccumulateGrad, as autograd does on one GPU (lower.bufferGrad). A
+	// pipeline holds such a parameter as a copy per stage, each with its
+	// own gradient, and needs the program lowered so
+	// (lower.TrainConfig.SeparateCopies).
+	SummedGrads bool
 }
 
 // Storage returns the tensor that owns t's storage.

@@ -10,6 +10,7 @@ package lower
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -55,6 +56,15 @@ type TrainConfig struct {
 	// bytes per handle and stream by default); a training step has two
 	// threads, the caller's (forward) and autograd's (backward).
 	Workspace units.Bytes
+	// SeparateCopies lowers a parameter several nodes read (a tied input
+	// embedding and LM head) as the pipeline stages holding them do: each
+	// stage its own copy, whose gradient its AccumulateGrad takes alone
+	// (Megatron all-reduces the copies' gradients over the embedding
+	// group), so the later reader's gradient accumulates in place, as into
+	// any gradient, and strategy.Pipeline cuts the two apart. Without it,
+	// autograd sums the two gradients in the parameter's InputBuffer before
+	// one AccumulateGrad (bufferGrad).
+	SeparateCopies bool
 }
 
 // Hold is how long a training loop keeps the model's outputs.
@@ -116,6 +126,28 @@ type lowerer struct {
 	gradNames []string
 	// bwdNames interns "kind_backward" per node kind.
 	bwdNames map[string]string
+
+	// uses counts, per graph parameter, the gradients autograd sums into
+	// its one AccumulateGrad (2 for a tied embedding and LM head); pending
+	// holds, during a micro-step's backward, the InputBuffer slot of each
+	// parameter read more than once whose sum is not complete, and post
+	// the ops the backward op being built is followed by (micro: its
+	// micro-step).
+	uses    []int32
+	pending map[ir.TensorID]*pendingGrad
+	post    []ir.Op
+	micro   int
+	node    int32 // the node whose backward is being built
+}
+
+// pendingGrad is autograd's InputBuffer slot of a parameter that several
+// nodes read: the sum of the gradients it has received so far.
+type pendingGrad struct {
+	buf ir.TensorID
+	n   int32
+	// steal: buf can be summed into in place (a fresh, dense tensor that
+	// holds the last reference to its storage).
+	steal bool
 }
 
 // cloneShape is a copy of shape cut from a chunk, its capacity its length
@@ -174,6 +206,21 @@ func newLowerer(g *ir.Graph) *lowerer {
 		l.p.Params = append(l.p.Params, l.shared[id])
 	}
 	return l
+}
+
+// countUses sets l.uses: for each graph tensor, the nodes that read it
+// with a gradient.
+func (l *lowerer) countUses() {
+	g := l.g
+	l.uses = make([]int32, len(g.Tensors))
+	for i := range g.Nodes {
+		n := &g.Nodes[i]
+		for pos, x := range n.In {
+			if g.Tensors[x].RequiresGrad && !contains(n.NoGrad, pos) {
+				l.uses[x]++
+			}
+		}
+	}
 }
 
 func (l *lowerer) add(t ir.Tensor) ir.TensorID {
@@ -250,6 +297,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 		gradOf[i] = ir.NoTensor
 	}
 	loss := g.Tensors[g.Loss]
+	l.pending, l.micro = map[ir.TensorID]*pendingGrad{}, m
 	seed := l.add(ir.Tensor{Name: l.gradName(g.Loss), Shape: []int64{}, DType: loss.DType, Bytes: loss.DType.Size(1), Base: ir.NoTensor, Cat: ir.Temporary})
 	gradOf[g.Loss] = seed
 	l.p.Ops = append(l.p.Ops, ir.Op{Name: "loss.backward", Phase: ir.Backward, Micro: m, In: []ir.TensorID{idm[g.Loss]}, Out: []ir.TensorID{seed}, Node: -1})
@@ -264,6 +312,7 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 				l.in = append(l.in, gt)
 			}
 		}
+		l.node = int32(ni)
 		nGout := len(l.in) - len(n.Saved)
 		if nGout == 0 {
 			continue
@@ -283,7 +332,16 @@ func (l *lowerer) backward(idm []ir.TensorID, m int, pgrad map[ir.TensorID]ir.Te
 			op.Out = l.ids.Clone(l.out)
 		}
 		l.p.Ops = append(l.p.Ops, op)
+		l.p.Ops = append(l.p.Ops, l.post...)
+		l.post = l.post[:0]
 	}
+	// A parameter some of whose readers got no gradient: what was summed
+	// goes to AccumulateGrad when backward ends.
+	for _, px := range slices.Sorted(maps.Keys(l.pending)) {
+		l.flushGrad(px, "", pgrad)
+	}
+	l.p.Ops = append(l.p.Ops, l.post...)
+	l.post = l.post[:0]
 }
 
 // inputGrad makes or accumulates the gradient of input pos of node n, whose
@@ -308,6 +366,9 @@ func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.Ten
 		savedGrad = idm[n.Saved[k]]
 	}
 	if px, isShared := l.sharedOf(x); isShared {
+		if l.uses != nil && l.uses[x] > 1 {
+			return l.bufferGrad(n, pos, px, savedGrad, pgrad)
+		}
 		if gt, ok := pgrad[px]; ok {
 			return accumulate(gt)
 		}
@@ -336,6 +397,84 @@ func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.Ten
 	return 0
 }
 
+// bufferGrad adds the gradient of parameter input pos of node n to the
+// parameter's InputBuffer slot, as autograd's engine does before the
+// parameter's AccumulateGrad runs (torch/csrc/autograd/input_buffer.cpp,
+// pytorch/pytorch@4537ef6c, accumulate): the first gradient is kept as it
+// is; a later one is added in place into the slot when the slot can be
+// stolen (can_accumulate_inplace: dense, the last reference to it and to
+// its storage), out of place (old_var + var, a third buffer while both
+// operands live) when it cannot, as when it is a view that keeps its base
+// (linear's weight gradient, ops.Rule.ViewGradIn). It returns the
+// workspace that adds.
+func (l *lowerer) bufferGrad(n *ir.Node, pos int, px, savedGrad ir.TensorID, pgrad map[ir.TensorID]ir.TensorID) units.Bytes {
+	x := n.In[pos]
+	xt := &l.g.Tensors[x]
+	size := xt.DType.Size(xt.Numel())
+	_, accumulating := pgrad[px] // a later micro-step: AccumulateGrad adds in place
+	cat := ir.Gradient
+	if accumulating {
+		cat = ir.Temporary
+	}
+	var ws units.Bytes
+	p := l.pending[px]
+	switch {
+	case p == nil:
+		l.p.SummedGrads = true
+		steal := savedGrad != ir.NoTensor || !viewGrad(n.Kind, pos)
+		if !steal {
+			cat = ir.Temporary // replaced by the out-of-place sum
+		}
+		buf := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: cat})
+		if savedGrad != ir.NoTensor {
+			l.p.Tensors[buf].Base, l.p.Tensors[buf].Bytes = savedGrad, 0
+		}
+		l.out = append(l.out, buf)
+		p = &pendingGrad{buf: buf, steal: steal}
+		l.pending[px] = p
+	case p.steal: // old_var.add_(var): var lives only in this op
+		if !slices.Contains(l.out, p.buf) {
+			l.in = append(l.in, p.buf)
+		}
+		ws = size
+	default: // old_var + var
+		c := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad (", n.Module, ")"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary})
+		l.out = append(l.out, c)
+		sum := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: cat})
+		l.post = append(l.post, ir.Op{Name: "add (autograd sums gradients)", Module: n.Module, Phase: ir.Backward, Micro: l.micro,
+			In: []ir.TensorID{p.buf, c}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
+		p.buf, p.steal = sum, true
+	}
+	p.n++
+	if p.n == l.uses[x] {
+		l.flushGrad(px, n.Module, pgrad)
+	}
+	return ws
+}
+
+// flushGrad hands parameter px's summed gradient to AccumulateGrad: the
+// first micro-step's becomes the gradient (stolen, as
+// torch/csrc/autograd/functions/accumulate_grad.h does with a gradient
+// nothing else references), a later one's is added into it in place.
+func (l *lowerer) flushGrad(px ir.TensorID, module string, pgrad map[ir.TensorID]ir.TensorID) {
+	p := l.pending[px]
+	delete(l.pending, px)
+	if gt, ok := pgrad[px]; ok {
+		l.post = append(l.post, ir.Op{Name: "accumulate_grad", Module: module, Phase: ir.Backward, Micro: l.micro,
+			In: []ir.TensorID{gt, p.buf}, Node: -1})
+		return
+	}
+	l.p.Tensors[p.buf].Cat = ir.Gradient
+	pgrad[px] = p.buf
+}
+
+// viewGrad says whether a node of kind returns the gradient of input pos
+// as a view that keeps its base alive (ops.Rule.ViewGradIn).
+func viewGrad(kind string, pos int) bool {
+	r := ops.Table[kind]
+	return r != nil && slices.Contains(r.ViewGradIn, pos)
+}
+
 // gradName is "grad(name)" of graph tensor x, made once for all
 // micro-steps.
 func (l *lowerer) gradName(x ir.TensorID) string {
@@ -361,6 +500,9 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 		return nil, ErrInBackwardAccum
 	}
 	l := newLowerer(g)
+	if !c.SeparateCopies {
+		l.countUses()
+	}
 	l.p.MicroBatches = c.Accum
 	l.reserve(c)
 	pgrad := map[ir.TensorID]ir.TensorID{}

@@ -50,6 +50,13 @@ type Rule struct {
 	Cast              CastPolicy
 	// View: output 0 aliases input 0; its gradient is a view too.
 	View bool
+	// ViewGradIn are the input positions whose gradient autograd returns
+	// as a view that keeps a larger temporary as its base (linear's
+	// weight: TBackward's t() of mm_mat2_backward's result), so autograd's
+	// InputBuffer cannot steal it to sum a second gradient into in place
+	// (torch/csrc/autograd/input_buffer.cpp, can_accumulate_inplace asks
+	// for storage().use_count() == 1).
+	ViewGradIn []int
 	// BwdFactor is backward FLOPs as a multiple of forward FLOPs.
 	BwdFactor float64
 	// Source says where the saved set comes from.
@@ -72,7 +79,7 @@ const dy = "derivatives.yaml"
 func init() {
 	for _, r := range []Rule{
 		{Name: "embedding", SaveIn: []int{1}, BwdFactor: 1, Source: dy + ": embedding: weight: embedding_backward(grad, indices, ...) saves indices"},
-		{Name: "linear", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Lower, BwdFactor: 2, Source: dy + ": mm/addmm: mat1 (the input) if mat2 (the weight) requires grad, mat2 if mat1 does; a frozen linear saves no input"},
+		{Name: "linear", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, ViewGradIn: []int{1}, Cast: Lower, BwdFactor: 2, Source: dy + ": mm/addmm: mat1 (the input) if mat2 (the weight) requires grad, mat2 if mat1 does; a frozen linear saves no input"},
 		{Name: "matmul", SaveIn: []int{0, 1}, SaveInIfOtherGrad: true, Cast: Lower, BwdFactor: 2, Source: dy + ": bmm: self if mat2 requires grad, mat2 if self does"},
 		{Name: "conv2d", SaveIn: []int{0, 1}, Cast: Lower, BwdFactor: 2, Source: dy + ": convolution: one formula for input, weight, bias, so both are saved whenever any needs grad"},
 		{Name: "linear_4bit", SaveIn: []int{1}, BwdFactor: 1, Source: "bitsandbytes MatMul4Bit: ctx.tensors = (None, B) saves the packed 4-bit weight only (never the input); backward dequantises B again for grad_A"},

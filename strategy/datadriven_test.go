@@ -20,9 +20,11 @@ import (
 // TestTransforms runs the scripts in testdata/transforms, as raft and pebble test their state machines: a
 // reviewer reads the rewrite itself, not a total that moved.
 //
-//	build [layers=2] [accum=1] [optimizer=adamw] [impl=foreach] [precision=fp32] [seq=4]
+//	build [layers=2] [accum=1] [optimizer=adamw] [impl=foreach] [precision=fp32] [seq=4] [copies=summed]
 //	    lowers a tiny gpt2-style model (hidden 8, 2 heads, vocabulary 16, no dropout) into a training
-//	    program and prints its size and its peak by category.
+//	    program and prints its size and its peak by category. Its embedding is tied to its head:
+//	    copies=summed sums their gradients as autograd does on one GPU, copies=separate keeps them
+//	    apart, one copy per pipeline stage (lower.TrainConfig.SeparateCopies), as pipeline needs.
 //	apply TRANSFORM [key=value ...]
 //	    applies one transform to the current program through strategy.Chain (which verifies it) and prints
 //	    every op of the result that the input did not have as it is (name, phase and micro-step, module,
@@ -139,7 +141,15 @@ func ddBuild(d *datadriven.TestData) (*ir.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return lower.Train(g, lower.TrainConfig{Optimizer: opt, Impl: impl, Precision: prec, Accum: accum, WeightDecay: -1})
+	separate := false
+	switch v := kv["copies"]; v {
+	case "", "summed":
+	case "separate":
+		separate = true
+	default:
+		return nil, fmt.Errorf("copies=%q: want summed or separate", v)
+	}
+	return lower.Train(g, lower.TrainConfig{Optimizer: opt, Impl: impl, Precision: prec, Accum: accum, WeightDecay: -1, SeparateCopies: separate})
 }
 
 func ddTransform(d *datadriven.TestData) (strategy.Transform, error) {

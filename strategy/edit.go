@@ -42,7 +42,7 @@ func cloneWithRoom(p *ir.Program, ops, tensors int) *ir.Program {
 // few ops and inserts some copies the ops once, into their final places,
 // instead of cloning them and then moving them aside for the insertions.
 func cloneTensors(p *ir.Program, tensors int) *ir.Program {
-	q := &ir.Program{MicroBatches: p.MicroBatches}
+	q := &ir.Program{MicroBatches: p.MicroBatches, SummedGrads: p.SummedGrads}
 	if tensors >= 0 {
 		q.Tensors = tensorPool.get(len(p.Tensors), len(p.Tensors)+tensors)
 		copy(q.Tensors, p.Tensors)

@@ -263,6 +263,9 @@ func (pl *pipeliner) check() error {
 	if pp.Stage < 0 || pp.Stage >= pp.Stages {
 		return fmt.Errorf("pipeline stage %d out of range [0, %d)", pp.Stage, pp.Stages)
 	}
+	if p.SummedGrads {
+		return fmt.Errorf("pipeline needs a tied parameter's copies apart, one per stage (lower.TrainConfig.SeparateCopies); this program sums their gradients on one GPU")
+	}
 	pl.m = max(p.MicroBatches, 1)
 	if pl.v > 1 && sched != OneFOneB {
 		return fmt.Errorf("pipeline interleaving needs the 1f1b schedule, not %s", sched)

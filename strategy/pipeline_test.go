@@ -31,6 +31,19 @@ func ppLlama(t testing.TB, layers int) *models.Arch {
 	return a
 }
 
+// pipelineInput is engine.PipelineInput of s (validated).
+func pipelineInput(t testing.TB, s engine.Spec) *ir.Program {
+	t.Helper()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := engine.PipelineInput(&s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func ppStage(t testing.TB, p *ir.Program, pl strategy.Pipeline) (*ir.Program, *sim.Result) {
 	t.Helper()
 	q, err := strategy.Chain(p, &pl)
@@ -319,7 +332,7 @@ func TestPipelineTiedEmbeddings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, att := range []build.Attention{build.SDPA, build.Eager} {
-		p := program(t, engine.Spec{Job: engine.Job{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: lower.AdamW}})
+		p := pipelineInput(t, engine.Spec{Job: engine.Job{Model: a, Seq: 64, Accum: 3, Precision: ops.FP16, Attention: att, Optimizer: lower.AdamW}})
 		whole, _ := sim.Run(p)
 		var wte int64
 		for _, id := range p.Params {
@@ -360,7 +373,7 @@ func TestPipelineVerifiesEverywhere(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, first := range []bool{false, true} {
-			p, err := engine.Program(&s, first)
+			p, err := engine.PipelineInput(&s, first)
 			if err != nil {
 				t.Fatal(err)
 			}
