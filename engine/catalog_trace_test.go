@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -42,14 +43,21 @@ func TestCatalogMatchesTrace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
-			cat := int64(res.Sim.PhasePeak[ph].Total)
-			trc := int64(got.PhasePeak[ph].Total)
-			e := float64(cat-trc) / float64(trc)
-			t.Logf("batch %2d seq %3d %-9s catalog %9d trace %9d  %+.2f%%", c.batch, c.seq, ph, cat, trc, 100*e)
-			if e > 0.02 || e < -0.02 {
-				t.Errorf("batch %d seq %d %s: catalog %d vs trace %d bytes (%+.2f%%), beyond 2%%", c.batch, c.seq, ph, cat, trc, 100*e)
-			}
+		phasesAgree(t, fmt.Sprintf("batch %2d seq %3d", c.batch, c.seq), res.Sim, got)
+	}
+}
+
+// phasesAgree checks that each phase's peak of the catalog's plan is
+// within 2% of the trace's.
+func phasesAgree(t *testing.T, label string, catalog, trace *sim.Result) {
+	t.Helper()
+	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
+		cat := int64(catalog.PhasePeak[ph].Total)
+		trc := int64(trace.PhasePeak[ph].Total)
+		e := float64(cat-trc) / float64(trc)
+		t.Logf("%s %-9s catalog %10d trace %10d  %+.2f%%", label, ph, cat, trc, 100*e)
+		if e > 0.02 || e < -0.02 {
+			t.Errorf("%s %s: catalog %d vs trace %d bytes (%+.2f%%), beyond 2%%", label, ph, cat, trc, 100*e)
 		}
 	}
 }
@@ -86,13 +94,5 @@ func TestCatalogMatchesTraceTiedVocab(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ph := ir.Phase(0); ph < ir.NumPhases; ph++ {
-		cat := int64(res.Sim.PhasePeak[ph].Total)
-		trc := int64(got.PhasePeak[ph].Total)
-		e := float64(cat-trc) / float64(trc)
-		t.Logf("%-9s catalog %10d trace %10d  %+.2f%%", ph, cat, trc, 100*e)
-		if e > 0.02 || e < -0.02 {
-			t.Errorf("%s: catalog %d vs trace %d bytes (%+.2f%%), beyond 2%%", ph, cat, trc, 100*e)
-		}
-	}
+	phasesAgree(t, "gpt2 2 layers", res.Sim, got)
 }
