@@ -108,6 +108,25 @@ class _Op:
 
 _OPS = {}  # OpOverload -> _Op
 
+_ADD, _ADD_ = torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor
+
+
+def _steals(args, kwargs):
+    """Whether autograd's engine, run without a dispatch mode, would sum a gradient into the one its InputBuffer
+    holds in place: torch/csrc/autograd/input_buffer.cpp (accumulate) adds `old_var.add_(var)` when
+    can_accumulate_inplace(old_var), else computes `old_var + var`. Under any TorchDispatchMode, as under the
+    recorder, at::isTensorSubclassLike is true for every tensor (ATen/TensorSubclassLikeUtils.h:
+    `if (c10::impl::dispatch_mode_enabled()) return true;`), so the check fails and a trace would record every
+    sum out of place. The check asks for a vanilla, dense tensor that holds the last reference to itself and
+    to its storage; a view keeps its base, and so its storage, alive (linear's weight gradient, a t() view),
+    so a view is summed out of place. PyTorch 1.x sums every gradient out of place (measured on 1.13)."""
+    if not _TORCH2 or kwargs or len(args) != 2:
+        return False
+    old, var = args
+    return (isinstance(old, torch.Tensor) and isinstance(var, torch.Tensor) and old.layout == torch.strided
+            and not old._is_view() and old.is_contiguous() and old.dtype == var.dtype and old.shape == var.shape
+            and old.device == var.device and not old.requires_grad)
+
 
 def _tensors(seq, out):
     """Appends the tensors of an op's arguments or outputs (tensors, lists/tuples of them, scalars; no dicts
@@ -178,6 +197,9 @@ class Recorder(TorchDispatchMode):
         # report deaths and every sweep checks every live storage (compat.DEATH_CALLBACKS)
         self.died = []
         self.track_deaths = compat.DEATH_CALLBACKS
+        # between one autograd node's end and the next one's start (hook_backward): the engine's own work, where
+        # an aten.add is autograd summing a tensor's gradients in its InputBuffer
+        self.engine_gap = False
         # in-kernel buffers (oneDNN scratch, ...) are only visible to the allocator tracker, on CPU
         self.counters = None
         if self.device == "cpu" and not self.fake:
@@ -335,7 +357,33 @@ class Recorder(TorchDispatchMode):
         return lambda: setattr(cls, "__enter__", orig)
 
     # ---- dispatch ----
+    def hook_backward(self, root):
+        """Hooks every autograd node reachable from `root` (a loss's grad_fn) so that the dispatches between one
+        node's end and the next one's start are known as the engine's (self.engine_gap); returns the handles,
+        to remove after backward. Only the engine sums gradients there (InputBuffer::add)."""
+        handles, seen, todo = [], set(), [root]
+        if not _TORCH2:  # no node pre-hooks before 2.0, and 1.x sums out of place anyway (_steals)
+            return handles
+        while todo:
+            n = todo.pop()
+            if n is None or n in seen:
+                continue
+            seen.add(n)
+            handles.append(n.register_prehook(self._node_starts))
+            handles.append(n.register_hook(self._node_ends))
+            todo.extend(f for f, _ in n.next_functions)
+        self.engine_gap = True  # the engine seeds the root's gradient before any node runs
+        return handles
+
+    def _node_starts(self, grad_outputs):
+        self.engine_gap = False
+
+    def _node_ends(self, grad_inputs, grad_outputs):
+        self.engine_gap = True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.engine_gap and func is _ADD and self.phase == "backward" and _steals(args, kwargs):
+            func = _ADD_  # what the engine runs without a dispatch mode (_steals)
         op = _OPS.get(func)
         if op is None:
             op = _OPS[func] = _Op(func)
@@ -751,7 +799,13 @@ def _trace_once(job, optimizer, device, foreach, fake_mode, prime):
                 rec.loss_region = False
             del out
             rec.set_phase("backward", n)
-            loss.backward()
+            hooks = rec.hook_backward(loss.grad_fn)
+            try:
+                loss.backward()
+            finally:
+                rec.engine_gap = False
+                for h in hooks:
+                    h.remove()
         del loss
         optimizer_step(n)
 

@@ -80,3 +80,61 @@ def test_accumulation_adds_the_sum_into_grad(case):
     # frees it: the buffer lived beside .grad through the backward.
     got = measure(case, "torch.float32", accum=True)
     assert got["accumulate_frees"] == 1 and got["out_of_place_sums"] == 1, got
+
+
+# ---- the exporter records the sums as the plain step runs them ----
+
+class _Tied(__import__("torch").nn.Module):
+    """An embedding tied to its head, with a residual block and a norm between (GPT-2's shape): autograd sums
+    the embedding's two gradients and the residual stream's two. The norm's gradient, fresh and dense, is the
+    stream's first; the head's weight gradient, a t() view, the embedding's."""
+
+    def __init__(self, vocab=512, hidden=32):
+        import torch.nn as nn
+        super().__init__()
+        self.emb = nn.Embedding(vocab, hidden)
+        self.mid = nn.Linear(hidden, hidden)
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        import torch
+        import torch.nn.functional as F
+        h = self.emb(x)
+        h = self.norm(h + torch.tanh(self.mid(h)))
+        return F.linear(h, self.emb.weight)
+
+
+def _plain_sums(model, x, autocast):
+    """(in place, out of place) sums of the plain step's backward, as torch.profiler sees them."""
+    from torch.profiler import profile, ProfilerActivity
+    import torch.nn.functional as F
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(model(x).float().flatten(0, 1), x.flatten())
+        loss.backward()
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+    ev = [e for e in prof.events() if e.name in ("aten::add", "aten::add_")]
+    return sum(e.name == "aten::add_" for e in ev), sum(e.name == "aten::add" and e.self_cpu_memory_usage > 0 for e in ev)
+
+
+@pytest.mark.parametrize("fake", [False, True])
+def test_exporter_records_sums_as_the_plain_step(tmp_path, fake):
+    # The recorder is a TorchDispatchMode, under which autograd treats every tensor as a subclass and sums
+    # every gradient out of place (memplan_torch.trace._steals); it runs the sums the plain step runs in place
+    # in place. The tied head's own gradient is a t() view: that sum stays out of place, as in the plain step.
+    import torch.nn.functional as F
+    from memplan_torch import export
+    torch.manual_seed(0)
+    model, x = _Tied(), torch.randint(0, 512, (2, 16))
+    inplace, out_of_place = _plain_sums(model, x, autocast=False)
+    # the residual stream's sum in place; the tied sum out of place, as the forward's residual add allocates
+    assert (inplace, out_of_place) == (1, 2)
+    doc = export(model, x, str(tmp_path / "t.json"), loss_fn=lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()),
+                 targets=x.clone(), device="cpu", fake=fake)
+    bwd = [e for e in doc["events"] if e["phase"] == "backward" and e["op"] in ("aten.add.Tensor", "aten.add_.Tensor")]
+    assert [e["op"] for e in bwd] == ["aten.add_.Tensor", "aten.add.Tensor"], [(e["op"], e["module"]) for e in bwd]
+    assert not bwd[0]["alloc"] and bwd[1]["alloc"][0]["bytes"] == 512 * 32 * 4
