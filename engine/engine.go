@@ -501,7 +501,7 @@ func (s *Spec) groups() int {
 func (s *Spec) trainConfig(first bool) lower.TrainConfig {
 	return lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, Accum: s.Accum, FirstStep: first, WeightDecay: -1,
 		PagedState: s.Sem.PagedOptimizer, Hold: s.Sem.Hold, ZeroGrad: s.Sem.ZeroGrad, Workspace: s.Sem.Workspace, InBackward: s.Sem.OptimizerInBackward, StateDType: s.Sem.StateDType,
-		SeparateCopies: s.PP > 1}
+		SeparateCopies: s.PP > 1, OutOfPlaceSums: s.Sem.OutOfPlaceSums}
 }
 
 // Result of planning one job.

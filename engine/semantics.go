@@ -40,6 +40,9 @@ type Semantics struct {
 	RMSNormFP32Weight bool
 	// MeanSavesInput: autograd keeps mean.dim's input (PyTorch 2.1).
 	MeanSavesInput bool
+	// OutOfPlaceSums: autograd sums every later gradient of a tensor read
+	// by several nodes out of place (PyTorch 1.x; lower.TrainConfig).
+	OutOfPlaceSums bool
 	// Loss is how a causal LM's loss is computed.
 	Loss build.Loss
 	// LoRAModelDType keeps LoRA adapters in the model's dtype (litgpt,

@@ -433,3 +433,59 @@ func TestGradientSumsFollowAutograd(t *testing.T) {
 		})
 	}
 }
+
+// PyTorch 1.x's engine sums every later gradient out of place
+// (autograd.inplace-sums=false): the counts measured on 1.13 (torch.profiler,
+// python/tests/test_tied_grads.py's skip reason): every later contribution
+// of a parameter (a head over 4 chunks: 3; a tied embedding under
+// autocast: 1), and every activation several nodes read (residual
+// streams), which PyTorch 2 adds in place; never a lower peak.
+func TestOutOfPlaceSumsOfPyTorch1(t *testing.T) {
+	tied := catalog(t, "gpt2").Clone()
+	tied.Layers = 2
+	untied := catalog(t, "tinyllama-1.1b").Clone()
+	untied.Layers = 2
+	chunked := build.Loss{Kind: build.LossChunked, Chunks: 4, Upcast: build.UpcastChunk}
+	for _, c := range []struct {
+		name       string
+		model      *models.Arch
+		prec       ops.Precision
+		loss       build.Loss
+		paramSums  int // per micro-step
+		paramSums2 int // the same under PyTorch 2
+	}{
+		{"tied amp-bf16", tied, ops.AMPBF16, build.Loss{}, 1, 0},
+		{"tied fp32", tied, ops.FP32, build.Loss{}, 1, 1},
+		{"head over 4 chunks", untied, ops.FP32, chunked, 3, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			count := func(outOfPlace bool) (params, acts int, peak units.Bytes) {
+				s := Spec{Job: Job{Model: c.model, Seq: 64, MicroBatch: 1, Precision: c.prec, Optimizer: lower.AdamW}}
+				s.Sem.Loss, s.Sem.OutOfPlaceSums = c.loss, outOfPlace
+				r := semPlan(t, s)
+				for _, op := range r.Program.Ops {
+					if op.Name != "add (autograd sums gradients)" {
+						continue
+					}
+					if strings.HasPrefix(r.Program.Tensors[op.Out[0]].Name, "grad(") {
+						acts++
+					} else {
+						params++
+					}
+				}
+				return params, acts, r.PeakBytes()
+			}
+			p1, a1, peak1 := count(true)
+			p2, a2, peak2 := count(false)
+			if p1 != c.paramSums || p2 != c.paramSums2 {
+				t.Errorf("parameter sums out of place: %d under PyTorch 1, %d under 2; want %d and %d", p1, p2, c.paramSums, c.paramSums2)
+			}
+			if a2 != 0 || a1 < 2*2 { // two residual streams a block
+				t.Errorf("activation sums out of place: %d under PyTorch 1, %d under 2", a1, a2)
+			}
+			if peak1 < peak2 {
+				t.Errorf("PyTorch 1's peak %s under PyTorch 2's %s", peak1, peak2)
+			}
+		})
+	}
+}

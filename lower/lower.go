@@ -65,6 +65,11 @@ type TrainConfig struct {
 	// autograd sums the two gradients in the parameter's InputBuffer before
 	// one AccumulateGrad (bufferGrad).
 	SeparateCopies bool
+	// OutOfPlaceSums sums every later gradient of a tensor several nodes
+	// read out of place (old + new, a new buffer while both live), as
+	// PyTorch 1.x's engine does; PyTorch 2.0 adds into the first when it
+	// can steal it (pytorch/pytorch#88339).
+	OutOfPlaceSums bool
 }
 
 // Hold is how long a training loop keeps the model's outputs.
@@ -138,6 +143,8 @@ type lowerer struct {
 	post    []ir.Op
 	micro   int
 	node    int32 // the node whose backward is being built
+	// outOfPlace: TrainConfig.OutOfPlaceSums.
+	outOfPlace bool
 }
 
 // pendingGrad is autograd's InputBuffer slot of a parameter that several
@@ -381,6 +388,10 @@ func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.Ten
 		return 0
 	}
 	if gt := gradOf[x]; gt != ir.NoTensor {
+		if l.outOfPlace {
+			l.sumOutOfPlace(n, x, gt, gradOf)
+			return 0
+		}
 		return accumulate(gt)
 	}
 	gt := ir.Tensor{Name: l.gradName(x), Shape: xt.Shape, DType: xt.DType, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch}
@@ -423,7 +434,7 @@ func (l *lowerer) bufferGrad(n *ir.Node, pos int, px, savedGrad ir.TensorID, pgr
 	switch {
 	case p == nil:
 		l.p.SummedGrads = true
-		steal := savedGrad != ir.NoTensor || !viewGrad(n.Kind, pos)
+		steal := !l.outOfPlace && (savedGrad != ir.NoTensor || !viewGrad(n.Kind, pos))
 		if !steal {
 			cat = ir.Temporary // replaced by the out-of-place sum
 		}
@@ -445,7 +456,7 @@ func (l *lowerer) bufferGrad(n *ir.Node, pos int, px, savedGrad ir.TensorID, pgr
 		sum := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: cat})
 		l.post = append(l.post, ir.Op{Name: "add (autograd sums gradients)", Module: n.Module, Phase: ir.Backward, Micro: l.micro,
 			In: []ir.TensorID{p.buf, c}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
-		p.buf, p.steal = sum, true
+		p.buf, p.steal = sum, !l.outOfPlace
 	}
 	p.n++
 	if p.n == l.uses[x] {
@@ -468,6 +479,20 @@ func (l *lowerer) flushGrad(px ir.TensorID, module string, pgrad map[ir.TensorID
 	}
 	l.p.Tensors[p.buf].Cat = ir.Gradient
 	pgrad[px] = p.buf
+}
+
+// sumOutOfPlace makes the gradient node n's backward op gives graph
+// tensor x, already holding gt, a new tensor, and appends the out-of-place
+// sum old + new that becomes x's gradient (TrainConfig.OutOfPlaceSums).
+func (l *lowerer) sumOutOfPlace(n *ir.Node, x, gt ir.TensorID, gradOf []ir.TensorID) {
+	xt := &l.g.Tensors[x]
+	size := xt.DType.Size(xt.Numel())
+	part := l.add(ir.Tensor{Name: l.names.Join(l.gradName(x), " (", n.Module, ")"), Shape: xt.Shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch})
+	l.out = append(l.out, part)
+	sum := l.add(ir.Tensor{Name: l.gradName(x), Shape: xt.Shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch})
+	l.post = append(l.post, ir.Op{Name: "add (autograd sums gradients)", Module: n.Module, Phase: ir.Backward, Micro: l.micro,
+		In: []ir.TensorID{gt, part}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
+	gradOf[x] = sum
 }
 
 // viewGrad says whether a node of kind returns the gradient of input pos
@@ -505,6 +530,7 @@ func Train(g *ir.Graph, c TrainConfig) (*ir.Program, error) {
 	if !c.SeparateCopies {
 		l.countUses()
 	}
+	l.outOfPlace = c.OutOfPlaceSums
 	l.p.MicroBatches = c.Accum
 	l.reserve(c)
 	pgrad := map[ir.TensorID]ir.TensorID{}

@@ -122,6 +122,8 @@ func (m *rowMapper) metric() {
 //     in loops that call it with the default: transformers' Trainer
 //     (model.zero_grad(), trainer.py @v4.15.0) and plain PyTorch loops
 //     (zeroGradDefault). Notes naming set_to_none say it outright.
+//   - Before 2.0, autograd sums a tensor's later gradients out of place
+//     (autograd.inplace-sums=false; #88339 made 2.0 add in place).
 //   - Before 2.0, the cuBLAS workspace is cuBLAS's own cudaMalloc, not a
 //     caching-allocator block (PyTorch #83461 moved it into the allocator
 //     for 2.0; #95668: "1.13 does not have this issue", 8519680 bytes
@@ -149,6 +151,8 @@ func (m *rowMapper) era() {
 	if zeroGradDefault[m.framework] {
 		mustSet(m.rec, "loop.zero-grad=in-place")
 	}
+	// pytorch/pytorch@00d40e7f input_buffer.cpp: in place for sparse only.
+	mustSet(m.rec, "autograd.inplace-sums=false")
 	ws := units.Bytes(0)
 	switch v := m.rec.Value("cuda.cublas-workspace"); v {
 	case "auto":

@@ -19,7 +19,7 @@ import (
 func TestTrainingSwitchesLeaveInferenceAlone(t *testing.T) {
 	values := map[string]string{
 		"optimizer": "sgd", "optimizer.impl": "single", "optimizer.state-dtype": "bfloat16", "optimizer.paged": "true",
-		"autograd.mean-saves-input": "true", "optimizer.in-backward": "true", "loss": "chunked:tokens=8,fp32-outputs",
+		"autograd.mean-saves-input": "true", "autograd.inplace-sums": "false", "optimizer.in-backward": "true", "loss": "chunked:tokens=8,fp32-outputs",
 		"lora.dropout": "shared", "bitsandbytes": "0.41.1", "fsdp.flat-params": "true", "loop.hold-outputs": "true",
 		"loop.zero-grad": "in-place", "checkpoint": "full",
 	}
