@@ -419,7 +419,7 @@ func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.Ten
 // (linear's weight gradient, ops.Rule.ViewGradIn). It returns the
 // workspace that adds. The in-place path for dense tensors is PyTorch 2.0's
 // (pytorch/pytorch#88339, November 2022); PyTorch 1.x sums every dense
-// gradient out of place (measured on 1.13), which no switch models yet.
+// gradient out of place (measured on 1.13): TrainConfig.OutOfPlaceSums.
 func (l *lowerer) bufferGrad(n *ir.Node, pos int, px, savedGrad ir.TensorID, pgrad map[ir.TensorID]ir.TensorID) units.Bytes {
 	x := n.In[pos]
 	xt := &l.g.Tensors[x]

@@ -18,7 +18,8 @@ import torch
 
 # PyTorch 1.13 (Debian's build, measured here) sums every later gradient out of place, the cast's and a sum's
 # too (chunks: 3 of 3; tied under autocast: 1): the in-place path for dense tensors came with PyTorch 2.0
-# (pytorch/pytorch#88339, November 2022). memplan models PyTorch 2's engine, as its recipes do.
+# (pytorch/pytorch#88339, November 2022). memplan's recipes model PyTorch 2's engine; autograd.inplace-sums=false
+# models 1.x's (engine.TestOutOfPlaceSumsOfPyTorch1 holds these counts).
 pytestmark = pytest.mark.skipif(int(torch.__version__.split(".")[0]) < 2, reason="PyTorch 1.x sums out of place")
 
 V, H, T = 50000, 64, 32
