@@ -2,8 +2,6 @@ package allocator
 
 import (
 	"context"
-	"errors"
-	"math"
 	"path/filepath"
 	"testing"
 
@@ -24,27 +22,13 @@ func TestSnapshotReplayStops(t *testing.T) {
 	if int(dev) >= len(s.Traces) || len(s.Traces[dev]) == 0 {
 		t.Fatalf("%s: no trace on device %d", f, dev)
 	}
-	events := len(s.Traces[dev])
-	for name, run := range map[string]func(context.Context) error{
-		"replay": func(ctx context.Context) error { _, err := ReplayDeviceContext(ctx, s, dev); return err },
-		"capped": func(ctx context.Context) error { _, err := ReplayCappedContext(ctx, s, dev, 1<<40); return err },
-	} {
-		full := ctxtest.StopAt(math.MaxInt64)
-		if err := run(full); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		n := full.Looks()
-		want := int64((events + stopEvery - 1) / stopEvery)
-		if name == "capped" {
-			want *= 2 // the replay it starts from, then its own pass
-		}
-		if n != want {
-			t.Errorf("%s: %d looks over %d events, want %d", name, n, events, want)
-		}
-		for at := int64(1); at <= n; at++ {
-			if err := run(ctxtest.StopAt(at)); !errors.Is(err, context.Canceled) {
-				t.Errorf("%s stopped at look %d of %d: %v", name, at, n, err)
-			}
-		}
+	events := int64(len(s.Traces[dev]))
+	passes := (events + stopEvery - 1) / stopEvery
+	if n := ctxtest.EveryLook(t, func(ctx context.Context) error { _, err := ReplayDeviceContext(ctx, s, dev); return err }); n != passes {
+		t.Errorf("replay: %d looks over %d events, want %d", n, events, passes)
+	}
+	// the replay it starts from, then its own pass
+	if n := ctxtest.EveryLook(t, func(ctx context.Context) error { _, err := ReplayCappedContext(ctx, s, dev, 1<<40); return err }); n != 2*passes {
+		t.Errorf("capped: %d looks over %d events, want %d", n, events, 2*passes)
 	}
 }

@@ -353,6 +353,17 @@ func TestPropertyPagedStateSharded(t *testing.T) {
 	})
 }
 
+// sumModels are the gradient-sum tests' models: gpt2 (tied embedding and
+// head) and tinyllama (untied) at 2 layers, and torchtune's head over 4
+// output chunks.
+func sumModels(t *testing.T) (tied, untied *models.Arch, chunked build.Loss) {
+	tied = catalog(t, "gpt2").Clone()
+	tied.Layers = 2
+	untied = catalog(t, "tinyllama-1.1b").Clone()
+	untied.Layers = 2
+	return tied, untied, build.Loss{Kind: build.LossChunked, Chunks: 4, Upcast: build.UpcastChunk}
+}
+
 // A parameter several nodes read has its gradients summed before its one
 // AccumulateGrad, as PyTorch 2's autograd engine does
 // (torch/csrc/autograd/input_buffer.cpp, accumulate): the first is kept,
@@ -365,11 +376,7 @@ func TestPropertyPagedStateSharded(t *testing.T) {
 // python/tests/test_tied_grads.py measures the same cases on CPU with
 // torch 2.14.1.
 func TestGradientSumsFollowAutograd(t *testing.T) {
-	tied := catalog(t, "gpt2").Clone()
-	tied.Layers = 2
-	untied := catalog(t, "tinyllama-1.1b").Clone()
-	untied.Layers = 2
-	chunked := build.Loss{Kind: build.LossChunked, Chunks: 4, Upcast: build.UpcastChunk}
+	tied, untied, chunked := sumModels(t)
 	for _, c := range []struct {
 		name  string
 		model *models.Arch
@@ -441,11 +448,7 @@ func TestGradientSumsFollowAutograd(t *testing.T) {
 // autocast: 1), and every activation several nodes read (residual
 // streams), which PyTorch 2 adds in place; never a lower peak.
 func TestOutOfPlaceSumsOfPyTorch1(t *testing.T) {
-	tied := catalog(t, "gpt2").Clone()
-	tied.Layers = 2
-	untied := catalog(t, "tinyllama-1.1b").Clone()
-	untied.Layers = 2
-	chunked := build.Loss{Kind: build.LossChunked, Chunks: 4, Upcast: build.UpcastChunk}
+	tied, untied, chunked := sumModels(t)
 	for _, c := range []struct {
 		name       string
 		model      *models.Arch

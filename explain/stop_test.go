@@ -2,8 +2,6 @@ package explain
 
 import (
 	"context"
-	"errors"
-	"math"
 	"path/filepath"
 	"testing"
 
@@ -22,33 +20,30 @@ func TestExplainStopsAtEveryLook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	full := ctxtest.StopAt(math.MaxInt64)
-	rep, err := ExplainContext(full, s, f, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := full.Looks()
-	if n < int64(len(s.Devices())) {
-		t.Fatalf("%d looks over %d devices' replays", n, len(s.Devices()))
-	}
-	for at := int64(1); at <= n; at++ {
-		if r, err := ExplainContext(ctxtest.StopAt(at), s, f, -1); !errors.Is(err, context.Canceled) || r != nil {
-			t.Errorf("explain stopped at look %d of %d: %v, %v", at, n, r, err)
+	var rep *Report
+	explainRun := func(ctx context.Context) error {
+		r, err := ExplainContext(ctx, s, f, -1)
+		if err != nil && r != nil {
+			t.Errorf("a report with the error %v", err)
 		}
+		if err == nil {
+			rep = r
+		}
+		return err
+	}
+	if n := ctxtest.EveryLook(t, explainRun); n < int64(len(s.Devices())) {
+		t.Fatalf("%d looks over %d devices' replays", n, len(s.Devices()))
 	}
 	// diagnose replays the device again on a capacity it overflows.
 	capacity := rep.PeakReserved.Bytes / 2
-	full = ctxtest.StopAt(math.MaxInt64)
-	if _, err := DiagnoseOOMContext(full, s, rep, capacity); err != nil {
-		t.Fatal(err)
-	}
-	n = full.Looks()
-	if n < 2 {
-		t.Fatalf("diagnose looked %d times over its two replays", n)
-	}
-	for at := int64(1); at <= n; at++ {
-		if o, err := DiagnoseOOMContext(ctxtest.StopAt(at), s, rep, capacity); !errors.Is(err, context.Canceled) || o != nil {
-			t.Errorf("diagnose stopped at look %d of %d: %v, %v", at, n, o, err)
+	diagnoseRun := func(ctx context.Context) error {
+		o, err := DiagnoseOOMContext(ctx, s, rep, capacity)
+		if err != nil && o != nil {
+			t.Errorf("a diagnosis with the error %v", err)
 		}
+		return err
+	}
+	if n := ctxtest.EveryLook(t, diagnoseRun); n < 2 {
+		t.Fatalf("diagnose looked %d times over its two replays", n)
 	}
 }

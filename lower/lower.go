@@ -389,7 +389,7 @@ func (l *lowerer) inputGrad(n *ir.Node, pos int, gout0 ir.TensorID, idm []ir.Ten
 	}
 	if gt := gradOf[x]; gt != ir.NoTensor {
 		if l.outOfPlace {
-			l.sumOutOfPlace(n, x, gt, gradOf)
+			gradOf[x] = l.sumOutOfPlace(n, xt, gt, l.gradName(x), ir.Temporary, xt.Shape)
 			return 0
 		}
 		return accumulate(gt)
@@ -451,12 +451,8 @@ func (l *lowerer) bufferGrad(n *ir.Node, pos int, px, savedGrad ir.TensorID, pgr
 		}
 		ws = size
 	default: // old_var + var
-		c := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad (", n.Module, ")"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary})
-		l.out = append(l.out, c)
-		sum := l.add(ir.Tensor{Name: l.names.Join(xt.Name, ".grad"), Shape: l.cloneShape(xt.Shape), DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: cat})
-		l.post = append(l.post, ir.Op{Name: "add (autograd sums gradients)", Module: n.Module, Phase: ir.Backward, Micro: l.micro,
-			In: []ir.TensorID{p.buf, c}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
-		p.buf, p.steal = sum, !l.outOfPlace
+		p.buf = l.sumOutOfPlace(n, xt, p.buf, l.names.Join(xt.Name, ".grad"), cat, l.cloneShape(xt.Shape))
+		p.steal = !l.outOfPlace
 	}
 	p.n++
 	if p.n == l.uses[x] {
@@ -481,18 +477,20 @@ func (l *lowerer) flushGrad(px ir.TensorID, module string, pgrad map[ir.TensorID
 	pgrad[px] = p.buf
 }
 
-// sumOutOfPlace makes the gradient node n's backward op gives graph
-// tensor x, already holding gt, a new tensor, and appends the out-of-place
-// sum old + new that becomes x's gradient (TrainConfig.OutOfPlaceSums).
-func (l *lowerer) sumOutOfPlace(n *ir.Node, x, gt ir.TensorID, gradOf []ir.TensorID) {
-	xt := &l.g.Tensors[x]
+// sumOutOfPlace is autograd's old + new for graph tensor xt, whose
+// gradient old holds: the gradient node n's backward op writes gets a
+// buffer of its own (name, with n's module), and the sum, appended after
+// the op, is a new tensor called name of category cat, which it returns
+// (a parameter's slot, bufferGrad; an activation's under
+// TrainConfig.OutOfPlaceSums).
+func (l *lowerer) sumOutOfPlace(n *ir.Node, xt *ir.Tensor, old ir.TensorID, name string, cat ir.Category, shape []int64) ir.TensorID {
 	size := xt.DType.Size(xt.Numel())
-	part := l.add(ir.Tensor{Name: l.names.Join(l.gradName(x), " (", n.Module, ")"), Shape: xt.Shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch})
+	part := l.add(ir.Tensor{Name: l.names.Join(name, " (", n.Module, ")"), Shape: shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch})
 	l.out = append(l.out, part)
-	sum := l.add(ir.Tensor{Name: l.gradName(x), Shape: xt.Shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: ir.Temporary, Batch: xt.Batch})
+	sum := l.add(ir.Tensor{Name: name, Shape: shape, DType: xt.DType, Bytes: size, Base: ir.NoTensor, Cat: cat, Batch: xt.Batch})
 	l.post = append(l.post, ir.Op{Name: "add (autograd sums gradients)", Module: n.Module, Phase: ir.Backward, Micro: l.micro,
-		In: []ir.TensorID{gt, part}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
-	gradOf[x] = sum
+		In: []ir.TensorID{old, part}, Out: []ir.TensorID{sum}, FLOPs: float64(xt.Numel()), MemBytes: 3 * float64(size), Node: l.node})
+	return sum
 }
 
 // viewGrad says whether a node of kind returns the gradient of input pos

@@ -6,7 +6,10 @@ package ctxtest
 
 import (
 	"context"
+	"errors"
+	"math"
 	"sync/atomic"
+	"testing"
 )
 
 // Countdown is a context done from its at-th look on (a call of Err, which
@@ -31,3 +34,21 @@ func (c *Countdown) Err() error {
 
 // Looks is how many times the context was looked at.
 func (c *Countdown) Looks() int64 { return c.looks.Load() }
+
+// EveryLook runs run once to count its looks at its context, then once
+// stopped at each of them in turn, and fails t when a stopped run does not
+// return context.Canceled or the full one fails. It returns the looks.
+func EveryLook(t testing.TB, run func(context.Context) error) int64 {
+	t.Helper()
+	full := StopAt(math.MaxInt64)
+	if err := run(full); err != nil {
+		t.Fatal(err)
+	}
+	n := full.Looks()
+	for at := int64(1); at <= n; at++ {
+		if err := run(StopAt(at)); !errors.Is(err, context.Canceled) {
+			t.Errorf("stopped at look %d of %d: %v", at, n, err)
+		}
+	}
+	return n
+}
