@@ -119,7 +119,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 	}
 	r.Timing, r.StepFLOPs = nil, 0
 	for i := range now {
-		t, err := extrapolate(&r.Spec, now[i], next[i], m, s.Accum)
+		t, err := extrapolate(&r.Spec, now[i], now[i], next[i], s.Accum-m)
 		if err != nil {
 			return nil, err
 		}
@@ -203,91 +203,95 @@ func planFewer(s Spec, o Options, m int) (*Result, error) {
 
 // planShortAccum plans s (validated, s.Accum > 4, no pipeline) with three
 // micro-steps, which peak as s.Accum do, and prices the step of s.Accum
-// micro-steps from the steps of three and four: every micro-step between the
+// micro-steps from the steps of two and three: every micro-step between the
 // first and the last is the same ops on the same streams, so each time and
-// FLOP total is affine in the micro-steps from the third on
-// (TestShortAccumTiming checks the extrapolation against a full plan). The
-// four micro-steps are built and priced first, and only their price kept:
-// the plan of three is then lowered from the same forward graph (the graph
-// does not depend on the micro-steps), and the program of four is garbage
-// before it (deepseek-v3 --accum 8 held both: 3.9 GB, now 2.9 GB).
+// FLOP total is affine in the micro-steps from the second on (the program
+// of two is the first and the last; three add one between, as every
+// further one does). TestShortAccumTiming checks the extrapolation against
+// a full plan, and TestShortAccumIncrement that two, three and four
+// micro-steps step by the same time. The two micro-steps are built and
+// priced first, and only their price kept: the plan of three is then
+// lowered from the same forward graph (the graph does not depend on the
+// micro-steps), and the program of two is garbage before it. Priced from
+// three and four, deepseek-v3 --accum 8 built 3.3 million ops to plan
+// with 1.4 million; two build 0.9 million where four built 1.9.
 func planShortAccum(s Spec, o Options) (*Result, error) {
-	t4, graphs, err4 := priceFour(s, o)
+	t2, graphs, err2 := priceTwo(s, o)
 	o.graphs = graphs
 	r, err := planFewer(s, o, 3)
 	if err != nil {
 		return nil, err // the plan's error first, as when it was planned first
 	}
-	if err4 != nil {
-		return nil, err4
+	if err2 != nil {
+		return nil, err2
 	}
-	if r.Timing == nil || t4 == nil {
+	if r.Timing == nil || t2 == nil {
 		return r, nil
 	}
-	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t4, 3, s.Accum); err != nil {
+	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t2, r.Timing, s.Accum-3); err != nil {
 		return nil, err
 	}
 	r.StepFLOPs = r.Timing.FLOPs // one stage
 	return r, nil
 }
 
-// priceFour prices s with four micro-steps (nil when the plan is not
+// priceTwo prices s with two micro-steps (nil when the plan is not
 // priced) and returns the forward graphs it built.
-func priceFour(s Spec, o Options) (*cost.Timing, map[int]*ir.Graph, error) {
+func priceTwo(s Spec, o Options) (*cost.Timing, map[int]*ir.Graph, error) {
 	if s.GPU == nil || o.NoTiming {
 		return nil, nil, nil
 	}
-	s.Accum = 4
+	s.Accum = 2
 	if err := s.Validate(); err != nil {
 		return nil, nil, err
 	}
 	pl := &planner{s: &s, o: Options{Context: o.Context}}
-	p4, _, err := pl.stageProgram(false, 0)
+	p2, _, err := pl.stageProgram(false, 0)
 	if err == nil {
 		err = o.stopped()
 	}
 	if err != nil {
 		return nil, pl.graphs, err
 	}
-	t4, err := Price(&s, p4)
-	if t4 != nil {
+	t2, err := Price(&s, p2)
+	if t2 != nil {
 		// Only the totals are extrapolated (extrapolate): the per-op times
-		// of four micro-steps (deepseek-v3: 1.8 million, 95 MB) would stay
-		// live through the plan of three.
-		t4.Ops = nil
+		// of programs the plan does not keep would stay live through it.
+		t2.Ops = nil
 	}
-	return t4, pl.graphs, err
+	return t2, pl.graphs, err
 }
 
-// extrapolate is the timing of k micro-steps from t3 and t4, the timings of
-// m and m+1 (t3's per-op times stay: they are aligned with the m-micro-step
-// program the result keeps).
-func extrapolate(s *Spec, t3, t4 *cost.Timing, m, k int) (*cost.Timing, error) {
-	n := float64(k - m)
+// extrapolate is the timing of n micro-steps more than t's: t plus n times
+// hi − lo, the timings of one micro-step apart (t's per-op times stay:
+// they are aligned with the program the result keeps). The step of s's
+// micro-steps is what its throughput and utilization are of.
+func extrapolate(s *Spec, t0, lo, hi *cost.Timing, n int) (*cost.Timing, error) {
 	var overflow bool
-	dur := func(a, b time.Duration) time.Duration {
-		v := float64(a) + n*float64(b-a)
+	dur := func(a, l, h time.Duration) time.Duration {
+		v := float64(a) + float64(n)*float64(h-l)
 		if v >= math.MaxInt64 || v < 0 {
 			overflow = true
 			return 0
 		}
 		return time.Duration(math.Round(v))
 	}
-	fl := func(a, b float64) float64 { return a + n*(b-a) }
-	t := *t3
+	fl := func(a, l, h float64) float64 { return a + float64(n)*(h-l) }
+	t := *t0
 	for i := range t.Phases {
-		p, q := &t.Phases[i], &t4.Phases[i]
-		p.Compute, p.Comm, p.Transfer, p.Wall = dur(p.Compute, q.Compute), dur(p.Comm, q.Comm), dur(p.Transfer, q.Transfer), dur(p.Wall, q.Wall)
-		p.FLOPs = fl(p.FLOPs, q.FLOPs)
+		p, l, h := &t.Phases[i], &lo.Phases[i], &hi.Phases[i]
+		p.Compute, p.Comm, p.Transfer, p.Wall = dur(p.Compute, l.Compute, h.Compute), dur(p.Comm, l.Comm, h.Comm), dur(p.Transfer, l.Transfer, h.Transfer), dur(p.Wall, l.Wall, h.Wall)
+		p.FLOPs = fl(p.FLOPs, l.FLOPs, h.FLOPs)
 	}
-	t.Idle = dur(t3.Idle, t4.Idle)
-	t.Step = dur(t3.Step, t4.Step)
-	t.Compute = dur(t3.Compute, t4.Compute)
-	t.Comm, t.Transfer = dur(t3.Comm, t4.Comm), dur(t3.Transfer, t4.Transfer)
-	t.ExposedComm, t.ExposedTransfer = dur(t3.ExposedComm, t4.ExposedComm), dur(t3.ExposedTransfer, t4.ExposedTransfer)
-	t.Recompute = dur(t3.Recompute, t4.Recompute)
-	t.RecomputeFLOPs = fl(t3.RecomputeFLOPs, t4.RecomputeFLOPs)
-	t.FLOPs, t.ModelFLOPs = fl(t3.FLOPs, t4.FLOPs), fl(t3.ModelFLOPs, t4.ModelFLOPs)
+	t.Idle = dur(t0.Idle, lo.Idle, hi.Idle)
+	t.Step = dur(t0.Step, lo.Step, hi.Step)
+	t.Compute = dur(t0.Compute, lo.Compute, hi.Compute)
+	t.Comm, t.Transfer = dur(t0.Comm, lo.Comm, hi.Comm), dur(t0.Transfer, lo.Transfer, hi.Transfer)
+	t.ExposedComm, t.ExposedTransfer = dur(t0.ExposedComm, lo.ExposedComm, hi.ExposedComm), dur(t0.ExposedTransfer, lo.ExposedTransfer, hi.ExposedTransfer)
+	t.Recompute = dur(t0.Recompute, lo.Recompute, hi.Recompute)
+	t.RecomputeFLOPs = fl(t0.RecomputeFLOPs, lo.RecomputeFLOPs, hi.RecomputeFLOPs)
+	t.FLOPs, t.ModelFLOPs = fl(t0.FLOPs, lo.FLOPs, hi.FLOPs), fl(t0.ModelFLOPs, lo.ModelFLOPs, hi.ModelFLOPs)
+	k := s.Accum
 	if overflow {
 		return nil, invalid(FieldAccum, "a step of {accum} %d micro-steps would take more than %s", k, time.Duration(math.MaxInt64).Round(time.Hour))
 	}

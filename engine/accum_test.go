@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/lower"
@@ -96,7 +97,58 @@ func TestShortAccumShowsPeak(t *testing.T) {
 	}
 }
 
-// The step of k micro-steps extrapolated from three and four equals the
+// Two, three and four micro-steps step by the same time, phase by phase,
+// on accumJobs and on two-layer models of other shapes (experts, tensor and
+// sequence parallelism, every offload): the second micro-step on is affine,
+// which planShortAccum extrapolates from two and three.
+func TestShortAccumIncrement(t *testing.T) {
+	gpu, err := hw.Lookup("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := accumJobs(t)
+	for _, m := range []string{"mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v2-lite", "llama-3-8b"} {
+		a := *lookup(t, m)
+		a.Layers = 2
+		base := Spec{Job: Job{Model: &a, MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: Target{GPU: gpu}}
+		tp, params, acts, opt := base, base, base, base
+		tp.TP, tp.SP = 2, a.NumExperts == 0
+		params.DP, params.ZeRO, params.Offload = 2, 3, Offload{Params: true}
+		acts.Offload = Offload{Activations: true}
+		opt.DP, opt.Offload = 4, Offload{Optimizer: true}
+		jobs = append(jobs, base, tp, params, acts, opt)
+	}
+	for _, base := range jobs {
+		var ts [5]*cost.Timing
+		for k := 2; k <= 4; k++ {
+			s := base
+			s.Accum = k
+			r, err := PlanWith(s, Options{AllAccum: true})
+			if err != nil {
+				t.Fatalf("%s accum %d: %v", name(base), k, err)
+			}
+			ts[k] = r.Timing
+		}
+		if !incrementsEqual(ts[2], ts[3], ts[4]) {
+			t.Errorf("%s: steps of 2, 3, 4 micro-steps %v, %v, %v are not affine", name(base), ts[2].Step, ts[3].Step, ts[4].Step)
+		}
+	}
+}
+
+// incrementsEqual says whether b − a = c − b for every total and phase time.
+func incrementsEqual(a, b, c *cost.Timing) bool {
+	same := func(x, y, z time.Duration) bool { return y-x == z-y }
+	for i := range a.Phases {
+		p, q, r := a.Phases[i], b.Phases[i], c.Phases[i]
+		if !same(p.Wall, q.Wall, r.Wall) || !same(p.Compute, q.Compute, r.Compute) || !same(p.Comm, q.Comm, r.Comm) || !same(p.Transfer, q.Transfer, r.Transfer) || !near(q.FLOPs-p.FLOPs, r.FLOPs-q.FLOPs) {
+			return false
+		}
+	}
+	return same(a.Step, b.Step, c.Step) && same(a.Idle, b.Idle, c.Idle) && same(a.ExposedComm, b.ExposedComm, c.ExposedComm) &&
+		same(a.ExposedTransfer, b.ExposedTransfer, c.ExposedTransfer) && same(a.Recompute, b.Recompute, c.Recompute) && near(b.FLOPs-a.FLOPs, c.FLOPs-b.FLOPs)
+}
+
+// The step of k micro-steps extrapolated from two and three equals the
 // step of all k simulated (to a nanosecond per micro-step of rounding),
 // with the same FLOPs, throughput and MFU.
 func TestShortAccumTiming(t *testing.T) {

@@ -231,7 +231,7 @@ type Options struct {
 	// NoTiming leaves Result.Timing nil and StepFLOPs 0: for plans whose
 	// step time nobody reads (the next step's strategies, judged by their
 	// peaks). A plan of more than four micro-steps then builds no
-	// four-micro-step program to extrapolate its step from (planShortAccum),
+	// two-micro-step program to extrapolate its step from (planShortAccum),
 	// and a 1F1B pipeline of p+2 to 2p+3 micro-steps simulates the p+1 that
 	// show every stage's peak (pipelineShortAccum) instead of all of them
 	// (planPipelineShortAccum).
@@ -255,7 +255,7 @@ type Options struct {
 	// the peak of a longer one.
 	shortAccum bool
 	// graphs are forward graphs already built for the spec, by stage
-	// (planShortAccum's, built for its program of four micro-steps).
+	// (planShortAccum's, built for its program of two micro-steps).
 	graphs map[int]*ir.Graph
 	// numbersOnly: the caller reads the result's numbers, never its
 	// programs (the lever's strategies), so each program is dropped once

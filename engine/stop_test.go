@@ -12,7 +12,7 @@ import (
 )
 
 // stopSpecs are jobs whose plans take every path that checks the context:
-// accumulation planned short and priced from four micro-steps, a priced
+// accumulation planned short and priced from two micro-steps, a priced
 // 1F1B pipeline extrapolated from p+1 and p+2, the first step, --checkpoint
 // auto's search.
 func stopSpecs(t *testing.T) map[string]Spec {
