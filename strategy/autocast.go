@@ -1,8 +1,6 @@
 package strategy
 
 import (
-	"slices"
-
 	"github.com/memplan/memplan/ir"
 )
 
@@ -136,7 +134,18 @@ func regionKind(op *ir.Op) int {
 // was made from (engine.LeverCache) makes that one again for the
 // transforms that start from it, in one copy.
 func WithoutExits(q *ir.Program) *ir.Program {
-	p := Clone(q)
-	p.Ops = slices.DeleteFunc(p.Ops, func(op ir.Op) bool { return op.Name == ir.AutocastExit })
+	p := cloneTensors(q, len(q.Tensors)/4+16)
+	// One pass copies the ops between the exits (a Clone and then a
+	// delete moved the ops after the first exit twice).
+	ops := opPool.get(0, len(q.Ops)+len(q.Ops)/4+16)
+	from := 0
+	for i := range q.Ops {
+		if q.Ops[i].Name == ir.AutocastExit {
+			ops = append(ops, q.Ops[from:i]...)
+			from = i + 1
+		}
+	}
+	p.Ops = append(ops, q.Ops[from:]...)
+	capOperands(p.Ops)
 	return p
 }
