@@ -118,6 +118,10 @@ func PipelineBlocks(modules []string) int {
 	return len(seen)
 }
 
+// PipelineBlock is the block Pipeline places an op of module in (the
+// module's "<path>.<index>" prefix), and whether it is in one.
+func PipelineBlock(module string) (string, bool) { return ppBlock(module) }
+
 // isTrace reports whether p was replayed from a trace: no op has an
 // autograd node.
 func isTrace(p *ir.Program) bool {
