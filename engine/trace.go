@@ -5,6 +5,7 @@ import (
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -66,7 +67,17 @@ func traceProgram(s *Spec, first bool) (*ir.Program, error) {
 	if s.TraceOptimizer {
 		o.Optimizer = &lower.TrainConfig{Optimizer: s.Optimizer, Impl: s.Impl, Precision: s.Precision, WeightDecay: -1, PagedState: s.Sem.PagedOptimizer}
 	}
-	return s.Trace.Program(o)
+	p, err := s.Trace.Program(o)
+	if err != nil || s.PP < 2 || s.Mode != Train {
+		return p, err
+	}
+	// A pipeline holds a tied parameter per stage, each with its own
+	// gradient: untie the trace's sum of them.
+	q, err := strategy.UntieTraceGrads(p)
+	if err != nil {
+		return nil, invalid(FieldPP, "{pp} %d: %v; plan the model by name or config.json with {pp}, or the trace with {pp} 1", s.PP, err)
+	}
+	return q, nil
 }
 
 // TracePriceDType is the dtype a trace job's step is priced in: recorded,

@@ -838,7 +838,9 @@ func (pl *pipeliner) emit() error {
 }
 
 // tiedGrads all-reduces the gradients of parameters used on several ranks
-// (tied embeddings) over the ranks holding them.
+// (tied embeddings) over the ranks holding them: a gradient is a
+// parameter's by name, or in a trace by its pairing (Program.GradOf, one
+// per part once UntieTraceGrads untied them).
 func (pl *pipeliner) tiedGrads() {
 	p, q := pl.p, pl.q
 	for _, id := range p.Params {
@@ -848,7 +850,7 @@ func (pl *pipeliner) tiedGrads() {
 		}
 		for g := range q.Tensors {
 			gt := &q.Tensors[g]
-			if gt.Cat == ir.Gradient && pl.used[g] && pl.a.assoc[g] == id {
+			if gt.Cat == ir.Gradient && pl.used[g] && (pl.a.assoc[g] == id || p.GradOf != nil && p.GradOf[ir.TensorID(g)] == id) {
 				pl.out = append(pl.out, ir.Op{Name: "pp.tied_grad_all_reduce", Module: q.Tensors[id].Name, Phase: ir.Optimizer, In: []ir.TensorID{ir.TensorID(g)}, Node: -1,
 					Comm: &ir.Comm{Kind: ir.AllReduce, Bytes: gt.Bytes, Group: ir.PipelineGroup, Ranks: n}})
 			}

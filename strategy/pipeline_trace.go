@@ -154,6 +154,7 @@ func (a *ppAnalysis) assocByDataflow(params []ir.TensorID) {
 	for _, id := range params {
 		isParam[id] = true
 	}
+	a.assocByPosition(isParam)
 	// next[i]: the parameter of the first optimizer op at or after i that
 	// touches one (NoTensor: several, or none).
 	next := make([]ir.TensorID, len(p.Ops)+1)
@@ -185,6 +186,106 @@ func (a *ppAnalysis) assocByDataflow(params []ir.TensorID) {
 			}
 		}
 	}
+}
+
+// assocByPosition matches the optimizer state a multi-tensor (foreach)
+// op steps to its parameters by position: torch._foreach_* ops take lists
+// aligned index by index (torch/optim/adamw.py _multi_tensor_adamw @v2.5.1:
+// torch._foreach_lerp_(device_exp_avgs, device_grads, 1 - beta1),
+// torch._foreach_addcdiv_(device_params, device_exp_avgs, denom, ...)),
+// so the k-th of a run of n state tensors belongs to the k-th of a run of n
+// parameters, or of gradients (Program.GradOf names theirs), in the same
+// op. A run of state k·n long is k lists (exp_avgs then exp_avg_sqs). With
+// assocByDataflow's matching alone, every stage of a pipeline cut from a
+// foreach trace held every parameter's state.
+func (a *ppAnalysis) assocByPosition(isParam map[ir.TensorID]bool) {
+	p := a.p
+	ownerOf := func(t ir.TensorID) ir.TensorID {
+		if isParam[t] {
+			return t
+		}
+		if par, ok := p.GradOf[t]; ok {
+			return par
+		}
+		return ir.NoTensor
+	}
+	isState := func(t ir.TensorID) bool {
+		tt := &p.Tensors[t]
+		return !isParam[t] && (tt.Cat == ir.OptimizerState || tt.Keep) && tt.Base == ir.NoTensor
+	}
+	for i := range p.Ops {
+		op := &p.Ops[i]
+		if op.Phase != ir.Optimizer || len(op.In) < 4 {
+			continue
+		}
+		owners := ownerRun(op.In, ownerOf)
+		n := len(owners)
+		if n < 2 {
+			continue
+		}
+		for j := 0; j < len(op.In); {
+			k := j
+			for k < len(op.In) && isState(op.In[k]) {
+				k++
+			}
+			if k == j {
+				j++
+				continue
+			}
+			if (k-j)%n == 0 {
+				for x := j; x < k; x++ {
+					if t := op.In[x]; a.assoc[t] == ir.NoTensor {
+						a.assoc[t] = owners[(x-j)%n]
+					}
+				}
+			}
+			j = k
+		}
+	}
+}
+
+// ownerRun is the first run of at least two operands of ins that each
+// belong to a parameter (ownerOf), as those parameters, cut to one list
+// when it is several of the same; nil when there is none.
+func ownerRun(ins []ir.TensorID, ownerOf func(ir.TensorID) ir.TensorID) []ir.TensorID {
+	for j := 0; j < len(ins); j++ {
+		k := j
+		for k < len(ins) && ownerOf(ins[k]) != ir.NoTensor {
+			k++
+		}
+		if k-j >= 2 {
+			run := make([]ir.TensorID, 0, k-j)
+			for _, t := range ins[j:k] {
+				// Side by side, two of one parameter are one entry
+				// (a tied parameter's gradients, UntieTraceGrads).
+				if o := ownerOf(t); len(run) == 0 || run[len(run)-1] != o {
+					run = append(run, o)
+				}
+			}
+			return run[:period(run)]
+		}
+		j = k
+	}
+	return nil
+}
+
+// period is the length of the shortest list run repeats (several lists of
+// the same parameters side by side: _foreach_addcmul_(exp_avg_sqs, grads,
+// grads)).
+func period(run []ir.TensorID) int {
+	for n := 1; n < len(run); n++ {
+		if len(run)%n != 0 {
+			continue
+		}
+		rep := true
+		for x := n; x < len(run) && rep; x++ {
+			rep = run[x] == run[x%n]
+		}
+		if rep {
+			return n
+		}
+	}
+	return len(run)
 }
 
 // opParam is the one parameter op touches (NoTensor for several), and
