@@ -73,7 +73,7 @@ func planAgainst(against string, f *planFlags, cfg allocator.Config) (*report.Pl
 	if _, err := res.PredictReserved(cfg, false, false); err != nil {
 		return nil, "", err
 	}
-	return report.Build(res, false), "plan " + spec.JobName(), nil
+	return report.Build(res, 0), "plan " + spec.JobName(), nil
 }
 
 // compareAgainst puts the snapshot's live bytes at its allocated peak next to

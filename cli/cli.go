@@ -97,6 +97,7 @@ type planFlags struct {
 	sp, qlora                                                                                  bool
 	microBatch, seq, accum, genTokens                                                          int
 	jsonOut, noTimeline, noChart, firstStep                                                    bool
+	timelinePoints                                                                             int
 	svg, png                                                                                   string
 	graph, workloadPath                                                                        string
 	hostMemory                                                                                 string
@@ -130,6 +131,9 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			if err := sf.unreadOutsideServe(f.mode); err != nil {
 				return err
 			}
+			if n := f.timelinePoints; n < 1 || n > report.MaxTimelinePoints {
+				return fmt.Errorf("--timeline-points %d: want 1 to %d events (--no-timeline leaves the timeline out)", n, report.MaxTimelinePoints)
+			}
 			spec, err := f.spec()
 			if err != nil {
 				return err
@@ -158,7 +162,11 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			}
 			err = emit(stdout, f.jsonOut,
 				func(w io.Writer) error {
-					j := report.Build(res, !f.noTimeline)
+					points := f.timelinePoints
+					if f.noTimeline {
+						points = 0
+					}
+					j := report.Build(res, points)
 					j.NextStep, j.Warnings = report.NextStep(next), ws
 					return writeJSON(w, j)
 				},
@@ -175,6 +183,8 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	f.register(fl)
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
 	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
+	fl.IntVar(&f.timelinePoints, "timeline-points", report.DefaultTimelinePoints,
+		fmt.Sprintf("most events of the JSON timeline: a plan of more ops gives each run of ops in a row as its highest (the peak's op among them), with op_index and ops (at most %d)", report.MaxTimelinePoints))
 	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
 	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&f.png, "png", "", "draw the timeline to this PNG file")

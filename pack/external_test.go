@@ -38,7 +38,7 @@ func TestPlanJSONJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := json.Marshal(report.Build(res, true))
+	data, err := json.Marshal(report.Build(res, report.DefaultTimelinePoints))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func (c *Compare) Add(r engine.Row) {
 		}
 	}
 	if c.full {
-		j.Plan = Build(res, false)
+		j.Plan = Build(res, 0)
 	}
 	c.j.Rows = append(c.j.Rows, j)
 }

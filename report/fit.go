@@ -100,7 +100,7 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 		}
 	}
 	if detail && p.Result != nil {
-		j.Detail = Build(p.Result, false)
+		j.Detail = Build(p.Result, 0)
 	}
 	return j
 }

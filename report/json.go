@@ -58,7 +58,22 @@ type EventJSON struct {
 	Total     units.Bytes `json:"total"`
 	LedgerJSON
 	Recompute bool `json:"recompute,omitempty"`
+	// OpIndex and Ops, in a timeline of more ops than the points asked
+	// for: the op the event is (the highest of Ops ops in a row, which it
+	// stands for). Absent, the event is op i of the timeline's i.
+	OpIndex int `json:"op_index,omitempty"`
+	Ops     int `json:"ops,omitempty"`
 }
+
+// DefaultTimelinePoints is how many events a JSON timeline holds at most
+// (--timeline-points): the plans of the README's examples have 1,400-2,900
+// ops, and a chart is no finer than its pixels, where deepseek-v3's plan of
+// three micro-steps has 1.4 million ops (555 MB of JSON, 3.2 GB to write).
+// MaxTimelinePoints is the most it may ask for.
+const (
+	DefaultTimelinePoints = 10_000
+	MaxTimelinePoints     = 200_000
+)
 
 // PlanJSON is the machine form of `memplan plan`.
 type PlanJSON struct {
@@ -127,7 +142,11 @@ type PlanJSON struct {
 	// ignored or found implausible.
 	NextStep *NextStepJSON `json:"next_step,omitempty"`
 	Warnings []string      `json:"warnings,omitempty"`
-	Timeline []EventJSON   `json:"timeline,omitempty"`
+	// TimelineOps is the ops of a timeline of more than its points (each
+	// event then the highest of the ops it stands for, the peak's op one
+	// of them); absent when it holds every op.
+	TimelineOps int         `json:"timeline_ops,omitempty"`
+	Timeline    []EventJSON `json:"timeline,omitempty"`
 }
 
 // NextStepJSON is the strategy of compare that lowers the peak the most.
@@ -217,8 +236,9 @@ func phases(p *ir.Program, r *sim.Result) phasesJSON {
 	return out
 }
 
-// Build assembles the JSON form; timeline adds one event per op.
-func Build(res *engine.Result, timeline bool) *PlanJSON {
+// Build assembles the JSON form; a timeline of at most points events is
+// added when points > 0 (timelineEvents).
+func Build(res *engine.Result, points int) *PlanJSON {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	j := &PlanJSON{
 		Schema: Schema, Model: s.JobName(), Mode: s.Mode.String(),
@@ -278,19 +298,51 @@ func Build(res *engine.Result, timeline bool) *PlanJSON {
 			TokensPerS: t.TokensPerSec, SamplesPerS: t.SamplesPerSec, MFU: t.MFU, HFU: t.HFU}
 	}
 	j.Reserved = buildReserved(res)
-	if timeline {
-		j.Timeline = make([]EventJSON, len(r.Timeline))
-		for i, pt := range r.Timeline {
-			op := &p.Ops[pt.Op]
-			j.Timeline[i] = EventJSON{Op: op.Name, Module: op.Module, Phase: pt.Phase.String(), MicroStep: pt.Micro, Total: pt.Total, LedgerJSON: ledger(pt.Cat), Recompute: op.Recompute}
+	if points > 0 {
+		j.Timeline = timelineEvents(p, r.Timeline, points)
+		if len(j.Timeline) < len(r.Timeline) {
+			j.TimelineOps = len(r.Timeline)
 		}
 	}
 	return j
 }
 
-// WriteJSON writes the JSON form, indented.
-func WriteJSON(w io.Writer, res *engine.Result, timeline bool) error {
+// timelineEvents is one event per op of tl when it has at most points ops;
+// else runs of ⌈len/points⌉ ops in a row, each as its highest op (the
+// first of equals), so the peak's op is an event and no event is above it.
+func timelineEvents(p *ir.Program, tl []sim.Point, points int) []EventJSON {
+	event := func(pt sim.Point) EventJSON {
+		op := &p.Ops[pt.Op]
+		return EventJSON{Op: op.Name, Module: op.Module, Phase: pt.Phase.String(), MicroStep: pt.Micro, Total: pt.Total, LedgerJSON: ledger(pt.Cat), Recompute: op.Recompute}
+	}
+	if len(tl) <= points {
+		out := make([]EventJSON, len(tl))
+		for i, pt := range tl {
+			out[i] = event(pt)
+		}
+		return out
+	}
+	k := (len(tl) + points - 1) / points
+	out := make([]EventJSON, 0, (len(tl)+k-1)/k)
+	for lo := 0; lo < len(tl); lo += k {
+		hi := min(lo+k, len(tl))
+		top := lo
+		for i := lo + 1; i < hi; i++ {
+			if tl[i].Total > tl[top].Total {
+				top = i
+			}
+		}
+		e := event(tl[top])
+		e.OpIndex, e.Ops = tl[top].Op, hi-lo
+		out = append(out, e)
+	}
+	return out
+}
+
+// WriteJSON writes the JSON form, indented, with a timeline of at most
+// points events (none when points is 0).
+func WriteJSON(w io.Writer, res *engine.Result, points int) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(Build(res, timeline))
+	return enc.Encode(Build(res, points))
 }

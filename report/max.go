@@ -42,10 +42,10 @@ func BuildMax(r *search.MaxResult, next *engine.Row, warnings []string) *MaxJSON
 	j := &MaxJSON{Schema: "memplan.max/v1", Dimension: r.Dim.Field().Key(), Value: r.Value, Step: r.Step, Cap: r.Cap, CapReason: r.CapWhy,
 		AtCap: r.Value > 0 && r.AtCap(), Plans: r.Plans, NextStep: NextStep(next), Warnings: warnings}
 	if r.At != nil {
-		j.At, j.CapacityBytes = Build(r.At, false), r.At.Capacity
+		j.At, j.CapacityBytes = Build(r.At, 0), r.At.Capacity
 	}
 	if r.Beyond != nil {
-		j.Beyond, j.CapacityBytes = Build(r.Beyond, false), r.Beyond.Capacity
+		j.Beyond, j.CapacityBytes = Build(r.Beyond, 0), r.Beyond.Capacity
 	}
 	return j
 }

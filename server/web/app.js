@@ -207,7 +207,10 @@ let timelinePlot = null;
 // bytes.
 function drawTimeline(p) {
   const tl = p.timeline || [];
-  const xs = tl.map((_, i) => i);
+  // A timeline of more ops than its events gives each event's op_index
+  // (the highest op of the run it stands for); absent, event i is op i.
+  const xs = tl.map((e, i) => e.op_index ?? i);
+  const peakAt = Math.max(0, xs.indexOf(p.peak.op_index));
   const cats = CATEGORIES.filter(([c]) => tl.some((e) => e[c] > 0));
   const sums = [];
   let acc = tl.map(() => 0);
@@ -232,11 +235,11 @@ function drawTimeline(p) {
     scales: { x: { time: false } },
     axes: [{ label: "op" }, gibAxis()],
     cursor: { drag: { x: true, y: false } },
-    hooks: { setCursor: [(u) => hover(tl, u.cursor.idx == null ? p.peak.op_index : u.cursor.idx)] },
+    hooks: { setCursor: [(u) => hover(tl, u.cursor.idx == null ? peakAt : u.cursor.idx)] },
   };
   if (timelinePlot) timelinePlot.destroy();
   timelinePlot = new uPlot(opts, data, $("timeline"));
-  hover(tl, p.peak.op_index);
+  hover(tl, peakAt);
 }
 
 // gibAxis is a y axis in whole GiB steps.
@@ -250,7 +253,7 @@ function gibAxis() {
 function hover(tl, idx) {
   const e = idx == null ? null : tl[idx];
   $("hover").textContent = e
-    ? "#" + idx + " " + e.op + (e.module ? " · " + e.module : "") + " · " + e.phase +
+    ? "#" + (e.op_index ?? idx) + " " + e.op + (e.module ? " · " + e.module : "") + " · " + e.phase +
       (e.micro_step ? " (micro-step " + e.micro_step + ")" : "") + (e.recompute ? " · recompute" : "") + " · " + gib(e.total)
     : "\u00a0";
 }

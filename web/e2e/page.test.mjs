@@ -130,7 +130,7 @@ async function checkHover(plan) {
   const shown = await text("#hover");
   const m = shown.match(/^#(\d+) (\S+)/);
   assert.ok(m, "hover shows an op: " + shown);
-  const ev = plan.timeline[Number(m[1])];
+  const ev = plan.timeline.find((e, i) => (e.op_index ?? i) === Number(m[1]));
   assert.equal(m[2], ev.op);
   if (ev.module) assert.ok(shown.includes(" · " + ev.module + " · "), `hover ${shown} lacks module ${ev.module}`);
 
