@@ -79,7 +79,7 @@ func TestShortAccumShowsPeak(t *testing.T) {
 				if r.Spec.Accum != k {
 					t.Fatalf("accum %d reported as %d", k, r.Spec.Accum)
 				}
-				if k > 4 && r.SimAccum != 3 {
+				if k > 3 && r.SimAccum != 3 {
 					t.Fatalf("accum %d simulated %d micro-steps", k, r.SimAccum)
 				}
 				if want == nil {

@@ -189,6 +189,11 @@ func CompareEachContext(ctx context.Context, base Spec, allow Allow, each func(R
 	if err := base.Validate(); err != nil {
 		return err
 	}
+	if base.Model != nil {
+		if err := base.validateSimulatedBlocks(MaxCompareBlocks, "compare holds (a baseline's programs beside each strategy's)"); err != nil {
+			return err
+		}
+	}
 	first := true
 	return eachVariant(base, Variants(base, allow), Options{Cache: &Cache{}, NoTimeline: true, Context: ctx}, nil, func(_ int, r Row) error {
 		if first && r.Err != nil {

@@ -230,7 +230,7 @@ type Options struct {
 	Totals bool
 	// NoTiming leaves Result.Timing nil and StepFLOPs 0: for plans whose
 	// step time nobody reads (the next step's strategies, judged by their
-	// peaks). A plan of more than four micro-steps then builds no
+	// peaks). A plan of more than three micro-steps then builds no
 	// two-micro-step program to extrapolate its step from (planShortAccum),
 	// and a 1F1B pipeline of p+2 to 2p+3 micro-steps simulates the p+1 that
 	// show every stage's peak (pipelineShortAccum) instead of all of them
@@ -243,7 +243,7 @@ type Options struct {
 	// without the head and loss).
 	Stages []int
 	// AllAccum simulates every micro-step; by default a plan of more than
-	// four micro-steps without pipelining simulates the three that show its
+	// three micro-steps without pipelining simulates the three that show its
 	// peak and extrapolates its step time (shortAccum), and a 1F1B pipeline
 	// simulates p+1, its step time extrapolated from p+1 and p+2
 	// (pipelineShortAccum, planPipelineShortAccum).

@@ -255,7 +255,7 @@ func TestPropertyStepOnlyVariantsKeepForwardBackward(t *testing.T) {
 // Options.NoTiming, which the lever plans its strategies with, drops the
 // step time and nothing else: the peaks, what fits and the host memory
 // equal a priced plan's, under accumulation too (where a priced plan of
-// more than four micro-steps builds two more for its step time) and under
+// more than three micro-steps builds two more for its step time) and under
 // a pipeline (every stage priced; unpriced, p+1 micro-steps simulated,
 // TestPropertyPipelineShortAccumShowsPeak).
 func TestPropertyNoTimingKeepsPeaks(t *testing.T) {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models/build"
@@ -71,6 +73,9 @@ func (s *Spec) validateModelSize() error {
 	if _, ok := mulChecked(int64(a.Layers), int64(1+a.NumExperts), MaxBlocks); !ok {
 		return invalid(FieldModel, "%s has %d layers × %d experts: over the limit of %d layers × (1 + experts) a plan builds (Kimi K2, the largest published, has 61 × 385)", a.Name, a.Layers, a.NumExperts, MaxBlocks)
 	}
+	if err := s.validateSimulatedBlocks(MaxSimBlocks, "a plan holds"); err != nil {
+		return err
+	}
 	tokens := int64(s.Seq) + int64(s.GenTokens)
 	width := int64(max(a.Hidden, a.Intermediate, a.Vocab, a.QDim(), 1))
 	if s.Attention == build.Eager {
@@ -102,8 +107,47 @@ func (s *Spec) validateModelSize() error {
 	return nil
 }
 
+// validateSimulatedBlocks bounds the blocks a plan simulates at once: a
+// pipeline stage's layers × (1 + experts), times the micro-steps its
+// program holds (plannedAccum; a priced 1F1B stage is built with one more
+// to extrapolate its step). The program, its timeline and its allocator
+// replay take 34-41 KB of memory per block and micro-step (deepseek-v3,
+// 15,677 blocks over three micro-steps: 1.6 GB; a 4,096-layer × 7-expert
+// config over two: 2.6 GB), so MaxSimBlocks keeps a plan near 2 GB.
+// compare holds a baseline's programs beside each strategy's (its cache)
+// and gets MaxCompareBlocks (CompareEachContext).
+func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
+	a := s.Model
+	steps := 1
+	if s.Mode == Train {
+		steps = plannedAccum(s, Options{})
+		if s.PP > 1 && steps < s.Accum && s.GPU != nil {
+			steps++ // priced from m and m+1 (planPipelineShortAccum)
+		}
+	}
+	pp := max(s.PP, 1)
+	layers := (a.Layers + pp - 1) / pp
+	blocks := int64(layers) * int64(1+a.NumExperts)
+	if blocks*int64(max(steps, 1)) <= limit {
+		return nil
+	}
+	where := fmt.Sprintf("%s's %d layers", a.Name, a.Layers)
+	if pp > 1 {
+		where = fmt.Sprintf("a stage's %d of %s's %d layers", layers, a.Name, a.Layers)
+	}
+	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): cut the layers per stage with {pp}, or plan fewer micro-steps ({accum} 1 to 3 holds that many, more hold three)",
+		where, a.NumExperts, blocks, steps, holds, limit)
+}
+
 // More limits (see above).
 const (
+	// MaxSimBlocks bounds blocks × micro-steps a plan holds at once
+	// (validateSimulatedBlocks): 3 × 2^14. MaxCompareBlocks is compare's:
+	// deepseek-v2 over three micro-steps (28,980 blocks) compares in
+	// 1.8-1.9 GiB, a 4,096-layer × 7-expert config over one (32,768) took
+	// 3.9 GB.
+	MaxSimBlocks     = 3 << 14
+	MaxCompareBlocks = 15 << 11
 	// MaxBlocks bounds layers × (1 + experts): DeepSeek-V3 has 61 × 257,
 	// Kimi K2 61 × 385, Qwen3-Next 48 × 513.
 	MaxBlocks = 1 << 15

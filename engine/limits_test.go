@@ -32,6 +32,12 @@ func TestLimits(t *testing.T) {
 	}
 	moe := *lookup(t, "mixtral-8x7b")
 	moe.Name, moe.Layers, moe.NumExperts, moe.Hidden = "mixtral-4096", 4096, 4096, 64
+	// 4096 × (1 + 7) = 2^15 blocks: within MaxBlocks, but over two
+	// micro-steps 2.6 GB (the adversarial sweep's moe7.json).
+	moe7 := *lookup(t, "mixtral-8x7b")
+	moe7.Name, moe7.Layers, moe7.NumExperts, moe7.Hidden = "moe7", 4096, 7, 64
+	kimi := *lookup(t, "deepseek-v3")
+	kimi.Name, kimi.NumExperts = "kimi-k2", 384
 	for _, c := range []struct {
 		name  string
 		s     Spec
@@ -46,6 +52,8 @@ func TestLimits(t *testing.T) {
 		{"eager scores", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 30, Attention: build.Eager}}, FieldSeq, "2^58 elements"},
 		{"eager total", Spec{Job: Job{Model: lookup(t, "llama-3-70b"), Seq: 1 << 25, Attention: build.Eager}}, FieldMicroBatch, "more than 4 EiB"},
 		{"experts", Spec{Job: Job{Model: &moe, Seq: 128}}, FieldModel, "4096 layers × 4096 experts"},
+		{"blocks × micro-steps", Spec{Job: Job{Model: &moe7, Seq: 128, Accum: 2}}, FieldModel, "32768 blocks, times the 2 micro-steps a plan holds, are over the limit of 49152"},
+		{"blocks × three micro-steps", Spec{Job: Job{Model: &kimi, Seq: 128, Accum: 8}}, FieldModel, "23485 blocks, times the 3 micro-steps a plan holds"},
 		// Under engine's 2^34 tokens and 2^58 elements, over the graph
 		// builder's own bounds (found by TestPropertyTotalsAtTheLimits: the
 		// builder's "bad options" line named no flag).
@@ -87,5 +95,32 @@ func TestStorageSizeChecked(t *testing.T) {
 		if got != c.want || ok != c.ok {
 			t.Errorf("%+v at %d, %d: %d, %v; want %d, %v", c.st, c.b, c.seq, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// The blocks a plan holds at once: deepseek-v3 over three micro-steps
+// (47,031) and a Kimi-K2-sized model over one, or cut by --pp 2 over
+// three, are within it; compare's limit is its own (MaxCompareBlocks).
+func TestSimulatedBlocksWithin(t *testing.T) {
+	kimi := *lookup(t, "deepseek-v3")
+	kimi.Name, kimi.NumExperts = "kimi-k2", 384
+	for _, s := range []Spec{
+		{Job: Job{Model: lookup(t, "deepseek-v3"), Seq: 128, Accum: 8}},
+		{Job: Job{Model: lookup(t, "deepseek-v3"), Seq: 128, Accum: 4}},
+		{Job: Job{Model: &kimi, Seq: 128, Accum: 1}},
+		{Job: Job{Model: &kimi, Seq: 128, Accum: 8}, Parallel: Parallel{PP: 2}},
+	} {
+		if err := s.Validate(); err != nil {
+			t.Errorf("%s accum %d pp %d: %v", s.Model.Name, s.Accum, s.PP, err)
+		}
+	}
+	s := Spec{Job: Job{Model: lookup(t, "deepseek-v3"), Seq: 128, Accum: 8}}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	err := CompareEachContext(t.Context(), s, Allow{}, func(Row) error { return nil })
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != FieldModel || !strings.Contains(err.Error(), "compare holds") {
+		t.Errorf("compare deepseek-v3 --accum 8: %v, want compare's limit", err)
 	}
 }

@@ -46,7 +46,7 @@ func TestStepFLOPsEveryStage(t *testing.T) {
 				m, whole.StepFLOPs, r.StepFLOPs, whole.Timing.FLOPs, r.Timing.FLOPs)
 		}
 	}
-	// One stage: the priced step's FLOPs, extrapolated past four micro-steps.
+	// One stage: the priced step's FLOPs, extrapolated past three micro-steps.
 	s := Spec{Job: Job{Model: lookup(t, "gpt2"), MicroBatch: 1, Seq: 128, Accum: 9, Precision: ops.FP32, Optimizer: lower.SGD},
 		Target: Target{GPU: gpu}}
 	if r := mustPlan(t, s); r.SimAccum != 3 || r.StepFLOPs != r.Timing.FLOPs {

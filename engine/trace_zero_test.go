@@ -166,7 +166,8 @@ func TestTraceZeROAccum(t *testing.T) {
 	}
 	const accum = 4
 	for _, z := range []int{0, 2} {
-		res, err := Plan(Spec{Job: Job{Trace: tr, Accum: accum, Count: Counter{Measured: true}}, Parallel: Parallel{Sharding: Sharding{DP: 8, ZeRO: z}}})
+		// Every micro-step in the program (by default three of four).
+		res, err := PlanWith(Spec{Job: Job{Trace: tr, Accum: accum, Count: Counter{Measured: true}}, Parallel: Parallel{Sharding: Sharding{DP: 8, ZeRO: z}}}, Options{AllAccum: true})
 		if err != nil {
 			t.Fatal(err)
 		}

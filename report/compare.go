@@ -156,7 +156,7 @@ func (c *Compare) WriteText(w io.Writer) error {
 }
 
 // stepFLOPs is the FLOPs of r's optimizer step: its timing's when priced,
-// since a plan of more than four micro-steps simulates three and
+// since a plan of more than three micro-steps simulates three and
 // extrapolates the rest (engine.planShortAccum), so its program holds 3/k of
 // them (probe: compare's "accumulate ×8" row had extra FLOPs of -62.5%);
 // every pipeline stage's, not the slowest's (engine.Result.StepFLOPs).
