@@ -3,12 +3,10 @@ package snapshot
 import (
 	"bytes"
 	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
-	"strconv"
 
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/units"
@@ -97,14 +95,39 @@ func (t *Timeline) Total(i int) int64 {
 	return s
 }
 
-// maxTimelineBytes bounds what a gzipped timeline may expand to.
-const maxTimelineBytes = 4 << 30
+// A memory timeline's size is bounded by what torch.profiler writes for the
+// largest profile it can take, so that a small gzipped file cannot expand
+// into gigabytes of work (a 51 KB file of 50 MB of "0," took 1.8 GB and 6 s,
+// a 2 MB one of 2 GiB of spaces 4.6 GB and 10 s):
+//
+//   - maxTimelinePoints: a training step of a large model has some 10^4
+//     distinct microseconds with memory events (cpu_mlp_step.json, one step
+//     of a small MLP, has 714), and a profile schedule records a few steps;
+//     2^21 points is a hundred times that, and more than the profiler itself
+//     holds (its Python objects take about a kilobyte per event);
+//   - maxRawEvents: four raw events per point;
+//   - maxTimelineBytes: a point as export_memory_timeline writes it
+//     (json.dump, ", " separators) is at most about 140 bytes (a 16-digit
+//     time, nine sizes of at most 12 digits) and a raw event about 45, so
+//     256 bytes a point (512 MiB) holds any real file. Plain or gzipped,
+//     the data is read as a stream (timeline_scan.go), holding only the
+//     points.
+const (
+	maxTimelinePoints = 1 << 21
+	maxRawEvents      = 4 * maxTimelinePoints
+	maxTimelineBytes  = 256 * maxTimelinePoints
+)
 
 // IsTimeline says whether data looks like a torch.profiler memory timeline
 // (JSON, gzip or an HTML export) rather than a snapshot pickle.
 func IsTimeline(data []byte) bool {
 	t := bytes.TrimSpace(data)
-	return len(t) > 0 && (t[0] == '[' || t[0] == '<') || bytes.HasPrefix(data, []byte{0x1f, 0x8b})
+	if len(t) == 0 {
+		// Only whitespace: no pickle starts so, and the timeline reader
+		// says what it holds.
+		return len(data) > 0
+	}
+	return t[0] == '[' || t[0] == '<' || bytes.HasPrefix(data, []byte{0x1f, 0x8b})
 }
 
 // ReadTimelineFile reads a torch.profiler memory timeline. Errors are one
@@ -124,98 +147,160 @@ func ReadTimelineFile(path string) (*Timeline, error) {
 // ParseTimeline decodes a memory timeline in any of the data forms
 // export_memory_timeline writes (plain or gzipped JSON, coalesced or raw).
 func ParseTimeline(data []byte) (*Timeline, error) {
+	var r io.Reader = bytes.NewReader(data)
 	gz := bytes.HasPrefix(data, []byte{0x1f, 0x8b})
 	if gz {
-		r, err := gzip.NewReader(bytes.NewReader(data))
+		z, err := gzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("not a gzipped memory timeline: %v", err)
 		}
-		data, err = io.ReadAll(io.LimitReader(r, maxTimelineBytes+1))
-		if err != nil {
-			return nil, fmt.Errorf("gzipped memory timeline: %v", err)
-		}
-		if len(data) > maxTimelineBytes {
-			return nil, fmt.Errorf("gzipped memory timeline expands past %d bytes", maxTimelineBytes)
-		}
+		r = z
 	}
-	t := bytes.TrimSpace(data)
-	switch {
-	case len(t) == 0:
-		return nil, errors.New("empty memory timeline")
-	case t[0] == '<':
-		return nil, errors.New("an HTML memory timeline holds only a picture of the plot; export it to a .json or .raw.json.gz path instead")
-	case t[0] != '[':
-		return nil, errors.New("not a torch.profiler memory timeline: want a JSON array ([times, sizes] or raw events)")
-	}
-	var top []json.RawMessage
-	if err := json.Unmarshal(t, &top); err != nil {
-		return nil, fmt.Errorf("not a torch.profiler memory timeline: %v", oneLine(err))
-	}
-	var tl *Timeline
-	var err error
-	if coalescedShape(top) {
-		tl, err = coalesced(top)
-	} else {
-		tl, err = raw(top)
-	}
+	tl, err := readTimelineData(newScanner(r, gz))
 	if err != nil {
-		return nil, err
+		return nil, errors.New(oneLine(err))
 	}
 	tl.Gzipped = gz
 	return tl, nil
 }
 
-// coalescedShape: [times, sizes] with sizes an array of arrays (a raw file's
-// second element is one event, an array of numbers).
-func coalescedShape(top []json.RawMessage) bool {
-	if len(top) != 2 {
-		return false
+// readTimelineData reads the top array and tells the forms apart by its second
+// element: [times, sizes] has an array of arrays (or an empty one) there,
+// a raw file one event, an array of numbers.
+func readTimelineData(s *tlScanner) (*Timeline, error) {
+	c, ok, err := s.peek()
+	switch {
+	case err != nil:
+		return nil, err
+	case !ok && s.read > 0:
+		return nil, errors.New("empty memory timeline: it holds only whitespace")
+	case !ok:
+		return nil, errors.New("empty memory timeline")
+	case c == '<':
+		return nil, errors.New("an HTML memory timeline holds only a picture of the plot; export it to a .json or .raw.json.gz path instead")
+	case c != '[':
+		return nil, errors.New("not a torch.profiler memory timeline: want a JSON array ([times, sizes] or raw events)")
 	}
-	s := bytes.TrimSpace(top[1])
-	if len(s) < 2 || s[0] != '[' {
-		return false
+	s.pos++
+	if c, err = s.next("the first element"); err != nil {
+		return nil, err
 	}
-	s = bytes.TrimSpace(s[1:])
-	return len(s) > 0 && (s[0] == '[' || s[0] == ']')
+	if c == ']' {
+		return nil, errNoEvents
+	}
+	// The first element: the times, or raw event 0.
+	const first = "the first array (the times, or raw event 0)"
+	if err := s.open(first); err != nil {
+		return nil, err
+	}
+	var head []int64
+	if _, err := s.ints(first, func(_ int, v int64) error {
+		if len(head) == maxTimelinePoints {
+			return fmt.Errorf("%s: more than %d items, the most memplan reads (%d time points)", first, maxTimelinePoints, maxTimelinePoints)
+		}
+		head = append(head, v)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	rc := &rawCoalescer{tl: &Timeline{Form: "raw"}, tMin: -1, prevNS: -1}
+	if c, err = s.next("] or , after the first array"); err != nil {
+		return nil, err
+	}
+	if c == ']' {
+		s.pos++
+		if err := rc.add(0, head, len(head)); err != nil {
+			return nil, err
+		}
+		return rc.finish(s)
+	}
+	if c != ',' {
+		return nil, syntaxErr("want , or ] after the first array, got %s", s.token())
+	}
+	s.pos++
+	if err := s.open("the second element (the sizes, or raw event 1)"); err != nil {
+		return nil, err
+	}
+	if c, err = s.next("the second element"); err != nil {
+		return nil, err
+	}
+	if c == '[' || c == ']' {
+		return coalesced(s, head)
+	}
+	if err := rc.add(0, head, len(head)); err != nil {
+		return nil, err
+	}
+	return rc.rest(s)
 }
 
-func coalesced(top []json.RawMessage) (*Timeline, error) {
-	times, err := intArray(top[0], "the times (first array)")
+// coalesced reads the sizes of a [times, sizes] file whose second array's
+// '[' is read, row by row.
+func coalesced(s *tlScanner, times []int64) (*Timeline, error) {
+	tl := &Timeline{Form: "coalesced", Times: times, Sizes: make([][NumProfilerCategories]int64, 0, len(times))}
+	rows, err := s.array("the sizes (second array)", func(i int) error {
+		if i >= len(times) { // counted for the message, not kept
+			if err := s.open("the sizes (second array)"); err != nil {
+				return err
+			}
+			_, err := s.ints("the sizes (second array)", func(int, int64) error { return nil })
+			return err
+		}
+		return tl.row(s, i)
+	})
 	if err != nil {
 		return nil, err
 	}
-	var rows []json.RawMessage
-	if err := json.Unmarshal(top[1], &rows); err != nil {
-		return nil, fmt.Errorf("the sizes (second array): %v", oneLine(err))
+	if rows != len(times) {
+		return nil, fmt.Errorf("%d times but %d rows of sizes", len(times), rows)
 	}
-	if len(rows) != len(times) {
-		return nil, fmt.Errorf("%d times but %d rows of sizes", len(times), len(rows))
-	}
-	if len(rows) == 0 {
+	if rows == 0 {
 		return nil, errors.New("the memory timeline has no time points")
 	}
-	tl := &Timeline{Form: "coalesced", Times: times, Sizes: make([][NumProfilerCategories]int64, len(rows))}
-	for i, r := range rows {
-		if times[i] < -1 || times[i] > maxTimeUS {
-			return nil, fmt.Errorf("time point %d: %d µs (want -1, or a time from 0 to 2^62 µs)", i, times[i])
-		}
-		what := fmt.Sprintf("sizes at time point %d", i)
-		v, err := intArray(r, what)
-		if err != nil {
-			return nil, err
-		}
-		if len(v) != int(NumProfilerCategories)+1 {
-			return nil, fmt.Errorf("%s: %d numbers, want %d (a leading 0, then the %d categories of torch.profiler)", what, len(v), NumProfilerCategories+1, NumProfilerCategories)
-		}
-		if v[0] != 0 {
-			return nil, fmt.Errorf("%s: the leading number is %d, want 0 (no category has index -1)", what, v[0])
-		}
-		copy(tl.Sizes[i][:], v[1:])
-		if i > 0 && times[i] < times[i-1] {
-			return nil, fmt.Errorf("time point %d (%d µs) is before the one preceding it (%d µs)", i, times[i], times[i-1])
-		}
+	if c, err := s.next("the ] that closes the timeline"); err != nil {
+		return nil, err
+	} else if c != ']' {
+		return nil, syntaxErr("want [times, sizes], got %s after the sizes", s.token())
+	}
+	s.pos++
+	if err := s.atEnd(); err != nil {
+		return nil, err
 	}
 	return tl, tl.checkSizes()
+}
+
+// row reads the sizes at time point i and checks its time.
+func (tl *Timeline) row(s *tlScanner, i int) error {
+	times := tl.Times
+	if times[i] < -1 || times[i] > maxTimeUS {
+		return fmt.Errorf("time point %d: %d µs (want -1, or a time from 0 to 2^62 µs)", i, times[i])
+	}
+	if i > 0 && times[i] < times[i-1] {
+		return fmt.Errorf("time point %d (%d µs) is before the one preceding it (%d µs)", i, times[i], times[i-1])
+	}
+	what := fmt.Sprintf("sizes at time point %d", i)
+	if err := s.open(what); err != nil {
+		return err
+	}
+	var v [NumProfilerCategories + 1]int64
+	n, err := s.ints(what, func(j int, x int64) error {
+		if j < len(v) {
+			v[j] = x
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if n != len(v) {
+		return fmt.Errorf("%s: %d numbers, want %d (a leading 0, then the %d categories of torch.profiler)", what, n, NumProfilerCategories+1, NumProfilerCategories)
+	}
+	if v[0] != 0 {
+		return fmt.Errorf("%s: the leading number is %d, want 0 (no category has index -1)", what, v[0])
+	}
+	var sizes [NumProfilerCategories]int64
+	copy(sizes[:], v[1:])
+	tl.Sizes = append(tl.Sizes, sizes)
+	return nil
 }
 
 // maxLive bounds the live bytes of a time point, and of one category and one
@@ -248,73 +333,132 @@ func (t *Timeline) checkSizes() error {
 	return nil
 }
 
-// raw coalesces raw events as _coalesce_timeline does: a new point at every
-// new microsecond, pre-existing tensors (time -1) at the smallest time.
-func raw(top []json.RawMessage) (*Timeline, error) {
-	if len(top) == 0 {
-		return nil, errors.New("the memory timeline has no events")
-	}
-	tl := &Timeline{Form: "raw", RawEvents: len(top)}
-	var cur [NumProfilerCategories]int64
-	tMin, prevNS := int64(-1), int64(-1)
-	pendingIncrement := int64(0) // the bytes an INCREMENT_VERSION moves, between its two events
-	for i, e := range top {
+// rawCoalescer coalesces raw events as _coalesce_timeline does: a new
+// point at every new microsecond, pre-existing tensors (time -1) at the
+// smallest time.
+type rawCoalescer struct {
+	tl               *Timeline
+	cur              [NumProfilerCategories]int64
+	tMin, prevNS     int64
+	prevUS           int64 // the microseconds of prevNS
+	pendingIncrement int64 // the bytes an INCREMENT_VERSION moves, between its two events
+}
+
+// rest reads raw events 1 on, the second's '[' read, and the top array's ']'.
+func (rc *rawCoalescer) rest(s *tlScanner) (*Timeline, error) {
+	var ev [4]int64
+	for i := 1; ; i++ {
+		if i == maxRawEvents {
+			return nil, fmt.Errorf("more than %d raw events, the most memplan reads (4 for each of %d time points)", maxRawEvents, maxTimelinePoints)
+		}
 		what := fmt.Sprintf("raw event %d", i)
-		v, err := intArray(e, what)
+		if i > 1 {
+			if err := s.open(what); err != nil {
+				return nil, err
+			}
+		}
+		n, err := s.ints(what, func(j int, v int64) error {
+			if j < len(ev) {
+				ev[j] = v
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		if len(v) != 4 {
-			return nil, fmt.Errorf("%s: %d numbers, want 4 (time in ns, action, bytes, category)", what, len(v))
-		}
-		ns, action, n, c := v[0], v[1], v[2], v[3]
-		if err := rawEventOK(what, ns, prevNS, action, n, c, pendingIncrement); err != nil {
+		if err := rc.add(i, ev[:], n); err != nil {
 			return nil, err
 		}
-		prevNS = ns
-		if action == profIncrementVersion {
-			if pendingIncrement == 0 {
-				pendingIncrement = -n
-			} else {
-				pendingIncrement = 0
-			}
+		c, err := s.next("] or , after " + what)
+		if err != nil {
+			return nil, err
 		}
-		t := ns
-		if t != -1 {
-			// _coalesce_timeline's int(t / 1000): Python's true division
-			// rounds the exact quotient to the nearest float, then int()
-			// truncates (at today's epoch nanoseconds, past 2^53, that is
-			// not t / 1000 in integers).
-			f, _ := new(big.Rat).SetFrac64(t, 1000).Float64()
-			t = int64(f)
+		s.pos++
+		if c == ']' {
+			return rc.finish(s)
 		}
-		if tMin == -1 || (t < tMin && t > 0) {
-			tMin = t
+		if c != ',' {
+			s.pos--
+			return nil, syntaxErr("want , or ] after %s, got %s", what, s.token())
 		}
-		if len(tl.Times) == 0 || t != tl.Times[len(tl.Times)-1] {
-			if len(tl.Times) > 0 {
-				tl.Sizes = append(tl.Sizes, cur)
-			}
-			tl.Times = append(tl.Times, t)
-		}
-		// Within a time the running sum may dip below 0 (checkSizes
-		// judges each point's end), but never leave ±maxLive: past it,
-		// the next event could wrap int64.
-		switch {
-		case n > 0 && cur[c] > maxLive-n:
-			return nil, fmt.Errorf("%s (time point %d): the live bytes of %s pass 4 EiB (2^62 bytes), more than any device holds", what, len(tl.Times)-1, ProfilerCategory(c))
-		case n < 0 && cur[c] < -maxLive-n:
-			return nil, fmt.Errorf("%s (time point %d): the live bytes of %s fall below -4 EiB (-2^62 bytes)", what, len(tl.Times)-1, ProfilerCategory(c))
-		}
-		cur[c] += n
 	}
-	if pendingIncrement != 0 {
-		return nil, fmt.Errorf("raw event %d: an INCREMENT_VERSION (action 3) without its second half", len(top)-1)
+}
+
+// add coalesces raw event i, of count numbers (the first of them in v).
+func (rc *rawCoalescer) add(i int, v []int64, count int) error {
+	what := fmt.Sprintf("raw event %d", i)
+	if count != 4 {
+		return fmt.Errorf("%s: %d numbers, want 4 (time in ns, action, bytes, category)", what, count)
 	}
-	tl.Sizes = append(tl.Sizes, cur)
+	ns, action, n, c := v[0], v[1], v[2], v[3]
+	if err := rawEventOK(what, ns, rc.prevNS, action, n, c, rc.pendingIncrement); err != nil {
+		return err
+	}
+	if action == profIncrementVersion {
+		if rc.pendingIncrement == 0 {
+			rc.pendingIncrement = -n
+		} else {
+			rc.pendingIncrement = 0
+		}
+	}
+	t := rc.micros(ns)
+	rc.prevNS = ns
+	if rc.tMin == -1 || (t < rc.tMin && t > 0) {
+		rc.tMin = t
+	}
+	tl := rc.tl
+	if len(tl.Times) == 0 || t != tl.Times[len(tl.Times)-1] {
+		if len(tl.Times) == maxTimelinePoints {
+			return fmt.Errorf("%s: more than %d time points, the most memplan reads", what, maxTimelinePoints)
+		}
+		if len(tl.Times) > 0 {
+			tl.Sizes = append(tl.Sizes, rc.cur)
+		}
+		tl.Times = append(tl.Times, t)
+	}
+	// Within a time the running sum may dip below 0 (checkSizes judges
+	// each point's end), but never leave ±maxLive: past it, the next event
+	// could wrap int64.
+	switch {
+	case n > 0 && rc.cur[c] > maxLive-n:
+		return fmt.Errorf("%s (time point %d): the live bytes of %s pass 4 EiB (2^62 bytes), more than any device holds", what, len(tl.Times)-1, ProfilerCategory(c))
+	case n < 0 && rc.cur[c] < -maxLive-n:
+		return fmt.Errorf("%s (time point %d): the live bytes of %s fall below -4 EiB (-2^62 bytes)", what, len(tl.Times)-1, ProfilerCategory(c))
+	}
+	rc.cur[c] += n
+	rc.tl.RawEvents = i + 1
+	return nil
+}
+
+// micros is _coalesce_timeline's int(t / 1000) of an event's ns: Python's
+// true division rounds the exact quotient to the nearest float, then int()
+// truncates (at today's epoch nanoseconds, past 2^53, that is not t / 1000
+// in integers). Events of one ns share it, computed once.
+func (rc *rawCoalescer) micros(ns int64) int64 {
+	if ns == -1 {
+		return -1
+	}
+	if ns == rc.prevNS && ns != -1 {
+		return rc.prevUS
+	}
+	f, _ := new(big.Rat).SetFrac64(ns, 1000).Float64()
+	rc.prevUS = int64(f)
+	return rc.prevUS
+}
+
+// finish checks what follows the top array and closes the last point.
+func (rc *rawCoalescer) finish(s *tlScanner) (*Timeline, error) {
+	if err := s.atEnd(); err != nil {
+		return nil, err
+	}
+	tl := rc.tl
+	if rc.pendingIncrement != 0 {
+		return nil, fmt.Errorf("raw event %d: an INCREMENT_VERSION (action 3) without its second half", tl.RawEvents-1)
+	}
+	tl.Sizes = append(tl.Sizes, rc.cur)
 	for i := range tl.Times {
 		if tl.Times[i] < 0 {
-			tl.Times[i] = tMin
+			tl.Times[i] = rc.tMin
 		}
 	}
 	return tl, tl.checkSizes()
@@ -345,24 +489,6 @@ func rawEventOK(what string, ns, prevNS, action, n, c, pendingIncrement int64) e
 		return fmt.Errorf("%s: a PREEXISTING tensor at time %d ns (want -1)", what, ns)
 	}
 	return nil
-}
-
-// intArray decodes a JSON array of integers.
-func intArray(m json.RawMessage, what string) ([]int64, error) {
-	var items []json.RawMessage
-	if err := json.Unmarshal(m, &items); err != nil {
-		return nil, fmt.Errorf("%s: want an array of integers: %v", what, oneLine(err))
-	}
-	out := make([]int64, len(items))
-	for i, it := range items {
-		s := string(bytes.TrimSpace(it))
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s, item %d: %s is not an integer", what, i, truncate(s))
-		}
-		out[i] = v
-	}
-	return out, nil
 }
 
 func oneLine(err error) string {

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -185,4 +186,71 @@ func FuzzParseTimeline(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A timeline past what torch.profiler writes is refused while it is read,
+// holding little: a 2 MB gzipped file of 2 GiB of spaces took 4.6 GB and
+// 10 s and then said it had no events; 51 KB of 50 MB of "0," took 1.8 GB.
+func TestTimelineBounds(t *testing.T) {
+	// maxTimelinePoints + 1 points of a valid [times, sizes] file.
+	var b bytes.Buffer
+	b.WriteString("[[")
+	for i := 0; i <= maxTimelinePoints; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('0')
+	}
+	b.WriteString("],[")
+	for i := 0; i <= maxTimelinePoints; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("[0,0,0,0,0,0,0,0,0]")
+	}
+	b.WriteString("]]")
+	if _, err := ParseTimeline(b.Bytes()); err == nil || !strings.Contains(err.Error(), "more than 2097152 items") {
+		t.Errorf("%d points: %v", maxTimelinePoints+1, err)
+	}
+
+	// "[", 513 MiB of spaces, "]": gzip members of 1 MiB each, concatenated.
+	member := gz(bytes.Repeat([]byte(" "), 1<<20))
+	var bomb bytes.Buffer
+	bomb.Write(gz([]byte("[")))
+	for i := 0; i < maxTimelineBytes>>20+1; i++ {
+		bomb.Write(member)
+	}
+	bomb.Write(gz([]byte("]")))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := ParseTimeline(bomb.Bytes())
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "larger than 512 MiB") {
+		t.Errorf("513 MiB of spaces: %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
+		t.Errorf("reading 513 MiB of spaces allocated %d MiB", alloc>>20)
+	}
+
+	for _, c := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"gzipped whitespace", gz([]byte(" \n ")), "empty memory timeline: it holds only whitespace"},
+		{"plain whitespace", []byte(" \n "), "empty memory timeline: it holds only whitespace"},
+		{"more rows than times", []byte(`[[1], [[0,0,0,0,0,0,0,0,0], [0,0,0,0,0,0,0,0,0]]]`), "1 times but 2 rows of sizes"},
+		{"raw: five numbers", []byte(`[[-1, 1, 4, 0], [-1, 1, 4, 0, 9]]`), "raw event 1: 5 numbers, want 4"},
+		{"trailing data", []byte(`[[-1, 1, 4, 0]] x`), "more data after the timeline's array: x"},
+		{"trailing comma", []byte(`[[-1, 1, 4, 0,]]`), "a comma before ]"},
+		{"leading zero", []byte(`[[-1, 1, 04, 0]]`), "item 2: 04 is not an integer"},
+		{"past int64", []byte(`[[-1, 1, 9223372036854775808, 0]]`), "item 2: 9223372036854775808 is not an integer"},
+	} {
+		if _, err := ParseTimeline(c.data); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	if !IsTimeline([]byte(" \n")) {
+		t.Errorf("whitespace is not read as a timeline (the pickle reader calls it an unknown opcode)")
+	}
 }
