@@ -160,3 +160,70 @@ func TestReadFileRefusesProbeExpansion(t *testing.T) {
 		t.Fatalf("error %v, want one line naming %s", err, p)
 	}
 }
+
+// long writes v as LONG1 (8 bytes, little-endian two's complement).
+func (w *pickleWriter) long(v int64) *pickleWriter {
+	w.b = append(w.b, 0x8a, 8)
+	w.b = binary.LittleEndian.AppendUint64(w.b, uint64(v))
+	return w
+}
+
+// sizedSnapshot is one segment of total bytes in one block of block bytes,
+// and a trace of alloc events of the given sizes.
+func sizedSnapshot(total, block int64, sizes ...int64) []byte {
+	w := newPickle()
+	w.op('}', '(').str("segments").op(']', '(')
+	w.op('}', '(').str("device").int(0).str("address").long(1<<30).str("total_size").long(total).
+		str("segment_type").str("large").str("blocks").op(']', '(')
+	w.op('}', '(').str("size").long(block).str("state").str("inactive").op('u')
+	w.op('e', 'u', 'e').str("device_traces").op(']', '(', ']', '(')
+	for i, s := range sizes {
+		w.op('}', '(').str("action").str("alloc").str("addr").long(int64(1<<40) + int64(i)<<40).str("size").long(s).op('u')
+	}
+	return w.op('e', 'e', 'u', '.').b
+}
+
+// Every size a snapshot records is one of a device, and their sum cannot
+// wrap: a 2^63−1-byte allocation was reported as an 8388608 TiB allocated
+// peak beside 4 MiB reserved, and a segment of 2^63−1 bytes as a negative
+// reserved one (-9223372036852678657 bytes).
+func TestSizesAreADevices(t *testing.T) {
+	const tib = int64(1) << 40
+	cases := []struct {
+		name string
+		data []byte
+		want string // "" accepted
+	}{
+		{"an alloc of 2^63-1", sizedSnapshot(2<<20, 2<<20, 1<<62-1+1<<62), "device_traces[0][0] (alloc).size is 9223372036854775807 bytes, past 1 TiB"},
+		{"a segment of 2^63-1", sizedSnapshot(1<<62-1+1<<62, 2<<20), "segments[0].total_size is 9223372036854775807 bytes, past 1 TiB"},
+		{"a block of 2^63-1", sizedSnapshot(2<<20, 1<<62-1+1<<62), "segments[0].blocks[0].size is 9223372036854775807 bytes, past 1 TiB"},
+		{"a block past its segment", sizedSnapshot(2<<20, 4<<20), "blocks up to blocks[0] add up to 4194304 bytes, past its total_size 2097152"},
+		{"an alloc of -2", sizedSnapshot(2<<20, 2<<20, -2), "device_traces[0][0] (alloc) has addr 1099511627776, size -2"},
+		{"a segment of 1 TiB", sizedSnapshot(tib, tib, tib), ""},
+	}
+	// 2^22 events of 1 TiB take a pickle of 64 MiB (maxRecords); the sum
+	// is checked on the converter.
+	c := converter{}
+	for i := range 1 << 22 {
+		if err := c.sizeOK(tib, "device_traces[0]", fmt.Sprintf("[%d].size", i)); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	if err := c.sizeOK(1, "device_traces[0]", "[4194304].size"); err == nil || !strings.Contains(err.Error(), "device_traces[0][4194304].size: the sizes of the segments, blocks and trace events read so far sum past 4 EiB") {
+		t.Errorf("past 2^62 in all: %v", err)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse(c.data)
+			if c.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %v, want one line containing %q", err, c.want)
+			}
+		})
+	}
+}

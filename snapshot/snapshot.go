@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/units"
 )
 
 // Action is what a trace event records (TraceEntry::Action in
@@ -241,6 +242,39 @@ type converter struct {
 	// references, a pickle of that size may expand to.
 	size               int
 	records, frameRefs int64
+	// sized is the sum of every size read so far (sizeOK).
+	sized int64
+}
+
+// MaxDeviceBytes bounds every size a snapshot records (a segment's
+// total_size, a block's size and requested_size, a trace event's size):
+// 1 TiB, 3.5 times the most memory any GPU has (288 GB: B300, MI355X; an
+// expandable segment maps at most 1.125 times its device's memory), so a
+// size past it is not one of a device. A 2^63−1-byte allocation was
+// reported as an 8388608 TiB peak beside a 4 MiB reserved one.
+const MaxDeviceBytes = int64(1) << 40
+
+// maxAddress bounds a segment's, block's or event's address, so that an
+// address plus a size (at most MaxDeviceBytes) cannot wrap: 2^62, past any
+// virtual address a CUDA device hands out (at most 2^57).
+const maxAddress = int64(units.MaxBytes)
+
+// sizeOK refuses a size of what past MaxDeviceBytes or below 0, and sizes
+// that sum past units.MaxBytes (2^62) over the whole snapshot: then no sum
+// or difference of any of them, which explain and the allocator replay
+// compute, can wrap int64. Real snapshots are far below it (a million
+// trace events of 1 TiB each sum to 2^60).
+func (c *converter) sizeOK(v int64, w, field string) error {
+	switch {
+	case v < 0:
+		return layoutError("%s%s is %d bytes; want at least 0", w, field, v)
+	case v > MaxDeviceBytes:
+		return layoutError("%s%s is %d bytes, past 1 TiB (2^40 bytes), more than any GPU's memory", w, field, v)
+	case v > int64(units.MaxBytes)-c.sized:
+		return layoutError("%s%s: the sizes of the segments, blocks and trace events read so far sum past 4 EiB (2^62 bytes)", w, field)
+	}
+	c.sized += v
+	return nil
 }
 
 // A pickle's memo lets one value be referenced many times. PyTorch's
@@ -361,8 +395,11 @@ func (c *converter) segment(sv any, w string) (Segment, error) {
 	if s.Stream, err = getIntOr(d, "stream", w, 0); err != nil {
 		return s, err
 	}
-	if s.TotalSize <= 0 || s.Address < 0 || s.Device < 0 || s.Device > 1<<16 {
+	if s.TotalSize <= 0 || s.Address < 0 || s.Address > maxAddress || s.Device < 0 || s.Device > 1<<16 {
 		return s, layoutError("%s has address %d, total_size %d, device %d", w, s.Address, s.TotalSize, s.Device)
+	}
+	if err := c.sizeOK(s.TotalSize, w, ".total_size"); err != nil {
+		return s, err
 	}
 	if err := segmentKind(d, w, &s); err != nil {
 		return s, err
@@ -384,7 +421,9 @@ func (c *converter) segment(sv any, w string) (Segment, error) {
 		if err != nil {
 			return s, err
 		}
-		off += b.Size
+		if off += b.Size; off > s.Address+s.TotalSize {
+			return s, layoutError("%s: its blocks up to blocks[%d] add up to %d bytes, past its total_size %d", w, j, off-s.Address, s.TotalSize)
+		}
 		s.Blocks = append(s.Blocks, b)
 		if b.Allocated() {
 			s.AllocatedSize += b.Size
@@ -451,6 +490,12 @@ func (c *converter) block(bvi any, bw string, off int64) (Block, error) {
 	}
 	if b.Size <= 0 || b.Address != off || b.Requested < 0 {
 		return b, layoutError("%s (address %d, size %d) does not continue its segment at %d", bw, b.Address, b.Size, off)
+	}
+	if err := c.sizeOK(b.Size, bw, ".size"); err != nil {
+		return b, err
+	}
+	if err := c.sizeOK(b.Requested, bw, ".requested_size"); err != nil {
+		return b, err
 	}
 	if fv := blockFrames(bd); fv != nil {
 		if b.Frames, err = c.frameList(fv, bw); err != nil {
@@ -589,8 +634,11 @@ func (c *converter) trace(v any, dev int) ([]Event, bool, error) {
 		if e.Size == -1 {
 			e.Size = 0
 		}
-		if e.Size < 0 || (a <= SegmentUnmap && e.Addr < 0) {
+		if e.Size < 0 || (a <= SegmentUnmap && (e.Addr < 0 || e.Addr > maxAddress)) {
 			return nil, false, layoutError("%s (%s) has addr %d, size %d", w, name, e.Addr, e.Size)
+		}
+		if err := c.sizeOK(e.Size, w, " ("+name+").size"); err != nil {
+			return nil, false, err
 		}
 		if fv, ok := d.Get("frames"); ok {
 			if e.Frames, err = c.frameList(fv, w); err != nil {
