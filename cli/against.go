@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/explain"
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/report"
 	"github.com/memplan/memplan/units"
 )
@@ -45,13 +47,51 @@ func readPlanJSON(path string) (*report.PlanJSON, error) {
 		return nil, fmt.Errorf("--against: %v", err)
 	}
 	var pj report.PlanJSON
-	if err := json.Unmarshal(b, &pj); err != nil {
-		return nil, fmt.Errorf("--against %s: not a plan JSON (memplan plan --json): %v", path, err)
+	if err := json.Unmarshal(boundedio.TrimBOM(b), &pj); err != nil {
+		return nil, fmt.Errorf("--against %s: not a plan JSON (memplan plan --json): %s", path, yamlerr.Message(err))
 	}
 	if pj.Schema != report.Schema {
-		return nil, fmt.Errorf("--against %s: schema %q, want %s (memplan plan --json)", path, pj.Schema, report.Schema)
+		return nil, fmt.Errorf("--against %s: schema %q, want %s (memplan plan --json)", path, truncate(pj.Schema, 80), report.Schema)
+	}
+	if err := planBytesOK(&pj); err != nil {
+		return nil, fmt.Errorf("--against %s: %v", path, err)
 	}
 	return &pj, nil
+}
+
+// planBytesOK refuses a plan JSON whose sizes the comparison reads are
+// negative or past 2^62 bytes (4 EiB, engine.MaxBytes: no plan that
+// memplan writes holds more), or whose ledger sums past it: a peak of -5
+// bytes was compared as "-5 B predicted", one of 2^63-1 as +66240832709.5%.
+func planBytesOK(pj *report.PlanJSON) error {
+	l := pj.Ledger
+	fields := []struct {
+		name string
+		v    units.Bytes
+	}{
+		{"peak.bytes", pj.Peak.Bytes},
+		{"ledger.parameters", l.Parameters}, {"ledger.gradients", l.Gradients}, {"ledger.optimizer_state", l.OptimizerState},
+		{"ledger.activations", l.Activations}, {"ledger.temporaries", l.Temporaries}, {"ledger.kv_cache", l.KVCache}, {"ledger.other", l.Other},
+	}
+	if pj.Reserved != nil {
+		fields = append(fields, struct {
+			name string
+			v    units.Bytes
+		}{"reserved.peak_bytes", pj.Reserved.PeakBytes})
+	}
+	var ledger units.Bytes
+	for _, f := range fields {
+		if f.v < 0 || f.v > engine.MaxBytes {
+			return fmt.Errorf("%s is %d: want 0 to 2^62 bytes (4 EiB), as memplan plan --json writes", f.name, int64(f.v))
+		}
+		if strings.HasPrefix(f.name, "ledger.") {
+			if f.v > engine.MaxBytes-ledger { // both at most 2^62: no wrap
+				return fmt.Errorf("the ledger's categories up to %s sum past 2^62 bytes (4 EiB)", f.name)
+			}
+			ledger += f.v
+		}
+	}
+	return nil
 }
 
 // planAgainst is the plan to compare with: a plan JSON file, or the plan

@@ -73,6 +73,17 @@ func TestExplainAgainstBadInput(t *testing.T) {
 		{filepath.Join(dir, "missing.json"), "--against: cannot read"},
 		{notJSON, "not a plan JSON"},
 		{other, `schema "memplan.compare/v1"`},
+		// Sizes a plan cannot have were compared as written ("allocated
+		// peak -5 B predicted", "+66240832709.5%"), and a type mismatch
+		// said in Go's words (PointJSON.peak.bytes of type units.Bytes).
+		{planFile(t, dir, "negpeak", `"peak": {"bytes": -5}`), "negpeak.json: peak.bytes is -5: want 0 to 2^62 bytes"},
+		{planFile(t, dir, "hugepeak", `"peak": {"bytes": 9223372036854775807}`), "peak.bytes is 9223372036854775807: want 0 to 2^62 bytes"},
+		{planFile(t, dir, "negledger", `"peak": {"bytes": 5}, "ledger": {"gradients": -1}`), "ledger.gradients is -1"},
+		{planFile(t, dir, "negreserved", `"peak": {"bytes": 5}, "reserved": {"peak_bytes": -1}`), "reserved.peak_bytes is -1"},
+		{planFile(t, dir, "ledgersum", `"peak": {"bytes": 5}, "ledger": {"parameters": 4611686018427387904, "gradients": 4611686018427387904}`),
+			"the ledger's categories up to ledger.gradients sum past 2^62 bytes"},
+		{planFile(t, dir, "floatpeak", `"peak": {"bytes": 1e300}`), "floatpeak.json: not a plan JSON (memplan plan --json): peak.bytes: want a whole number of bytes, got a number (1e300)"},
+		{planFile(t, dir, "strpeak", `"peak": {"bytes": "big"}`), "peak.bytes: want a whole number of bytes, got a string"},
 	} {
 		var out, errb bytes.Buffer
 		if rc := Main([]string{"explain", snap, "--against", c.against}, &out, &errb); rc != 1 {
@@ -155,5 +166,29 @@ func TestExplainAgainstEverySnapshot(t *testing.T) {
 			}
 		}
 		t.Logf("%s: allocated %+.1f%%, reserved %+.1f%% (%d vs %d), largest disagreement %s", c.file, 100*a.RelError, 100**a.ReservedRelError, a.PredictReserved, a.SnapshotReserved, a.Largest)
+	}
+}
+
+// planFile writes a plan JSON of the given fields beside the schema.
+func planFile(t *testing.T, dir, name, fields string) string {
+	path := filepath.Join(dir, name+".json")
+	if err := os.WriteFile(path, []byte(`{"schema": "memplan.plan/v1", `+fields+`}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A plan JSON saved with a UTF-8 byte order mark (Notepad, PowerShell) is
+// read as without: encoding/json said "invalid character 'ï'".
+func TestExplainAgainstBOM(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bom.json")
+	plan := `{"schema": "memplan.plan/v1", "peak": {"bytes": 1000}, "ledger": {"parameters": 1000}}`
+	if err := os.WriteFile(path, []byte("\xef\xbb\xbf"+plan), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join("..", "testdata", "snapshots", "MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
+	var out, errb bytes.Buffer
+	if rc := Main([]string{"explain", snap, "--against", path}, &out, &errb); rc != 0 || !strings.Contains(out.String(), "allocated peak 1000 B predicted") {
+		t.Errorf("exit %d: %s%s", rc, errb.String(), out.String())
 	}
 }

@@ -98,3 +98,17 @@ func unwrap(err error) error {
 	}
 	return err
 }
+
+// bom is the UTF-8 byte order mark some editors (Notepad, PowerShell's
+// Out-File) put before a text file.
+var bom = []byte{0xef, 0xbb, 0xbf}
+
+// TrimBOM is data without a leading UTF-8 byte order mark: encoding/json
+// refuses one ("invalid character 'ï'"), the YAML readers skip it, so every
+// JSON file reader trims it first.
+func TrimBOM(data []byte) []byte {
+	if len(data) >= 3 && data[0] == bom[0] && data[1] == bom[1] && data[2] == bom[2] {
+		return data[3:]
+	}
+	return data
+}

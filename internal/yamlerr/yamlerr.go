@@ -60,6 +60,8 @@ func Message(err error) string {
 func kind(t string) string {
 	t = strings.TrimLeft(t, "*")
 	switch {
+	case t == "units.Bytes": // an int64 of bytes, not a mapping
+		return "a whole number of bytes"
 	case strings.HasPrefix(t, "[]"):
 		return "a list"
 	case strings.HasPrefix(t, "map["), strings.Contains(t, "."), strings.HasPrefix(t, "struct"):
