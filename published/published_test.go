@@ -84,6 +84,10 @@ func TestReadRefusesBadInput(t *testing.T) {
 	if _, err := Read(strings.NewReader(good), "f.jsonl"); err != nil {
 		t.Fatalf("good row refused: %v", err)
 	}
+	// Saved with a UTF-8 byte order mark: "invalid character 'ï'".
+	if _, err := Read(strings.NewReader("\xef\xbb\xbf"+good), "f.jsonl"); err != nil {
+		t.Errorf("a BOM before the first row: %v", err)
+	}
 	for _, c := range []struct{ in, want string }{
 		{"", "no rows"},
 		{"{", "f.jsonl:1: not a JSON object"},

@@ -130,6 +130,9 @@ func Read(r io.Reader, name string) ([]Row, error) {
 		if len(raw) > maxLineBytes {
 			return nil, fmt.Errorf("%w: %s:%d: line longer than %d bytes", ErrFile, name, line, maxLineBytes)
 		}
+		if line == 1 {
+			raw = boundedio.TrimBOM(raw) // as an editor may save it
+		}
 		if t := bytes.TrimSpace(raw); len(t) > 0 {
 			row, perr := parseRow(t)
 			if perr != nil {

@@ -121,7 +121,7 @@ const (
 // IsTimeline says whether data looks like a torch.profiler memory timeline
 // (JSON, gzip or an HTML export) rather than a snapshot pickle.
 func IsTimeline(data []byte) bool {
-	t := bytes.TrimSpace(data)
+	t := bytes.TrimSpace(boundedio.TrimBOM(data))
 	if len(t) == 0 {
 		// Only whitespace: no pickle starts so, and the timeline reader
 		// says what it holds.
@@ -147,7 +147,7 @@ func ReadTimelineFile(path string) (*Timeline, error) {
 // ParseTimeline decodes a memory timeline in any of the data forms
 // export_memory_timeline writes (plain or gzipped JSON, coalesced or raw).
 func ParseTimeline(data []byte) (*Timeline, error) {
-	var r io.Reader = bytes.NewReader(data)
+	var r io.Reader = bytes.NewReader(boundedio.TrimBOM(data))
 	gz := bytes.HasPrefix(data, []byte{0x1f, 0x8b})
 	if gz {
 		z, err := gzip.NewReader(r)

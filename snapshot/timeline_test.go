@@ -250,6 +250,10 @@ func TestTimelineBounds(t *testing.T) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
 	}
+	bom := append([]byte("\xef\xbb\xbf"), readTimeline(t, "cpu_mlp_step.json")...)
+	if tl, err := ParseTimeline(bom); !IsTimeline(bom) || err != nil || len(tl.Times) != 714 {
+		t.Errorf("a timeline with a UTF-8 BOM: %v", err)
+	}
 	if !IsTimeline([]byte(" \n")) {
 		t.Errorf("whitespace is not read as a timeline (the pickle reader calls it an unknown opcode)")
 	}

@@ -192,7 +192,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		} `json:"producer"`
 		Cases []json.RawMessage `json:"cases"`
 	}
-	if err := json.Unmarshal(data, &doc); err != nil {
+	if err := json.Unmarshal(boundedio.TrimBOM(data), &doc); err != nil {
 		return nil, fmt.Errorf("%s: %s", file, jsonMsg(err))
 	}
 	if doc.Schema == nil {
