@@ -4,9 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/boundedio"
 	"github.com/memplan/memplan/units"
 	"github.com/memplan/memplan/workload"
@@ -105,33 +109,85 @@ type rawCase struct {
 	SeqLen     *int            `json:"seq_len"`
 	Phases     *rawPhases      `json:"phases"`
 	FirstStep  *struct {
-		Phases *rawPhases `json:"phases"`
+		Phases    *rawPhases      `json:"phases"`
+		PeakBytes json.RawMessage `json:"peak_bytes"`
 	} `json:"first_step"`
 	Memory     rawMemory `json:"memory"`
 	Trace      string    `json:"trace"`
 	TraceBatch int       `json:"trace_batch"`
+	// Read only to be checked: the run's peak and its accumulation, which
+	// memplan_torch writes beside the phases and the workload.
+	PeakBytes json.RawMessage `json:"peak_bytes"`
+	Strategy  *struct {
+		Accumulation json.RawMessage `json:"accumulation"`
+	} `json:"strategy"`
 }
 
+// The largest micro-batch and sequence a case may describe: the workload
+// file's own limits on batch and seq_len (workload/fields.json).
+const (
+	maxCaseBatch = 1 << 24
+	maxCaseSeq   = engine.MaxTokens
+)
+
 // counts refuses a case's descriptive sizes outside what a run can have: a
-// micro-batch below 1, a negative sequence, trace batch, counter threshold
-// or overflow count (the plan reads the workload; these describe the run,
-// and the threshold picks the counter the peaks are compared as).
-func (rc *rawCase) counts(named string) error {
+// micro-batch outside 1 to 2^24, a sequence, trace batch, counter
+// threshold or overflow count below 0 or past the workload's and engine's
+// limits (the plan reads the workload; these describe the run, and the
+// threshold picks the counter the peaks are compared as); and the run's
+// peaks and accumulation, when given, as the phases and the engine bound
+// them (a peak of -1, 0 or 1e300 and an accumulation of 10^9 passed).
+func (rc *rawCase) counts(named string, w *workload.Workload) error {
 	for _, f := range []struct {
-		field string
-		v, lo int64
+		field     string
+		v, lo, hi int64
 	}{
-		{"micro_batch", int64(*rc.MicroBatch), 1},
-		{"seq_len", int64(derefOr(rc.SeqLen, 0)), 0},
-		{"trace_batch", int64(rc.TraceBatch), 0},
-		{"memory.threshold_bytes", rc.Memory.Threshold, 0},
-		{"memory.overflow", rc.Memory.Overflow, 0},
+		{"micro_batch", int64(*rc.MicroBatch), 1, maxCaseBatch},
+		{"seq_len", int64(derefOr(rc.SeqLen, 0)), 0, maxCaseSeq},
+		{"trace_batch", int64(rc.TraceBatch), 0, maxCaseBatch},
+		{"memory.threshold_bytes", rc.Memory.Threshold, 0, int64(units.MaxBytes)},
+		{"memory.overflow", rc.Memory.Overflow, 0, math.MaxInt64},
 	} {
 		if f.v < f.lo {
 			return fmt.Errorf("%s: %s is %d: want at least %d", named, f.field, f.v, f.lo)
 		}
+		if f.v > f.hi {
+			return fmt.Errorf("%s: %s is %d: want at most %d (the workload file's and the engine's limit)", named, f.field, f.v, f.hi)
+		}
 	}
-	return nil
+	const peak = "from 1 to 2^62 (a measured peak's bytes)"
+	if _, err := wholeIn(rc.PeakBytes, named, "peak_bytes", 1, int64(units.MaxBytes), peak); err != nil {
+		return err
+	}
+	if _, err := wholeIn(rc.FirstStep.PeakBytes, named, "first_step.peak_bytes", 1, int64(units.MaxBytes), peak); err != nil {
+		return err
+	}
+	if rc.Strategy == nil {
+		return nil
+	}
+	a, err := wholeIn(rc.Strategy.Accumulation, named, "strategy.accumulation", 1, engine.MaxAccum, "from 1 to 2^30 (the engine's limit on micro-steps)")
+	if err == nil && a != 0 && a != int64(w.Strategy.Accumulation) {
+		err = fmt.Errorf("%s: strategy.accumulation is %d, its workload's strategy.accumulation %d (the case describes the run of its workload)", named, a, w.Strategy.Accumulation)
+	}
+	return err
+}
+
+// wholeIn is a field's value, 0 when absent or null; a field given that is
+// not a whole number from lo to hi is refused in one line naming it and
+// what it takes.
+func wholeIn(raw json.RawMessage, named, field string, lo, hi int64, want string) (int64, error) {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s == "null" {
+		return 0, nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < lo || v > hi {
+		if len(s) > 40 {
+			s = s[:40] + "..."
+		}
+		return 0, fmt.Errorf("%s: %s is %s: want a whole number %s", named, field, s, want)
+	}
+	return v, nil
 }
 
 func derefOr(p *int, or int) int {
@@ -239,7 +295,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := rc.counts(named); err != nil {
+		if err := rc.counts(named, w); err != nil {
 			return nil, err
 		}
 		c := Case{Name: *rc.Name, Workload: w, Device: rc.Device, MicroBatch: *rc.MicroBatch, Phases: steady,

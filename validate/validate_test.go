@@ -185,6 +185,15 @@ func TestParseMeasuredPhasePeaks(t *testing.T) {
 		{"negative seq", func(c map[string]any) { c["seq_len"] = -1 }, `seq_len is -1: want at least 0`},
 		{"negative trace batch", func(c map[string]any) { c["trace_batch"] = -2 }, `trace_batch is -2: want at least 0`},
 		{"negative threshold", func(c map[string]any) { c["memory"] = map[string]any{"kind": "memtrack", "threshold_bytes": -1} }, `memory.threshold_bytes is -1: want at least 0`},
+		// The run's peak and accumulation passed whatever they were.
+		{"peak -1", func(c map[string]any) { c["peak_bytes"] = -1 }, `cases[0] "resnet18": peak_bytes is -1: want a whole number from 1 to 2^62`},
+		{"peak 0", func(c map[string]any) { c["peak_bytes"] = 0 }, `peak_bytes is 0: want a whole number from 1 to 2^62`},
+		{"peak 1e300", func(c map[string]any) { c["peak_bytes"] = 1e300 }, `peak_bytes is 1e+300: want a whole number from 1 to 2^62`},
+		{"first step peak string", func(c map[string]any) { c["first_step"].(map[string]any)["peak_bytes"] = "x" }, `first_step.peak_bytes is "x": want a whole number`},
+		{"micro-batch 1e12", func(c map[string]any) { c["micro_batch"] = 1_000_000_000_000 }, `micro_batch is 1000000000000: want at most 16777216`},
+		{"seq past 2^34", func(c map[string]any) { c["seq_len"] = int64(1) << 35 }, `seq_len is 34359738368: want at most 17179869184`},
+		{"accumulation 1e9", func(c map[string]any) { c["strategy"] = map[string]any{"accumulation": 1_000_000_000} }, `strategy.accumulation is 1000000000, its workload's strategy.accumulation 1`},
+		{"accumulation past 2^30", func(c map[string]any) { c["strategy"] = map[string]any{"accumulation": int64(1) << 31} }, `strategy.accumulation is 2147483648: want a whole number from 1 to 2^30`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseMeasured("m.json", measuredWith(t, c.edit))
@@ -195,6 +204,10 @@ func TestParseMeasuredPhasePeaks(t *testing.T) {
 	}
 	if _, err := ParseMeasured("m.json", measuredWith(t, func(map[string]any) {})); err != nil {
 		t.Errorf("the unedited case: %v", err)
+	}
+	// Saved with a UTF-8 byte order mark: "invalid character 'ï'".
+	if _, err := ParseMeasured("m.json", append([]byte("\xef\xbb\xbf"), measuredWith(t, func(map[string]any) {})...)); err != nil {
+		t.Errorf("with a BOM: %v", err)
 	}
 }
 
