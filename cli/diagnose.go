@@ -28,7 +28,9 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			"Given a CUDA memory snapshot (torch.cuda.memory._dump_snapshot), it says which phase and which lifetime\n" +
 			"objects hit the device's line: at the snapshot's recorded out-of-memory event, or where the caching\n" +
 			"allocator model replaying its allocations on a device of --capacity bytes runs out (or on --gpu's memory\n" +
-			"less the CUDA context, as plan counts it). A snapshot takes no other plan flag.",
+			"less the CUDA context, as plan counts it). A snapshot takes no other plan flag. Its exit status: 3 when\n" +
+			"the run ran out (recorded or replayed; the report is printed), 0 when the replay fits the device given\n" +
+			"(one line says so), 1 for bad input, a snapshot with no out-of-memory event and no device among it.",
 		Example: `  memplan diagnose --model llama-3.2-1b --gpu rtx-4090 --micro-batch 4 --seq 2048
   memplan diagnose oom_snapshot.pickle
   memplan diagnose snapshot.pickle --capacity 12GiB

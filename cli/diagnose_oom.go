@@ -63,6 +63,9 @@ func diagnoseSnapshot(ctx context.Context, stdout io.Writer, path string, dev re
 		ctx = context.Background()
 	}
 	s, err := snapshot.ReadFile(path)
+	if errors.Is(err, snapshot.ErrTimelineForm) {
+		return fmt.Errorf("%s is not a snapshot pickle (JSON, gzip or HTML, as torch.profiler's memory timeline): diagnose replays a snapshot's allocations, which a timeline does not record; for its peak run memplan explain %s", path, path)
+	}
 	if err != nil {
 		return err
 	}
@@ -71,23 +74,21 @@ func diagnoseSnapshot(ctx context.Context, stdout io.Writer, path string, dev re
 		return explainFlagErr(err)
 	}
 	o, err := explain.DiagnoseOOMContext(ctx, s, rep, dev.bytes)
-	var ce *explain.CapacityError
-	if errors.As(err, &ce) && ce.Capacity > 0 && dev.gpu != "" {
-		return fmt.Errorf("--gpu %s: %s fits in its %s (its memory less the CUDA context; the allocator model reserves at most %s)", dev.gpu, ce.File, ce.Capacity, ce.Reserved)
+	if ce := (*explain.CapacityError)(nil); errors.As(err, &ce) && ce.Capacity > 0 {
+		return snapshotFits(stdout, jsonOut, path, rep.Device, dev, ce)
 	}
 	if err != nil {
 		return explainFlagErr(err)
 	}
-	return emit(stdout, jsonOut,
+	err = emit(stdout, jsonOut,
 		func(w io.Writer) error {
-			e := json.NewEncoder(w)
-			e.SetIndent("", "  ")
-			return e.Encode(struct {
+			return encodeDiagnosis(w, struct {
 				Schema string `json:"schema"`
 				File   string `json:"file"`
 				Device int64  `json:"device"`
+				Fits   bool   `json:"fits"`
 				*explain.OOM
-			}{"memplan.diagnose-oom/v1", path, rep.Device, o})
+			}{"memplan.diagnose-oom/v1", path, rep.Device, false, o})
 		},
 		func(w io.Writer) error {
 			fmt.Fprintln(w, o.Paragraph)
@@ -106,4 +107,43 @@ func diagnoseSnapshot(ctx context.Context, stdout io.Writer, path string, dev re
 			}
 			return nil
 		})
+	if err != nil {
+		return err
+	}
+	// The run ran out (recorded, or replayed on the device given): the
+	// report is printed and the status says it does not fit, as plan's.
+	return verdict(ExitDoesNotFit)
+}
+
+// snapshotFits reports a replay that never runs out on the device given:
+// nothing to diagnose, and not bad input, so status 0 with one line (or
+// the JSON) saying it fits and how much the allocator model reserves.
+func snapshotFits(stdout io.Writer, jsonOut bool, path string, device int64, dev replayDevice, ce *explain.CapacityError) error {
+	where := fmt.Sprintf("%s (--capacity)", ce.Capacity)
+	if dev.gpu != "" {
+		where = fmt.Sprintf("%s (--gpu %s: its memory less the CUDA context)", ce.Capacity, dev.gpu)
+	}
+	summary := fmt.Sprintf("%s fits in %s: replayed through the allocator model, it reserves at most %s and never runs out, so there is no out-of-memory to diagnose.", path, where, ce.Reserved)
+	return emit(stdout, jsonOut,
+		func(w io.Writer) error {
+			return encodeDiagnosis(w, struct {
+				Schema   string `json:"schema"`
+				File     string `json:"file"`
+				Device   int64  `json:"device"`
+				Fits     bool   `json:"fits"`
+				Capacity int64  `json:"capacity_bytes"`
+				Reserved int64  `json:"reserved_bytes"`
+				Summary  string `json:"summary"`
+			}{"memplan.diagnose-oom/v1", path, device, true, int64(ce.Capacity), int64(ce.Reserved), summary})
+		},
+		func(w io.Writer) error {
+			_, err := fmt.Fprintln(w, summary)
+			return err
+		})
+}
+
+func encodeDiagnosis(w io.Writer, v any) error {
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(v)
 }

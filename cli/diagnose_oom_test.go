@@ -11,11 +11,13 @@ import (
 
 // diagnose SNAPSHOT --capacity: the MAGMA27 run (12.97 GiB allocated peak)
 // replayed on a 12 GiB device runs out in its forward with activations the
-// largest object alive; bad input gets one line and exit 1.
+// largest object alive, exit 3 (it does not fit, as plan's); on a device it
+// fits, exit 0 and a line saying so (it was exit 1, bad input, while an
+// out-of-memory exited 0); bad input gets one line and exit 1.
 func TestDiagnoseSnapshot(t *testing.T) {
 	snap := filepath.Join("..", "testdata", "snapshots", "MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle")
 	var out, errb bytes.Buffer
-	if rc := Main([]string{"diagnose", snap, "--capacity", "12GiB", "--json"}, &out, &errb); rc != 0 {
+	if rc := Main([]string{"diagnose", snap, "--capacity", "12GiB", "--json"}, &out, &errb); rc != ExitDoesNotFit {
 		t.Fatalf("exit %d: %s", rc, errb.String())
 	}
 	var got struct {
@@ -34,8 +36,22 @@ func TestDiagnoseSnapshot(t *testing.T) {
 	if got.Schema != "memplan.diagnose-oom/v1" || got.Phase != "forward" || got.Live.Bytes > 12<<30 || got.Live.ByCategory[0].Name != "activations" {
 		t.Errorf("%s", out.String())
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"diagnose", snap, "--capacity", "100GiB"}, snap + " fits in 100.00 GiB (--capacity): replayed through the allocator model, it reserves at most 13.12 GiB"},
+		{[]string{"diagnose", snap, "--gpu", "h100"}, "(--gpu h100: its memory less the CUDA context)"},
+		{[]string{"diagnose", snap, "--capacity", "100GiB", "--json"}, `"fits": true`},
+	} {
+		var out, errb bytes.Buffer
+		if rc := Main(c.args, &out, &errb); rc != 0 || !strings.Contains(out.String(), c.want) || errb.Len() != 0 {
+			t.Errorf("%v: exit %d, %q %q; want exit 0 and %q", c.args, rc, out.String(), errb.String(), c.want)
+		}
+	}
 	dir := t.TempDir()
 	junk := filepath.Join(dir, "x.pickle")
+	timeline := filepath.Join("..", "testdata", "profiler", "cpu_mlp_step.json.gz")
 	os.WriteFile(junk, []byte("\x80\x02K\x01."), 0o644)
 	for _, c := range []struct {
 		args []string
@@ -43,7 +59,7 @@ func TestDiagnoseSnapshot(t *testing.T) {
 	}{
 		{[]string{"diagnose", snap}, "give --capacity"},
 		{[]string{"diagnose", snap, "--capacity", "lots"}, "--capacity \"lots\""},
-		{[]string{"diagnose", snap, "--capacity", "100GiB"}, "--capacity 100.00 GiB: " + snap + " fits in it"},
+		{[]string{"diagnose", timeline, "--capacity", "1GiB"}, "for its peak run memplan explain " + timeline},
 		{[]string{"diagnose", snap, "--device", "7", "--capacity", "1GiB"}, "--device 7: " + snap + " has devices [0]"},
 		{[]string{"explain", snap, "--device", "7"}, "--device 7: " + snap + " has devices [0]"},
 		{[]string{"diagnose", junk, "--capacity", "1GiB"}, "not a CUDA memory snapshot"},

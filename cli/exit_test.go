@@ -48,6 +48,10 @@ func TestExitStatuses(t *testing.T) {
 		{[]string{"max", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "?", "--checkpoint", "auto"}, ExitOK, "--checkpoint auto picks other blocks as the micro-batch grows, but the blocks that fit a value fit every smaller one"},
 		{[]string{"compare", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64"}, ExitDoesNotFit, "none fits: every block checkpointed"},
 		{[]string{"diagnose", "--model", "gpt2", "--gpu", "l4", "--seq", "1024", "--micro-batch", "64", "--checkpoint", "auto"}, ExitDoesNotFit, "no checkpointing"},
+		// diagnose SNAPSHOT: out of memory on the device given is 3, as
+		// plan's; fitting it is 0 (they were the other way round).
+		{[]string{"diagnose", "../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle", "--capacity", "1GiB"}, ExitDoesNotFit, "runs out of memory"},
+		{[]string{"diagnose", "../testdata/snapshots/MAGMA27__assignment2-systems__15883f2b__memory_snapshot.pickle", "--gpu", "h100"}, ExitOK, "fits in"},
 		{[]string{"max", "--model", "gpt2", "--gpu", "rtx-4090", "--micro-batch", "?"}, ExitOK, "Largest micro-batch that fits: "},
 		{[]string{"max", "--model", "gpt2", "--budget", "100MiB", "--micro-batch", "?"}, ExitNothingFits, "Nothing fits: even micro-batch 1"},
 		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--global-batch", "4"}, ExitOK, "Fastest plan that fits"},

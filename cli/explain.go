@@ -139,8 +139,6 @@ func explainFlagErr(err error) error {
 		return fmt.Errorf("--device %d: %s has devices %v", de.Device, de.File, de.Have)
 	case errors.As(err, &ce) && ce.Capacity == 0:
 		return fmt.Errorf("%s: the trace records no out-of-memory event; give --capacity or --gpu to replay it on a smaller device", ce.File)
-	case errors.As(err, &ce):
-		return fmt.Errorf("--capacity %s: %s fits in it (the allocator model reserves at most %s)", ce.Capacity, ce.File, ce.Reserved)
 	}
 	return err
 }

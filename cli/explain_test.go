@@ -227,7 +227,6 @@ func TestSnapshotPathsTakeNoPlanFlags(t *testing.T) {
 		{[]string{"diagnose", snap, "--set", "cuda.overhead=0"}, "--set does not apply to a snapshot"},
 		{[]string{"diagnose", snap, "--capacity", "12GiB", "--gpu", "t4"}, "give --capacity or --gpu, not both"},
 		{[]string{"diagnose", snap, "--gpu", "bogus"}, "--gpu \"bogus\": not a GPU of the catalog"},
-		{[]string{"diagnose", snap, "--gpu", "t4"}, "--gpu t4: " + snap + " fits in its 14.38 GiB (its memory less the CUDA context"},
 		{[]string{"diagnose", snap}, "give --capacity or --gpu"},
 	} {
 		code, out, errs := run(c.args...)
@@ -235,14 +234,18 @@ func TestSnapshotPathsTakeNoPlanFlags(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want one line with %q", c.args[2:], code, len(out), errs, c.want)
 		}
 	}
-	// --gpu is the device less the CUDA context plan counts: the MAGMA27
-	// run (13.2 GiB reserved at its peak) runs out on a 10 GB MIG slice.
+	// --gpu is the device less the CUDA context plan counts: the run fits
+	// a t4's (exit 0, one line), and (13.2 GiB reserved at its peak) runs
+	// out on a 10 GB MIG slice (exit 3, the report).
+	if code, out, errs := run("diagnose", snap, "--gpu", "t4"); code != 0 || !strings.Contains(out, snap+" fits in 14.38 GiB (--gpu t4: its memory less the CUDA context)") {
+		t.Errorf("diagnose --gpu t4: exit %d, %q %q", code, out, errs)
+	}
 	code, out, errs := run("diagnose", snap, "--gpu", "a100-80gb-mig-1g.10gb", "--json")
 	var got struct {
 		Capacity int64  `json:"capacity_bytes"`
 		Phase    string `json:"phase"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &got) != nil {
+	if code != ExitDoesNotFit || json.Unmarshal([]byte(out), &got) != nil {
 		t.Fatalf("diagnose --gpu a100-80gb-mig-1g.10gb: exit %d, %q", code, errs)
 	}
 	if want := int64(10200547328) - 400_000_000; got.Capacity != want || got.Phase != "forward" {

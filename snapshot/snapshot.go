@@ -136,13 +136,17 @@ func ReadFile(path string) (*Snapshot, error) {
 	return s, nil
 }
 
+// ErrTimelineForm is in Parse's error for data in a form of torch.profiler's
+// memory timeline (JSON, gzip, HTML), which ReadTimelineFile reads.
+var ErrTimelineForm = errors.New("a torch.profiler memory timeline is read as a timeline, not as a snapshot")
+
 // Parse decodes a snapshot pickle.
 func Parse(data []byte) (*Snapshot, error) {
 	if len(data) > 0 && (data[0] == '{' || data[0] == '[') && looksJSON(data) {
-		return nil, errors.New("this is JSON, not a snapshot pickle (a torch.profiler memory timeline is read as a timeline, not as a snapshot)")
+		return nil, fmt.Errorf("this is JSON, not a snapshot pickle (%w)", ErrTimelineForm)
 	}
 	if bytes.HasPrefix(data, []byte{0x1f, 0x8b}) || bytes.HasPrefix(bytes.TrimSpace(data), []byte("<")) {
-		return nil, errors.New("this is gzip or HTML, not a snapshot pickle (a torch.profiler memory timeline is read as a timeline, not as a snapshot)")
+		return nil, fmt.Errorf("this is gzip or HTML, not a snapshot pickle (%w)", ErrTimelineForm)
 	}
 	v, err := Unpickle(data)
 	if err != nil {
