@@ -60,6 +60,7 @@ func TestParseWorkloadBadInput(t *testing.T) {
 		// hold (5,000 aliases of a string took the extender to 3.7 GB,
 		// then to "larger than 16.00 MiB"); keys must be strings.
 		{"{big: &a \"" + strings.Repeat("x", 200) + "\", refs: [" + strings.Repeat("*a,", 5000) + "*a]}", "", ": YAML aliases expand to more than 256 KiB"},
+		{"serve: {model: llama-3-70b, concurrency: 1048576, context: 8192}", "", "serve: concurrency 1048576 is more than the 8192 tokens vLLM schedules in one step at max-model-len 8192"},
 		{"?", "", ": a mapping key must be a string (line 1)"},
 		{"{train: {model: gpt2, ? [x] : 1}}", "", ": a mapping key must be a string (line 1)"},
 		{"train:\n  model: gpt2\n  ~: 1\n", "", ": a mapping key must be a string (line 3)"},

@@ -525,6 +525,11 @@ func (v *Serve) VLLM(g *hw.GPU) (serve.Spec, error) {
 	c := s
 	if err := c.Validate(); err != nil {
 		var fe *serve.FieldError
+		if errors.As(err, &fe) && fe.Field == serve.FieldBatchedTokens && c.MaxNumBatchedTokens < c.MaxNumSeqs {
+			// The job has neither vLLM field: say it in its own keys.
+			return s, fmt.Errorf("concurrency %d is more than the %d tokens vLLM schedules in one step at max-model-len %d (vLLM refuses --max-num-seqs above --max-num-batched-tokens): give at most concurrency %d",
+				v.Concurrency, c.MaxNumBatchedTokens, c.MaxModelLen, c.MaxNumBatchedTokens)
+		}
 		if errors.As(err, &fe) {
 			return s, errors.New(strings.NewReplacer("{", "", "}", "").Replace(fe.Msg))
 		}

@@ -67,6 +67,10 @@ func TestParseBadInput(t *testing.T) {
 		{"serve hf field on vllm", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: llama-3-8b, concurrency: 4, context: 8, precision: fp32}}]", "go with server hf"},
 		{"serve vllm field on hf", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: llama-3-8b, concurrency: 4, context: 8, server: hf, max-model-len: 64}}]", "go with server vllm"},
 		{"serve context past the model", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: gpt2, concurrency: 4, context: 4096}}]", "max-model-len 4096 exceeds gpt2's 1024 positions"},
+		// vLLM refuses more sequences than a step's tokens; the job has
+		// neither vLLM flag, so the message names its own keys.
+		{"serve concurrency past a step's tokens", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: gpt2, concurrency: 4096, context: 512}}]",
+			"serve: concurrency 4096 is more than the 2048 tokens vLLM schedules in one step at max-model-len 512 (vLLM refuses --max-num-seqs above --max-num-batched-tokens): give at most concurrency 2048"},
 		{"serve encoder", "kind: memplan.jobs/v1\njobs: [{name: s, serve: {model: bert-base, concurrency: 4, context: 128}}]", "is an encoder"},
 		{"published not FILE#ID", "kind: memplan.jobs/v1\njobs: [{name: p, published: rows.jsonl}]", `published "rows.jsonl" is not FILE#ID`},
 		// Aliases are measured before they are written out: 300 of a
