@@ -148,7 +148,7 @@ func (f *packFlags) run(ctx context.Context, stdout io.Writer, path string) erro
 	}
 	var sim *pack.SimResult
 	if trace != nil {
-		if sim, err = pack.Simulate(byName, trace, pool, opt); err != nil {
+		if sim, err = pack.SimulateContext(ctx, byName, trace, pool, opt); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,8 @@
 package pack
 
 import (
+	"container/heap"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -149,6 +151,16 @@ const SimSchema = "memplan.packsim/v1"
 // are the jobs' envelopes by job name (Envelopes of the job file, replicas
 // aside).
 func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*SimResult, error) {
+	return SimulateContext(context.Background(), envs, t, pool, opt)
+}
+
+// SimulateContext is Simulate stopped by ctx: each policy's event loop
+// looks at it every lookEvery events and placement tries, and once it is
+// done its cause is returned.
+func SimulateContext(ctx context.Context, envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*SimResult, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if err := checkPool(pool, opt); err != nil {
 		return nil, err
 	}
@@ -182,7 +194,11 @@ func Simulate(envs map[string]*Envelope, t *Trace, pool Pool, opt Options) (*Sim
 	}
 	out := &SimResult{Schema: SimSchema, GPU: pool.GPU.Name, GPUs: pool.Count, Arrivals: len(arr)}
 	for _, p := range opt.policies() {
-		out.Policies = append(out.Policies, simulate(envs, arr, pool, opt.Margin, p))
+		r, err := simulate(ctx, envs, arr, pool, opt.Margin, p)
+		if err != nil {
+			return nil, err
+		}
+		out.Policies = append(out.Policies, r)
 	}
 	return out, nil
 }
@@ -212,7 +228,20 @@ type running struct {
 // one node when it says so), and waits whole until then; a placed job one
 // of whose GPUs' allocated peaks then exceed the capacity runs out of
 // memory and leaves at once, every process of it.
+//
+// Nothing is rescanned per event: the queue is one FIFO per job (kind),
+// the kinds in a heap by their first arrival's place in the queue; the
+// running processes' ends are a heap; the integrals' rates are kept as
+// processes start and end. A job that does not fit at an event stops its
+// kind for the rest of that event: starts only take room, and a gang fits
+// the GPUs that admit it exactly when first-fit of its needs, largest
+// first, places it (the GPUs that admit a need admit every smaller one),
+// so no later arrival of the same job fits either. The result is the
+// queue scanned in arrival order at every event, in time linear in the
+// events.
 type simulator struct {
+	ctx    context.Context
+	looks  int
 	envs   map[string]*Envelope
 	arr    []Arrival
 	pool   Pool
@@ -220,8 +249,17 @@ type simulator struct {
 	policy Policy
 	gpus   [][]running
 	used   []units.Bytes // what the policy counts on each GPU
-	queue  []int
-	env    []*Envelope // of each arrival (a gang's leader)
+	env    []*Envelope   // of each arrival (a gang's leader)
+	// kind is each arrival's job, pos its place in arrival order; waiting
+	// is each kind's queued arrivals, first queued first; ready the kinds
+	// with queued arrivals by their first one's pos.
+	kind    []int
+	pos     []int
+	waiting [][]int
+	ready   posHeap
+	// ends are the running processes' end times and GPUs.
+	ends endHeap
+	nrun int
 	// sorted is each job's processes largest need first, and the needs.
 	sorted map[*Envelope]sortedGang
 	// minNeed is the smallest of the arrivals' largest process needs: with
@@ -229,36 +267,40 @@ type simulator struct {
 	minNeed units.Bytes
 	waits   []float64
 	res     SimPolicy
-	// integrals for utilisation: ∫ memory dt and ∫ busy GPUs dt.
+	// integrals for utilisation: ∫ memory dt and ∫ busy GPUs dt, and
+	// their rates now: the running processes' means, the busy GPUs.
 	mem, busy, last float64
+	memRate         units.Bytes
+	busyGPUs        int
 }
 
-func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) SimPolicy {
-	s := &simulator{envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p, sorted: map[*Envelope]sortedGang{},
-		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}, minNeed: math.MaxInt64}
-	for _, a := range arr {
-		e := envs[a.Job]
-		s.env = append(s.env, e)
-		if _, ok := s.sorted[e]; !ok {
-			ms := slices.Clone(e.members())
-			s.sorted[e] = sortedGang{ms, byNeed(ms, nil, p)}
-		}
-		var top units.Bytes
-		for _, m := range e.members() {
-			top = max(top, m.Need(p))
-		}
-		s.minNeed = min(s.minNeed, top)
+// lookEvery is how many events and placement tries a simulation runs
+// between looks at its context.
+const lookEvery = 1024
+
+// stopped looks at the context every lookEvery calls.
+func (s *simulator) stopped() error {
+	if s.looks++; s.looks%lookEvery != 0 {
+		return nil
 	}
-	if p == WholeGPU {
-		s.minNeed = 0
-	}
+	return context.Cause(s.ctx)
+}
+
+func simulate(ctx context.Context, envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) (SimPolicy, error) {
+	s := newSimulator(ctx, envs, arr, pool, margin, p)
 	order := make([]int, len(arr))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmpFloat(arr[a].at, arr[b].at) })
+	for i, ai := range order {
+		s.pos[ai] = i
+	}
 	next := 0
-	for next < len(order) || s.runningJobs() > 0 {
+	for next < len(order) || s.nrun > 0 {
+		if err := s.stopped(); err != nil {
+			return SimPolicy{}, err
+		}
 		t := math.Inf(1)
 		if next < len(order) {
 			t = arr[order[next]].at
@@ -267,17 +309,51 @@ func simulate(envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.
 		s.advance(t)
 		s.endJobs(t)
 		for next < len(order) && arr[order[next]].at <= t {
-			s.queue = append(s.queue, order[next])
+			s.enqueue(order[next])
 			next++
 		}
-		s.place(t)
-		if next == len(order) && s.runningJobs() == 0 {
+		if err := s.place(t); err != nil {
+			return SimPolicy{}, err
+		}
+		if next == len(order) && s.nrun == 0 {
 			break
 		}
 	}
-	s.res.Queued = len(s.queue)
+	for _, w := range s.waiting {
+		s.res.Queued += len(w)
+	}
 	s.finish()
-	return s.res
+	return s.res, nil
+}
+
+// newSimulator sorts each job's processes and numbers the jobs (kinds).
+func newSimulator(ctx context.Context, envs map[string]*Envelope, arr []Arrival, pool Pool, margin units.Bytes, p Policy) *simulator {
+	s := &simulator{ctx: ctx, envs: envs, arr: arr, pool: pool, room: pool.Capacity() - margin, policy: p, sorted: map[*Envelope]sortedGang{},
+		gpus: make([][]running, pool.Count), used: make([]units.Bytes, pool.Count), res: SimPolicy{Policy: p}, minNeed: math.MaxInt64,
+		kind: make([]int, len(arr)), pos: make([]int, len(arr))}
+	kinds := map[*Envelope]int{}
+	for i, a := range arr {
+		e := envs[a.Job]
+		s.env = append(s.env, e)
+		k, ok := kinds[e]
+		if !ok {
+			k = len(kinds)
+			kinds[e] = k
+			ms := slices.Clone(e.members())
+			s.sorted[e] = sortedGang{ms, byNeed(ms, nil, p)}
+		}
+		s.kind[i] = k
+		var top units.Bytes
+		for _, m := range e.members() {
+			top = max(top, m.Need(p))
+		}
+		s.minNeed = min(s.minNeed, top)
+	}
+	s.waiting = make([][]int, len(kinds))
+	if p == WholeGPU {
+		s.minNeed = 0
+	}
+	return s
 }
 
 func cmpFloat(a, b float64) int {
@@ -290,22 +366,20 @@ func cmpFloat(a, b float64) int {
 	return 0
 }
 
-func (s *simulator) runningJobs() int {
-	n := 0
-	for _, g := range s.gpus {
-		n += len(g)
+// enqueue queues arrival ai behind the queued arrivals of its job.
+func (s *simulator) enqueue(ai int) {
+	k := s.kind[ai]
+	if len(s.waiting[k]) == 0 {
+		heap.Push(&s.ready, [2]int{s.pos[ai], k})
 	}
-	return n
+	s.waiting[k] = append(s.waiting[k], ai)
 }
 
 func (s *simulator) nextEnd() float64 {
-	t := math.Inf(1)
-	for _, g := range s.gpus {
-		for _, r := range g {
-			t = min(t, r.end)
-		}
+	if len(s.ends) == 0 {
+		return math.Inf(1)
 	}
-	return t
+	return s.ends[0].end
 }
 
 // advance accumulates the utilisation integrals up to t.
@@ -314,14 +388,8 @@ func (s *simulator) advance(t float64) {
 	if dt <= 0 || math.IsInf(t, 1) {
 		return
 	}
-	for _, g := range s.gpus {
-		if len(g) > 0 {
-			s.busy += dt
-		}
-		for _, r := range g {
-			s.mem += dt * float64(r.mean)
-		}
-	}
+	s.busy += dt * float64(s.busyGPUs)
+	s.mem += dt * float64(s.memRate)
 	s.last = t
 }
 
@@ -341,8 +409,16 @@ func mean(e *Envelope) units.Bytes {
 	return units.Bytes(sum / prev)
 }
 
+// endJobs ends the processes whose end is t or before, on the GPUs the
+// end heap names.
 func (s *simulator) endJobs(t float64) {
-	for gi, g := range s.gpus {
+	var gs []int
+	for len(s.ends) > 0 && s.ends[0].end <= t {
+		gs = append(gs, heap.Pop(&s.ends).(endItem).gpu)
+	}
+	slices.Sort(gs)
+	for _, gi := range slices.Compact(gs) {
+		g := s.gpus[gi]
 		kept := g[:0]
 		for _, r := range g {
 			if r.end <= t {
@@ -350,52 +426,71 @@ func (s *simulator) endJobs(t float64) {
 					s.res.Completed++
 				}
 				s.used[gi] -= r.need
+				s.memRate -= r.mean
+				s.nrun--
 				continue
 			}
 			kept = append(kept, r)
 		}
 		s.gpus[gi] = kept
+		if len(kept) == 0 && len(g) > 0 {
+			s.busyGPUs--
+		}
 	}
 }
 
-// place starts every queued job the policy admits somewhere. A job whose
-// largest process is larger than the most room any GPU has is passed over
-// without trying each GPU (a long queue would otherwise cost queue × GPUs
-// at every event).
-func (s *simulator) place(t float64) {
+// place starts every queued job the policy admits somewhere, in arrival
+// order: the kind whose first queued arrival came first, until every kind
+// has one that does not fit. A job whose largest process is larger than
+// the most room any GPU has is passed over without trying each GPU.
+func (s *simulator) place(t float64) error {
 	free := s.mostRoom()
 	if free < s.minNeed {
-		return
+		return nil
 	}
-	kept := s.queue[:0]
-	for _, ai := range s.queue {
+	var stuck [][2]int
+	defer func() {
+		for _, x := range stuck {
+			heap.Push(&s.ready, x)
+		}
+	}()
+	for len(s.ready) > 0 {
+		if err := s.stopped(); err != nil {
+			return err
+		}
+		x := heap.Pop(&s.ready).([2]int)
+		ai := s.waiting[x[1]][0]
 		sg := s.sorted[s.env[ai]]
-		ms, needs := sg.ms, sg.needs
 		var at []int
-		if needs[0] <= free {
-			at = fitGang(needs, len(s.gpus), s.pool.Node(), s.env[ai].SameNode, s.admits)
+		if sg.needs[0] <= free {
+			at = fitGang(sg.needs, len(s.gpus), s.pool.Node(), s.env[ai].SameNode, s.admits)
 		}
 		if at == nil {
-			kept = append(kept, ai)
+			stuck = append(stuck, x)
 			continue
 		}
-		s.start(at, ai, t, ms, needs)
+		w := s.waiting[x[1]][1:]
+		s.waiting[x[1]] = w
+		if len(w) > 0 {
+			heap.Push(&s.ready, [2]int{s.pos[w[0]], x[1]})
+		}
+		s.start(at, ai, t, sg.ms, sg.needs)
 		free = s.mostRoom()
 	}
-	s.queue = kept
+	return nil
 }
 
 // mostRoom is the largest need some GPU admits now (whole-gpu: any need
 // when a GPU is empty, none otherwise).
 func (s *simulator) mostRoom() units.Bytes {
+	if s.policy == WholeGPU {
+		if s.busyGPUs < len(s.gpus) {
+			return math.MaxInt64
+		}
+		return -1
+	}
 	var most units.Bytes = -1
 	for gi := range s.gpus {
-		if s.policy == WholeGPU {
-			if len(s.gpus[gi]) == 0 {
-				return math.MaxInt64
-			}
-			continue
-		}
 		most = max(most, s.room-s.used[gi])
 	}
 	return most
@@ -433,9 +528,50 @@ func (s *simulator) start(at []int, ai int, t float64, ms []*Envelope, needs []u
 		s.res.AtRisk++
 	}
 	for k, g := range at {
-		s.gpus[g] = append(s.gpus[g], running{arrival: ai, end: t + a.dur, env: ms[k], mean: mean(ms[k]), need: needs[k], lead: k == 0})
+		if len(s.gpus[g]) == 0 {
+			s.busyGPUs++
+		}
+		r := running{arrival: ai, end: t + a.dur, env: ms[k], mean: mean(ms[k]), need: needs[k], lead: k == 0}
+		s.gpus[g] = append(s.gpus[g], r)
 		s.used[g] += needs[k]
+		s.memRate += r.mean
+		s.nrun++
+		heap.Push(&s.ends, endItem{r.end, g})
 	}
+}
+
+// posHeap is kinds by the place of their first queued arrival: {pos, kind}.
+type posHeap [][2]int
+
+func (h posHeap) Len() int           { return len(h) }
+func (h posHeap) Less(i, j int) bool { return h[i][0] < h[j][0] }
+func (h posHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *posHeap) Push(x any)        { *h = append(*h, x.([2]int)) }
+func (h *posHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// endItem is a running process's end time and GPU.
+type endItem struct {
+	end float64
+	gpu int
+}
+
+// endHeap is the running processes by end time.
+type endHeap []endItem
+
+func (h endHeap) Len() int           { return len(h) }
+func (h endHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h endHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *endHeap) Push(x any)        { *h = append(*h, x.(endItem)) }
+func (h *endHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 func (s *simulator) reach(e *Envelope) units.Bytes {
