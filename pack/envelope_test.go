@@ -79,3 +79,21 @@ func TestJobLargerThanGPUHasNoFraction(t *testing.T) {
 		}
 	}
 }
+
+// combine adds a bounded number of peak points: a curve of 1 µs beside one
+// of 10 s repeats ten million times over the window, and only 4·grid of
+// its repetitions are added (each still the exact sum there).
+func TestCombineBoundsRepetitions(t *testing.T) {
+	fast := []Sample{{2e-7, 1 << 20}, {1e-6, 1 << 30}}
+	slow := []Sample{{5, 4 << 30}, {10, 2 << 30}}
+	comb := combine([][]Sample{fast, slow}, []float64{1e-6, 10})
+	const grid = 4 * maxSamples
+	if n := len(comb); n > grid+1+4*grid+1 {
+		t.Fatalf("%d samples", n)
+	}
+	for _, s := range comb {
+		if want := at(fast, 1e-6, s.T) + at(slow, 10, s.T); s.Bytes != want {
+			t.Fatalf("at %gs: %s, want %s", s.T, s.Bytes, want)
+		}
+	}
+}
