@@ -178,6 +178,9 @@ func ReadFile(path string) (*File, error) {
 			return nil, err
 		}
 	}
+	if err := checkWork(path, f.Jobs); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 

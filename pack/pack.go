@@ -242,10 +242,15 @@ func EnvelopesContext(ctx context.Context, jobs []Job, pool Pool) (procs []*Enve
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	heavy := make(chan struct{}, 1) // one job past heavyWork at a time
 	for i := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if workOf(&jobs[i]) > heavyWork {
+				heavy <- struct{}{}
+				defer func() { <-heavy }()
+			}
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			ranks[i], errs[i] = envelopesOf(ctx, &jobs[i], pool.GPU)
