@@ -399,8 +399,9 @@ func walkSizes(path string, v any, all bool) string {
 		for k, e := range x {
 			// A delta (compare's peak_delta_bytes; its extra_flops, negative
 			// when a strategy recomputes less than the job as given) may be
-			// negative.
-			delta := strings.Contains(k, "delta") || strings.HasPrefix(k, "extra_")
+			// negative, and so may a margin (pack's margin_bytes of a GPU
+			// a policy overcommits, its status oom).
+			delta := strings.Contains(k, "delta") || strings.HasPrefix(k, "extra_") || strings.Contains(k, "margin")
 			inner := (all || sizeKey(k) || k == "ledger" || k == "model_states" || k == "by_module") && !delta
 			if msg := walkSizes(path+"."+k, e, inner); msg != "" {
 				return msg
