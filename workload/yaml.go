@@ -1,15 +1,15 @@
 package workload
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"math"
 	"math/big"
 	"strconv"
 	"strings"
 
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
+
+	"github.com/memplan/memplan/internal/yamlerr"
 )
 
 // bigInt is an integer outside int64, as written (decimal, normalised); a
@@ -23,29 +23,19 @@ type bigInt string
 // scalar is a string; aliases expand; explicit tags, merge keys, duplicate
 // keys, keys that are not strings and several documents are refused.
 func decodeYAML(where string, data []byte) (any, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var docs []*yaml.Node
-	for {
-		var n yaml.Node
-		err := dec.Decode(&n)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			msg := strings.TrimPrefix(err.Error(), "yaml: ")
-			return nil, bad(where, "invalid YAML: %s", strings.ReplaceAll(msg, "\n", " "))
-		}
-		docs = append(docs, &n)
+	doc, err := yamlerr.OneDocument(data, "a workload")
+	if errors.Is(err, yamlerr.ErrRefused) {
+		return nil, bad(where, "%s", err.Error())
 	}
-	switch len(docs) {
-	case 0:
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		return nil, bad(where, "invalid YAML: %s", strings.ReplaceAll(msg, "\n", " "))
+	}
+	if doc == nil {
 		return nil, nil
-	case 1:
-	default:
-		return nil, bad(where, "holds %d YAML documents; a workload is one", len(docs))
 	}
 	c := &converter{where: where}
-	return c.value(docs[0], "", 0)
+	return c.value(doc, "", 0)
 }
 
 // converter turns nodes into values, counting them (aliases expanded).

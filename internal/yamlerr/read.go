@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -28,7 +29,7 @@ func (r refusal) Is(target error) bool { return target == ErrRefused }
 // aliases of a 1 MiB string made a 1 MiB job file 500 MiB of JSON (2 GB
 // of memory), and its key errors were Go's formatting ("%!s(<nil>)").
 func ToJSON(data []byte, limit int, strict bool) ([]byte, error) {
-	if err := checkAliases(data, limit); err != nil {
+	if err := checkTree(data, limit); err != nil {
 		return nil, err
 	}
 	convert := yaml.YAMLToJSON
@@ -46,7 +47,7 @@ func ToJSON(data []byte, limit int, strict bool) ([]byte, error) {
 // shapes the conversion: a number given for a string field reads as its
 // text) with ToJSON's checks.
 func UnmarshalStrict(data []byte, v any, limit int) error {
-	if err := checkAliases(data, limit); err != nil {
+	if err := checkTree(data, limit); err != nil {
 		return err
 	}
 	if err := yaml.UnmarshalStrict(data, v); err != nil {
@@ -55,24 +56,28 @@ func UnmarshalStrict(data []byte, v any, limit int) error {
 	return nil
 }
 
-// checkAliases refuses a document that its aliases would write out to
+// checkTree refuses a file of several documents (OneDocument: the library
+// converts the first and drops the rest, so a second job, recipe or cluster
+// was ignored without a word) and one that its aliases would write out to
 // more than limit bytes, measured on its node tree (go-yaml v3's, which
-// keeps an alias as a pointer to what it names). A document without a '*'
-// has no alias and is not parsed here: the tree costs about as much as the
-// library's own conversion. The limit is the reader's file limit: aliases
-// let a document hold no more than a file without them may. A document
-// this parser refuses is refused with its words, not handed to the
-// library unmeasured.
-func checkAliases(data []byte, limit int) error {
-	if !bytes.ContainsRune(data, '*') {
+// keeps an alias as a pointer to what it names). A file without a '*' has
+// no alias, and one without "---" or "..." a single document: such a file
+// is not parsed here (the tree costs about as much as the library's own
+// conversion). The limit is the reader's file limit: aliases let a
+// document hold no more than a file without them may. A document this
+// parser refuses is refused with its words, not handed to the library
+// unmeasured.
+func checkTree(data []byte, limit int) error {
+	aliases := bytes.ContainsRune(data, '*')
+	if !aliases && !bytes.Contains(data, []byte("---")) && !bytes.Contains(data, []byte("...")) {
 		return nil
 	}
-	var doc yaml3.Node
-	if err := yaml3.Unmarshal(data, &doc); err != nil {
+	doc, err := OneDocument(data, "a file")
+	if err != nil || !aliases || doc == nil {
 		return err
 	}
 	m := measure{anchored: map[*yaml3.Node]int64{}}
-	size := m.size(&doc)
+	size := m.size(doc)
 	if m.err != nil {
 		return m.err
 	}
@@ -80,6 +85,34 @@ func checkAliases(data []byte, limit int) error {
 		return refusal("YAML aliases expand to more than " + sizeName(limit))
 	}
 	return nil
+}
+
+// OneDocument parses data's one YAML document (nil when it holds none),
+// refusing several in one line: "holds 2 YAML documents; what is one". It
+// is the one check of every reader of outside YAML: ToJSON and
+// UnmarshalStrict make it, and the workload reader, which walks the
+// document itself, calls it. A parse error is go-yaml's, as it is.
+func OneDocument(data []byte, what string) (*yaml3.Node, error) {
+	dec := yaml3.NewDecoder(bytes.NewReader(data))
+	var docs []*yaml3.Node
+	for {
+		var n yaml3.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, &n)
+	}
+	switch len(docs) {
+	case 0:
+		return nil, nil
+	case 1:
+		return docs[0], nil
+	}
+	return nil, refusal(fmt.Sprintf("holds %d YAML documents; %s is one", len(docs), what))
 }
 
 // keyError words sigs.k8s.io/yaml's error for a mapping key that is not a

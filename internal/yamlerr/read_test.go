@@ -145,6 +145,39 @@ func TestUnmarshalStrict(t *testing.T) {
 	}
 }
 
+// A file of several documents is refused by every reader, naming the
+// count: sigs.k8s.io/yaml converted the first and dropped the rest, so a
+// job file's second document of jobs, or invalid YAML after "...", passed
+// unread. One document, with or without its markers, converts.
+func TestOneDocument(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"a: 1\n---\nb: 2\n", "holds 2 YAML documents; a file is one"},
+		{"---\na: 1\n---\nb: 2\n---\nc: 3\n", "holds 3 YAML documents; a file is one"},
+		{"a: 1\n...\n---\nb: 2\n", "holds 2 YAML documents; a file is one"},
+		{"a: 1\n...\ngarbage: [\n", "did not find expected"},
+		{"a: &x 1\n---\nb: *x\n", "holds 2 YAML documents"},
+		{"---\na: 1\n", ""},
+		{"a: 1\n...\n", ""},
+		{"a: '---'\nb: \"...\"\n", ""},
+	} {
+		var v map[string]any
+		errs := []error{yamlerr.UnmarshalStrict([]byte(c.in), &v, 1<<20)}
+		for _, strict := range []bool{true, false} {
+			_, err := yamlerr.ToJSON([]byte(c.in), 1<<20, strict)
+			errs = append(errs, err)
+		}
+		for _, err := range errs {
+			if c.want == "" {
+				if err != nil {
+					t.Errorf("%q: %v", c.in, err)
+				}
+				continue
+			}
+			checkRefused(t, err, c.want)
+		}
+	}
+}
+
 // FuzzToJSON: whatever the document, ToJSON never panics, refuses in one
 // line, and what it converts is what sigs.k8s.io/yaml converts (called
 // only then, so a bomb the fuzzer finds cannot take the test's memory).
