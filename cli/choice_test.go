@@ -92,6 +92,16 @@ func TestChoiceFlagRefusals(t *testing.T) {
 			`--seq "NaN": want a whole number (see 'memplan plan --help')`},
 		{[]string{"plan", "--seq", "9223372036854775808"},
 			`--seq "9223372036854775808": want a whole number (this one is out of range) (see 'memplan plan --help')`},
+		{[]string{"plan", "--seq", "0x80"},
+			`--seq "0x80": want a whole number (see 'memplan plan --help')`},
+		{[]string{"plan", "--micro-batch", "0b1000"},
+			`--micro-batch "0b1000": want a whole number (see 'memplan plan --help')`},
+		{[]string{"plan", "--accum", "0o17"},
+			`--accum "0o17": want a whole number (see 'memplan plan --help')`},
+		{[]string{"plan", "--seq", "1_024"},
+			`--seq "1_024": want a whole number (see 'memplan plan --help')`},
+		{[]string{"diagnose", "x.pickle", "--device", "0x1"},
+			`--device "0x1": want a whole number (see 'memplan diagnose --help')`},
 		{[]string{"plan", "--sp=maybe"},
 			`--sp "maybe": want true or false (see 'memplan plan --help')`},
 		{[]string{"fit", "--gpu", "h100", "--headroom", "lots"},
@@ -141,6 +151,27 @@ func TestPipelineLayoutRefusals(t *testing.T) {
 		code, out, errs := run(tc.args...)
 		if code != ExitBadInput || out != "" || errs != "memplan: "+tc.want+"\n" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q\nwant exit 1 and %q", strings.Join(tc.args, " "), code, out, errs, tc.want)
+		}
+	}
+}
+
+// Integer flags are decimal: a leading zero is read as decimal (--seq 010
+// is ten, --micro-batch 08 eight, as the workload file reads 007), not as
+// pflag's base prefixes (010 was eight, 08 refused).
+func TestIntFlagsDecimal(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--seq", "010"}, `"seq": 10,`},
+		{[]string{"--seq", "64", "--micro-batch", "08"}, `"micro_batch": 8,`},
+		{[]string{"--seq", "64", "--micro-batch", "0100"}, `"micro_batch": 100,`},
+		{[]string{"--seq", "+064"}, `"seq": 64,`},
+	} {
+		args := append([]string{"plan", "--model", "gpt2", "--gpu", "h100", "--json", "--no-timeline"}, c.args...)
+		code, out, errs := run(args...)
+		if code != ExitOK || !strings.Contains(out, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %s in the JSON", strings.Join(c.args, " "), code, errs, c.want)
 		}
 	}
 }

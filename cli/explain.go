@@ -92,7 +92,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.BoolVar(&jsonOut, "json", false, "print the machine-readable JSON report (memplan.explain/v1)")
-	fl.Int64Var(&device, "device", -1, "the device to explain (default: the one with the largest allocated peak)")
+	int64Var(fl, &device, "device", -1, "the device to explain (default: the one with the largest allocated peak)")
 	fl.StringVar(&svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&png, "png", "", "draw the timeline to this PNG file")
 	fl.StringVar(&against, "against", "", "compare with memplan's prediction, category by category: a plan JSON (memplan plan --json), or 'flags' for the plan the plan flags given here describe (the plan flags apply only then)")

@@ -63,8 +63,8 @@ func (ff *fitFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&ff.deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
 	fs.StringVar(&ff.emitTo, "emit", "", "write the winner's framework config: "+strings.Join(frameworks.Names(), ", ")+" (after the report, or to --emit-out)")
 	fs.StringVar(&ff.emitOut, "emit-out", "", "the file --emit writes (written whole, or not at all)")
-	fs.IntVar(&ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
-	fs.IntVar(&ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
+	intVar(fs, &ff.gpus, "gpus", 0, "GPUs the job may use, split into data, tensor and pipeline parallel (default dp × tp × pp)")
+	intVar(fs, &ff.globalBatch, "global-batch", 0, "samples per optimizer step over all replicas (default micro-batch × accum × dp)")
 	fs.Float64Var(&ff.headroom, "headroom", 0, "fraction of each plan's usable memory (the GPU's less the recipe's cuda.overhead and an nccl.overhead per parallel group) kept free, e.g. for allocator fragmentation")
 	fs.StringVar(&ff.searchMemory, "search-memory", search.DefaultMemoryBudget.String(), "the memory the search may hold in plans and programs, shared by its workers (one per GOMAXPROCS; about 512MiB each keeps a large search from rebuilding programs); this process stays near 1.5× it, and a search that needs more stops with an error")
 }

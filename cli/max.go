@@ -74,7 +74,7 @@ func (mf *maxFlags) register(fl *pflag.FlagSet) {
 		fg.Usage += "; '?' solves for it"
 	}
 	mf.serve.register(fl)
-	fl.IntVar(&ms.requests, "requests", 0, "serve: concurrent requests; '?' solves for the most the KV cache holds at --context")
+	intVar(fl, &ms.requests, "requests", 0, "serve: concurrent requests; '?' solves for the most the KV cache holds at --context")
 	for _, a := range []struct {
 		name string
 		b    *bool

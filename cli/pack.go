@@ -47,7 +47,7 @@ func newPackCmd(stdout io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.StringVar(&f.gpus, "gpus", "", "the pool: COUNTxGPU, e.g. 8xh100 (see 'memplan gpus')")
-	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "GPUs per node of the pool, for jobs of several GPUs that say same-node (default: the GPU's server in the catalog, 8 for an H100, at most the pool; else the whole pool)")
+	intVar(fl, &f.nodeGPUs, "node-gpus", 0, "GPUs per node of the pool, for jobs of several GPUs that say same-node (default: the GPU's server in the catalog, 8 for an H100, at most the pool; else the whole pool)")
 	fl.StringVar(&f.policies, "policy", "all", "policies to compare: all, or a comma list of whole-gpu, static, peaks, curve (each once)")
 	fl.StringVar(&f.margin, "margin", "0", "memory every policy but whole-gpu leaves free on each GPU, e.g. 2GiB")
 	fl.StringVar(&f.arrivals, "arrivals", "", "an arrival trace (kind: memplan.arrivals/v1) to simulate")

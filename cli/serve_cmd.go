@@ -100,13 +100,13 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
 	fl.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "each request's time limit: it is answered 503 then, and its command stops (explain's replay runs to its end)")
-	fl.IntVar(&cfg.MaxInFlight, "max-in-flight", 0, "requests computing at once (default: the CPUs)")
-	fl.IntVar(&cfg.MaxQueue, "max-queue", 0, "requests waiting for a place beyond those (default 8 × --max-in-flight); past it, 429")
+	intVar(fl, &cfg.MaxInFlight, "max-in-flight", 0, "requests computing at once (default: the CPUs)")
+	intVar(fl, &cfg.MaxQueue, "max-queue", 0, "requests waiting for a place beyond those (default 8 × --max-in-flight); past it, 429")
 	fl.DurationVar(&cfg.QueueWait, "queue-wait", 5*time.Second, "how long a request waits for a place; past it, 503")
-	fl.Int64Var(&cfg.MaxBody, "max-body", 64<<10, "largest request body in bytes for plan, compare, fit and max")
-	fl.Int64Var(&cfg.MaxFileBody, "max-file-body", 64<<20, "largest request body in bytes for explain and pack (they carry a file)")
-	fl.IntVar(&cfg.CacheEntries, "cache-entries", 4096, "answers kept in the cache (-1: no cache)")
-	fl.Int64Var(&cfg.CacheBytes, "cache-bytes", 256<<20, "bytes of answers kept in the cache")
+	int64Var(fl, &cfg.MaxBody, "max-body", 64<<10, "largest request body in bytes for plan, compare, fit and max")
+	int64Var(fl, &cfg.MaxFileBody, "max-file-body", 64<<20, "largest request body in bytes for explain and pack (they carry a file)")
+	intVar(fl, &cfg.CacheEntries, "cache-entries", 4096, "answers kept in the cache (-1: no cache)")
+	int64Var(fl, &cfg.CacheBytes, "cache-bytes", 256<<20, "bytes of answers kept in the cache")
 	return c
 }
 

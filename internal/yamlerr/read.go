@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -69,12 +70,21 @@ func UnmarshalStrict(data []byte, v any, limit int) error {
 // unmeasured.
 func checkTree(data []byte, limit int) error {
 	aliases := bytes.ContainsRune(data, '*')
-	if !aliases && !bytes.Contains(data, []byte("---")) && !bytes.Contains(data, []byte("...")) {
+	numbers := notDecimalHint.Match(data)
+	if !aliases && !numbers && !bytes.Contains(data, []byte("---")) && !bytes.Contains(data, []byte("...")) {
 		return nil
 	}
 	doc, err := OneDocument(data, "a file")
-	if err != nil || !aliases || doc == nil {
+	if err != nil || doc == nil {
 		return err
+	}
+	if numbers {
+		if err := checkDecimal(doc); err != nil {
+			return err
+		}
+	}
+	if !aliases {
+		return nil
 	}
 	m := measure{anchored: map[*yaml3.Node]int64{}}
 	size := m.size(doc)
@@ -83,6 +93,32 @@ func checkTree(data []byte, limit int) error {
 	}
 	if m.aliases && size > int64(limit) {
 		return refusal("YAML aliases expand to more than " + sizeName(limit))
+	}
+	return nil
+}
+
+// notDecimalHint finds what may be a whole number sigs.k8s.io/yaml reads
+// in another base (YAML 1.1: 010 is octal 8, 0x10 16, 0b11 3, 1_000 1000):
+// a file without it is not parsed for checkDecimal.
+var notDecimalHint = regexp.MustCompile(`(?:^|[^0-9A-Za-z_.])[-+]?(?:0[0-9_xXoObB]|[0-9]+_)`)
+
+// notDecimal is a plain scalar that sigs.k8s.io/yaml reads as a whole
+// number written other than in decimal digits.
+var notDecimal = regexp.MustCompile(`^[-+]?(?:0[0-9_]+|0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+|[0-9][0-9_]*_[0-9_]*)$`)
+
+// checkDecimal refuses a plain scalar that the library would read as a
+// whole number in a base other than ten, naming its line: memplan reads
+// whole numbers in decimal everywhere (its flags, the workload file read
+// 010 as ten), and this library would read it as eight, so it is refused
+// rather than read either way. A quoted scalar is a string and passes.
+func checkDecimal(n *yaml3.Node) error {
+	if n.Kind == yaml3.ScalarNode && n.Style == 0 && notDecimal.MatchString(n.Value) {
+		return refusal(fmt.Sprintf("line %d: %s: write a whole number in decimal digits without a leading zero", n.Line, n.Value))
+	}
+	for _, c := range n.Content {
+		if err := checkDecimal(c); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -178,6 +178,36 @@ func TestOneDocument(t *testing.T) {
 	}
 }
 
+// A whole number is read in decimal by every reader of memplan; the
+// library reads YAML 1.1's 010 as eight and 0x10 as sixteen, so such a
+// plain scalar is refused naming its line. Quoted, it is a string.
+func TestDecimalOnly(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"seq: 010\n", "line 1: 010: write a whole number in decimal digits without a leading zero"},
+		{"a: 1\nseq: 0x80\n", "line 2: 0x80: write a whole number"},
+		{"seq: 0o17\n", "line 1: 0o17"},
+		{"seq: 0b1000\n", "line 1: 0b1000"},
+		{"seq: 1_024\n", "line 1: 1_024"},
+		{"seq: -007\n", "line 1: -007"},
+		{"jobs: [{seq: 08}]\n", "line 1: 08"},
+		{"seq: 10\nb: 0\nc: -0\nd: 0.5\ne: 1e3\nf: '010'\ng: x_010\nh: 10.05\n", ""},
+	} {
+		var v map[string]any
+		errs := []error{yamlerr.UnmarshalStrict([]byte(c.in), &v, 1<<20)}
+		_, err := yamlerr.ToJSON([]byte(c.in), 1<<20, true)
+		errs = append(errs, err)
+		for _, err := range errs {
+			if c.want == "" {
+				if err != nil {
+					t.Errorf("%q: %v", c.in, err)
+				}
+				continue
+			}
+			checkRefused(t, err, c.want)
+		}
+	}
+}
+
 // FuzzToJSON: whatever the document, ToJSON never panics, refuses in one
 // line, and what it converts is what sigs.k8s.io/yaml converts (called
 // only then, so a bomb the fuzzer finds cannot take the test's memory).
