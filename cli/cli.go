@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/cost"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
@@ -583,6 +584,9 @@ func (f *planFlags) applyRecipe(s *engine.Spec) error {
 			return err
 		}
 	}
+	if err := f.allocConfFlag(s); err != nil {
+		return err
+	}
 	prec := s.Precision
 	var d *recipe.Disagreement
 	if err := r.Apply(s, f.changed); errors.As(err, &d) {
@@ -596,6 +600,24 @@ func (f *planFlags) applyRecipe(s *engine.Spec) error {
 		}
 		s.Precision = prec
 	}
+	return nil
+}
+
+// allocConfFlag sets the spec's allocator settings from --alloc-conf when
+// it was given (plan's flag; the switch cuda.alloc-conf mirrors it), before
+// the recipe: a recipe's own setting yields to it and a --set that
+// disagrees is refused, as with every mirrored flag (it was silently
+// replaced by the flag).
+func (f *planFlags) allocConfFlag(s *engine.Spec) error {
+	fl := f.flags.Lookup("alloc-conf")
+	if fl == nil || !f.changed("alloc-conf") {
+		return nil
+	}
+	v := fl.Value.String()
+	if _, err := allocator.ParseConf(v); err != nil {
+		return fmt.Errorf("--alloc-conf: %v", err)
+	}
+	s.Sem.AllocConf = v
 	return nil
 }
 

@@ -218,6 +218,26 @@ func TestSetDisagreesWithFlag(t *testing.T) {
 			}
 		}
 	}
+	// --alloc-conf is plan's alone; it silently replaced the --set.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "cuda.alloc-conf=expandable_segments:True", "--alloc-conf", "max_split_size_mb:64"},
+			"--alloc-conf max_split_size_mb:64 and --set cuda.alloc-conf=expandable_segments:True disagree"},
+		{[]string{"--recipe", "hf", "--set", "cuda.alloc-conf=", "--alloc-conf", "expandable_segments:True"},
+			`--alloc-conf expandable_segments:True and --set cuda.alloc-conf= disagree`},
+		{[]string{"--alloc-conf", "bogus:1"}, "--alloc-conf: "},
+	} {
+		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
+		if code != ExitBadInput || out != "" || !strings.HasPrefix(errs, "memplan: "+c.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %d bytes, stderr %q; want %q", c.args, code, len(out), errs, c.want)
+		}
+	}
+	code, out, errs := run(append(append([]string{}, base...), "--gpu", "h100", "--alloc-conf", "expandable_segments:True", "--set", "cuda.alloc-conf=expandable_segments:True")...)
+	if code != 0 || !strings.Contains(out, `"expandable_segments": true`) {
+		t.Errorf("--alloc-conf and --set agreeing: exit %d, stderr %q", code, errs)
+	}
 	for _, c := range []struct {
 		args      []string
 		precision string

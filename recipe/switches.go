@@ -169,7 +169,7 @@ var switches = []Switch{
 	{Key: "nccl.overhead", Values: "bytes per communicator, e.g. 544MB or 0",
 		Doc:   "device memory NCCL allocates outside the caching allocator for each parallel group of more than one GPU (data, tensor, pipeline, expert): subtracted before fits is decided",
 		apply: bytesSwitch(func(s *engine.Spec, b units.Bytes) { s.Sem.CommOverhead = b })},
-	{Key: "cuda.alloc-conf", Values: "PYTORCH_CUDA_ALLOC_CONF's options, e.g. expandable_segments:True (\"\" for PyTorch's default)",
+	{Key: "cuda.alloc-conf", Flag: "alloc-conf", Values: "PYTORCH_CUDA_ALLOC_CONF's options, e.g. expandable_segments:True (\"\" for PyTorch's default)",
 		Doc: "the caching allocator's settings the framework launches with: they decide the reserved peak (segments, splitting, expandable segments), not the allocated one",
 		apply: func(s *engine.Spec, v string) error {
 			if _, err := allocator.ParseConf(v); err != nil {
