@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -631,7 +632,17 @@ func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
 		return nil, err
 	}
 	addBubble(s, t)
-	return t, nil
+	return t, checkStep(s, t)
+}
+
+// checkStep refuses a step the pricer saturated (longer than a Duration
+// holds: a link or GPU slower than any, which printed 2562047h47m16s as the
+// step time), naming the GPU.
+func checkStep(s *Spec, t *cost.Timing) error {
+	if t != nil && t.Step >= math.MaxInt64 {
+		return invalid(FieldGPU, "one step would take longer than %s on the %s and its links: too slow to time", time.Duration(math.MaxInt64).Round(time.Hour), s.GPU.Name)
+	}
+	return nil
 }
 
 // priceRank times program p of spec s on s.GPU as the rank runs it, without
@@ -641,8 +652,12 @@ func priceRank(s *Spec, p *ir.Program) (*cost.Timing, error) {
 		return nil, nil
 	}
 	dp := float64(max(s.DP, 1))
-	return cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
+	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
 		SamplesPerStep: float64(s.MicroBatch) * float64(s.Accum) * dp, Topology: s.Topology()})
+	if err != nil {
+		return nil, err
+	}
+	return t, checkStep(s, t)
 }
 
 // addBubble adds to t (a rank's timing, nil: none) the time a pipeline rank

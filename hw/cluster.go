@@ -24,6 +24,19 @@ type Cluster struct {
 	InterNodeLatency      time.Duration
 }
 
+// A cluster file's numbers are bounded to what a link or a node can be: a
+// link of 1e-300 Gb/s timed a step past what a time.Duration holds, and
+// plan printed that maximum (2562047h47m16s) as the step time. The slowest
+// link taken is 0.1 Gb/s (the slowest Ethernet still sold carries 1 Gb/s),
+// the fastest 100,000 Gb/s (a GPU's NVLink 5 is 14,400 Gb/s); a node holds
+// at most 4096 GPUs (an NVL576 rack holds 576); a ring step's latency is at
+// most a second.
+const (
+	MinInterNodeGbps = 0.1
+	MaxInterNodeGbps = 100000
+	MaxGPUsPerNode   = 4096
+)
+
 // maxClusterBytes bounds what a cluster file's aliases may expand it to: the
 // size the CLI reads it under (boundedio.SmallFile).
 const maxClusterBytes = 1 << 20
@@ -42,8 +55,8 @@ func ParseCluster(data []byte) (Cluster, error) {
 	}
 	var c Cluster
 	if raw.GPUsPerNode != nil {
-		if *raw.GPUsPerNode < 1 {
-			return Cluster{}, fmt.Errorf("gpus_per_node must be at least 1, got %d", *raw.GPUsPerNode)
+		if n := *raw.GPUsPerNode; n < 1 || n > MaxGPUsPerNode {
+			return Cluster{}, fmt.Errorf("gpus_per_node must be between 1 and %d, got %d", MaxGPUsPerNode, n)
 		}
 		c.GPUsPerNode = *raw.GPUsPerNode
 	}
@@ -51,8 +64,8 @@ func ParseCluster(data []byte) (Cluster, error) {
 	if in == nil || in.Gbps == nil {
 		return Cluster{}, fmt.Errorf("inter_node.gbps is required (each GPU's link to other nodes, Gb/s per direction)")
 	}
-	if g := *in.Gbps; math.IsNaN(g) || math.IsInf(g, 0) || g <= 0 {
-		return Cluster{}, fmt.Errorf("inter_node.gbps must be a positive number, got %v", g)
+	if g := *in.Gbps; math.IsNaN(g) || math.IsInf(g, 0) || g < MinInterNodeGbps || g > MaxInterNodeGbps {
+		return Cluster{}, fmt.Errorf("inter_node.gbps must be between %v and %v Gb/s, got %v", MinInterNodeGbps, MaxInterNodeGbps, g)
 	}
 	if l := in.LatencyUs; math.IsNaN(l) || math.IsInf(l, 0) || l < 0 || l > 1e6 {
 		return Cluster{}, fmt.Errorf("inter_node.latency_us must be between 0 and 1000000, got %v", l)
