@@ -315,7 +315,7 @@ func TestFit(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", bad, code, out, errs)
 		} else if bad[len(bad)-2] == "--search-memory" && !strings.Contains(errs, "--search-memory") {
 			t.Errorf("%v: %q does not name the flag", bad, errs)
-		} else if v := bad[len(bad)-1]; v == "9999999TiB" && !strings.Contains(errs, "too large") {
+		} else if v := bad[len(bad)-1]; v == "9999999TiB" && !strings.Contains(errs, "over the limit") {
 			t.Errorf("%v: %q says not what is wrong (too large, not too small)", bad, errs)
 		}
 	}

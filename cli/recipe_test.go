@@ -272,6 +272,14 @@ func TestOverheadsLeavingNoMemory(t *testing.T) {
 		{[]string{"--dp", "2", "--set", "nccl.overhead=90GB"}, ExitBadInput, "(a communicator per parallel group) leave none of the h100-sxm's 79.19 GiB for tensors\n"},
 		{[]string{"--set", "cuda.overhead=85GB"}, ExitDoesNotFit, ""},
 		{[]string{"--budget", "10GiB", "--set", "cuda.overhead=100TB"}, ExitDoesNotFit, ""},
+		// Overheads past any GPU are refused on their switch; their sum
+		// wrapped, and plan said "Fits (4194307.08 TiB usable)".
+		{[]string{"--dp", "2", "--tp", "2", "--set", "cuda.overhead=4194303TiB", "--set", "nccl.overhead=4194303TiB"}, ExitBadInput,
+			"memplan: --set cuda.overhead=\"4194303TiB\": over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes, e.g. 1343MiB or 0)\n"},
+		{[]string{"--dp", "2", "--tp", "2", "--pp", "2", "--accum", "2", "--set", "nccl.overhead=3000000TiB"}, ExitBadInput, "over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes per communicator, e.g. 544MB or 0)\n"},
+		{[]string{"--dp", "2", "--tp", "2", "--set", "cuda.overhead=1TiB", "--set", "nccl.overhead=1TiB"}, ExitBadInput, "leave none of the h100-sxm's 79.19 GiB for tensors\n"},
+		{[]string{"--recipe", "../testdata/adv/recipe_overflow.yaml"}, ExitBadInput, `cuda.overhead="4194303TiB": over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes, e.g. 1343MiB or 0)` + "\n"},
+		{[]string{"--set", "cuda.cublas-workspace=9223372036854775807"}, ExitBadInput, "over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0)\n"},
 	} {
 		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
 		if code != c.code || !strings.HasSuffix(errs, c.want) || (c.code == ExitBadInput) != (out == "") {

@@ -302,7 +302,7 @@ func (s *Spec) Validate() error {
 	if g := s.GPU; g != nil && s.Capacity <= 0 {
 		// A usable memory of 0 would read as no GPU given: no verdict.
 		n := s.groups()
-		if out := s.Sem.Overhead + units.Bytes(n)*s.Sem.CommOverhead; out >= g.Capacity() {
+		if out, ok := s.outside(); !ok || out >= g.Capacity() {
 			if n == 0 {
 				return invalid(FieldSet, "cuda.overhead %s leaves none of the %s's %s for tensors", s.Sem.Overhead, g.Name, g.Capacity())
 			}
@@ -481,7 +481,11 @@ func (s *Spec) CapacityBytes() units.Bytes {
 		return s.Capacity
 	}
 	if s.GPU != nil {
-		return max(s.GPU.Capacity()-s.Sem.Overhead-units.Bytes(s.groups())*s.Sem.CommOverhead, 0)
+		out, ok := s.outside()
+		if !ok {
+			return 0
+		}
+		return max(s.GPU.Capacity()-out, 0)
 	}
 	return 0
 }

@@ -97,5 +97,20 @@ func (r *Result) PredictReservedContext(ctx context.Context, cfg allocator.Confi
 // Sem.CommOverhead for each parallel group of more than one GPU (NCCL's
 // buffers). nvidia-smi shows the reserved peak plus this.
 func (s *Spec) OutsideAllocator() units.Bytes {
-	return s.Sem.Overhead + units.Bytes(s.groups())*s.Sem.CommOverhead
+	b, ok := s.outside()
+	if !ok {
+		return units.MaxBytes
+	}
+	return b
+}
+
+// outside is OutsideAllocator by units' checked sums, false past
+// units.MaxBytes: overheads of 4194303 TiB wrapped the sum negative, and
+// a usable memory of millions of TiB fit every job (Validate refuses it).
+func (s *Spec) outside() (units.Bytes, bool) {
+	comm, ok := units.MulBytes(s.Sem.CommOverhead, int64(s.groups()))
+	if !ok {
+		return 0, false
+	}
+	return units.AddBytes(s.Sem.Overhead, comm)
 }

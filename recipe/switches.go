@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -242,6 +243,9 @@ func boolSwitch(f func(*engine.Spec, bool)) func(*engine.Spec, string) error {
 func bytesSwitch(f func(*engine.Spec, units.Bytes)) func(*engine.Spec, string) error {
 	return func(s *engine.Spec, v string) error {
 		b, err := units.ParseBytesOrZero(v)
+		if errors.Is(err, units.ErrTooLarge) || err == nil && b > maxSwitchBytes {
+			return fmt.Errorf("over the limit of %s (no GPU holds a TiB)", maxSwitchBytes)
+		}
 		if err != nil {
 			return fmt.Errorf("want a byte size such as 8519680, 8MiB or 0")
 		}
@@ -249,6 +253,14 @@ func bytesSwitch(f func(*engine.Spec, units.Bytes)) func(*engine.Spec, string) e
 		return nil
 	}
 }
+
+// maxSwitchBytes bounds the byte switches (an overhead, a workspace): each
+// is memory of one GPU, and none holds a TiB, so 1024 TiB leaves room for a
+// generous mistake that a plan then refuses against its GPU (overheads that
+// leave it nothing: engine.Spec.Validate) while every sum of them stays far
+// inside a size. Overheads of 4194303 TiB wrapped the usable memory's sum
+// into millions of TiB.
+const maxSwitchBytes = 1024 * units.TiB
 
 // versionBefore reports whether version v (major.minor.patch, a suffix
 // after the numbers ignored) is older than ref.

@@ -63,6 +63,10 @@ func (b Bytes) GiBf() float64 { return float64(b) / float64(GiB) }
 // ErrBadSize is wrapped by ParseBytes failures.
 var ErrBadSize = errors.New("bad size")
 
+// ErrTooLarge is wrapped (with ErrBadSize) by ParseBytes refusing a size
+// past MaxBytes.
+var ErrTooLarge = fmt.Errorf("%w: over the limit", ErrBadSize)
+
 var suffixes = []struct {
 	s string
 	m Bytes
@@ -98,8 +102,8 @@ func parseBytes(s string, zero bool) (Bytes, error) {
 		}
 	}
 	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%w: %q is not a number with a unit such as 24GiB or 80GB", ErrBadSize, s)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) || strings.ContainsAny(t, "xX_") {
+		return 0, badNumber(s)
 	}
 	switch {
 	case zero && v == 0:
@@ -110,13 +114,27 @@ func parseBytes(s string, zero bool) (Bytes, error) {
 		return 0, fmt.Errorf("%w: %q must be positive", ErrBadSize, s)
 	}
 	f := v * float64(mult)
-	if f > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%w: %q is too large", ErrBadSize, s)
+	if f > float64(MaxBytes) {
+		return 0, fmt.Errorf("%w: %q is over the limit of 4 EiB (2^62 bytes)", ErrTooLarge, s)
 	}
 	if math.Round(f) < 1 {
 		return 0, fmt.Errorf("%w: %q is less than one byte", ErrBadSize, s)
 	}
 	return Bytes(math.Round(f)), nil
+}
+
+// badNumber refuses s, which is not a decimal number with a unit: a unit
+// past TiB (PiB, EB) is named as one memplan does not take, so that 1PiB
+// does not read as a typo of the number.
+func badNumber(s string) error {
+	t := strings.TrimSpace(s)
+	num := strings.TrimRightFunc(t, func(r rune) bool { return r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' })
+	if unit := t[len(num):]; unit != "" && !strings.ContainsAny(num, "xX_") {
+		if _, err := strconv.ParseFloat(strings.TrimSpace(num), 64); err == nil {
+			return fmt.Errorf("%w: %q: the unit %q is not one memplan takes (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB; K, M, G, T are binary; a size is under 4 EiB)", ErrBadSize, s, unit)
+		}
+	}
+	return fmt.Errorf("%w: %q is not a number with a unit such as 24GiB or 80GB", ErrBadSize, s)
 }
 
 // FLOPs counts floating-point operations (a multiply-add is two).
@@ -237,6 +255,15 @@ func MulChecked(a, b, limit int64) (int64, bool) {
 func MulBytes(b Bytes, n int64) (Bytes, bool) {
 	v, ok := MulChecked(int64(b), n, int64(MaxBytes))
 	return Bytes(v), ok
+}
+
+// AddBytes is a + b for sizes in [0, MaxBytes], false when either is
+// outside it or the sum exceeds MaxBytes.
+func AddBytes(a, b Bytes) (Bytes, bool) {
+	if a < 0 || b < 0 || a > MaxBytes || b > MaxBytes-a {
+		return 0, false
+	}
+	return a + b, true
 }
 
 // MaxBytes is the largest size a plan holds: 2^62 bytes (4 EiB), so that any

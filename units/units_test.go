@@ -3,6 +3,7 @@ package units
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -137,5 +138,49 @@ func TestSizeDoesNotWrap(t *testing.T) {
 	}
 	if got := NF4.Size(1<<62 + 1); got != 1<<61+1 {
 		t.Errorf("NF4.Size(2^62+1) = %d, want 2^61+1", got)
+	}
+}
+
+// A refused size says what is wrong: a unit past TiB is named as one not
+// taken (1PiB said "not a number with a unit"), a size past 4 EiB is over
+// the limit (ErrTooLarge), and base prefixes and _ are not decimal.
+func TestParseBytesRefusals(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"1PiB", `"1PiB": the unit "PiB" is not one memplan takes`},
+		{"4EiB", `the unit "EiB" is not one memplan takes`},
+		{"1e3 PB", `the unit "PB" is not one memplan takes`},
+		{"9223372036854775807", `"9223372036854775807" is over the limit of 4 EiB (2^62 bytes)`},
+		{"4194305TiB", "over the limit of 4 EiB"},
+		{"0x10GiB", "is not a number with a unit"},
+		{"0x1p4", "is not a number with a unit"},
+		{"1_024MiB", "is not a number with a unit"},
+		{"banana", "is not a number with a unit"},
+	} {
+		_, err := ParseBytes(c.in)
+		if !errors.Is(err, ErrBadSize) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseBytes(%q): %v, want %q", c.in, err, c.want)
+		}
+		if tooLarge := strings.Contains(c.want, "over the limit"); errors.Is(err, ErrTooLarge) != tooLarge {
+			t.Errorf("ParseBytes(%q): ErrTooLarge %v, want %v", c.in, !tooLarge, tooLarge)
+		}
+	}
+	if b, err := ParseBytes("4194304TiB"); err != nil || b != MaxBytes {
+		t.Errorf("ParseBytes(4194304TiB) = %d, %v; want MaxBytes", b, err)
+	}
+}
+
+// AddBytes sums sizes in [0, MaxBytes] and refuses past it.
+func TestAddBytes(t *testing.T) {
+	for _, c := range []struct {
+		a, b Bytes
+		want Bytes
+		ok   bool
+	}{
+		{1, 2, 3, true}, {MaxBytes - 1, 1, MaxBytes, true}, {MaxBytes, 1, 0, false},
+		{MaxBytes + 1, 0, 0, false}, {-1, 5, 0, false}, {1 << 62, 1 << 62, 0, false},
+	} {
+		if got, ok := AddBytes(c.a, c.b); got != c.want || ok != c.ok {
+			t.Errorf("AddBytes(%d, %d) = %d, %v; want %d, %v", c.a, c.b, got, ok, c.want, c.ok)
+		}
 	}
 }
