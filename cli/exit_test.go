@@ -107,7 +107,9 @@ func TestWarnings(t *testing.T) {
 	}{
 		{[]string{"--budget", "24"}, "--budget 24 has no unit: read as 24 bytes"},
 		{[]string{"--gpu", "h100", "--budget", "24GiB"}, "--budget 24.00 GiB replaces the h100-sxm's usable memory"},
-		{[]string{"--gpu", "h100", "--budget", "200GiB"}, "--budget 200.00 GiB is more than the h100-sxm's"},
+		{[]string{"--gpu", "h100", "--budget", "200GiB"}, "--budget 200.00 GiB is more than the h100-sxm's 79.19 GiB of memory"},
+		// Within the 79.19 GiB plan reports usable, not the datasheet's 74.51.
+		{[]string{"--gpu", "h100", "--budget", "76GiB"}, "--budget 76.00 GiB replaces the h100-sxm's usable memory"},
 		{[]string{"--mode", "infer", "--optimizer", "sgd"}, "--optimizer applies to training; ignored with --mode infer"},
 		{[]string{"--mode", "infer", "--optimizer-impl", "fused"}, "--optimizer-impl applies to training"},
 		{[]string{"--mode", "infer", "--first-step=false"}, "--first-step applies to training"},
@@ -235,5 +237,20 @@ func TestMaxBadInput(t *testing.T) {
 	code, out, _ := run("max", "--model", "gpt2", "--gpu", "h100", "--seq", "?")
 	if code != 0 || !strings.Contains(out, "Largest seq that fits: 1024, the bound of the search (gpt2's 1024 positions)") {
 		t.Errorf("exit %d:\n%s", code, out)
+	}
+}
+
+// --total-memory above the GPU's warns as --budget does (it was taken
+// silently: 1 TiB on an H100 held 56 requests).
+func TestTotalMemoryOverGPUWarns(t *testing.T) {
+	base := []string{"plan", "--mode", "serve", "--model", "llama-3.1-8b", "--gpu", "h100"}
+	for _, c := range []struct{ total, want string }{
+		{"1TiB", "memplan: warning: --total-memory 1.00 TiB is more than the h100-sxm's 79.19 GiB of memory\n"},
+		{"79GiB", ""},
+	} {
+		code, _, errs := run(append(append([]string{}, base...), "--total-memory", c.total)...)
+		if code == ExitBadInput || errs != c.want {
+			t.Errorf("--total-memory %s: exit %d, stderr %q; want %q", c.total, code, errs, c.want)
+		}
 	}
 }

@@ -158,6 +158,11 @@ func (f *serveFlags) run(cmd *cobra.Command, stdout io.Writer, p *planFlags) err
 	if err != nil {
 		return err
 	}
+	if s.GPU != nil {
+		if w := overGPU("--total-memory", s.TotalMemory, s.GPU); w != "" {
+			warn(cmd.ErrOrStderr(), []string{w})
+		}
+	}
 	r, err := serve.Plan(s)
 	if err != nil {
 		return serveErr(err)

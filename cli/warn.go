@@ -5,9 +5,11 @@ import (
 	"strings"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/recipe"
+	"github.com/memplan/memplan/units"
 )
 
 // warnings lists the inputs of s (as the flags gave it) that are ignored or
@@ -23,8 +25,8 @@ func (f *planFlags) warnings(s *engine.Spec) []string {
 			add("--budget %s has no unit: read as %d bytes; give one, e.g. --budget %sGiB", f.budget, int64(s.Capacity), f.budget)
 		}
 		if g := s.GPU; g != nil {
-			if s.Capacity > g.Memory {
-				add("--budget %s is more than the %s's %s of memory", s.Capacity, g.Name, g.Memory)
+			if w := overGPU("--budget", s.Capacity, g); w != "" {
+				add("%s", w)
 			} else {
 				add("--budget %s replaces the %s's usable memory; the GPU only prices the step", s.Capacity, g.Name)
 			}
@@ -97,4 +99,15 @@ func (f *planFlags) sizeWarnings(s *engine.Spec) []string {
 		ws = append(ws, fmt.Sprintf("%s is beyond %s's %d positions (max_position_embeddings); planned as given, though the model was not trained that long", what, a.Name, a.MaxPositions))
 	}
 	return ws
+}
+
+// overGPU warns of a memory flag (--budget, --total-memory) given more
+// than g's memory: the total CUDA reports (totalGlobalMem, what plan
+// reports usable before overheads), not the datasheet's marketing figure
+// (80 GB, 74.51 GiB, under the 79.19 GiB an H100 reports). "" when within it.
+func overGPU(flag string, b units.Bytes, g *hw.GPU) string {
+	if b <= g.Capacity() {
+		return ""
+	}
+	return fmt.Sprintf("%s %s is more than the %s's %s of memory", flag, b, g.Name, g.Capacity())
 }
