@@ -57,6 +57,10 @@ func message(err error) string {
 	if errors.As(err, &fe) {
 		msg = strings.Replace(msg, fe.Error(), fe.Render(flagOf), 1)
 	}
+	var nm *strategy.NoMatchError
+	if errors.As(err, &nm) {
+		msg = strings.Replace(msg, nm.Error(), "--checkpoint: "+nm.Error(), 1)
+	}
 	for _, c := range []error{engine.ErrSpec, build.ErrBadOptions, recipe.ErrRecipe} {
 		if rest, ok := strings.CutPrefix(msg, c.Error()+": "); ok && errors.Is(err, c) && (c != recipe.ErrRecipe || strings.HasPrefix(rest, "--")) {
 			msg = rest

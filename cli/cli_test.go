@@ -79,7 +79,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--mode", "infer", "--dp", "2"}, "training only"},
 		{[]string{"plan", "--model", "llama-3.2-1b", "--tp", "3"}, "divide"},
 		{[]string{"plan", "--tp", "0"}, "--tp"},
-		{[]string{"plan", "--sp"}, "TP"},
+		{[]string{"plan", "--sp"}, "--sp needs --tp above 1"},
 		{[]string{"plan", "--qlora"}, "--qlora needs --lora"},
 		{[]string{"plan", "--lora", "r=0"}, "--lora"},
 		{[]string{"plan", "--lora", "r=8,targets=nonexistent_proj"}, "nonexistent_proj"},

@@ -757,7 +757,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	if g == nil {
 		var err error
 		if g, err = c.graphFor(s.Model, o, func() (*ir.Graph, error) { return build.Graph(s.Model, o) }); err != nil {
-			return nil, 0, err
+			return nil, 0, optionError(err)
 		}
 		if pl.graphs == nil {
 			pl.graphs = map[int]*ir.Graph{}
@@ -1051,4 +1051,20 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 func (r *Result) PeakOp() (name, module string) {
 	op := &r.Program.Ops[r.Sim.Peak.Op]
 	return op.Name, op.Module
+}
+
+// optionFields are the fields of the builder's options (build.OptionError).
+var optionFields = map[string]Field{"tp": FieldTP, "sp": FieldSP, "ep": FieldEP, "seq": FieldSeq}
+
+// optionError is err, a build.OptionError as the invalid-spec error about
+// its field (its message names fields by the same keys), so the CLI says
+// --tp and a job file tp where the builder said TP=4096.
+func optionError(err error) error {
+	var oe *build.OptionError
+	if errors.As(err, &oe) {
+		if f, ok := optionFields[oe.Option]; ok {
+			return invalid(f, "%s", oe.Msg)
+		}
+	}
+	return err
 }

@@ -243,7 +243,7 @@ func (ck *checkpointer) segments(p *ir.Program) error {
 		segs = append(segs, segment{key: key, micro: op.Micro, ops: []int{i}})
 	}
 	if len(segs) == 0 {
-		return fmt.Errorf("no module matches checkpoint patterns %s", strings.Join(ck.c.Patterns, ", "))
+		return &NoMatchError{Patterns: ck.c.Patterns}
 	}
 	ck.segs = segs
 	return nil
@@ -478,4 +478,32 @@ func recategorize(p *ir.Program, touched tensorSet) {
 			tt.Cat = ir.Temporary
 		}
 	}
+}
+
+// NoMatchError is a checkpoint whose patterns match no module of the
+// program. Its message lists at most maxListedPatterns of them (20,000
+// patterns made one line of 149 KB); the CLI names the flag before it.
+type NoMatchError struct {
+	Patterns []string
+}
+
+// maxListedPatterns is how many patterns a NoMatchError repeats.
+const maxListedPatterns = 8
+
+func (e *NoMatchError) Error() string {
+	var b strings.Builder
+	b.WriteString("no module matches the checkpoint patterns ")
+	for i, s := range e.Patterns[:min(len(e.Patterns), maxListedPatterns)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if r := []rune(s); len(r) > 64 {
+			s = string(r[:64]) + "…"
+		}
+		b.WriteString(s)
+	}
+	if n := len(e.Patterns) - maxListedPatterns; n > 0 {
+		fmt.Fprintf(&b, " and %d more", n)
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package build
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/models"
@@ -33,6 +34,11 @@ func checkParallel(a *models.Arch, o *Options) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadOptions, fmt.Sprintf(format, args...))
 	}
+	// about is an option's refusal naming options as {tp}, {sp}, {ep},
+	// {seq} (OptionError), so that a caller names them as its user does.
+	about := func(option, format string, args ...any) error {
+		return &OptionError{Option: option, Msg: fmt.Sprintf(format, args...)}
+	}
 	if o.TP < 0 {
 		return bad("tensor-parallel degree must not be negative, got %d", o.TP)
 	}
@@ -44,11 +50,11 @@ func checkParallel(a *models.Arch, o *Options) error {
 	}
 	t := max(o.TP, 1)
 	if o.SP && t <= 1 {
-		return bad("sequence parallel needs tensor parallel (TP > 1), got TP=%d", o.TP)
+		return about("sp", "{sp} needs {tp} above 1, got %d", o.TP)
 	}
 	if t > 1 {
 		if a.Encoder {
-			return bad("tensor parallel is modelled for decoder families only, not %s", a.Family)
+			return about("tp", "{tp} is modelled for decoder families only, not %s", a.Family)
 		}
 		for _, d := range []struct {
 			name string
@@ -56,30 +62,30 @@ func checkParallel(a *models.Arch, o *Options) error {
 		}{{"attention heads", a.Heads}, {"KV heads", a.KVHeads}, {"intermediate size", a.Intermediate},
 			{"dense-layer intermediate size", a.DenseIntermediate}} {
 			if d.v%t != 0 {
-				return bad("TP=%d does not divide %s's %s (%d)", t, a.Name, d.name, d.v)
+				return about("tp", "{tp} %d does not divide %s's %s (%d)", t, a.Name, d.name, d.v)
 			}
 		}
 	}
 	if o.SP {
 		if !o.Training {
-			return bad("sequence parallel applies to training only")
+			return about("sp", "{sp} applies to training only")
 		}
 		if o.Seq%t != 0 {
-			return bad("sequence parallel needs TP=%d to divide the sequence length %d", t, o.Seq)
+			return about("sp", "{sp} needs {tp} %d to divide {seq} %d", t, o.Seq)
 		}
 		if a.IsMoE() {
-			return bad("sequence parallel with mixture-of-experts layers is not modelled")
+			return about("sp", "{sp} with mixture-of-experts layers is not modelled")
 		}
 	}
 	if ep := max(o.EP, 1); ep > 1 {
 		if !a.IsMoE() {
-			return bad("expert parallel (EP=%d) needs a mixture-of-experts model; %s is dense", ep, a.Name)
+			return about("ep", "{ep} %d needs a mixture-of-experts model; %s is dense", ep, a.Name)
 		}
 		if a.NumExperts%ep != 0 {
-			return bad("EP=%d does not divide %s's %d experts", ep, a.Name, a.NumExperts)
+			return about("ep", "{ep} %d does not divide %s's %d experts", ep, a.Name, a.NumExperts)
 		}
 		if t > 1 {
-			return bad("expert parallel together with tensor parallel is not modelled")
+			return about("ep", "{ep} together with {tp} is not modelled")
 		}
 	}
 	if o.QLoRA && o.LoRA == nil {
@@ -370,3 +376,21 @@ func (m *builder) moeEP(h ir.TensorID) ir.TensorID {
 	acc = b.IndexAdd("unpermute", acc, perm, back)
 	return b.View("out", acc, B, S, H)
 }
+
+// OptionError is a parallel option refused against the architecture. Msg
+// names options as {key} (tp, sp, ep, seq: the keys of engine's fields),
+// which Error words as this package does; engine turns it into a field
+// error, so the CLI names --tp and a job file tp.
+type OptionError struct {
+	Option, Msg string
+}
+
+// optionWords are the words Error uses for an option.
+var optionWords = strings.NewReplacer("{tp}", "tensor parallelism", "{sp}", "sequence parallelism", "{ep}", "expert parallelism", "{seq}", "sequence length")
+
+func (e *OptionError) Error() string {
+	return ErrBadOptions.Error() + ": " + optionWords.Replace(e.Msg)
+}
+
+// Unwrap makes an OptionError a bad option (errors.Is ErrBadOptions).
+func (e *OptionError) Unwrap() error { return ErrBadOptions }
