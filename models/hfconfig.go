@@ -59,7 +59,9 @@ func (p *parser) errf(format string, args ...any) error {
 }
 
 func (p *parser) parse(data []byte) (*Arch, error) {
-	trimmed := bytes.TrimSpace(data)
+	// A UTF-8 byte order mark (Windows editors write one) is not part of
+	// the JSON; Python's json.load with utf-8-sig reads past it too.
+	trimmed := bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
 	if len(trimmed) == 0 {
 		return nil, p.errf("empty file")
 	}
@@ -81,6 +83,9 @@ func (p *parser) parse(data []byte) (*Arch, error) {
 		a.Architecture = arch
 	}
 	if a.TorchDType, _, err = p.strDef("", "torch_dtype", "dtype"); err != nil {
+		return nil, err
+	}
+	if err := p.checkHonoured(a.TorchDType); err != nil {
 		return nil, err
 	}
 	if p.fam = lookupFamily(mt); p.fam == nil {
@@ -1008,4 +1013,35 @@ func describeJSON(raw json.RawMessage) string {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// checkHonoured refuses fields memplan reads a meaning from but cannot
+// honour, rather than planning something else: a torch_dtype other than
+// float32, float16 or bfloat16 (int4 or float8_e4m3fn were served as
+// bfloat16; a quantized checkpoint says so in quantization_config), and a
+// rope_scaling that is not a mapping or null ("yes" was accepted).
+func (p *parser) checkHonoured(dtype string) error {
+	switch strings.ToLower(strings.TrimPrefix(dtype, "torch.")) {
+	case "", "float32", "float16", "bfloat16":
+	default:
+		key := "torch_dtype"
+		if _, ok := p.m[key]; !ok {
+			key = "dtype"
+		}
+		return p.errf("%q %q: want float32, float16 or bfloat16 (a quantized checkpoint names its quantization in quantization_config)", key, cut(dtype))
+	}
+	if raw, ok := p.m["rope_scaling"]; ok {
+		if v := bytes.TrimSpace(raw); !bytes.Equal(v, []byte("null")) && (len(v) == 0 || v[0] != '{') {
+			return p.errf("\"rope_scaling\" %s: want a mapping (such as {\"rope_type\": \"llama3\", \"factor\": 8.0}) or null", cut(oneLine(string(v))))
+		}
+	}
+	return nil
+}
+
+// cut is s cut to 64 bytes for a message.
+func cut(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

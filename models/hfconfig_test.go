@@ -147,6 +147,14 @@ func TestParseHFConfigErrors(t *testing.T) {
 		{"trailing garbage", "", nil, `{"model_type": "llama"} x`, []string{"config.json: invalid JSON"}},
 		{"top-level array", "", nil, `[1, 2]`, []string{"config.json: not a JSON object"}},
 		{"top-level null", "", nil, `null`, []string{"config.json: not a JSON object"}},
+		{"a BOM before an array", "", nil, "\xef\xbb\xbf[1]", []string{"config.json: not a JSON object"}},
+		// Fields memplan cannot honour: int4 and float8 were served as bfloat16.
+		{"torch_dtype int4", "llama-3.2-1b", map[string]any{"torch_dtype": "int4"}, "", []string{`"torch_dtype" "int4": want float32, float16 or bfloat16`}},
+		{"torch_dtype float8", "llama-3.2-1b", map[string]any{"torch_dtype": "float8_e4m3fn"}, "", []string{`"torch_dtype" "float8_e4m3fn": want`}},
+		{"dtype float64", "llama-3.2-1b", map[string]any{"torch_dtype": nil, "dtype": "float64"}, "", []string{`"dtype" "float64": want`}},
+		{"rope_scaling a string", "llama-3.2-1b", map[string]any{"rope_scaling": "yes"}, "", []string{`"rope_scaling" "yes": want a mapping`}},
+		{"rope_scaling a list", "llama-3.2-1b", map[string]any{"rope_scaling": []any{1, 2}}, "", []string{`"rope_scaling" [1,2]: want a mapping`}},
+		{"rope_scaling a number", "llama-3.2-1b", map[string]any{"rope_scaling": 8}, "", []string{`"rope_scaling" 8: want a mapping`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -434,5 +442,23 @@ func TestGemma3Pattern(t *testing.T) {
 	}
 	if a := parse(map[string]any{"attn_logit_softcapping": 50, "final_logit_softcapping": 30}); a.AttnLogitSoftcap != 50 || a.FinalLogitSoftcap != 30 {
 		t.Errorf("soft caps read as %v, %v", a.AttnLogitSoftcap, a.FinalLogitSoftcap)
+	}
+}
+
+// A config.json that a Windows editor saved with a UTF-8 byte order mark
+// reads as without it (it was "not a JSON object"); dtypes memplan plans
+// in, with or without torch.'s prefix, and a null rope_scaling pass.
+func TestParseHFConfigAccepts(t *testing.T) {
+	plain := mutate(t, "llama-3.2-1b", nil)
+	for name, data := range map[string][]byte{
+		"BOM":           append([]byte("\xef\xbb\xbf"), plain...),
+		"torch.float16": mutate(t, "llama-3.2-1b", map[string]any{"torch_dtype": "torch.float16"}),
+		"float32":       mutate(t, "llama-3.2-1b", map[string]any{"torch_dtype": "float32"}),
+		"no dtype":      mutate(t, "llama-3.2-1b", map[string]any{"torch_dtype": nil}),
+		"rope null":     mutate(t, "llama-3.2-1b", map[string]any{"rope_scaling": nil}),
+	} {
+		if _, err := ParseHFConfig(data, "config.json"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }
