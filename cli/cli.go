@@ -38,6 +38,9 @@ import (
 // warning: ". Every command but serve and fit runs under a soft heap limit
 // (limitHeap) unless GOMEMLIMIT sets one, restored when it returns.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if err := versionAlone(args); err != nil {
+		return exitCode(err, stderr)
+	}
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
 	if c, _, err := root.Find(args); err == nil && limitsHeap(c) {
@@ -91,6 +94,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(newExtenderCmd(stderr))
 	root.AddCommand(newServeCmd(stderr))
 	root.SetVersionTemplate("memplan {{.Version}}\n")
+	checkArgs(root)
 	return root
 }
 
@@ -583,10 +587,19 @@ func (f *planFlags) applyRecipe(s *engine.Spec) error {
 		return err
 	}
 	r = r.Clone()
+	given := map[string]string{}
 	for _, kv := range f.sets {
 		if err := r.Set(kv); err != nil {
 			return err
 		}
+		// A key given twice is refused, as in a recipe file: the last
+		// one silently won.
+		key, value, _ := strings.Cut(kv, "=")
+		key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+		if prev, ok := given[key]; ok {
+			return fmt.Errorf("--set %s given twice (%s=%s, then %s=%s): give it once", key, key, prev, key, value)
+		}
+		given[key] = value
 	}
 	if err := f.allocConfFlag(s); err != nil {
 		return err

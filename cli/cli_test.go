@@ -59,6 +59,22 @@ func TestBadInput(t *testing.T) {
 		{[]string{"plan", "--svg", filepath.Join(dir, "missing", "x.svg")}, "cannot write"},
 		{[]string{"plan", "--mode", "infer", "--accum", "2"}, "--accum applies to training only"},
 		{[]string{"frobnicate"}, "unknown command"},
+		// Arguments cobra ignored or worded without the command (exit 0, or
+		// "accepts at most 1 arg(s), received 2").
+		{[]string{"completion", "nope"}, `unknown command "nope" for "memplan completion": want one of bash, fish, powershell, zsh`},
+		{[]string{"help", "nope"}, `help: no command "nope" (memplan help lists them)`},
+		{[]string{"help", "plan", "extra"}, `help: no command "plan extra"`},
+		{[]string{"-v", "plan"}, `--version prints memplan's version and takes nothing else: got "-v", "plan"`},
+		{[]string{"--version", "extra"}, `--version prints memplan's version and takes nothing else`},
+		{[]string{"plan", "--model", "gpt2", "--version"}, `--version prints memplan's version and takes nothing else`},
+		{[]string{"recipes", "hf", "extra"}, `recipes takes [NAME|FILE]: got 2 arguments ("hf", "extra")`},
+		{[]string{"validate", "a", "b"}, `validate takes MEASURED.json: got 2 arguments ("a", "b")`},
+		// A switch or an offload given twice: the last silently won.
+		{[]string{"plan", "--set", "precision=fp32", "--set", "precision=bf16"}, "--set precision given twice (precision=fp32, then precision=bf16): give it once"},
+		{[]string{"plan", "--offload", "params,params"}, `--offload "params,params": params given twice`},
+		{[]string{"plan", "--offload", "params,parameters"}, `--offload "params,parameters": params given twice`},
+		{[]string{"plan", "--offload", "none,activations"}, `--offload "none,activations": none offloads nothing and stands alone`},
+		{[]string{"plan", "--offload", "activations,"}, `--offload "activations,": an empty item`},
 		{[]string{"plan", "--checkpoint", "every=0"}, "positive integer"},
 		{[]string{"plan", "--zero", "3"}, "needs --dp of at least 2"},
 		{[]string{"plan", "--graph", filepath.Join(dir, "none.json")}, "none.json"},

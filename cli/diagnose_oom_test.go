@@ -64,7 +64,7 @@ func TestDiagnoseSnapshot(t *testing.T) {
 		{[]string{"explain", snap, "--device", "7"}, "--device 7: " + snap + " has devices [0]"},
 		{[]string{"diagnose", junk, "--capacity", "1GiB"}, "not a CUDA memory snapshot"},
 		{[]string{"diagnose", "--model", "gpt2", "--capacity", "1GiB"}, "only with a snapshot"},
-		{[]string{"diagnose", snap, snap}, "accepts at most 1 arg"},
+		{[]string{"diagnose", snap, snap}, "diagnose takes [SNAPSHOT]: got 2 arguments"},
 	} {
 		var out, errb bytes.Buffer
 		rc := Main(c.args, &out, &errb)

@@ -16,18 +16,31 @@ type Offload struct {
 // ParseOffload reads a comma list of activations, optimizer, params.
 func ParseOffload(s string) (Offload, error) {
 	var o Offload
-	for _, f := range strings.Split(s, ",") {
-		switch strings.TrimSpace(f) {
-		case "", "none":
+	parts := strings.Split(s, ",")
+	if len(parts) == 1 && (strings.TrimSpace(s) == "" || strings.TrimSpace(s) == "none") {
+		return o, nil
+	}
+	for _, f := range parts {
+		var p *bool
+		name := strings.TrimSpace(f)
+		switch name {
 		case "activations":
-			o.Activations = true
+			p = &o.Activations
 		case "optimizer":
-			o.Optimizer = true
+			p = &o.Optimizer
 		case "params", "parameters":
-			o.Params = true
+			p, name = &o.Params, "params"
+		case "none":
+			return o, fieldErr(FieldOffload, "{offload} %q: none offloads nothing and stands alone", s)
+		case "":
+			return o, fieldErr(FieldOffload, "{offload} %q: an empty item; want activations, optimizer or params, separated by commas", s)
 		default:
 			return o, fieldErr(FieldOffload, "{offload} %q: want activations, optimizer or params", f)
 		}
+		if *p {
+			return o, fieldErr(FieldOffload, "{offload} %q: %s given twice", s, name)
+		}
+		*p = true
 	}
 	return o, nil
 }
