@@ -67,7 +67,7 @@ func stepSeconds(t *testing.T, args ...string) (float64, string) {
 func TestTopologyPlanStepTime(t *testing.T) {
 	dir := t.TempDir()
 	fast := filepath.Join(dir, "fast.yaml")
-	os.WriteFile(fast, []byte("inter_node: {gbps: 1000000}\n"), 0o644)
+	os.WriteFile(fast, []byte("inter_node: {gbps: 100000}\n"), 0o644)
 	base := []string{"--model", "llama-2-7b", "--gpu", "h100", "--seq", "4096"}
 	one, _ := stepSeconds(t, append(base, "--tp", "16", "--gpus-per-node", "16")...)
 	two, _ := stepSeconds(t, append(base, "--tp", "16", "--nodes", "2")...)

@@ -63,9 +63,15 @@ func (b Bytes) GiBf() float64 { return float64(b) / float64(GiB) }
 // ErrBadSize is wrapped by ParseBytes failures.
 var ErrBadSize = errors.New("bad size")
 
-// ErrTooLarge is wrapped (with ErrBadSize) by ParseBytes refusing a size
-// past MaxBytes.
-var ErrTooLarge = fmt.Errorf("%w: over the limit", ErrBadSize)
+// ErrTooLarge is what ParseBytes refusing a size past MaxBytes is (and
+// ErrBadSize).
+var ErrTooLarge = errors.New("size over the limit")
+
+// tooLarge is ParseBytes' refusal of a size past MaxBytes.
+type tooLarge string
+
+func (e tooLarge) Error() string        { return string(e) }
+func (e tooLarge) Is(target error) bool { return target == ErrBadSize || target == ErrTooLarge }
 
 var suffixes = []struct {
 	s string
@@ -115,7 +121,7 @@ func parseBytes(s string, zero bool) (Bytes, error) {
 	}
 	f := v * float64(mult)
 	if f > float64(MaxBytes) {
-		return 0, fmt.Errorf("%w: %q is over the limit of 4 EiB (2^62 bytes)", ErrTooLarge, s)
+		return 0, tooLarge(fmt.Sprintf("%v: %q is too large: over the limit of 4 EiB (2^62 bytes)", ErrBadSize, s))
 	}
 	if math.Round(f) < 1 {
 		return 0, fmt.Errorf("%w: %q is less than one byte", ErrBadSize, s)

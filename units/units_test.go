@@ -149,7 +149,7 @@ func TestParseBytesRefusals(t *testing.T) {
 		{"1PiB", `"1PiB": the unit "PiB" is not one memplan takes`},
 		{"4EiB", `the unit "EiB" is not one memplan takes`},
 		{"1e3 PB", `the unit "PB" is not one memplan takes`},
-		{"9223372036854775807", `"9223372036854775807" is over the limit of 4 EiB (2^62 bytes)`},
+		{"9223372036854775807", `"9223372036854775807" is too large: over the limit of 4 EiB (2^62 bytes)`},
 		{"4194305TiB", "over the limit of 4 EiB"},
 		{"0x10GiB", "is not a number with a unit"},
 		{"0x1p4", "is not a number with a unit"},

@@ -79,7 +79,7 @@ func checkParallel(a *models.Arch, o *Options) error {
 	}
 	if ep := max(o.EP, 1); ep > 1 {
 		if !a.IsMoE() {
-			return about("ep", "{ep} %d needs a mixture-of-experts model; %s is dense", ep, a.Name)
+			return about("ep", "{ep} %d: expert parallelism needs a mixture-of-experts model; %s is dense", ep, a.Name)
 		}
 		if a.NumExperts%ep != 0 {
 			return about("ep", "{ep} %d does not divide %s's %d experts", ep, a.Name, a.NumExperts)
