@@ -192,7 +192,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	f.register(fl)
 	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
 	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
-	fl.IntVar(&f.timelinePoints, "timeline-points", report.DefaultTimelinePoints,
+	intVar(fl, &f.timelinePoints, "timeline-points", report.DefaultTimelinePoints,
 		fmt.Sprintf("most events of the JSON timeline: a plan of more ops gives each run of ops in a row as its highest (the peak's op among them), with op_index and ops (at most %d)", report.MaxTimelinePoints))
 	fl.BoolVar(&f.noChart, "no-chart", false, "leave the terminal chart out of the text report")
 	fl.StringVar(&f.svg, "svg", "", "draw the timeline to this SVG file")
