@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Every choice flag of every command refuses a value it does not take in
@@ -186,4 +190,29 @@ func TestIntFlagsDecimal(t *testing.T) {
 			t.Errorf("%s: exit %d, stderr %q; want %s in the JSON", strings.Join(c.args, " "), code, errs, c.want)
 		}
 	}
+}
+
+// Every int flag of every command is read in decimal (intVar), so a flag
+// added with pflag's IntVar, which reads 010 as eight, fails here.
+func TestEveryIntFlagDecimal(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			v := f.Value
+			if a, ok := v.(askable); ok {
+				v = a.Value
+			}
+			switch v.(type) {
+			case decimal[int], decimal[int64]:
+				return
+			}
+			if typ := f.Value.Type(); strings.HasPrefix(typ, "int") || strings.HasPrefix(typ, "uint") {
+				t.Errorf("%s --%s is pflag's %s: define it with intVar", c.CommandPath(), f.Name, typ)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(NewRoot(io.Discard, io.Discard))
 }
