@@ -54,7 +54,7 @@ func checkParallel(a *models.Arch, o *Options) error {
 	}
 	if t > 1 {
 		if a.Encoder {
-			return about("tp", "{tp} is modelled for decoder families only, not %s", a.Family)
+			return about("tp", "{tp} %d: tensor parallelism is modelled for decoder families only, not %s", t, a.Family)
 		}
 		for _, d := range []struct {
 			name string
@@ -68,13 +68,13 @@ func checkParallel(a *models.Arch, o *Options) error {
 	}
 	if o.SP {
 		if !o.Training {
-			return about("sp", "{sp} applies to training only")
+			return about("sp", "{sp}: sequence parallelism applies to training only")
 		}
 		if o.Seq%t != 0 {
 			return about("sp", "{sp} needs {tp} %d to divide {seq} %d", t, o.Seq)
 		}
 		if a.IsMoE() {
-			return about("sp", "{sp} with mixture-of-experts layers is not modelled")
+			return about("sp", "{sp}: sequence parallelism with mixture-of-experts layers is not modelled")
 		}
 	}
 	if ep := max(o.EP, 1); ep > 1 {
@@ -85,7 +85,7 @@ func checkParallel(a *models.Arch, o *Options) error {
 			return about("ep", "{ep} %d does not divide %s's %d experts", ep, a.Name, a.NumExperts)
 		}
 		if t > 1 {
-			return about("ep", "{ep} together with {tp} is not modelled")
+			return about("ep", "{ep} %d: expert parallelism together with {tp} is not modelled", ep)
 		}
 	}
 	if o.QLoRA && o.LoRA == nil {
