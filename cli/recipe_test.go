@@ -278,7 +278,7 @@ func TestOverheadsLeavingNoMemory(t *testing.T) {
 			"memplan: --set cuda.overhead=\"4194303TiB\": over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes, e.g. 1343MiB or 0)\n"},
 		{[]string{"--dp", "2", "--tp", "2", "--pp", "2", "--accum", "2", "--set", "nccl.overhead=3000000TiB"}, ExitBadInput, "over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes per communicator, e.g. 544MB or 0)\n"},
 		{[]string{"--dp", "2", "--tp", "2", "--set", "cuda.overhead=1TiB", "--set", "nccl.overhead=1TiB"}, ExitBadInput, "leave none of the h100-sxm's 79.19 GiB for tensors\n"},
-		{[]string{"--recipe", "../testdata/adv/recipe_overflow.yaml"}, ExitBadInput, `cuda.overhead="4194303TiB": over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes, e.g. 1343MiB or 0)` + "\n"},
+		{[]string{"--recipe", "../testdata/adversarial/recipe_overflow.yaml"}, ExitBadInput, `cuda.overhead="4194303TiB": over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: bytes, e.g. 1343MiB or 0)` + "\n"},
 		{[]string{"--set", "cuda.cublas-workspace=9223372036854775807"}, ExitBadInput, "over the limit of 1024.00 TiB (no GPU holds a TiB) (allowed: auto (32 MiB on compute capability 9.0, else 8519680), or bytes per thread, e.g. 0)\n"},
 	} {
 		code, out, errs := run(append(append([]string{}, base...), c.args...)...)
