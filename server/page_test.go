@@ -240,7 +240,7 @@ func TestCatalog(t *testing.T) {
 		"hf5":        {"precision": "checkpoint", "optimizer": "adamw", "optimizer_impl": "fused"},
 		"litgpt":     {"precision": "pure-bf16", "optimizer": "adamw", "optimizer_impl": "foreach"},
 		"torchtune":  {"precision": "pure-bf16", "optimizer": "adamw", "optimizer_impl": "fused"},
-		"torchtitan": {"optimizer": "adamw", "optimizer_impl": "foreach", "checkpoint": "selective-op"},
+		"torchtitan": {"optimizer": "adamw", "optimizer_impl": "foreach", "checkpoint": "selective-op", "alloc_conf": "expandable_segments:True"},
 	} {
 		if !maps.Equal(fields[name], want) {
 			t.Errorf("recipe %s: fields %v, want %v", name, fields[name], want)
