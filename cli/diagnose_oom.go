@@ -83,12 +83,9 @@ func diagnoseSnapshot(ctx context.Context, stdout io.Writer, path string, dev re
 	err = emit(stdout, jsonOut,
 		func(w io.Writer) error {
 			return encodeDiagnosis(w, struct {
-				Schema string `json:"schema"`
-				File   string `json:"file"`
-				Device int64  `json:"device"`
-				Fits   bool   `json:"fits"`
+				diagnosisHead
 				*explain.OOM
-			}{"memplan.diagnose-oom/v1", path, rep.Device, false, o})
+			}{diagnosisHead{diagnoseOOMSchema, path, rep.Device, false}, o})
 		},
 		func(w io.Writer) error {
 			fmt.Fprintln(w, o.Paragraph)
@@ -127,19 +124,27 @@ func snapshotFits(stdout io.Writer, jsonOut bool, path string, device int64, dev
 	return emit(stdout, jsonOut,
 		func(w io.Writer) error {
 			return encodeDiagnosis(w, struct {
-				Schema   string `json:"schema"`
-				File     string `json:"file"`
-				Device   int64  `json:"device"`
-				Fits     bool   `json:"fits"`
+				diagnosisHead
 				Capacity int64  `json:"capacity_bytes"`
 				Reserved int64  `json:"reserved_bytes"`
 				Summary  string `json:"summary"`
-			}{"memplan.diagnose-oom/v1", path, device, true, int64(ce.Capacity), int64(ce.Reserved), summary})
+			}{diagnosisHead{diagnoseOOMSchema, path, device, true}, int64(ce.Capacity), int64(ce.Reserved), summary})
 		},
 		func(w io.Writer) error {
 			_, err := fmt.Fprintln(w, summary)
 			return err
 		})
+}
+
+// diagnoseOOMSchema and diagnosisHead open the JSON of diagnose SNAPSHOT,
+// whether the run ran out or fits.
+const diagnoseOOMSchema = "memplan.diagnose-oom/v1"
+
+type diagnosisHead struct {
+	Schema string `json:"schema"`
+	File   string `json:"file"`
+	Device int64  `json:"device"`
+	Fits   bool   `json:"fits"`
 }
 
 func encodeDiagnosis(w io.Writer, v any) error {

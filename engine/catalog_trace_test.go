@@ -19,14 +19,7 @@ import (
 // gpt2_tiny, traced on CPU) and the same config.json through memplan's
 // catalog builder predict the same per-phase peaks within 2% (issue 4).
 func TestCatalogMatchesTrace(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_tiny.trace.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	arch, err := models.LoadFile(filepath.Join(catalogTestdata, "gpt2_tiny.config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, arch := traceAndConfig(t, "gpt2_tiny")
 	for _, c := range []struct{ batch, seq int }{{2, 64}, {8, 64}, {8, 128}, {32, 32}} {
 		p, err := tr.Program(torchtrace.Options{Batch: c.batch, Seq: c.seq, NoScratch: true})
 		if err != nil {
@@ -64,6 +57,20 @@ func phasesAgree(t *testing.T, label string, catalog, trace *sim.Result) {
 
 const catalogTestdata = "../testdata/torch"
 
+// traceAndConfig loads testdata/torch's trace of name and its config.json.
+func traceAndConfig(t *testing.T, name string) (*torchtrace.Trace, *models.Arch) {
+	t.Helper()
+	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, name+".trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch, err := models.LoadFile(filepath.Join(catalogTestdata, name+".config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, arch
+}
+
 // The same agreement at GPT-2's real vocabulary (50,257 × 768), where the
 // tied embedding's two gradients are as large as the rest of the model:
 // autograd sums them out of place (torch/csrc/autograd/input_buffer.cpp,
@@ -74,14 +81,7 @@ const catalogTestdata = "../testdata/torch"
 // --batch 2 --precision fp32 --no-seq-fit --override n_layer=2
 // (transformers 5.24.0, torch 2.14.1, fake tensors on CPU).
 func TestCatalogMatchesTraceTiedVocab(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_2l_tied.trace.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	arch, err := models.LoadFile(filepath.Join(catalogTestdata, "gpt2_2l_tied.config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, arch := traceAndConfig(t, "gpt2_2l_tied")
 	p, err := tr.Program(torchtrace.Options{Batch: 2, NoScratch: true})
 	if err != nil {
 		t.Fatal(err)
@@ -106,14 +106,7 @@ func TestCatalogMatchesTraceTiedVocab(t *testing.T) {
 // every micro-step and every stage held every parameter's exp_avg_sq:
 // phases −4 % to −19 % against the catalog's.
 func TestCatalogMatchesTracePipelineTied(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join(catalogTestdata, "gpt2_2l_tied.trace.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	arch, err := models.LoadFile(filepath.Join(catalogTestdata, "gpt2_2l_tied.config.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, arch := traceAndConfig(t, "gpt2_2l_tied")
 	for _, first := range []bool{false, true} {
 		for st := 0; st < 2; st++ {
 			pipe := Parallel{PP: 2}
