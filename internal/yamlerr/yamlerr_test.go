@@ -1,7 +1,9 @@
 package yamlerr_test
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -65,5 +67,40 @@ func TestMessage(t *testing.T) {
 	}
 	if got := yamlerr.Message(errors.New("error converting YAML to JSON: yaml: a\nb")); got != "a b" {
 		t.Errorf("two lines: got %q", got)
+	}
+}
+
+// encoding/json's own errors, read directly (a JSON file, a request body):
+// a key with a hyphen, a named string type (a string, not a mapping), a
+// file cut short and one with a syntax error.
+func TestMessageJSON(t *testing.T) {
+	type policy string
+	type doc struct {
+		SameNode bool   `json:"same-node"`
+		Policy   policy `json:"policy"`
+		Jobs     []struct {
+			Replicas int `json:"replicas"`
+		} `json:"jobs"`
+	}
+	for _, c := range []struct{ in, want string }{
+		{`{"same-node": "yes"}`, "same-node: want true or false, got a string"},
+		{`{"policy": 3}`, "policy: want a string, got a number"},
+		{`{"jobs": [{"replicas": "two"}]}`, "jobs.replicas: want a whole number, got a string"},
+		{`[1]`, "the document: want a mapping, got a list"},
+		{`{"jobs": [`, "truncated JSON"},
+		{`{"jobs" 1}`, "invalid JSON at byte 9: invalid character '1' after object key"},
+	} {
+		var d doc
+		err := json.Unmarshal([]byte(c.in), &d)
+		if got := yamlerr.Message(err); got != c.want {
+			t.Errorf("%s: got %q, want %q (from %q)", c.in, got, c.want, err)
+		}
+		if p := msgcheck.Problems(yamlerr.Message(err)); p != nil {
+			t.Errorf("%s: %v", c.in, p)
+		}
+	}
+	var d doc
+	if got := yamlerr.Message(json.NewDecoder(strings.NewReader(`{"jobs": [`)).Decode(&d)); got != "truncated JSON" {
+		t.Errorf("a decoder's truncated document: got %q", got)
 	}
 }
