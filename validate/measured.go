@@ -12,6 +12,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/units"
 	"github.com/memplan/memplan/workload"
 )
@@ -249,7 +250,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		Cases []json.RawMessage `json:"cases"`
 	}
 	if err := json.Unmarshal(boundedio.TrimBOM(data), &doc); err != nil {
-		return nil, fmt.Errorf("%s: %s", file, jsonMsg(err))
+		return nil, fmt.Errorf("%s: %s", file, yamlerr.Message(err))
 	}
 	if doc.Schema == nil {
 		return nil, fmt.Errorf("%s: missing \"schema\" (want %q)", file, MeasuredSchema)
@@ -262,7 +263,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		where := fmt.Sprintf("%s: cases[%d]", file, i)
 		var rc rawCase
 		if err := json.Unmarshal(raw, &rc); err != nil {
-			return nil, fmt.Errorf("%s: %s", where, jsonMsg(err))
+			return nil, fmt.Errorf("%s: %s", where, yamlerr.Message(err))
 		}
 		switch {
 		case rc.Name == nil:
@@ -280,7 +281,7 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		dec := json.NewDecoder(bytesReader(rc.Workload))
 		dec.UseNumber()
 		if err := dec.Decode(&wobj); err != nil {
-			return nil, fmt.Errorf("%s.workload: %s", where, jsonMsg(err))
+			return nil, fmt.Errorf("%s.workload: %s", where, yamlerr.Message(err))
 		}
 		w, err := workload.Validate(where+".workload", wobj)
 		if err != nil {
@@ -309,22 +310,4 @@ func ParseMeasured(file string, data []byte) (*Measured, error) {
 		return nil, fmt.Errorf("%s: no cases", file)
 	}
 	return m, nil
-}
-
-func jsonMsg(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type, te.Value)
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) && se.Error() == "unexpected end of JSON input" {
-		return "truncated JSON"
-	}
-	if errors.As(err, &se) {
-		return fmt.Sprintf("invalid JSON at byte %d: %v", se.Offset, se)
-	}
-	if err.Error() == "unexpected end of JSON input" {
-		return "truncated JSON"
-	}
-	return err.Error()
 }

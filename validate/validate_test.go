@@ -118,7 +118,7 @@ func TestParseMeasuredErrors(t *testing.T) {
 		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x"}]}`, `cases[0]: missing "workload"`},
 		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "workload": {"model": "m:f", "batch": 2, "bacth": 1}, "micro_batch": 2, "phases": {}, "first_step": {"phases": {}}}]}`,
 			"m.json: cases[0].workload: unknown field 'bacth'"},
-		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "micro_batch": "2"}]}`, `cases[0]: field "micro_batch" must be int, got string`},
+		{`{"schema": "memplan.measured/v1", "cases": [{"name": "x", "micro_batch": "2"}]}`, `m.json: cases[0]: micro_batch: want a whole number, got a string`},
 		{`{"schema": "memplan.measured/v1", "cases": [`, "truncated JSON"},
 	} {
 		_, err := ParseMeasured("m.json", []byte(c.in))
