@@ -259,7 +259,7 @@ func TestPackBadInput(t *testing.T) {
 		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "no", "x.png")}, "no such directory"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--png", filepath.Join(dir, "x.gif")}, `--png "` + filepath.Join(dir, "x.gif") + `": want a file name ending in .png`},
 		{[]string{"pack", filepath.Join(dir, "none.yaml"), "--gpus", "h100"}, "cannot read"},
-		{[]string{"pack", badJobs, "--gpus", "h100"}, "micro-batch: expected an integer"},
+		{[]string{"pack", badJobs, "--gpus", "h100"}, "micro-batch: want a whole number, got a number (0.5)"},
 		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", badArr}, `arrivals[0]: job "nobody" is not in the job file`},
 		{[]string{"pack", jobs, "--gpus", "h100", "--arrivals", filepath.Join(dir, "none.yaml")}, "cannot read"},
 		{[]string{"pack", q2, "--gpus", "1xh100"}, "q2.yaml: a mapping key must be a string (line 1)"},

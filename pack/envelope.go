@@ -14,6 +14,7 @@ import (
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/explain"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/recipe"
 	"github.com/memplan/memplan/serve"
@@ -553,7 +554,7 @@ func parsePlan(data []byte) (*planJSON, error) {
 	var p planJSON
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("not a plan JSON: %s", jsonMessage(err))
+		return nil, fmt.Errorf("not a plan JSON: %s", yamlerr.Message(err))
 	}
 	switch {
 	case p.Schema != planSchema:

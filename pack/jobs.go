@@ -338,11 +338,7 @@ func parse(data []byte, name, dir string) (*File, error) {
 func strictYAML(data []byte, v any) error {
 	js, err := yamlerr.ToJSON(data, MaxFileBytes, true)
 	if err != nil {
-		msg := oneLine(err.Error())
-		for _, p := range []string{"error converting YAML to JSON: ", "yaml: ", "unmarshal errors: "} {
-			msg = strings.TrimPrefix(msg, p)
-		}
-		return errors.New(msg)
+		return errors.New(yamlerr.Message(err))
 	}
 	if err := exactKeys(js, reflect.TypeOf(v)); err != nil {
 		return err
@@ -350,41 +346,9 @@ func strictYAML(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return errors.New(jsonMessage(err))
+		return errors.New(yamlerr.Message(err))
 	}
 	return nil
-}
-
-// jsonMessage words a decoding error in the file's terms.
-func jsonMessage(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field == "" {
-			return fmt.Sprintf("expected a mapping, got %s", te.Value)
-		}
-		return fmt.Sprintf("%s: expected %s, got %s", te.Field, kindOf(te.Type.Kind().String()), te.Value)
-	}
-	msg := err.Error()
-	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown key " + k
-	}
-	return oneLine(strings.TrimPrefix(msg, "json: "))
-}
-
-func kindOf(k string) string {
-	switch k {
-	case "int", "int64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "bool":
-		return "true or false"
-	case "slice":
-		return "a list"
-	case "struct", "ptr", "map":
-		return "a mapping"
-	}
-	return k
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -90,12 +90,13 @@ func TestReadRefusesBadInput(t *testing.T) {
 	}
 	for _, c := range []struct{ in, want string }{
 		{"", "no rows"},
-		{"{", "f.jsonl:1: not a JSON object"},
-		{"[1,2]", "not a JSON object"},
+		{"{", "f.jsonl:1: not a JSON object: truncated JSON"},
+		{"{]", "f.jsonl:1: not a JSON object: invalid JSON at byte 2: invalid character ']'"},
+		{"[1,2]", "f.jsonl:1: not a JSON object (got a list)"},
 		{good + "\n" + good, "id \"x\" already used on line 1"},
 		{strings.Replace(good, `"memplan.published/v1"`, `"v2"`, 1), "field schema"},
 		{strings.Replace(good, `"micro_batch":1`, `"micro_batch":0`, 1), "field micro_batch"},
-		{strings.Replace(good, `"micro_batch":1`, `"micro_batch":"one"`, 1), "field micro_batch: want an integer"},
+		{strings.Replace(good, `"micro_batch":1`, `"micro_batch":"one"`, 1), "field micro_batch: want a whole number, got a string"},
 		{strings.Replace(good, `"seq":128`, `"seq":-5`, 1), "field seq"},
 		{strings.Replace(good, `"metric":"max_memory_allocated"`, `"metric":"peak"`, 1), "field metric: unknown \"peak\""},
 		{strings.Replace(good, `"outcome":"ok"`, `"outcome":"crash"`, 1), "field outcome"},
@@ -104,6 +105,7 @@ func TestReadRefusesBadInput(t *testing.T) {
 		{strings.Replace(good, `"unit":"GB"`, `"unit":"TB"`, 1), "field unit: unknown \"TB\""},
 		{strings.Replace(good, `"measured":1.5`, `"measured":1e300`, 1), "is not a GPU's memory"},
 		{strings.Replace(good, `"model":{"name":"llama-2-7b"}`, `"model":{}`, 1), "field model"},
+		{strings.Replace(good, `"model":{"name":"llama-2-7b"}`, `"model":{"name":7}`, 1), "field model.name: want a string, got a number"},
 		{strings.Replace(good, `"gpus":1`, `"gpus":0`, 1), "field gpus"},
 		{strings.Replace(good, `"accum":1`, `"accum":0`, 1), "field accum"},
 		{good + " {}", "more than one JSON value"},
@@ -245,7 +247,7 @@ func FuzzRead(f *testing.F) {
 
 func TestTypeErrorsSpeakJSON(t *testing.T) {
 	_, err := Read(strings.NewReader(`{"schema":"memplan.published/v1","id":"x","accum":"four"}`), "f")
-	if err == nil || !strings.Contains(err.Error(), "field accum: want an integer, got a JSON string") {
+	if err == nil || !strings.Contains(err.Error(), "f:1: field accum: want a whole number, got a string") {
 		t.Errorf("error %v", err)
 	}
 }

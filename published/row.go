@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"reflect"
 	"strings"
 
 	"github.com/memplan/memplan/internal/boundedio"
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/units"
 )
 
@@ -176,42 +176,18 @@ func parseRow(data []byte) (Row, error) {
 	var r Row
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			if te.Field == "" {
-				return r, fmt.Errorf("not a JSON object (got a JSON %s)", te.Value)
+		if m, ok := yamlerr.TypeMismatch(err); ok {
+			if m.Field == "" {
+				return r, fmt.Errorf("not a JSON object (got %s)", m.Got)
 			}
-			ty := te.Type
-			for ty.Kind() == reflect.Pointer {
-				ty = ty.Elem()
-			}
-			return r, fmt.Errorf("field %s: want %s, got a JSON %s", te.Field, jsonKind(ty.Kind()), te.Value)
+			return r, fmt.Errorf("field %s: want %s, got %s", m.Field, m.Want, m.Got)
 		}
-		return r, fmt.Errorf("not a JSON object: %v", err)
+		return r, fmt.Errorf("not a JSON object: %s", yamlerr.Message(err))
 	}
 	if dec.More() {
 		return r, fmt.Errorf("more than one JSON value on the line")
 	}
 	return r, r.check()
-}
-
-// jsonKind names a Go kind in JSON's words.
-func jsonKind(k reflect.Kind) string {
-	switch k {
-	case reflect.Int, reflect.Int64:
-		return "an integer"
-	case reflect.Float64:
-		return "a number"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Bool:
-		return "true or false"
-	}
-	return "another type"
 }
 
 func (r *Row) check() error {
