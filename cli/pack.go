@@ -142,7 +142,7 @@ func (f *packFlags) run(ctx context.Context, stdout io.Writer, path string) erro
 	if err != nil {
 		return err
 	}
-	res, err := pack.PackEnvelopes(envs, pool, opt)
+	res, err := pack.PackEnvelopesContext(ctx, envs, pool, opt)
 	if err != nil {
 		return err
 	}

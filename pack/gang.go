@@ -1,6 +1,7 @@
 package pack
 
 import (
+	"context"
 	"slices"
 
 	"github.com/memplan/memplan/units"
@@ -86,8 +87,9 @@ func fitRange(needs []units.Bytes, lo, hi int, admits func(g int, need units.Byt
 }
 
 // packer is first-fit decreasing of gangs under one policy over as many
-// GPUs as it takes (bins), nodes of node GPUs.
+// GPUs as it takes (bins), nodes of node GPUs; ctx stops it.
 type packer struct {
+	ctx  context.Context
 	envs []*Envelope
 	p    Policy
 	room units.Bytes
@@ -140,14 +142,42 @@ func (k *packer) place(g gang) bool {
 	return true
 }
 
-// placeAll places gangs gs in order; it returns those it could not.
-func (k *packer) placeAll(gs []gang) (left []gang) {
+// firstFit is packPolicy's placement under policy p on GPUs of room bytes,
+// nodes of node GPUs: the packer and the gangs it left out. Under curve,
+// peaks' assignment is tried too and the one of fewer GPUs kept.
+func firstFit(ctx context.Context, envs []*Envelope, room units.Bytes, node int, p Policy) (*packer, []gang, error) {
+	k := &packer{ctx: ctx, envs: envs, p: p, room: room, node: node}
+	left, err := k.placeAll(sortedGangs(envs, p))
+	if err != nil || p != Curve {
+		return k, left, err
+	}
+	alt := &packer{ctx: ctx, envs: envs, p: Peaks, room: room, node: node}
+	rest, err := alt.placeAll(sortedGangs(envs, Peaks))
+	if err != nil {
+		return nil, nil, err
+	}
+	alt.recount(Curve)
+	if rest, err = alt.placeAll(rest); err != nil {
+		return nil, nil, err
+	}
+	if alt.needed() < k.needed() {
+		return alt, rest, nil
+	}
+	return k, left, nil
+}
+
+// placeAll places gangs gs in order; it returns those it could not, or
+// its context's cause, looked at before each gang.
+func (k *packer) placeAll(gs []gang) (left []gang, err error) {
 	for _, g := range gs {
+		if err := context.Cause(k.ctx); err != nil {
+			return nil, err
+		}
 		if !k.place(g) {
 			left = append(left, g)
 		}
 	}
-	return left
+	return left, nil
 }
 
 // recount counts the GPUs' processes as policy p does from now on.

@@ -320,6 +320,17 @@ func Pack(jobs []Job, pool Pool, opt Options) (*Result, error) {
 // PackEnvelopes places processes whose envelopes are known: first fit,
 // largest need first (ties in the given order), on GPUs in index order.
 func PackEnvelopes(envs []*Envelope, pool Pool, opt Options) (*Result, error) {
+	return PackEnvelopesContext(context.Background(), envs, pool, opt)
+}
+
+// PackEnvelopesContext is PackEnvelopes stopped by ctx (serve's --timeout:
+// 1,024 processes take seconds): each policy looks at it before each gang
+// it places and each GPU it sums, and once it is done its cause is
+// returned.
+func PackEnvelopesContext(ctx context.Context, envs []*Envelope, pool Pool, opt Options) (*Result, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	if err := checkPool(pool, opt); err != nil {
 		return nil, err
 	}
@@ -328,7 +339,11 @@ func PackEnvelopes(envs []*Envelope, pool Pool, opt Options) (*Result, error) {
 	}
 	res := &Result{Schema: Schema, GPU: pool.GPU.Name, GPUs: pool.Count, NodeGPUs: pool.Node(), Capacity: pool.Capacity(), Margin: opt.Margin, Envelopes: envs}
 	for _, p := range opt.policies() {
-		res.Policies = append(res.Policies, packPolicy(envs, pool, opt.Margin, p))
+		r, err := packPolicy(ctx, envs, pool, opt.Margin, p)
+		if err != nil {
+			return nil, err
+		}
+		res.Policies = append(res.Policies, r)
 	}
 	res.compareSavings()
 	return res, nil
@@ -440,17 +455,10 @@ func name(e *Envelope) string {
 // first-fit needs fewer GPUs, so it never needs more than peaks for the
 // same jobs (first-fit decreasing alone can: smaller items do not always
 // pack into fewer bins).
-func packPolicy(envs []*Envelope, pool Pool, margin units.Bytes, p Policy) PolicyResult {
-	room := pool.Capacity() - margin
-	k := &packer{envs: envs, p: p, room: room, node: pool.Node()}
-	left := k.placeAll(sortedGangs(envs, p))
-	if p == Curve {
-		alt := &packer{envs: envs, p: Peaks, room: room, node: pool.Node()}
-		rest := alt.placeAll(sortedGangs(envs, Peaks))
-		alt.recount(Curve)
-		if rest = alt.placeAll(rest); alt.needed() < k.needed() {
-			k, left = alt, rest
-		}
+func packPolicy(ctx context.Context, envs []*Envelope, pool Pool, margin units.Bytes, p Policy) (PolicyResult, error) {
+	k, left, err := firstFit(ctx, envs, pool.Capacity()-margin, pool.Node(), p)
+	if err != nil {
+		return PolicyResult{}, err
 	}
 	out := PolicyResult{Policy: p, GPUsNeeded: k.needed()}
 	for _, g := range left {
@@ -474,11 +482,15 @@ func packPolicy(envs []*Envelope, pool Pool, margin units.Bytes, p Policy) Polic
 			}
 			kept = append(kept, i)
 		}
-		if len(kept) > 0 {
-			out.add(gpuResult(envs, kept, pool.Capacity(), p), b)
+		if len(kept) == 0 {
+			continue
 		}
+		if err := context.Cause(ctx); err != nil {
+			return PolicyResult{}, err
+		}
+		out.add(gpuResult(envs, kept, pool.Capacity(), p), b)
 	}
-	return out
+	return out, nil
 }
 
 // add appends GPU b's result.

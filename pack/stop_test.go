@@ -44,3 +44,27 @@ jobs:
 	}
 	t.Logf("%d looks", n)
 }
+
+// Packing stops with its context: 1,024 processes (seconds of work under
+// serve) stop at once when the context is done, returning its cause, and
+// at each of the places it looks (each gang placed, each GPU summed).
+func TestPackEnvelopesStops(t *testing.T) {
+	pool, err := ParsePool("256xh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	stop := errors.New("the request's time is up")
+	cancel(stop)
+	if res, err := PackEnvelopesContext(ctx, benchEnvelopes(1024), pool, Options{}); !errors.Is(err, stop) || res != nil {
+		t.Fatalf("a done context: %v, %v", res, err)
+	}
+	envs := benchEnvelopes(12)
+	n := ctxtest.EveryLook(t, func(ctx context.Context) error {
+		_, err := PackEnvelopesContext(ctx, envs, pool, Options{})
+		return err
+	})
+	if n < int64(2*len(envs)) { // a gang and a GPU under each policy at least
+		t.Errorf("%d looks for %d processes", n, len(envs))
+	}
+}
