@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/memplan/memplan/internal/yamlerr"
 )
 
 // APIServer lists the pods bound to nodes from the Kubernetes API (GET
@@ -116,7 +118,7 @@ func (f *PodFile) Pods(context.Context) ([]*corev1.Pod, error) { return f.pods, 
 func decodePods(data []byte) ([]*corev1.Pod, error) {
 	var list corev1.PodList
 	if err := json.Unmarshal(data, &list); err != nil {
-		return nil, fmt.Errorf("not a PodList: %s", oneLine(err.Error()))
+		return nil, fmt.Errorf("not a PodList: %s", yamlerr.Message(err))
 	}
 	// kubectl and the API server always write the kind; a JSON file
 	// without one (a plan, a measurement) once read as zero pods.

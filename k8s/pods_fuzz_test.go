@@ -66,3 +66,20 @@ func FuzzDecodePods(f *testing.F) {
 		}
 	})
 }
+
+// A PodList of the wrong shape is said in the file's words, the key by its
+// path, not as the Go type it decodes into ("Go struct field
+// PodList.items of type []v1.Pod").
+func TestDecodePodsWords(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"kind": "PodList", "items": "none"}`:                      "not a PodList: items: want a list, got a string",
+		`{"kind": "PodList", "items": [{"spec": {"nodeName": 3}}]}`: "not a PodList: items.spec.nodeName: want a string, got a number",
+		`[1]`:                            "not a PodList: the document: want a mapping, got a list",
+		`{"kind": "PodList", "items": [`: "not a PodList: truncated JSON",
+	} {
+		_, err := decodePods([]byte(in))
+		if err == nil || err.Error() != want {
+			t.Errorf("%s: got %v, want %q", in, err, want)
+		}
+	}
+}

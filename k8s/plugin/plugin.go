@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/memplan/memplan/internal/yamlerr"
 	"github.com/memplan/memplan/k8s"
 	"github.com/memplan/memplan/pack"
 	"github.com/memplan/memplan/units"
@@ -58,7 +59,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	var a Args
 	if u, ok := obj.(*runtime.Unknown); ok && u != nil && len(u.Raw) > 0 {
 		if err := strictJSON(u.Raw, &a); err != nil {
-			return nil, fmt.Errorf("%s args: %v", Name, err)
+			return nil, fmt.Errorf("%s args: %s", Name, yamlerr.Message(err))
 		}
 	}
 	pol := pack.Curve

@@ -303,8 +303,9 @@ func TestPluginArgs(t *testing.T) {
 	for _, c := range []struct{ args, want string }{
 		{`{"policy": "static"}`, "want curve or peaks"},
 		{`{"margin": "lots"}`, "margin"},
-		{`{"colour": 1}`, "unknown field"},
-		{`[`, "MemplanGPU args"},
+		{`{"colour": 1}`, `MemplanGPU args: unknown key "colour"`},
+		{`{"policy": 3}`, "MemplanGPU args: policy: want a string, got a number"},
+		{`[`, "MemplanGPU args: truncated JSON"},
 	} {
 		_, err := New(context.Background(), &runtime.Unknown{Raw: []byte(c.args)}, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
