@@ -1049,6 +1049,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 
 // PeakOp describes the op at the peak: its name and module path.
 func (r *Result) PeakOp() (name, module string) {
+	if k := r.Sim.Peak.Op; k < 0 || k >= len(r.Program.Ops) {
+		return "", "" // a program of no op
+	}
 	op := &r.Program.Ops[r.Sim.Peak.Op]
 	return op.Name, op.Module
 }

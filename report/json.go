@@ -211,8 +211,11 @@ type firstJSON struct {
 }
 
 func point(p *ir.Program, pt sim.Point) PointJSON {
-	op := &p.Ops[pt.Op]
-	return PointJSON{Bytes: pt.Total, Phase: pt.Phase.String(), Op: op.Name, Module: op.Module, OpIndex: pt.Op, MicroStep: pt.Micro}
+	j := PointJSON{Bytes: pt.Total, Phase: pt.Phase.String(), OpIndex: pt.Op, MicroStep: pt.Micro}
+	if pt.Op >= 0 && pt.Op < len(p.Ops) { // -1: a program of no op
+		j.Op, j.Module = p.Ops[pt.Op].Name, p.Ops[pt.Op].Module
+	}
+	return j
 }
 
 func phases(p *ir.Program, r *sim.Result) phasesJSON {

@@ -690,6 +690,15 @@ func (p *parser) storage(v any, path string, t *Trace) Storage {
 	if s.Bytes < 0 {
 		p.fail(join(path, "bytes"), "negative size %d", s.Bytes)
 	}
+	// A storage does not shrink as the batch grows: max bisects the
+	// micro-batch on a peak that never falls (a bytes_per_batch of -16
+	// made max say nothing fits where plan at a larger batch fitted).
+	for i, v := range []int64{s.PerBatch, s.PerBatchSeq, s.PerBatchSeq2} {
+		if v < 0 {
+			k := []string{"bytes_per_batch", "bytes_per_batch_seq", "bytes_per_batch_seq2"}[i]
+			p.fail(join(path, k), "%d: a storage cannot shrink as the batch grows", v)
+		}
+	}
 	if got := s.Size(t.TraceBatch, t.TraceSeq); got != s.Bytes {
 		p.fail(path, "the size model gives %d bytes at the trace batch, but \"bytes\" is %d", got, s.Bytes)
 	}
@@ -776,6 +785,16 @@ func (p *parser) event(v any, path string, i int, t *Trace) Event {
 // event reads, saves, views or frees live there, phases in order, v2's
 // param_grads. Each error names the event index and its op.
 func (p *parser) check(t *Trace) {
+	// A training step's trace starts with its model's forward: without one
+	// the steady step has no op for its peak (a plan of no events, or of an
+	// optimizer step alone, had none to report and panicked on it).
+	if !slices.ContainsFunc(t.Events, func(e Event) bool { return e.Phase == PhaseForward }) {
+		what := "no events"
+		if len(t.Events) > 0 {
+			what = fmt.Sprintf("no forward event among its %d", len(t.Events))
+		}
+		p.fail("events", "%s: a trace records a training step, whose model's forward comes first", what)
+	}
 	w := &walker{p: p, known: map[int]bool{}, decl: declared(t)}
 	live := map[int]bool{}
 	for i, s := range t.Initial {

@@ -68,6 +68,11 @@ func TestParseErrors(t *testing.T) {
 		{edit(`"index": 1,`, `"index": 5,`), "events[1].index: is 5, want 1"},
 		{edit(`"bytes": 32, "bytes_const": 0`, `"bytes": 33, "bytes_const": 0`), "initial_storages[1]: the size model gives 32 bytes at the trace batch, but \"bytes\" is 33"},
 		{edit(`"end_live": [0, 1]`, `"end_live": [0, 9]`), "end_live[1]: storage 9 is not live after the last event"},
+		// Round 23's sweep: a storage shrinking with the batch (max said
+		// nothing fits where plan at a larger batch fitted), and traces of
+		// no forward (the plan of no op panicked).
+		{edit(`"bytes": 32, "bytes_const": 0, "bytes_per_batch": 16`, `"bytes": 32, "bytes_const": 64, "bytes_per_batch": -16`), "bytes_per_batch: -16: a storage cannot shrink as the batch grows"},
+		{edit(`"phase": "forward"`, `"phase": "backward"`), "events: no forward event among its"},
 		{edit(`"shape": [4, 4], "category": "parameter"`, `"shape": [4, -4], "category": "parameter"`), "initial_storages[0].shape[1]: negative dimension"},
 		{edit(`"optimizer_events": []`, `"optimizer_events": {}`), "first_step.optimizer_events: must be a list, got an object"},
 		{edit(`"outputs": [{"storage": 2,`, `"outputs": [{"storage": 9,`), "events[0].outputs[0] (aten.mm.default).storage: outputs storage 9, which is never allocated"},
