@@ -10,6 +10,7 @@ import (
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/jedib0t/go-pretty/v6/text"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/search"
 	"github.com/memplan/memplan/units"
 )
@@ -83,6 +84,10 @@ type FitOptions struct {
 	Warnings []string
 	// Emitted is the winner's framework config, when asked for.
 	Emitted *EmittedJSON
+	// Detail, when set, is the winner planned as plan plans it (all its
+	// micro-steps' step time), for the JSON's winner.detail; else the
+	// search's verification is given, which simulates fewer micro-steps.
+	Detail *engine.Result
 }
 
 func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
@@ -99,7 +104,10 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 			j.Command = o.Command(p)
 		}
 	}
-	if detail && p.Result != nil {
+	switch {
+	case detail && o.Detail != nil:
+		j.Detail = Build(o.Detail, 0)
+	case detail && p.Result != nil:
 		j.Detail = Build(p.Result, 0)
 	}
 	return j
