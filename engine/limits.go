@@ -135,8 +135,17 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 	if pp > 1 {
 		where = fmt.Sprintf("a stage's %d of %s's %d layers", layers, a.Name, a.Layers)
 	}
-	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): cut the layers per stage with {pp}, or plan fewer micro-steps ({accum} 1 to 3 holds that many, more hold three)",
-		where, a.NumExperts, blocks, steps, holds, limit)
+	// What would pass: fewer micro-steps (up to three, a plan holds
+	// {accum} of them) when one fits, and more stages.
+	fix := "cut the layers per stage with {pp}"
+	if k := limit / blocks; k >= 1 && k < int64(steps) && s.PP <= 1 {
+		fix += fmt.Sprintf(", or give {accum} %d", k)
+		if k > 1 {
+			fix += " or less"
+		}
+	}
+	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): %s",
+		where, a.NumExperts, blocks, steps, holds, limit, fix)
 }
 
 // More limits (see above).
