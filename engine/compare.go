@@ -189,8 +189,14 @@ func CompareEachContext(ctx context.Context, base Spec, allow Allow, each func(R
 	if err := base.Validate(); err != nil {
 		return err
 	}
+	const holds = "compare holds (a baseline's programs beside each strategy's)"
 	if base.Model != nil {
-		if err := base.validateSimulatedBlocks(MaxCompareBlocks, "compare holds (a baseline's programs beside each strategy's)"); err != nil {
+		if err := base.validateSimulatedBlocks(MaxCompareBlocks, holds); err != nil {
+			return err
+		}
+	}
+	if base.Trace != nil {
+		if err := base.validateTraceEvents(MaxCompareEventSteps, holds); err != nil {
 			return err
 		}
 	}

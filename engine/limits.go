@@ -157,6 +157,10 @@ const (
 	// 3.9 GB.
 	MaxSimBlocks     = 3 << 14
 	MaxCompareBlocks = 15 << 11
+	// MaxTraceEventSteps bounds a trace's events × micro-steps a plan
+	// holds (validateTraceEvents), MaxCompareEventSteps compare's.
+	MaxTraceEventSteps   = 1 << 21
+	MaxCompareEventSteps = 1 << 20
 	// MaxBlocks bounds layers × (1 + experts): DeepSeek-V3 has 61 × 257,
 	// Kimi K2 61 × 385, Qwen3-Next 48 × 513.
 	MaxBlocks = 1 << 15
@@ -191,7 +195,35 @@ func (s *Spec) validateTraceSizes() error {
 	if err := t.CheckSizes(b, seq); err != nil {
 		return invalid(FieldMicroBatch, "{micro-batch} %d × {seq} %d: %s", b, seq, err)
 	}
-	return nil
+	return s.validateTraceEvents(MaxTraceEventSteps, "a plan holds")
+}
+
+// validateTraceEvents bounds a trace's events × the micro-steps a plan
+// holds at once, as validateSimulatedBlocks bounds a model's blocks: a
+// trace of 1.5 million events took 1.65 GB over one micro-step and 3.2 GB
+// over three (second adversarial sweep; deepseek-v3's 470,000 ops a step
+// over three take 1.6 GB). A pipeline stage holds its share of them.
+func (s *Spec) validateTraceEvents(limit int64, holds string) error {
+	steps := int64(1)
+	if s.Mode == Train {
+		steps = int64(max(plannedAccum(s, Options{}), 1))
+		if s.PP > 1 && steps < int64(s.Accum) && s.GPU != nil {
+			steps++
+		}
+	}
+	n := int64(len(s.Trace.Events)) / int64(max(s.PP, 1))
+	if n*steps <= limit {
+		return nil
+	}
+	fix := "cut it into stages with {pp}"
+	if k := limit / max(n, 1); k >= 1 && k < steps && s.PP <= 1 {
+		fix += fmt.Sprintf(", or give {accum} %d", k)
+		if k > 1 {
+			fix += " or less"
+		}
+	}
+	return invalid(FieldTrace, "%s's %d events, times the %d micro-steps %s, are over the limit of %d event-steps (about 2 GB of memory): %s",
+		s.JobName(), len(s.Trace.Events), steps, holds, limit, fix)
 }
 
 // storageSize is st.Size(b, seq) with every product and sum checked

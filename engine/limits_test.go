@@ -124,3 +124,29 @@ func TestSimulatedBlocksWithin(t *testing.T) {
 		t.Errorf("compare deepseek-v3 --accum 8: %v, want compare's limit", err)
 	}
 }
+
+// A trace's events × the micro-steps a plan holds are bounded as a model's
+// blocks are (validateTraceEvents; the limit here lm's events × 2): one and
+// two micro-steps pass, three are refused on {trace}, naming {accum} 2 as
+// the way out, and under --pp 2 each stage holds half the events.
+func TestTraceEventSteps(t *testing.T) {
+	lm, err := torchtrace.Load("../testdata/torch/lm.trace.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := int64(2 * len(lm.Events))
+	for _, c := range []struct {
+		accum, pp int
+		ok        bool
+	}{{1, 1, true}, {2, 1, true}, {3, 1, false}, {8, 1, false}, {3, 2, true}} {
+		s := Spec{Job: Job{Trace: lm, Accum: c.accum}, Parallel: Parallel{PP: c.pp}}
+		err := s.validateTraceEvents(limit, "a plan holds")
+		var fe *FieldError
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("accum %d pp %d: %v", c.accum, c.pp, err)
+		case !c.ok && (!errors.As(err, &fe) || fe.Field != FieldTrace || !strings.Contains(fe.Msg, "{accum} 2 or less")):
+			t.Errorf("accum %d pp %d: %v, want a refusal on the trace naming {accum} 2", c.accum, c.pp, err)
+		}
+	}
+}
