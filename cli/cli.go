@@ -123,6 +123,12 @@ type planFlags struct {
 	flags *pflag.FlagSet
 }
 
+// refusedFirst is the refusal of a spec the engine will refuse, checked
+// before any warning is printed, so that a refusal is its one line on
+// stderr (a warning about a v1 trace's --dp came before --zero 3's
+// refusal of it). It validates a copy: the plan validates its own.
+func refusedFirst(s engine.Spec) error { return s.Validate() }
+
 func newPlanCmd(stdout io.Writer) *cobra.Command {
 	f, rf, sf := &planFlags{}, &reservedFlags{}, &serveFlags{}
 	c := &cobra.Command{
@@ -147,7 +153,10 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ws := f.warnings(&spec)
+			ws := f.warnings(&spec) // drops what they say is ignored
+			if err := refusedFirst(spec); err != nil {
+				return err
+			}
 			warn(cmd.ErrOrStderr(), ws)
 			// The lever of a job that does not fit plans it again with
 			// other strategies: through the baseline's cache, the model

@@ -31,7 +31,10 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ws := f.warnings(&spec)
+			ws := f.warnings(&spec) // drops what they say is ignored
+			if err := refusedFirst(spec); err != nil {
+				return err
+			}
 			warn(cmd.ErrOrStderr(), ws)
 			// Each row is read into the report and compacted before the
 			// next is planned: one variant's program is live at a time.

@@ -57,7 +57,11 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			warn(cmd.ErrOrStderr(), f.warnings(&spec))
+			ws := f.warnings(&spec) // drops what they say is ignored
+			if err := refusedFirst(spec); err != nil {
+				return err
+			}
+			warn(cmd.ErrOrStderr(), ws)
 			rep, err := diagnose.Diagnose(spec, reserved)
 			if err != nil {
 				return err
