@@ -35,6 +35,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -121,7 +122,11 @@ type Server struct {
 	// its bytes) to its canonical request, so a repeated body finds its
 	// answer without parsing it again (parsing was half of a cached
 	// answer's CPU: server.BenchmarkCachedPlan's profile).
-	bodies  *lru
+	bodies *lru
+	// flights are the cacheable requests being computed, by canonical
+	// request: an identical one waits for its answer (await).
+	fmu     sync.Mutex
+	flights map[string]*flight
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	m       metrics
@@ -349,16 +354,28 @@ func (s *Server) command(name string) handler {
 			return writeBackendError(w, err)
 		}
 		key := string(req.Canonical)
+		ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.Timeout, fmt.Errorf("the request ran past its time limit of %s", s.cfg.Timeout))
+		defer cancel()
+		var shared Answer // the answer identical requests waiting on this one get
 		if s.cache != nil {
-			if a, ok := s.cache.get(key); ok {
+			a, ok, land := s.await(ctx, key)
+			if !ok {
+				a, ok = s.cache.get(key) // answered while this one waited
+			}
+			if ok {
+				if land != nil {
+					land(Answer{}, false)
+				}
 				s.bodies.put(bodyKey(name, body), Answer{Doc: req.Canonical})
 				return s.hit(w, name, a)
 			}
+			if land == nil {
+				return writeError(w, http.StatusServiceUnavailable, "", "the request was stopped: "+stopReason(ctx, r))
+			}
+			defer func() { land(shared, shared.Doc != nil) }()
 			s.m.cacheMiss.WithLabelValues(name).Inc()
 			w.(*recorder).cache = "miss"
 		}
-		ctx, cancel := context.WithTimeoutCause(r.Context(), s.cfg.Timeout, fmt.Errorf("the request ran past its time limit of %s", s.cfg.Timeout))
-		defer cancel()
 		if status, ok := s.acquire(ctx, w); !ok {
 			return status
 		}
@@ -375,8 +392,56 @@ func (s *Server) command(name string) handler {
 		if s.cache != nil {
 			s.cache.put(key, a)
 			s.bodies.put(bodyKey(name, body), Answer{Doc: req.Canonical})
+			shared = a
 		}
 		return writeAnswer(w, a, "miss")
+	}
+}
+
+// flight is a request being computed; done is closed once a (ok: it was
+// answered) is set.
+type flight struct {
+	done chan struct{}
+	a    Answer
+	ok   bool
+}
+
+// await returns the answer of an identical request (key: the canonical
+// request) computed while this one waited (ok), or makes this request the
+// one computing key and returns land, which it must call with its answer
+// (or false: it failed, and a waiting request computes its own). Both nil
+// and false: ctx ended while waiting. Eight identical fits at once were
+// four computed and four refused as busy, each counted a cache miss
+// (second adversarial sweep); now one computes and the others wait for it.
+func (s *Server) await(ctx context.Context, key string) (a Answer, ok bool, land func(Answer, bool)) {
+	for {
+		s.fmu.Lock()
+		f := s.flights[key]
+		if f == nil {
+			if s.flights == nil {
+				s.flights = map[string]*flight{}
+			}
+			f = &flight{done: make(chan struct{})}
+			s.flights[key] = f
+			s.fmu.Unlock()
+			return Answer{}, false, func(a Answer, ok bool) {
+				s.fmu.Lock()
+				delete(s.flights, key)
+				s.fmu.Unlock()
+				f.a, f.ok = a, ok
+				close(f.done)
+			}
+		}
+		s.fmu.Unlock()
+		select {
+		case <-f.done:
+			if f.ok {
+				return f.a, true, nil
+			}
+			// It failed or was stopped: compute (or wait for the next).
+		case <-ctx.Done():
+			return Answer{}, false, nil
+		}
 	}
 }
 

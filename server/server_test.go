@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -701,5 +702,47 @@ func TestPostNeedsJSONContentType(t *testing.T) {
 		if r := send("POST", "/v1/plan", ctype, nil); r.status != 200 {
 			t.Errorf("POST /v1/plan as %q: %d %s, want 200", ctype, r.status, r.body)
 		}
+	}
+}
+
+// heldOnce is a backend that counts its runs and holds each until released.
+type heldOnce struct {
+	cli.APIBackend
+	runs    atomic.Int32
+	release chan struct{}
+}
+
+func (b *heldOnce) Run(ctx context.Context, c string, r server.Request) (server.Answer, error) {
+	b.runs.Add(1)
+	<-b.release
+	return server.Answer{Doc: []byte("{\"n\": 1}\n")}, nil
+}
+
+// Identical requests at once are computed once: the others wait for its
+// answer (a cache hit each), even past MaxInFlight, where eight identical
+// fits were four computed and four refused as busy, each a cache miss
+// (second adversarial sweep).
+func TestIdenticalRequestsComputedOnce(t *testing.T) {
+	b := &heldOnce{release: make(chan struct{})}
+	srv := httptest.NewServer(server.New(b, server.Config{MaxInFlight: 2, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}))
+	defer srv.Close()
+	const n = 8
+	replies := make(chan reply, n)
+	for range n {
+		go func() { replies <- post(t, srv.URL+"/v1/plan", `{"model": "gpt2", "no_timeline": true}`) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.runs.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the others reach the wait
+	close(b.release)
+	for range n {
+		if r := <-replies; r.status != 200 || string(r.body) != "{\"n\": 1}\n" {
+			t.Errorf("status %d, body %q", r.status, r.body)
+		}
+	}
+	if got := b.runs.Load(); got != 1 {
+		t.Errorf("%d runs for %d identical requests, want 1", got, n)
 	}
 }
