@@ -47,17 +47,20 @@ func checkEmit(name, out string, s *engine.Spec) error {
 // temporary file renamed into place: whole or not at all), or returns it
 // for the report; a winner the framework cannot express is one error
 // naming the dimension.
-func emitWinner(name, out string, win *search.Plan) (*report.EmittedJSON, error) {
+func emitWinner(name, out string, win *search.Plan, pinned search.Pins) (*report.EmittedJSON, error) {
 	if name == "" || win == nil {
 		return nil, nil
 	}
 	text, err := frameworks.Config(name, &win.Spec)
 	var fe *engine.FieldError
-	if errors.As(err, &fe) && fe.Field == engine.FieldEmit {
+	switch {
+	case errors.As(err, &fe) && fe.Field == engine.FieldEmit:
 		// Not a dimension fit searches (the job's optimizer): no pin helps.
 		return nil, fmt.Errorf("the winner (%s): %s", win.Describe(), message(err))
-	}
-	if err != nil {
+	case fe != nil && slices.Contains(pinned.Names(), fe.Field.Key()):
+		// The user gave it: pinning it is what made the winner so.
+		return nil, fmt.Errorf("the winner (%s): %s; --%s is given, so every plan fit searched has it: give one %s can run, or leave it out for fit to choose", win.Describe(), message(err), fe.Field.Key(), name)
+	case err != nil:
 		return nil, fmt.Errorf("the winner (%s): %s; pin or --deny that dimension so fit searches plans %s can run", win.Describe(), message(err), name)
 	}
 	e := &report.EmittedJSON{Framework: name}

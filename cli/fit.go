@@ -102,7 +102,7 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	}
 	elapsed := time.Since(start)
 	fo := report.FitOptions{Warnings: ws, Command: func(p *search.Plan) string { return planCommand(cmd.Flags(), base, p) }}
-	if fo.Emitted, err = emitWinner(ff.emitTo, ff.emitOut, res.Winner); err != nil {
+	if fo.Emitted, err = emitWinner(ff.emitTo, ff.emitOut, res.Winner, res.Pinned); err != nil {
 		return err
 	}
 	if ff.jsonOut {
