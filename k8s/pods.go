@@ -93,7 +93,11 @@ func (a *APIServer) Pods(ctx context.Context) ([]*corev1.Pod, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("the API server answered %s: %s", resp.Status, cut(oneLine(string(body))))
 	}
-	return decodePods(body)
+	pods, err := decodePods(body)
+	if err != nil {
+		return nil, err
+	}
+	return dedupePods(pods), nil
 }
 
 // PodFile is a PodList JSON (kubectl get pods -A -o json), read once.
@@ -106,6 +110,9 @@ func ReadPodFile(path string) (*PodFile, error) {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
 	pods, err := decodePods(data)
+	if err == nil {
+		err = uniquePods(pods)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", path, err)
 	}
@@ -133,4 +140,52 @@ func decodePods(data []byte) ([]*corev1.Pod, error) {
 		out[i] = &list.Items[i]
 	}
 	return out, nil
+}
+
+// podKey is a pod's identity: its UID, or namespace/name without one
+// (a file written by hand). The API server keeps one object per UID and
+// one per namespace/name at a time.
+func podKey(p *corev1.Pod) string {
+	if p.UID != "" {
+		return "uid " + string(p.UID)
+	}
+	return "pod " + PodName(p)
+}
+
+// uniquePods refuses a PodList file that lists a pod twice (by UID, or by
+// namespace/name): the API server never does, so the file was edited or
+// concatenated, and counting the pod twice filled its GPU with a pod that
+// is not there ("27.82 GiB left"). A file is refused, naming the repeat,
+// rather than guessed at: which copy is right is its writer's to say.
+func uniquePods(pods []*corev1.Pod) error {
+	seen := make(map[string]int, 2*len(pods))
+	for i, p := range pods {
+		keys := []string{"pod " + PodName(p)}
+		if p.UID != "" {
+			keys = append(keys, podKey(p))
+		}
+		for _, k := range keys {
+			if j, ok := seen[k]; ok {
+				return fmt.Errorf("items[%d] is items[%d] again (%s): a pod is listed once", i, j, cut(k))
+			}
+			seen[k] = i
+		}
+	}
+	return nil
+}
+
+// dedupePods keeps the first of each pod (podKey) in the API server's
+// list. One list is one snapshot, so a repeat is the same pod, and it is
+// counted once; refusing the list would fail every pod's scheduling over
+// what the extender cannot fix.
+func dedupePods(pods []*corev1.Pod) []*corev1.Pod {
+	seen := make(map[string]bool, len(pods))
+	out := pods[:0]
+	for _, p := range pods {
+		if k := podKey(p); !seen[k] {
+			seen[k] = true
+			out = append(out, p)
+		}
+	}
+	return out
 }
