@@ -200,6 +200,9 @@ func (x *Extender) judged(ctx context.Context, args *extenderv1.ExtenderArgs) (*
 	if args.Nodes == nil {
 		return nil, nil, nil, errors.New("ExtenderArgs has no Nodes: configure the extender with nodeCacheCapable: false")
 	}
+	if err := checkNodes(args.Nodes.Items); err != nil {
+		return nil, nil, nil, err
+	}
 	w, err := x.Planner.WorkloadOf(args.Pod)
 	if err != nil || w == nil {
 		return w, args.Nodes.Items, nil, err
@@ -228,6 +231,28 @@ func (x *Extender) judged(ctx context.Context, args *extenderv1.ExtenderArgs) (*
 		}
 	}
 	return w, args.Nodes.Items, out, nil
+}
+
+// checkNodes refuses a request whose nodes are not each named once: the
+// scheduler sends every node once, by its name, and the answer names the
+// nodes it keeps (NodeNames) and fails (FailedNodes, a map by name). A node
+// without a name came back in NodeNames as "", which names no node, and a
+// node listed twice came back twice; neither is a request kube-scheduler
+// sends, so it is refused (the filter's Error, prioritize's 400) rather
+// than answered.
+func checkNodes(nodes []corev1.Node) error {
+	seen := make(map[string]int, len(nodes))
+	for i := range nodes {
+		name := nodes[i].Name
+		if name == "" {
+			return fmt.Errorf("Nodes.items[%d] has no metadata.name: a node without a name cannot be scheduled onto", i)
+		}
+		if j, ok := seen[name]; ok {
+			return fmt.Errorf("Nodes.items[%d] is node %q again (as Nodes.items[%d]): each node is listed once", i, cut(name), j)
+		}
+		seen[name] = i
+	}
+	return nil
 }
 
 // Filter keeps the nodes whose GPUs hold the pod's envelope beside what

@@ -68,3 +68,41 @@ func TestPodListedTwice(t *testing.T) {
 		t.Errorf("the API server's list with a pod twice: %+v, want gpu-a,gpu-c as without", res)
 	}
 }
+
+// Each node is listed once and by name: a node listed twice came back
+// twice in NodeNames, one without a name passed as "". Both are refused,
+// the filter's Error and prioritize's 400, naming the node.
+func TestExtenderNodesNamedOnce(t *testing.T) {
+	srv := httptest.NewServer(testExtender(t, pack.Curve).Handler())
+	defer srv.Close()
+	for _, c := range []struct {
+		name string
+		edit func(*extenderv1.ExtenderArgs)
+		want string
+	}{
+		{"twice", func(a *extenderv1.ExtenderArgs) { a.Nodes.Items = append(a.Nodes.Items, a.Nodes.Items[0]) },
+			`Nodes.items[5] is node "gpu-a" again (as Nodes.items[0]): each node is listed once`},
+		{"no name", func(a *extenderv1.ExtenderArgs) { a.Nodes.Items[0].Name = "" },
+			"Nodes.items[0] has no metadata.name: a node without a name cannot be scheduled onto"},
+	} {
+		for _, file := range []string{"args-xl.json", "args-plain.json"} {
+			var args extenderv1.ExtenderArgs
+			json.Unmarshal(readArgs(t, file), &args)
+			c.edit(&args)
+			res := testExtender(t, pack.Curve).Filter(context.Background(), &args)
+			if res.Error != c.want || res.NodeNames != nil {
+				t.Errorf("%s, %s: %+v, want the Error %q", c.name, file, res, c.want)
+			}
+			checkMsg(t, res.Error)
+			body, _ := json.Marshal(&args)
+			resp, out := post(t, srv, "prioritize", body)
+			var e struct {
+				Error string `json:"error"`
+			}
+			json.Unmarshal(out, &e)
+			if resp.StatusCode != 400 || e.Error != c.want {
+				t.Errorf("%s, %s: prioritize %d %s", c.name, file, resp.StatusCode, out)
+			}
+		}
+	}
+}
