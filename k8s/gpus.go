@@ -6,10 +6,12 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/units"
 )
 
 // Labels GPU feature discovery sets on a node (NVIDIA/k8s-device-plugin
@@ -17,6 +19,9 @@ import (
 const (
 	ProductLabel = "nvidia.com/gpu.product"
 	CountLabel   = "nvidia.com/gpu.count"
+	// MemoryLabel is each GPU's memory in MiB, NVML's total (a few hundred
+	// MiB over what CUDA lets a process allocate: 81559 on an H100 SXM).
+	MemoryLabel = "nvidia.com/gpu.memory"
 	// GPUResource is the device plugin's extended resource: a pod that
 	// limits it without a workload annotation holds whole GPUs.
 	GPUResource corev1.ResourceName = "nvidia.com/gpu"
@@ -58,8 +63,45 @@ func GPUsOf(node *corev1.Node) (NodeGPUs, error) {
 	if err != nil || n < 1 || n > maxGPUs {
 		return NodeGPUs{}, fmt.Errorf("label %s=%s is not a GPU count between 1 and %d", CountLabel, cut(c), maxGPUs)
 	}
+	if err := checkMemoryLabel(node); err != nil {
+		return NodeGPUs{}, err
+	}
 	return NodeGPUs{GPU: g, Count: n}, nil
 }
+
+// checkMemoryLabel refuses a node whose nvidia.com/gpu.memory label is not
+// a GPU's memory in MiB: a positive whole number no larger than the largest
+// GPU of the catalog holds. The GPU's memory comes from the catalog entry
+// of its product, not from this label, so a value such as 0, -5 or
+// 999999999999 said the node was mislabelled and was silently passed over;
+// it is a reason the node is unresolvable, as a bad count or product is.
+// A node without the label (GFD before it wrote one, a node labelled by
+// hand) is read from its product alone.
+func checkMemoryLabel(node *corev1.Node) error {
+	v, ok := node.Labels[MemoryLabel]
+	if !ok {
+		return nil
+	}
+	top := maxMemoryMiB()
+	if m, err := strconv.ParseInt(v, 10, 64); err != nil || m < 1 || m > top {
+		return fmt.Errorf("label %s=%s is not a GPU memory in MiB between 1 and %d", MemoryLabel, cut(v), top)
+	}
+	return nil
+}
+
+// maxMemoryMiB is the most memory a GPU of the catalog has (its
+// datasheet's or its usable, whichever is more) in MiB, with a GiB to
+// spare and rounded up to a whole GiB: NVML's total, which GFD writes, is
+// up to about half a GiB over the usable (81559 MiB against 81090 on an
+// H100 SXM).
+var maxMemoryMiB = sync.OnceValue(func() int64 {
+	var top units.Bytes
+	for _, g := range hw.All() {
+		top = max(top, g.Memory, g.TotalMemory)
+	}
+	const gib = 1 << 30
+	return int64((top+2*gib-1)/gib) * 1024
+})
 
 // wholeGPUs is how many GPUs a pod limits (nvidia.com/gpu, the device
 // plugin's integer resource), over its containers and the largest init

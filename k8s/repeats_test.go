@@ -106,3 +106,22 @@ func TestExtenderNodesNamedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A node whose nvidia.com/gpu.memory label is no GPU's memory in MiB is
+// unresolvable with the label named, as a bad count or product is; it was
+// ignored.
+func TestExtenderBadMemoryLabel(t *testing.T) {
+	for _, v := range []string{"0", "-5", "999999999999", "80GB", ""} {
+		var args extenderv1.ExtenderArgs
+		json.Unmarshal(readArgs(t, "args-xl.json"), &args)
+		args.Nodes.Items[0].Labels[MemoryLabel] = v
+		res := testExtender(t, pack.Curve).Filter(context.Background(), &args)
+		want := "label nvidia.com/gpu.memory=" + v + " is not a GPU memory in MiB between 1 and "
+		if r := res.FailedAndUnresolvableNodes["gpu-a"]; res.Error != "" || !strings.HasPrefix(r, want) {
+			t.Errorf("%q: gpu-a %q, want %q", v, r, want)
+		}
+		if got := strings.Join(*res.NodeNames, ","); got != "gpu-c" {
+			t.Errorf("%q: nodes %s, want gpu-c", v, got)
+		}
+	}
+}

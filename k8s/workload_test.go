@@ -118,6 +118,12 @@ func TestGPUsOfBadInput(t *testing.T) {
 		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "0"}, "is not a GPU count"},
 		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "-2"}, "is not a GPU count"},
 		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "100000"}, "is not a GPU count"},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: "0"}, "label nvidia.com/gpu.memory=0 is not a GPU memory in MiB between 1 and "},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: "-5"}, "label nvidia.com/gpu.memory=-5 is not a GPU memory"},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: "999999999999"}, "label nvidia.com/gpu.memory=999999999999 is not a GPU memory"},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: "81559.5"}, "is not a GPU memory"},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: "80GiB"}, "is not a GPU memory"},
+		{map[string]string{ProductLabel: "NVIDIA-H100-80GB-HBM3", CountLabel: "8", MemoryLabel: ""}, "label nvidia.com/gpu.memory= is not a GPU memory"},
 	} {
 		_, err := GPUsOf(node(c.labels))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -144,6 +150,25 @@ func TestGPUsOfProducts(t *testing.T) {
 		if err != nil || g.GPU.Name != want || g.Count != 8 {
 			t.Errorf("%s: %v %v, want %s", label, g.GPU, err, want)
 		}
+	}
+}
+
+// The memory GFD writes (NVML's total in MiB, over what CUDA lets a
+// process allocate) passes on the catalog's largest GPUs.
+func TestGPUsOfMemoryLabel(t *testing.T) {
+	for label, mib := range map[string]string{
+		"NVIDIA-H100-80GB-HBM3": "81559",
+		"NVIDIA-A100-SXM4-80GB": "81920",
+		"NVIDIA-H200":           "143771",
+		"NVIDIA-B200":           "183359",
+		"Tesla-T4":              "15360",
+	} {
+		if _, err := GPUsOf(node(map[string]string{ProductLabel: label, CountLabel: "8", MemoryLabel: mib})); err != nil {
+			t.Errorf("%s with %s MiB: %v", label, mib, err)
+		}
+	}
+	if top := maxMemoryMiB(); top < 183359 || top > 1<<20 {
+		t.Errorf("largest GPU memory %d MiB", top)
 	}
 }
 
