@@ -60,40 +60,52 @@ type variation struct {
 
 // variations are the inputs diagnose changes, one at a time: those that
 // apply to the job. A ViT takes images of a fixed size (no sequence to
-// double); inference has no accumulation, optimizer or checkpointing, and
-// varies the generated tokens instead.
+// double), and so does a trace that records no sequence dimension (a row
+// "sequence ×2 (0)" changed nothing); a trace ran in the dtypes it recorded
+// (no precision to switch); inference has no accumulation, optimizer or
+// checkpointing, and varies the generated tokens instead.
 func variations(s engine.Spec) []variation {
 	type v = variation
 	vs := []v{{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }}}
-	if s.Model == nil || s.Model.Family != models.FamilyViT {
+	if s.Model != nil && s.Model.Family != models.FamilyViT || s.Trace != nil && s.Trace.HasSeq() {
 		vs = append(vs, v{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }})
 	}
 	if s.Mode != engine.Train {
 		if s.GenTokens > 0 {
 			vs = append(vs, v{fmt.Sprintf("generated tokens ×2 (%d)", 2*s.GenTokens), func(s *engine.Spec) { s.GenTokens *= 2 }})
 		}
-		return append(vs, precisionVariation(s))
+		return append(vs, precisionVariation(s)...)
 	}
 	vs = append(vs, v{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }})
-	if s.Optimizer == lower.SGD {
-		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer = lower.AdamW }})
+	// A trace replays its recorded step unless told to plan another
+	// (TraceOptimizer): setting the optimizer alone changed nothing.
+	sgd := s.Optimizer == lower.SGD
+	if s.Trace != nil && !s.TraceOptimizer {
+		sgd = s.Trace.Optimizer == "sgd"
+	}
+	if sgd {
+		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.AdamW, s.Trace != nil }})
 	} else {
-		vs = append(vs, v{"optimizer sgd (no state)", func(s *engine.Spec) { s.Optimizer = lower.SGD }})
+		vs = append(vs, v{"optimizer sgd (no state)", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.SGD, s.Trace != nil }})
 	}
 	if s.Checkpoint.Kind == engine.NoCheckpoint {
 		vs = append(vs, v{"checkpoint every block", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{Kind: engine.CheckpointFull} }})
 	} else {
 		vs = append(vs, v{"no checkpointing", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{} }})
 	}
-	return append(vs, precisionVariation(s))
+	return append(vs, precisionVariation(s)...)
 }
 
-// precisionVariation switches between mixed and pure bf16.
-func precisionVariation(s engine.Spec) variation {
-	if s.Precision == ops.PureBF16 {
-		return variation{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }}
+// precisionVariation switches between mixed and pure bf16 (none for a
+// trace, which runs the dtypes it recorded).
+func precisionVariation(s engine.Spec) []variation {
+	switch {
+	case s.Trace != nil:
+		return nil
+	case s.Precision == ops.PureBF16:
+		return []variation{{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }}}
 	}
-	return variation{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }}
+	return []variation{{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }}}
 }
 
 func rowOf(name string, r *engine.Result, err error) Row {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/ops"
@@ -75,4 +76,30 @@ func TestDiagnose(t *testing.T) {
 		}
 		return b.String()
 	})
+}
+
+// A trace's rows are the inputs it can change: no sequence row when it
+// records no sequence dimension, no precision row (it ran its recorded
+// dtypes), and an optimizer row that replaces the recorded step (setting
+// the optimizer alone left three_events' peak as it was: second sweep).
+func TestVariationsOfATrace(t *testing.T) {
+	tr, err := torchtrace.Load("../testdata/torch/three_events.trace.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Diagnose(engine.Spec{Job: engine.Job{Trace: tr}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range rep.Rows {
+		names = append(names, r.Name)
+		if strings.HasPrefix(r.Name, "optimizer") && r.Err == nil && r.Peak == rep.Base.Peak {
+			t.Errorf("%s: peak %d as the recorded step's", r.Name, r.Peak)
+		}
+	}
+	got := strings.Join(names, "; ")
+	if strings.Contains(got, "sequence") || strings.Contains(got, "precision") || !strings.Contains(got, "optimizer adamw") {
+		t.Errorf("rows %s: want no sequence or precision row, and adamw in place of the recorded sgd", got)
+	}
 }
