@@ -52,14 +52,17 @@ def main(argv=None):
     e = sub.add_parser("export", help="trace a training step into a memplan.trace/v1 JSON file")
     e.add_argument("builder", help="MODULE:FUNCTION; FUNCTION(batch_size[, seq_len=]) returns "
                                    "(model, inputs, loss_fn[, targets])")
-    e.add_argument("--out", required=True, help="the trace file to write (a symbolic link is written through)")
+    e.add_argument("--out", required=True, help="the trace file to write (a symbolic link is written through; its "
+                                                "directory must exist)")
     e.add_argument("--batch", type=_whole(1), default=2,
                    help="batch of the trace (sizes are fitted from traces at it and twice it; at 2 and 4 for 1, "
                         "whose size-1 fast paths differ, and evaluated at 1)")
     e.add_argument("--seq-len", type=_whole(1), default=None, help="passed to the builder as seq_len=")
     e.add_argument("--seq-dim", type=_whole(0), default=None,
-                   help="fit sizes in the sequence too (needs --seq-len; never traced at a length of 1)")
-    e.add_argument("--batch-dim", type=_whole(0), default=0)
+                   help="the inputs' sequence dimension: fit sizes in the sequence too (needs --seq-len; never "
+                        "traced at a length of 1; an index past the inputs' rank is refused)")
+    e.add_argument("--batch-dim", type=_whole(0), default=0,
+                   help="the inputs' batch dimension (default 0; an index past the inputs' rank is refused)")
     e.add_argument("--optimizer", default="adamw", help="adamw | sgd | sgd-momentum")
     e.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
                    help="auto: meta, falling back to cpu when an op fails on meta")
@@ -89,8 +92,12 @@ def main(argv=None):
     h.add_argument("--peft", default=None, choices=["lora"], help="--peft lora: LoRA with peft's defaults "
                                                                   "(or --lora SPEC)")
     h.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config.json field (value parsed as JSON); repeatable")
-    h.add_argument("--out", default="trace.json")
+                   help="override a config.json field (value parsed as JSON); repeatable. Size fields must be "
+                        "whole numbers of at least 1 and at most: layers 256, attention heads 1024, widths "
+                        "(hidden, intermediate, head_dim) 262144, vocab_size 1048576, positions 16777216, image "
+                        "sizes 65536, experts per token the experts; and layers x (1 + experts) at most 32768 "
+                        "blocks, as memplan plan bounds them (memplan_torch.hf.SIZE_BOUNDS)")
+    h.add_argument("--out", default="trace.json", help="the trace file to write (its directory must exist)")
     h.add_argument("--foreach", default="true", choices=["true", "false"],
                    help="AdamW's foreach implementation (default true: what torch picks for cuda parameters)")
     h.add_argument("--no-seq-fit", dest="fit_seq", action="store_false",
@@ -101,7 +108,7 @@ def main(argv=None):
 
     m = sub.add_parser("measure", help="run workloads for real; write memplan.measured/v1")
     m.add_argument("workloads", nargs="+", help="workload files (YAML or JSON)")
-    m.add_argument("--out", required=True)
+    m.add_argument("--out", required=True, help="the file to write (its directory must exist)")
     m.add_argument("--threshold", type=int, default=1024, help="CPU tracker: smallest counted allocation")
 
     a = sub.add_parser("align", help="check k accumulated micro-steps against the full batch")
@@ -111,7 +118,8 @@ def main(argv=None):
     a.add_argument("--json", action="store_true")
 
     s = sub.add_parser("suite", help="run the validation suite")
-    s.add_argument("--out", required=True)
+    s.add_argument("--out", required=True, help="the folder to write into (made if missing; the folder above it "
+                                                "must exist)")
     s.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     s.add_argument("--cases", default=None, help="comma-separated case names")
     s.add_argument("--iters", type=int, default=2)
@@ -149,14 +157,18 @@ def _one_line(err):
 
 def _check_outputs(args):
     """Output paths are checked before any work: a directory, a named pipe or an unwritable directory given as
-    --out is refused in one line (memplan_torch.atomic)."""
-    from .atomic import check_out, OutputError
+    --out is refused in one line (memplan_torch.atomic), and so is one whose directory does not exist (no
+    folder is made for it; suite makes its --out folder, but not the folders above it)."""
+    from .atomic import check_dir, check_out, OutputError
     if args.cmd in ("export", "export-hf", "measure"):
         check_out(args.out)
     elif args.cmd == "suite":
         if os.path.exists(args.out) and not os.path.isdir(args.out):
             raise OutputError("memplan_torch: suite --out %s is not a directory" % args.out)
-        check_out(os.path.join(args.out, "measured.json"))
+        if os.path.isdir(args.out):
+            check_out(os.path.join(args.out, "measured.json"))
+        else:  # suite makes its --out folder, not the folders above it
+            check_dir(os.path.dirname(os.path.abspath(args.out)), args.out)
 
 
 def _run(args):

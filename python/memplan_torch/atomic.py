@@ -2,7 +2,8 @@
 renamed over the target; the temporary file is removed when anything fails, on Ctrl-C, SIGTERM and SIGHUP
 (SIGKILL cannot be caught). A symbolic link given as the output is written through (its target is replaced and
 the link kept); anything else that is not a regular file (a directory, a named pipe, a device, a socket) is
-refused before any work starts, in one line naming the flag.
+refused before any work starts, in one line naming the flag. So is a path whose directory does not exist: no
+folder is made for an output (as memplan fit --emit-out refuses one), so a mistyped path is not created.
 """
 
 import json
@@ -51,14 +52,19 @@ def resolve(path, flag="--out"):
         via = " (through the symbolic link %s)" % path if target != os.path.abspath(path) else ""
         raise OutputError("memplan_torch: %s %s is %s%s; give the path of a file to write"
                           % (flag, target, kind, via))
-    d = os.path.dirname(target)
-    while not os.path.exists(d):  # missing directories are made; the nearest existing one must take them
-        d = os.path.dirname(d)
+    check_dir(os.path.dirname(target), path, flag)
+    return target
+
+
+def check_dir(d, path, flag="--out"):
+    """Refuses (OutputError naming the flag and `path`) a directory `d` for an output that does not exist, is
+    not a directory or is not writable: no folder is made for an output."""
+    if not os.path.exists(d):
+        raise OutputError("memplan_torch: %s %s: its directory %s does not exist" % (flag, path, d))
     if not os.path.isdir(d):
         raise OutputError("memplan_torch: %s %s: %s is not a directory" % (flag, path, d))
     if not os.access(d, os.W_OK | os.X_OK):
         raise OutputError("memplan_torch: %s %s: the directory %s is not writable" % (flag, path, d))
-    return target
 
 
 def check_out(path, flag="--out"):
@@ -84,7 +90,6 @@ def write(path, fill, flag="--out", mode=0o644):
     tmp = None
     try:
         try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(target)[1] or ".out",
                                        dir=os.path.dirname(target))
             with os.fdopen(fd, "w") as f:

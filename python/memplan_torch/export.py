@@ -13,7 +13,7 @@ import torch
 
 from . import atomic, collector, compat, fit, harness
 from .replay import scratch_bytes
-from .trace import ExportError, _categorize, trace_once
+from .trace import ExportError, InputDimError, _categorize, trace_once
 
 SCHEMA = "memplan.trace/v2"  # v2: param_grads
 SEQ_TERMS = fit.SEQ_TERMS
@@ -215,7 +215,7 @@ def _run_traces(make_job, batches, seqs, optimizer, device, foreach):
                     raws[(b, s)] = _traceable(job, optimizer, dev, foreach)
             return raws, dev, notes
         except ExportError as e:
-            if device != "auto" or dev == devices[-1] or "do not align" in str(e):
+            if device != "auto" or dev == devices[-1] or "do not align" in str(e) or isinstance(e, InputDimError):
                 raise
             notes.append("meta device failed, traced on cpu: %s" % e)
             last = e
@@ -506,6 +506,7 @@ def export(model, inputs, path, loss_fn=None, optimizer="adamw", batch_dim=0, se
     atomic.check_out(path)
     if fake:
         _check_fake(device)
+    harness.check_dims(inputs, batch_dim, seq_dim)
     model.train()
     batch = harness.batch_size_of(inputs, batch_dim)
     seq_len = None
@@ -549,13 +550,17 @@ def export_builder(spec, path, batch=2, seq_len=None, optimizer="adamw", batch_d
 
     def make_job(b, s):
         torch.manual_seed(0)
-        return harness.call_builder(fn, b, s if seq_dim is not None else seq_len)
+        job = harness.call_builder(fn, b, s if seq_dim is not None else seq_len)
+        harness.check_dims(job.inputs, batch_dim, seq_dim)  # InputDimError: no fallback retries it
+        return job
 
     def make_fake_job(b, s, fm):
         try:
             with fm:
                 job = make_job(b, s)
             note = None
+        except InputDimError:
+            raise
         except Exception as e:  # an initializer that reads values, a real checkpoint loaded, ...
             job = make_job(b, s)
             note = ("the builder failed under fake tensors (%s: %s); it ran for real and its tensors were "

@@ -178,6 +178,20 @@ def narrow_seq(obj, dim, length):
     return map_tensors(obj, f)
 
 
+def check_dims(inputs, batch_dim=0, seq_dim=None):
+    """Refuses (ExportError, naming the flag and the inputs' rank) a batch or sequence dimension that no input
+    tensor has: scaling or cutting along it would change nothing, and every size would be fitted as a constant."""
+    from .trace import ExportError, InputDimError
+    ranks = sorted({t.dim() for t in compat.flatten(inputs) if isinstance(t, torch.Tensor)})
+    if not ranks:
+        raise ExportError("memplan_torch: the model's inputs hold no tensor (a batch dimension needs one)")
+    for flag, d in (("--batch-dim", batch_dim), ("--seq-dim", seq_dim)):
+        if d is not None and d >= ranks[-1]:
+            rank = "rank %d" % ranks[-1] if len(ranks) == 1 else "ranks %s" % ", ".join(map(str, ranks))
+            raise InputDimError("memplan_torch: %s %d is out of range for the model's inputs (%s: dimensions 0 to %d)"
+                              % (flag, d, rank, ranks[-1] - 1))
+
+
 def batch_size_of(obj, dim):
     for t in compat.flatten(obj):
         if isinstance(t, torch.Tensor) and t.dim() > dim:

@@ -127,8 +127,72 @@ def _value(text):
         return text
 
 
+# Size fields of a config (transformers' names across the families memplan ships), each a whole number from 1 to
+# its bound. export-hf traces small models on cpu under fake tensors: a trace's events grow with the layers (and
+# the experts a step loops over: about 0.6 s of tracing per gpt2 layer), so the bounds keep an export from running
+# away while leaving every real model in: 256 layers (the deepest memplan ships has 80; Llama 3.1 405B 126),
+# layers x (1 + experts) at most 2^15 blocks (memplan plan's engine.MaxBlocks: DeepSeek-V3 is 61 x 257), widths
+# far past any model's. None is kept where transformers derives the field (gpt2's n_inner, head_dim, ...).
+MAX_LAYERS, MAX_BLOCKS = 256, 1 << 15
+SIZE_BOUNDS = [
+    (("num_hidden_layers", "n_layer", "num_layers", "n_layers"), "the number of layers", MAX_LAYERS, False),
+    (("num_attention_heads", "n_head", "num_heads"), "the number of attention heads", 1024, False),
+    (("num_key_value_heads",), "the number of key/value heads", 1024, True),
+    (("hidden_size", "n_embd", "d_model"), "the hidden size", 1 << 18, False),
+    (("intermediate_size", "n_inner", "moe_intermediate_size", "head_dim"), "a width", 1 << 18, True),
+    (("vocab_size",), "the vocabulary size", 1 << 20, False),
+    (("max_position_embeddings", "n_positions", "n_ctx"), "the number of positions", 1 << 24, True),
+    (("num_local_experts", "num_experts", "n_routed_experts"), "the number of experts", MAX_BLOCKS, True),
+    (("image_size", "patch_size", "num_channels"), "an image size", 1 << 16, True),
+]
+EXPERT_KEYS = SIZE_BOUNDS[7][0]
+
+
+def _is_whole(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_sizes(cfg, path, ov=None):
+    """Refuses (ExportError) a config whose size fields are not whole numbers within SIZE_BOUNDS, whose
+    experts per token exceed its experts, or whose layers x (1 + experts) pass MAX_BLOCKS; the message names
+    the --override that set the field, else the config file."""
+    ov = ov or {}
+
+    def where(k):
+        if k in ov:
+            return "--override %s=%s" % (k, ov[k][1])
+        return "%s: %s %s" % (path, k, json.dumps(cfg[k]))
+
+    def bad(k, what, hi):
+        raise ExportError("memplan_torch: %s: %s must be a whole number from 1 to %d (export-hf traces small "
+                          "models; see export-hf --help)" % (where(k), what, hi))
+
+    for keys, what, hi, none_ok in SIZE_BOUNDS:
+        for k in keys:
+            if k not in cfg or (cfg[k] is None and none_ok):
+                continue
+            v = cfg[k]
+            if not _is_whole(v) or not 1 <= v <= hi:
+                bad(k, what, hi)
+    experts = max([cfg[k] for k in EXPERT_KEYS if _is_whole(cfg.get(k))] or [0])
+    k = "num_experts_per_tok"
+    if k in cfg and cfg[k] is not None and experts:
+        if not _is_whole(cfg[k]) or not 1 <= cfg[k] <= experts:
+            raise ExportError("memplan_torch: %s: the experts per token must be a whole number from 1 to the %d "
+                              "experts" % (where(k), experts))
+    lk = [k for k in SIZE_BOUNDS[0][0] if _is_whole(cfg.get(k))]
+    if lk and experts:
+        layers = max(cfg[k] for k in lk)
+        if layers * (1 + experts) > MAX_BLOCKS:
+            set_by = [k for k in lk + list(EXPERT_KEYS) if k in ov] or [k for k in lk + list(EXPERT_KEYS) if k in cfg]
+            raise ExportError("memplan_torch: %s: %d layers × (1 + %d experts) = %d blocks, over the limit of %d "
+                              "(as memplan plan's)" % (", ".join(where(k) for k in set_by), layers, experts,
+                                                       layers * (1 + experts), MAX_BLOCKS))
+
+
 def load_config(path, overrides=()):
-    """The config.json at `path` as a dict, with KEY=VALUE overrides (values parsed as JSON, else strings).
+    """The config.json at `path` as a dict, with KEY=VALUE overrides (values parsed as JSON, else strings);
+    size fields out of SIZE_BOUNDS are refused (check_sizes), naming the override or the file.
     When hidden_size or num_attention_heads is overridden and the config's head_dim was hidden_size /
     num_attention_heads, head_dim follows them (unless it is overridden too). Token ids outside an overridden
     vocabulary are dropped (set to None)."""
@@ -144,13 +208,18 @@ def load_config(path, overrides=()):
         if "=" not in o:
             raise ExportError("memplan_torch: --override wants KEY=VALUE, got %r" % o)
         k, v = o.split("=", 1)
-        ov[k.strip()] = _value(v.strip())
+        ov[k.strip()] = (_value(v.strip()), v.strip())
     old = dict(cfg)
-    cfg.update(ov)
+    cfg.update((k, v) for k, (v, _) in ov.items())
+    check_sizes(cfg, path, ov)
     if "head_dim" in old and "head_dim" not in ov and ("hidden_size" in ov or "num_attention_heads" in ov):
         h, n = old.get("hidden_size"), old.get("num_attention_heads")
         if h and n and old["head_dim"] == h // n:
             cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
+            if cfg["head_dim"] < 1:
+                raise ExportError("memplan_torch: --override: head_dim = hidden_size %d / num_attention_heads %d is "
+                                  "0; give fewer heads or a larger hidden size" % (cfg["hidden_size"],
+                                                                                  cfg["num_attention_heads"]))
     if "num_key_value_heads" in old and "num_key_value_heads" not in ov and "num_attention_heads" in ov \
             and old["num_key_value_heads"] == old.get("num_attention_heads"):
         cfg["num_key_value_heads"] = cfg["num_attention_heads"]  # multi-head attention stays multi-head

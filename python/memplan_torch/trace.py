@@ -28,6 +28,11 @@ class ExportError(RuntimeError):
     """A model the exporter cannot trace; the message names the op or module and what to do."""
 
 
+class InputDimError(ExportError):
+    """A --batch-dim or --seq-dim that no input tensor has (harness.check_dims): no other device or a real build
+    changes it, so the exporter's fallbacks re-raise it."""
+
+
 def _seal(ev):
     """Freezes an event no later op can change (the recorder appends only to the last one) into tuples: a
     tuple of ints, and a dict holding only those, leave the garbage collector's tracking, so its full

@@ -38,6 +38,12 @@ BAD = [
     (["--out", "file/t.json"], "Not a directory"),
     (["--out", ""], "--out needs a file path"),
     (["--out", "loop"], "symbolic link that loops"),
+    # no folder is made for the output (as memplan fit --emit-out): nodir is not created
+    (["--out", "nodir/t.json"], "--out nodir/t.json: its directory"),
+    (["--out", "nodir/deeper/t.json"], "does not exist"),
+    # a dimension no input has (wide_mlp's input is [batch, 256]): refused, not fitted as a constant
+    (["--out", "t.json", "--batch-dim", "9"], "--batch-dim 9 is out of range for the model's inputs (rank 2"),
+    (["--out", "t.json", "--batch-dim", "2"], "--batch-dim 2 is out of range for the model's inputs (rank 2"),
     (["--out", "fifolink"], "is a named pipe (through the symbolic link"),
 ]
 
@@ -82,10 +88,34 @@ def test_export_cli_bad_input(workdir, args, want, capsys, monkeypatch):
     (["suite", "--out", "file"], "suite --out file is not a directory"),
     (["measure", "w.yaml", "--out", "sub"], "is a directory"),
     (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+    (["measure", "w.yaml", "--out", "nodir/m.json"], "--out nodir/m.json: its directory"),
+    (["export-hf", "gpt2", "--seq", "16", "--out", "nodir/t.json"], "--out nodir/t.json: its directory"),
+    (["export", "memplan_torch.models:transformer_lm", "--device", "meta", "--out", "t.json", "--seq-len", "8",
+      "--seq-dim", "7"], "--seq-dim 7 is out of range for the model's inputs (rank 2"),
+    (["export", "memplan_torch.models:transformer_lm", "--device", "meta", "--out", "t.json", "--seq-len", "8",
+      "--seq-dim", "1", "--batch-dim", "5"], "--batch-dim 5 is out of range for the model's inputs (rank 2"),
 ])
 def test_cli_bad_input_other_commands(workdir, args, want, capsys, monkeypatch):
+    before = sorted(os.listdir(str(workdir)))
     rc, err = _main(args, workdir, capsys, monkeypatch)
     assert rc == 1 and err.count("\n") == 1 and want in err, (rc, err)
+    assert sorted(os.listdir(str(workdir))) == before  # nothing written, no folder made
+
+
+def test_suite_missing_parent_directory(workdir):
+    """suite makes its --out folder, not the folders above it (a subprocess: suite re-executes itself under the
+    CPU tracker)."""
+    r = _run(["suite", "--out", "nodir/sub"], str(workdir))
+    err = r.stderr.decode()
+    assert r.returncode == 1 and err.count("\n") == 1 and "--out nodir/sub: its directory" in err, err
+    assert not os.path.exists(str(workdir / "nodir"))
+
+
+def test_missing_directory_is_refused_by_the_library(tmp_path):
+    with pytest.raises(atomic.OutputError) as ei:
+        atomic.write_json({}, str(tmp_path / "no" / "such" / "o.json"))
+    assert "its directory" in str(ei.value) and "does not exist" in str(ei.value)
+    assert os.listdir(str(tmp_path)) == []
 
 
 def test_symlink_is_written_through(workdir):

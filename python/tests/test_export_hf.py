@@ -56,6 +56,19 @@ def test_load_config_overrides(tmp_path):
         load_config(cat, ["num_hidden_layers"])
 
 
+def test_catalog_configs_pass_the_size_bounds():
+    for name in hf.catalog_names():
+        load_config(os.path.join(REPO, "models", "catalog", name + ".json"))  # none refused
+
+
+def test_config_file_sizes_are_checked(tmp_path):
+    cp = tmp_path / "bad.json"
+    cp.write_text(json.dumps(dict(TINY, num_hidden_layers=0)))
+    with pytest.raises(ExportError) as ei:
+        load_config(str(cp))
+    assert "bad.json: num_hidden_layers 0: the number of layers must be" in str(ei.value)
+
+
 @needs_hf
 @pytest.mark.parametrize("precision", ["fp32", "pure-bf16"])
 def test_export_hf_against_catalog(tmp_path, precision, memplan_bin):
@@ -319,6 +332,20 @@ def test_resolve_catalog_names():
     (["llama-3.2-1b"], "--seq (tokens per sequence) is needed"),
     (["gpt2", "--seq", "4096"], "longer than gpt2.json's 1024 learned positions"),
     (["llama-3.2-1b", "--seq", "16", "--override", "hidden_size"], "--override wants KEY=VALUE"),
+    # size fields: whole numbers in bounds (a zero-layer trace, or one of 100,000 layers, is not a model)
+    (["gpt2", "--seq", "16", "--override", "n_layer=-1"], "--override n_layer=-1: the number of layers must be"),
+    (["gpt2", "--seq", "16", "--override", "n_layer=0"], "--override n_layer=0: the number of layers must be"),
+    (["gpt2", "--seq", "16", "--override", "n_layer=100000"], "--override n_layer=100000: the number of layers"),
+    (["gpt2", "--seq", "16", "--override", "n_layer=2.5"], "--override n_layer=2.5: the number of layers"),
+    (["gpt2", "--seq", "16", "--override", "n_layer=true"], "--override n_layer=true: the number of layers"),
+    (["gpt2", "--seq", "16", "--override", "n_head=0"], "--override n_head=0: the number of attention heads"),
+    (["gpt2", "--seq", "16", "--override", "n_embd=-8"], "--override n_embd=-8: the hidden size must be"),
+    (["llama-3.2-1b", "--seq", "16", "--override", "num_attention_heads=0"], "--override num_attention_heads=0"),
+    (["llama-3.2-1b", "--seq", "16", "--override", "hidden_size=0"], "--override hidden_size=0"),
+    (["llama-3.2-1b", "--seq", "16", "--override", "vocab_size=-1"], "--override vocab_size=-1"),
+    (["mixtral-8x7b", "--seq", "16", "--override", "num_local_experts=2000"],
+     "32 layers × (1 + 2000 experts) = 64032 blocks, over the limit of 32768"),
+    (["mixtral-8x7b", "--seq", "16", "--override", "num_experts_per_tok=9"], "--override num_experts_per_tok=9"),
 ])
 def test_bad_input_one_line(tmp_path, args, want):
     if not transformers_available() and "is not a Trainer mode" not in want:
