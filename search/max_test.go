@@ -199,3 +199,16 @@ func TestMaxNothingFitsNamesTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// keep leaves the plans of the bracket's ends only (each holds its
+// program); the peaks of every probe stay for the secant.
+func TestMaxKeepsTheBracketEnds(t *testing.T) {
+	m := &maxSolver{peaks: map[int]float64{}, plans: map[int]*engine.Result{}}
+	for u := 1; u <= 8; u++ {
+		m.peaks[u], m.plans[u] = float64(u), &engine.Result{}
+	}
+	m.keep(5, 6)
+	if len(m.plans) != 2 || m.plans[5] == nil || m.plans[6] == nil || len(m.peaks) != 8 {
+		t.Errorf("kept plans %v and %d peaks, want the plans of 5 and 6 and all 8 peaks", m.plans, len(m.peaks))
+	}
+}
