@@ -151,12 +151,12 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 // More limits (see above).
 const (
 	// MaxSimBlocks bounds blocks × micro-steps a plan holds at once
-	// (validateSimulatedBlocks): 3 × 2^14. MaxCompareBlocks is compare's:
-	// deepseek-v2 over three micro-steps (28,980 blocks) compares in
-	// 1.8-1.9 GiB, a 4,096-layer × 7-expert config over one (32,768) took
-	// 3.9 GB.
+	// (validateSimulatedBlocks): 3 × 2^14. MaxCompareBlocks is compare's,
+	// half: deepseek-v2 over three micro-steps (28,980 blocks) compared in
+	// 17.7 s and 2.34 GB, a 4,096-layer × 7-expert config over one (32,768)
+	// in 3.9 GB; deepseek-v3 over one (15,677) compares in 6 s and 1.5 GB.
 	MaxSimBlocks     = 3 << 14
-	MaxCompareBlocks = 15 << 11
+	MaxCompareBlocks = MaxSimBlocks / 2
 	// MaxTraceEventSteps bounds a trace's events × micro-steps a plan
 	// holds (validateTraceEvents), MaxCompareEventSteps compare's.
 	MaxTraceEventSteps   = 1 << 21
