@@ -118,34 +118,46 @@ func (s *Spec) validateModelSize() error {
 // and gets MaxCompareBlocks (CompareEachContext).
 func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 	a := s.Model
-	steps := 1
-	if s.Mode == Train {
-		steps = plannedAccum(s, Options{})
-		if s.PP > 1 && steps < s.Accum && s.GPU != nil {
-			steps++ // priced from m and m+1 (planPipelineShortAccum)
-		}
-	}
+	steps := s.heldMicroSteps()
 	pp := max(s.PP, 1)
 	layers := (a.Layers + pp - 1) / pp
 	blocks := int64(layers) * int64(1+a.NumExperts)
-	if blocks*int64(max(steps, 1)) <= limit {
+	if blocks*steps <= limit {
 		return nil
 	}
 	where := fmt.Sprintf("%s's %d layers", a.Name, a.Layers)
 	if pp > 1 {
 		where = fmt.Sprintf("a stage's %d of %s's %d layers", layers, a.Name, a.Layers)
 	}
-	// What would pass: fewer micro-steps (up to three, a plan holds
-	// {accum} of them) when one fits, and more stages.
-	fix := "cut the layers per stage with {pp}"
-	if k := limit / blocks; k >= 1 && k < int64(steps) && s.PP <= 1 {
+	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): %s",
+		where, a.NumExperts, blocks, steps, holds, limit, s.fewerHeld("cut the layers per stage with {pp}", limit, blocks, steps))
+}
+
+// heldMicroSteps is the micro-steps a plan of s holds at once: those it
+// plans (plannedAccum), one more for a priced pipeline stage's pricing
+// (planPipelineShortAccum), one outside training.
+func (s *Spec) heldMicroSteps() int64 {
+	if s.Mode != Train {
+		return 1
+	}
+	steps := max(plannedAccum(s, Options{}), 1)
+	if s.PP > 1 && steps < s.Accum && s.GPU != nil {
+		steps++
+	}
+	return int64(steps)
+}
+
+// fewerHeld is the way out of a bound on per × held micro-steps: fix
+// (more stages), and, without a pipeline, the {accum} that holds few
+// enough micro-steps when one does (up to three, a plan holds {accum}).
+func (s *Spec) fewerHeld(fix string, limit, per, steps int64) string {
+	if k := limit / max(per, 1); k >= 1 && k < steps && s.PP <= 1 {
 		fix += fmt.Sprintf(", or give {accum} %d", k)
 		if k > 1 {
 			fix += " or less"
 		}
 	}
-	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): %s",
-		where, a.NumExperts, blocks, steps, holds, limit, fix)
+	return fix
 }
 
 // More limits (see above).
@@ -204,26 +216,13 @@ func (s *Spec) validateTraceSizes() error {
 // over three (second adversarial sweep; deepseek-v3's 470,000 ops a step
 // over three take 1.6 GB). A pipeline stage holds its share of them.
 func (s *Spec) validateTraceEvents(limit int64, holds string) error {
-	steps := int64(1)
-	if s.Mode == Train {
-		steps = int64(max(plannedAccum(s, Options{}), 1))
-		if s.PP > 1 && steps < int64(s.Accum) && s.GPU != nil {
-			steps++
-		}
-	}
+	steps := s.heldMicroSteps()
 	n := int64(len(s.Trace.Events)) / int64(max(s.PP, 1))
 	if n*steps <= limit {
 		return nil
 	}
-	fix := "cut it into stages with {pp}"
-	if k := limit / max(n, 1); k >= 1 && k < steps && s.PP <= 1 {
-		fix += fmt.Sprintf(", or give {accum} %d", k)
-		if k > 1 {
-			fix += " or less"
-		}
-	}
 	return invalid(FieldTrace, "%s's %d events, times the %d micro-steps %s, are over the limit of %d event-steps (about 2 GB of memory): %s",
-		s.JobName(), len(s.Trace.Events), steps, holds, limit, fix)
+		s.JobName(), len(s.Trace.Events), steps, holds, limit, s.fewerHeld("cut it into stages with {pp}", limit, n, steps))
 }
 
 // storageSize is st.Size(b, seq) with every product and sum checked

@@ -2,6 +2,7 @@ package pack
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -226,19 +227,22 @@ func TestPropertyCombineIsTheSum(t *testing.T) {
 	})
 }
 
+// genSimulation draws jobs (by name), a pool and the job names in order,
+// for an arrival trace.
+func genSimulation(t *rapid.T) (map[string]*Envelope, Pool, []string) {
+	_, byJob := genJobs(t)
+	pool := genPool(t)
+	names := slices.Sorted(maps.Keys(byJob))
+	return byJob, pool, names
+}
+
 // The simulation: deterministic; curve, peaks and whole-gpu never start a
 // job into an OOM (whole-gpu only when a job alone exceeds the GPU); every
 // arrival is started or left queued; a started job that did not run out of
 // memory completes.
 func TestPropertySimulate(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		_, byJob := genJobs(t)
-		pool := genPool(t)
-		var names []string
-		for name := range byJob {
-			names = append(names, name)
-		}
-		slices.Sort(names)
+		byJob, pool, names := genSimulation(t)
 		seed := rapid.Uint64().Draw(t, "seed")
 		tr := GenerateArrivals(seed, rapid.IntRange(1, 60).Draw(t, "arrivals"), names,
 			time.Duration(rapid.IntRange(1, 120).Draw(t, "gap minutes"))*time.Minute,

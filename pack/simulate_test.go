@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -48,13 +47,7 @@ func queueJobs() (map[string]*Envelope, []string) {
 // process, to 1e-9.
 func TestPropertySimulateAsRescan(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		_, byJob := genJobs(t)
-		pool := genPool(t)
-		var names []string
-		for name := range byJob {
-			names = append(names, name)
-		}
-		slices.Sort(names)
+		byJob, pool, names := genSimulation(t)
 		tr := GenerateArrivals(rapid.Uint64().Draw(t, "seed"), rapid.IntRange(1, 200).Draw(t, "arrivals"), names,
 			time.Duration(rapid.IntRange(0, 60).Draw(t, "gap minutes"))*time.Minute,
 			time.Duration(rapid.IntRange(1, 6000).Draw(t, "duration minutes"))*time.Minute)

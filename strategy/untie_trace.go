@@ -44,7 +44,7 @@ func UntieTraceGrads(p *ir.Program) (*ir.Program, error) {
 	for g, par := range p.GradOf {
 		q.GradOf[g] = par
 	}
-	u := &untier{q: q, writer: firstWritersOf(q)}
+	u := &untier{q: q, writer: newInserter(q).firstWriters()}
 	pars := make([]ir.TensorID, 0, len(tied))
 	for par := range tied {
 		pars = append(pars, par)
@@ -103,22 +103,6 @@ func partOf(module string) string {
 		return b
 	}
 	return module
-}
-
-// firstWritersOf maps each tensor to the first op writing it (-1: none).
-func firstWritersOf(p *ir.Program) []int {
-	w := make([]int, len(p.Tensors))
-	for i := range w {
-		w[i] = -1
-	}
-	for oi := range p.Ops {
-		for _, t := range p.Ops[oi].Out {
-			if w[t] < 0 {
-				w[t] = oi
-			}
-		}
-	}
-	return w
 }
 
 // untie gives par's other part a gradient of its own.

@@ -166,15 +166,7 @@ func TestOneDocument(t *testing.T) {
 			_, err := yamlerr.ToJSON([]byte(c.in), 1<<20, strict)
 			errs = append(errs, err)
 		}
-		for _, err := range errs {
-			if c.want == "" {
-				if err != nil {
-					t.Errorf("%q: %v", c.in, err)
-				}
-				continue
-			}
-			checkRefused(t, err, c.want)
-		}
+		checkEach(t, c.in, c.want, errs)
 	}
 }
 
@@ -196,15 +188,22 @@ func TestDecimalOnly(t *testing.T) {
 		errs := []error{yamlerr.UnmarshalStrict([]byte(c.in), &v, 1<<20)}
 		_, err := yamlerr.ToJSON([]byte(c.in), 1<<20, true)
 		errs = append(errs, err)
-		for _, err := range errs {
-			if c.want == "" {
-				if err != nil {
-					t.Errorf("%q: %v", c.in, err)
-				}
-				continue
+		checkEach(t, c.in, c.want, errs)
+	}
+}
+
+// checkEach checks every reader's error on in: none when want is "", else
+// a one-line refusal holding want (checkRefused).
+func checkEach(t *testing.T, in, want string, errs []error) {
+	t.Helper()
+	for _, err := range errs {
+		if want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", in, err)
 			}
-			checkRefused(t, err, c.want)
+			continue
 		}
+		checkRefused(t, err, want)
 	}
 }
 
