@@ -545,6 +545,11 @@ type Result struct {
 	// StagePeaks the peak of every stage (one entry without pipelining).
 	Stage      int
 	StagePeaks []units.Bytes
+	// StagePhasePeaks is the peak of each phase of every stage (0 for a
+	// phase a stage has no op in): each is non-decreasing in a dimension
+	// that every tensor's size follows, as the peak, their maximum, is;
+	// max follows them apart, as the peak bends where another takes over.
+	StagePhasePeaks [][ir.NumPhases]units.Bytes
 	// AutoCheckpointed lists the blocks --checkpoint auto chose (nil
 	// otherwise). AutoNoneFits says no choice fits: auto planned every
 	// block checkpointed, the lowest peak it reaches, and the plan does not
@@ -976,6 +981,13 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		p, r, t := sp.p, sp.r, sp.t
 		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
+		var phases [ir.NumPhases]units.Bytes
+		for ph, pt := range r.PhasePeak {
+			if pt.Op >= 0 {
+				phases[ph] = pt.Total
+			}
+		}
+		res.StagePhasePeaks = append(res.StagePhasePeaks, phases)
 		res.HostPeak = max(res.HostPeak, r.HostPeak)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned

@@ -1,12 +1,16 @@
 package search
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/units"
 )
 
 // Dim is a dimension of a job that Max solves for.
@@ -75,10 +79,15 @@ func (r *MaxResult) AtCap() bool { return r.Value == r.Cap }
 // TestPropertyPeakMonotone checks it on generated jobs, and
 // TestPropertyMaxMatchesScan that Max agrees with a scan of every value.
 //
-// The search gallops from the smallest value, guided by the secant through
-// the last two peaks (the peak is close to affine in a micro-batch, to a
-// quadratic at worst in a sequence), then bisects the bracket; each probe
-// is an exact plan without a timeline.
+// The search gallops from the smallest value to one past the largest value
+// the curves seen predict to fit (each phase's peak of each stage, and the
+// host's, modelled apart by the quadratic through three values: the peak
+// is affine in a micro-batch, a quadratic at worst in a sequence), then
+// narrows the bracket the same way, beside the prediction on the side not
+// probed last, bisecting when three probes in a row did not halve it: a
+// poor prediction costs probes, never the answer, which is always the
+// bracket [v, v+Step] both probed. Each probe is an exact plan without a
+// timeline. TestMaxProbesFew counts them on catalog jobs.
 func Max(base engine.Spec, d Dim) (*MaxResult, error) {
 	return MaxContext(context.Background(), base, d)
 }
@@ -117,15 +126,25 @@ func MaxContext(ctx context.Context, base engine.Spec, d Dim) (*MaxResult, error
 		return nil, engine.FieldErrorf(engine.FieldGPU, "max needs a {gpu} or a {budget} to fit")
 	}
 	m := &maxSolver{base: base, r: r, ctx: ctx}
-	lo, hi, err := m.bracket()
+	lo, hi, err := m.solve()
 	if err != nil {
 		return nil, err
+	}
+	return r, m.finish(lo, hi)
+}
+
+// solve finds the bracket's ends in units of Step: lo the largest value
+// that fits (0: none), hi = lo+1, which does not (cap+1 when the cap fits).
+func (m *maxSolver) solve() (lo, hi int, err error) {
+	lo, hi, err = m.bracket()
+	if err != nil {
+		return 0, 0, err
 	}
 	m.keep(lo, hi)
 	for hi-lo > 1 {
 		mid, err := m.next(lo, hi)
 		if err != nil {
-			return nil, err
+			return 0, 0, err
 		}
 		if m.fits(mid) {
 			lo = mid
@@ -134,13 +153,13 @@ func MaxContext(ctx context.Context, base engine.Spec, d Dim) (*MaxResult, error
 		}
 		m.keep(lo, hi)
 	}
-	return r, m.finish(lo, hi)
+	return lo, hi, nil
 }
 
 // keep drops the plans of every probe but the bracket's ends, the two the
 // answer reports (finish): each held its program, and twelve probes of a
 // 300,000-event trace held 2.4 GB (second adversarial sweep). Their peaks
-// stay for the secant.
+// stay for the prediction.
 func (m *maxSolver) keep(lo, hi int) {
 	for u := range m.plans {
 		if u != lo && u != hi {
@@ -207,21 +226,67 @@ func (r *MaxResult) bounds(base *engine.Spec) error {
 }
 
 // maxSolver holds what Max's phases share: the job, the answer being built
-// and the peaks seen (units of Step → peak), which guide the next probe.
+// and the margins seen, which guide the next probe.
 type maxSolver struct {
-	ctx   context.Context
-	base  engine.Spec
-	r     *MaxResult
-	peaks map[int]float64
+	ctx  context.Context
+	base engine.Spec
+	r    *MaxResult
+	// margins are each probe's curves less their limits, by value in
+	// units of Step.
+	margins map[int]curves
 	// plans are the probes' results, kept for the answer and the value
 	// beyond it.
 	plans map[int]*engine.Result
-	last  [2]int
+	// lastU is the last value probed, lastFit whether it fitted.
+	lastU   int
+	lastFit bool
 	// stalls counts the probes in a row that did not halve the bracket;
 	// width is the bracket's width before the last probe.
 	stalls, width int
 	// err is the first error of a probe inside the bracket.
 	err error
+	// planFn, when set, plans a value instead of the engine (tests of
+	// the search on curves of their own).
+	planFn func(v int) (*engine.Result, error)
+}
+
+// curves are what decides whether a plan fits, each less its limit (a
+// plan fits when none is above 0): the device peak of each phase of every
+// stage and of the first iteration against the capacity, and the host
+// memory per node against --host-memory (NaN without one). Each is a
+// maximum over ops of sums of live sizes, so each is non-decreasing in the
+// dimension, as the peak is; they are modelled apart because the peak is
+// their maximum, which bends where another takes over (a short sequence
+// peaks in the optimizer step, flat in the sequence, a long one in
+// backward).
+type curves []float64
+
+// curvesOf are res's curves.
+func curvesOf(res *engine.Result) curves {
+	capacity := float64(res.Capacity)
+	var c curves
+	add := func(b units.Bytes) {
+		if b > 0 {
+			c = append(c, float64(b)-capacity)
+		} else {
+			c = append(c, math.NaN()) // no op of that phase
+		}
+	}
+	for _, st := range res.StagePhasePeaks {
+		for _, b := range st {
+			add(b)
+		}
+	}
+	if res.First != nil {
+		for _, pt := range res.First.PhasePeak {
+			add(max(pt.Total, 0))
+		}
+	}
+	c = append(c, math.NaN())
+	if hm := res.Spec.HostMemory; hm > 0 {
+		c[len(c)-1] = float64(res.HostPerNode) - float64(hm)
+	}
+	return c
 }
 
 // spec is base at value v of the dimension.
@@ -247,20 +312,23 @@ func (m *maxSolver) plan(v int) (*engine.Result, error) {
 		}
 	}
 	m.r.Plans++
+	if m.planFn != nil {
+		return m.planFn(v)
+	}
 	return engine.PlanWith(m.spec(v), engine.Options{NoTimeline: true, Cache: m.r.Cache, Context: m.ctx})
 }
 
-// probe plans value u·Step and records its peak.
+// probe plans value u·Step and records its curves.
 func (m *maxSolver) probe(u int) (bool, error) {
 	res, err := m.plan(u * m.r.Step)
 	if err != nil {
 		return false, err
 	}
-	if m.peaks == nil {
-		m.peaks, m.plans = map[int]float64{}, map[int]*engine.Result{}
+	if m.margins == nil {
+		m.margins, m.plans = map[int]curves{}, map[int]*engine.Result{}
 	}
-	m.peaks[u], m.plans[u] = float64(res.PeakBytes()), res
-	m.last = [2]int{m.last[1], u}
+	m.margins[u], m.plans[u] = curvesOf(res), res
+	m.lastFit, m.lastU = res.Fits, u
 	return res.Fits, nil
 }
 
@@ -274,9 +342,10 @@ func (m *maxSolver) fits(u int) bool {
 }
 
 // bracket finds lo (in units of Step) that fits and hi that does not (hi =
-// cap+1 when the cap fits): from 1, each probe goes to the secant's guess
-// or, when that is closer, 2^k past the last fitting value after k fitting
-// probes in a row (a gallop), so a poor guess costs O(log) probes.
+// cap+1 when the cap fits): from 1, each probe goes one past the largest
+// value the curves predict to fit or, when that is closer, 2^k past the
+// last fitting value after k fitting probes in a row (a gallop), so a poor
+// prediction costs O(log) probes.
 func (m *maxSolver) bracket() (lo, hi int, err error) {
 	capU := m.r.Cap / m.r.Step
 	ok, err := m.probe(1)
@@ -285,9 +354,16 @@ func (m *maxSolver) bracket() (lo, hi int, err error) {
 	}
 	lo = 1
 	for gap := 1; lo < capU; gap *= 2 {
-		// One past the guess: if the peak is affine the guess fits and
-		// this is the first value that does not.
-		u := min(max(m.secant(lo)+1, lo+gap), capU)
+		// One past the prediction: if it is right this is the first
+		// value that does not fit, and the prediction the answer.
+		u, predicted := lo+gap, false
+		switch r := m.predict(lo, 0); {
+		case r >= float64(capU) && !math.IsInf(r, 1):
+			u, predicted = capU, true
+		case r < float64(capU) && int(r)+1 > u:
+			u, predicted = int(r)+1, true
+		}
+		u = min(u, capU)
 		ok, err := m.probe(u)
 		if err != nil {
 			return 0, 0, err
@@ -295,31 +371,106 @@ func (m *maxSolver) bracket() (lo, hi int, err error) {
 		if !ok {
 			return lo, u, nil
 		}
+		if predicted {
+			// Predicted not to fit, it fits: the curves changed
+			// course (--checkpoint auto chose to checkpoint), and
+			// the gallop goes on at their scale, doubling u.
+			gap = max(gap, u/2)
+		}
 		lo = u
 	}
 	return lo, capU + 1, nil
 }
 
-// secant is where the line through the last two peaks meets the capacity
-// (0 when it does not rise), at least lo+1.
-func (m *maxSolver) secant(lo int) int {
-	a, b := m.last[0], m.last[1]
-	pa, oka := m.peaks[a]
-	pb, okb := m.peaks[b]
-	if !oka || !okb || a == b || pb <= pa {
-		return 0
+// predict is where the first curve is predicted to cross its limit past
+// lo (below hi when hi > 0), as a real value in units of Step: its largest
+// fitting value is the floor. +Inf when no curve is predicted to cross.
+// Each curve is modelled by the quadratic through its three values nearest
+// the bracket (a peak is affine in a micro-batch, a quadratic at worst in a
+// sequence), or by the line through two when the quadratic does not rise
+// there.
+func (m *maxSolver) predict(lo, hi int) float64 {
+	us := make([]int, 0, len(m.margins))
+	for u := range m.margins {
+		us = append(us, u)
 	}
-	c := float64(m.base.CapacityBytes())
-	slope := (pb - pa) / float64(b-a)
-	guess := float64(b) + (c-pb)/slope
-	if guess > float64(MaxCap) {
-		return MaxCap
+	dist := func(u int) int { return max(u-m.lastU, m.lastU-u) }
+	slices.SortFunc(us, func(a, b int) int { return cmp.Or(cmp.Compare(dist(a), dist(b)), cmp.Compare(a, b)) })
+	best := math.Inf(1)
+	var xs, ys []float64
+	for k := range len(m.margins[m.lastU]) {
+		if hi > 0 {
+			if c := m.margins[hi]; c != nil && k < len(c) && !(c[k] > 0) {
+				continue // under its limit over the whole bracket
+			}
+		}
+		xs, ys = xs[:0], ys[:0]
+		for _, u := range us {
+			if c := m.margins[u]; k < len(c) && !math.IsNaN(c[k]) && len(xs) < 3 {
+				xs, ys = append(xs, float64(u)), append(ys, c[k])
+			}
+		}
+		if r, ok := crossing(xs, ys, float64(lo)); ok {
+			best = min(best, r)
+		}
 	}
-	return max(int(guess), lo+1)
+	return best
 }
 
-// next is the next probe inside (lo, hi): the secant's guess, or the
-// midpoint when two probes in a row failed to halve the bracket.
+// crossing is where the curve through the points (xs, ys) (two or three,
+// nearest first) rises through 0 past from: the quadratic through three,
+// else the line through the two nearest; ok is false when neither rises
+// through 0 past from.
+func crossing(xs, ys []float64, from float64) (float64, bool) {
+	if len(xs) < 2 {
+		return 0, false
+	}
+	if len(xs) == 3 {
+		// Newton's form about from: q(from + t) = a t² + b t + c.
+		f01 := (ys[1] - ys[0]) / (xs[1] - xs[0])
+		f12 := (ys[2] - ys[1]) / (xs[2] - xs[1])
+		a := (f12 - f01) / (xs[2] - xs[0])
+		d0, d1 := from-xs[0], from-xs[1]
+		b := f01 + a*(d0+d1)
+		c := ys[0] + f01*d0 + a*d0*d1
+		if t, ok := risingRoot(a, b, c); ok {
+			return from + t, true
+		}
+	}
+	slope := (ys[1] - ys[0]) / (xs[1] - xs[0])
+	if !(slope > 0) {
+		return 0, false
+	}
+	r := xs[0] - ys[0]/slope
+	return r, r >= from
+}
+
+// risingRoot is the smallest t ≥ 0 where a t² + b t + c rises through 0.
+func risingRoot(a, b, c float64) (float64, bool) {
+	if math.Abs(a) < 1e-300 || math.Abs(a*c) < 1e-12*b*b {
+		if b > 0 && -c/b >= 0 {
+			return -c / b, true
+		}
+		return 0, false
+	}
+	disc := b*b - 4*a*c
+	if disc < 0 {
+		return 0, false
+	}
+	q := -(b + math.Copysign(math.Sqrt(disc), b)) / 2
+	best, ok := 0.0, false
+	for _, t := range []float64{q / a, c / q} {
+		if t >= 0 && 2*a*t+b > 0 && !math.IsInf(t, 0) && (!ok || t < best) {
+			best, ok = t, true
+		}
+	}
+	return best, ok
+}
+
+// next is the next probe inside (lo, hi): beside the largest value the
+// curves predict to fit, on the side not probed last (a value predicted to
+// fit after one that did not, and the one past it after one that did), or
+// the midpoint when three probes in a row failed to halve the bracket.
 func (m *maxSolver) next(lo, hi int) (int, error) {
 	if m.err != nil {
 		return 0, m.err
@@ -331,9 +482,13 @@ func (m *maxSolver) next(lo, hi int) (int, error) {
 		m.stalls = 0
 	}
 	m.width = w
-	if m.stalls < 2 {
-		if g := m.secant(lo); g > lo && g < hi {
-			return g, nil
+	if m.stalls < 3 {
+		if r := m.predict(lo, hi); r < float64(hi) {
+			g := int(r)
+			if m.lastFit {
+				g++
+			}
+			return min(max(g, lo+1), hi-1), nil
 		}
 	}
 	return lo + w/2, nil

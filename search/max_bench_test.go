@@ -7,6 +7,7 @@ import (
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 )
 
@@ -39,3 +40,21 @@ func BenchmarkMaxMicroBatchLlama3_70B(b *testing.B) { maxBench(b, DimMicroBatch)
 
 // BenchmarkMaxSeqLlama3_70B: the longest sequence that fits at micro-batch 1.
 func BenchmarkMaxSeqLlama3_70B(b *testing.B) { maxBench(b, DimSeq) }
+
+// BenchmarkMaxSeqEagerLlama3_2_1B: the longest sequence of llama-3.2-1b
+// (AMP bf16, AdamW, micro-batch 1) on an H100 under eager attention, whose
+// scores grow with the square of the sequence: the secant of round 23 took
+// 22 plans, creeping up on the answer from one side.
+func BenchmarkMaxSeqEagerLlama3_2_1B(b *testing.B) {
+	s := baseSpec(b, "llama-3.2-1b", "h100", 0)
+	s.Attention = build.Eager
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := Max(s, DimSeq)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(r.Value), "answer")
+		b.ReportMetric(float64(r.Plans), "plans")
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
@@ -201,14 +204,143 @@ func TestMaxNothingFitsNamesTheLimit(t *testing.T) {
 }
 
 // keep leaves the plans of the bracket's ends only (each holds its
-// program); the peaks of every probe stay for the secant.
+// program); the margins of every probe stay for the prediction.
 func TestMaxKeepsTheBracketEnds(t *testing.T) {
-	m := &maxSolver{peaks: map[int]float64{}, plans: map[int]*engine.Result{}}
+	m := &maxSolver{margins: map[int]curves{}, plans: map[int]*engine.Result{}}
 	for u := 1; u <= 8; u++ {
-		m.peaks[u], m.plans[u] = float64(u), &engine.Result{}
+		m.margins[u], m.plans[u] = curves{}, &engine.Result{}
 	}
 	m.keep(5, 6)
-	if len(m.plans) != 2 || m.plans[5] == nil || m.plans[6] == nil || len(m.peaks) != 8 {
-		t.Errorf("kept plans %v and %d peaks, want the plans of 5 and 6 and all 8 peaks", m.plans, len(m.peaks))
+	if len(m.plans) != 2 || m.plans[5] == nil || m.plans[6] == nil || len(m.margins) != 8 {
+		t.Errorf("kept plans %v and %d margins, want the plans of 5 and 6 and all 8 margins", m.plans, len(m.margins))
 	}
+}
+
+// Max's probes on catalog jobs and a trace, each against the count the
+// secant-and-bisection search of round 23 took (in the comment): the
+// curves' prediction lands beside the answer in a few plans, where a
+// sequence's peak flat in the optimizer step had made the secant gallop
+// from 1 by doubling, and a convex one had made it creep from one side.
+// The answer is the bracket both probed whatever the count.
+func TestMaxProbesFew(t *testing.T) {
+	trace, err := torchtrace.Load("../testdata/torch/gpt2_tiny.trace.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := hw.Lookup("h100")
+	traced := engine.Spec{Job: engine.Job{Trace: trace, MicroBatch: 1}, Target: engine.Target{GPU: g}}
+	traced.Capacity = 2 << 30
+	one := baseSpec(t, "llama-3.2-1b", "h100", 0)
+	eager, full, auto := one, one, one
+	eager.Attention = build.Eager
+	full.Checkpoint.Kind = engine.CheckpointFull
+	auto.Checkpoint.Kind = engine.CheckpointAuto
+	batch := one
+	batch.Seq = 4096
+	for _, c := range []struct {
+		name string
+		s    engine.Spec
+		d    Dim
+		most int
+	}{
+		{"llama-3.2-1b seq", one, DimSeq, 7},                      // 17
+		{"llama-3.2-1b seq, eager attention", eager, DimSeq, 7},   // 22
+		{"llama-3.2-1b seq, full checkpointing", full, DimSeq, 7}, // 18
+		{"llama-3.2-1b seq, checkpoint auto", auto, DimSeq, 12},   // 24
+		{"llama-3.2-1b micro-batch", batch, DimMicroBatch, 4},     // 4
+		{"gpt2_tiny trace seq on 2 GiB", traced, DimSeq, 6},       // 27
+	} {
+		r, err := Max(c.s, c.d)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if r.Plans > c.most {
+			t.Errorf("%s: %d plans, want at most %d", c.name, r.Plans, c.most)
+		}
+		if !r.At.Fits || r.Beyond == nil || r.Beyond.Fits {
+			t.Errorf("%s: %d is not where it stops fitting", c.name, r.Value)
+		}
+	}
+}
+
+// The search on curves of its own, monotone but otherwise anything: sums
+// of affine and quadratic terms with steps up anywhere, flat stretches,
+// several curves taking over from one another. Its answer is the largest
+// fitting value (found by bisection of the known curve), and its probes
+// stay within the gallop's and the bisection's bound whatever the
+// prediction does.
+func TestPropertyMaxSolverOnCurves(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		capU := rapid.IntRange(1, 1<<20).Draw(rt, "cap")
+		type term struct{ a, b, c float64 }
+		type step struct {
+			at int
+			up float64
+		}
+		n := rapid.IntRange(1, 4).Draw(rt, "curves")
+		terms := make([]term, n)
+		steps := make([][]step, n)
+		for i := range terms {
+			terms[i] = term{rapid.Float64Range(0, 1e10).Draw(rt, "a"), rapid.SampledFrom([]float64{0, 1, 1e3, 1e6}).Draw(rt, "b"), rapid.SampledFrom([]float64{0, 1e-3, 1, 100}).Draw(rt, "c")}
+			for range rapid.IntRange(0, 3).Draw(rt, "steps") {
+				steps[i] = append(steps[i], step{rapid.IntRange(1, capU).Draw(rt, "at"), rapid.Float64Range(0, 1e10).Draw(rt, "up")})
+			}
+		}
+		curve := func(i, u int) units.Bytes {
+			x := float64(u)
+			y := terms[i].a + terms[i].b*x + terms[i].c*x*x
+			for _, s := range steps[i] {
+				if u >= s.at {
+					y += s.up
+				}
+			}
+			return units.Bytes(y)
+		}
+		peak := func(u int) units.Bytes {
+			var p units.Bytes
+			for i := range n {
+				p = max(p, curve(i, u))
+			}
+			return p
+		}
+		capacity := units.Bytes(rapid.Int64Range(int64(peak(1))*9/10, int64(peak(capU))+1<<20).Draw(rt, "capacity"))
+		// The truth, by bisection of the monotone peak.
+		want := 0
+		for lo, hi := 1, capU; lo <= hi; {
+			mid := (lo + hi) / 2
+			if peak(mid) <= capacity {
+				want, lo = mid, mid+1
+			} else {
+				hi = mid - 1
+			}
+		}
+		r := &MaxResult{Step: 1, Cap: capU}
+		m := &maxSolver{r: r, planFn: func(v int) (*engine.Result, error) {
+			if v < 1 || v > capU {
+				rt.Fatalf("probed %d outside [1, %d]", v, capU)
+			}
+			res := &engine.Result{Capacity: capacity, Fits: peak(v) <= capacity}
+			k := int(ir.NumPhases)
+			res.StagePhasePeaks = make([][ir.NumPhases]units.Bytes, (n+k-1)/k)
+			for i := range n {
+				res.StagePhasePeaks[i/k][i%k] = max(curve(i, v), 1)
+			}
+			return res, nil
+		}}
+		lo, hi, err := m.solve()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if lo != want || hi != want+1 {
+			rt.Fatalf("bracket [%d, %d], want [%d, %d]", lo, hi, want, want+1)
+		}
+		bits := 0
+		for x := capU; x > 0; x >>= 1 {
+			bits++
+		}
+		if most := 5 * (bits + 1); r.Plans > most {
+			rt.Fatalf("%d probes over cap %d, want at most %d", r.Plans, capU, most)
+		}
+	})
 }
