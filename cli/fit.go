@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -105,27 +104,9 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	if fo.Emitted, err = emitWinner(ff.emitTo, ff.emitOut, res.Winner, res.Pinned); err != nil {
 		return err
 	}
-	if ff.jsonOut {
-		if fo.Detail, err = winnerDetail(cmd.Context(), res.Winner); err != nil {
-			return err
-		}
-	}
 	return emit(stdout, ff.jsonOut,
 		func(w io.Writer) error { return report.WriteFitJSON(w, res, fo) },
 		func(w io.Writer) error { return report.WriteFitText(w, res, elapsed, fo) })
-}
-
-// winnerDetail is the winner as `memplan plan` plans it, for the JSON's
-// winner.detail, when the search verified it with fewer micro-steps than
-// it runs (search.simAccum): its detail said accum 3 and the step of three
-// micro-steps where the winner and plan say accum 4 (adversarial sweep).
-// The peak is the same (three micro-steps show it); nil when the
-// verification already planned them all.
-func winnerDetail(ctx context.Context, w *search.Plan) (*engine.Result, error) {
-	if w == nil || w.Result == nil || w.Result.Spec.Accum == w.Spec.Accum {
-		return nil, nil
-	}
-	return engine.PlanWith(w.Spec, engine.Options{NoTimeline: true, Context: ctx})
 }
 
 // parse reads the flags into the spec, the families --allow opens, the dimensions the flags pin and the GPUs the

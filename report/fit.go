@@ -10,7 +10,6 @@ import (
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/jedib0t/go-pretty/v6/text"
 
-	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/search"
 	"github.com/memplan/memplan/units"
 )
@@ -28,7 +27,8 @@ type FitPlanJSON struct {
 	MFU        float64     `json:"mfu,omitempty"`
 	Verified   bool        `json:"verified"`
 	// HostPerNodeBytes is the host memory one node pins (offloaded state
-	// and activations of its GPUs; verified plans only).
+	// and activations of its GPUs): exact for verified plans, a lower
+	// bound from shallow models for the others (search.Plan.HostPerNode).
 	HostPerNodeBytes units.Bytes `json:"host_per_node_bytes"`
 	MicroBatch       int         `json:"micro_batch"`
 	Accum            int         `json:"accum"`
@@ -84,10 +84,6 @@ type FitOptions struct {
 	Warnings []string
 	// Emitted is the winner's framework config, when asked for.
 	Emitted *EmittedJSON
-	// Detail, when set, is the winner planned as plan plans it (all its
-	// micro-steps' step time), for the JSON's winner.detail; else the
-	// search's verification is given, which simulates fewer micro-steps.
-	Detail *engine.Result
 }
 
 func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
@@ -98,17 +94,15 @@ func fitPlan(p *search.Plan, detail bool, o FitOptions) FitPlanJSON {
 	if j.Offload == "" {
 		j.Offload = "none"
 	}
+	j.HostPerNodeBytes = p.HostPerNode()
 	if p.Result != nil {
-		j.TokensPerS, j.MFU, j.HostPerNodeBytes = p.TokensPerSec(), p.MFU(), p.Result.HostPerNode
+		j.TokensPerS, j.MFU = p.TokensPerSec(), p.MFU()
 		if o.Command != nil {
 			j.Command = o.Command(p)
 		}
 	}
-	switch {
-	case detail && o.Detail != nil:
-		j.Detail = Build(o.Detail, 0)
-	case detail && p.Result != nil:
-		j.Detail = Build(p.Result, 0)
+	if detail && p.Result != nil {
+		j.Detail = Build(p.Result, 0) // planned as plan plans it (search.Plan.Result)
 	}
 	return j
 }
@@ -153,7 +147,7 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	fmt.Fprintf(w, "  peak %s in %s; step %s, %.0f tokens/s over the job, MFU %.1f%% (roofline upper bound)\n",
 		res.PeakBytes(), res.Sim.Peak.Phase, win.Step().Round(time.Millisecond), win.TokensPerSec(), 100*win.MFU())
 	fmt.Fprintf(w, "  host memory %s per node of %d GPUs%s\n", res.HostPerNode, res.Spec.GPUsOnNode(), hostLimit(res.Spec.HostMemory))
-	if sim := res.Spec.Accum; sim < s.Accum {
+	if sim := res.SimAccum; sim > 0 {
 		fmt.Fprintf(w, "  (simulated with %d micro-steps, whose peak equals that of %d; step time extrapolated)\n", sim, s.Accum)
 	}
 	if o.Command != nil {
@@ -177,19 +171,23 @@ func WriteFitText(w io.Writer, r *search.Result, elapsed time.Duration, o FitOpt
 	}
 	if len(r.Front) > 0 {
 		t := newTable()
-		t.SetTitle("Memory/time Pareto front (estimates; fastest first)")
-		t.AppendHeader(table.Row{"plan", "peak ≥", "step ≈"})
+		t.SetTitle("Memory/time Pareto front (fastest first; estimates unless verified)")
+		t.AppendHeader(table.Row{"plan", "peak", "host/node", "step", ""})
 		for i, p := range r.Front {
 			if i == 12 {
-				t.AppendRow(table.Row{fmt.Sprintf("... %d more (see --json)", len(r.Front)-12), "", ""})
+				t.AppendRow(table.Row{fmt.Sprintf("... %d more (see --json)", len(r.Front)-12), "", "", "", ""})
 				break
 			}
-			t.AppendRow(table.Row{p.Describe(), p.EstPeak.String(), p.EstStep.Round(time.Millisecond).String()})
+			peak, host, step, how := "≥ "+p.Peak().String(), "≥ "+p.HostPerNode().String(), "≈ "+p.Step().Round(time.Millisecond).String(), "estimated"
+			if p.Result != nil {
+				peak, host, step, how = p.Peak().String(), p.HostPerNode().String(), p.Step().Round(time.Millisecond).String(), "verified"
+			}
+			t.AppendRow(table.Row{p.Describe(), peak, host, step, how})
 		}
-		t.SetColumnConfigs([]table.ColumnConfig{{Number: 1, WidthMax: 90, WidthMaxEnforcer: text.WrapSoft}, {Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}})
+		t.SetColumnConfigs([]table.ColumnConfig{{Number: 1, WidthMax: 90, WidthMaxEnforcer: text.WrapSoft}, {Number: 2, Align: text.AlignRight}, {Number: 3, Align: text.AlignRight}, {Number: 4, Align: text.AlignRight}})
 		fmt.Fprintln(w, t.Render())
 	}
-	fmt.Fprintln(w, "Step times are a roofline upper bound on speed; peaks of verified plans are exact simulations, front peaks are lower bounds from shallow models.")
+	fmt.Fprintln(w, "Step times are a roofline upper bound on speed; peaks and host memory of verified plans are exact simulations, estimated ones lower bounds from shallow models.")
 	if e := o.Emitted; e != nil {
 		if e.File != "" {
 			fmt.Fprintf(w, "\nThe winner's %s config: %s\n", e.Framework, e.File)

@@ -119,12 +119,17 @@ func (p Pins) Has(d Pins) bool { return p&d != 0 }
 type Plan struct {
 	Spec engine.Spec
 	// EstPeak is a lower bound on the peak from shallow models, EstStep an
-	// estimate of the step time (zero: not estimated).
+	// estimate of the step time (zero: not estimated), EstHost a lower
+	// bound on the host memory one GPU pins (engine.Result.HostPeak).
 	EstPeak units.Bytes
 	EstStep time.Duration
-	// Result is the full-model verification (nil if not verified), simulated
-	// with SimAccum micro-steps, which peak exactly as Spec.Accum do;
-	// VerifiedStep is its step time extrapolated to Spec.Accum.
+	EstHost units.Bytes
+	// Result is the full-model verification (nil if not verified), planned
+	// as plan plans it (engine.Result.SimAccum: fewer micro-steps
+	// simulated, with the same peak); VerifiedStep is its step time. A
+	// plan too shallow to estimate on shallow models has the Result of its
+	// estimate until it is verified, simulated with simAccum micro-steps
+	// and its step extrapolated (stepAt).
 	Result       *engine.Result
 	VerifiedStep time.Duration
 	// Why the candidate was dropped ("" if it was not).
@@ -146,6 +151,29 @@ func (p *Plan) Peak() units.Bytes {
 		return p.Result.PeakBytes()
 	}
 	return p.EstPeak
+}
+
+// HostPerNode is the host memory a node pins: the verified plan's, or the
+// estimate's bound for the node's GPUs.
+func (p *Plan) HostPerNode() units.Bytes {
+	if p.Result != nil {
+		return p.Result.HostPerNode
+	}
+	v, ok := units.MulBytes(p.EstHost, int64(p.Spec.GPUsOnNode()))
+	if !ok {
+		return units.MaxBytes
+	}
+	return v
+}
+
+// overHost is why the estimate of p is over --host-memory ("" when it is
+// not, or no limit was given): a smaller micro-batch offloads fewer
+// activations, so the group's search goes on below it.
+func (p *Plan) overHost() string {
+	if lim := p.Spec.HostMemory; lim > 0 && p.HostPerNode() > lim {
+		return fmt.Sprintf("host memory estimated at %s per node or more, over the host limit %s", p.HostPerNode(), lim)
+	}
+	return ""
 }
 
 // Step is the verified step time, or the estimate.
@@ -457,7 +485,7 @@ func (f *fitter) verify() {
 			vg.Add(1)
 			go func() {
 				defer vg.Done()
-				c.Result, c.VerifiedStep, errs[i] = f.est.run(c.Spec, 0)
+				c.Result, c.VerifiedStep, errs[i] = f.est.verify(c.Spec)
 			}()
 		}
 		vg.Wait()
@@ -483,9 +511,8 @@ func (f *fitter) judge(c *Plan, err error, queue []*Plan) []*Plan {
 		c.Result.Compact() // its peak is reported, its program not
 		c.Dropped = fmt.Sprintf("peak %s over the limit %s", c.Result.PeakBytes(), c.Limit)
 		if c.Result.HostShortfall > 0 {
-			// Host memory is judged on the full model only (a shallow
-			// model's host peak bounds nothing); a smaller micro-batch
-			// offloads fewer activations.
+			// The estimate's host memory is a lower bound (Plan.EstHost);
+			// a smaller micro-batch offloads fewer activations.
 			c.Dropped = fmt.Sprintf("host memory %s per node over the host limit %s", c.Result.HostPerNode, c.Spec.HostMemory)
 		}
 		if d := smallerFallback(f.est, f.groupOf[c], c); d != nil {
@@ -551,8 +578,11 @@ func smallerFallback(est *estimator, g []*Plan, c *Plan) *Plan {
 		}
 		d.Dropped = ""
 		if d.EstPeak == 0 || d.EstStep == 0 {
-			d.EstPeak, d.EstStep = 0, 0
+			d.EstPeak, d.EstStep, d.EstHost = 0, 0, 0
 			est.estimate(d)
+		}
+		if why := d.overHost(); d.Dropped == "" && d.EstPeak <= d.Limit && why != "" {
+			d.Dropped = why
 		}
 		if d.Dropped == "" && d.EstPeak <= d.Limit {
 			return d
@@ -617,22 +647,25 @@ func smallest(cs []*Plan) units.Bytes {
 	return m
 }
 
-// pareto returns the plans no other plan beats on both estimated peak and
-// estimated step time, fastest first.
+// pareto returns the plans no other plan beats on both peak and step time,
+// fastest first: a verified plan's exact ones, the others' estimates (Peak,
+// Step). On the estimates alone a verified plan stayed beside one that its
+// verification showed smaller and faster, with a step the runners-up gave
+// otherwise (cross-command sweep, round 24).
 func pareto(ps []*Plan) []*Plan {
 	s := append([]*Plan(nil), ps...)
 	sort.SliceStable(s, func(i, j int) bool {
-		if s[i].EstStep != s[j].EstStep {
-			return s[i].EstStep < s[j].EstStep
+		if s[i].Step() != s[j].Step() {
+			return s[i].Step() < s[j].Step()
 		}
-		return s[i].EstPeak < s[j].EstPeak
+		return s[i].Peak() < s[j].Peak()
 	})
 	var front []*Plan
 	best := units.Bytes(math.MaxInt64)
 	for _, p := range s {
-		if p.EstPeak < best {
+		if p.Peak() < best {
 			front = append(front, p)
-			best = p.EstPeak
+			best = p.Peak()
 		}
 	}
 	return front
@@ -1128,6 +1161,11 @@ func searchGroupAbove(est *estimator, g []*Plan, above, hint int) (int, int) {
 		if c.EstPeak == 0 && c.Dropped == "" {
 			est.peak(c)
 			n++
+		}
+		// Judged here whoever estimated it (the state's thriftiest
+		// probe too, which offloads the most activations).
+		if why := c.overHost(); c.Dropped == "" && c.EstPeak <= c.Limit && why != "" {
+			c.Dropped = why
 		}
 		return c.Dropped == "" && c.EstPeak <= c.Limit
 	}

@@ -65,6 +65,9 @@ func TestPropertyEstimateIsLowerBound(t *testing.T) {
 		if c.EstPeak > r.PeakBytes() {
 			rt.Fatalf("%s %s: estimate %s above the full peak %s", s.Model.Name, c.Describe(), c.EstPeak, r.PeakBytes())
 		}
+		if c.EstHost > r.HostPeak {
+			rt.Fatalf("%s %s: host estimate %s above the full plan's %s", s.Model.Name, c.Describe(), c.EstHost, r.HostPeak)
+		}
 	})
 }
 
@@ -505,7 +508,7 @@ func TestFitMatchesExhaustiveSearch(t *testing.T) {
 			if verified > o.Keep {
 				break
 			}
-			res, step, err := est.run(c.Spec, 0)
+			res, step, err := est.verify(c.Spec)
 			if err != nil || res.PeakBytes() > c.Limit {
 				continue
 			}
@@ -523,5 +526,61 @@ func TestFitMatchesExhaustiveSearch(t *testing.T) {
 				tc.model, r.Winner.Describe(), r.Winner.Step(), best.Describe(), best.VerifiedStep, r.Estimated, len(cands))
 		}
 		t.Logf("%s: %d candidates, fit estimated %d; winner %s %v", tc.model, len(cands), r.Estimated, r.Winner.Describe(), r.Winner.Step())
+	}
+}
+
+// What fit reports of a plan is what plan says of it (cross-command sweep,
+// round 24): a verified plan's step is plan's for all its micro-steps (a
+// tied embedding's gradient accumulates in every micro-step but the first,
+// which the step extrapolated from three had spread over them: 3.663 s
+// where plan says 3.690 s at 64 micro-steps); no front entry is beaten on
+// both peak and step by another as reported; and under --host-memory no
+// front entry is estimated over it (the front had offered optimizer
+// offload at 0 B of host memory, each needing 18.4 GiB per node).
+func TestFitReportsWhatPlanSays(t *testing.T) {
+	tied := baseSpec(t, "llama-3.2-1b", "a100-40gb", 0)
+	tied.Impl = lower.Fused
+	r, err := Fit(tied, Options{GlobalBatch: 64, Pinned: PinMicroBatch | PinOffload | PinCheckpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := r.Winner
+	p, err := engine.PlanWith(w.Spec, engine.Options{NoTimeline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Spec.Accum < 4 || w.Step() != p.Timing.Step || w.Peak() != p.PeakBytes() {
+		t.Errorf("%s: fit says step %v, peak %s; plan says %v, %s", w.Describe(), w.Step(), w.Peak(), p.Timing.Step, p.PeakBytes())
+	}
+
+	host := baseSpec(t, "llama-3.2-1b", "l4", 0)
+	host.Seq, host.HostMemory = 2048, 10<<30
+	tp2 := host
+	tp2.TP, tp2.HostMemory = 2, 0
+	for _, c := range []struct {
+		name string
+		s    engine.Spec
+		o    Options
+	}{
+		{"tp 2 of 8 GPUs", tp2, Options{GPUs: 8, GlobalBatch: 32, Pinned: PinTP}},
+		{"10 GiB of host memory", host, Options{GPUs: 4, GlobalBatch: 32}},
+	} {
+		r, err := Fit(c.s, c.o)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for i, a := range r.Front {
+			if i > 0 && a.Step() < r.Front[i-1].Step() {
+				t.Errorf("%s: front entry %d (%s) is faster than the one before it", c.name, i, a.Describe())
+			}
+			for _, b := range r.Front {
+				if a != b && b.Peak() <= a.Peak() && b.Step() <= a.Step() {
+					t.Errorf("%s: %s (%s, %v) beaten by %s (%s, %v)", c.name, a.Describe(), a.Peak(), a.Step(), b.Describe(), b.Peak(), b.Step())
+				}
+			}
+			if c.s.HostMemory > 0 && a.HostPerNode() > c.s.HostMemory {
+				t.Errorf("%s: %s needs %s of host memory per node, over %s", c.name, a.Describe(), a.HostPerNode(), c.s.HostMemory)
+			}
+		}
 	}
 }
