@@ -77,6 +77,16 @@ func (s *Spec) validateParallel() error {
 		return invalid(FieldZeRO, "ZeRO reduce bucket of %d elements must not be negative", s.ZeROBucketElems)
 	case s.ZeRO < 0 || s.ZeRO > 3:
 		return invalid(FieldZeRO, "{zero} %d: want 0, 1, 2 or 3", s.ZeRO)
+	case s.EP > 1 && s.DP%s.EP != 0 && s.Model != nil && s.Model.NumExperts > 0 && s.Model.NumExperts%s.EP == 0:
+		// Megatron-LM carves the expert-parallel groups out of the
+		// data-parallel ranks (megatron/core/parallel_state.py,
+		// initialize_model_parallel: "data_parallel_size is not
+		// divisible by expert_model_parallel_size"): a GPU holds 1/ep of
+		// the experts only when ep other ranks hold the rest. A job of
+		// fewer ranks had 7/8 of mixtral's experts on no GPU and fitted.
+		// (A dense model, or experts ep does not divide, are refused
+		// by the builder, which says so.)
+		return invalid(FieldEP, "{ep} %d splits the experts over data-parallel ranks: it needs {dp} a multiple of %d, not %d", s.EP, s.EP, s.DP)
 	case s.ZeRO > 0 && s.DP < 2:
 		return invalid(FieldZeRO, "ZeRO-%d shards over data-parallel ranks: it needs {dp} of at least 2; with {dp} 1 it changes nothing", s.ZeRO)
 	case s.Offload.Params && s.ZeRO != 3:

@@ -381,7 +381,7 @@ func TestGroupedExperts(t *testing.T) {
 		t.Errorf("LoRA all-linear: grouped experts hold %v fewer gradients, want %v (no adapters on the experts or the router)", got, want)
 	}
 	ep := g
-	ep.EP, ep.Model = 2, a
+	ep.EP, ep.DP, ep.Model = 2, 2, a
 	if err := ep.Validate(); err == nil || !strings.Contains(err.Error(), "moe.experts=loop") {
 		t.Errorf("--ep 2 with grouped experts: %v, want a refusal naming moe.experts=loop", err)
 	}
@@ -389,5 +389,25 @@ func TestGroupedExperts(t *testing.T) {
 	lit.Sem.Code = build.CodeLitGPT
 	if err := lit.Validate(); err == nil || !strings.Contains(err.Error(), "model.code litgpt") {
 		t.Errorf("lit-gpt's code with grouped experts: %v, want a refusal naming model.code", err)
+	}
+}
+
+// Expert parallelism takes its ranks from the data-parallel ones
+// (Megatron-LM's initialize_model_parallel refuses a data-parallel size
+// it does not divide): a job of one GPU with --ep 8 held 1/8 of
+// mixtral's experts, the rest on no GPU, and fitted an H200 (physical
+// sweep, round 24).
+func TestExpertParallelNeedsDataParallelRanks(t *testing.T) {
+	a := catalog(t, "mixtral-8x7b")
+	for _, c := range []struct {
+		ep, dp int
+		ok     bool
+	}{{8, 1, false}, {8, 2, false}, {2, 1, false}, {2, 2, true}, {8, 8, true}, {4, 8, true}, {8, 16, true}} {
+		s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 64, Precision: ops.AMPBF16, Optimizer: lower.AdamW}}
+		s.EP, s.DP = c.ep, c.dp
+		err := s.Validate()
+		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "splits the experts over data-parallel ranks") {
+			t.Errorf("ep %d, dp %d: %v, want ok %v", c.ep, c.dp, err, c.ok)
+		}
 	}
 }

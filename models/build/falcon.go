@@ -42,12 +42,24 @@ func (m *builder) falconMask(root string) ir.TensorID {
 	b := m.b
 	defer b.Enter(root)()
 	B, S := m.bs()
-	mask := b.Zeros("causal_mask", units.Bool, 1, 1, S, S)
+	T := m.falconKeys()
+	mask := b.Zeros("causal_mask", units.Bool, 1, 1, S, T)
 	if m.o.Attention != Eager {
 		return mask
 	}
-	zero := b.View("zero_expanded", b.Zeros("zero", m.o.Precision.ParamDType()), B, 1, S, S)
-	return b.Where("causal_mask_float", b.View("causal_mask_expanded", mask, B, 1, S, S), zero)
+	zero := b.View("zero_expanded", b.Zeros("zero", m.o.Precision.ParamDType()), B, 1, S, T)
+	return b.Where("causal_mask_float", b.View("causal_mask_expanded", mask, B, 1, S, T), zero)
+}
+
+// falconKeys is the keys attention reads: the sequence's, or in inference
+// with a KV cache the cache's length, which attention reads whole (a
+// static cache, as attention's KV cache is modelled for every family).
+func (m *builder) falconKeys() int64 {
+	_, S := m.bs()
+	if m.o.KVContext > 0 && !m.o.Training {
+		return int64(m.o.KVContext)
+	}
+	return S
 }
 
 // falconAttention is FalconAttention.forward under sdpa with multi_query:
@@ -76,6 +88,15 @@ func (m *builder) falconAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	v := b.Copy("v", b.View("v_head", y, B, 1, S, D), B, 1, S, D)
 	q = b.Rotary("q_rot", q, cos, sin)
 	k = b.Rotary("k_rot", k, cos, sin)
+	T := m.falconKeys()
+	if m.o.KVContext > 0 && !m.o.Training {
+		// Inference: the one key and value head go into the cache of
+		// --seq + --gen-tokens positions, which attention reads
+		// (falcon-7b had none: --gen-tokens changed nothing, physical
+		// sweep round 24).
+		k = b.CacheWrite(k, b.KVCache("k_cache", b.Tensor(k).DType, B, 1, T, D))
+		v = b.CacheWrite(v, b.KVCache("v_cache", b.Tensor(v).DType, B, 1, T, D))
+	}
 	if m.o.Attention == Eager {
 		o := m.attentionOut(m.falconEager(q, k, v, mask), true)
 		b.Release(y, q, k, v) // fused_qkv, query_layer, key_layer, value_layer: locals until forward returns
@@ -85,7 +106,7 @@ func (m *builder) falconAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
 		dt = ac
 	}
-	bias := b.Zeros("attn_mask_float", dt, B, 1, S, S)
+	bias := b.Zeros("attn_mask_float", dt, B, 1, S, T)
 	b.Release(mask)
 	if m.o.Device == ops.CPU {
 		return m.attentionOut(b.SDPAMasked("sdpa", q, k, v, bias), false)
@@ -109,12 +130,13 @@ func (m *builder) falconMathSDPA(q, k, v, bias ir.TensorID) ir.TensorID {
 		q, k, v = b.To(q, dt), b.To(k, dt), b.To(v, dt)
 	}
 	q, k, v = b.To(q, units.F32), b.To(k, units.F32), b.To(v, units.F32)
+	T := m.falconKeys()
 	qs := b.Copy("q_contig", b.Scale("q_scaled", q), B, A, S, D)
-	ks := b.Copy("k_t_expand", b.Scale("k_t_scaled", b.View("k_t", k, B, 1, D, S)), B, A, D, S)
+	ks := b.Copy("k_t_expand", b.Scale("k_t_scaled", b.View("k_t", k, B, 1, D, T)), B, A, D, T)
 	s := b.MatMul("scores", qs, ks)
 	s = b.Binary("add", "masked", s, b.To(bias, units.F32))
 	p := b.Softmax("probs", s, false)
-	o := b.MatMul("context", p, b.Copy("v_expand", v, B, A, S, D))
+	o := b.MatMul("context", p, b.Copy("v_expand", v, B, A, T, D))
 	return b.To(o, dt)
 }
 
@@ -147,10 +169,11 @@ func (m *builder) falconEager(q, k, v, mask ir.TensorID) ir.TensorID {
 	if ac := m.o.Precision.AutocastDType(); ac != units.Invalid {
 		q, k, v = b.To(q, ac), b.To(k, ac), b.To(v, ac)
 	}
+	T := m.falconKeys()
 	qc := b.Copy("q_contig", q, B, A, S, D)
-	kt := b.Copy("k_t_expand", b.View("k_t", k, B, 1, D, S), B, A, D, S)
+	kt := b.Copy("k_t_expand", b.View("k_t", k, B, 1, D, T), B, A, D, T)
 	s := b.Scale("scale", b.MatMul("scores", qc, kt))
 	p := b.Softmax("probs", b.Binary("add", "masked", s, mask), false)
 	b.Release(s) // attention_scores holds the scores until the softmax is assigned to it
-	return b.MatMul("context", p, b.Copy("v_expand", v, B, A, S, D))
+	return b.MatMul("context", p, b.Copy("v_expand", v, B, A, T, D))
 }
