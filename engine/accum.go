@@ -121,6 +121,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 		return nil, fmt.Errorf("pipeline timing: %d stages priced with %d micro-steps, %d with %d", len(now), m, len(next), m+1)
 	}
 	r.Timing, r.StepFLOPs = nil, 0
+	var modelFLOPs float64
 	for i := range now {
 		t, err := extrapolate(&r.Spec, now[i], now[i], next[i], s.Accum-m)
 		if err != nil {
@@ -128,11 +129,12 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 		}
 		addBubble(&r.Spec, t)
 		r.StepFLOPs += t.FLOPs
+		modelFLOPs += t.ModelFLOPs
 		if r.Timing == nil || t.Step > r.Timing.Step {
 			r.Timing = t
 		}
 	}
-	return r, nil
+	return r, pipelineUtilization(r, modelFLOPs)
 }
 
 // priceStages times each pipeline stage of s (those o.Stages names, when
