@@ -19,7 +19,19 @@ import (
 // updates get a pinned host mirror that the CPU step writes and
 // "offload.params_to_device" (Transfer{ToHost: false}) copies back before
 // any all-gather. After a ZeRO-1/2 rewrite only the rank's partition travels
-// (the copy-back is sized by the all-gather's ranks).
+// (the copy-back is sized by the all-gather's ranks). That holds for the
+// gradients too: ZeRO-2/3's step reads the reduce-scattered shards, but
+// ZeRO-1's reads the full gradients that "zero.reduce_scatter(grads)" reduced
+// in place, of which the rank steps only its partition; their host copy is
+// that partition (ceil(numel/DP) elements), as DeepSpeed stage 1 with
+// offload_optimizer copies only the rank's reduced partition into its
+// partition-sized fp32 gradient buffer on the CPU
+// (deepspeed/runtime/zero/stage_1_and_2.py at microsoft/DeepSpeed commit
+// 022f223: initialize_optimizer_states sizes
+// single_partition_of_fp32_groups[i].grad to partition_size on the CPU
+// under cpu_offload, and async_inplace_copy_grad_to_fp32_buffer_from_gpu
+// copies each gradient's slice in the partition into it). The full gradient
+// stays on the device until that copy, after the reduce-scatter.
 type OptimizerOffload struct{}
 
 // Name implements Transform.
@@ -63,6 +75,7 @@ func offloadOptimizer(q *ir.Program, shared bool) error {
 	}
 	oo.stateToHost()
 	oo.ranks = stepRanks(q)
+	oo.reducedInPlace = reducedInPlace(q, oo.e)
 	oo.firstWrite = oo.e.firstWriters()
 	oo.isParam = paramSet(q)
 	oo.lastDeviceUses()
@@ -83,14 +96,17 @@ func offloadOptimizer(q *ir.Program, shared bool) error {
 
 // optOffloader is one offloadOptimizer.
 type optOffloader struct {
-	q          *ir.Program
-	e          *editor
-	ranks      int // ranks sharing the parameters the step updates
-	firstWrite []int
-	isParam    tensorSet
-	lastDev    []int // last op outside the step that touches each storage
-	firstStep  int
-	lastMirror int // last step op that reads a mirror
+	q     *ir.Program
+	e     *editor
+	ranks int // ranks sharing the parameters the step updates
+	// reducedInPlace is, per storage a data-parallel reduce-scatter reads
+	// and none writes (ZeRO-1's full gradients), its ranks; else 0.
+	reducedInPlace map[ir.TensorID]int
+	firstWrite     []int
+	isParam        tensorSet
+	lastDev        []int // last op outside the step that touches each storage
+	firstStep      int
+	lastMirror     int // last step op that reads a mirror
 
 	// host is, per storage of the input, 1 + its host copy (a gradient) or
 	// mirror (a parameter), 0 before it has one: dense, as the step reads
@@ -134,6 +150,33 @@ func stepRanks(q *ir.Program) int {
 		}
 	}
 	return ranks
+}
+
+// reducedInPlace finds the storages that a data-parallel reduce-scatter reads and no reduce-scatter writes:
+// ZeRO-1's full gradients, reduced in place, of which each rank owns (and steps) a 1/ranks partition. ZeRO-2/3
+// write shards (later micro-steps read them too, to add into them), which are the rank's already.
+func reducedInPlace(q *ir.Program, e *editor) map[ir.TensorID]int {
+	var in map[ir.TensorID]int
+	written := map[ir.TensorID]bool{}
+	for oi := range q.Ops {
+		c := q.Ops[oi].Comm
+		if c == nil || c.Kind != ir.ReduceScatter || c.Group != ir.DataGroup || c.Ranks < 2 {
+			continue
+		}
+		if in == nil {
+			in = map[ir.TensorID]int{}
+		}
+		for _, t := range q.Ops[oi].In {
+			in[e.owner(t)] = c.Ranks
+		}
+		for _, t := range q.Ops[oi].Out {
+			written[e.owner(t)] = true
+		}
+	}
+	for t := range written {
+		delete(in, t)
+	}
+	return in
 }
 
 // lastDeviceUses finds the last op outside the step that touches each storage.
@@ -189,7 +232,8 @@ func (oo *optOffloader) stepOnHost(oi int) {
 }
 
 // hostGrad is gradient o's host copy, copied right after its last device use (grouped per producing op), or
-// before the step when nothing outside it touches o.
+// before the step when nothing outside it touches o. A gradient reduced in place (ZeRO-1) is copied as the
+// rank's partition only.
 func (oo *optOffloader) hostGrad(o ir.TensorID) ir.TensorID {
 	if h := oo.host[o]; h > 0 {
 		return h - 1
@@ -198,6 +242,9 @@ func (oo *optOffloader) hostGrad(o ir.TensorID) ir.TensorID {
 	nt := q.Tensors[o]
 	nt.Name = oo.names.Join(nt.Name, ".cpu")
 	nt.Host, nt.Resident, nt.Keep = true, false, false
+	if n := oo.reducedInPlace[o]; n > 1 {
+		shardTensor(&nt, n)
+	}
 	h := e.add(nt)
 	oo.host[o] = h + 1
 	at := oo.lastDev[o]
