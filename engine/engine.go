@@ -992,7 +992,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	// flight, the last one the loss).
 	// The step takes as long as the slowest stage.
 	accum, peakAccum := s.Accum, s.Accum // peakAccum: the peak stage's micro-steps
-	var modelFLOPs float64                // every stage's, for the pipeline's utilization
+	var modelFLOPs float64               // every stage's, for the pipeline's utilization
 	for stage := 0; stage < max(s.PP, 1); stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
