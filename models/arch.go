@@ -826,3 +826,20 @@ func HumanCount(n int64) string {
 	}
 	return strconv.FormatFloat(f, 'f', prec, 64) + unit
 }
+
+// SlidingLayer says whether layer i attends within SlidingWindow
+// (transformers' layer_types "sliding_attention"): every layer of a model
+// with a window (DynamicCache's default without layer_types), but Gemma 2's
+// odd layers and each n-th layer of Gemma 3's pattern, which attend in
+// full.
+func (a *Arch) SlidingLayer(i int) bool {
+	switch {
+	case a.SlidingWindow <= 0:
+		return false
+	case a.SlidingWindowAlternating:
+		return i%2 == 0
+	case a.SlidingWindowPattern > 0:
+		return (i+1)%a.SlidingWindowPattern != 0
+	}
+	return true
+}

@@ -1,0 +1,66 @@
+package build
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/ops"
+)
+
+// Inference caches Falcon's one key and value head (multi-query) for the
+// prompt and the generated tokens, as every family's attention does:
+// falcon-7b had no cache at all, so --gen-tokens changed nothing (physical
+// sweep, round 24). 2 × 32 layers × 1 head × 64 × 2 bytes = 8 KiB a token.
+func TestFalconInferenceCache(t *testing.T) {
+	a := lookup(t, "falcon-7b")
+	for _, at := range []Attention{SDPA, Eager} {
+		g, err := Graph(a, Options{MicroBatch: 2, Seq: 16, KVContext: 48, Precision: ops.BF16, Attention: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bytes int64
+		for _, id := range g.Buffers {
+			if x := g.Tensors[id]; x.Cat == ir.KVCache {
+				bytes += int64(x.Bytes)
+			}
+		}
+		if want := int64(2 * 32 * 1 * 64 * 2 * 2 * 48); bytes != want {
+			t.Errorf("attention %v: %d bytes of KV cache, want %d", at, bytes, want)
+		}
+		if got, want := tensorShape(t, g, "transformer.h.3.self_attention.k_cache"), []int64{2, 1, 48, 64}; !reflect.DeepEqual(got, want) {
+			t.Errorf("attention %v: k_cache %v, want %v", at, got, want)
+		}
+	}
+}
+
+// A sliding-window layer caches at most its window in inference (a static
+// cache's min(sliding_window, max_cache_len), transformers' cache_utils.py
+// @v5.24.0), a full-attention layer the whole context: Gemma 2 alternates
+// them from a sliding layer 0, Gemma 3 attends in full on each n-th layer.
+// Every layer had cached the whole context (physical sweep, round 24:
+// gemma-2-9b at 8,192 tokens 33% over).
+func TestSlidingWindowInferenceCache(t *testing.T) {
+	for _, c := range []struct {
+		model  string
+		layers []int   // layers checked
+		want   []int64 // their cached tokens
+	}{
+		{"gemma-2-9b", []int{0, 1, 2, 3}, []int64{4096, 8192, 4096, 8192}},
+		{"gemma-3-1b", []int{0, 4, 5, 11}, []int64{512, 512, 8192, 8192}},
+		{"llama-3.2-1b", []int{0, 1}, []int64{8192, 8192}},
+	} {
+		a := lookup(t, c.model)
+		g, err := Graph(a, Options{MicroBatch: 1, Seq: 16, KVContext: 8192, Precision: ops.BF16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range c.layers {
+			shape := tensorShape(t, g, fmt.Sprintf("model.layers.%d.self_attn.k_cache", l))
+			if got := shape[2]; got != c.want[i] {
+				t.Errorf("%s layer %d caches %d tokens, want %d", c.model, l, got, c.want[i])
+			}
+		}
+	}
+}
