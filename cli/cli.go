@@ -683,30 +683,10 @@ var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)
 // 6.7-6.8 s in turn; --pp 4 --accum 8: 11.1 s and 10.7-11.1 s): the
 // collector had the second core.
 func reservedAndLever(ctx context.Context, res *engine.Result, cache *engine.Cache, rf *reservedFlags) (*engine.Row, error) {
-	if rf.fitOn == "reserved" || rf.off {
-		// The lever follows the reserved peak's decision.
-		if err := rf.apply(ctx, res, true); err != nil {
-			return nil, err
-		}
-		return nextStep(ctx, res, cache)
+	if err := rf.apply(ctx, res, true); err != nil {
+		return nil, err
 	}
-	// The allocated peak decides: the lever plans other strategies while
-	// the caching allocator replays the plan (both only read res; the
-	// replay sets res.Reserved when done, which the lever never reads).
-	// In turn they took 3.8 of deepseek-v3 --pp 4 --accum 8's 10 s.
-	var next *engine.Row
-	var errNext error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		next, errNext = nextStep(ctx, res, cache)
-	}()
-	err := rf.apply(ctx, res, true)
-	<-done
-	if err != nil {
-		return nil, err // the replay's error first, as when it ran first
-	}
-	return next, errNext
+	return nextStep(ctx, res, cache)
 }
 
 // nextStep is where plan and max point a job that does not fit: compare's
