@@ -221,23 +221,16 @@ func planFewer(s Spec, o Options, m int) (*Result, error) {
 // three and four, deepseek-v3 --accum 8 built 3.3 million ops to plan
 // with 1.4 million; two build 0.9 million where four built 1.9.
 func planShortAccum(s Spec, o Options) (*Result, error) {
+	t2, graphs, err2 := priceTwo(s, o)
+	o.graphs = graphs
 	r, err := planFewer(s, o, 3)
 	if err != nil {
-		return nil, err
+		return nil, err // the plan's error first, as when it was planned first
 	}
-	if r.Timing == nil {
-		return r, nil
+	if err2 != nil {
+		return nil, err2
 	}
-	var t2 *cost.Timing
-	if r.Program != nil {
-		t2, err = priceTwoOf(s, r.Program)
-	} else {
-		t2, _, err = priceTwo(s, o) // the plan kept no program (numbers only)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if t2 == nil {
+	if r.Timing == nil || t2 == nil {
 		return r, nil
 	}
 	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t2, r.Timing, s.Accum-3); err != nil {
@@ -245,36 +238,6 @@ func planShortAccum(s Spec, o Options) (*Result, error) {
 	}
 	r.StepFLOPs = r.Timing.FLOPs // one stage
 	return r, nil
-}
-
-// priceTwoOf prices s with two micro-steps from p, its program of three:
-// the program of two is three's first and last micro-steps, the same ops on
-// the same streams (the middle one only accumulates), so it is p without
-// the ops of micro-step 1, the last renumbered. Building it instead was a
-// quarter of deepseek-v3 --accum 8's plan (2.5 of 10 s);
-// TestTwoMicroStepsAreThreeWithoutTheMiddle checks the two timings equal,
-// field by field, on every job of the short accumulation's tests.
-func priceTwoOf(s Spec, p *ir.Program) (*cost.Timing, error) {
-	if s.GPU == nil {
-		return nil, nil
-	}
-	s.Accum = 2
-	q := *p
-	q.Ops = make([]ir.Op, 0, len(p.Ops)*2/3+16)
-	for _, op := range p.Ops {
-		switch op.Micro {
-		case 1:
-			continue
-		case 2:
-			op.Micro = 1
-		}
-		q.Ops = append(q.Ops, op)
-	}
-	t, err := Price(&s, &q)
-	if t != nil {
-		t.Ops = nil // only the totals are extrapolated
-	}
-	return t, err
 }
 
 // priceTwo prices s with two micro-steps (nil when the plan is not

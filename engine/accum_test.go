@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -387,50 +386,4 @@ func pipelineSpec(t *testing.T, rt *rapid.T, maxPP int, accum func(pp int) (lo, 
 	s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
 	s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
 	return s
-}
-
-// The program of two micro-steps is the program of three without its
-// middle one (priceTwoOf): its timing, every total the short accumulation
-// extrapolates, equals the timing of the program of two built (priceTwo),
-// on every job of the short accumulation's tests, mixtures of experts,
-// tensor parallelism and offload included.
-func TestTwoMicroStepsAreThreeWithoutTheMiddle(t *testing.T) {
-	gpu, err := hw.Lookup("h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs := accumJobs(t)
-	for _, m := range []string{"mixtral-8x7b", "deepseek-v2-lite"} {
-		a := *lookup(t, m)
-		a.Layers = 2
-		base := Spec{Job: Job{Model: &a, MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW}, Target: Target{GPU: gpu}}
-		params, opt := base, base
-		params.DP, params.ZeRO, params.Offload = 2, 3, Offload{Params: true}
-		opt.DP, opt.Offload = 4, Offload{Optimizer: true}
-		jobs = append(jobs, base, params, opt)
-	}
-	for _, base := range jobs {
-		s := base
-		s.Accum = 8
-		if err := s.Validate(); err != nil {
-			t.Fatal(err)
-		}
-		built, _, err := priceTwo(s, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		three := s
-		three.Accum = 3
-		p, _, err := (&planner{s: &three}).stageProgram(false, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cut, err := priceTwoOf(s, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(built, cut) {
-			t.Errorf("%s: two micro-steps built %+v, cut from three %+v", name(base), *built, *cut)
-		}
-	}
 }
