@@ -456,31 +456,57 @@ func name(e *Envelope) string {
 // same jobs (first-fit decreasing alone can: smaller items do not always
 // pack into fewer bins).
 func packPolicy(ctx context.Context, envs []*Envelope, pool Pool, margin units.Bytes, p Policy) (PolicyResult, error) {
-	k, left, err := firstFit(ctx, envs, pool.Capacity()-margin, pool.Node(), p)
+	room := pool.Capacity() - margin
+	k, left, err := firstFit(ctx, envs, room, pool.Node(), p)
 	if err != nil {
 		return PolicyResult{}, err
 	}
 	out := PolicyResult{Policy: p, GPUsNeeded: k.needed()}
+	excluded := map[string]bool{} // gangs left out: too large, or straddling the pool's end
 	for _, g := range left {
 		for _, i := range g.procs {
 			out.Unplaced = append(out.Unplaced, envs[i].Job)
 			out.TooLarge = append(out.TooLarge, envs[i].Job)
+			excluded[envs[i].GangName()] = true
 		}
 	}
-	beyond := map[string]bool{}
-	for b := pool.Count; b < len(k.bins); b++ {
-		for _, i := range k.bins[b] {
-			beyond[envs[i].GangName()] = true
+	// A gang reaching past the pool is left out whole, and the room its
+	// ranks took on the pool's GPUs is given back: the rest are packed
+	// again without it, until no gang straddles the pool's end. Taken, it
+	// had left a one-GPU job unplaced beside an empty GPU (service sweep,
+	// round 24).
+	idx := make([]int, len(envs)) // the envelope of each one packed
+	for i := range idx {
+		idx[i] = i
+	}
+	for {
+		cut := straddling(k.bins, pool.Count, envs, idx)
+		if len(cut) == 0 {
+			break
+		}
+		var sub []*Envelope
+		idx = idx[:0]
+		for i, e := range envs {
+			if cut[e.GangName()] {
+				excluded[e.GangName()] = true
+				out.Unplaced = append(out.Unplaced, e.Job)
+			}
+			if !excluded[e.GangName()] {
+				sub, idx = append(sub, e), append(idx, i)
+			}
+		}
+		if k, _, err = firstFit(ctx, sub, room, pool.Node(), p); err != nil {
+			return PolicyResult{}, err
 		}
 	}
 	for b, set := range k.bins {
-		var kept []int
-		for _, i := range set {
-			if beyond[envs[i].GangName()] {
-				out.Unplaced = append(out.Unplaced, envs[i].Job)
+		kept := make([]int, 0, len(set))
+		for _, j := range set {
+			if b >= pool.Count {
+				out.Unplaced = append(out.Unplaced, envs[idx[j]].Job)
 				continue
 			}
-			kept = append(kept, i)
+			kept = append(kept, idx[j])
 		}
 		if len(kept) == 0 {
 			continue
@@ -491,6 +517,28 @@ func packPolicy(ctx context.Context, envs []*Envelope, pool Pool, margin units.B
 		out.add(gpuResult(envs, kept, pool.Capacity(), p), b)
 	}
 	return out, nil
+}
+
+// straddling are the gangs with ranks both on the pool's GPUs (bins below
+// count) and past them, by name (idx maps a bin's entries to envs).
+func straddling(bins [][]int, count int, envs []*Envelope, idx []int) map[string]bool {
+	in, past := map[string]bool{}, map[string]bool{}
+	for b, set := range bins {
+		for _, j := range set {
+			if name := envs[idx[j]].GangName(); b < count {
+				in[name] = true
+			} else {
+				past[name] = true
+			}
+		}
+	}
+	cut := map[string]bool{}
+	for name := range past {
+		if in[name] {
+			cut[name] = true
+		}
+	}
+	return cut
 }
 
 // add appends GPU b's result.

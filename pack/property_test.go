@@ -137,6 +137,7 @@ func TestPropertyPackPlacesSafely(t *testing.T) {
 				t.Fatalf("whole-gpu needs %d GPUs for %d processes", pr.GPUsNeeded, len(envs))
 			}
 			checkGangsWhole(t, envs, pr, pool.Node())
+			checkNoRoomLeft(t, envs, pr, pool)
 		}
 		needed := map[Policy]int{}
 		for _, pr := range res.Policies {
@@ -175,6 +176,28 @@ func checkSavings(t interface{ Fatalf(string, ...any) }, res *Result) {
 		}
 		if saved && r.Policy == Peaks && n < 0 {
 			t.Fatalf("curve needs %d more GPUs than peaks for the same processes", -n)
+		}
+	}
+}
+
+// checkNoRoomLeft: a process of no gang is left out only when it is too
+// large or no GPU of the pool is empty (an empty GPU admits any process
+// that is not too large, under every policy). A gang that straddled the
+// pool's end had kept its first ranks' room while left out, and a one-GPU
+// job went unplaced beside an empty GPU (service sweep, round 24).
+func checkNoRoomLeft(t interface{ Fatalf(string, ...any) }, envs []*Envelope, pr PolicyResult, pool Pool) {
+	used := 0
+	for _, g := range pr.GPUs {
+		if len(g.Jobs) > 0 {
+			used++
+		}
+	}
+	if used >= pool.Count {
+		return
+	}
+	for _, e := range envs {
+		if e.Gang == "" && slices.Contains(pr.Unplaced, e.Job) && !slices.Contains(pr.TooLarge, e.Job) {
+			t.Fatalf("%s: %s unplaced beside %d empty GPUs", pr.Policy, e.Job, pool.Count-used)
 		}
 	}
 }
