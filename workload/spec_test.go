@@ -7,6 +7,7 @@ import (
 
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/importer/torchtrace"
+	"github.com/memplan/memplan/lower"
 )
 
 // A workload that contradicts what its trace recorded (the builder, the
@@ -59,5 +60,40 @@ func TestSpecRefusesWhatTheTraceContradicts(t *testing.T) {
 	}
 	if _, err := w.Spec(&other, engine.Spec{}); err != nil {
 		t.Errorf("unchecked fields: %v", err)
+	}
+}
+
+// foreach left null is torch's default on the workload's device: the
+// foreach step on CUDA (and auto, which memplan plans as CUDA), the
+// per-tensor loop on a CPU; given, it is what it says. Null had planned
+// the loop on CUDA (trace sweep, round 24).
+func TestSpecForeachFollowsTheDevice(t *testing.T) {
+	tr, err := torchtrace.Load(filepath.Join("..", "testdata", "torch", "lm.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lm = "model: memplan_torch.models:transformer_lm\nbatch: 16\nseq_len: 64\n"
+	for _, c := range []struct {
+		doc  string
+		want lower.Impl
+	}{
+		{lm + "device: cuda\n", lower.Foreach},
+		{lm + "device: auto\n", lower.Foreach},
+		{lm, lower.Foreach},
+		{lm + "device: cpu\n", lower.Single},
+		{lm + "device: cuda\nforeach: false\n", lower.Single},
+		{lm + "device: cpu\nforeach: true\n", lower.Foreach},
+	} {
+		w, err := Parse("w.yaml", []byte(c.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := w.Spec(tr, engine.Spec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Impl != c.want {
+			t.Errorf("%q: %s step, want %s", c.doc, s.Impl, c.want)
+		}
 	}
 }
