@@ -285,11 +285,14 @@ func Build(res *engine.Result, points int) *PlanJSON {
 	}
 	if res.First != nil {
 		f := &firstJSON{Peak: point(res.FirstProgram, res.First.Peak), Phases: phases(res.FirstProgram, res.First)}
-		for _, op := range res.FirstProgram.Ops {
-			if op.Name == "optimizer.init_state" {
-				for _, t := range op.Out {
-					f.OptimizerStateCreated += res.FirstProgram.Tensors[t].Bytes
-				}
+		// The storages of optimizer state the first step creates and
+		// keeps (ir.Tensor.Keep): the catalog's optimizer.init_state
+		// writes them, a trace's recorded first step (zeros_like and the
+		// like) too, which counting init_state's outputs alone had made
+		// 0 for every trace (trace sweep, round 24).
+		for _, t := range res.FirstProgram.Tensors {
+			if t.Cat == ir.OptimizerState && t.Keep && !t.Resident && t.Base == ir.NoTensor {
+				f.OptimizerStateCreated += t.Bytes
 			}
 		}
 		j.FirstStep = f
