@@ -290,6 +290,13 @@ func writeTiming(b *strings.Builder, res *engine.Result) {
 	if t.Recompute > 0 {
 		fmt.Fprintf(b, ", recompute %s", t.Recompute.Round(10*time.Microsecond))
 	}
+	if t.FLOPs == 0 && res.Spec.Trace != nil {
+		// A trace records dtypes, not FLOPs (docs/trace-format.md): its ops
+		// are priced on their bytes, and no utilization can be given;
+		// "MFU 0.0%" read as a measurement (trace sweep, round 24).
+		fmt.Fprintf(b, "; %.0f tokens/s, MFU n/a (a trace records no FLOPs: its ops are priced on the bytes they move)\n", t.TokensPerSec)
+		return
+	}
 	fmt.Fprintf(b, "; %.0f tokens/s, MFU %.1f%%\n", t.TokensPerSec, 100*t.MFU)
 }
 
