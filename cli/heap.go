@@ -37,6 +37,21 @@ const heapLimit = int64(search.DefaultMemoryBudget) / 2 * 3
 // and 1.78-1.91 GiB.
 const heapGrowth = 1.25
 
+// heapGC is the collector's growth (GOGC) a command runs at under the
+// limit unless GOGC sets one: past the limit's share the limit collects
+// anyway, so a larger growth saves only the collections before it, and
+// with them the pages the scavenger returned between collections and the
+// next one faulted back (the kernel's time: 3-7 s of system CPU in
+// deepseek-v3's plans on round 24's host). Interleaved runs on that host,
+// 100% against 200%: deepseek-v3 plan --accum 8 --json 10.3 and 7.7 s
+// against 6.7 and 6.6 s (1.65-1.72 against 1.65-1.66 GB of RSS), compare
+// deepseek-v3 10.7 and 10.1 s against 7.3 and 7.7 s (1.54-1.56 GB both),
+// plan --pp 4 --accum 8 8.8 and 9.4 s against 8.3 and 10.6 s (1.58 GB
+// both), compare deepseek-v2 5.3 and 5.8 s against 4.1 and 4.4 s (1.15-1.24
+// against 1.50-1.51 GB). 400% was slower again: the heap stayed at the
+// limit and the scavenger returned pages continuously.
+const heapGC = 200
+
 // heapPoll is how often the limit follows the live heap.
 const heapPoll = 50 * time.Millisecond
 
@@ -48,18 +63,26 @@ func limitsHeap(c *cobra.Command) bool {
 	return c.Name() != "serve" && c.Name() != "fit" && !isAPI(c)
 }
 
-// limitHeap sets the heap limit unless GOMEMLIMIT is set, follows the live
-// heap until the returned function stops it and restores the limit before
-// (the CLI runs in-process in tests and in the service).
+// limitHeap sets the heap limit unless GOMEMLIMIT is set (and the
+// collector's growth to heapGC unless GOGC is), follows the live heap until
+// the returned function stops it and restores both as they were (the CLI
+// runs in-process in tests and in the service).
 func limitHeap() func() {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return func() {}
+	}
+	oldGC := -2 // GOGC given: kept
+	if os.Getenv("GOGC") == "" {
+		oldGC = debug.SetGCPercent(heapGC)
 	}
 	old := debug.SetMemoryLimit(heapLimit)
 	stop := heapwatch.Every(heapPoll, func(live uint64) { debug.SetMemoryLimit(limitFor(live)) })
 	return func() {
 		stop()
 		debug.SetMemoryLimit(old)
+		if oldGC != -2 {
+			debug.SetGCPercent(oldGC)
+		}
 	}
 }
 

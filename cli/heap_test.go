@@ -30,6 +30,29 @@ func TestLimitHeap(t *testing.T) {
 	undo()
 }
 
+// Unless GOGC is set, a command collects at heapGC's growth, and the
+// growth before it is restored when it returns; GOGC's is left alone.
+func TestLimitHeapGrowth(t *testing.T) {
+	gc := func() int { g := debug.SetGCPercent(100); debug.SetGCPercent(g); return g }
+	before := gc()
+	t.Setenv("GOMEMLIMIT", "")
+	t.Setenv("GOGC", "")
+	undo := limitHeap()
+	if got := gc(); got != heapGC {
+		t.Fatalf("growth %d%% under a command, want %d%%", got, heapGC)
+	}
+	undo()
+	if got := gc(); got != before {
+		t.Fatalf("growth %d%% after the command, want %d%% as before it", got, before)
+	}
+	t.Setenv("GOGC", "50")
+	undo = limitHeap()
+	if got := gc(); got != before {
+		t.Fatalf("growth %d%% with GOGC set, want %d%% (the runtime's)", got, before)
+	}
+	undo()
+}
+
 // The limit is heapLimit up to a live heap of heapLimit/heapGrowth, and
 // follows the live heap at heapGrowth past it.
 func TestLimitFor(t *testing.T) {
