@@ -9,48 +9,37 @@ import (
 // limit reads the soft memory limit without changing it.
 func limit() int64 { return debug.SetMemoryLimit(-1) }
 
-// Unless GOMEMLIMIT is set, a command runs under heapLimit and the limit
-// before it is restored when it returns; GOMEMLIMIT's is left alone.
+// Unless its variable is set, a command runs under heapLimit and heapGC's
+// growth, and what was set before it is restored when it returns;
+// GOMEMLIMIT's and GOGC's are left alone.
 func TestLimitHeap(t *testing.T) {
-	before := limit()
-	t.Setenv("GOMEMLIMIT", "")
-	undo := limitHeap()
-	if got := limit(); got != heapLimit {
-		t.Fatalf("limit %d under a command, want %d", got, heapLimit)
+	gc := func() int64 { g := debug.SetGCPercent(100); debug.SetGCPercent(g); return int64(g) }
+	for _, c := range []struct {
+		env, set string
+		read     func() int64
+		under    int64
+	}{
+		{"GOMEMLIMIT", "4GiB", limit, heapLimit},
+		{"GOGC", "50", gc, heapGC},
+	} {
+		before := c.read()
+		t.Setenv("GOMEMLIMIT", "")
+		t.Setenv("GOGC", "")
+		undo := limitHeap()
+		if got := c.read(); got != c.under {
+			t.Fatalf("%s: %d under a command, want %d", c.env, got, c.under)
+		}
+		undo()
+		if got := c.read(); got != before {
+			t.Fatalf("%s: %d after the command, want %d as before it", c.env, got, before)
+		}
+		t.Setenv(c.env, c.set)
+		undo = limitHeap()
+		if got := c.read(); got != before {
+			t.Fatalf("%s set: %d, want %d (the runtime's)", c.env, got, before)
+		}
+		undo()
 	}
-	undo()
-	if got := limit(); got != before {
-		t.Fatalf("limit %d after the command, want %d as before it", got, before)
-	}
-	t.Setenv("GOMEMLIMIT", "4GiB")
-	undo = limitHeap()
-	if got := limit(); got != before {
-		t.Fatalf("limit %d with GOMEMLIMIT set, want %d (the runtime's)", got, before)
-	}
-	undo()
-}
-
-// Unless GOGC is set, a command collects at heapGC's growth, and the
-// growth before it is restored when it returns; GOGC's is left alone.
-func TestLimitHeapGrowth(t *testing.T) {
-	gc := func() int { g := debug.SetGCPercent(100); debug.SetGCPercent(g); return g }
-	before := gc()
-	t.Setenv("GOMEMLIMIT", "")
-	t.Setenv("GOGC", "")
-	undo := limitHeap()
-	if got := gc(); got != heapGC {
-		t.Fatalf("growth %d%% under a command, want %d%%", got, heapGC)
-	}
-	undo()
-	if got := gc(); got != before {
-		t.Fatalf("growth %d%% after the command, want %d%% as before it", got, before)
-	}
-	t.Setenv("GOGC", "50")
-	undo = limitHeap()
-	if got := gc(); got != before {
-		t.Fatalf("growth %d%% with GOGC set, want %d%% (the runtime's)", got, before)
-	}
-	undo()
 }
 
 // The limit is heapLimit up to a live heap of heapLimit/heapGrowth, and

@@ -166,14 +166,13 @@ func (p *Plan) HostPerNode() units.Bytes {
 	return v
 }
 
-// overHost is why the estimate of p is over --host-memory ("" when it is
-// not, or no limit was given): a smaller micro-batch offloads fewer
-// activations, so the group's search goes on below it.
-func (p *Plan) overHost() string {
-	if lim := p.Spec.HostMemory; lim > 0 && p.HostPerNode() > lim {
-		return fmt.Sprintf("host memory estimated at %s per node or more, over the host limit %s", p.HostPerNode(), lim)
+// dropOverHost drops p, estimated under its device limit, when its host
+// memory is estimated over --host-memory: a smaller micro-batch offloads
+// fewer activations, so the group's search goes on below it.
+func (p *Plan) dropOverHost() {
+	if lim := p.Spec.HostMemory; p.Dropped == "" && p.EstPeak <= p.Limit && lim > 0 && p.HostPerNode() > lim {
+		p.Dropped = fmt.Sprintf("host memory estimated at %s per node or more, over the host limit %s", p.HostPerNode(), lim)
 	}
-	return ""
 }
 
 // Step is the verified step time, or the estimate.
@@ -581,9 +580,7 @@ func smallerFallback(est *estimator, g []*Plan, c *Plan) *Plan {
 			d.EstPeak, d.EstStep, d.EstHost = 0, 0, 0
 			est.estimate(d)
 		}
-		if why := d.overHost(); d.Dropped == "" && d.EstPeak <= d.Limit && why != "" {
-			d.Dropped = why
-		}
+		d.dropOverHost()
 		if d.Dropped == "" && d.EstPeak <= d.Limit {
 			return d
 		}
@@ -1164,9 +1161,7 @@ func searchGroupAbove(est *estimator, g []*Plan, above, hint int) (int, int) {
 		}
 		// Judged here whoever estimated it (the state's thriftiest
 		// probe too, which offloads the most activations).
-		if why := c.overHost(); c.Dropped == "" && c.EstPeak <= c.Limit && why != "" {
-			c.Dropped = why
-		}
+		c.dropOverHost()
 		return c.Dropped == "" && c.EstPeak <= c.Limit
 	}
 	lo := above + 1

@@ -10,6 +10,19 @@ import (
 	"github.com/memplan/memplan/lower"
 )
 
+// lm is a workload of lmTrace's model, batch and sequence.
+const lm = "model: memplan_torch.models:transformer_lm\nbatch: 16\nseq_len: 64\n"
+
+// lmTrace is testdata's trace of memplan_torch's transformer_lm.
+func lmTrace(t *testing.T) *torchtrace.Trace {
+	t.Helper()
+	tr, err := torchtrace.Load(filepath.Join("..", "testdata", "torch", "lm.trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // A workload that contradicts what its trace recorded (the builder, the
 // dtype the model was cast to, the batch dimension, a held output the
 // trace cannot hold) is refused naming the field: Spec used to plan the
@@ -17,11 +30,7 @@ import (
 // float32 peak without a word. Fields the trace does not record
 // (model_args, name, warmup, iters, seed) are descriptive.
 func TestSpecRefusesWhatTheTraceContradicts(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join("..", "testdata", "torch", "lm.trace.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const lm = "model: memplan_torch.models:transformer_lm\nbatch: 16\nseq_len: 64\n"
+	tr := lmTrace(t)
 	for _, c := range []struct {
 		doc  string
 		want string // "": planned
@@ -68,11 +77,7 @@ func TestSpecRefusesWhatTheTraceContradicts(t *testing.T) {
 // per-tensor loop on a CPU; given, it is what it says. Null had planned
 // the loop on CUDA (trace sweep, round 24).
 func TestSpecForeachFollowsTheDevice(t *testing.T) {
-	tr, err := torchtrace.Load(filepath.Join("..", "testdata", "torch", "lm.trace.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const lm = "model: memplan_torch.models:transformer_lm\nbatch: 16\nseq_len: 64\n"
+	tr := lmTrace(t)
 	for _, c := range []struct {
 		doc  string
 		want lower.Impl
