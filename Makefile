@@ -4,8 +4,13 @@
 build:
 	go build -ldflags "-X github.com/memplan/memplan/cli.Version=$$(git describe --always --dirty 2>/dev/null || echo unknown)" -o bin/memplan ./cmd/memplan
 
+# The demo job does not fit one H100 (its next step says what would): memplan exits 3 for that answer, which
+# is the demo working, not make failing; any other non-zero status still fails the target.
+# (go run reports any non-zero status as 1, so the binary is built first.)
 demo:
-	go run ./cmd/memplan plan --model llama-3-8b --gpu h100 --micro-batch 1 --seq 4096 --precision bf16
+	@go build -o bin/memplan ./cmd/memplan
+	@bin/memplan plan --model llama-3-8b --gpu h100 --micro-batch 1 --seq 4096 --precision bf16; \
+	s=$$?; if [ $$s -eq 3 ]; then echo "(exit status 3: the job does not fit, as the demo shows)"; exit 0; fi; exit $$s
 
 test:
 	./scripts/test.sh

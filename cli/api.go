@@ -605,6 +605,10 @@ func apiMessage(err error, fl *pflag.FlagSet, dir string) string {
 	if errors.As(err, &fe) {
 		msg = strings.Replace(msg, fe.Error(), fe.Render(func(f engine.Field) string { return apiKey(f.Key()) }), 1)
 	}
+	msg = trimKind(err, msg, func(rest string) bool {
+		k, _, _ := strings.Cut(rest, " ")
+		return fl.Lookup(strings.ReplaceAll(k, "_", "-")) != nil
+	})
 	msg = flagName.ReplaceAllStringFunc(msg, func(m string) string {
 		if fl.Lookup(m[2:]) != nil && !apiHidden[m[2:]] {
 			return apiKey(m[2:])

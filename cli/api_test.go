@@ -161,3 +161,24 @@ func TestAPIModelNamesReadNoDisk(t *testing.T) {
 		t.Errorf("gpt2 beside a file named gpt2: %v, want the catalog's model planned", err)
 	}
 }
+
+// The API's messages drop the kind of error the CLI's drop ("invalid spec: ",
+// "recipe: "), as ARCHITECTURE.md says every message does (sweep F, round 25).
+func TestAPIMessagesDropTheErrorKind(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"model": "gpt2", "zero": 2}`, "ZeRO-2 shards over data-parallel ranks"},
+		{`{"model": "gpt2", "set": ["foo=bar"]}`, `set unknown switch "foo"`},
+	} {
+		vals, _, err := ParseAPIRequest("plan", []byte(c.body))
+		if err == nil {
+			_, err = RunAPI(context.Background(), "plan", vals)
+		}
+		var ae *APIError
+		if !errors.As(err, &ae) || ae.Status != 400 {
+			t.Fatalf("%s: %v, want a 400", c.body, err)
+		}
+		if !strings.HasPrefix(ae.Msg, c.want) {
+			t.Errorf("%s: %q, want it to start %q", c.body, ae.Msg, c.want)
+		}
+	}
+}

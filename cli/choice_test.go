@@ -23,7 +23,7 @@ func TestChoiceFlagRefusals(t *testing.T) {
 		want string
 	}{
 		{[]string{"plan", "--mode", "serving"},
-			`--mode "serving": want train or infer`},
+			`--mode "serving": want train or infer (or serve, in plan and max)`},
 		{[]string{"compare", "--precision", "fp8"},
 			`--precision "fp8": want one of fp32, amp-bf16, amp-fp16, bf16, fp16, pure-bf16, pure-fp16, autocast-bf16`},
 		{[]string{"fit", "--gpu", "h100", "--optimizer", "lamb"},

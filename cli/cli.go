@@ -64,8 +64,18 @@ func message(err error) string {
 	if errors.As(err, &nm) {
 		msg = strings.Replace(msg, nm.Error(), "--checkpoint: "+nm.Error(), 1)
 	}
+	return trimKind(err, msg, func(rest string) bool { return strings.HasPrefix(rest, "--") })
+}
+
+// trimKind drops from msg (err's message, its fields rendered) the kind of
+// error it starts with ("invalid spec: ", "recipe: " before a flag): the
+// message names the flag or file itself. The CLI and the HTTP API's
+// messages both do (sweep F, round 25: the API kept them). A recipe's
+// message keeps its kind unless it goes on with the flag it is about
+// (named: whether rest starts with a flag, as the caller writes flags).
+func trimKind(err error, msg string, named func(rest string) bool) string {
 	for _, c := range []error{engine.ErrSpec, build.ErrBadOptions, recipe.ErrRecipe} {
-		if rest, ok := strings.CutPrefix(msg, c.Error()+": "); ok && errors.Is(err, c) && (c != recipe.ErrRecipe || strings.HasPrefix(rest, "--")) {
+		if rest, ok := strings.CutPrefix(msg, c.Error()+": "); ok && errors.Is(err, c) && (c != recipe.ErrRecipe || named(rest)) {
 			msg = rest
 		}
 	}
@@ -224,7 +234,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	intVar(fl, &f.gpusPerNode, "gpus-per-node", 0, "GPUs of one node: they share its host memory and NVLink, ranks fill a node tensor parallel first (default: the GPU catalog's node, else 8)")
 	intVar(fl, &f.nodes, "nodes", 0, "nodes the job runs on: dp × tp × pp must be nodes × GPUs per node (fit: the GPUs to split, unless --gpus)")
 	fl.StringVar(&f.cluster, "cluster", "", "a cluster file (YAML: gpus_per_node, inter_node: {gbps, latency_us}) giving the link collectives across nodes are priced on")
-	fl.StringVar(&f.mode, "mode", "train", "train, infer, or serve (plan only: vLLM's start-up, paged KV cache and concurrency)")
+	fl.StringVar(&f.mode, "mode", "train", "train, infer, or serve (plan and max: vLLM's start-up, paged KV cache and concurrency)")
 	intVar(fl, &f.microBatch, "micro-batch", 1, "sequences (or images) per micro-step; with --graph, the batch the trace was exported at unless given")
 	intVar(fl, &f.seq, "seq", 0, "sequence length in tokens (default min(2048, the model's positions); with --graph, the trace's own)")
 	intVar(fl, &f.accum, "accum", 1, "gradient-accumulation micro-steps per optimizer step")
@@ -234,7 +244,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
 	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
-	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core), selective-op (torchtitan: SDPA and every other matmul kept)")
+	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core), selective-op (torchtitan: SDPA and every other matmul kept), auto (the least recompute that fits)")
 	intVar(fl, &f.tp, "tp", 1, "tensor-parallel degree (Megatron-LM); plans one GPU of the group")
 	fl.BoolVar(&f.sp, "sp", false, "sequence parallel (with --tp > 1)")
 	intVar(fl, &f.ep, "ep", 1, "expert-parallel degree for mixture-of-experts models")
@@ -327,7 +337,8 @@ func (f *planFlags) specSource(s *engine.Spec) error {
 func (f *planFlags) specNames(s *engine.Spec) error {
 	var err error
 	if s.Mode, err = engine.ParseMode(f.mode); err != nil {
-		return err
+		// serve is plan's and max's own path (vLLM), before any spec.
+		return fmt.Errorf("--mode %q: want train or infer (or serve, in plan and max)", f.mode)
 	}
 	if s.Precision, err = ops.ParsePrecision(f.precision); err != nil {
 		return badChoice("--precision", f.precision, ops.PrecisionNames()...)

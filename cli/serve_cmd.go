@@ -99,7 +99,7 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	fl.StringVar(&addr, "addr", "127.0.0.1:8080", "HOST:PORT to listen on")
-	fl.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "each request's time limit: it is answered 503 then, and its command stops (explain's replay runs to its end)")
+	fl.DurationVar(&cfg.Timeout, "timeout", 60*time.Second, "each request's time limit: it is answered 503 then, and its command stops (explain's replay too, between events)")
 	intVar(fl, &cfg.MaxInFlight, "max-in-flight", 0, "requests computing at once (default: the CPUs)")
 	intVar(fl, &cfg.MaxQueue, "max-queue", 0, "requests waiting for a place beyond those (default 8 × --max-in-flight); past it, 429")
 	fl.DurationVar(&cfg.QueueWait, "queue-wait", 5*time.Second, "how long a request waits for a place; past it, 503")
