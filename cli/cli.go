@@ -242,7 +242,7 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.precision, "precision", "amp-bf16", "fp32, amp-bf16, amp-fp16, bf16, fp16 (bf16/fp16 keep fp32 master weights), pure-bf16 or pure-fp16 (16-bit state, no master: litgpt bf16-true), autocast-bf16 (bf16 state under autocast: transformers 5.x bf16=True over a bf16 checkpoint)")
 	fl.StringVar(&f.optimizer, "optimizer", "adamw", strings.Join(lower.OptimizerNames(), ", "))
 	fl.StringVar(&f.impl, "optimizer-impl", "foreach", "optimizer step implementation: foreach, single or fused")
-	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient) or eager")
+	fl.StringVar(&f.attention, "attention", "sdpa", "attention implementation: sdpa (flash/memory-efficient; flash and flash_attention_2, Hugging Face's names, mean the same) or eager")
 	fl.StringVar(&f.kernels, "kernels", "cuda", "kernel semantics: cuda, or cpu (dropout masks in the input dtype)")
 	fl.StringVar(&f.checkpoint, "checkpoint", "none", "activation checkpointing: none, full (every block), every=K, modules=GLOB[,GLOB], selective (attention core), selective-op (torchtitan: SDPA and every other matmul kept), auto (the least recompute that fits)")
 	intVar(fl, &f.tp, "tp", 1, "tensor-parallel degree (Megatron-LM); plans one GPU of the group")
