@@ -220,11 +220,12 @@ type pricer struct {
 // SharedCopyStream, this is exactly Overlap's two-stream schedule.
 //
 // Op times. A compute op costs Roofline(FLOPs, MemBytes), rounded up to the
-// nanosecond so that no step beats the roofline (MFU ≤ 1). Ops with neither
-// FLOPs nor MemBytes (the optimizer's foreach ops, the batch load, the loss
-// seed) are charged the bytes of the distinct device storages they read
-// and write (ir.Storage, Tensor.Bytes) as DRAM traffic — a lower bound,
-// since an in-place op writes inputs that the IR does not list as outputs.
+// nanosecond so that no step beats the roofline (MFU ≤ 1). Ops without
+// MemBytes (the optimizer's foreach ops, the batch load, the loss seed, a
+// trace's ops, whose matrix products carry FLOPs alone) are charged the
+// bytes of the distinct device storages they read and write (ir.Storage,
+// Tensor.Bytes) as DRAM traffic — a lower bound, since an in-place op
+// writes inputs that the IR does not list as outputs.
 // Four kinds of op launch no kernel and cost nothing: ops without FLOPs whose
 // outputs are all views (view, reshape, transpose and their backward),
 // zero_grad(set_to_none=True), release (a dropped reference) and autocast.exit (autocast's cache cleared,
@@ -655,13 +656,15 @@ func (pr *pricer) compute(oi int, ot *OpTime, ph *PhaseTime) error {
 	}
 	bytes := op.MemBytes
 	var host float64
-	if op.FLOPs == 0 && bytes == 0 {
+	if bytes == 0 {
+		// An op that gives no traffic (a trace's: its matrix products
+		// carry FLOPs, not bytes) is charged the storages it touches.
 		if bytes, host, err = pr.estimateBytesHost(oi); err != nil {
 			return err
 		}
 	}
 	var d time.Duration
-	if bytes == 0 && host > 0 {
+	if bytes == 0 && host > 0 && op.FLOPs == 0 {
 		d = time.Duration(math.Ceil(host / pr.o.HostBandwidth * 1e9))
 	} else if d, err = pr.roofline(op.FLOPs, bytes, pr.opPeak(op)); err != nil {
 		return fmt.Errorf("%w (op %d, %s)", err, oi, op.Name)

@@ -83,13 +83,13 @@ func TestStorageSizeChecked(t *testing.T) {
 		want   int64
 		ok     bool
 	}{
-		{torchtrace.Storage{Const: 8, PerBatch: 4, PerBatchSeq: 2}, 3, 5, 8 + 12 + 30, true},
-		{torchtrace.Storage{PerBatch: 1 << 40}, 1 << 30, 1, 0, false},
-		{torchtrace.Storage{PerBatchSeq2: 2}, 1 << 20, 1 << 20, 1 << 61, true},
-		{torchtrace.Storage{PerBatchSeq2: 8}, 1 << 20, 1 << 20, 0, false},
-		{torchtrace.Storage{PerBatch: 1 << 61, PerSeq: 1 << 61, Const: 1 << 61}, 1, 1, 0, false},
-		{torchtrace.Storage{PerBatch: 1 << 61, PerSeq: -(1 << 61)}, 1, 1, 0, true},
-		{torchtrace.Storage{PerBatch: -1 << 63}, 1, 1, 0, false},
+		{torchtrace.Storage{Poly: torchtrace.Poly{Const: 8, PerBatch: 4, PerBatchSeq: 2}}, 3, 5, 8 + 12 + 30, true},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatch: 1 << 40}}, 1 << 30, 1, 0, false},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatchSeq2: 2}}, 1 << 20, 1 << 20, 1 << 61, true},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatchSeq2: 8}}, 1 << 20, 1 << 20, 0, false},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatch: 1 << 61, PerSeq: 1 << 61, Const: 1 << 61}}, 1, 1, 0, false},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatch: 1 << 61, PerSeq: -(1 << 61)}}, 1, 1, 0, true},
+		{torchtrace.Storage{Poly: torchtrace.Poly{PerBatch: -1 << 63}}, 1, 1, 0, false},
 	} {
 		got, ok := storageSize(&c.st, c.b, c.seq)
 		if got != c.want || ok != c.ok {

@@ -18,12 +18,12 @@ import (
 // trace, counted from its forward events' module paths by hand
 // (python3: the distinct prefixes up to the first list index or
 // <name>_<index> component): lm's layers.0-3, gpt2_tiny's and
-// gpt2_2l_tied's transformer.h.0-1, resnet18's layer1.0 … layer4.1, mobilenet_v2's
+// gpt2_2l_tied's (and gpt2_tiny_flops') transformer.h.0-1, resnet18's layer1.0 … layer4.1, mobilenet_v2's
 // features.0-18 and classifier.0-1, vit_tiny's
 // encoder.layers.encoder_layer_0-3, the nn.Sequential children 0-2 of hold
 // and replace_state; gru (embed, gru, head) and three_events have none.
 var traceBlocks = map[string]int{
-	"gpt2_2l_tied": 2, "gpt2_tiny": 2, "gru": 0, "hold": 3, "lm": 4, "lm_sgd": 4, "mobilenet_v2": 21,
+	"gpt2_2l_tied": 2, "gpt2_tiny": 2, "gpt2_tiny_flops": 2, "gru": 0, "hold": 3, "lm": 4, "lm_sgd": 4, "mobilenet_v2": 21,
 	"replace_state": 3, "resnet18": 8, "three_events": 0, "vit_tiny": 4,
 }
 

@@ -106,8 +106,12 @@ func chartOptimizer(s *engine.Spec) string {
 // textHeader is the first line: the job, its size, mode and settings.
 func textHeader(res *engine.Result) string {
 	s, r := &res.Spec, res.Sim
+	per := ""
+	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
+		per = " on this GPU" // a stage's, not the model's (sweep F, round 25: a trace's said the model's)
+	}
 	if s.Trace != nil {
-		head := fmt.Sprintf("memplan · %s (trace, %s params) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), s.MicroBatch)
+		head := fmt.Sprintf("memplan · %s (trace, %s params%s) · train · micro-batch %d", s.JobName(), models.HumanCount(r.Params), per, s.MicroBatch)
 		if s.Trace.HasSeq() {
 			head += fmt.Sprintf(" × seq %d", s.Seq)
 		}
@@ -116,10 +120,6 @@ func textHeader(res *engine.Result) string {
 			head += " · checkpoint " + s.Checkpoint.String()
 		}
 		return head
-	}
-	per := ""
-	if s.TP > 1 || s.EP > 1 || s.PP > 1 {
-		per = " on this GPU"
 	}
 	head := fmt.Sprintf("memplan · %s (%s params%s) · %s · micro-batch %d × seq %d", s.JobName(), models.HumanCount(r.Params), per, s.Mode, s.MicroBatch, s.Seq)
 	if s.Mode != engine.Train {
@@ -291,10 +291,11 @@ func writeTiming(b *strings.Builder, res *engine.Result) {
 		fmt.Fprintf(b, ", recompute %s", t.Recompute.Round(10*time.Microsecond))
 	}
 	if t.FLOPs == 0 && res.Spec.Trace != nil {
-		// A trace records dtypes, not FLOPs (docs/trace-format.md): its ops
-		// are priced on their bytes, and no utilization can be given;
-		// "MFU 0.0%" read as a measurement (trace sweep, round 24).
-		fmt.Fprintf(b, "; %.0f tokens/s, MFU n/a (a trace records no FLOPs: its ops are priced on the bytes they move)\n", t.TokensPerSec)
+		// A trace exported on PyTorch 1.13 (or before FLOPs were recorded)
+		// has none (docs/trace-format.md): its ops are priced on their
+		// bytes, and no utilization can be given; "MFU 0.0%" read as a
+		// measurement (trace sweep, round 24).
+		fmt.Fprintf(b, "; %.0f tokens/s, MFU n/a (this trace records no FLOPs: its ops are priced on the bytes they move; memplan_torch on PyTorch 2.1 or later records them)\n", t.TokensPerSec)
 		return
 	}
 	fmt.Fprintf(b, "; %.0f tokens/s, MFU %.1f%%\n", t.TokensPerSec, 100*t.MFU)

@@ -154,6 +154,23 @@ func (bd *builder) size(s *Storage, b int64) units.Bytes {
 	return units.Bytes(n)
 }
 
+// flops is event i's FLOPs at the builder's batch and sequence (0 when the
+// trace counts none for it).
+func (bd *builder) flops(i int, e *Event) float64 {
+	if e.FLOPs == nil {
+		return 0
+	}
+	f := e.FLOPs.Float(bd.b, bd.s)
+	if !(f >= 0) || math.IsInf(f, 0) {
+		if bd.err == nil {
+			bd.err = fmt.Errorf("%s: events[%d] (%s) has %g FLOPs at batch %d seq %d: its FLOPs model does not extrapolate there",
+				bd.t.label(), i, e.Op, f, bd.b, bd.s)
+		}
+		return 0
+	}
+	return f
+}
+
 func where(m string) string {
 	if m == "" {
 		return ""
@@ -424,7 +441,7 @@ func (bd *builder) microStep(m int, endLive map[int]bool) {
 		if bd.held != nil {
 			e = bd.unheld(e)
 		}
-		op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e)}
+		op := ir.Op{Name: e.Op, Module: e.Module, Phase: phaseOf(e.Phase), Micro: m, Node: -1, Workspace: bd.scratch(e), FLOPs: bd.flops(i, e)}
 		for j := range e.Alloc {
 			a := &e.Alloc[j]
 			name := fmt.Sprintf("%s#%d", opShort(e.Op), a.ID)

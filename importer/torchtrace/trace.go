@@ -46,19 +46,26 @@ const (
 	PhaseOptimizer = "optimizer"
 )
 
-// Storage is one StorageImpl: its size model and what it holds.
-type Storage struct {
-	ID    int
-	Bytes int64 // at the trace batch / sequence
-	// Size model: Const + PerBatch·b (+ PerSeq·s + PerSeq2·s² + PerBatchSeq·b·s + PerBatchSeq2·b·s²).
+// Poly is the exporter's exact model of a quantity in the batch b and the
+// sequence length s (docs/trace-format.md): Const + PerBatch·b (+ PerSeq·s
+// + PerSeq2·s² + PerBatchSeq·b·s + PerBatchSeq2·b·s² for a trace with a
+// sequence size model). A storage's bytes and an event's FLOPs follow it.
+type Poly struct {
 	Const, PerBatch                            int64
 	PerSeq, PerSeq2, PerBatchSeq, PerBatchSeq2 int64
-	DType                                      string
-	Shape                                      []int64
-	Category                                   string
-	Saved                                      bool
-	Buffer                                     bool
-	Module                                     string
+}
+
+// Storage is one StorageImpl: its size model and what it holds.
+type Storage struct {
+	ID       int
+	Bytes    int64 // at the trace batch / sequence
+	Poly           // its size model
+	DType    string
+	Shape    []int64
+	Category string
+	Saved    bool
+	Buffer   bool
+	Module   string
 }
 
 // BatchScaled reports whether the size depends on the batch.
@@ -67,14 +74,30 @@ func (s *Storage) BatchScaled() bool {
 }
 
 // Size is the storage's bytes at batch b and sequence length seq.
-func (s *Storage) Size(b, seq int64) int64 {
+func (s *Storage) Size(b, seq int64) int64 { return s.Poly.At(b, seq) }
+
+// SizeChecked is Size with every product and sum checked (Poly.Checked).
+func (s *Storage) SizeChecked(b, seq int64) (int64, bool) { return s.Poly.Checked(b, seq) }
+
+// At is the polynomial at batch b and sequence length seq, in int64
+// (Checked where it may wrap).
+func (s *Poly) At(b, seq int64) int64 {
 	return s.Const + s.PerBatch*b + s.PerSeq*seq + s.PerSeq2*seq*seq + s.PerBatchSeq*b*seq + s.PerBatchSeq2*b*seq*seq
 }
 
-// SizeChecked is Size with every product and sum checked against
+// Float is the polynomial at batch b and sequence length seq in floating
+// point, which does not wrap: FLOPs grow past int64 where bytes would be
+// refused long before (an attention's b·s² at the limits).
+func (s *Poly) Float(b, seq int64) float64 {
+	fb, fs := float64(b), float64(seq)
+	return float64(s.Const) + float64(s.PerBatch)*fb + float64(s.PerSeq)*fs + float64(s.PerSeq2)*fs*fs +
+		float64(s.PerBatchSeq)*fb*fs + float64(s.PerBatchSeq2)*fb*fs*fs
+}
+
+// Checked is At with every product and sum checked against
 // units.MaxBytes (2^62 bytes; any sum of two sizes under it stays inside
 // int64): false when a term or a partial sum leaves ±MaxBytes.
-func (s *Storage) SizeChecked(b, seq int64) (int64, bool) {
+func (s *Poly) Checked(b, seq int64) (int64, bool) {
 	terms := [...]struct{ c, x, y, z int64 }{
 		{s.Const, 1, 1, 1}, {s.PerBatch, b, 1, 1}, {s.PerSeq, seq, 1, 1}, {s.PerSeq2, seq, seq, 1},
 		{s.PerBatchSeq, b, seq, 1}, {s.PerBatchSeq2, b, seq, seq},
@@ -182,6 +205,13 @@ type Event struct {
 	// memplan_torch 0.2 on).
 	Inputs  []int
 	Scratch *Scratch
+	// FLOPs are the op's floating-point operations as PyTorch counts them
+	// (torch.utils.flop_counter: matrix products, convolutions, fused
+	// attention; nil for an op it counts none for, and in a trace whose
+	// exporter counted none, Trace.FLOPsSource), and FLOPsAt their number
+	// at the trace batch and sequence.
+	FLOPs   *Poly
+	FLOPsAt int64
 }
 
 // FirstStep is the first iteration's optimizer phase, which creates the
@@ -238,6 +268,10 @@ type Trace struct {
 	TraceSeq int64
 
 	ScratchKind ScratchKind // scratch: whether in-kernel scratch was measured
+	// FLOPsSource is the document's flops field: where its events' FLOPs
+	// come from ("torch.utils.flop_counter"), "not recorded" (an exporter on
+	// PyTorch 1.13), or empty (exporters before FLOPs were recorded).
+	FLOPsSource string
 	NParams     int64
 	ParamBytes  int64
 	Phases      map[string]PhaseRange
@@ -627,6 +661,7 @@ func (p *parser) trace(m map[string]any) *Trace {
 		}
 	}
 	t.ScratchKind = ScratchKind(p.optStr(m, "", "scratch"))
+	t.FLOPsSource = p.optStr(m, "", "flops")
 	if n, ok := p.optInt(m, "", "n_params"); ok {
 		t.NParams = n
 	}
@@ -659,21 +694,29 @@ func (p *parser) trace(m map[string]any) *Trace {
 	return t
 }
 
-var seqTerms = []string{"bytes_per_seq", "bytes_per_seq2", "bytes_per_batch_seq", "bytes_per_batch_seq2"}
+// poly reads the model of quantity ("bytes" or "flops") in m: its
+// quantity_const and quantity_per_batch terms, and with a sequence size
+// model its four sequence terms.
+func (p *parser) poly(m map[string]any, path, quantity string, t *Trace) Poly {
+	var s Poly
+	terms := []*int64{&s.Const, &s.PerBatch}
+	keys := []string{"_const", "_per_batch"}
+	if t.HasSeq() {
+		terms = append(terms, &s.PerSeq, &s.PerSeq2, &s.PerBatchSeq, &s.PerBatchSeq2)
+		keys = append(keys, "_per_seq", "_per_seq2", "_per_batch_seq", "_per_batch_seq2")
+	}
+	for i, k := range keys {
+		*terms[i] = p.reqInt(m, path, quantity+k)
+	}
+	return s
+}
 
 func (p *parser) storage(v any, path string, t *Trace) Storage {
 	m := p.obj(v, path)
 	s := Storage{}
 	s.ID = p.storageID(p.get(m, path, "id"), join(path, "id"))
 	s.Bytes = p.reqInt(m, path, "bytes")
-	s.Const = p.reqInt(m, path, "bytes_const")
-	s.PerBatch = p.reqInt(m, path, "bytes_per_batch")
-	if t.HasSeq() {
-		terms := []*int64{&s.PerSeq, &s.PerSeq2, &s.PerBatchSeq, &s.PerBatchSeq2}
-		for i, k := range seqTerms {
-			*terms[i] = p.reqInt(m, path, k)
-		}
-	}
+	s.Poly = p.poly(m, path, "bytes", t)
 	s.DType = p.reqStr(m, path, "dtype")
 	s.Shape = p.shape(p.get(m, path, "shape"), join(path, "shape"))
 	s.Category = p.reqStr(m, path, "category")
@@ -777,6 +820,17 @@ func (p *parser) event(v any, path string, i int, t *Trace) Event {
 			sc.Points = append(sc.Points, pt)
 		}
 		e.Scratch = sc
+	}
+	if fv, ok := m["flops"]; ok && fv != nil {
+		e.FLOPsAt = p.intv(fv, join(path, "flops"))
+		if e.FLOPsAt < 0 {
+			p.fail(join(path, "flops"), "negative FLOPs %d", e.FLOPsAt)
+		}
+		f := p.poly(m, path, "flops", t)
+		if got, ok := f.Checked(t.TraceBatch, t.TraceSeq); !ok || got != e.FLOPsAt {
+			p.fail(path, "the FLOPs model gives %.0f at the trace batch, but \"flops\" is %d", f.Float(t.TraceBatch, t.TraceSeq), e.FLOPsAt)
+		}
+		e.FLOPs = &f
 	}
 	return e
 }

@@ -1,6 +1,7 @@
 package torchtrace
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,6 +129,11 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(strings.Replace(v2, `"free": [3], "saved": []`, `"free": [3], "saved": [], "inputs": [0, 3]`, 1)))
 	f.Add([]byte(strings.Replace(tiny, `"bytes": 32, "bytes_const": 0, "bytes_per_batch": 16, "dtype": "float32", "shape": [2, 4], "category": "activation"`,
 		`"bytes": 2199023255552, "bytes_const": 0, "bytes_per_batch": 1099511627776, "dtype": "float32", "shape": [2, 4], "category": "activation"`, 1)))
+	// FLOPs per event (round 25), and a model that goes negative below the
+	// trace batch
+	fl := flopsFixture()
+	f.Add([]byte(fl))
+	f.Add([]byte(strings.Replace(fl, `"flops_const": 0, "flops_per_batch": 32`, `"flops_const": 128, "flops_per_batch": -32`, 1)))
 	for _, name := range []string{"lm_sgd.trace.json", "resnet18.trace.json"} {
 		if data, err := os.ReadFile(filepath.Join(testdata, name)); err == nil {
 			f.Add(data)
@@ -148,6 +154,11 @@ func FuzzParse(f *testing.F) {
 			}
 			if err := p.Verify(); err != nil {
 				t.Fatalf("program of a parsed trace fails Verify: %v", err)
+			}
+			for i := range p.Ops {
+				if f := p.Ops[i].FLOPs; !(f >= 0) || math.IsInf(f, 0) {
+					t.Fatalf("op %d (%s) of a parsed trace has %v FLOPs", i, p.Ops[i].Name, f)
+				}
 			}
 		}
 	})

@@ -11,7 +11,7 @@ import sys
 import time
 import torch
 
-from . import atomic, collector, compat, fit, harness
+from . import atomic, collector, compat, fit, flops, harness
 from .replay import scratch_bytes
 from .trace import ExportError, InputDimError, _categorize, trace_once
 
@@ -27,6 +27,29 @@ def _steady(raw):
 
 def _canonical(raw):
     return fit.canonical(_steady(raw), raw["initial"])
+
+
+def _fit_flops(steady, base_events, raws, alignments, batches, seqs, batch, want_seq):
+    """Gives each steady event that PyTorch counts FLOPs for (flops.op_flops) its FLOPs at the document's batch
+    (and sequence) and their exact fit over the traced points, as a storage's size: a matrix product's are
+    linear in the batch and at most quadratic in the sequence (attention). Event i of the structure trace is
+    event event_map()[i] at another point (an op a view replaced there counts none)."""
+    evs = {key: _steady(raw) for key, raw in raws.items()}
+    at = {key: (alignments[key].event_map() if key in alignments else None) for key in raws}
+
+    def flops_at(key, i):
+        j = i if at[key] is None else at[key].get(i)
+        return evs[key][j].get("flops", 0) if j is not None else 0
+    counted = [i for i in range(len(base_events)) if any(flops_at(k, i) for k in raws)]
+    label = lambda i: "the FLOPs of %s" % fit.describe(base_events[i])
+    models = fit.size_models(flops_at, batches, seqs, counted, label, quantity="flops")
+    for i, m in models.items():
+        n = fit.bytes_at(m, batch, want_seq, quantity="flops")
+        if n < 0:
+            raise ExportError("memplan_torch: %s are %d at batch %d by their fit over batch %s: export at batch %d"
+                              % (label(i), n, batch, "/".join(map(str, batches)), batches[0]))
+        steady[i]["flops"] = n
+        steady[i].update(m)
 
 
 def _scratch_below(make_job, batch, batches, seqs, optimizer, dev, foreach, base_events):
@@ -409,6 +432,8 @@ def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim
             if any(p[2] for p in pts):
                 ev["scratch"] = {"bytes": 0, "points": pts}
                 ev["scratch"]["bytes"] = scratch_bytes(ev, batch, want_seq)
+    if flops.available():
+        _fit_flops(steady, base_events, raws, alignments, batches, seqs, batch, want_seq)
     first = [event_obj(i, e, remap1) for i, e in enumerate(first_events)]
     state_ids = sorted(newid[s] for s in initial if cats[s] == "optimizer_state")
 
@@ -439,6 +464,7 @@ def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim
             " + bytes_per_seq*seq + bytes_per_seq2*seq^2 + bytes_per_batch_seq*batch*seq"
             " + bytes_per_batch_seq2*batch*seq^2" if seqs else ""),
         "scratch": "measured" if scratch_measured else "not measured",
+        "flops": flops.source(),
         "n_params": base["n_params"],
         "param_bytes": base["param_bytes"],
         "phases": {k: {"first_event": v[0], "last_event": v[1]} for k, v in phases.items()},

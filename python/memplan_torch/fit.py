@@ -222,18 +222,18 @@ def align(a, b, what):
     return al
 
 
-def fit_line(points, label):
+def fit_line(points, label, unit="bytes"):
     """points: [(x, y)] with 2 points -> (c0, c1) integers, exact."""
     (x1, y1), (x2, y2) = points
     c1 = Fraction(y2 - y1, x2 - x1)
     c0 = y1 - c1 * x1
     if c1.denominator != 1 or c0.denominator != 1:
-        raise ExportError("memplan_torch: %s is not an integer-linear function of the batch: %d bytes at %d, "
-                          "%d bytes at %d" % (label, y1, x1, y2, x2))
+        raise ExportError("memplan_torch: %s is not an integer-linear function of the batch: %d %s at %d, "
+                          "%d %s at %d" % (label, y1, unit, x1, y2, unit, x2))
     return int(c0), int(c1)
 
 
-def fit_quadratic(points, label):
+def fit_quadratic(points, label, unit="sizes"):
     """points: 3 (x, y) -> (a0, a1, a2) integers with y = a0 + a1 x + a2 x^2, exact."""
     (x1, y1), (x2, y2), (x3, y3) = [(Fraction(x), Fraction(y)) for x, y in points]
     # Newton divided differences
@@ -245,38 +245,42 @@ def fit_quadratic(points, label):
     for c in (a0, a1, a2):
         if c.denominator != 1:
             raise ExportError("memplan_torch: %s is not an integer polynomial of the sequence length "
-                              "(degree <= 2): sizes %s" % (label, [(int(x), int(y)) for x, y in points]))
+                              "(degree <= 2): %s %s" % (label, unit, [(int(x), int(y)) for x, y in points]))
     return int(a0), int(a1), int(a2)
 
 
-def size_models(nbytes, batches, seqs, sids, label_of):
+def size_models(nbytes, batches, seqs, sids, label_of, quantity="bytes"):
     """nbytes(key, sid) -> bytes of storage sid (a structure-trace id) in the trace at key = (batch, seq).
-    Returns per sid the size coefficients."""
+    Returns per sid the size coefficients. With quantity "flops", the same exact fit of an event's FLOPs (sid
+    an event index), its coefficients named flops_const, flops_per_batch, ..."""
+    unit, units_ = ("bytes", "sizes") if quantity == "bytes" else (quantity, quantity)
     out = {}
     for sid in sids:
         label = label_of(sid)
         if seqs is None:
             pts = [(b, nbytes((b, None), sid)) for b in batches]
-            c0, c1 = fit_line(pts, label)
-            out[sid] = {"bytes_const": c0, "bytes_per_batch": c1}
+            c0, c1 = fit_line(pts, label, unit)
+            out[sid] = {quantity + "_const": c0, quantity + "_per_batch": c1}
             continue
         consts, slopes = [], []
         for s in seqs:
             pts = [(b, nbytes((b, s), sid)) for b in batches]
-            c0, c1 = fit_line(pts, "%s at seq %d" % (label, s))
+            c0, c1 = fit_line(pts, "%s at seq %d" % (label, s), unit)
             consts.append((s, c0))
             slopes.append((s, c1))
-        a0, a1, a2 = fit_quadratic(consts, label)
-        b0, b1, b2 = fit_quadratic(slopes, label + " (per batch)")
-        out[sid] = {"bytes_const": a0, "bytes_per_batch": b0, "bytes_per_seq": a1, "bytes_per_seq2": a2,
-                    "bytes_per_batch_seq": b1, "bytes_per_batch_seq2": b2}
+        a0, a1, a2 = fit_quadratic(consts, label, units_)
+        b0, b1, b2 = fit_quadratic(slopes, label + " (per batch)", units_)
+        q = quantity
+        out[sid] = {q + "_const": a0, q + "_per_batch": b0, q + "_per_seq": a1, q + "_per_seq2": a2,
+                    q + "_per_batch_seq": b1, q + "_per_batch_seq2": b2}
     return out
 
 
-def bytes_at(model, batch, seq=None):
+def bytes_at(model, batch, seq=None, quantity="bytes"):
     """A size model (the dict size_models returns for one storage) at batch (and seq)."""
-    n = model["bytes_const"] + model["bytes_per_batch"] * batch
-    if seq is not None and "bytes_per_seq" in model:
-        n += (model["bytes_per_seq"] * seq + model["bytes_per_seq2"] * seq * seq
-              + model["bytes_per_batch_seq"] * batch * seq + model["bytes_per_batch_seq2"] * batch * seq * seq)
+    q = quantity
+    n = model[q + "_const"] + model[q + "_per_batch"] * batch
+    if seq is not None and q + "_per_seq" in model:
+        n += (model[q + "_per_seq"] * seq + model[q + "_per_seq2"] * seq * seq
+              + model[q + "_per_batch_seq"] * batch * seq + model[q + "_per_batch_seq2"] * batch * seq * seq)
     return n

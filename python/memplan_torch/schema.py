@@ -1,5 +1,6 @@
 """Checks a memplan.trace/v1 or memplan.measured/v1 document: fields, types and invariants."""
 
+from . import fit
 from .replay import storage_bytes
 
 CATEGORIES = ("parameter", "gradient", "optimizer_state", "input", "activation", "temporary")
@@ -31,6 +32,20 @@ def _storage(s, where, doc):
         raise SchemaError("%s: category %r not one of %s" % (where, s["category"], ", ".join(CATEGORIES)))
     if storage_bytes(s, doc["trace_batch"], doc.get("trace_seq")) != s["bytes"]:
         raise SchemaError("%s: the size model does not give 'bytes' at the trace batch" % where)
+
+
+def _flops(e, where, doc):
+    """An event's FLOPs: a whole number, not negative, that its model (flops_const, flops_per_batch and, with
+    seq_dim, the sequence terms) gives at the trace batch."""
+    terms = ["flops_const", "flops_per_batch"]
+    if doc.get("seq_dim") is not None:
+        terms += ["flops_per_seq", "flops_per_seq2", "flops_per_batch_seq", "flops_per_batch_seq2"]
+    _need(e, where, [("flops", (int,))] + [(t, (int,)) for t in terms])
+    if e["flops"] < 0:
+        raise SchemaError("%s: negative flops %d" % (where, e["flops"]))
+    if fit.bytes_at(e, doc["trace_batch"], doc.get("trace_seq") if doc.get("seq_dim") is not None else None,
+                    quantity="flops") != e["flops"]:
+        raise SchemaError("%s: the FLOPs model does not give 'flops' at the trace batch" % where)
 
 
 def _param_grads(doc):
@@ -82,6 +97,8 @@ def validate_trace(doc):
             if PHASES.index(e["phase"]) < last_phase:
                 raise SchemaError("%s: phase %s after %s" % (w, e["phase"], PHASES[last_phase]))
             last_phase = PHASES.index(e["phase"])
+            if "flops" in e:
+                _flops(e, w, doc)
             for a in e["alloc"]:
                 _storage(a, w + " alloc %s" % a.get("id"), doc)
                 if a["id"] in live:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.modules.module as module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import collector, compat, harness
+from . import collector, compat, flops, harness
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -439,15 +439,22 @@ class Recorder(TorchDispatchMode):
             # comes back as a Python scalar under a dispatch mode; give autograd the tensor it expects
             src = next((a for a in compat.flatten(args) if isinstance(a, torch.Tensor)), None)
             out = torch.tensor(out, dtype=src.dtype if src is not None else None)
-        self._record(op.name, module, in_sids, in_tensors, out, lifted, c, live0 if c is not None else 0)
+        try:
+            fl = flops.op_flops(func, args, kwargs, out)
+        except Exception as e:
+            raise ExportError("memplan_torch: counting the FLOPs of %s in module %r (phase %s) failed: %s"
+                              % (op.name, module or "<root>", self.phase, e)) from e
+        self._record(op.name, module, in_sids, in_tensors, out, lifted, c, live0 if c is not None else 0, fl)
         return out
 
-    def _record(self, name, module, in_sids, in_tensors, out, lifted, c, live0):
+    def _record(self, name, module, in_sids, in_tensors, out, lifted, c, live0, fl=0):
         """Appends the event of an op that returned `out`: the storages its outputs allocate or alias."""
         events = self.events
         outputs, alloc = [], []
         ev = {"op": name, "phase": self.phase, "module": module, "step": self.step,
               "alloc": alloc, "free": [], "saved": [], "outputs": outputs, "inputs": in_sids}
+        if fl:
+            ev["flops"] = fl
         if events:
             _seal(events[-1])
         events.append(ev)

@@ -240,3 +240,49 @@ def test_loss_closure_that_does_not_follow_the_batch(tmp_path):
     # the same loss with the targets passed as targets= exports
     doc = export(m, x, str(path), loss_fn=F.cross_entropy, targets=y, device="cpu", foreach=False)
     assert path.exists() and doc["trace_batch"] == 4
+
+
+@pytest.mark.skipif(not memplan_torch.flops.available(), reason="PyTorch 1.13 has no torch.utils.flop_counter")
+def test_flops_counted_and_fitted(tmp_path):
+    """Each matrix product carries PyTorch's FLOP count (torch.utils.flop_counter), fitted exactly in the batch
+    like a size: the MLP's addmm are 2*b*in*out forward, and its backward mm twice that per layer but the first
+    (its input needs no gradient). The fit predicts an independent trace at another batch event by event."""
+    d_in, hidden, classes = 16, 32, 4
+    m, x, y = linear_job(3, d_in, hidden, classes)
+    doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
+    assert doc["flops"] == "torch.utils.flop_counter"
+    by = {}
+    for e in doc["events"]:
+        if "flops" in e:
+            assert e["flops_const"] == 0 and e["flops"] == e["flops_per_batch"] * 3
+            by[e["phase"]] = by.get(e["phase"], 0) + e["flops_per_batch"]
+    fwd = 2 * (d_in * hidden + hidden * classes)
+    assert by == {"forward": fwd, "backward": 2 * fwd - 2 * d_in * hidden}
+    m7, x7, y7 = linear_job(7, d_in, hidden, classes)
+    doc7 = export(m7, x7, str(tmp_path / "t7.json"), loss_fn=F.cross_entropy, targets=y7, device="meta")
+    assert [e["flops_const"] + 7 * e["flops_per_batch"] for e in doc["events"] if "flops" in e] == \
+        [e["flops"] for e in doc7["events"] if "flops" in e]
+
+
+@pytest.mark.skipif(not memplan_torch.flops.available(), reason="PyTorch 1.13 has no torch.utils.flop_counter")
+def test_flops_of_attention_fit_in_the_sequence(tmp_path):
+    """Attention's FLOPs grow with b*s^2 (the CPU fused kernel is counted by the flash kernel's formula), and a
+    sequence-fitted trace predicts another sequence's FLOPs exactly."""
+    doc = export_builder("memplan_torch.models:transformer_lm", str(tmp_path / "lm.json"), batch=2,
+                         seq_len=12, seq_dim=1, device="cpu", optimizer="sgd")
+    validate_trace(doc)
+    assert any(e.get("flops_per_batch_seq2", 0) > 0 for e in doc["events"])
+    other = export_builder("memplan_torch.models:transformer_lm", str(tmp_path / "lm2.json"), batch=3,
+                           seq_len=20, seq_dim=1, device="cpu", optimizer="sgd")
+    at = lambda e, b, s: (e["flops_const"] + e["flops_per_batch"] * b + e["flops_per_seq"] * s
+                          + e["flops_per_seq2"] * s * s + e["flops_per_batch_seq"] * b * s
+                          + e["flops_per_batch_seq2"] * b * s * s)
+    assert [at(e, 3, 20) for e in doc["events"] if "flops" in e] == \
+        [e["flops"] for e in other["events"] if "flops" in e]
+
+
+def test_flops_field_says_where_counts_come_from(tmp_path):
+    m, x, y = linear_job(2)
+    doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
+    assert doc["flops"] == memplan_torch.flops.source()
+    assert any("flops" in e for e in doc["events"]) == memplan_torch.flops.available()
