@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/memplan/memplan/internal/boundedio"
 	"io"
 	"regexp"
 	"strings"
@@ -69,6 +70,9 @@ func UnmarshalStrict(data []byte, v any, limit int) error {
 // parser refuses is refused with its words, not handed to the library
 // unmeasured.
 func checkTree(data []byte, limit int) error {
+	if err := strayBOM(data); err != nil {
+		return err
+	}
 	aliases := bytes.ContainsRune(data, '*')
 	numbers := notDecimalHint.Match(data)
 	if !aliases && !numbers && !bytes.Contains(data, []byte("---")) && !bytes.Contains(data, []byte("...")) {
@@ -128,7 +132,15 @@ func checkDecimal(n *yaml3.Node) error {
 // is the one check of every reader of outside YAML: ToJSON and
 // UnmarshalStrict make it, and the workload reader, which walks the
 // document itself, calls it. A parse error is go-yaml's, as it is.
+//
+// A byte order mark (U+FEFF) is taken at the start only: go-yaml reads a
+// second one as part of the first line and then drops the first character
+// of every later line, so "Xbatch: 16" was read as batch (sweep G, round
+// 25), where memplan_torch refuses the file.
 func OneDocument(data []byte, what string) (*yaml3.Node, error) {
+	if err := strayBOM(data); err != nil {
+		return nil, err
+	}
 	dec := yaml3.NewDecoder(bytes.NewReader(data))
 	var docs []*yaml3.Node
 	for {
@@ -243,4 +255,13 @@ func sizeName(n int) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// strayBOM refuses a byte order mark anywhere but at the start (OneDocument).
+func strayBOM(data []byte) error {
+	rest := boundedio.TrimBOM(data)
+	if i := bytes.Index(rest, []byte("\uFEFF")); i >= 0 {
+		return refusal(fmt.Sprintf("holds a byte order mark (U+FEFF) at byte %d; a file may start with one, nowhere else", i+len(data)-len(rest)))
+	}
+	return nil
 }

@@ -159,6 +159,11 @@ func TestOneDocument(t *testing.T) {
 		{"---\na: 1\n", ""},
 		{"a: 1\n...\n", ""},
 		{"a: '---'\nb: \"...\"\n", ""},
+		// A byte order mark at the start only (sweep G, round 25: two
+		// made go-yaml drop the first character of every later line).
+		{"\uFEFFa: 1\nb: 2\n", ""},
+		{"\uFEFF\uFEFFXa: 1\nXb: 2\n", "holds a byte order mark (U+FEFF) at byte 3; a file may start with one, nowhere else"},
+		{"a: 1\nb: \"x\uFEFF\"\n", "holds a byte order mark (U+FEFF) at byte 10"},
 	} {
 		var v map[string]any
 		errs := []error{yamlerr.UnmarshalStrict([]byte(c.in), &v, 1<<20)}
