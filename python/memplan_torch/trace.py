@@ -84,11 +84,20 @@ class _HookProxy:
 
 
 class _Packed:
-    __slots__ = ("t", "module")
+    __slots__ = ("t", "module", "version")
 
     def __init__(self, t, module):
         self.t = t
         self.module = module
+        self.version = t._version if isinstance(t, torch.Tensor) else None
+
+
+# Under saved_tensors_hooks autograd hands backward what unpack returns and checks no version counter, so a
+# step PyTorch refuses (a tensor saved for backward, then modified in place) would be recorded and planned;
+# unpack makes the check autograd makes without hooks (sweep G, round 25).
+_MODIFIED = ("memplan_torch: a tensor saved for backward in module %r was modified by an in-place operation before "
+             "backward used it (its version is %d, it was %d when saved): PyTorch refuses this step (\"one of the "
+             "variables needed for gradient computation has been modified by an inplace operation\"); fix the model")
 
 
 _LIFT = ("aten.lift_fresh.default",)
@@ -323,6 +332,8 @@ class Recorder(TorchDispatchMode):
     def unpack(self, p):
         if self.phase == "backward" and p.module:
             self.bwd_module = p.module
+        if p.version is not None and p.t._version != p.version:
+            raise ExportError(_MODIFIED % (p.module or "<root>", p.t._version, p.version))
         return p.t
 
     # another saved_tensors_hooks pair (activation checkpointing's) replaces ours while it is entered: its

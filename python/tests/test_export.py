@@ -286,3 +286,31 @@ def test_flops_field_says_where_counts_come_from(tmp_path):
     doc = export(m, x, str(tmp_path / "t.json"), loss_fn=F.cross_entropy, targets=y, device="meta")
     assert doc["flops"] == memplan_torch.flops.source()
     assert any("flops" in e for e in doc["events"]) == memplan_torch.flops.available()
+
+
+class _SavedThenModified(nn.Module):
+    """relu_ saves its output for backward; the in-place mul_ on a view of it then changes what backward
+    would read: PyTorch refuses the step."""
+
+    def __init__(self):
+        super().__init__()
+        self.l, self.o = nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = self.l(x)
+        y.relu_()
+        y[:, ::2].mul_(0.5)
+        return self.o(y)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_step_pytorch_refuses_is_not_exported(tmp_path, device):
+    """Under saved_tensors_hooks autograd checks no version counter, so the recorder makes the check itself
+    (sweep G, round 25: such a step was exported and planned)."""
+    m, x, y = _SavedThenModified(), torch.randn(4, 16), torch.randint(0, 4, (4,))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        F.cross_entropy(m(x), y).backward()  # the plain step
+    path = tmp_path / "t.json"
+    with pytest.raises(ExportError, match="modified by an in-place operation before backward used it"):
+        export(_SavedThenModified(), x, str(path), loss_fn=F.cross_entropy, targets=y, device=device)
+    assert not path.exists() and not list(tmp_path.iterdir())
