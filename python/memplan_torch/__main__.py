@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import re
 import sys
 
 
@@ -27,21 +28,40 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit status 1, as every memplan error (subcommands inherit it)."""
 
     def error(self, message):
+        # an argument quoted in the message may hold a line break: written as \n, so the error stays one line
+        message = message.replace("\n", "\\n").replace("\r", "\\r")
         self.exit(1, "error: %s: %s (see %s --help)\n" % (self.prog, message, self.prog))
 
 
-def _whole(least):
-    """An argparse type: a whole number of at least `least` (so --batch 0 is refused in one line)."""
+# memplan's bound on the tokens of one micro-step (engine/limits.go MaxTokens, 2^34: their int64 ids alone are
+# 128 GiB): a larger --batch or --seq-len is refused before torch runs (--batch 10^30 gave torch's C++ backtrace).
+MAX_TOKENS = 1 << 34
+
+# ASCII decimal digits with an optional sign, as memplan's flags take them (strconv base 10): int() also takes
+# 1_0, Arabic-Indic and full-width digits and surrounding spaces, which memplan refuses.
+_DECIMAL = re.compile(r"[+-]?[0-9]+\Z")
+
+
+def _whole(least, most=None):
+    """An argparse type: a whole number of at least `least` (so --batch 0 is refused in one line) and at most
+    `most`."""
     def parse(s):
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("want a whole number, got %r" % s)
+        if not _DECIMAL.match(s):
+            raise argparse.ArgumentTypeError("want a whole number, got %s" % _quote_arg(s))
+        v = int(s)
         if v < least:
             raise argparse.ArgumentTypeError("must be at least %d, got %d" % (least, v))
+        if most is not None and v > most:
+            raise argparse.ArgumentTypeError("must be at most %d (2^34 tokens per micro-step, memplan's limit), "
+                                             "got %s" % (most, s if len(s) <= 40 else s[:40] + "..."))
         return v
     parse.__name__ = "whole number"
     return parse
+
+
+def _quote_arg(s):
+    """s quoted on one line (repr escapes line breaks), cut to 60 characters."""
+    return repr(s if len(s) <= 60 else s[:60] + "...")
 
 
 def main(argv=None):
@@ -54,10 +74,10 @@ def main(argv=None):
                                    "(model, inputs, loss_fn[, targets])")
     e.add_argument("--out", required=True, help="the trace file to write (a symbolic link is written through; its "
                                                 "directory must exist)")
-    e.add_argument("--batch", type=_whole(1), default=2,
+    e.add_argument("--batch", type=_whole(1, MAX_TOKENS), default=2,
                    help="batch of the trace (sizes are fitted from traces at it and twice it; at 2 and 4 for 1, "
                         "whose size-1 fast paths differ, and evaluated at 1)")
-    e.add_argument("--seq-len", type=_whole(1), default=None, help="passed to the builder as seq_len=")
+    e.add_argument("--seq-len", type=_whole(1, MAX_TOKENS), default=None, help="passed to the builder as seq_len=")
     e.add_argument("--seq-dim", type=_whole(0), default=None,
                    help="the inputs' sequence dimension: fit sizes in the sequence too (needs --seq-len; never "
                         "traced at a length of 1; an index past the inputs' rank is refused)")
@@ -128,6 +148,9 @@ def main(argv=None):
     sub.add_parser("build-tracker", help="compile the CPU tracker (csrc/memtrack.c) into the cache")
 
     args = p.parse_args(argv)
+    if args.cmd == "export" and args.seq_len is not None and args.batch * args.seq_len > MAX_TOKENS:
+        p.exit(1, "error: %s export: --batch %d x --seq-len %d is over memplan's limit of 2^34 tokens per "
+                  "micro-step\n" % (p.prog, args.batch, args.seq_len))
     from .atomic import Interrupted
     try:
         _check_outputs(args)

@@ -38,6 +38,10 @@ def resolve(path, flag="--out"):
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         raise OutputError("memplan_torch: %s needs a file path" % flag)
     path = os.fspath(path)
+    # abspath drops a trailing separator: --out newdir/ wrote a file named newdir (sweep G, B2)
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        raise OutputError("memplan_torch: %s %s ends in '%s', which names a directory; give the path of a file to "
+                          "write" % (flag, path, path[-1]))
     target = os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path)
     if os.path.islink(path) and os.path.islink(target):  # a loop: realpath gives up on it
         raise OutputError("memplan_torch: %s %s is a symbolic link that loops; give a file path" % (flag, path))
@@ -90,7 +94,10 @@ def write(path, fill, flag="--out", mode=0o644):
     tmp = None
     try:
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(target)[1] or ".out",
+            # the target's extension only when short: .tmp-XXXXXXXX plus a long one went past NAME_MAX for
+            # a legal name, refused only after the whole export (sweep G, B6)
+            ext = os.path.splitext(target)[1]
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=ext if 0 < len(ext) <= 16 else ".out",
                                        dir=os.path.dirname(target))
             with os.fdopen(fd, "w") as f:
                 fill(f)

@@ -150,7 +150,14 @@ def call_builder(builder, batch_size, seq_len=None, **extra):
     kw = dict(extra)
     if seq_len is not None:
         kw["seq_len"] = seq_len
-    res = builder(batch_size, **kw)
+    try:
+        res = builder(batch_size, **kw)
+    except SystemExit as e:
+        # not an Exception: it would end the exporter with the builder's status and nothing said (sweep G, B3)
+        raise RuntimeError("memplan_torch: the builder %s:%s exited (SystemExit(%s)) instead of returning "
+                           "(model, inputs, loss_fn)" % (getattr(builder, "__module__", "?"),
+                                                         getattr(builder, "__qualname__", "?"),
+                                                         " ".join(repr(e.code).split())[:60]))
     if not isinstance(res, (tuple, list)) or len(res) not in (3, 4):
         raise ValueError("memplan_torch: a builder must return (model, inputs, loss_fn) or "
                          "(model, inputs, loss_fn, targets); got %s" % type(res).__name__)

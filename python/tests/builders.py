@@ -66,3 +66,8 @@ class ValueShaped(nn.Module):
 
 def value_shaped(batch_size):
     return ValueShaped(), torch.randn(batch_size, 8), None
+
+
+def exits_3(batch_size):
+    """A builder that calls sys.exit (sweep G, B3): the exporter says so in one line, exit 1."""
+    raise SystemExit(3)

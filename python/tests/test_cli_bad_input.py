@@ -45,6 +45,21 @@ BAD = [
     (["--out", "t.json", "--batch-dim", "9"], "--batch-dim 9 is out of range for the model's inputs (rank 2"),
     (["--out", "t.json", "--batch-dim", "2"], "--batch-dim 2 is out of range for the model's inputs (rank 2"),
     (["--out", "fifolink"], "is a named pipe (through the symbolic link"),
+    # sweep G, round 25: ASCII decimal digits only, as memplan's flags (int() took these), and memplan's bound of
+    # 2^34 tokens per micro-step before torch runs (--batch 10^30 gave torch's C++ backtrace)
+    (["--out", "t.json", "--batch", "1_0"], "argument --batch: want a whole number, got '1_0'"),
+    (["--out", "t.json", "--batch", "\u0663"], "argument --batch: want a whole number, got"),
+    (["--out", "t.json", "--batch", "\uff12"], "argument --batch: want a whole number, got"),
+    (["--out", "t.json", "--batch", " 2 "], "argument --batch: want a whole number, got ' 2 '"),
+    (["--out", "t.json", "--batch-dim", "\uff11"], "argument --batch-dim: want a whole number, got"),
+    (["--out", "t.json", "--batch", "1" + "0" * 30], "argument --batch: must be at most 17179869184"),
+    (["--out", "t.json", "--seq-len", "17179869185"], "argument --seq-len: must be at most 17179869184"),
+    (["--out", "t.json", "--batch", "65536", "--seq-len", "262145"], "over memplan's limit of 2^34 tokens"),
+    # a trailing slash names a directory: abspath dropped it and a file named newdir was written
+    (["--out", "newdir/"], "--out newdir/ ends in '/'"),
+    (["--out", "t.json/"], "--out t.json/ ends in '/'"),
+    # an argument quoted in argparse's error stays on one line
+    (["--out", "t.json", "--bogus", "a\nb"], "unrecognized arguments: --bogus a\\nb"),
 ]
 
 
@@ -94,6 +109,9 @@ def test_export_cli_bad_input(workdir, args, want, capsys, monkeypatch):
       "--seq-dim", "7"], "--seq-dim 7 is out of range for the model's inputs (rank 2"),
     (["export", "memplan_torch.models:transformer_lm", "--device", "meta", "--out", "t.json", "--seq-len", "8",
       "--seq-dim", "1", "--batch-dim", "5"], "--batch-dim 5 is out of range for the model's inputs (rank 2"),
+    # sweep G, round 25: a builder's SystemExit is not an Exception; it ended the exporter with status 3, silently
+    (["export", "builders:exits_3", "--device", "meta", "--out", "t.json"],
+     "the builder builders:exits_3 exited (SystemExit(3))"),
 ])
 def test_cli_bad_input_other_commands(workdir, args, want, capsys, monkeypatch):
     before = sorted(os.listdir(str(workdir)))
@@ -153,3 +171,12 @@ def test_write_error_is_output_error(tmp_path):
         atomic.write(str(tmp_path / "o.json"), fill)
     assert "No space left on device" in str(ei.value) and "--out" in str(ei.value)
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_long_extension_fits_the_temporary_name(tmp_path):
+    """Sweep G, round 25: a legal 255-byte name was refused only when written (after the whole export): its
+    temporary name, .tmp-XXXXXXXX plus the target's extension, went past NAME_MAX."""
+    name = "a." + "x" * 253
+    atomic.write_json({"ok": 1}, str(tmp_path / name))
+    assert json.loads((tmp_path / name).read_text()) == {"ok": 1}
+    assert os.listdir(str(tmp_path)) == [name]
