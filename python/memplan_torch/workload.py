@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import stat
 
 from . import compat
 
@@ -201,7 +202,10 @@ class _Decoder:
         if _SCALARS["bool"].match(s):
             return s.lower() == "true"
         if _SCALARS["int"].match(s):
-            return int(s)
+            try:
+                return int(s)
+            except ValueError:  # Python's limit on int() of a string (4,300 digits)
+                self.fail("%s is an integer of %d digits, past any limit" % (_field_name(path), len(s)))
         if _SCALARS["float"].match(s):
             t = s.lower().lstrip("+-")
             f = float("nan") if t == ".nan" else float("inf") if t == ".inf" else float(s)
@@ -223,6 +227,9 @@ def decode_yaml(text, where):
         docs = list(yaml.compose_all(text, Loader=_yaml_loader()))
     except yaml.YAMLError as e:
         raise WorkloadError("%s: invalid YAML: %s" % (where, " ".join(str(e).split())))
+    except RecursionError:
+        # PyYAML composes recursively: 1,000 nested [ overflow the stack before _Decoder counts levels
+        raise WorkloadError("%s: the document nests deeper than %d levels" % (where, _LIMITS["depth"]))
     if not docs:
         return None
     if len(docs) > 1:
@@ -241,21 +248,43 @@ def _json_pairs(where):
     return hook
 
 
-def load(path):
-    """Reads a YAML (needs PyYAML) or JSON workload file and validates it."""
-    where = os.path.basename(path)
+# what a path that is not a regular file is, in the Go reader's words (internal/boundedio kind)
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def _read(path):
+    """The bytes of the regular file at path, at most the table's limit, as Go's boundedio.ReadFile reads them: a
+    named pipe is refused without blocking (O_NONBLOCK), a device such as /dev/zero without reading it."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(_LIMITS["bytes"] + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise WorkloadError("%s: %s" % (path, e.strerror or e))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((k for t, k in _KINDS if t(mode)), "mode %o" % mode)
+        raise WorkloadError("cannot read %s: not a regular file (%s)" % (path, kind))
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(_LIMITS["bytes"] + 1)
+        except OSError as e:
+            raise WorkloadError("%s: %s" % (path, e.strerror or e))
+
+
+def load(path):
+    """Reads a YAML or JSON workload file and validates it. JSON is YAML, so a .json file takes the YAML path too,
+    as the Go reader's does (the table's count, depth and scalar rules apply to both); the json module only
+    without PyYAML."""
+    where = os.path.basename(path)
+    data = _read(path)
     if len(data) > _LIMITS["bytes"]:
         raise WorkloadError("%s: is over the limit of %d bytes for a workload file" % (where, _LIMITS["bytes"]))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise WorkloadError("%s: is not UTF-8 text (byte %d)" % (where, e.start))
-    if path.endswith(".json") or _yaml_loader() is None:
+    if _yaml_loader() is None:
         try:
             obj = json.loads(text, object_pairs_hook=_json_pairs(where), parse_constant=_no_constant(where))
         except ValueError as e:

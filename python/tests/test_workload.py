@@ -111,8 +111,9 @@ def test_json_duplicates_and_constants(tmp_path):
     p.write_text('{"model": "m:f", "batch": 2, "batch": 4}')
     with pytest.raises(WorkloadError, match="field 'batch' is given twice"):
         load(str(p))
+    # JSON is read as YAML, as the Go reader reads it: NaN is a plain string there
     p.write_text('{"model": "m:f", "batch": NaN}')
-    with pytest.raises(WorkloadError, match="NaN is not a number"):
+    with pytest.raises(WorkloadError, match="field 'batch' must be an integer, got a string"):
         load(str(p))
 
 
@@ -128,3 +129,44 @@ def test_refusals_quoting_line_breaks_stay_one_line(tmp_path):
             load(str(p))
         msg = str(ei.value)
         assert "\n" not in msg and "\r" not in msg and want in msg, msg
+
+
+def test_load_refuses_what_is_not_a_regular_file(tmp_path):
+    """Sweep G, round 25 (A12): a named pipe blocked the reader and /dev/zero was read; both are refused at once in
+    the Go reader's words (internal/boundedio). A subprocess, so a reader that blocks fails the test."""
+    import subprocess
+    import sys
+    os.mkfifo(str(tmp_path / "w.yaml"))
+    code = ("import sys\nfrom memplan_torch.workload import load, WorkloadError\nfor p in sys.argv[1:]:\n"
+            "    try:\n        load(p)\n    except WorkloadError as e:\n        print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "w.yaml"), "/dev/zero", str(tmp_path)],
+                       stdout=subprocess.PIPE, timeout=60, stdin=subprocess.DEVNULL,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert r.stdout.decode().splitlines() == [
+        "cannot read %s: not a regular file (a named pipe)" % (tmp_path / "w.yaml"),
+        "cannot read /dev/zero: not a regular file (a device)",
+        "cannot read %s: not a regular file (a directory)" % tmp_path]
+
+
+@pytest.mark.parametrize("name,text,want", [
+    # A8: a .json file takes the YAML path, with the table's depth, count and finiteness rules
+    ("deep.json", '{"model": "m:f", "batch": 2, "model_args": {"x": ' + "[" * 40 + "]" * 40 + "}}",
+     "deep.json: field 'model_args.x' nests deeper than 32 levels"),
+    ("inf.json", '{"model": "m:f", "batch": 2, "model_args": {"x": 1e400}}',
+     "inf.json: field 'model_args.x' must be a finite number, got 1e400"),
+    ("many.json", '{"model": "m:f", "batch": 2, "model_args": {"x": [' + ",".join(["1"] * 20000) + "]}}",
+     "many.json: the document expands to over 10000 values"),
+    # A9: PyYAML composes recursively; 1,000 levels raised RecursionError before the depth check
+    ("deep.yaml", "model: m:f\nbatch: 2\nmodel_args:\n  x: " + "[" * 1000 + "]" * 1000 + "\n",
+     "deep.yaml: the document nests deeper than 32 levels"),
+    # A10: int() refuses strings of over 4,300 digits with a ValueError
+    ("big.yaml", "model: m:f\nbatch: " + "9" * 4301 + "\n", "big.yaml: field 'batch' is an integer of 4301 digits"),
+    ("bigarg.yaml", "model: m:f\nbatch: 2\nmodel_args:\n  x: " + "9" * 5000 + "\n",
+     "bigarg.yaml: field 'model_args.x' is an integer of 5000 digits"),
+])
+def test_json_and_deep_files_take_the_yaml_rules(tmp_path, name, text, want):
+    p = tmp_path / name
+    p.write_text(text)
+    with pytest.raises(WorkloadError) as ei:
+        load(str(p))
+    assert want in str(ei.value) and "\n" not in str(ei.value), str(ei.value)
