@@ -44,7 +44,6 @@ type converter struct {
 	count int
 }
 
-//
 // An alias is the value it names, at the alias's depth, and neither it nor
 // the document node is a value of its own: memplan_torch's _Decoder counts
 // the same (sweep G, round 25: Go counted both and a level per alias, and
