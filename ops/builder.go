@@ -617,11 +617,24 @@ func (b *Builder) Embedding(name string, w, ids ir.TensorID) ir.TensorID {
 
 // Rotary applies rotary position embeddings with shared cos/sin tables. HF's
 // apply_rotary_pos_emb holds about two input-sized temporaries
-// (rotate_half's cat and one product) while it runs.
-func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID) ir.TensorID {
+// (rotate_half's cat and one product) while it runs. With promote its
+// output has the widest dtype of x and the tables, as HF's q*cos +
+// rotate_half(q)*sin does (mul and add follow type promotion under
+// autocast): under amp the tables are float32 (LlamaRotaryEmbedding.forward
+// casts them to the hidden states' dtype, float32 with float32 parameters)
+// and q, k bfloat16 (a linear's output), so the rotated q and k, and the
+// keys an inference cache keeps, are float32 (sweep E, round 25: measured
+// with transformers 5.24.0 on CPU, 393,216 B of cache where bfloat16 keys
+// gave 262,144). lit-gpt's apply_rope casts back (roped.to(x.dtype)):
+// without promote the output keeps x's dtype.
+func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID, promote bool) ir.TensorID {
 	xs := b.Shape(x)
-	y := b.node("rotary", []ir.TensorID{x, cos, sin}, []out{{name: name, dt: b.g.Tensors[x].DType, shape: xs, view: ir.NoTensor}}, 3*float64(numel(xs)))[0]
-	b.last().Workspace = 2 * b.g.Tensors[x].DType.Size(numel(xs))
+	dt := b.g.Tensors[x].DType
+	if promote {
+		_, dt = b.autocast("rotary", x, cos, sin)
+	}
+	y := b.node("rotary", []ir.TensorID{x, cos, sin}, []out{{name: name, dt: dt, shape: xs, view: ir.NoTensor}}, 3*float64(numel(xs)))[0]
+	b.last().Workspace = 2 * dt.Size(numel(xs))
 	b.last().BwdWorkspace = b.last().Workspace
 	return y
 }

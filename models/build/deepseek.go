@@ -96,8 +96,8 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	latent = m.norm("kv_a_layernorm", latent, a.KVLoRARank)
 	kv := m.dense("kv_b_proj", latent, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
 	kPass, v := b.View("k_pass", kv, B, A, S, N), b.View("value_states", kv, B, A, S, V)
-	qRot = b.Rotary("q_rot", qRot, cos, sin)
-	kRot = b.View("k_rot_expand", b.Rotary("k_rot", kRot, cos, sin), B, A, S, R)
+	qRot = b.Rotary("q_rot", qRot, cos, sin, m.o.Code == CodeHF)
+	kRot = b.View("k_rot_expand", b.Rotary("k_rot", kRot, cos, sin, m.o.Code == CodeHF), B, A, S, R)
 	query := b.Cat("query_states", 3, qPass, qRot)
 	key := b.Cat("key_states", 3, kPass, kRot)
 	T := S

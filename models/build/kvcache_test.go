@@ -64,3 +64,41 @@ func TestSlidingWindowInferenceCache(t *testing.T) {
 		}
 	}
 }
+
+// Under amp transformers' rotary product promotes bfloat16 keys to the
+// float32 tables' dtype (mul and add follow type promotion), so its cache
+// keeps float32 keys beside bfloat16 values; pure bf16 and lit-gpt's
+// apply_rope (roped.to(x.dtype)) keep bfloat16 keys. Sweep E, round 25:
+// transformers 5.24.0 on CPU cached 393,216 B for a 4-layer llama config at
+// 2 × 128 tokens of 64 key elements a layer (4·256·64·(4+2)), 1.5× the
+// 262,144 B of bfloat16 keys memplan gave.
+func TestRotaryKeysCachedInTheirPromotedDType(t *testing.T) {
+	a := lookup(t, "llama-3-8b")
+	const b, tokens = 2, 48
+	perToken := int64(a.Layers * a.KVHeads * a.HeadDim) // elements of K (or V) per token
+	for _, c := range []struct {
+		name string
+		o    Options
+		k, v int64 // bytes per element
+	}{
+		{"hf amp-bf16", Options{Precision: ops.AMPBF16}, 4, 2},
+		{"hf pure-bf16", Options{Precision: ops.BF16}, 2, 2},
+		{"litgpt amp-bf16", Options{Precision: ops.AMPBF16, Code: CodeLitGPT}, 2, 2},
+	} {
+		o := c.o
+		o.MicroBatch, o.Seq, o.KVContext, o.Attention = b, 16, tokens, SDPA
+		g, err := Graph(a, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bytes int64
+		for _, id := range g.Buffers {
+			if x := g.Tensors[id]; x.Cat == ir.KVCache {
+				bytes += int64(x.Bytes)
+			}
+		}
+		if want := perToken * b * tokens * (c.k + c.v); bytes != want {
+			t.Errorf("%s: %d bytes of KV cache, want %d (%d-byte keys, %d-byte values)", c.name, bytes, want, c.k, c.v)
+		}
+	}
+}
