@@ -34,13 +34,16 @@ func TestDiagnoseAndReservedBadInput(t *testing.T) {
 }
 
 // plan --fit-on reserved decides fits on the caching allocator's prediction:
-// llama-3.2-1b at micro-batch 1 × 2048 fits an RTX 4090 on allocated bytes
-// (98% of it) but not once the allocator's segments are counted; with
-// expandable segments it fits again.
+// llama-3.2-1b at micro-batch 1 × 1984 fits an RTX 4090 on allocated bytes
+// but not once the allocator's segments are counted; with expandable
+// segments it fits again. (At 2048 it no longer does since round 25's
+// float32 rotary q and k under amp: the replay then runs out at the first
+// step's _foreach_sqrt, 2.24 GiB of its two expandable segments cached or
+// split off.)
 func TestPlanFitOnReserved(t *testing.T) {
 	run := func(extra ...string) string {
 		var out, errb bytes.Buffer
-		args := append([]string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "1", "--seq", "2048", "--no-chart"}, extra...)
+		args := append([]string{"plan", "--model", "llama-3.2-1b", "--gpu", "rtx-4090", "--micro-batch", "1", "--seq", "1984", "--no-chart"}, extra...)
 		rc := Main(args, &out, &errb)
 		if fits := strings.Contains(out.String(), "Fits on"); rc != 0 && !(rc == ExitDoesNotFit && !fits) {
 			t.Fatalf("%v: exit %d: %s", args, rc, errb.String())

@@ -40,26 +40,32 @@ func TestFalconInferenceCache(t *testing.T) {
 // @v5.24.0), a full-attention layer the whole context: Gemma 2 alternates
 // them from a sliding layer 0, Gemma 3 attends in full on each n-th layer.
 // Every layer had cached the whole context (physical sweep, round 24:
-// gemma-2-9b at 8,192 tokens 33% over).
+// gemma-2-9b at 8,192 tokens 33% over). A prompt longer than the window
+// stays whole through prefill (DynamicSlidingWindowLayer keeps a view of
+// the prompt-long cat it returns: sweep E, round 25, measured on CPU).
 func TestSlidingWindowInferenceCache(t *testing.T) {
 	for _, c := range []struct {
 		model  string
+		prompt int
 		layers []int   // layers checked
 		want   []int64 // their cached tokens
 	}{
-		{"gemma-2-9b", []int{0, 1, 2, 3}, []int64{4096, 8192, 4096, 8192}},
-		{"gemma-3-1b", []int{0, 4, 5, 11}, []int64{512, 512, 8192, 8192}},
-		{"llama-3.2-1b", []int{0, 1}, []int64{8192, 8192}},
+		{"gemma-2-9b", 16, []int{0, 1, 2, 3}, []int64{4096, 8192, 4096, 8192}},
+		{"gemma-3-1b", 16, []int{0, 4, 5, 11}, []int64{512, 512, 8192, 8192}},
+		{"llama-3.2-1b", 16, []int{0, 1}, []int64{8192, 8192}},
+		{"gemma-3-1b", 2048, []int{0, 5}, []int64{2048, 8192}},
+		{"gemma-2-9b", 8192, []int{0, 1}, []int64{8192, 8192}},
+		{"gemma-2-9b", 6000, []int{0, 1}, []int64{6000, 8192}},
 	} {
 		a := lookup(t, c.model)
-		g, err := Graph(a, Options{MicroBatch: 1, Seq: 16, KVContext: 8192, Precision: ops.BF16})
+		g, err := Graph(a, Options{MicroBatch: 1, Seq: c.prompt, KVContext: 8192, Precision: ops.BF16})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, l := range c.layers {
 			shape := tensorShape(t, g, fmt.Sprintf("model.layers.%d.self_attn.k_cache", l))
 			if got := shape[2]; got != c.want[i] {
-				t.Errorf("%s layer %d caches %d tokens, want %d", c.model, l, got, c.want[i])
+				t.Errorf("%s, prompt %d: layer %d caches %d tokens, want %d", c.model, c.prompt, l, got, c.want[i])
 			}
 		}
 	}
