@@ -77,3 +77,26 @@ func TestPlanReservedOOMInFirstStep(t *testing.T) {
 		t.Errorf("the reserved line should name the first step's OOM op:\n%s", s)
 	}
 }
+
+// max and fit print their warnings once the search has taken the job: a
+// refusal is the one line on stderr (sweep H, round 25: a warning came
+// first, then the refusal).
+func TestRefusalAfterAWarningIsOneLine(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"max", "--graph", "../testdata/torch/lm.trace.json", "--gpu", "t4", "--dp", "2", "--zero", "3", "--micro-batch", "?"}, "--zero 3: trace lm is memplan.trace/v1"},
+		{[]string{"max", "--model", "gpt2", "--gpu", "h100", "--budget", "76GiB", "--micro-batch", "?", "--seq", "2000"}, "--seq 2000 exceeds gpt2's 1024 learned positions"},
+		{[]string{"fit", "--model", "gpt2", "--gpu", "h100", "--budget", "76", "--search-memory", "1MiB"}, `--search-memory "1MiB": want a size of at least 64MiB`},
+		{[]string{"fit", "--graph", "../testdata/torch/lm.trace.json", "--gpu", "t4", "--dp", "2"}, "fit needs a --model"},
+	} {
+		var out, errb bytes.Buffer
+		if rc := Main(c.args, &out, &errb); rc != ExitBadInput {
+			t.Errorf("%v: exit %d, want 1", c.args, rc)
+		}
+		if msg := errb.String(); msg != "memplan: "+strings.TrimPrefix(msg, "memplan: ") || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, c.want) || out.Len() != 0 {
+			t.Errorf("%v: stderr %q, stdout %d bytes; want one line with %q", c.args, msg, out.Len(), c.want)
+		}
+	}
+}

@@ -77,8 +77,9 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 		return err
 	}
 	base := spec
+	// Warnings are printed once the search has taken the job: a refusal
+	// is one line (sweep H, round 25: a warning then the refusal).
 	ws := ff.plan.warnings(&spec)
-	warn(cmd.ErrOrStderr(), ws)
 	mem, err := units.ParseBytes(ff.searchMemory)
 	if err != nil {
 		return fmt.Errorf("--search-memory: %v", err) // what is wrong with it, not only its lower bound
@@ -96,6 +97,10 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	defer searchGC(cmd, mem)()
 	start := time.Now()
 	res, err := search.Fit(spec, o)
+	if err != nil && !errors.Is(err, search.ErrNothingFits) {
+		return budgetFlagErr(err)
+	}
+	warn(cmd.ErrOrStderr(), ws)
 	if err != nil {
 		return budgetFlagErr(err)
 	}

@@ -126,12 +126,12 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 			ws = append(ws, w)
 		}
 	}
-	warn(cmd.ErrOrStderr(), ws)
 	r, err := search.MaxContext(cmd.Context(), spec, d)
 	nothing := errors.Is(err, search.ErrNothingFits)
 	if err != nil && !nothing {
-		return err
+		return err // one line: the warnings are the answer's (sweep H, round 25)
 	}
+	warn(cmd.ErrOrStderr(), ws)
 	var next *engine.Row
 	if nothing {
 		if next, err = nextStep(cmd.Context(), r.Beyond, r.Cache); err != nil {

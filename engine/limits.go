@@ -90,21 +90,32 @@ func (s *Spec) validateModelSize() error {
 	if rows > build.MaxTokens {
 		// The graph builder's own bound, lower than a trace's: refused here
 		// on the flag rather than by the builder's internal message.
-		return invalid(FieldMicroBatch, "{micro-batch} %d × {seq} %d is over the limit of 2^31 tokens per micro-step a model's graph is built for", s.MicroBatch, tokens)
+		return invalid(FieldMicroBatch, "%s is over the limit of 2^31 tokens per micro-step a model's graph is built for", s.tokensNamed())
 	}
 	if _, ok := mulChecked(rows, width, MaxElements); !ok {
 		what := "micro-batch × tokens × width"
 		if s.Attention == build.Eager {
 			what += " (eager attention's scores: heads × tokens wide)"
 		}
-		return invalid(FieldSeq, "{micro-batch} %d × {seq} %d of %s is over the limit of 2^58 elements in one activation (%s; 2^58 fp32 elements are 1 EiB): no GPU holds it", s.MicroBatch, tokens, a.Name, what)
+		return invalid(FieldSeq, "%s of %s is over the limit of 2^58 elements in one activation (%s; 2^58 fp32 elements are 1 EiB): no GPU holds it", s.tokensNamed(), a.Name, what)
 	}
 	if s.Attention == build.Eager || a.AttnLogitSoftcap > 0 { // soft-capped logits run eagerly (build.graph)
 		if sc, ok := mulChecked(rows, int64(max(a.Heads, 1)), MaxElements); !ok || sc > build.MaxEagerScores/max(tokens, 1) {
-			return invalid(FieldSeq, "{micro-batch} %d × {seq} %d of %s is over the limit of 2^56 eager attention scores (micro-batch × heads × tokens²) a model's graph is built for", s.MicroBatch, tokens, a.Name)
+			return invalid(FieldSeq, "%s of %s is over the limit of 2^56 eager attention scores (micro-batch × heads × tokens²) a model's graph is built for", s.tokensNamed(), a.Name)
 		}
 	}
 	return nil
+}
+
+// tokensNamed is a model job's tokens a micro-step as the flags give them:
+// {micro-batch} × {seq}, and the generated tokens beside the prompt (sweep
+// H, round 25: an inference job of --seq 1 and 8,191 generated tokens was
+// refused as --seq 8192).
+func (s *Spec) tokensNamed() string {
+	if s.GenTokens > 0 {
+		return fmt.Sprintf("{micro-batch} %d × ({seq} %d + {gen-tokens} %d)", s.MicroBatch, s.Seq, s.GenTokens)
+	}
+	return fmt.Sprintf("{micro-batch} %d × {seq} %d", s.MicroBatch, s.Seq)
 }
 
 // validateSimulatedBlocks bounds the blocks a plan simulates at once: a

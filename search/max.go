@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/memplan/memplan/models/build"
 	"math"
 	"slices"
 	"strings"
@@ -218,11 +219,39 @@ func (r *MaxResult) bounds(base *engine.Spec) error {
 			r.Cap, r.CapWhy = positions-base.Seq, fmt.Sprintf("%s's %d positions less the %d-token prompt", a.Name, positions, base.Seq)
 		}
 	}
+	r.tokenCap(base)
 	r.Cap -= r.Cap % r.Step
 	if r.Cap < r.Step {
 		return engine.FieldErrorf(r.Dim.Field(), "no {%s} fits in %s", r.Dim.Field().Key(), r.CapWhy)
 	}
 	return nil
+}
+
+// tokenCap lowers r's cap to the tokens a model's graph is built for
+// (build.MaxTokens, 2^31 a micro-step: micro-batch × (seq + generated
+// tokens)), which engine refuses past: the search answers the largest
+// value that fits under it rather than the refusal of a probe past it, a
+// value nobody gave (sweep H, round 25: max --micro-batch '?' on a 1 PiB
+// budget at 8,192 tokens was refused at its own cap of 2^20).
+func (r *MaxResult) tokenCap(base *engine.Spec) {
+	if base.Model == nil || base.Trace != nil {
+		return
+	}
+	mb, seq, gen := int64(max(base.MicroBatch, 1)), int64(base.Seq), int64(base.GenTokens)
+	var c int64
+	switch r.Dim {
+	case DimMicroBatch:
+		c = build.MaxTokens / max(seq+gen, 1)
+	case DimSeq:
+		c = build.MaxTokens/mb - gen
+	case DimGenTokens:
+		c = build.MaxTokens/mb - seq
+	default:
+		return
+	}
+	if c < int64(r.Cap) {
+		r.Cap, r.CapWhy = int(max(c, 0)), "the 2^31 tokens a micro-step of a model's graph is built for"
+	}
 }
 
 // maxSolver holds what Max's phases share: the job, the answer being built

@@ -164,6 +164,16 @@ func TestMaxBounds(t *testing.T) {
 	if _, err := Max(s, DimGenTokens); err == nil {
 		t.Error("training: solved generated tokens")
 	}
+	// The cap is the 2^31 tokens a model's graph is built for, not a
+	// refusal of a probe past it (sweep H, round 25).
+	big := baseSpec(t, "llama-3-8b", "h100", 2)
+	big.Seq, big.Capacity = 8192, units.Bytes(1)<<60
+	if r, err = Max(big, DimMicroBatch); err != nil {
+		t.Fatal(err)
+	}
+	if !r.AtCap() || r.Value != 1<<31/8192 || !strings.Contains(r.CapWhy, "2^31 tokens") {
+		t.Errorf("llama-3-8b at 8,192 tokens on 1 EiB: micro-batch %d (cap %d, %s), want the 2^18 the graph's tokens allow", r.Value, r.Cap, r.CapWhy)
+	}
 }
 
 // Max that nothing fits says what runs out: the GPU or budget (how much more
