@@ -272,17 +272,22 @@ type simulator struct {
 	mem, busy, last float64
 	memRate         units.Bytes
 	busyGPUs        int
+	// tree is each GPU's room for the policy (roomOf), kept as GPUs
+	// change: the most room and the first GPU with room in O(log n).
+	tree *roomTree
 }
 
 // lookEvery is how many events and placement tries a simulation runs
 // between looks at its context.
 const lookEvery = 1024
 
-// stopped looks at the context every lookEvery calls.
-func (s *simulator) stopped() error {
-	if s.looks++; s.looks%lookEvery != 0 {
+// stopped looks at the context every lookEvery units of work: an event or
+// a placement try of one process (a gang's try is its processes').
+func (s *simulator) stopped(work int) error {
+	if s.looks += work; s.looks < lookEvery {
 		return nil
 	}
+	s.looks = 0
 	return context.Cause(s.ctx)
 }
 
@@ -298,7 +303,7 @@ func simulate(ctx context.Context, envs map[string]*Envelope, arr []Arrival, poo
 	}
 	next := 0
 	for next < len(order) || s.nrun > 0 {
-		if err := s.stopped(); err != nil {
+		if err := s.stopped(1); err != nil {
 			return SimPolicy{}, err
 		}
 		t := math.Inf(1)
@@ -353,6 +358,7 @@ func newSimulator(ctx context.Context, envs map[string]*Envelope, arr []Arrival,
 	if p == WholeGPU {
 		s.minNeed = 0
 	}
+	s.tree = newRoomTree(pool.Count, s.roomOf)
 	return s
 }
 
@@ -436,6 +442,7 @@ func (s *simulator) endJobs(t float64) {
 		if len(kept) == 0 && len(g) > 0 {
 			s.busyGPUs--
 		}
+		s.tree.set(gi, s.roomOf(gi))
 	}
 }
 
@@ -455,15 +462,16 @@ func (s *simulator) place(t float64) error {
 		}
 	}()
 	for len(s.ready) > 0 {
-		if err := s.stopped(); err != nil {
-			return err
-		}
 		x := heap.Pop(&s.ready).([2]int)
 		ai := s.waiting[x[1]][0]
 		sg := s.sorted[s.env[ai]]
+		if err := s.stopped(len(sg.needs)); err != nil {
+			heap.Push(&s.ready, x)
+			return err
+		}
 		var at []int
 		if sg.needs[0] <= free {
-			at = fitGang(sg.needs, len(s.gpus), s.pool.Node(), s.env[ai].SameNode, s.admits)
+			at = s.fitGang(sg.needs, s.env[ai].SameNode)
 		}
 		if at == nil {
 			stuck = append(stuck, x)
@@ -482,26 +490,7 @@ func (s *simulator) place(t float64) error {
 
 // mostRoom is the largest need some GPU admits now (whole-gpu: any need
 // when a GPU is empty, none otherwise).
-func (s *simulator) mostRoom() units.Bytes {
-	if s.policy == WholeGPU {
-		if s.busyGPUs < len(s.gpus) {
-			return math.MaxInt64
-		}
-		return -1
-	}
-	var most units.Bytes = -1
-	for gi := range s.gpus {
-		most = max(most, s.room-s.used[gi])
-	}
-	return most
-}
-
-func (s *simulator) admits(g int, need units.Bytes) bool {
-	if s.policy == WholeGPU {
-		return len(s.gpus[g]) == 0
-	}
-	return s.used[g]+need <= s.room
-}
+func (s *simulator) mostRoom() units.Bytes { return s.tree.most() }
 
 // start places arrival ai's processes ms on GPUs at (one each) at t,
 // judging each GPU as the policy runs its processes: the job runs out of
@@ -534,6 +523,7 @@ func (s *simulator) start(at []int, ai int, t float64, ms []*Envelope, needs []u
 		r := running{arrival: ai, end: t + a.dur, env: ms[k], mean: mean(ms[k]), need: needs[k], lead: k == 0}
 		s.gpus[g] = append(s.gpus[g], r)
 		s.used[g] += needs[k]
+		s.tree.set(g, s.roomOf(g))
 		s.memRate += r.mean
 		s.nrun++
 		heap.Push(&s.ends, endItem{r.end, g})
