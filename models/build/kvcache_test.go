@@ -2,6 +2,7 @@ package build
 
 import (
 	"fmt"
+	"github.com/memplan/memplan/models"
 	"reflect"
 	"testing"
 
@@ -16,16 +17,7 @@ import (
 func TestFalconInferenceCache(t *testing.T) {
 	a := lookup(t, "falcon-7b")
 	for _, at := range []Attention{SDPA, Eager} {
-		g, err := Graph(a, Options{MicroBatch: 2, Seq: 16, KVContext: 48, Precision: ops.BF16, Attention: at})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var bytes int64
-		for _, id := range g.Buffers {
-			if x := g.Tensors[id]; x.Cat == ir.KVCache {
-				bytes += int64(x.Bytes)
-			}
-		}
+		g, bytes := cacheBytes(t, a, Options{MicroBatch: 2, Seq: 16, KVContext: 48, Precision: ops.BF16, Attention: at})
 		if want := int64(2 * 32 * 1 * 64 * 2 * 2 * 48); bytes != want {
 			t.Errorf("attention %v: %d bytes of KV cache, want %d", at, bytes, want)
 		}
@@ -93,18 +85,25 @@ func TestRotaryKeysCachedInTheirPromotedDType(t *testing.T) {
 	} {
 		o := c.o
 		o.MicroBatch, o.Seq, o.KVContext, o.Attention = b, 16, tokens, SDPA
-		g, err := Graph(a, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var bytes int64
-		for _, id := range g.Buffers {
-			if x := g.Tensors[id]; x.Cat == ir.KVCache {
-				bytes += int64(x.Bytes)
-			}
-		}
+		_, bytes := cacheBytes(t, a, o)
 		if want := perToken * b * tokens * (c.k + c.v); bytes != want {
 			t.Errorf("%s: %d bytes of KV cache, want %d (%d-byte keys, %d-byte values)", c.name, bytes, want, c.k, c.v)
 		}
 	}
+}
+
+// cacheBytes builds a's graph with o and sums its KV-cache buffers.
+func cacheBytes(t *testing.T, a *models.Arch, o Options) (*ir.Graph, int64) {
+	t.Helper()
+	g, err := Graph(a, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bytes int64
+	for _, id := range g.Buffers {
+		if x := g.Tensors[id]; x.Cat == ir.KVCache {
+			bytes += int64(x.Bytes)
+		}
+	}
+	return g, bytes
 }
