@@ -1,6 +1,7 @@
 """Every file memplan_torch writes is written atomically: to a temporary file in the target's directory, then
-renamed over the target; the temporary file is removed when anything fails, on Ctrl-C, SIGTERM and SIGHUP
-(SIGKILL cannot be caught). A symbolic link given as the output is written through (its target is replaced and
+renamed over the target; the temporary file is removed when anything fails and on every signal that would end the
+process (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGALRM; SIGKILL cannot be caught), a signal the caller
+ignores staying ignored. The file keeps the mode of the one it replaces (a new one: 0666 less the umask). A symbolic link given as the output is written through (its target is replaced and
 the link kept); anything else that is not a regular file (a directory, a named pipe, a device, a socket) is
 refused before any work starts, in one line naming the flag. So is a path whose directory does not exist: no
 folder is made for an output (as memplan fit --emit-out refuses one), so a mistyped path is not created.
@@ -26,7 +27,11 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT") if hasattr(signal, n))
+# Every signal whose default action ends the process, so none leaves the temporary file behind (sweep G, round
+# 25: SIGUSR1, SIGALRM and SIGQUIT did); one the caller ignores (nohup's SIGHUP, a background job's SIGINT) stays
+# ignored (write does not arm it).
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                                              "SIGALRM") if hasattr(signal, n))
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -81,13 +86,29 @@ def _raise_interrupted(signum, frame):
     raise Interrupted(signum)
 
 
-def write(path, fill, flag="--out", mode=0o644):
-    """Writes `path` atomically; fill(f) writes the content to the text file f."""
+def _mode_for(target):
+    """The mode the written file gets: the replaced file's, else what open() would give a new file (0666 less
+    the umask): the temporary file is 0600, and a fixed 0644 ignored both (sweep G, round 25)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def write(path, fill, flag="--out", mode=None):
+    """Writes `path` atomically; fill(f) writes the content to the text file f. The file keeps the mode of the
+    file it replaces (a new one: 0666 less the umask) unless mode is given."""
     target = resolve(path, flag)
+    if mode is None:
+        mode = _mode_for(target)
     old = {}
     if threading.current_thread() is threading.main_thread():
         for s in _SIGNALS:
             try:
+                if signal.getsignal(s) == signal.SIG_IGN:
+                    continue
                 old[s] = signal.signal(s, _raise_interrupted)
             except (OSError, ValueError):  # pragma: no cover
                 pass

@@ -5,6 +5,7 @@ refused, the temporary file removed on a signal)."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -180,3 +181,52 @@ def test_long_extension_fits_the_temporary_name(tmp_path):
     atomic.write_json({"ok": 1}, str(tmp_path / name))
     assert json.loads((tmp_path / name).read_text()) == {"ok": 1}
     assert os.listdir(str(tmp_path)) == [name]
+
+
+@pytest.mark.parametrize("signame", ["SIGUSR1", "SIGALRM", "SIGQUIT"])
+def test_other_ending_signals_leave_nothing(tmp_path, signame):
+    """Sweep G, round 25: SIGUSR1, SIGALRM and SIGQUIT left the temporary file behind."""
+    sig = getattr(signal, signame)
+    path = tmp_path / "out.json"
+
+    def fill(f):
+        f.write("{")
+        f.flush()
+        os.kill(os.getpid(), sig)
+
+    old = signal.getsignal(sig)
+    with pytest.raises(atomic.Interrupted) as ei:
+        atomic.write(str(path), fill)
+    assert ei.value.signum == sig and os.listdir(str(tmp_path)) == []
+    assert signal.getsignal(sig) == old
+
+
+def test_an_ignored_signal_stays_ignored(tmp_path):
+    """A SIGHUP the caller ignores (nohup) is not armed while writing (sweep G, round 25: it was, and a hangup
+    lost the export)."""
+    old = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        def fill(f):
+            os.kill(os.getpid(), signal.SIGHUP)
+            f.write("{}\n")
+        atomic.write(str(tmp_path / "o.json"), fill)
+        assert (tmp_path / "o.json").read_text() == "{}\n"
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, old)
+
+
+def test_written_file_keeps_the_mode_it_replaces(tmp_path):
+    """The written file keeps the replaced file's mode, and a new one gets 0666 less the umask (sweep G, round
+    25: every output was 0644)."""
+    old = tmp_path / "old.json"
+    old.write_text("x\n")
+    os.chmod(str(old), 0o600)
+    atomic.write_json({}, str(old))
+    assert stat.S_IMODE(os.stat(str(old)).st_mode) == 0o600
+    umask = os.umask(0o027)
+    try:
+        atomic.write_json({}, str(tmp_path / "new.json"))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(os.stat(str(tmp_path / "new.json")).st_mode) == 0o640
