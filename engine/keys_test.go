@@ -19,7 +19,7 @@ var specFields = map[string]string{
 	"Job.Attention": "", "Job.Device": "", "Job.GenTokens": "", "Job.LoRA": "", "Job.QLoRA": "",
 	"Job.Count.Measured": "", "Job.Count.MinBytes": "", "Job.Count.Granularity": "", "Job.Count.Scratch": "", "Job.Count.WholeBatch": "",
 
-	"Sem.Recipe": "", "Sem.Code": "", "Sem.FusedSwiGLU": "", "Sem.GroupedExperts": "", "Sem.HandSiLU": "", "Sem.HandSoftmax": "", "Sem.RepeatKV": "", "Sem.EagerRMSNorm": "", "Sem.RMSNormFP32Weight": "", "Sem.EagerGELU": "", "Sem.MeanSavesInput": "", "Sem.OutOfPlaceSums": "",
+	"Sem.Recipe": "", "Sem.Code": "", "Sem.FusedSwiGLU": "", "Sem.GroupedExperts": "", "Sem.MLALatentCache": "", "Sem.HandSiLU": "", "Sem.HandSoftmax": "", "Sem.RepeatKV": "", "Sem.EagerRMSNorm": "", "Sem.RMSNormFP32Weight": "", "Sem.EagerGELU": "", "Sem.MeanSavesInput": "", "Sem.OutOfPlaceSums": "",
 	"Sem.Loss.Kind": "", "Sem.Loss.ChunkTokens": "", "Sem.Loss.Chunks": "", "Sem.Loss.Upcast": "", "Sem.Loss.Rows": "",
 	"Sem.LoRAModelDType": "", "Sem.LoRASharedDropout": "",
 	"Sem.Quant.NF4.SavesInput": "", "Sem.Quant.NF4.DequantCopy": "", "Sem.Quant.NoDoubleQuant": "", "Sem.Quant.TargetsOnly": "",

@@ -24,6 +24,9 @@ type Semantics struct {
 	// grouped matmuls (transformers 5.x), not a loop over per-expert
 	// linears (4.x).
 	GroupedExperts bool
+	// MLALatentCache caches MLA's compressed latent and rotary key in
+	// inference (transformers 5.x), not the expanded keys and values.
+	MLALatentCache bool
 	// HandSiLU and HandSoftmax run SiLU and eager attention's softmax as
 	// hand-written elementwise ops (x * sigmoid(x), exp(x - max) / sum).
 	HandSiLU, HandSoftmax bool
@@ -120,6 +123,7 @@ func (m Semantics) buildOptions(o *build.Options) {
 	o.RepeatKV = m.RepeatKV
 	o.FusedSwiGLU = m.FusedSwiGLU
 	o.GroupedExperts = m.GroupedExperts
+	o.MLALatentCache = m.MLALatentCache
 	o.HandSiLU, o.HandSoftmax = m.HandSiLU, m.HandSoftmax
 	if o.LoRA != nil && (m.LoRAModelDType || m.LoRASharedDropout) {
 		l := *o.LoRA

@@ -284,6 +284,7 @@ func (m *rowMapper) libraries() {
 	}
 	if v, ok := m.transformers(); ok && !versionBefore(v, 5, 0) {
 		mustSet(m.rec, "moe.experts=grouped-mm")
+		mustSet(m.rec, "attention.mla-cache=latent")
 	}
 }
 

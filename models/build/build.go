@@ -107,6 +107,12 @@ type Options struct {
 	// and one grouped matmul over every routed row for each (see
 	// groupedExperts), instead of 4.x's loop over per-expert linears.
 	GroupedExperts bool
+	// MLALatentCache caches multi-head latent attention's compressed
+	// latent and its one rotary key in inference, and expands per-head keys
+	// and values from the cache at every step (transformers 5.x's
+	// DeepseekV2/V3Attention: cache.update(kv_nope, k_rot), then
+	// expand_kv), instead of 4.x's cache of the expanded keys and values.
+	MLALatentCache bool
 	// HandSiLU runs SiLU as x * torch.sigmoid(x), as the CS336 course
 	// models write it (cs336-basics/cs336_basics/model.py silu, the 2025
 	// basics package vendored in assignment2-systems, e.g.

@@ -72,7 +72,9 @@ func (m *builder) gatedMLP(h ir.TensorID, I int) ir.TensorID {
 // attention; the heads merged (transpose().contiguous(): a copy) and
 // o_proj. Under TP the down-projections are replicated and q_b_proj,
 // kv_b_proj column-parallel, o_proj row-parallel. Inference caches the
-// uncompressed key and value states, as transformers' DynamicCache does.
+// uncompressed key and value states, as transformers 4.x's DynamicCache
+// does, or (Options.MLALatentCache, 5.x) the latent and the rotary key,
+// expanded over the whole cache by kv_b_proj.
 func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	a, b := m.a, m.b
 	B, S := m.bs()
@@ -94,14 +96,31 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	latent := b.View("k_latent", ckv, B, S, int64(a.KVLoRARank))
 	kRot := b.View("k_rot_in", ckv, B, 1, S, R)
 	latent = m.norm("kv_a_layernorm", latent, a.KVLoRARank)
-	kv := m.dense("kv_b_proj", latent, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
-	kPass, v := b.View("k_pass", kv, B, A, S, N), b.View("value_states", kv, B, A, S, V)
+	inference := m.o.KVContext > 0 && !m.o.Training
+	latentCache := inference && m.o.MLALatentCache
+	kvB := func(x ir.TensorID) ir.TensorID {
+		return m.dense("kv_b_proj", x, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
+	}
+	var kv ir.TensorID
+	if !latentCache {
+		kv = kvB(latent)
+	}
 	qRot = b.Rotary("q_rot", qRot, cos, sin, m.o.Code == CodeHF)
-	kRot = b.View("k_rot_expand", b.Rotary("k_rot", kRot, cos, sin, m.o.Code == CodeHF), B, A, S, R)
+	kRot = b.Rotary("k_rot", kRot, cos, sin, m.o.Code == CodeHF)
+	T := S
+	if latentCache {
+		// transformers 5.x caches the latent and the rotary key, and
+		// expands every head's keys and values from the whole cache.
+		T = int64(m.o.KVContext)
+		latent = b.CacheWrite(b.View("kv_nope", latent, B, 1, S, int64(a.KVLoRARank)), b.KVCache("kv_nope_cache", b.Tensor(latent).DType, B, 1, T, int64(a.KVLoRARank)))
+		kRot = b.CacheWrite(kRot, b.KVCache("k_rot_cache", b.Tensor(kRot).DType, B, 1, T, R))
+		kv = kvB(latent)
+	}
+	kPass, v := b.View("k_pass", kv, B, A, T, N), b.View("value_states", kv, B, A, T, V)
+	kRot = b.View("k_rot_expand", kRot, B, A, T, R)
 	query := b.Cat("query_states", 3, qPass, qRot)
 	key := b.Cat("key_states", 3, kPass, kRot)
-	T := S
-	if m.o.KVContext > 0 && !m.o.Training {
+	if inference && !latentCache {
 		T = int64(m.o.KVContext)
 		key = b.CacheWrite(key, b.KVCache("k_cache", b.Tensor(key).DType, B, A, T, D))
 		v = b.CacheWrite(v, b.KVCache("v_cache", b.Tensor(v).DType, B, A, T, V))

@@ -107,3 +107,27 @@ func cacheBytes(t *testing.T, a *models.Arch, o Options) (*ir.Graph, int64) {
 	}
 	return g, bytes
 }
+
+// transformers 5.x caches multi-head latent attention's compressed latent
+// and its one rotary key, kv_lora_rank + qk_rope_head_dim a token a layer
+// (DeepseekV2/V3Attention.forward @v5.24.0: cache.update(kv_nope, k_rot)),
+// 4.x every head's expanded keys and values: 8.9× more for DeepSeek-V2-Lite
+// (sweep E, round 25, measured on CPU: 122,880 B for a tiny deepseek_v2
+// config where the expanded cache gave 983,040).
+func TestMLALatentCache(t *testing.T) {
+	a := lookup(t, "deepseek-v2-lite")
+	const b, tokens = 2, 48
+	o := Options{MicroBatch: b, Seq: 16, KVContext: tokens, Precision: ops.BF16, Attention: SDPA}
+	_, expanded := cacheBytes(t, a, o)
+	o.MLALatentCache = true
+	g, latent := cacheBytes(t, a, o)
+	if want := int64(a.Layers*b*tokens*(a.KVLoRARank+a.QKRopeDim)) * 2; latent != want {
+		t.Errorf("latent cache %d bytes, want %d", latent, want)
+	}
+	if want := int64(a.Layers*b*tokens*a.Heads*(a.HeadDim+a.VHeadDim)) * 2; expanded != want {
+		t.Errorf("expanded cache %d bytes, want %d", expanded, want)
+	}
+	if got, want := tensorShape(t, g, "model.layers.0.self_attn.kv_nope_cache"), []int64{b, 1, tokens, int64(a.KVLoRARank)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("kv_nope_cache %v, want %v", got, want)
+	}
+}
