@@ -101,9 +101,14 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	kvB := func(x ir.TensorID) ir.TensorID {
 		return m.dense("kv_b_proj", x, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
 	}
-	var kv ir.TensorID
+	// kv_b_proj's heads over n tokens: views of its output.
+	heads := func(x ir.TensorID, n int64) (ir.TensorID, ir.TensorID) {
+		kv := kvB(x)
+		return b.View("k_pass", kv, B, A, n, N), b.View("value_states", kv, B, A, n, V)
+	}
+	var kPass, v ir.TensorID
 	if !latentCache {
-		kv = kvB(latent)
+		kPass, v = heads(latent, S)
 	}
 	qRot = b.Rotary("q_rot", qRot, cos, sin, m.o.Code == CodeHF)
 	kRot = b.Rotary("k_rot", kRot, cos, sin, m.o.Code == CodeHF)
@@ -114,9 +119,8 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 		T = int64(m.o.KVContext)
 		latent = b.CacheWrite(b.View("kv_nope", latent, B, 1, S, int64(a.KVLoRARank)), b.KVCache("kv_nope_cache", b.Tensor(latent).DType, B, 1, T, int64(a.KVLoRARank)))
 		kRot = b.CacheWrite(kRot, b.KVCache("k_rot_cache", b.Tensor(kRot).DType, B, 1, T, R))
-		kv = kvB(latent)
+		kPass, v = heads(latent, T)
 	}
-	kPass, v := b.View("k_pass", kv, B, A, T, N), b.View("value_states", kv, B, A, T, V)
 	kRot = b.View("k_rot_expand", kRot, B, A, T, R)
 	query := b.Cat("query_states", 3, qPass, qRot)
 	key := b.Cat("key_states", 3, kPass, kRot)
