@@ -202,6 +202,9 @@ func (p *Plan) Describe() string {
 			d += fmt.Sprintf(" ZeRO-%d", s.ZeRO)
 		}
 	}
+	if s.EP > 1 {
+		d += fmt.Sprintf(", ep %d", s.EP)
+	}
 	if s.Checkpoint.Kind != engine.NoCheckpoint {
 		d += ", checkpoint " + s.Checkpoint.String()
 	}
@@ -344,6 +347,12 @@ func fitDefaults(base *engine.Spec, o *Options) error {
 	}
 	if o.Pinned.Has(PinSP) && !o.Pinned.Has(PinTP) && base.SP && base.TP <= 1 {
 		base.TP = 2
+	}
+	// So is --ep, which needs data-parallel ranks a multiple of it: the
+	// search keeps the layouts that have them (sweep E, round 25: fit
+	// --gpus 16 --ep 8 was refused at the base's dp of 1).
+	if base.EP > 1 && !o.Pinned.Has(PinDP) && max(base.DP, 1)%base.EP != 0 {
+		base.DP = base.EP
 	}
 	if err := base.Validate(); err != nil {
 		return err
@@ -744,8 +753,9 @@ type layout struct {
 
 // layouts are the layouts the GPUs and the model allow: TP dividing the
 // heads, KV heads and intermediate size; TP × PP dividing the GPUs; DP
-// dividing the global batch; SP only under TP on a sequence it divides and
-// without experts; ZeRO only with DP. Pinned dimensions keep the spec's.
+// dividing the global batch and a multiple of the spec's EP; SP only under
+// TP on a sequence it divides and without experts; ZeRO only with DP.
+// Pinned dimensions keep the spec's.
 func layouts(base engine.Spec, o Options) []layout {
 	a, pin := base.Model, o.Pinned
 	var ls []layout
@@ -760,7 +770,7 @@ func layouts(base engine.Spec, o Options) []layout {
 				continue
 			}
 			dp := o.GPUs / (tp * pp)
-			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != max(base.DP, 1) {
+			if o.GlobalBatch%dp != 0 || pin.Has(PinDP) && dp != max(base.DP, 1) || base.EP > 1 && dp%base.EP != 0 {
 				continue
 			}
 			for _, sp := range sps {

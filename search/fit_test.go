@@ -584,3 +584,23 @@ func TestFitReportsWhatPlanSays(t *testing.T) {
 		}
 	}
 }
+
+// --ep needs data-parallel ranks a multiple of it: fit searches the layouts
+// that have them rather than refusing the base's dp of 1 (sweep E, round
+// 25: fit --gpus 16 --ep 8 was refused).
+func TestFitKeepsEPLayouts(t *testing.T) {
+	base := baseSpec(t, "mixtral-8x7b", "h100", 2)
+	base.EP = 8
+	r, err := Fit(base, Options{GPUs: 16, GlobalBatch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]*Plan{r.Winner}, r.RunnersUp...) {
+		if p.Spec.EP != 8 || p.Spec.DP%8 != 0 {
+			t.Errorf("%s: ep %d over dp %d", p.Describe(), p.Spec.EP, p.Spec.DP)
+		}
+	}
+	if !strings.Contains(r.Winner.Describe(), "ep 8") {
+		t.Errorf("the winner's description %q does not name its ep", r.Winner.Describe())
+	}
+}
