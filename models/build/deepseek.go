@@ -98,12 +98,9 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	latent = m.norm("kv_a_layernorm", latent, a.KVLoRARank)
 	inference := m.o.KVContext > 0 && !m.o.Training
 	latentCache := inference && m.o.MLALatentCache
-	kvB := func(x ir.TensorID) ir.TensorID {
-		return m.dense("kv_b_proj", x, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
-	}
 	// kv_b_proj's heads over n tokens: views of its output.
 	heads := func(x ir.TensorID, n int64) (ir.TensorID, ir.TensorID) {
-		kv := kvB(x)
+		kv := m.dense("kv_b_proj", x, a.KVLoRARank, a.Heads*(a.HeadDim-a.QKRopeDim+a.VHeadDim), false, colPar)
 		return b.View("k_pass", kv, B, A, n, N), b.View("value_states", kv, B, A, n, V)
 	}
 	var kPass, v ir.TensorID

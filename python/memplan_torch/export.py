@@ -29,17 +29,23 @@ def _canonical(raw):
     return fit.canonical(_steady(raw), raw["initial"])
 
 
-def _fit_flops(steady, base_events, raws, alignments, batches, seqs, batch, want_seq):
-    """Gives each steady event that PyTorch counts FLOPs for (flops.op_flops) its FLOPs at the document's batch
-    (and sequence) and their exact fit over the traced points, as a storage's size: a matrix product's are
-    linear in the batch and at most quadratic in the sequence (attention). Event i of the structure trace is
-    event event_map()[i] at another point (an op a view replaced there counts none)."""
+def _aligned(raws, alignments):
+    """field(key, i, name): the value `name` (0 when absent) of event i of the structure trace at fit point key,
+    where it is event event_map()[i] (0 for an op a view replaced there: no kernel, no scratch, no FLOPs)."""
     evs = {key: _steady(raw) for key, raw in raws.items()}
     at = {key: (alignments[key].event_map() if key in alignments else None) for key in raws}
 
-    def flops_at(key, i):
+    def field(key, i, name):
         j = i if at[key] is None else at[key].get(i)
-        return evs[key][j].get("flops", 0) if j is not None else 0
+        return evs[key][j].get(name, 0) if j is not None else 0
+    return field
+
+
+def _fit_flops(steady, base_events, field, raws, batches, seqs, batch, want_seq):
+    """Gives each steady event that PyTorch counts FLOPs for (flops.op_flops) its FLOPs at the document's batch
+    (and sequence) and their exact fit over the traced points, as a storage's size: a matrix product's are
+    linear in the batch and at most quadratic in the sequence (attention). field is _aligned's."""
+    flops_at = lambda key, i: field(key, i, "flops")
     counted = [i for i in range(len(base_events)) if any(flops_at(k, i) for k in raws)]
     label = lambda i: "the FLOPs of %s" % fit.describe(base_events[i])
     models = fit.size_models(flops_at, batches, seqs, counted, label, quantity="flops")
@@ -414,15 +420,10 @@ def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim
                              "alias": o["alias"], "inplace": o["inplace"]} for o in e["outputs"]]}
 
     steady = [event_obj(i, e, newid.get) for i, e in enumerate(base_events)]
+    field = _aligned(raws, alignments)
     scratch_measured = all(r["scratch_measured"] for r in raws.values())
     if scratch_measured:
-        canon = {key: _steady(raw) for key, raw in raws.items()}
-        # event i of the base trace at each point (an op a view replaced there: no kernel, no scratch)
-        at = {key: (alignments[key].event_map() if key in alignments else None) for key in raws}
-
-        def scratch_at(k, i):
-            j = i if at[k] is None else at[k].get(i)
-            return canon[k][j].get("scratch", 0) if j is not None else 0
+        scratch_at = lambda k, i: field(k, i, "scratch")
         small = _scratch_below(make_job, batch, batches, seqs, optimizer, dev, foreach, base_events)
         for i, ev in enumerate(steady):
             pts = [[k[0], k[1], scratch_at(k, i)] for k in sorted(raws, key=lambda k: (k[1] or 0, k[0]))]
@@ -433,7 +434,7 @@ def _build_trace(make_job, batch, seq_len, optimizer, device, foreach, batch_dim
                 ev["scratch"] = {"bytes": 0, "points": pts}
                 ev["scratch"]["bytes"] = scratch_bytes(ev, batch, want_seq)
     if flops.available():
-        _fit_flops(steady, base_events, raws, alignments, batches, seqs, batch, want_seq)
+        _fit_flops(steady, base_events, field, raws, batches, seqs, batch, want_seq)
     first = [event_obj(i, e, remap1) for i, e in enumerate(first_events)]
     state_ids = sorted(newid[s] for s in initial if cats[s] == "optimizer_state")
 
