@@ -615,27 +615,54 @@ func (b *Builder) Embedding(name string, w, ids ir.TensorID) ir.TensorID {
 	return b.node("embedding", []ir.TensorID{w, ids}, []out{{name: name, dt: b.g.Tensors[w].DType, shape: shape, view: ir.NoTensor}}, 0)[0]
 }
 
-// Rotary applies rotary position embeddings with shared cos/sin tables. HF's
-// apply_rotary_pos_emb holds about two input-sized temporaries
-// (rotate_half's cat and one product) while it runs. With promote its
-// output has the widest dtype of x and the tables, as HF's q*cos +
-// rotate_half(q)*sin does (mul and add follow type promotion under
-// autocast): under amp the tables are float32 (LlamaRotaryEmbedding.forward
-// casts them to the hidden states' dtype, float32 with float32 parameters)
-// and q, k bfloat16 (a linear's output), so the rotated q and k, and the
-// keys an inference cache keeps, are float32 (sweep E, round 25: measured
-// with transformers 5.24.0 on CPU, 393,216 B of cache where bfloat16 keys
-// gave 262,144). lit-gpt's apply_rope casts back (roped.to(x.dtype)):
-// without promote the output keeps x's dtype.
-func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID, promote bool) ir.TensorID {
+// Rope is how a model's code applies rotary position embeddings, which
+// sets the dtype of the rotated tensor and the temporaries it holds.
+type Rope uint8
+
+const (
+	// RopeCastBack is lit-gpt's apply_rope: the product cast back to the
+	// input's dtype (roped.to(x.dtype)), about two input-sized temporaries
+	// (rotate_half's cat and one product) while it runs.
+	RopeCastBack Rope = iota
+	// RopePromote is transformers' apply_rotary_pos_emb, q*cos +
+	// rotate_half(q)*sin: mul and add follow type promotion under
+	// autocast, so with float32 tables (LlamaRotaryEmbedding.forward casts
+	// them to the hidden states' dtype, float32 with float32 parameters)
+	// and a bfloat16 linear's q and k the rotated q and k, and the keys an
+	// inference cache keeps, are float32 (sweep E, round 25: measured with
+	// transformers 5.24.0 on CPU, 393,216 B of cache where bfloat16 keys
+	// gave 262,144). Two output-sized temporaries.
+	RopePromote
+	// RopeComplex is transformers' DeepSeek-V2 apply_rotary_emb (4.57.1
+	// and 5.24.0 modeling_deepseek_v2.py): x.float() viewed as complex,
+	// times the complex table, view_as_real(...).type_as(x). The output
+	// keeps x's dtype (measured on CPU with 5.24.0 under bfloat16 autocast:
+	// the cached rotary key is bfloat16, where DeepSeek-V3's
+	// apply_rotary_pos_emb caches it float32). A non-float32 x holds its
+	// float32 copy and the complex product, two float32 temporaries;
+	// a float32 x is its own copy and the product becomes the output.
+	RopeComplex
+)
+
+// Rotary applies rotary position embeddings with shared cos/sin tables as
+// code rope does (Rope).
+func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID, rope Rope) ir.TensorID {
 	xs := b.Shape(x)
 	dt := b.g.Tensors[x].DType
-	if promote {
+	work := 2 * dt.Size(numel(xs))
+	switch rope {
+	case RopePromote:
 		_, dt = b.autocast("rotary", x, cos, sin)
+		work = 2 * dt.Size(numel(xs))
+	case RopeComplex:
+		work = 0
+		if dt != units.F32 {
+			work = 2 * units.F32.Size(numel(xs))
+		}
 	}
 	y := b.node("rotary", []ir.TensorID{x, cos, sin}, []out{{name: name, dt: dt, shape: xs, view: ir.NoTensor}}, 3*float64(numel(xs)))[0]
-	b.last().Workspace = 2 * dt.Size(numel(xs))
-	b.last().BwdWorkspace = b.last().Workspace
+	b.last().Workspace = work
+	b.last().BwdWorkspace = work
 	return y
 }
 

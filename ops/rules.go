@@ -98,7 +98,7 @@ func init() {
 		{Name: "mul_scalar", Cast: NoCast, BwdFactor: 1, Source: dy + ": mul.Scalar saves nothing"},
 		{Name: "add", Cast: Promote, BwdFactor: 0, Source: dy + ": add.Tensor saves nothing"},
 		{Name: "where", SaveIn: []int{0}, Cast: Promote, BwdFactor: 1, Source: dy + ": where.self: condition"},
-		{Name: "rotary", SaveIn: []int{1, 2}, Cast: Promote, BwdFactor: 1, Source: "HF apply_rotary_pos_emb: q*cos + rotate_half(q)*sin saves cos and sin (shared); mul and add promote (Builder.Rotary)"},
+		{Name: "rotary", SaveIn: []int{1, 2}, Cast: Promote, BwdFactor: 1, Source: "HF apply_rotary_pos_emb: q*cos + rotate_half(q)*sin saves cos and sin (shared); mul and add promote; DeepSeek-V2's complex product and lit-gpt's apply_rope cast back (Builder.Rotary, Rope)"},
 		{Name: "cat", Cast: Promote, BwdFactor: 0, Source: dy + ": cat saves sizes only"},
 		{Name: "copy", BwdFactor: 0, Source: dy + ": clone/contiguous/_to_copy save nothing"},
 		{Name: "to_copy", BwdFactor: 0, Source: dy + ": _to_copy saves nothing (autocast cast)"},

@@ -814,8 +814,8 @@ func (m *builder) attention(layer int, h, cos, sin, mask ir.TensorID) ir.TensorI
 	A, KV, D := m.localHeads()
 	q, k, v := m.qkv(m.colIn(h))
 	if a.PosEmbedding == models.PosRotary {
-		q = b.Rotary("q_rot", q, cos, sin, m.o.Code == CodeHF)
-		k = b.Rotary("k_rot", k, cos, sin, m.o.Code == CodeHF)
+		q = b.Rotary("q_rot", q, cos, sin, m.rope())
+		k = b.Rotary("k_rot", k, cos, sin, m.rope())
 	}
 	T := S
 	if m.o.KVContext > 0 && !m.o.Training {

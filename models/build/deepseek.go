@@ -9,9 +9,10 @@ import (
 // DeepSeek-V2/V3 as transformers runs them (src/transformers/models/
 // deepseek_v3/modeling_deepseek_v3.py @00b676f8: DeepseekV3DecoderLayer,
 // DeepseekV3Attention, DeepseekV3MoE, DeepseekV3MLP; DeepseekV2 has the same
-// modules): the shared decoder path outside the layers (model.embed_tokens,
-// model.layers.N, model.norm, lm_head) with rotary tables of
-// qk_rope_head_dim.
+// modules but for its rotary product, complex and cast back:
+// ops.RopeComplex): the shared decoder path outside the layers
+// (model.embed_tokens, model.layers.N, model.norm, lm_head) with rotary
+// tables of qk_rope_head_dim.
 //
 // Not modelled: V3's rope_interleave (a view-transpose-reshape copy of the
 // rotary slices, [B, heads, S, 64] and [B, 1, S, 64], per layer) and the
@@ -107,8 +108,8 @@ func (m *builder) mlaAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	if !latentCache {
 		kPass, v = heads(latent, S)
 	}
-	qRot = b.Rotary("q_rot", qRot, cos, sin, m.o.Code == CodeHF)
-	kRot = b.Rotary("k_rot", kRot, cos, sin, m.o.Code == CodeHF)
+	qRot = b.Rotary("q_rot", qRot, cos, sin, m.rope())
+	kRot = b.Rotary("k_rot", kRot, cos, sin, m.rope())
 	T := S
 	if latentCache {
 		// transformers 5.x caches the latent and the rotary key, and

@@ -86,8 +86,8 @@ func (m *builder) falconAttention(h, cos, sin, mask ir.TensorID) ir.TensorID {
 	q := b.View("q", y, B, A, S, D)
 	k := b.Copy("k", b.View("k_head", y, B, 1, S, D), B, 1, S, D)
 	v := b.Copy("v", b.View("v_head", y, B, 1, S, D), B, 1, S, D)
-	q = b.Rotary("q_rot", q, cos, sin, m.o.Code == CodeHF)
-	k = b.Rotary("k_rot", k, cos, sin, m.o.Code == CodeHF)
+	q = b.Rotary("q_rot", q, cos, sin, m.rope())
+	k = b.Rotary("k_rot", k, cos, sin, m.rope())
 	T := m.falconKeys()
 	if m.o.KVContext > 0 && !m.o.Training {
 		// Inference: the one key and value head go into the cache of

@@ -92,6 +92,29 @@ func TestRotaryKeysCachedInTheirPromotedDType(t *testing.T) {
 	}
 }
 
+// DeepSeek-V2's apply_rotary_emb multiplies in complex float32 and casts
+// back (type_as), so under amp its cached rotary key stays bfloat16 where
+// DeepSeek-V3's apply_rotary_pos_emb promotes it to float32; the latent,
+// kv_a_layernorm's output (a float32 weight times bfloat16), is float32 in
+// both. Measured on CPU under bfloat16 autocast, a 2-layer config at 2 × 32
+// tokens (kv_lora_rank 32, qk_rope_head_dim 8): transformers 5.24.0 cached
+// 18,432 B for deepseek_v2 (memplan gave 20,480 before) and 20,480 B for
+// deepseek_v3; 4.57.1's expanded cache 40,960 B for deepseek_v2.
+func TestDeepSeekV2RotaryKeyKeepsItsDType(t *testing.T) {
+	const b, tokens = 2, 48
+	for _, c := range []struct {
+		model string
+		rot   int64 // bytes per rotary-key element
+	}{{"deepseek-v2-lite", 2}, {"deepseek-v3", 4}} {
+		a := lookup(t, c.model)
+		o := Options{MicroBatch: b, Seq: 16, KVContext: tokens, Precision: ops.AMPBF16, Attention: SDPA, MLALatentCache: true}
+		_, bytes := cacheBytes(t, a, o)
+		if want := int64(a.Layers*b*tokens) * (int64(a.KVLoRARank)*4 + int64(a.QKRopeDim)*c.rot); bytes != want {
+			t.Errorf("%s amp-bf16: %d bytes of latent cache, want %d (float32 latent, %d-byte rotary key)", c.model, bytes, want, c.rot)
+		}
+	}
+}
+
 // cacheBytes builds a's graph with o and sums its KV-cache buffers.
 func cacheBytes(t *testing.T, a *models.Arch, o Options) (*ir.Graph, int64) {
 	t.Helper()

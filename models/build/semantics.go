@@ -117,3 +117,16 @@ func (m *builder) hfRMSNorm(x, w ir.TensorID) ir.TensorID {
 	}
 	return b.Binary("mul", "out", w, b.To(h, dt))
 }
+
+// rope is how the model's code applies rotary embeddings: lit-gpt casts
+// back to the input's dtype; transformers promotes (apply_rotary_pos_emb),
+// except DeepSeek-V2's complex product, which casts back (type_as).
+func (m *builder) rope() ops.Rope {
+	switch {
+	case m.o.Code != CodeHF:
+		return ops.RopeCastBack
+	case m.a.Family == models.FamilyDeepSeekV2:
+		return ops.RopeComplex
+	}
+	return ops.RopePromote
+}
