@@ -271,7 +271,7 @@ func TestPropertyStageAccumShowsPeak(t *testing.T) {
 		if err != nil {
 			rt.Skip(err)
 		}
-		o := Options{NoTiming: true, NoTimeline: true, numbersOnly: true}
+		o := Options{NoTiming: true, NoTimeline: true, NumbersOnly: true}
 		if rapid.Bool().Draw(rt, "cached p+1") {
 			// A plan of p+1 through the cache first: the stages it
 			// cached are planned with p+1 again.

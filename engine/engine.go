@@ -258,12 +258,13 @@ type Options struct {
 	// graphs are forward graphs already built for the spec, by stage
 	// (planShortAccum's, built for its program of two micro-steps).
 	graphs map[int]*ir.Graph
-	// numbersOnly: the caller reads the result's numbers, never its
-	// programs (the lever's strategies), so each program is dropped once
+	// NumbersOnly: the caller reads the result's numbers (the peaks, their
+	// ops by name, sim.Result.PeakOp), never its programs (the lever's
+	// strategies, diagnose's variations), so each program is dropped once
 	// simulated (Result.Compact) and the steady step's is not live while
 	// the first step's is built (with leverBound, deepseek-v3 --accum 8:
 	// 2.67 → 2.41 GB of peak RSS).
-	numbersOnly bool
+	NumbersOnly bool
 	// stageShort: a numbers-only plan of a 1F1B pipeline's p+1 micro-steps
 	// (planPipelineShortAccum) plans each stage with the fewer that show
 	// its own peak (stageAccum).
@@ -1038,7 +1039,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if err := pipelineUtilization(res, modelFLOPs); err != nil {
 		return nil, err
 	}
-	if o.numbersOnly {
+	if o.NumbersOnly {
 		res.Compact()
 	}
 	if s.FirstStep && s.Mode == Train {
@@ -1061,7 +1062,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		res.First.Params = params
 		res.HostPeak = max(res.HostPeak, res.First.HostPeak)
-		if o.numbersOnly {
+		if o.NumbersOnly {
 			res.FirstProgram = nil
 		}
 	}

@@ -71,7 +71,7 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 // through c: judged by their peaks, without step times, timelines or
 // programs, none cached for the strategies its bound may rule out.
 func leverOptions(c *Cache) Options {
-	return Options{Cache: c, NoTiming: true, NoTimeline: true, numbersOnly: true, leverBound: true}
+	return Options{Cache: c, NoTiming: true, NoTimeline: true, NumbersOnly: true, leverBound: true}
 }
 
 // LeverCache is a cache to plan base through and then hand to

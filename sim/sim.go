@@ -44,6 +44,10 @@ type Result struct {
 	Totals []units.Bytes
 	// Peak is the highest Point of the iteration.
 	Peak Point
+	// PeakOp names the op at Peak, with its module in parentheses when it
+	// has one: readable once the program is dropped (a caller that keeps
+	// only numbers, engine.Options.NumbersOnly).
+	PeakOp string
 	// PhasePeak is the highest Point in each phase; Op is -1 for a phase the
 	// program does not have.
 	PhasePeak [ir.NumPhases]Point
@@ -120,6 +124,12 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	rp.freeLists()
 	rp.residents()
 	rp.walk()
+	if i := rp.r.Peak.Op; i >= 0 && i < len(p.Ops) {
+		rp.r.PeakOp = p.Ops[i].Name
+		if m := p.Ops[i].Module; m != "" {
+			rp.r.PeakOp += " (" + m + ")"
+		}
+	}
 	return rp.r, nil
 }
 
