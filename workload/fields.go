@@ -23,6 +23,9 @@ type fieldSpec struct {
 	Min      *int64   `json:"min"`
 	Max      *int64   `json:"max"`
 	Choices  []string `json:"choices"`
+	// Aliases are other spellings of Choices (dtype's fp32, half, ...),
+	// kept as written.
+	Aliases map[string]string `json:"aliases"`
 }
 
 // fieldTable is fields.json.
@@ -34,6 +37,9 @@ type fieldTable struct {
 	Limits struct {
 		Bytes, Values, Depth int
 	} `json:"limits"`
+	Text struct {
+		Unprintable, Directive string
+	} `json:"text"`
 	Top      []fieldSpec `json:"top"`
 	Strategy []fieldSpec `json:"strategy"`
 }
@@ -41,10 +47,14 @@ type fieldTable struct {
 // scalarRes are the table's plain-scalar patterns, compiled.
 type scalarRes struct{ null, bool, int, float *regexp.Regexp }
 
+// textRes are the table's patterns of the file's text, compiled.
+type textRes struct{ unprintable, directive *regexp.Regexp }
+
 var (
 	table   = mustTable()
 	scalars = scalarRes{regexp.MustCompile(table.Scalars.Null), regexp.MustCompile(table.Scalars.Bool),
 		regexp.MustCompile(table.Scalars.Int), regexp.MustCompile(table.Scalars.Float)}
+	text = textRes{regexp.MustCompile(table.Text.Unprintable), regexp.MustCompile(table.Text.Directive)}
 )
 
 func mustTable() *fieldTable {

@@ -97,8 +97,6 @@ var (
 	Offloads    = choices("strategy.offload")
 	Holds       = choices("hold_outputs")
 	Optimizers  = choices("optimizer")
-	dtypes      = map[string]bool{"float32": true, "float16": true, "bfloat16": true, "float64": true,
-		"fp32": true, "float": true, "fp16": true, "half": true, "bf16": true, "fp64": true, "double": true}
 )
 
 // FieldNames lists the top-level and strategy field names (for tests and
@@ -216,9 +214,6 @@ func (w *Workload) validate(where string) error {
 	if !strings.Contains(w.Model, ":") {
 		return bad(where, "field 'model' must be MODULE:FUNCTION, got %s", quote(w.Model))
 	}
-	if !dtypes[w.DType] {
-		return bad(where, "field 'dtype': dtype %s is not a floating-point torch dtype (float32, float16, bfloat16, float64)", quote(w.DType))
-	}
 	if w.Batch%w.Strategy.Accumulation != 0 {
 		return bad(where, "field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)", w.Batch, w.Strategy.Accumulation)
 	}
@@ -265,9 +260,9 @@ func check(where string, obj any, spec []fieldSpec, prefix string) (map[string]a
 		if m[k] == nil {
 			continue
 		}
-		v, err := f.value(m[k])
+		v, at, err := f.value(m[k])
 		if err != "" {
-			return nil, bad(strings.TrimSuffix(where, ": strategy"), "field '%s%s' %s", prefix, k, err)
+			return nil, bad(strings.TrimSuffix(where, ": strategy"), "field '%s%s%s' %s", prefix, k, at, err)
 		}
 		out[k] = v
 	}
@@ -282,31 +277,93 @@ func check(where string, obj any, spec []fieldSpec, prefix string) (map[string]a
 	return out, nil
 }
 
-// value is v as field f's type, or why it is not ("must be ...").
-func (f *fieldSpec) value(v any) (any, string) {
+// value is v as field f's type, or why it is not: where inside v the
+// refusal is ("" for v itself, ".n" for model_args' n) and "must be ...".
+func (f *fieldSpec) value(v any) (any, string, string) {
 	got, ok := typed(v, f.Type)
 	if !ok {
-		return nil, fmt.Sprintf("must be %s, got %s", article(f.Type), describe(v))
+		return nil, "", fmt.Sprintf("must be %s, got %s", article(f.Type), describe(v))
 	}
 	switch x := got.(type) {
-	case bigInt:
-		if strings.HasPrefix(string(x), "-") {
-			return nil, fmt.Sprintf("must be >= %d, got %s", *f.Min, x)
-		}
-		return nil, fmt.Sprintf("must be <= %d, got %s", *f.Max, x)
-	case int64:
-		if f.Min != nil && x < *f.Min {
-			return nil, fmt.Sprintf("must be >= %d, got %d", *f.Min, x)
-		}
-		if f.Max != nil && x > *f.Max {
-			return nil, fmt.Sprintf("must be <= %d, got %d", *f.Max, x)
+	case bigInt, int64:
+		if why := f.bounds(x); why != "" {
+			return nil, "", why
 		}
 	case string:
-		if f.Choices != nil && !contains(f.Choices, x) {
-			return nil, fmt.Sprintf("must be one of %s, got %s", strings.Join(f.Choices, ", "), quote(x))
+		if f.Choices != nil && !contains(f.Choices, x) && f.Aliases[x] == "" {
+			return nil, "", fmt.Sprintf("must be one of %s, got %s", f.choiceList(), quote(x))
+		}
+	case map[string]any:
+		if f.Min != nil || f.Max != nil {
+			if at, why := f.inside(x, ""); why != "" {
+				return nil, at, why
+			}
 		}
 	}
-	return got, ""
+	return got, "", ""
+}
+
+// bounds is why integer v (int64 or bigInt) is outside f's min and max, or
+// "".
+func (f *fieldSpec) bounds(v any) string {
+	switch x := v.(type) {
+	case bigInt:
+		if strings.HasPrefix(string(x), "-") {
+			return fmt.Sprintf("must be >= %d, got %s", *f.Min, x.short())
+		}
+		return fmt.Sprintf("must be <= %d, got %s", *f.Max, x.short())
+	case int64:
+		if f.Min != nil && x < *f.Min {
+			return fmt.Sprintf("must be >= %d, got %d", *f.Min, x)
+		}
+		if f.Max != nil && x > *f.Max {
+			return fmt.Sprintf("must be <= %d, got %d", *f.Max, x)
+		}
+	}
+	return ""
+}
+
+// inside checks the integers inside a mapping's value v (at: its path
+// below the field) against f's bounds, keys in sorted order: the path of
+// the first one outside them and why, or "", "".
+func (f *fieldSpec) inside(v any, at string) (string, string) {
+	switch x := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if p, why := f.inside(x[k], at+"."+k); why != "" {
+				return p, why
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if p, why := f.inside(e, at); why != "" {
+				return p, why
+			}
+		}
+	case int64, bigInt:
+		return at, f.bounds(x)
+	}
+	return "", ""
+}
+
+// choiceList is f's choices for a message, then its aliases in sorted
+// order: "float32, float16 (or fp16, fp32)".
+func (f *fieldSpec) choiceList() string {
+	s := strings.Join(f.Choices, ", ")
+	if len(f.Aliases) == 0 {
+		return s
+	}
+	var as []string
+	for a := range f.Aliases {
+		as = append(as, a)
+	}
+	sort.Strings(as)
+	return s + " (or " + strings.Join(as, ", ") + ")"
 }
 
 func contains(xs []string, v string) bool {

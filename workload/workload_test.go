@@ -52,7 +52,7 @@ func TestParseBad(t *testing.T) {
 		{"model: m:f\nbatch: 2\nseq_len: 0\n", "field 'seq_len' must be >= 1"},
 		{"model: m:f\nbatch: 2\niters: 0\n", "field 'iters' must be >= 1"},
 		{"model: m:f\nbatch: 2\nwarmup: -1\n", "field 'warmup' must be >= 0"},
-		{"model: m:f\nbatch: 2\ndtype: int8\n", "field 'dtype': dtype \"int8\" is not a floating-point"},
+		{"model: m:f\nbatch: 2\ndtype: int8\n", `field 'dtype' must be one of float32, float16, bfloat16, float64 (or bf16, double, float, fp16, fp32, fp64, half), got "int8"`},
 		{"model: m:f\nbatch: 2\ndevice: tpu\n", "field 'device' must be one of auto, cpu, cuda, got \"tpu\""},
 		{"model: m:f\nbatch: 2\nhold_outputs: always\n", "field 'hold_outputs' must be one of none, backward, next-forward, got \"always\""},
 		{"model: m:f\nbatch: 2\nhold_outputs: true\n", "field 'hold_outputs' must be a string, got a boolean"},

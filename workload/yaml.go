@@ -1,11 +1,14 @@
 package workload
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	yaml "sigs.k8s.io/yaml/goyaml.v3"
 
@@ -16,6 +19,21 @@ import (
 // field's range check names it.
 type bigInt string
 
+// short is b for a message: past 40 digits, its first 20 characters and
+// its length (memplan_torch/workload.py's _BigInt.short).
+func (b bigInt) short() string {
+	digits := len(strings.TrimPrefix(string(b), "-"))
+	if digits <= 40 {
+		return string(b)
+	}
+	return fmt.Sprintf("%s... (%d digits)", b[:20], digits)
+}
+
+// badEscape refuses a \u or \U escape that names no character, which
+// go-yaml refuses and PyYAML turned into a lone surrogate (or a crash past
+// U+10FFFF); memplan_torch/workload.py's BAD_ESCAPE is the same words.
+const badEscape = `invalid YAML: a \u or \U escape names no character (a UTF-16 surrogate, U+D800 to U+DFFF, or past U+10FFFF); write the character itself or one \U escape (\U0001F600, not \uD83D\uDE00)`
+
 // decodeYAML reads one YAML document into plain values with the table's
 // scalar rules (fields.json "scalars"), as memplan_torch/workload.py's
 // _decode does: plain scalars resolve to null, booleans, decimal integers
@@ -23,9 +41,16 @@ type bigInt string
 // scalar is a string; aliases expand; explicit tags, merge keys, duplicate
 // keys, keys that are not strings and several documents are refused.
 func decodeYAML(where string, data []byte) (any, error) {
+	data, err := checkText(where, data)
+	if err != nil {
+		return nil, err
+	}
 	doc, err := yamlerr.OneDocument(data, "a workload")
 	if errors.Is(err, yamlerr.ErrRefused) {
 		return nil, bad(where, "%s", err.Error())
+	}
+	if err != nil && strings.Contains(err.Error(), "invalid Unicode character escape code") {
+		return nil, bad(where, "%s", badEscape)
 	}
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "yaml: ")
@@ -170,4 +195,82 @@ func fieldName(path string) string {
 		return "the document"
 	}
 	return "field '" + path + "'"
+}
+
+// checkText refuses what a workload's text must not hold before it is
+// parsed (fields.json "text"), as memplan_torch/workload.py's check_text
+// does, since the YAML parsers differ there: UTF-16 (go-yaml reads it after
+// a byte order mark, PyYAML never), bytes that are not UTF-8, a character
+// YAML does not allow, a tab (go-yaml takes one after "key:", PyYAML not),
+// and directives (see directives). It returns the text to parse.
+func checkText(where string, data []byte) ([]byte, error) {
+	if bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) {
+		return nil, bad(where, "is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8")
+	}
+	if !utf8.Valid(data) {
+		i := 0
+		for r, n := utf8.DecodeRune(data); r != utf8.RuneError || n > 1; r, n = utf8.DecodeRune(data[i:]) {
+			i += n
+		}
+		return nil, bad(where, "is not UTF-8 text (byte %d)", i)
+	}
+	if loc := text.unprintable.FindIndex(data); loc != nil {
+		r, _ := utf8.DecodeRune(data[loc[0]:])
+		hint := ""
+		if r == 0 {
+			hint = " (NUL bytes: is it UTF-16? save it as UTF-8)"
+		}
+		return nil, bad(where, "holds U+%04X at %s, a character YAML does not allow%s", r, position(data, loc[0]), hint)
+	}
+	if i := bytes.IndexByte(data, '\t'); i >= 0 {
+		return nil, bad(where, "holds a tab at %s; indent and separate with spaces (a tab inside a string: \\t in double quotes)", position(data, i))
+	}
+	return directives(where, data)
+}
+
+// position is "line L, column C" of byte i of data (columns in
+// characters).
+func position(data []byte, i int) string {
+	start := bytes.LastIndexByte(data[:i], '\n') + 1
+	return fmt.Sprintf("line %d, column %d", bytes.Count(data[:i], []byte("\n"))+1, utf8.RuneCount(data[start:i])+1)
+}
+
+// directives reads the directive lines of the file (a line starting with
+// % where only blank lines and comments precede it, at the start or after
+// a "..." line): %YAML 1.1 and 1.2 become comments (the table's scalar
+// rules apply whatever the version; go-yaml refuses 1.2, PyYAML reads it),
+// a second one before the same document and any other directive (%TAG,
+// reserved ones) are refused. It returns data with those lines commented
+// out.
+func directives(where string, data []byte) ([]byte, error) {
+	out, copied, head, seen, off := data, false, true, false, 0
+	for n, line := range bytes.SplitAfter(data, []byte("\n")) {
+		start := off
+		off += len(line)
+		l := strings.TrimRight(string(line), "\r\n")
+		if n == 0 && strings.HasPrefix(l, "\uFEFF") {
+			l, start = l[len("\uFEFF"):], start+len("\uFEFF")
+		}
+		trimmed := strings.TrimLeft(l, " ")
+		switch {
+		case l == "..." || strings.HasPrefix(l, "... "):
+			head, seen = true, false
+		case !head, trimmed == "" || strings.HasPrefix(trimmed, "#"):
+		case !strings.HasPrefix(l, "%"):
+			head = false
+		case !text.directive.MatchString(l):
+			if r := []rune(l); len(r) > 40 { // characters, as Python cuts it
+				l = string(r[:40]) + "..."
+			}
+			return nil, bad(where, "line %d holds the YAML directive %s; a workload may start with %%YAML 1.1 or %%YAML 1.2, no other", n+1, quote(l))
+		case seen:
+			return nil, bad(where, "line %d gives a second %%YAML directive", n+1)
+		default:
+			if !copied {
+				out, copied = append([]byte(nil), data...), true
+			}
+			out[start], seen = '#', true
+		}
+	}
+	return out, nil
 }

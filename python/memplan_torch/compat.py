@@ -187,13 +187,13 @@ def dtype_name(dt):
 
 
 def parse_dtype(name):
-    aliases = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16",
-               "bf16": "bfloat16", "fp64": "float64", "double": "float64"}
-    n = aliases.get(name, name)
-    dt = getattr(torch, n, None)
-    if not isinstance(dt, torch.dtype) or not dt.is_floating_point:
-        raise ValueError("dtype %r is not a floating-point torch dtype (float32, float16, bfloat16, float64)" % name)
-    return dt
+    """The torch dtype a workload's dtype field names: its choices and aliases are the field table's
+    (workload/fields.json), which the Go reader takes too."""
+    from .workload import DTYPES, canonical
+    n = canonical("dtype", name)
+    if n not in DTYPES:
+        raise ValueError("dtype %r is not one of %s" % (name, ", ".join(DTYPES)))
+    return getattr(torch, n)
 
 
 # ---- fake tensors (torch 2.x): tracing without computing ----

@@ -10,8 +10,6 @@ import os
 import re
 import stat
 
-from . import compat
-
 def _table_path():
     """fields.json: beside this module when installed with it, else the repository's workload/fields.json."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -32,6 +30,7 @@ _STRATEGY = {f["name"]: ((_TYPES[f["type"]],), f.get("default")) for f in TABLE[
 _SPECS = {"": {f["name"]: f for f in TABLE["top"]}, "strategy.": {f["name"]: f for f in TABLE["strategy"]}}
 _REQUIRED = tuple(f["name"] for f in TABLE["top"] if f.get("required"))
 DEVICES = tuple(_SPECS[""]["device"]["choices"])
+DTYPES = tuple(_SPECS[""]["dtype"]["choices"])
 CHECKPOINTS = tuple(_SPECS["strategy."]["checkpoint"]["choices"])
 OFFLOADS = tuple(_SPECS["strategy."]["offload"]["choices"])
 # how long the loop keeps the model's output in a variable (memplan's loop.hold-outputs): dropped once the loss
@@ -40,6 +39,34 @@ HOLDS = tuple(_SPECS[""]["hold_outputs"]["choices"])
 OPTIMIZERS = tuple(_SPECS[""]["optimizer"]["choices"])
 _SCALARS = {k: re.compile(v) for k, v in TABLE["scalars"].items()}
 _LIMITS = TABLE["limits"]
+_TEXT = {k: re.compile(v) for k, v in TABLE["text"].items()}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+# A \u or \U escape that names no character: the Go reader's go-yaml refuses it, PyYAML made a lone surrogate of
+# it (or crashed past U+10FFFF); workload/yaml.go's badEscape is the same words.
+BAD_ESCAPE = ("invalid YAML: a \\u or \\U escape names no character (a UTF-16 surrogate, U+D800 to U+DFFF, or past "
+              "U+10FFFF); write the character itself or one \\U escape (\\U0001F600, not \\uD83D\\uDE00)")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _BigInt(str):
+    """An integer outside int64, as written (decimal, normalised), as the Go reader's bigInt: a field's range check
+    names it (int() of it would hit Python's limit of 4,300 digits)."""
+
+    @classmethod
+    def of(cls, s):
+        """The integer of decimal text s: an int inside int64, else a _BigInt."""
+        digits = s.lstrip("+-").lstrip("0") or "0"
+        neg = s.startswith("-") and digits != "0"
+        if len(digits) <= 19:
+            v = -int(digits) if neg else int(digits)
+            if _INT64[0] <= v <= _INT64[1]:
+                return v
+        return cls(("-" if neg else "") + digits)
+
+    def short(self):
+        """self for a message: past 40 digits, its first 20 characters and its length (bigInt.short)."""
+        digits = len(self.lstrip("-"))
+        return str(self) if digits <= 40 else "%s... (%d digits)" % (self[:20], digits)
 
 
 class WorkloadError(ValueError):
@@ -55,6 +82,8 @@ def _describe(v):
     """v's kind, as the Go reader's describe names it."""
     if v is None:
         return "null"
+    if isinstance(v, _BigInt):
+        return "an integer"
     for t, name in ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"),
                     (list, "a list"), (dict, "a mapping")):
         if isinstance(v, t):
@@ -72,18 +101,56 @@ def _article(t):
 
 
 def _field_error(f, v):
-    """Why v is not a value of field f ("must be ..."), or None."""
+    """Why v is not a value of field f: (where inside v, "must be ..."), where "" is v itself and ".n" model_args'
+    n; or None."""
     t = _TYPES[f["type"]]
-    if not isinstance(v, t) or (isinstance(v, bool) and t is not bool):
-        return "must be %s, got %s" % (_article(f["type"]), _describe(v))
-    if t is int:
-        if "min" in f and v < f["min"]:
-            return "must be >= %d, got %d" % (f["min"], v)
-        if "max" in f and v > f["max"]:
-            return "must be <= %d, got %d" % (f["max"], v)
-    if t is str and f.get("choices") is not None and v not in f["choices"]:
-        return "must be one of %s, got %s" % (", ".join(f["choices"]), _quote(v))
+    if isinstance(v, _BigInt) and t is int:
+        return "", _bounds(f, v)
+    if not isinstance(v, t) or isinstance(v, _BigInt) or (isinstance(v, bool) and t is not bool):
+        return "", "must be %s, got %s" % (_article(f["type"]), _describe(v))
+    if t is int and _bounds(f, v):
+        return "", _bounds(f, v)
+    if t is str and f.get("choices") is not None and v not in f["choices"] and v not in f.get("aliases", {}):
+        return "", "must be one of %s, got %s" % (_choice_list(f), _quote(v))
+    if t is dict and ("min" in f or "max" in f):
+        return _inside(f, v, "")
     return None
+
+
+def _bounds(f, v):
+    """Why integer v (an int or a _BigInt) is outside f's min and max, or None."""
+    if isinstance(v, _BigInt):
+        op, bound = (">=", f["min"]) if v.startswith("-") else ("<=", f["max"])
+        return "must be %s %d, got %s" % (op, bound, v.short())
+    if "min" in f and v < f["min"]:
+        return "must be >= %d, got %d" % (f["min"], v)
+    if "max" in f and v > f["max"]:
+        return "must be <= %d, got %d" % (f["max"], v)
+    return None
+
+
+def _inside(f, v, at):
+    """The integers inside a mapping's value v (at: its path below the field) against f's bounds, keys in sorted
+    order: (path, why) of the first outside them, or None (the Go reader's inside)."""
+    if isinstance(v, dict):
+        return next((r for r in (_inside(f, v[k], at + "." + k) for k in sorted(v)) if r), None)
+    if isinstance(v, list):
+        return next((r for r in (_inside(f, e, at) for e in v) if r), None)
+    if isinstance(v, int) and not isinstance(v, bool) or isinstance(v, _BigInt):
+        why = _bounds(f, v)
+        return (at, why) if why else None
+    return None
+
+
+def _choice_list(f):
+    """f's choices for a message, then its aliases in sorted order: "float32, float16 (or fp16, fp32)"."""
+    s = ", ".join(f["choices"])
+    return s + " (or %s)" % ", ".join(sorted(f["aliases"])) if f.get("aliases") else s
+
+
+def canonical(field, v):
+    """The choice that value v of a top-level string field spells (an alias's choice, or v)."""
+    return _SPECS[""][field].get("aliases", {}).get(v, v)
 
 
 def _check(where, obj, spec, prefix):
@@ -100,7 +167,7 @@ def _check(where, obj, spec, prefix):
         why = _field_error(fields[k], v)
         if why:
             top = where[:-len(": strategy")] if where.endswith(": strategy") else where
-            raise WorkloadError("%s: field '%s%s' %s" % (top, prefix, k, why))
+            raise WorkloadError("%s: field '%s%s%s' %s" % (top, prefix, k, why[0], why[1]))
         out[k] = v
     for k, f in fields.items():
         if out.get(k) is None:
@@ -118,10 +185,6 @@ def validate(obj, where="workload"):
         raise WorkloadError("%s: field 'schema' must be %s, got %s" % (where, _quote(SCHEMA), _quote(w["schema"])))
     if ":" not in w["model"]:
         raise WorkloadError("%s: field 'model' must be MODULE:FUNCTION, got %s" % (where, _quote(w["model"])))
-    try:
-        compat.parse_dtype(w["dtype"])
-    except ValueError as e:
-        raise WorkloadError("%s: field 'dtype': %s" % (where, e))
     if w["batch"] % s["accumulation"]:
         raise WorkloadError("%s: field 'batch' (%d) must be divisible by 'strategy.accumulation' (%d)"
                             % (where, w["batch"], s["accumulation"]))
@@ -148,6 +211,14 @@ def _yaml_loader():
             if kind is yaml.ScalarNode:
                 return "memplan:plain" if implicit[0] else "memplan:quoted"
             return "memplan:map" if kind is yaml.MappingNode else "memplan:seq"
+
+        def compose_node(self, parent, index):
+            # An anchor given again names the later node from there on (YAML 1.2 3.2.2.2), as go-yaml reads it;
+            # PyYAML refused it.
+            event = self.peek_event()
+            if not isinstance(event, yaml.AliasEvent) and event.anchor is not None:
+                self.anchors.pop(event.anchor, None)
+            return super().compose_node(parent, index)
 
     return Loader
 
@@ -185,7 +256,7 @@ class _Decoder:
             if kn.tag == "memplan:plain" and kn.value == "<<":
                 self.fail("merge keys ('<<') are not supported; write the fields out")
             k = self.value(kn, path, depth + 1)
-            if not isinstance(k, str):
+            if not isinstance(k, str) or isinstance(k, _BigInt):
                 self.fail("a mapping key must be a string, got %s" % _describe(k))
             name = path + "." + k if path else k
             if k in out:
@@ -195,6 +266,8 @@ class _Decoder:
 
     def scalar(self, n, path):
         s = n.value
+        if _SURROGATE.search(s):
+            self.fail(BAD_ESCAPE)
         if n.tag != "memplan:plain":
             return s
         if _SCALARS["null"].match(s):
@@ -202,10 +275,7 @@ class _Decoder:
         if _SCALARS["bool"].match(s):
             return s.lower() == "true"
         if _SCALARS["int"].match(s):
-            try:
-                return int(s)
-            except ValueError:  # Python's limit on int() of a string (4,300 digits)
-                self.fail("%s is an integer of %d digits, past any limit" % (_field_name(path), len(s)))
+            return _BigInt.of(s)
         if _SCALARS["float"].match(s):
             t = s.lower().lstrip("+-")
             f = float("nan") if t == ".nan" else float("inf") if t == ".inf" else float(s)
@@ -227,6 +297,10 @@ def decode_yaml(text, where):
         docs = list(yaml.compose_all(text, Loader=_yaml_loader()))
     except yaml.YAMLError as e:
         raise WorkloadError("%s: invalid YAML: %s" % (where, " ".join(str(e).split())))
+    except ValueError as e:  # PyYAML's chr() of a \U escape past U+10FFFF
+        if "chr()" not in str(e):
+            raise
+        raise WorkloadError("%s: %s" % (where, BAD_ESCAPE))
     except RecursionError:
         # PyYAML composes recursively: 1,000 nested [ overflow the stack before _Decoder counts levels
         raise WorkloadError("%s: the document nests deeper than %d levels" % (where, _LIMITS["depth"]))
@@ -280,13 +354,11 @@ def load(path):
     data = _read(path)
     if len(data) > _LIMITS["bytes"]:
         raise WorkloadError("%s: is over the limit of %d bytes for a workload file" % (where, _LIMITS["bytes"]))
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise WorkloadError("%s: is not UTF-8 text (byte %d)" % (where, e.start))
+    text = check_text(data, where)
     if _yaml_loader() is None:
         try:
-            obj = json.loads(text, object_pairs_hook=_json_pairs(where), parse_constant=_no_constant(where))
+            obj = json.loads(text, object_pairs_hook=_json_pairs(where), parse_constant=_no_constant(where),
+                             parse_int=_BigInt.of)
         except ValueError as e:
             if isinstance(e, WorkloadError):
                 raise
@@ -297,6 +369,61 @@ def load(path):
     else:
         obj = decode_yaml(text, where)
     return validate(obj, where)
+
+
+def check_text(data, where):
+    """The text of a workload file's bytes, checked before it is parsed (the table's "text"), as the Go reader's
+    checkText does, since the YAML parsers differ there: UTF-16 (go-yaml reads it after a byte order mark, PyYAML
+    never), bytes that are not UTF-8, a character YAML does not allow, a tab (go-yaml takes one after "key:",
+    PyYAML not), and directives (see _directives)."""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise WorkloadError("%s: is UTF-16 text (it starts with a UTF-16 byte order mark); save it as UTF-8" % where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise WorkloadError("%s: is not UTF-8 text (byte %d)" % (where, e.start))
+    m = _TEXT["unprintable"].search(text)
+    if m:
+        hint = " (NUL bytes: is it UTF-16? save it as UTF-8)" if m.group() == "\0" else ""
+        raise WorkloadError("%s: holds U+%04X at %s, a character YAML does not allow%s"
+                            % (where, ord(m.group()), _position(text, m.start()), hint))
+    if "\t" in text:
+        raise WorkloadError("%s: holds a tab at %s; indent and separate with spaces (a tab inside a string: \\t in "
+                            "double quotes)" % (where, _position(text, text.index("\t"))))
+    return _directives(text, where)
+
+
+def _position(text, i):
+    """ "line L, column C" of character i of text."""
+    return "line %d, column %d" % (text.count("\n", 0, i) + 1, i - text.rfind("\n", 0, i))
+
+
+def _directives(text, where):
+    """text with its %YAML 1.1 and 1.2 directive lines made comments (the table's scalar rules apply whatever the
+    version; go-yaml refuses 1.2, PyYAML reads it); a second one before the same document and any other directive
+    (%TAG, reserved ones) refused. A directive is a line starting with % where only blank lines and comments
+    precede it, at the start or after a "..." line (workload/yaml.go's directives)."""
+    lines = text.split("\n")
+    head, seen = True, False
+    for n, line in enumerate(lines):
+        l = line.rstrip("\r\n")
+        bom = n == 0 and l.startswith("\ufeff")
+        l = l[1:] if bom else l
+        trimmed = l.lstrip(" ")
+        if l == "..." or l.startswith("... "):
+            head, seen = True, False
+        elif not head or trimmed == "" or trimmed.startswith("#"):
+            pass
+        elif not l.startswith("%"):
+            head = False
+        elif not _TEXT["directive"].search(l):
+            raise WorkloadError("%s: line %d holds the YAML directive %s; a workload may start with %%YAML 1.1 or "
+                                "%%YAML 1.2, no other" % (where, n + 1, _quote(l[:40] + "..." if len(l) > 40 else l)))
+        elif seen:
+            raise WorkloadError("%s: line %d gives a second %%YAML directive" % (where, n + 1))
+        else:
+            lines[n], seen = ("\ufeff#" if bom else "#") + line[2 if bom else 1:], True
+    return "\n".join(lines)
 
 
 def _no_constant(where):
