@@ -151,7 +151,7 @@ def main(argv=None):
     if args.cmd == "export" and args.seq_len is not None and args.batch * args.seq_len > MAX_TOKENS:
         p.exit(1, "error: %s export: --batch %d x --seq-len %d is over memplan's limit of 2^34 tokens per "
                   "micro-step\n" % (p.prog, args.batch, args.seq_len))
-    from .atomic import Interrupted
+    from .atomic import Interrupted, exit_interrupted, is_interrupt
     try:
         _check_outputs(args)
         return _run(args)
@@ -160,9 +160,10 @@ def main(argv=None):
               file=sys.stderr)
         return 128 + err.signum
     except KeyboardInterrupt:
-        print("error: memplan_torch: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return exit_interrupted()
     except Exception as err:  # one line, never a traceback (MEMPLAN_TORCH_TRACEBACK=1 shows it)
+        if is_interrupt(err):  # torch 1.13 loading its C extension
+            return exit_interrupted()
         if os.environ.get("MEMPLAN_TORCH_TRACEBACK"):
             raise
         print("error: %s" % _one_line(err), file=sys.stderr)
@@ -255,4 +256,8 @@ def _run(args):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before main's own answer is in place (argparse, its imports)
+        from .atomic import exit_interrupted
+        sys.exit(exit_interrupted())

@@ -11,12 +11,26 @@ import json
 import os
 import signal
 import stat
+import sys
 import tempfile
 import threading
 
 
 class OutputError(ValueError):
     """An output path that cannot be written; the message names the flag and the path."""
+
+
+def is_interrupt(err):
+    """err is Ctrl-C: a KeyboardInterrupt, or the RuntimeError PyTorch 1.13's C extension makes of one that lands
+    while it loads ("KeyboardInterrupt: <EMPTY MESSAGE>")."""
+    return isinstance(err, KeyboardInterrupt) or (isinstance(err, RuntimeError) and
+                                                  str(err).startswith("KeyboardInterrupt"))
+
+
+def exit_interrupted():
+    """Ctrl-C's answer on the command line: one line and exit status 130 (128 + SIGINT), never a traceback."""
+    print("error: memplan_torch: interrupted; nothing was written", file=sys.stderr)
+    return 130
 
 
 class Interrupted(BaseException):
