@@ -151,7 +151,7 @@ def main(argv=None):
     if args.cmd == "export" and args.seq_len is not None and args.batch * args.seq_len > MAX_TOKENS:
         p.exit(1, "error: %s export: --batch %d x --seq-len %d is over memplan's limit of 2^34 tokens per "
                   "micro-step\n" % (p.prog, args.batch, args.seq_len))
-    from .atomic import Interrupted, exit_interrupted, is_interrupt
+    from .atomic import Interrupted, exit_interrupted, is_interrupt, one_line
     try:
         _check_outputs(args)
         return _run(args)
@@ -166,17 +166,15 @@ def main(argv=None):
             return exit_interrupted()
         if os.environ.get("MEMPLAN_TORCH_TRACEBACK"):
             raise
-        print("error: %s" % _one_line(err), file=sys.stderr)
+        print("error: %s" % one_line(err), file=sys.stderr)
         return 1
 
 
-def _one_line(err):
-    """Errors of memplan_torch say what to do in their message; anything else (a builder's own exception, a
-    bug) is named by its type and first line."""
-    msg = " ".join(str(err).split())
-    if msg.startswith("memplan_torch"):
-        return msg
-    return "memplan_torch: %s: %s" % (type(err).__name__, msg or "(no message)")
+def _print_case(c):
+    print("%s on %s: peak %d bytes in %s (forward %d, backward %d, optimizer %d), start %d, %.3fs/step"
+          % (c["name"], c["device"], c["peak_bytes"], c["peak_phase"], c["phases"]["forward"],
+             c["phases"]["backward"], c["phases"]["optimizer"], c["baseline_bytes"], c["step_time_s"]))
+    sys.stdout.flush()
 
 
 def _check_outputs(args):
@@ -224,19 +222,21 @@ def _run(args):
         return 0
     if args.cmd == "measure":
         from .workload import load
-        from .measure import needs_tracker, measure_workload, document
+        from .measure import needs_tracker, measure_each, document
         from .export import write_json
         ws = [load(w) for w in args.workloads]
         if needs_tracker(ws):
             _reexec_under_tracker(args.threshold)
-        cases = []
-        for w in ws:
-            c = measure_workload(w)
-            cases.append(c)
-            print("%s on %s: peak %d bytes in %s (forward %d, backward %d, optimizer %d), start %d, %.3fs/step"
-                  % (c["name"], c["device"], c["peak_bytes"], c["peak_phase"], c["phases"]["forward"],
-                     c["phases"]["backward"], c["phases"]["optimizer"], c["baseline_bytes"], c["step_time_s"]))
-        write_json(document(cases), args.out)
+        cases, failed = measure_each(ws, args.workloads, _print_case)
+        if cases:
+            write_json(document(cases), args.out)
+        if failed:
+            for line in failed:
+                print("error: %s" % line, file=sys.stderr)
+            print("error: memplan_torch: measure: %d of %d cases failed; %s" % (
+                len(failed), len(ws), "wrote the other %d to %s" % (len(cases), args.out) if cases else
+                "nothing was written"), file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "align":
         from .workload import load

@@ -27,6 +27,15 @@ def is_interrupt(err):
                                                   str(err).startswith("KeyboardInterrupt"))
 
 
+def one_line(err):
+    """err on one line, as the command line prints it. Errors of memplan_torch say what to do in their message;
+    anything else (a builder's own exception, a bug) is named by its type and first line."""
+    msg = " ".join(str(err).split())
+    if msg.startswith("memplan_torch"):
+        return msg
+    return "memplan_torch: %s: %s" % (type(err).__name__, msg or "(no message)")
+
+
 def exit_interrupted():
     """Ctrl-C's answer on the command line: one line and exit status 130 (128 + SIGINT), never a traceback."""
     print("error: memplan_torch: interrupted; nothing was written", file=sys.stderr)

@@ -296,6 +296,24 @@ def measure_workload(w, mem=None):
     return case
 
 
+def measure_each(workloads, where, done=None):
+    """Measures each workload in turn (where: the file or name of each, for messages), calling done(case) after
+    each; one that fails does not discard the others (issue 15 item 9). Returns the cases measured and one line
+    per workload that failed, naming it."""
+    from .atomic import one_line
+    cases, failed = [], []
+    for w, at in zip(workloads, where):
+        try:
+            c = measure_workload(w)
+        except Exception as err:  # the builder's own error, torch's out-of-memory, a MeasureError ...
+            failed.append("memplan_torch: measure: case %s (%s) failed: %s" % (w["name"], at, one_line(err)))
+            continue
+        cases.append(c)
+        if done:
+            done(c)
+    return cases, failed
+
+
 def document(cases):
     return {"schema": SCHEMA, "producer": {"tool": "memplan_torch", "torch": compat.TORCH_VERSION,
                                            "python": sys.version.split()[0]},
@@ -309,7 +327,8 @@ def needs_tracker(workloads):
 def measure(workloads, out=None, threshold=tracker.DEFAULT_THRESHOLD):
     """Measures workloads (validated dicts or paths of workload files). On CPU without the tracker
     preloaded, runs the measurement in a child process under LD_PRELOAD. Returns the document and
-    writes it to `out` when given."""
+    writes it to `out` when given. A workload that fails does not discard the others: they are written to `out`,
+    then MeasureError names the ones that failed."""
     from .export import write_json
     from .workload import load
     ws = [load(w) if isinstance(w, str) else validate(dict(w)) for w in workloads]
@@ -328,12 +347,18 @@ def measure(workloads, out=None, threshold=tracker.DEFAULT_THRESHOLD):
             env["PYTHONPATH"] = os.pathsep.join(pp)
             r = subprocess.run([sys.executable, "-m", "memplan_torch", "measure"] + paths + ["--out", res],
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=os.getcwd())
+            failed = []
             if r.returncode != 0:
-                raise MeasureError("memplan_torch: measurement failed:\n%s" % r.stdout.decode(errors="replace")[-4000:])
-            with open(res) as f:
-                doc = json.load(f)
+                failed = ["memplan_torch: measurement failed:\n%s" % r.stdout.decode(errors="replace")[-4000:]]
+            doc = document([])
+            if os.path.exists(res):  # the cases measured, though another failed
+                with open(res) as f:
+                    doc = json.load(f)
     else:
-        doc = document([measure_workload(w) for w in ws])
-    if out:
+        cases, failed = measure_each(ws, [w if isinstance(w, str) else w["name"] for w in workloads])
+        doc = document(cases)
+    if out and (doc["cases"] or not failed):
         write_json(doc, out)
+    if failed:
+        raise MeasureError("; ".join(failed))
     return doc

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from memplan_torch import measure
+from memplan_torch import MeasureError, measure
 from memplan_torch.export import export_builder
 from memplan_torch.replay import replay
 from memplan_torch.schema import validate_measured
@@ -62,3 +62,30 @@ def test_measure_cli_strategies(tmp_path):
     assert c["strategy"]["checkpoint_blocks"] == "layers" and c["strategy"]["checkpoint_count"] == 2
     assert c["strategy"]["checkpoint_mode"] in ("non-reentrant", "reentrant")
     assert c["micro_batch"] == 2 and c["peak_bytes"] > c["baseline_bytes"] > 0
+
+
+def test_measure_keeps_the_cases_that_succeed(tmp_path):
+    """Issue 15 item 9: one failing case discarded the others' results. The command writes the cases that
+    succeeded, names the failed one in one line and exits 1; measure() writes them too, then raises."""
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("model: builders:wide_mlp\nbatch: 4\ndevice: cpu\nwarmup: 0\niters: 1\n")
+    bad.write_text("model: builders:no_such_builder\nbatch: 4\ndevice: cpu\nwarmup: 0\niters: 1\n")
+    out = tmp_path / "o.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+    env.pop("MEMPLAN_TORCH_TRACEBACK", None)
+    r = subprocess.run([sys.executable, "-m", "memplan_torch", "measure", str(bad), str(good), "--out", str(out)],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(tmp_path))
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert err.splitlines()[-2:] == [
+        "error: memplan_torch: measure: case no_such_builder (%s) failed: memplan_torch: module 'builders' has no "
+        "function 'no_such_builder' (builder 'builders:no_such_builder')" % bad,
+        "error: memplan_torch: measure: 1 of 2 cases failed; wrote the other 1 to %s" % out], err
+    assert "Traceback" not in err
+    with open(str(out)) as f:
+        assert [c["name"] for c in json.load(f)["cases"]] == ["wide_mlp"]
+    out.unlink()
+    with pytest.raises(MeasureError, match="(?s)case no_such_builder .* 1 of 2 cases failed"):
+        measure([str(bad), str(good)], out=str(out))
+    with open(str(out)) as f:
+        assert [c["name"] for c in json.load(f)["cases"]] == ["wide_mlp"]
