@@ -93,7 +93,8 @@ def _describe(v):
 
 def _quote(s):
     """s as a JSON string (one line whatever it holds), as the Go reader's quote writes it."""
-    return json.dumps(s, ensure_ascii=False)
+    # Go's encoder escapes U+2028 and U+2029 whatever it is told
+    return json.dumps(s, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def _article(t):
@@ -390,7 +391,12 @@ def check_text(data, where):
     if "\t" in text:
         raise WorkloadError("%s: holds a tab at %s; indent and separate with spaces (a tab inside a string: \\t in "
                             "double quotes)" % (where, _position(text, text.index("\t"))))
-    return _directives(text, where)
+    text = _directives(text, where)
+    i = text.find("\ufeff", 1 if text.startswith("\ufeff") else 0)
+    if i >= 0:  # as the Go reader's internal/yamlerr (strayBOM) refuses it
+        raise WorkloadError("%s: holds a byte order mark (U+FEFF) at byte %d; a file may start with one, nowhere else"
+                            % (where, len(text[:i].encode("utf-8"))))
+    return text
 
 
 def _position(text, i):
