@@ -365,14 +365,14 @@ func (f *planFlags) specNames(s *engine.Spec) error {
 
 // specSizes reads micro-batch, seq, accum and generated tokens.
 func (f *planFlags) specSizes(s *engine.Spec) error {
-	for _, v := range []struct {
-		name string
-		val  int
-		min  int
-	}{{"--micro-batch", f.microBatch, 1}, {"--seq", f.seq, 0}, {"--accum", f.accum, 1}, {"--gen-tokens", f.genTokens, 0}} {
-		if v.val < v.min {
-			return fmt.Errorf("%s must be at least %d, got %d", v.name, max(v.min, 1), v.val)
-		}
+	// --seq's default 0 is the model's (or the trace's) own length: a 0
+	// given is refused, not read as that default; --gen-tokens 0 is
+	// generating none.
+	if err := givenBelow(f.flags, 1, "micro-batch", "seq", "accum"); err != nil {
+		return err
+	}
+	if err := givenBelow(f.flags, 0, "gen-tokens"); err != nil {
+		return err
 	}
 	s.MicroBatch, s.Seq, s.Accum, s.GenTokens = f.microBatch, f.seq, f.accum, f.genTokens
 	return nil
@@ -399,13 +399,10 @@ func (f *planFlags) specHardware(s *engine.Spec) error {
 			return fmt.Errorf("--host-memory must be positive, got %q", f.hostMemory)
 		}
 	}
-	if f.changed("gpus-per-node") && f.gpusPerNode < 1 {
-		return fmt.Errorf("--gpus-per-node must be at least 1, got %d", f.gpusPerNode)
+	if err := givenBelow(f.flags, 1, "gpus-per-node", "nodes"); err != nil {
+		return err
 	}
 	s.GPUsPerNode = f.gpusPerNode
-	if f.changed("nodes") && f.nodes < 1 {
-		return fmt.Errorf("--nodes must be at least 1, got %d", f.nodes)
-	}
 	return f.specCluster(s)
 }
 
@@ -458,13 +455,10 @@ func (f *planFlags) checkNodes(s *engine.Spec) error {
 // specParallel reads the parallel layout: tensor, sequence, expert, data (ZeRO, FSDP) and pipeline.
 func (f *planFlags) specParallel(s *engine.Spec) error {
 	var err error
-	if f.tp < 1 || f.ep < 1 {
-		return fmt.Errorf("--tp and --ep must be at least 1")
+	if err := givenBelow(f.flags, 1, "tp", "ep", "dp", "pp", "pp-interleave"); err != nil {
+		return err
 	}
 	s.TP, s.SP, s.EP, s.QLoRA = f.tp, f.sp, f.ep, f.qlora
-	if f.dp < 1 || f.pp < 1 || f.ppInterleave < 1 {
-		return fmt.Errorf("--dp, --pp and --pp-interleave must be at least 1")
-	}
 	s.DP, s.ZeRO, s.PP, s.PPInterleave = f.dp, f.zero, f.pp, f.ppInterleave
 	if s.PPSchedule, err = strategy.ParseSchedule(f.ppSchedule); err != nil {
 		return badChoice("--pp-schedule", f.ppSchedule, "1f1b", "gpipe")

@@ -121,6 +121,11 @@ func (ff *fitFlags) parse() (spec engine.Spec, a engine.Allow, pins search.Pins,
 	if spec, err = f.spec(); err != nil {
 		return spec, a, pins, 0, err
 	}
+	// Their default 0 is the plan's own (dp × tp × pp, micro-batch ×
+	// accum × dp): a 0 given is refused, not read as it.
+	if err = givenBelow(f.flags, 1, "gpus", "global-batch"); err != nil {
+		return spec, a, pins, 0, err
+	}
 	if a, err = engine.ParseAllow(ff.allow); err != nil {
 		return spec, a, pins, 0, err
 	}

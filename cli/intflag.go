@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -60,4 +61,27 @@ func intVar(fl *pflag.FlagSet, p *int, name string, value int, usage string) {
 func int64Var(fl *pflag.FlagSet, p *int64, name string, value int64, usage string) {
 	*p = value
 	fl.Var(decimal[int64]{p: p, kind: "int64"}, name, usage)
+}
+
+// givenBelow refuses the first of the int flags names given on fl (on the
+// command line, or a request's field) below least: "--seq must be at least
+// 1, got 0". Several flags' defaults are an unset 0 (or -1) that the
+// command fills in, so without it an explicit --seq 0 or fit --gpus 0 ran
+// as if the flag were not given. A flag max is solving for ('?') is not
+// a value and passes.
+func givenBelow(fl *pflag.FlagSet, least int64, names ...string) error {
+	for _, name := range names {
+		f := fl.Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		if a, ok := f.Value.(askable); ok && *a.asked {
+			continue
+		}
+		v, err := strconv.ParseInt(f.Value.String(), 10, 64)
+		if err == nil && v < least {
+			return fmt.Errorf("--%s must be at least %d, got %d", name, least, v)
+		}
+	}
+	return nil
 }

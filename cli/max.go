@@ -91,6 +91,9 @@ func (mf *maxFlags) register(fl *pflag.FlagSet) {
 func (mf *maxFlags) run(cmd *cobra.Command, stdout io.Writer) error {
 	f, ms := mf.plan, mf.ms
 	ms.modeGiven, ms.mode = f.changed("mode"), f.mode
+	if err := givenBelow(f.flags, 1, "requests"); err != nil {
+		return err
+	}
 	if ms.askRequests || ms.askContext || f.mode == "serve" {
 		if !ms.askRequests && !ms.askContext {
 			return fmt.Errorf("max in --mode serve solves for --requests or --context: give it the value '?'")

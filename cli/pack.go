@@ -21,6 +21,7 @@ type packFlags struct {
 	gpus, policies, margin, arrivals, svg, png, plotPolicy string
 	nodeGPUs                                               int
 	jsonOut                                                bool
+	changed                                                func(name string) bool
 }
 
 func newPackCmd(stdout io.Writer) *cobra.Command {
@@ -46,6 +47,7 @@ func newPackCmd(stdout io.Writer) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error { return f.run(cmd.Context(), stdout, args[0]) },
 	}
 	fl := c.Flags()
+	f.changed = fl.Changed
 	fl.StringVar(&f.gpus, "gpus", "", "the pool: COUNTxGPU, e.g. 8xh100 (see 'memplan gpus')")
 	intVar(fl, &f.nodeGPUs, "node-gpus", 0, "GPUs per node of the pool, for jobs of several GPUs that say same-node (default: the GPU's server in the catalog, 8 for an H100, at most the pool; else the whole pool)")
 	fl.StringVar(&f.policies, "policy", "all", "policies to compare: all, or a comma list of whole-gpu, static, peaks, curve (each once)")
@@ -67,7 +69,7 @@ func (f *packFlags) options() (pack.Pool, pack.Options, pack.Policy, error) {
 	if err != nil {
 		return pool, opt, 0, fmt.Errorf("--gpus: %v", err)
 	}
-	if f.nodeGPUs < 0 || f.nodeGPUs > pool.Count {
+	if f.nodeGPUs < 0 || f.nodeGPUs > pool.Count || f.nodeGPUs == 0 && f.changed("node-gpus") {
 		return pool, opt, 0, fmt.Errorf("--node-gpus must be between 1 and the pool's %d GPUs, got %d", pool.Count, f.nodeGPUs)
 	}
 	pool.NodeGPUs = f.nodeGPUs

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/memplan/memplan/server"
 )
@@ -67,7 +68,7 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
   curl -s localhost:8080/v1/plan -H 'Content-Type: application/json' -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkServeFlags(&cfg); err != nil {
+			if err := checkServeFlags(cmd.Flags(), &cfg); err != nil {
 				return err
 			}
 			log := slog.New(slog.NewJSONHandler(stderr, nil))
@@ -110,23 +111,25 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 	return c
 }
 
-// checkServeFlags refuses negative limits, which server.New would quietly
-// replace by its defaults (probes: serve --timeout -1s, --max-body -1
-// served with 60 s and 64 KiB); 0 is each flag's default, and
-// --cache-entries -1 turns the cache off.
-func checkServeFlags(cfg *server.Config) error {
-	for _, f := range []struct {
+// checkServeFlags refuses limits server.New would quietly replace by its
+// defaults: a negative one (probes: serve --timeout -1s, --max-body -1
+// served with 60 s and 64 KiB) or a 0 given (--max-queue 0 queued 8 ×
+// --max-in-flight, --timeout 0s allowed 60 s). --cache-entries -1 turns
+// the cache off.
+func checkServeFlags(fl *pflag.FlagSet, cfg *server.Config) error {
+	for _, d := range []struct {
 		name string
-		v    int64
-	}{{"--timeout", int64(cfg.Timeout)}, {"--queue-wait", int64(cfg.QueueWait)}, {"--max-in-flight", int64(cfg.MaxInFlight)},
-		{"--max-queue", int64(cfg.MaxQueue)}, {"--max-body", cfg.MaxBody}, {"--max-file-body", cfg.MaxFileBody},
-		{"--cache-bytes", cfg.CacheBytes}} {
-		if f.v < 0 {
-			return fmt.Errorf("%s must not be negative (0 is its default)", f.name)
+		v    time.Duration
+	}{{"timeout", cfg.Timeout}, {"queue-wait", cfg.QueueWait}} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s must be positive, got %s", d.name, d.v)
 		}
 	}
-	if cfg.CacheEntries < -1 {
-		return fmt.Errorf("--cache-entries must be -1 (no cache), 0 (its default) or more, got %d", cfg.CacheEntries)
+	if err := givenBelow(fl, 1, "max-in-flight", "max-queue", "max-body", "max-file-body", "cache-bytes"); err != nil {
+		return err
+	}
+	if cfg.CacheEntries < -1 || cfg.CacheEntries == 0 && fl.Changed("cache-entries") {
+		return fmt.Errorf("--cache-entries must be -1 (no cache) or at least 1, got %d", cfg.CacheEntries)
 	}
 	return nil
 }
