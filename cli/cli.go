@@ -260,6 +260,33 @@ func (f *planFlags) register(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.firstStep, "first-step", true, "also simulate the first step, which creates the optimizer state")
 	fl.StringVar(&f.recipe, "recipe", "hf", "how the framework runs the job: "+strings.Join(recipe.Names(), ", ")+", or a recipe file (see 'memplan recipes')")
 	fl.StringArrayVar(&f.sets, "set", nil, "override one recipe switch, key=value (repeatable; see 'memplan recipes NAME'); the switches flags also set ("+strings.Join(flaggedSwitches(), ", ")+") must agree with their flag when both are given")
+	recipeDefaults(fl, f.recipe)
+}
+
+// recipeDefaults words the help of each flag a recipe switch mirrors
+// (--precision, --optimizer, --optimizer-impl, --attention, --checkpoint)
+// as what it is: left out, the flag takes the --recipe's value, the flag's
+// own only where the recipe sets none. Their built-in default was shown
+// as the default ("--optimizer-impl ... (default "foreach")" while
+// --recipe megatron plans fused), and the service's field docs repeated
+// it. The help names the value under the default recipe instead.
+func recipeDefaults(fl *pflag.FlagSet, defaultRecipe string) {
+	r, err := recipe.Load(defaultRecipe)
+	if err != nil {
+		panic("cli: the default recipe does not load: " + err.Error()) // an embedded file
+	}
+	for _, sw := range recipe.Switches() {
+		f := fl.Lookup(sw.Flag)
+		if sw.Flag == "" || f == nil || f.DefValue == "" {
+			continue
+		}
+		v := r.Value(sw.Key)
+		if v == "" {
+			v = f.DefValue
+		}
+		f.Usage += fmt.Sprintf(" (default: the --recipe's; %s with --recipe %s)", v, defaultRecipe)
+		f.DefValue = ""
+	}
 }
 
 // flaggedSwitches are the keys of the recipe switches a flag also sets
