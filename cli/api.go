@@ -76,7 +76,7 @@ var apiCommands = map[string]apiCommand{
 // service sets itself, and paths of files on the server's disk to read or
 // write.
 var apiHidden = map[string]bool{
-	"json": true, "svg": true, "png": true, "no-chart": true, "plot-policy": true, "help": true,
+	"json": true, "output": true, "svg": true, "png": true, "no-chart": true, "plot-policy": true, "help": true,
 	"graph": true, "workload": true, "cluster": true, "emit-out": true, "against": true,
 }
 

@@ -98,6 +98,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(flagError)
+	root.PersistentPreRunE = func(c *cobra.Command, _ []string) error { return resolveOutput(c) }
 	root.AddCommand(newPlanCmd(stdout), newCompareCmd(stdout), newFitCmd(stdout, stderr), newValidateCmd(stdout), newModelsCmd(stdout), newGPUsCmd(stdout), newRecipesCmd(stdout), newExplainCmd(stdout))
 	root.AddCommand(newDiagnoseCmd(stdout), newMaxCmd(stdout))
 	root.AddCommand(newPackCmd(stdout))
@@ -209,7 +210,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 	}
 	fl := c.Flags()
 	f.register(fl)
-	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON report")
+	outputFlags(fl, &f.jsonOut, "print the machine-readable JSON report (memplan.plan/v1)")
 	fl.BoolVar(&f.noTimeline, "no-timeline", false, "leave the per-op timeline out of the JSON")
 	intVar(fl, &f.timelinePoints, "timeline-points", report.DefaultTimelinePoints,
 		fmt.Sprintf("most events of the JSON timeline: a plan of more ops gives each run of ops in a row as its highest (the peak's op among them), with op_index and ops (at most %d)", report.MaxTimelinePoints))

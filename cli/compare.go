@@ -72,7 +72,7 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	f.register(c.Flags())
-	c.Flags().BoolVar(&jsonOut, "json", false, "print the machine-readable JSON")
+	outputFlags(c.Flags(), &jsonOut, "print the machine-readable JSON")
 	c.Flags().StringVar(&allow, "allow", "", "also compare options that change the training result: lora, qlora, 8bit, precision")
 	return c
 }

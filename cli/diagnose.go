@@ -75,7 +75,7 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 	f.register(c.Flags())
 	c.Flags().Lookup("gpu").Usage += "; with a snapshot: replay it on this GPU's memory less the CUDA context (instead of --capacity)"
 	c.Flags().StringVar(&capacity, "capacity", "", "with a snapshot: replay it on a device of this many bytes (e.g. 12GiB) to find where it runs out")
-	c.Flags().BoolVar(&jsonOut, "json", false, "with a snapshot: print the machine-readable JSON report (memplan.diagnose-oom/v1)")
+	outputFlags(c.Flags(), &jsonOut, "with a snapshot: print the machine-readable JSON report (memplan.diagnose-oom/v1)")
 	int64Var(c.Flags(), &device, "device", -1, "with a snapshot: the device to diagnose (default: the one with the largest allocated peak)")
 	c.Flags().BoolVar(&reserved, "reserved", false, "count the caching allocator's fragmentation (the reserved peak's unused bytes) as an object")
 	return c

@@ -91,7 +91,7 @@ func newExplainCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	fl := c.Flags()
-	fl.BoolVar(&jsonOut, "json", false, "print the machine-readable JSON report (memplan.explain/v1)")
+	outputFlags(fl, &jsonOut, "print the machine-readable JSON report (memplan.explain/v1)")
 	int64Var(fl, &device, "device", -1, "the device to explain (default: the one with the largest allocated peak)")
 	fl.StringVar(&svg, "svg", "", "draw the timeline to this SVG file")
 	fl.StringVar(&png, "png", "", "draw the timeline to this PNG file")

@@ -58,7 +58,7 @@ func newFitCmd(stdout, stderr io.Writer) *cobra.Command {
 
 func (ff *fitFlags) register(fs *pflag.FlagSet) {
 	ff.plan.register(fs)
-	fs.BoolVar(&ff.jsonOut, "json", false, "print the machine-readable JSON")
+	outputFlags(fs, &ff.jsonOut, "print the machine-readable JSON")
 	fs.StringVar(&ff.allow, "allow", "", "also search options that change the training result: lora, qlora, 8bit, precision")
 	fs.StringVar(&ff.deny, "deny", "", "close whole families to the search: offload, checkpoint, zero, tp, sp, pp, accum, fused (each keeps its dimension at none)")
 	fs.StringVar(&ff.emitTo, "emit", "", "write the winner's framework config: "+strings.Join(frameworks.Names(), ", ")+" (after the report, or to --emit-out)")

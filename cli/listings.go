@@ -12,18 +12,6 @@ import (
 	"github.com/memplan/memplan/models"
 )
 
-// listFormat is -o/--output of the listing commands.
-func listFormat(c *cobra.Command, out *string) {
-	c.Flags().StringVarP(out, "output", "o", "text", "output format: text or json")
-}
-
-func checkListFormat(out string) error {
-	if out != "text" && out != "json" {
-		return fmt.Errorf("--output %q: want text or json", out)
-	}
-	return nil
-}
-
 // modelRow is one catalog model in `memplan models -o json`
 // (memplan.models/v1).
 type modelRow struct {
@@ -41,7 +29,7 @@ type modelRow struct {
 }
 
 func newModelsCmd(stdout io.Writer) *cobra.Command {
-	var out string
+	var jsonOut bool
 	c := &cobra.Command{
 		Use:   "models",
 		Short: "List the embedded model catalog",
@@ -51,9 +39,6 @@ func newModelsCmd(stdout io.Writer) *cobra.Command {
 			"BertForSequenceClassification), so plan's params add hidden × labels + labels (1,538 for bert-base).",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := checkListFormat(out); err != nil {
-				return err
-			}
 			var rows []modelRow
 			for _, e := range models.Catalog() {
 				a, err := models.Lookup(e.Name)
@@ -63,7 +48,7 @@ func newModelsCmd(stdout io.Writer) *cobra.Command {
 				rows = append(rows, modelRow{Name: e.Name, Family: a.Family, Params: a.ParamCount(), Layers: a.Layers, Hidden: a.Hidden,
 					Heads: a.Heads, KVHeads: a.KVHeads, Experts: a.NumExperts, Vocab: a.Vocab, Context: a.MaxPositions, Repo: e.Repo})
 			}
-			if out == "json" {
+			if jsonOut {
 				return writeJSON(stdout, struct {
 					Schema string     `json:"schema"`
 					Models []modelRow `json:"models"`
@@ -80,7 +65,7 @@ func newModelsCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	listFormat(c, &out)
+	outputFlags(c.Flags(), &jsonOut, "print the catalog as JSON (memplan.models/v1)")
 	return c
 }
 
@@ -128,7 +113,7 @@ type nodeRow struct {
 }
 
 func newGPUsCmd(stdout io.Writer) *cobra.Command {
-	var out string
+	var jsonOut bool
 	c := &cobra.Command{
 		Use:   "gpus",
 		Short: "List the embedded GPU catalog",
@@ -138,10 +123,7 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 			"the compute of its share of the SMs and the bandwidth of its share of the memory.",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := checkListFormat(out); err != nil {
-				return err
-			}
-			if out == "json" {
+			if jsonOut {
 				var rows []gpuRow
 				for _, g := range hw.All() {
 					rows = append(rows, gpuRow{Name: g.Name, Vendor: g.Vendor, Aliases: g.Aliases, Memory: int64(g.Memory), TotalMemory: int64(g.Capacity()),
@@ -179,6 +161,6 @@ func newGPUsCmd(stdout io.Writer) *cobra.Command {
 			return err
 		},
 	}
-	listFormat(c, &out)
+	outputFlags(c.Flags(), &jsonOut, "print the catalog as JSON (memplan.gpus/v1)")
 	return c
 }

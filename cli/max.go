@@ -83,7 +83,7 @@ func (mf *maxFlags) register(fl *pflag.FlagSet) {
 		fg.Value = askable{fg.Value, a.b}
 	}
 	fl.Lookup("context").Usage += "; '?' solves for the longest context --requests N get"
-	fl.BoolVar(&mf.jsonOut, "json", false, "print the machine-readable JSON (memplan.max/v1)")
+	outputFlags(fl, &mf.jsonOut, "print the machine-readable JSON (memplan.max/v1)")
 }
 
 // run answers a serving question in --mode serve, else solves for the one training or inference dimension given

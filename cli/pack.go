@@ -53,7 +53,7 @@ func newPackCmd(stdout io.Writer) *cobra.Command {
 	fl.StringVar(&f.policies, "policy", "all", "policies to compare: all, or a comma list of whole-gpu, static, peaks, curve (each once)")
 	fl.StringVar(&f.margin, "margin", "0", "memory every policy but whole-gpu leaves free on each GPU, e.g. 2GiB")
 	fl.StringVar(&f.arrivals, "arrivals", "", "an arrival trace (kind: memplan.arrivals/v1) to simulate")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the machine-readable JSON (memplan.pack/v1, with the simulation when asked)")
+	outputFlags(fl, &f.jsonOut, "print the machine-readable JSON (memplan.pack/v1, with the simulation when asked)")
 	fl.StringVar(&f.svg, "svg", "", "draw each GPU's combined curve to this SVG file")
 	fl.StringVar(&f.png, "png", "", "draw each GPU's combined curve to this PNG file")
 	fl.StringVar(&f.plotPolicy, "plot-policy", "curve", "whose assignment --svg/--png draw")

@@ -94,7 +94,7 @@ func newValidateCmd(stdout io.Writer) *cobra.Command {
 	fl := c.Flags()
 	fl.StringVar(&f.traces, "traces", "", "directory of the cases' trace files (default: the measured file's directory; not with --published)")
 	fl.StringVar(&f.tolerance, "tolerance", "3%", "largest accepted relative error of a phase peak: a percentage (3%) or a fraction up to 1 (0.03)")
-	fl.BoolVar(&f.jsonOut, "json", false, "print the report as JSON (memplan.validation/v1, or memplan.published-validation/v1 with --published)")
+	outputFlags(fl, &f.jsonOut, "print the report as JSON (memplan.validation/v1, or memplan.published-validation/v1 with --published)")
 	fl.StringVar(&f.published, "published", "", "compare with published GPU measurements in the frameworks' own terms (memplan.published/v1 JSON Lines)")
 	return c
 }
