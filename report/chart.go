@@ -539,7 +539,7 @@ func chartPeakWhere(r *engine.Result) string {
 	if r.Program.MicroBatches > 1 && p.Phase != ir.Optimizer {
 		s += fmt.Sprintf(" of micro-step %d/%d", p.Micro+1, r.Program.MicroBatches)
 	}
-	return s + fmt.Sprintf(", op %d of %d", p.Op+1, len(r.Program.Ops))
+	return s + ", " + opNumber(p.Op, len(r.Program.Ops))
 }
 
 // chartGPUName is the GPU the spec names, or "".

@@ -238,7 +238,7 @@ func TestTerminalChartTinySizes(t *testing.T) {
 func TestTerminalChartOneOp(t *testing.T) {
 	r := chartOneOp(t)
 	out := chartRender(t, r, ChartOptions{})
-	for _, want := range []string{"peak 8.00 MiB", "linear (fc), forward, op 1 of 1", "█ parameters", "░ activations", ": temporaries", "· other"} {
+	for _, want := range []string{"peak 8.00 MiB", "linear (fc), forward, op 1 of 1 (op_index 0)", "█ parameters", "░ activations", ": temporaries", "· other"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lacks %q:\n%s", want, out)
 		}

@@ -167,11 +167,18 @@ func microStep(res *engine.Result, m int) string {
 	}
 }
 
+// opNumber is op i (from 0) of a program of n ops as the text names it:
+// "op 439 of 875 (op_index 438)". The text counts ops as it counts
+// micro-steps and stages, from 1 ("micro-step 2 of 2"); the JSON's indexes
+// count from 0, and the text said "op 439" for the JSON's op_index 438
+// without saying so.
+func opNumber(i, n int) string { return fmt.Sprintf("op %d of %d (op_index %d)", i+1, n, i) }
+
 // writePeakLines writes where the peak is, the host peak, whether it fits, and a higher first step.
 func writePeakLines(b *strings.Builder, res *engine.Result) {
 	s, p, r := &res.Spec, res.Program, res.Sim
 	name, module := res.PeakOp()
-	fmt.Fprintf(b, "\nPeak %s in %s at %s, op %d of %d", r.Peak.Total, r.Peak.Phase, where(name, module), r.Peak.Op+1, len(p.Ops))
+	fmt.Fprintf(b, "\nPeak %s in %s at %s, %s", r.Peak.Total, r.Peak.Phase, where(name, module), opNumber(r.Peak.Op, len(p.Ops)))
 	switch {
 	case p.MicroBatches > 1 && r.Peak.Phase == ir.Optimizer:
 		// The optimizer steps once, after every micro-step (its ops carry

@@ -32,9 +32,9 @@ func TestPeakLineMicroStep(t *testing.T) {
 		seq, accum int
 		want       string
 	}{
-		{1, 2, `in optimizer at _foreach_sqrt\(exp_avg_sqs\), op \d+ of \d+, after the last of 2 micro-steps$`},
-		{1, 9, `in optimizer at _foreach_sqrt\(exp_avg_sqs\), op \d+ of \d+, after the last of 9 micro-steps$`},
-		{1024, 2, `in backward at log_softmax_backward \(loss\), op \d+ of \d+, micro-step 2 of 2$`},
+		{1, 2, `in optimizer at _foreach_sqrt\(exp_avg_sqs\), op \d+ of \d+ \(op_index \d+\), after the last of 2 micro-steps$`},
+		{1, 9, `in optimizer at _foreach_sqrt\(exp_avg_sqs\), op \d+ of \d+ \(op_index \d+\), after the last of 9 micro-steps$`},
+		{1024, 2, `in backward at log_softmax_backward \(loss\), op \d+ of \d+ \(op_index \d+\), micro-step 2 of 2$`},
 	} {
 		res, err := engine.Plan(engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1, Seq: c.seq, Accum: c.accum, Precision: ops.AMPBF16,
 			Optimizer: lower.AdamW}, Target: engine.Target{GPU: gpu}})
