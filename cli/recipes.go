@@ -5,8 +5,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/jedib0t/go-pretty/v6/table"
-	"github.com/jedib0t/go-pretty/v6/text"
 	"github.com/spf13/cobra"
 
 	"github.com/memplan/memplan/lower"
@@ -41,58 +39,46 @@ func listRecipes(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	t := table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"recipe", "framework", "version"})
+	width := textWidth(w)
+	var rows [][]string
 	for _, r := range rs {
-		t.AppendRow(table.Row{r.Name, r.Framework, r.Version})
+		rows = append(rows, []string{r.Name, r.Framework, r.Version})
 	}
-	fmt.Fprintln(w, t.Render())
-	t = table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"switch", "values", "what it changes"})
+	fmt.Fprintln(w, wrappedTable([]string{"recipe", "framework", "version"}, rows, []int{2, 3}, width))
+	rows = nil
 	for _, s := range recipe.Switches() {
 		doc := s.Doc
 		if s.Training {
 			doc += " (training only: ignored with --mode infer)"
 		}
-		t.AppendRow(table.Row{s.Key, s.Values, doc})
+		rows = append(rows, []string{s.Key, s.Values, doc})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 40}, {Number: 3, WidthMax: 70}})
-	fmt.Fprintln(w, t.Render())
-	t = table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"precision", "where parameters, gradients and state live"})
+	fmt.Fprintln(w, wrappedTable([]string{"switch", "values", "what it changes"}, rows, []int{2, 3}, width))
+	rows = nil
 	for _, p := range ops.Precisions() {
-		t.AppendRow(table.Row{p.String(), p.Doc()})
+		rows = append(rows, []string{p.String(), p.Doc()})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 100}})
-	fmt.Fprintln(w, t.Render())
-	t = table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"optimizer", "state it keeps", "steps", "follows"})
+	fmt.Fprintln(w, wrappedTable([]string{"precision", "where parameters, gradients and state live"}, rows, []int{2}, width))
+	rows = nil
 	for _, o := range lower.Optimizers() {
 		var steps []string
 		for _, i := range o.Impls() {
 			steps = append(steps, i.String())
 		}
-		t.AppendRow(table.Row{o.String(), o.Doc(), strings.Join(steps, ", "), o.Source()})
+		rows = append(rows, []string{o.String(), o.Doc(), strings.Join(steps, ", "), o.Source()})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 2, WidthMax: 60}, {Number: 4, WidthMax: 60}})
-	_, err = fmt.Fprintln(w, t.Render())
+	_, err = fmt.Fprintln(w, wrappedTable([]string{"optimizer", "state it keeps", "steps", "follows"}, rows, []int{2, 3, 4}, width))
 	return err
 }
 
 func showRecipe(w io.Writer, r *recipe.Recipe) error {
-	fmt.Fprintf(w, "%s: %s (%s)\n", r.Name, r.Framework, r.Version)
-	fmt.Fprintln(w, text.WrapSoft(strings.TrimSpace(r.Doc), 110))
-	t := table.NewWriter()
-	t.SetStyle(table.StyleLight)
-	t.AppendHeader(table.Row{"switch", "value", "source"})
+	width := textWidth(w)
+	fmt.Fprintln(w, wrapText(fmt.Sprintf("%s: %s (%s)", r.Name, r.Framework, r.Version), width))
+	fmt.Fprintln(w, wrapText(strings.TrimSpace(r.Doc), width))
+	var rows [][]string
 	for _, s := range r.Settings {
-		t.AppendRow(table.Row{s.Key, s.Value, s.Source})
+		rows = append(rows, []string{s.Key, s.Value, s.Source})
 	}
-	t.SetColumnConfigs([]table.ColumnConfig{{Number: 3, WidthMax: 90}})
-	_, err := fmt.Fprintln(w, t.Render())
+	_, err := fmt.Fprintln(w, wrappedTable([]string{"switch", "value", "source"}, rows, []int{2, 3}, width))
 	return err
 }
