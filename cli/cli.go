@@ -35,7 +35,7 @@ import (
 // Main runs the CLI with args and returns the process exit status (exit.go:
 // 0 fits, 3 does not fit, 4 nothing fits, 1 bad input). Errors are one line
 // on stderr, prefixed "memplan: "; warnings too, prefixed "memplan:
-// warning: ". Every command but serve and fit runs under a soft heap limit
+// warning: ". Every command but fit runs under a soft heap limit
 // (limitHeap) unless GOMEMLIMIT sets one, restored when it returns.
 func Main(args []string, stdout, stderr io.Writer) int {
 	if err := versionAlone(args); err != nil {
@@ -44,7 +44,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
 	if c, _, err := root.Find(args); err == nil && limitsHeap(c) {
-		defer limitHeap()()
+		defer limitHeap(gcFor(c))()
 	}
 	return exitCode(root.Execute(), stderr)
 }

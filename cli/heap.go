@@ -56,24 +56,43 @@ const heapGC = 200
 const heapPoll = 50 * time.Millisecond
 
 // limitsHeap says whether command c runs under heapLimit: every command
-// but serve, whose requests run side by side (its process is the
-// deployment's to tune, GOMEMLIMIT), and fit, which holds its search under
-// 1.5× --search-memory (searchGC), and no request served through the API.
+// but fit, which holds its search under 1.5× --search-memory (searchGC),
+// and no request served through the API (the process's limit is set once,
+// by serve). serve runs under it for its life: its requests run side by
+// side, and the limit follows their live heaps together. With none, two
+// deepseek-v3 plan --accum 8 requests at once reached 4.0-4.4 GB of RSS;
+// under it, 3.1-3.5 GB (and twelve 60 MB pack bodies 0.92-1.0 GB against
+// 0.97 without it; on a shared 2-core host, the bodies read once each holds a
+// place: server.Server.command). GOMEMLIMIT (and GOGC) still set the
+// deployment's own.
 func limitsHeap(c *cobra.Command) bool {
-	return c.Name() != "serve" && c.Name() != "fit" && !isAPI(c)
+	return c.Name() != "fit" && !isAPI(c)
+}
+
+// gcFor is the collector's growth command c runs at under the limit
+// (unless GOGC sets one): heapGC for the CLI's commands, which run one
+// job and exit; Go's default 100% for serve, which runs for days, where
+// 200% let the heap grow toward the limit between requests (twelve 60 MB
+// pack bodies: 1.33 GB of RSS at 200%, 0.92-1.0 GB at 100%; two deepseek-v3
+// plans 3.4-3.5 GB against 3.1-3.5 GB).
+func gcFor(c *cobra.Command) int {
+	if c.Name() == "serve" {
+		return 100
+	}
+	return heapGC
 }
 
 // limitHeap sets the heap limit unless GOMEMLIMIT is set (and the
-// collector's growth to heapGC unless GOGC is), follows the live heap until
+// collector's growth to gc unless GOGC is), follows the live heap until
 // the returned function stops it and restores both as they were (the CLI
 // runs in-process in tests and in the service).
-func limitHeap() func() {
+func limitHeap(gc int) func() {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return func() {}
 	}
 	oldGC := -2 // GOGC given: kept
 	if os.Getenv("GOGC") == "" {
-		oldGC = debug.SetGCPercent(heapGC)
+		oldGC = debug.SetGCPercent(gc)
 	}
 	old := debug.SetMemoryLimit(heapLimit)
 	stop := heapwatch.Every(heapPoll, func(live uint64) { debug.SetMemoryLimit(limitFor(live)) })

@@ -25,7 +25,7 @@ func TestLimitHeap(t *testing.T) {
 		before := c.read()
 		t.Setenv("GOMEMLIMIT", "")
 		t.Setenv("GOGC", "")
-		undo := limitHeap()
+		undo := limitHeap(heapGC)
 		if got := c.read(); got != c.under {
 			t.Fatalf("%s: %d under a command, want %d", c.env, got, c.under)
 		}
@@ -34,7 +34,7 @@ func TestLimitHeap(t *testing.T) {
 			t.Fatalf("%s: %d after the command, want %d as before it", c.env, got, before)
 		}
 		t.Setenv(c.env, c.set)
-		undo = limitHeap()
+		undo = limitHeap(heapGC)
 		if got := c.read(); got != before {
 			t.Fatalf("%s set: %d, want %d (the runtime's)", c.env, got, before)
 		}
@@ -61,9 +61,9 @@ func TestLimitFor(t *testing.T) {
 	}
 }
 
-// Every command but serve and fit (searchGC's) is limited; Main restores
+// Every command but fit (searchGC's) is limited, serve too; Main restores
 // the limit it found.
-func TestLimitsHeapButServe(t *testing.T) {
+func TestLimitsHeapButFit(t *testing.T) {
 	root := NewRoot(io.Discard, io.Discard)
 	for _, tc := range []struct {
 		args []string
@@ -73,7 +73,7 @@ func TestLimitsHeapButServe(t *testing.T) {
 		{[]string{"compare"}, true},
 		{[]string{"fit"}, false},
 		{[]string{"max"}, true},
-		{[]string{"serve", "--addr", ":0"}, false},
+		{[]string{"serve", "--addr", ":0"}, true},
 	} {
 		c, _, err := root.Find(tc.args)
 		if err != nil {
@@ -90,5 +90,20 @@ func TestLimitsHeapButServe(t *testing.T) {
 	}
 	if got := limit(); got != before {
 		t.Fatalf("limit %d after Main, want %d as before it", got, before)
+	}
+}
+
+// serve runs at Go's default growth under the limit; the one-job commands
+// at heapGC.
+func TestServeKeepsDefaultGrowth(t *testing.T) {
+	root := NewRoot(io.Discard, io.Discard)
+	for args, want := range map[string]int{"serve": 100, "plan": heapGC, "compare": heapGC} {
+		c, _, err := root.Find([]string{args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := gcFor(c); got != want {
+			t.Errorf("%s: GOGC %d under the limit, want %d", args, got, want)
+		}
 	}
 }

@@ -62,7 +62,8 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 			"\"jobs\". Errors are {\"error\", \"field\"}: 400 bad input, 413 too large, 415 a body not sent as\n" +
 			"Content-Type: application/json (so that no page of another site can make the server compute), 422 fit found\n" +
 			"no plan, 429/503 busy (Retry-After), 503 past --timeout. It caches answers, logs one JSON line per request on\n" +
-			"stderr and exposes Prometheus metrics at /metrics.\n" +
+			"stderr and exposes Prometheus metrics at /metrics. explain and pack wait for their place before their body is\n" +
+			"read; the process keeps its heap under a soft limit of 1.5 GiB, or 1.25× what is live (GOMEMLIMIT overrides).\n" +
 			"(plan --mode serve is a different thing: vLLM serving a model.)",
 		Example: `  memplan serve --addr 127.0.0.1:8080
   curl -s localhost:8080/v1/plan -H 'Content-Type: application/json' -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,

@@ -323,6 +323,14 @@ func (s *Server) get(h handler) handler {
 // command answers POST /v1/COMMAND: read the body under its limit, parse
 // it, answer from the cache or compute under the semaphore and the time
 // limit.
+//
+// A command whose body carries a file (explain, pack: up to MaxFileBody)
+// takes its place in the semaphore before its body is read, and keeps it
+// to compute: a request waiting for a place holds no body. Read first,
+// twelve 60 MB pack bodies at once were all held (and parsed) while two
+// computed, 2.5 GB. The other commands' bodies (up to MaxBody, 64 KiB) are
+// read first, so a cached answer, or an identical request in flight, is
+// served without waiting for a place.
 func (s *Server) command(name string) handler {
 	limit := s.cfg.MaxBody
 	for _, f := range s.backend.Fields(name) {
@@ -330,6 +338,7 @@ func (s *Server) command(name string) handler {
 			limit = s.cfg.MaxFileBody
 		}
 	}
+	placeFirst := limit > s.cfg.MaxBody
 	return func(w http.ResponseWriter, r *http.Request) int {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -338,13 +347,21 @@ func (s *Server) command(name string) handler {
 		if err := jsonbody.Check(r.Header); err != nil {
 			return writeError(w, http.StatusUnsupportedMediaType, "", err.Error())
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-		if err != nil {
-			var mb *http.MaxBytesError
-			if errors.As(err, &mb) {
-				return writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
+		held := false // a place in the semaphore, given back on return unless run takes it
+		if placeFirst {
+			if status, ok := s.acquire(r.Context(), w); !ok {
+				return status
 			}
-			return writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+			held = true
+			defer func() {
+				if held {
+					s.release()
+				}
+			}()
+		}
+		body, status := readBody(w, r, limit)
+		if body == nil {
+			return status
 		}
 		if a, ok := s.cachedBody(name, body); ok {
 			return s.hit(w, name, a)
@@ -376,9 +393,12 @@ func (s *Server) command(name string) handler {
 			s.m.cacheMiss.WithLabelValues(name).Inc()
 			w.(*recorder).cache = "miss"
 		}
-		if status, ok := s.acquire(ctx, w); !ok {
-			return status
+		if !held {
+			if status, ok := s.acquire(ctx, w); !ok {
+				return status
+			}
 		}
+		held = false // run gives it back
 		a, err := s.run(ctx, name, req)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -396,6 +416,23 @@ func (s *Server) command(name string) handler {
 		}
 		return writeAnswer(w, a, "miss")
 	}
+}
+
+// readBody reads r's body, at most limit bytes; nil and the status it
+// answered when it could not.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, int) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			return nil, writeError(w, http.StatusRequestEntityTooLarge, "", fmt.Sprintf("the request body is over the limit of %d bytes", mb.Limit))
+		}
+		return nil, writeError(w, http.StatusBadRequest, "", "reading the request body: "+err.Error())
+	}
+	if body == nil {
+		body = []byte{}
+	}
+	return body, 0
 }
 
 // flight is a request being computed; done is closed once a (ok: it was

@@ -746,3 +746,64 @@ func TestIdenticalRequestsComputedOnce(t *testing.T) {
 		t.Errorf("%d runs for %d identical requests, want 1", got, n)
 	}
 }
+
+// watched is a request body that records whether the server read it.
+type watched struct {
+	r    io.Reader
+	read *atomic.Bool
+}
+
+func (w watched) Read(p []byte) (int, error) {
+	w.read.Store(true)
+	return w.r.Read(p)
+}
+
+// A request whose body carries a file (pack, explain) takes its place
+// before its body is read: while one computes, the queued ones hold no
+// body (twelve 60 MB pack bodies at once were all read and parsed while
+// two computed, 2.5 GB), one past the queue is refused 429 unread, and
+// the queued ones are answered once the place frees.
+func TestQueuedFileBodiesAreNotRead(t *testing.T) {
+	b := &blocking{started: make(chan struct{}, 8), release: make(chan struct{}), stopped: make(chan error, 8)}
+	const queue = 3
+	h := server.New(b, server.Config{MaxInFlight: 1, MaxQueue: queue, QueueWait: 20 * time.Second, CacheEntries: -1,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := func(i int) string {
+		return fmt.Sprintf(`{"jobs": "kind: memplan.jobs/v1\njobs: [{name: a%d, train: {model: gpt2}}]\n%s", "gpus": "8xh100"}`, i, strings.Repeat("#", 1<<20))
+	}
+	first := make(chan reply, 1)
+	go func() { first <- post(t, srv.URL+"/v1/pack", body(0)) }()
+	<-b.started
+	send := func(i int, read *atomic.Bool) int {
+		req := httptest.NewRequest("POST", "/v1/pack", watched{strings.NewReader(body(i)), read})
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	var reads [queue + 1]atomic.Bool
+	codes := make(chan int, queue)
+	for i := range queue {
+		go func() { codes <- send(i+1, &reads[i]) }()
+	}
+	waitQueued(t, srv.URL, queue)
+	if code := send(queue+1, &reads[queue]); code != 429 || reads[queue].Load() {
+		t.Errorf("a pack request past the queue: %d, its body read %t; want 429 unread", code, reads[queue].Load())
+	}
+	for i := range queue {
+		if reads[i].Load() {
+			t.Errorf("queued pack request %d: its body was read while it waited for a place", i)
+		}
+	}
+	close(b.release)
+	if f := <-first; f.status != 200 {
+		t.Errorf("first request: %d %s", f.status, f.body)
+	}
+	for range queue {
+		if code := <-codes; code != 200 {
+			t.Errorf("a queued request: %d, want 200 once the place freed", code)
+		}
+	}
+}
