@@ -205,6 +205,12 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 	}
 	if o.Cache != nil {
 		defer o.Cache.putOnlyFor(nil, o, false)
+		// What none of them plans from goes before the first: a cache
+		// that was not filtered while base was planned (max's probes)
+		// held it through the first strategy (max deepseek-v3 --pp 4
+		// --accum 8: every stage's programs of eight micro-steps beside
+		// the first strategy's, 2.31 GB of RSS).
+		o.Cache.keepFor(applied(specs, errs), o)
 	}
 	for i, v := range vs {
 		later := applied(specs[i+1:], errs[i+1:])
