@@ -74,7 +74,9 @@ def accept(cmds, flag, values, code, want, why):
 PLANNERS = ["plan", "compare", "fit", "max", "diagnose", "serve"]
 accept(PLANNERS, "gen-tokens", ["0"], 0, "", "0 is the default: no generated tokens")
 accept(PLANNERS, "zero", ["0"], 0, "", "0 is the default: no ZeRO")
-accept(PLANNERS, "seq", ["0"], 0, "", "0 is the default: min(2048, the model's positions)")
+# --seq 0 is refused where the job has a sequence to set (round 26: 0 had run as the default); serve mode's
+# --seq is only its profile's and keeps 0 as "unset".
+accept(["serve"], "seq", ["0"], 0, "", "0 is the default: min(2048, the model's positions)")
 # An empty string is the flag's default (no budget, no GPU, no LoRA, ...).
 for f in ["budget", "host-memory", "checkpoint", "offload", "lora", "alloc-conf", "gpu", "total-memory",
           "quantization"]:
@@ -95,15 +97,10 @@ accept(["plan"], "gpus-per-node", ["2147483647", "4611686018427387904", "9223372
 accept(["fit", "max"], "gpu", [""], 1, "--gpu", "fit and max need a --gpu")
 # A dense model has no experts to split: said so by name.
 accept(PLANNERS, "ep", ["2147483647", "4611686018427387904", "9223372036854775807"], 1, "expert parallel", "")
-accept(["fit"], "global-batch", ["0"], 0, "", "0 is the default: micro-batch × accum × dp")
-accept(["fit"], "gpus", ["0"], 0, "", "0 is the default: dp × tp × pp")
 accept(["fit"], "headroom", ["0"], 0, "", "no headroom")
 accept(["explain"], "against", [""], 0, "", "'' is the default: no comparison")
-# memplan serve: 0 is each limit's default (the server's own), and
+# memplan serve: a limit of 0 is refused naming it (round 26: it had run as the server's default), and
 # --cache-entries -1 turns the cache off; it then serves until stopped.
-for f in ["cache-bytes", "cache-entries", "max-body", "max-file-body", "max-in-flight", "max-queue", "queue-wait",
-          "timeout"]:
-    accept(["serve-http"], f, ["0"], "serves", "", "0 is the default")
 accept(["serve-http"], "cache-entries", ["-1"], "serves", "", "-1: no cache")
 accept(["extender"], "margin", ["-1GiB"], 1, "--margin", "")
 accept(["validate"], "tolerance", ["-0.5"], 1, "--tolerance", "")
