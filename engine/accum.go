@@ -106,7 +106,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 		o.stageShort = o.NumbersOnly && s.Checkpoint.Kind != CheckpointAuto
 		return planFewer(s, o, m)
 	}
-	next, graphs, errNext := priceStages(s, o, m+1)
+	next, graphs, errNext := priceStages(s, o, func(int) int { return m + 1 })
 	o.graphs = graphs
 	var now []*cost.Timing
 	o.rankTimes = &now
@@ -138,19 +138,23 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 }
 
 // priceStages times each pipeline stage of s (those o.Stages names, when
-// set) with n micro-steps, before the bubble (priceRank), and returns the
-// forward graphs it built. Totals only: the per-op times of programs the
-// plan does not keep would stay live.
-func priceStages(s Spec, o Options, n int) ([]*cost.Timing, map[int]*ir.Graph, error) {
-	s.Accum = n
-	if err := s.Validate(); err != nil {
-		return nil, nil, err
-	}
+// set) with n(stage) micro-steps, before the bubble (priceRank), and
+// returns the forward graphs it built; a stage n gives 0 is not priced
+// (nil). Totals only: the per-op times of programs the plan does not keep
+// would stay live.
+func priceStages(s Spec, o Options, n func(stage int) int) ([]*cost.Timing, map[int]*ir.Graph, error) {
 	pl := &planner{s: &s, o: Options{Context: o.Context}, graphs: o.graphs}
 	var ts []*cost.Timing
 	for stage := 0; stage < s.PP; stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
+		}
+		if s.Accum = n(stage); s.Accum == 0 {
+			ts = append(ts, nil)
+			continue
+		}
+		if err := s.Validate(); err != nil {
+			return nil, pl.graphs, err
 		}
 		p, _, err := pl.stageProgram(false, stage)
 		if err != nil {
@@ -321,4 +325,107 @@ func extrapolate(s *Spec, t0, lo, hi *cost.Timing, n int) (*cost.Timing, error) 
 		}
 	}
 	return &t, nil
+}
+
+// stagewise says whether PlanWith plans s (validated) a stage at a time
+// with the micro-steps that show each stage's own peak (stagewiseSteps,
+// planStagewise): a priced 1F1B pipeline of k > p+1 micro-steps whose
+// stages, all planned with k, would build more than MaxSimBlocks
+// block-steps in all (layers × (1 + experts) × k; a trace's events × k
+// over MaxTraceEventSteps). pipelineShortAccum's p+1 on every stage is a
+// bound per stage: deepseek-v3 --pp 8 --accum 16 (under 2p+3, so every
+// micro-step) built and priced 128 stage micro-steps of about 65,000 ops
+// each, --pp 16 --accum 32 512 of 32,000. Smaller plans keep their
+// programs of p+1 or k on every stage (their reports, reserved
+// predictions and goldens unchanged).
+func stagewise(s *Spec, o Options) bool {
+	if o.AllAccum || o.shortAccum || o.NoTiming || s.GPU == nil || pipelineShortAccum(s) == 0 || s.Checkpoint.Kind == CheckpointAuto {
+		return false
+	}
+	k := int64(s.Accum)
+	if o.stagewise {
+		return true
+	}
+	if s.Trace != nil {
+		return int64(len(s.Trace.Events))*k > MaxTraceEventSteps
+	}
+	blocks := int64(s.Model.Layers) * int64(1+s.Model.NumExperts) // ≤ MaxBlocks
+	return blocks*k > MaxSimBlocks
+}
+
+// stagewiseSteps is the micro-steps each stage of s is planned with under
+// stagewise: stage i's few, n = p−i+1, at least three (the steady state of
+// its p−i micro-batches in flight with every gradient existing, and its
+// first, accumulating and last backward: stageAccum's argument), priced
+// with n+1 too to extrapolate its step; or all k where n and n+1 are no
+// fewer to build (2n+1 ≥ k: the first stages of a plan under 2p+3).
+func stagewiseSteps(s *Spec) []int {
+	k := s.Accum
+	steps := make([]int, s.PP)
+	for i := range steps {
+		n := min(k, max(3, s.PP-i+1))
+		if 2*n+1 >= k {
+			n = k
+		}
+		steps[i] = n
+	}
+	return steps
+}
+
+// planStagewise plans s (validated, stagewise) a stage at a time, stage i
+// with stagewiseSteps' n_i micro-steps, each stage's programs garbage
+// before the next: a stage planned with fewer than k is priced with
+// n_i+1 first, and its step before the bubble extrapolated from n_i and
+// n_i+1 (past its warm-up a rank runs the same forward and backward ops on
+// the same streams for every micro-step: planPipelineShortAccum's
+// argument, from the stage's own steady state on), the bubble added for
+// k. The peaks are each stage's own few's (stageAccum's argument, which
+// TestPropertyStageAccumShowsPeak checks); SimAccum is the peak stage's
+// micro-steps when fewer than k. TestPropertyStagewiseMatchesFull checks
+// peaks and step against all k planned and priced.
+func planStagewise(s Spec, o Options) (*Result, error) {
+	k := s.Accum
+	steps := stagewiseSteps(&s)
+	next, graphs, errNext := priceStages(s, o, func(stage int) int {
+		if steps[stage] < k {
+			return steps[stage] + 1
+		}
+		return 0
+	})
+	o.graphs = graphs
+	var now []*cost.Timing
+	o.rankTimes, o.stageSteps, o.shortAccum = &now, steps, true
+	r, err := PlanWith(s, o)
+	if err != nil {
+		return nil, err // the plan's error first, as when it was planned first
+	}
+	if errNext != nil {
+		return nil, errNext
+	}
+	if len(now) != len(next) {
+		return nil, fmt.Errorf("pipeline timing: %d stages planned, %d priced", len(now), len(next))
+	}
+	if n := steps[r.Stage]; n < k {
+		r.SimAccum = n
+	}
+	r.Timing, r.StepFLOPs = nil, 0
+	var modelFLOPs float64
+	for i, t := range now {
+		if next[i] != nil {
+			stage := i
+			if o.Stages != nil {
+				stage = o.Stages[i]
+			}
+			if t, err = extrapolate(&r.Spec, t, t, next[i], k-steps[stage]); err != nil {
+				return nil, err
+			}
+		}
+		addBubble(&r.Spec, t)
+		r.StepFLOPs += t.FLOPs
+		modelFLOPs += t.ModelFLOPs
+		if r.Timing == nil || t.Step > r.Timing.Step {
+			r.Timing = t
+		}
+	}
+	return r, pipelineUtilization(r, modelFLOPs)
 }

@@ -346,25 +346,7 @@ func TestPipelineShortAccumTiming(t *testing.T) {
 		if short.PeakBytes() != all.PeakBytes() || !slices.Equal(short.StagePeaks, all.StagePeaks) || short.Fits != all.Fits {
 			t.Fatalf("peaks %d %v short, %d %v in full", short.PeakBytes(), short.StagePeaks, all.PeakBytes(), all.StagePeaks)
 		}
-		a, b := short.Timing, all.Timing
-		if a == nil || b == nil {
-			t.Fatalf("timing %v short, %v in full", a, b)
-		}
-		tol := time.Duration(s.Accum)
-		if d := a.Step - b.Step; d < -tol || d > tol {
-			t.Fatalf("step %v short, %v in full", a.Step, b.Step)
-		}
-		for i := range a.Phases {
-			if d := a.Phases[i].Wall - b.Phases[i].Wall; d < -tol || d > tol {
-				t.Fatalf("phase %d wall %v short, %v in full", i, a.Phases[i].Wall, b.Phases[i].Wall)
-			}
-		}
-		if d := a.Idle - b.Idle; d < -tol || d > tol {
-			t.Fatalf("idle %v short, %v in full", a.Idle, b.Idle)
-		}
-		if !near(a.FLOPs, b.FLOPs) || !near(short.StepFLOPs, all.StepFLOPs) || !near(a.MFU, b.MFU) || !near(a.TokensPerSec, b.TokensPerSec) {
-			t.Fatalf("FLOPs %g/%g, step FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", a.FLOPs, b.FLOPs, short.StepFLOPs, all.StepFLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
-		}
+		timingsEqual(t, s.Accum, short, all)
 	})
 }
 
@@ -386,4 +368,60 @@ func pipelineSpec(t *testing.T, rt *rapid.T, maxPP int, accum func(pp int) (lo, 
 	s.Offload.Activations = rapid.Bool().Draw(rt, "offload activations")
 	s.Offload.Optimizer = rapid.Bool().Draw(rt, "offload optimizer")
 	return s
+}
+
+// A priced 1F1B pipeline of k > p+1 micro-steps planned a stage at a time
+// (planStagewise: stage i with p−i+1, at least three, priced with one
+// more, or all k where those are no fewer) peaks as all k planned do, on
+// every stage, in each stage's phases, in the first step and on the host,
+// and its step, phase walls, idle time, FLOPs and throughput equal all k
+// priced (to a nanosecond per micro-step of rounding).
+func TestPropertyStagewiseMatchesFull(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := pipelineSpec(t, rt, 6, func(pp int) (int, int) { return pp + 2, 3*pp + 6 })
+		all, err := PlanWith(s, Options{AllAccum: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		short, err := PlanWith(s, Options{stagewise: true})
+		if err != nil {
+			t.Fatalf("all %d micro-steps planned, each stage's few did not: %v", s.Accum, err)
+		}
+		if d := peaksDiffer(short, all); d != "" {
+			t.Fatalf("each stage's few against all %d: %s", s.Accum, d)
+		}
+		if !slices.Equal(short.StagePhasePeaks, all.StagePhasePeaks) {
+			t.Fatalf("phase peaks %v, all %d: %v", short.StagePhasePeaks, s.Accum, all.StagePhasePeaks)
+		}
+		steps := stagewiseSteps(&short.Spec)
+		if n := steps[short.Stage]; short.Spec.Accum != s.Accum || (n < s.Accum) != (short.SimAccum == n) || n == s.Accum && short.SimAccum != 0 {
+			t.Fatalf("stage %d simulated %d of %d micro-steps (steps %v)", short.Stage, short.SimAccum, short.Spec.Accum, steps)
+		}
+		timingsEqual(t, s.Accum, short, all)
+	})
+}
+
+// timingsEqual fails t unless short's step, phase walls, idle time, FLOPs
+// and throughput equal all's (to a nanosecond per micro-step of accum).
+func timingsEqual(t *testing.T, accum int, short, all *Result) {
+	t.Helper()
+	a, b := short.Timing, all.Timing
+	if a == nil || b == nil {
+		t.Fatalf("timing %v short, %v in full", a, b)
+	}
+	tol := time.Duration(accum)
+	if d := a.Step - b.Step; d < -tol || d > tol {
+		t.Fatalf("step %v short, %v in full", a.Step, b.Step)
+	}
+	for i := range a.Phases {
+		if d := a.Phases[i].Wall - b.Phases[i].Wall; d < -tol || d > tol {
+			t.Fatalf("phase %d wall %v short, %v in full", i, a.Phases[i].Wall, b.Phases[i].Wall)
+		}
+	}
+	if d := a.Idle - b.Idle; d < -tol || d > tol {
+		t.Fatalf("idle %v short, %v in full", a.Idle, b.Idle)
+	}
+	if !near(a.FLOPs, b.FLOPs) || !near(short.StepFLOPs, all.StepFLOPs) || !near(a.MFU, b.MFU) || !near(a.TokensPerSec, b.TokensPerSec) {
+		t.Fatalf("FLOPs %g/%g, step FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", a.FLOPs, b.FLOPs, short.StepFLOPs, all.StepFLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
+	}
 }

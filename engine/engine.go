@@ -269,6 +269,12 @@ type Options struct {
 	// (planPipelineShortAccum) plans each stage with the fewer that show
 	// its own peak (stageAccum).
 	stageShort bool
+	// stageSteps, when set, is the micro-steps each pipeline stage is
+	// planned with (planStagewise's).
+	stageSteps []int
+	// stagewise plans a priced 1F1B pipeline of more than p+1 micro-steps
+	// a stage at a time whatever its size (tests of planStagewise).
+	stagewise bool
 	// rankTimes, when set, gets each planned stage's timing before the
 	// bubble (priceRank), in stage order (planPipelineShortAccum).
 	rankTimes *[]*cost.Timing
@@ -980,6 +986,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
 		return nil, invalid(FieldPP, "pipeline stages %v are not all in [0, %d)", o.Stages, s.PP)
 	}
+	if stagewise(&s, o) {
+		return planStagewise(s, o)
+	}
 	if m := plannedAccum(&s, o); m < s.Accum {
 		if s.PP > 1 {
 			return planPipelineShortAccum(s, o, m)
@@ -1000,6 +1009,8 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		}
 		if o.stageShort {
 			s.Accum = pl.stageAccum(accum, stage)
+		} else if o.stageSteps != nil {
+			s.Accum = o.stageSteps[stage]
 		}
 		sp, err := pl.planStage(stage)
 		if err != nil {
