@@ -275,6 +275,18 @@ type Options struct {
 	// stagewise plans a priced 1F1B pipeline of more than p+1 micro-steps
 	// a stage at a time whatever its size (tests of planStagewise).
 	stagewise bool
+	// beaten (the lever's, LargestLeverContext) says whether the variant
+	// of an index of eachVariant's, its peak at least the bytes given,
+	// cannot be the best; eachVariant hands each plan its own as
+	// stopAbove.
+	beaten func(int, units.Bytes) bool
+	// stopAbove, when set, ends the plan at the first stage (or steady
+	// step) whose peak it says is beaten: its result holds the stages
+	// planned, no first step, and only its peak (a lower bound of the
+	// full plan's, which could only be higher) is read. The lever's
+	// strategies that cannot be the best plan one or two pipeline stages,
+	// not all of them.
+	stopAbove func(units.Bytes) bool
 	// rankTimes, when set, gets each planned stage's timing before the
 	// bubble (priceRank), in stage order (planPipelineShortAccum).
 	rankTimes *[]*cost.Timing
@@ -1028,6 +1040,14 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		res.HostPeak = max(res.HostPeak, r.HostPeak)
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
+		}
+		if o.stopAbove != nil && o.stopAbove(res.Sim.Peak.Total) {
+			s.Accum = accum
+			res.Spec = s
+			if o.NumbersOnly {
+				res.Compact()
+			}
+			return res, nil
 		}
 		if o.NoTiming {
 			continue

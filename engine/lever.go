@@ -56,6 +56,7 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 	b := newBound(base.PeakBytes(), floors)
 	o := leverOptions(c)
 	o.Context = ctx
+	o.beaten = func(k int, peak units.Bytes) bool { return b.beaten(order[k], peak) }
 	eachStrategy(base, vs, o, func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
 		if b.offer(order[k], r.Result.PeakBytes()) {
 			best = &r
@@ -136,9 +137,14 @@ func newBound(basePeak units.Bytes, floors []units.Bytes) *bound {
 
 // skip says whether strategy i cannot be the best: its floor is over the
 // best peak, or equal to it (the baseline's, or a best one's ahead of i).
-func (b *bound) skip(i int) bool {
-	f := b.floors[i]
-	return f > b.peak || f == b.peak && (b.at < 0 || i > b.at)
+func (b *bound) skip(i int) bool { return b.beaten(i, b.floors[i]) }
+
+// beaten says whether strategy i, its peak at least peak, cannot be the
+// best: peak is over the best peak, or equal to it (the baseline's, or a
+// best one's ahead of i). A plan stops at the first stage so beaten
+// (Options.stopAbove): the rest could only raise its peak.
+func (b *bound) beaten(i int, peak units.Bytes) bool {
+	return peak > b.peak || peak == b.peak && (b.at < 0 || i > b.at)
 }
 
 // offer records strategy i's peak and says whether it is now the best.
@@ -224,7 +230,11 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 			}
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
-				row.Result, row.Err = PlanWith(specs[i], o)
+				oi := o
+				if o.beaten != nil {
+					oi.stopAbove = func(peak units.Bytes) bool { return o.beaten(i, peak) }
+				}
+				row.Result, row.Err = PlanWith(specs[i], oi)
 			}
 			if err := o.stopped(); err != nil {
 				return err // not a row: the variant was not planned
