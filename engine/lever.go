@@ -57,7 +57,9 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 	o := leverOptions(c)
 	o.Context = ctx
 	o.beaten = func(k int, peak units.Bytes) bool { return b.beaten(order[k], peak) }
-	eachStrategy(base, vs, o, func(k int) bool { return b.skip(order[k]) }, func(k int, r Row) {
+	auto := newAutoSettled(base, vs)
+	eachStrategy(base, vs, o, func(k int) bool { return b.skip(order[k]) || auto.beaten(k) }, func(k int, r Row) {
+		auto.seen(k, r.Result)
 		if b.offer(order[k], r.Result.PeakBytes()) {
 			best = &r
 		}
@@ -294,4 +296,58 @@ func (v Variant) floor(base *Result) units.Bytes {
 		}
 	}
 	return f
+}
+
+// autoSettled tells the lever when --checkpoint auto's strategy cannot be
+// the best without planning it. Auto decides on the first stage alone
+// (autoCheckpoint): it checkpoints nothing when that stage fits the
+// capacity without checkpointing (from a baseline without it: auto is the
+// baseline again, whose peak no strategy that is picked equals), and every
+// block when the stage is over the capacity with every block checkpointed
+// (or its optimizer step is): the plan of "checkpoint every block", which
+// comes before it in Compare's order, so auto's peak, that one's, cannot
+// beat it. Under a pipeline auto builds every stage from the whole model:
+// deepseek-v3 --pp 8 --accum 16's lever took 94 s in it, to reach "checkpoint
+// every block"'s peak. TestLargestLeverMatchesCompare checks the pick.
+type autoSettled struct {
+	base       *Result
+	full, auto int         // their indices among the lever's strategies (-1: none)
+	fullFirst  units.Bytes // the first stage's peak under "checkpoint every block" (-1: not planned)
+}
+
+func newAutoSettled(base *Result, vs []Variant) *autoSettled {
+	a := &autoSettled{base: base, full: -1, auto: -1, fullFirst: -1}
+	for k, v := range vs {
+		s := base.Spec
+		if v.apply(&s) != nil || s.Checkpoint.Kind == base.Spec.Checkpoint.Kind {
+			continue
+		}
+		switch s.Checkpoint.Kind {
+		case CheckpointFull:
+			a.full = k
+		case CheckpointAuto:
+			a.auto = k
+		}
+	}
+	return a
+}
+
+// seen records strategy k's result (its first stage planned first).
+func (a *autoSettled) seen(k int, r *Result) {
+	if k == a.full && len(r.StagePeaks) > 0 {
+		a.fullFirst = r.StagePeaks[0]
+	}
+}
+
+// beaten says whether strategy k is auto's and settled as the baseline or
+// as "checkpoint every block".
+func (a *autoSettled) beaten(k int) bool {
+	if k != a.auto || len(a.base.StagePeaks) == 0 || a.base.Capacity <= 0 {
+		return false
+	}
+	capacity := a.base.Capacity
+	if a.base.Spec.Checkpoint.Kind == NoCheckpoint && a.base.StagePeaks[0] <= capacity {
+		return true
+	}
+	return a.fullFirst > capacity
 }

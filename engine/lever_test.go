@@ -376,3 +376,44 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 		}
 	})
 }
+
+// --checkpoint auto decides on the first stage (autoCheckpoint), so when
+// that stage fits without checkpointing, auto plans the baseline (without
+// checkpointing), and when it does not fit with every block checkpointed,
+// auto plans "checkpoint every block": the same peaks, stage by stage, in
+// the first step, under a pipeline or not. The lever settles auto so
+// without planning it (autoSettled).
+func TestPropertyAutoSettled(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
+			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+			s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
+		}
+		base, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		full := s
+		full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		fr, err := Plan(full)
+		if err != nil {
+			rt.Skip(err)
+		}
+		want, capacity := base, base.StagePeaks[0]
+		if rapid.Bool().Draw(rt, "every block over") {
+			want, capacity = fr, fr.StagePeaks[0]-units.Bytes(rapid.IntRange(1, 1<<20).Draw(rt, "under"))
+		} else {
+			capacity += units.Bytes(rapid.IntRange(0, 1<<20).Draw(rt, "over"))
+		}
+		auto := s
+		auto.Checkpoint, auto.Capacity = CheckpointPolicy{Kind: CheckpointAuto}, capacity
+		ar, err := Plan(auto)
+		if err != nil {
+			t.Fatalf("auto at %d: %v", capacity, err)
+		}
+		if ar.PeakBytes() != want.PeakBytes() || !slices.Equal(ar.StagePeaks, want.StagePeaks) || ar.HostPeak != want.HostPeak {
+			t.Fatalf("auto at %d peaks %d %v (host %d), settled as %d %v (host %d)", capacity, ar.PeakBytes(), ar.StagePeaks, ar.HostPeak, want.PeakBytes(), want.StagePeaks, want.HostPeak)
+		}
+	})
+}
