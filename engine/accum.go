@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/cost"
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/strategy"
 )
@@ -360,16 +361,20 @@ func stagewise(s *Spec, o Options) bool {
 // with n+1 too to extrapolate its step; or all k where n and n+1 are no
 // fewer to build (2n+1 ≥ k: the first stages of a plan under 2p+3).
 func stagewiseSteps(s *Spec) []int {
-	k := s.Accum
 	steps := make([]int, s.PP)
 	for i := range steps {
-		n := min(k, max(3, s.PP-i+1))
-		if 2*n+1 >= k {
-			n = k
-		}
-		steps[i] = n
+		steps[i] = stagewiseStep(s, i)
 	}
 	return steps
+}
+
+// stagewiseStep is stagewiseSteps' of stage i.
+func stagewiseStep(s *Spec, i int) int {
+	k := s.Accum
+	if n := min(k, max(3, s.PP-i+1)); 2*n+1 < k {
+		return n
+	}
+	return k
 }
 
 // planStagewise plans s (validated, stagewise) a stage at a time, stage i
@@ -428,4 +433,47 @@ func planStagewise(s Spec, o Options) (*Result, error) {
 		}
 	}
 	return r, pipelineUtilization(r, modelFLOPs)
+}
+
+// StageWork is what PlanWith builds to plan stage stage of s (validated)
+// on its own (Options.Stages), priced or not as priced says (whatever
+// s.GPU): the micro-steps of
+// the programs it builds for it, summed (one planned with m and priced
+// with m+1 is 2m+1), and the layers each holds while built (a stage of an
+// interleaved pipeline, or under auto checkpointing, is built from the
+// whole model and cut: stageSlice). Without a pipeline, stage 0 is the
+// plan. Package pack bounds a job file's work with it.
+func StageWork(s *Spec, stage int, priced bool) (microSteps, layers int) {
+	q := *s
+	if q.GPU = nil; priced {
+		q.GPU = &hw.GPU{} // only whether there is one is read below
+	}
+	s = &q
+	if s.Model != nil {
+		layers = s.Model.Layers
+	}
+	if s.Mode != Train {
+		return 1, layers
+	}
+	if s.PP > 1 && (&planner{s: s}).sliced() {
+		lo, hi := stageLayers(s, stage)
+		layers = hi - lo
+	}
+	k, o := s.Accum, Options{Stages: []int{stage}}
+	if stagewise(s, o) {
+		if n := stagewiseStep(s, stage); n < k {
+			return 2*n + 1, layers
+		}
+		return k, layers
+	}
+	m := plannedAccum(s, o)
+	switch {
+	case m == k:
+		return k, layers
+	case s.GPU == nil:
+		return m, layers
+	case s.PP > 1:
+		return 2*m + 1, layers // m and m+1 (planPipelineShortAccum)
+	}
+	return m + 2, layers // three and two (planShortAccum)
 }

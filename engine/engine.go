@@ -911,10 +911,23 @@ type slice struct {
 // cut.
 func (pl *planner) stageSlice(stage int) slice {
 	s := pl.s
+	if !pl.sliced() || stage < 0 || stage >= s.PP {
+		return slice{}
+	}
+	lo, hi := stageLayers(s, stage)
+	layout := make([]int, s.PP)
+	layout[stage] = hi - lo
+	return slice{layers: [2]int{lo, hi}, layout: layout}
+}
+
+// sliced says whether pl builds each pipeline stage from its own layers
+// (stageSlice).
+func (pl *planner) sliced() bool {
+	s := pl.s
 	a := s.Model
 	if s.PP < 2 || pl.o.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
-		s.Checkpoint.Kind == CheckpointAuto || s.PP > a.Layers || stage < 0 || stage >= s.PP {
-		return slice{}
+		s.Checkpoint.Kind == CheckpointAuto || s.PP > a.Layers {
+		return false
 	}
 	if s.LoRA != nil {
 		// A target naming one layer ("model.layers.3.q_proj") makes the
@@ -922,15 +935,17 @@ func (pl *planner) stageSlice(stage int) slice {
 		for _, t := range s.LoRA.Targets {
 			for _, part := range strings.Split(t, ".") {
 				if ir.IsIndex(part) {
-					return slice{}
+					return false
 				}
 			}
 		}
 	}
-	lo, hi := stage*a.Layers/s.PP, (stage+1)*a.Layers/s.PP
-	layout := make([]int, s.PP)
-	layout[stage] = hi - lo
-	return slice{layers: [2]int{lo, hi}, layout: layout}
+	return true
+}
+
+// stageLayers is the layers [lo, hi) of stage stage of s's pipeline.
+func stageLayers(s *Spec, stage int) (lo, hi int) {
+	return stage * s.Model.Layers / s.PP, (stage + 1) * s.Model.Layers / s.PP
 }
 
 // preChain applies checkpointing (chosen: the blocks --checkpoint auto

@@ -44,7 +44,7 @@ func TestReadFileRefusesPastLimits(t *testing.T) {
 		{"replicas of a gang", file(rep("a", 33, "{model: gpt2, dp: 32}")), "jobs.yaml: 1056 processes"},
 		{"services of several GPUs", file("  - {name: s, replicas: 600, serve: {model: gpt2, concurrency: 1, context: 8, tp: 2}}\n"), "jobs.yaml: 1200 processes"},
 		{"eight deepseek-v3 at accum 8", file(heavy...),
-			"jobs.yaml: the jobs' iterations come to about 11.4 million ops to plan and replay, more than pack's 4 million (a deepseek-v3 job is 0.5 million, 1.4 million at accum 3 or more): split the file"},
+			"jobs.yaml: the jobs' iterations come to about 11.4 million ops to plan and replay, more than pack's 4 million (a deepseek-v3 job is 0.5 million, 1.4 million at accum 3 or more; a pipeline's stages count each the micro-steps they simulate): split the file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadFile(tc.path)
@@ -80,5 +80,29 @@ func TestWorkFollowsOps(t *testing.T) {
 		if est < ops*4/5 || est > ops*6/5 {
 			t.Errorf("%s: %d ops, estimated %d", train, ops, est)
 		}
+	}
+}
+
+// A pipeline's work is every stage's: the micro-steps each simulates (all
+// of them under GPipe and interleaving) times the layers it is built from
+// (the whole model for an interleaved stage), so the 1,024-micro-step
+// interleaved pipeline that took 46 s is refused, and a 1F1B pipeline
+// past 2p+3 micro-steps (p+1 and p+2 a stage) is not.
+func TestWorkCountsPipelineStages(t *testing.T) {
+	work := func(train string) int64 {
+		f, err := Parse([]byte("kind: memplan.jobs/v1\njobs: [{name: a, train: "+train+"}]"), "jobs.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return workOf(&f.Jobs[0])
+	}
+	if w := work("{model: llama-3-8b, pp: 8, pp-interleave: 4, accum: 1024}"); w <= maxWork {
+		t.Errorf("interleaved over 1024 micro-steps: work %d, within pack's %d", w, maxWork)
+	}
+	if w, want := work("{model: gpt2, pp: 2, pp-schedule: gpipe, accum: 1024}"), int64(2*1024*6*84); w != want {
+		t.Errorf("GPipe of gpt2 over 2 stages and 1024 micro-steps: work %d, want %d", w, want)
+	}
+	if w, want := work("{model: llama-3-8b, pp: 8, accum: 1024}"), int64(8*(9+10)*4*84); w != want {
+		t.Errorf("1F1B of llama-3-8b over 8 stages and 1024 micro-steps: work %d, want %d", w, want)
 	}
 }
