@@ -60,7 +60,7 @@ func workOf(j *Job) int64 {
 	var work int64
 	for stage := range s.PP {
 		steps, layers := engine.StageWork(&s, stage, true) // priced on the pool's GPU
-		work += int64(steps) * int64(layers) * perLayer // ≤ 2^11 · 2^15 · 2^20 each, over ≤ 2^15 stages: no wrap
+		work += int64(steps) * int64(layers) * perLayer    // ≤ 2^11 · 2^15 · 2^20 each, over ≤ 2^15 stages: no wrap
 	}
 	return work
 }
