@@ -295,6 +295,15 @@ func (v Variant) floor(base *Result) units.Bytes {
 			}
 		}
 	}
+	// Every pipeline stage keeps those ops too: a stage's step may be
+	// higher than the peak stage's (deepseek-v3 --pp 8: the stages of
+	// eight layers, 1.69 TiB, over stage 1's 1.67, where activation offload
+	// and every-2nd-block checkpointing ended, planned in full).
+	for _, st := range base.StagePhasePeaks {
+		for _, ph := range phases {
+			f = max(f, st[ph])
+		}
+	}
 	return f
 }
 
