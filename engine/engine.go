@@ -459,6 +459,9 @@ func (s *Spec) validateOptions() error {
 	if err := s.validateStages(); err != nil {
 		return err
 	}
+	if err := s.validatePipelineWork(); err != nil {
+		return err
+	}
 	if s.Checkpoint.Kind == CheckpointSelective && s.Trace == nil && s.Attention != build.Eager {
 		// Selective recompute replays eager attention's core_attention
 		// module (its score matrices); SDPA keeps no scores to replay.

@@ -276,6 +276,60 @@ func (s *Spec) validateStages() error {
 	return invalid(FieldPP, "{pp} %d stages are more than %s's %d layers (a stage holds at least one)", s.PP, s.Model.Name, s.Model.Layers)
 }
 
+// MaxPipelineWork bounds the ops a model job's pipeline stages build
+// together when its schedule simulates every micro-step (GPipe, which
+// holds every micro-batch, and interleaved 1F1B, whose stages are built
+// from the whole model), where no fewer micro-steps show its peak
+// (pipelineShortAccum): PipelineWork. 4 million ops, the work package pack
+// takes for a whole job file: llama-3-8b --pp 8 --pp-interleave 4 --accum
+// 184, at the limit, plans in 1.6 s of CPU and 1.45 GB here;
+// llama-3-8b --pp 8 --pp-interleave 4 --accum 1024 was 22 million (20 s of
+// CPU, 46 s on a busy host, 4.0 GB), and is refused. A 1F1B pipeline
+// without interleaving plans the few micro-steps that show each stage's
+// peak, and is not bounded by it.
+const MaxPipelineWork = 4_000_000
+
+// PipelineWork is about how many ops planning s (validated) builds: for
+// each stage (engine.StageWork: planned on its own, priced when s.GPU is
+// set), its micro-steps × the layers it is built from × 84 ops a layer
+// and 30 per expert (package pack's measure: gpt2 to deepseek-v3 within a
+// tenth). 0 for a job without a model.
+func PipelineWork(s *Spec) int64 {
+	if s.Model == nil {
+		return 0
+	}
+	perLayer := 84 + 30*int64(s.Model.NumExperts)
+	var work int64
+	for stage := range max(s.PP, 1) {
+		steps, layers := StageWork(s, stage, s.GPU != nil)
+		work += int64(steps) * int64(layers) * perLayer // ≤ 2^11 · 2^15 · 2^20, over ≤ 2^15 stages: no wrap
+	}
+	return work
+}
+
+// validatePipelineWork refuses a pipeline whose schedule simulates every
+// micro-step past MaxPipelineWork, naming the schedule, {pp} and {accum}.
+func (s *Spec) validatePipelineWork() error {
+	if s.PP < 2 || s.Mode != Train || s.Trace != nil || s.PPSchedule == strategy.OneFOneB && max(s.PPInterleave, 1) == 1 {
+		return nil
+	}
+	w := PipelineWork(s)
+	if w <= MaxPipelineWork {
+		return nil
+	}
+	sched := "the gpipe schedule holds every micro-batch"
+	if s.PPInterleave > 1 {
+		sched = fmt.Sprintf("{pp-interleave} %d builds each stage from the whole model", s.PPInterleave)
+	}
+	per := max(w/int64(s.Accum), 1)
+	fewer := max(MaxPipelineWork/per, 1)
+	if s.PPInterleave > 1 {
+		fewer = max(fewer/int64(s.PP)*int64(s.PP), int64(s.PP)) // a multiple of {pp} (validateInterleave)
+	}
+	return invalid(FieldAccum, "{pp} %d over {accum} %d micro-steps of %s simulates every micro-step (%s): about %.1f million ops to build, over the limit of %d million (about 2 s and 1.5 GB): give {accum} %d or less, or the 1f1b schedule without {pp-interleave}",
+		s.PP, s.Accum, s.Model.Name, sched, float64(w)/1e6, MaxPipelineWork/1_000_000, fewer)
+}
+
 // withinChunks: pp × interleave chunks, at most MaxBlocks.
 func withinChunks(pp, interleave int) bool {
 	_, ok := mulChecked(int64(max(pp, 1)), int64(interleave), MaxBlocks)

@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/strategy"
 )
 
 // Every limit is refused in one line naming its field, before anything
@@ -148,5 +150,43 @@ func TestTraceEventSteps(t *testing.T) {
 		case !c.ok && (!errors.As(err, &fe) || fe.Field != FieldTrace || !strings.Contains(fe.Msg, "{accum} 2 or less")):
 			t.Errorf("accum %d pp %d: %v, want a refusal on the trace naming {accum} 2", c.accum, c.pp, err)
 		}
+	}
+}
+
+// A pipeline whose schedule simulates every micro-step (GPipe,
+// interleaving) is refused past MaxPipelineWork ops to build, naming {pp},
+// {accum} and the schedule, with an {accum} that is within it (a multiple
+// of {pp} under interleaving); a 1F1B pipeline of as many micro-steps is
+// not bounded by it.
+func TestPipelineWorkLimit(t *testing.T) {
+	gpu, err := hw.Lookup("h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		model string
+		par   Parallel
+		want  string
+	}{
+		{"llama-3-8b", Parallel{PP: 8, PPInterleave: 4}, "{pp} 8 over {accum} 1024 micro-steps of llama-3-8b simulates every micro-step ({pp-interleave} 4 builds each stage from the whole model): about 22.0 million ops to build, over the limit of 4 million (about 2 s and 1.5 GB): give {accum} 184 or less, or the 1f1b schedule without {pp-interleave}"},
+		{"llama-3-70b", Parallel{PP: 8, PPSchedule: strategy.GPipe}, "{pp} 8 over {accum} 1024 micro-steps of llama-3-70b simulates every micro-step (the gpipe schedule holds every micro-batch): about 6.9 million ops to build, over the limit of 4 million (about 2 s and 1.5 GB): give {accum} 595 or less, or the 1f1b schedule without {pp-interleave}"},
+	} {
+		s := Spec{Job: Job{Model: lookup(t, tc.model), MicroBatch: 1, Seq: 2048, Accum: 1024}, Parallel: tc.par, Target: Target{GPU: gpu}}
+		err := s.Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != FieldAccum || fe.Msg != tc.want {
+			t.Errorf("%+v: %v, want %q", tc.par, err, tc.want)
+		}
+		s.Accum = 184
+		if err := s.Validate(); err != nil {
+			t.Errorf("%+v at accum 184: %v", tc.par, err)
+		}
+		if w := PipelineWork(&s); w > MaxPipelineWork {
+			t.Errorf("%+v at accum 184: work %d", tc.par, w)
+		}
+	}
+	s := Spec{Job: Job{Model: lookup(t, "llama-3-70b"), MicroBatch: 1, Seq: 2048, Accum: 1024}, Parallel: Parallel{PP: 8}, Target: Target{GPU: gpu}}
+	if err := s.Validate(); err != nil {
+		t.Errorf("1f1b over 1024 micro-steps: %v", err)
 	}
 }

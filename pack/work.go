@@ -1,6 +1,9 @@
 package pack
 
-import "github.com/memplan/memplan/engine"
+import (
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+)
 
 // Limits on what one job file makes pack do, each refused before anything
 // is planned, in one line naming the file and the limit.
@@ -53,16 +56,11 @@ func workOf(j *Job) int64 {
 	if err != nil || s.Model == nil {
 		return 0
 	}
-	perLayer := 84 + 30*int64(s.Model.NumExperts)
 	if s.PP <= 1 || s.Validate() != nil {
-		return int64(s.Model.Layers) * perLayer * int64(min(max(s.Accum, 1), 3))
+		return int64(s.Model.Layers) * (84 + 30*int64(s.Model.NumExperts)) * int64(min(max(s.Accum, 1), 3))
 	}
-	var work int64
-	for stage := range s.PP {
-		steps, layers := engine.StageWork(&s, stage, true) // priced on the pool's GPU
-		work += int64(steps) * int64(layers) * perLayer    // ≤ 2^11 · 2^15 · 2^20 each, over ≤ 2^15 stages: no wrap
-	}
-	return work
+	s.GPU = &hw.GPU{} // priced on the pool's GPU (only whether there is one is read)
+	return engine.PipelineWork(&s)
 }
 
 // ranksOf is how many GPUs job j runs on (one process each).
