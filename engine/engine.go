@@ -1092,38 +1092,23 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		res.Compact()
 	}
 	if s.FirstStep && s.Mode == Train {
-		var params int64
-		var err error
-		s.Accum = peakAccum
-		res.FirstProgram, params, err = pl.stageProgram(true, res.Stage)
-		s.Accum = accum
-		if err != nil {
+		if err := pl.planFirst(res, peakAccum); err != nil {
 			return nil, err
-		}
-		if err := checkProgramBytes(&s, res.FirstProgram); err != nil {
-			return nil, err
-		}
-		if err := o.stopped(); err != nil {
-			return nil, err
-		}
-		if res.First, err = sim.RunWith(res.FirstProgram, sim.Options{NoTimeline: true}); err != nil {
-			return nil, err
-		}
-		res.First.Params = params
-		res.HostPeak = max(res.HostPeak, res.First.HostPeak)
-		if o.NumbersOnly {
-			res.FirstProgram = nil
 		}
 	}
 	if pl.auto != nil {
 		res.AutoCheckpointed, res.AutoNoneFits = append([]string(nil), pl.auto.blocks...), pl.auto.noneFits
 	}
-	r := res.Sim
+	res.judge()
+	return res, nil
+}
+
+// judge sets whether res fits its capacity and its host memory, and by how
+// much it is over or under.
+func (res *Result) judge() {
+	s := &res.Spec
 	if res.Capacity > 0 {
-		peak := r.Peak.Total
-		if res.First != nil && res.First.Peak.Total > peak {
-			peak = res.First.Peak.Total
-		}
+		peak := res.PeakBytes()
 		res.Fits = peak <= res.Capacity
 		if res.Fits {
 			res.Headroom = res.Capacity - peak
@@ -1135,7 +1120,35 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if s.HostMemory > 0 && res.HostPerNode > s.HostMemory {
 		res.Fits, res.HostShortfall = false, res.HostPerNode-s.HostMemory
 	}
-	return res, nil
+}
+
+// planFirst builds and simulates the first step of res's peak stage, with
+// the peak stage's micro-steps (peakAccum), into res.
+func (pl *planner) planFirst(res *Result, peakAccum int) error {
+	s, o := pl.s, pl.o
+	accum := s.Accum
+	s.Accum = peakAccum
+	first, params, err := pl.stageProgram(true, res.Stage)
+	s.Accum = accum
+	if err != nil {
+		return err
+	}
+	res.FirstProgram = first
+	if err := checkProgramBytes(s, first); err != nil {
+		return err
+	}
+	if err := o.stopped(); err != nil {
+		return err
+	}
+	if res.First, err = sim.RunWith(first, sim.Options{NoTimeline: true}); err != nil {
+		return err
+	}
+	res.First.Params = params
+	res.HostPeak = max(res.HostPeak, res.First.HostPeak)
+	if o.NumbersOnly {
+		res.FirstProgram = nil
+	}
+	return nil
 }
 
 // PeakOp describes the op at the peak: its name and module path.
