@@ -121,12 +121,23 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 	if len(now) != len(next) {
 		return nil, fmt.Errorf("pipeline timing: %d stages priced with %d micro-steps, %d with %d", len(now), m, len(next), m+1)
 	}
+	return r, stageTimings(r, now, next, func(int) int { return m })
+}
+
+// stageTimings sets r's step, step FLOPs and utilization from each planned
+// stage's timing before the bubble: now[i], of fewer(i) micro-steps, is
+// extrapolated to r's from next[i], of one more (none when nil: now[i] is
+// of all of them), the bubble added for r's micro-steps; the step is the
+// slowest stage's.
+func stageTimings(r *Result, now, next []*cost.Timing, fewer func(i int) int) error {
 	r.Timing, r.StepFLOPs = nil, 0
 	var modelFLOPs float64
-	for i := range now {
-		t, err := extrapolate(&r.Spec, now[i], now[i], next[i], s.Accum-m)
-		if err != nil {
-			return nil, err
+	for i, t := range now {
+		if next[i] != nil {
+			var err error
+			if t, err = extrapolate(&r.Spec, t, t, next[i], r.Spec.Accum-fewer(i)); err != nil {
+				return err
+			}
 		}
 		addBubble(&r.Spec, t)
 		r.StepFLOPs += t.FLOPs
@@ -135,7 +146,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 			r.Timing = t
 		}
 	}
-	return r, pipelineUtilization(r, modelFLOPs)
+	return pipelineUtilization(r, modelFLOPs)
 }
 
 // priceStages times each pipeline stage of s (those o.Stages names, when
@@ -413,26 +424,12 @@ func planStagewise(s Spec, o Options) (*Result, error) {
 	if n := steps[r.Stage]; n < k {
 		r.SimAccum = n
 	}
-	r.Timing, r.StepFLOPs = nil, 0
-	var modelFLOPs float64
-	for i, t := range now {
-		if next[i] != nil {
-			stage := i
-			if o.Stages != nil {
-				stage = o.Stages[i]
-			}
-			if t, err = extrapolate(&r.Spec, t, t, next[i], k-steps[stage]); err != nil {
-				return nil, err
-			}
+	return r, stageTimings(r, now, next, func(i int) int {
+		if o.Stages != nil {
+			return steps[o.Stages[i]]
 		}
-		addBubble(&r.Spec, t)
-		r.StepFLOPs += t.FLOPs
-		modelFLOPs += t.ModelFLOPs
-		if r.Timing == nil || t.Step > r.Timing.Step {
-			r.Timing = t
-		}
-	}
-	return r, pipelineUtilization(r, modelFLOPs)
+		return steps[i]
+	})
 }
 
 // StageWork is what PlanWith builds to plan stage stage of s (validated)

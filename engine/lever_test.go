@@ -35,6 +35,17 @@ func leverSpec(t *testing.T, rt *rapid.T) Spec {
 	return s
 }
 
+// leverPipelineSpec is a leverSpec under a pipeline of one to three
+// stages, one or two layers each, over 1 to p+3 micro-steps.
+func leverPipelineSpec(t *testing.T, rt *rapid.T) Spec {
+	s := leverSpec(t, rt)
+	if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
+		s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+		s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
+	}
+	return s
+}
+
 // keepsPhases plans base's strategies that marked selects and checks each
 // keeps base's peaks of phases (steady and first step) and is never under
 // its floor; it returns how many it planned. A strategy that does not plan
@@ -78,11 +89,7 @@ func keepsPhases(t *testing.T, base *Result, marked func(Variant) bool, phases .
 // baseline peak that lies in the step.
 func TestPropertyFwdBwdVariantsKeepOptimizerPeak(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverSpec(t, rt)
-		if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
-			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
-			s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
-		}
+		s := leverPipelineSpec(t, rt)
 		base, err := Plan(s)
 		if err != nil {
 			rt.Skip(err)
@@ -98,13 +105,9 @@ func TestPropertyFwdBwdVariantsKeepOptimizerPeak(t *testing.T) {
 // optimizer step.
 func TestLargestLeverMatchesCompare(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverSpec(t, rt)
 		// Under a pipeline the lever simulates p+1 micro-steps of each
 		// strategy (pipelineShortAccum), Compare all of them.
-		if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
-			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
-			s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
-		}
+		s := leverPipelineSpec(t, rt)
 		rows, err := Compare(s, Allow{})
 		if err != nil {
 			rt.Skip(err)
@@ -395,11 +398,7 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 // without planning it (autoSettled).
 func TestPropertyAutoSettled(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverSpec(t, rt)
-		if pp := rapid.IntRange(1, 3).Draw(rt, "pp"); pp > 1 {
-			s.PP, s.Model.Layers = pp, pp*rapid.IntRange(1, 2).Draw(rt, "layers per stage")
-			s.Accum = rapid.IntRange(1, pp+3).Draw(rt, "accum")
-		}
+		s := leverPipelineSpec(t, rt)
 		base, err := Plan(s)
 		if err != nil {
 			rt.Skip(err)
