@@ -51,7 +51,17 @@ func newDiagnoseCmd(stdout io.Writer) *cobra.Command {
 				return diagnoseSnapshot(cmd.Context(), stdout, args[0], c, device, jsonOut)
 			}
 			if capacity != "" || jsonOut || device >= 0 {
-				return fmt.Errorf("--capacity, --json and --device: only with a snapshot file (diagnose SNAPSHOT --capacity 12GiB)")
+				// Named as given: -o json is --json's other spelling.
+				given := "--capacity"
+				switch {
+				case jsonOut && cmd.Flags().Changed("output"):
+					given = "-o json"
+				case jsonOut:
+					given = "--json"
+				case device >= 0:
+					given = "--device"
+				}
+				return fmt.Errorf("%s: only with a snapshot file (diagnose SNAPSHOT takes --capacity, --json or -o json and --device; the job's report is text)", given)
 			}
 			spec, err := f.spec()
 			if err != nil {

@@ -73,3 +73,23 @@ func TestDiagnoseSnapshot(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot's flags given to diagnose of a job are refused naming the one
+// given, -o json as written (sweep F, round 26: the refusal named --json).
+func TestDiagnoseSnapshotFlagsNamedAsGiven(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  string
+	}{
+		{[]string{"-o", "json"}, "memplan: -o json: only with a snapshot file"},
+		{[]string{"--json"}, "memplan: --json: only with a snapshot file"},
+		{[]string{"--device", "0"}, "memplan: --device: only with a snapshot file"},
+		{[]string{"--capacity", "1GiB"}, "memplan: --capacity: only with a snapshot file"},
+	} {
+		var out, errb strings.Builder
+		args := append([]string{"diagnose", "--model", "gpt2", "--gpu", "h100"}, c.flags...)
+		if rc := Main(args, &out, &errb); rc != 1 || !strings.HasPrefix(errb.String(), c.want) || strings.Count(errb.String(), "\n") != 1 || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stderr %q, stdout %d bytes; want exit 1 and one line starting %q", c.flags, rc, errb.String(), out.Len(), c.want)
+		}
+	}
+}
