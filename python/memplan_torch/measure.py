@@ -349,7 +349,13 @@ def measure(workloads, out=None, threshold=tracker.DEFAULT_THRESHOLD):
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=os.getcwd())
             failed = []
             if r.returncode != 0:
-                failed = ["memplan_torch: measurement failed:\n%s" % r.stdout.decode(errors="replace")[-4000:]]
+                # The child's lines name its temporary copies: named back as the caller gave them, and kept to
+                # the last few lines, one message.
+                text = r.stdout.decode(errors="replace")
+                for i, (p, w) in enumerate(zip(paths, workloads)):
+                    text = text.replace(p, w if isinstance(w, str) else str(w.get("name") or "workload %d" % i))
+                lines = [l.strip() for l in text.splitlines() if l.strip()][-5:]
+                failed = ["memplan_torch: measurement failed: %s" % (" | ".join(lines) or "exit %d" % r.returncode)]
             doc = document([])
             if os.path.exists(res):  # the cases measured, though another failed
                 with open(res) as f:
