@@ -308,7 +308,7 @@ func nextStep(base *engine.Result, c *engine.Cache) (string, string) {
 		}
 	})
 	var best *pick
-	priced := func(v engine.Variant) bool { return !helped[v.Name] || skip(v) }
+	priced := func(v engine.Variant) bool { return !helped[v.Name] } // those that help were not skipped
 	if len(helped) > 0 {
 		engine.EachStrategy(base, engine.Options{Cache: c}, priced, func(row engine.Row) {
 			r := row.Result

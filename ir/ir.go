@@ -200,6 +200,15 @@ type Op struct {
 	Recompute bool
 }
 
+// Label is the op's name, with its module in parentheses when it has one
+// ("mm (model.layers.0.mlp)"): how reports name the op at a peak.
+func (o *Op) Label() string {
+	if o.Module == "" {
+		return o.Name
+	}
+	return o.Name + " (" + o.Module + ")"
+}
+
 // CommKind is a collective.
 type CommKind uint8
 

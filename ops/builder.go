@@ -649,12 +649,11 @@ const (
 func (b *Builder) Rotary(name string, x, cos, sin ir.TensorID, rope Rope) ir.TensorID {
 	xs := b.Shape(x)
 	dt := b.g.Tensors[x].DType
-	work := 2 * dt.Size(numel(xs))
-	switch rope {
-	case RopePromote:
+	if rope == RopePromote {
 		_, dt = b.autocast("rotary", x, cos, sin)
-		work = 2 * dt.Size(numel(xs))
-	case RopeComplex:
+	}
+	work := 2 * dt.Size(numel(xs))
+	if rope == RopeComplex {
 		work = 0
 		if dt != units.F32 {
 			work = 2 * units.F32.Size(numel(xs))

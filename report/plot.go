@@ -368,10 +368,7 @@ func (o *plotOverlay) Plot(c draw.Canvas, plt *plot.Plot) {
 	if multi && peak.Phase != ir.Optimizer {
 		desc += fmt.Sprintf(" %d", peak.Micro+1)
 	}
-	desc += " · " + op.Name
-	if op.Module != "" {
-		desc += " (" + op.Module + ")"
-	}
+	desc += " · " + op.Label()
 	ps := sty
 	ps.Font.Size = sty.Font.Size + 1
 	w := ps.Width(desc)

@@ -125,10 +125,7 @@ func RunWith(p *ir.Program, opt Options) (*Result, error) {
 	rp.residents()
 	rp.walk()
 	if i := rp.r.Peak.Op; i >= 0 && i < len(p.Ops) {
-		rp.r.PeakOp = p.Ops[i].Name
-		if m := p.Ops[i].Module; m != "" {
-			rp.r.PeakOp += " (" + m + ")"
-		}
+		rp.r.PeakOp = p.Ops[i].Label()
 	}
 	return rp.r, nil
 }
