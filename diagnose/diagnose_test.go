@@ -103,3 +103,37 @@ func TestVariationsOfATrace(t *testing.T) {
 		t.Errorf("rows %s: want no sequence or precision row, and adamw in place of the recorded sgd", got)
 	}
 }
+
+// The accumulation row is the job with twice the micro-steps planned: where
+// it simulates as many as the base (sameAccum), the base's row stands for
+// it, and that must be the row its own plan gives, with a pipeline too.
+func TestAccumulationRowIsItsPlan(t *testing.T) {
+	m, err := models.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ accum, pp int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {2, 2}, {4, 2}, {8, 2}} {
+		s := engine.Spec{Job: engine.Job{Model: m, MicroBatch: 1, Seq: 128, Accum: c.accum}}
+		s.PP = c.pp
+		rep, err := Diagnose(s, false)
+		if err != nil {
+			t.Fatalf("accum %d pp %d: %v", c.accum, c.pp, err)
+		}
+		var got *Row
+		for i := range rep.Rows {
+			if strings.HasPrefix(rep.Rows[i].Name, "accumulation") {
+				got = &rep.Rows[i]
+			}
+		}
+		if got == nil {
+			t.Fatalf("accum %d pp %d: no accumulation row in %+v", c.accum, c.pp, rep.Rows)
+		}
+		v := rep.Plan.Spec
+		v.Accum = 2 * c.accum
+		r, err := engine.PlanWith(v, engine.Options{NoTimeline: true, AllAccum: true})
+		want := rowOf(got.Name, r, err)
+		if *got != want {
+			t.Errorf("accum %d pp %d: row %+v, planned %+v", c.accum, c.pp, *got, want)
+		}
+	}
+}

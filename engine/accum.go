@@ -81,6 +81,14 @@ func plannedAccum(s *Spec, o Options) int {
 	return s.Accum
 }
 
+// SimulatedAccum is the micro-steps PlanWith builds s's programs with under
+// o (plannedAccum): two jobs that differ in their accumulation alone and
+// simulate the same number build the same programs, so their peaks are one
+// (diagnose's "accumulation ×2" past three micro-steps).
+func SimulatedAccum(s Spec, o Options) int {
+	return plannedAccum(&s, o)
+}
+
 // planPipelineShortAccum plans s (validated: a 1F1B pipeline of k =
 // s.Accum micro-steps, k > m) with the m = p+1 that show every stage's peak
 // (pipelineShortAccum) and, when priced, times each stage's k micro-steps
