@@ -178,11 +178,38 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			next, err := reservedAndLever(cmd.Context(), res, cache, rf)
+			// The reserved bytes are predicted before the next step is
+			// planned: side by side, the replays' allocator state was live
+			// beside the next step's programs (deepseek-v3 --accum 8: 1.87
+			// GiB of peak RSS side by side, 1.77 GiB in turn), for little
+			// time saved (6.1-6.6 s side by side, 6.7-6.8 s in turn).
+			if err := rf.apply(cmd.Context(), res, true); err != nil {
+				return err
+			}
+			// The report is drawn before the next step is planned, and
+			// the result compacted, unless a plot reads it after: its
+			// first-step program and timelines were live beside the next
+			// step's programs.
+			var j *report.PlanJSON
+			var text *report.Text
+			if f.jsonOut {
+				points := f.timelinePoints
+				if f.noTimeline {
+					points = 0
+				}
+				j = report.Build(res, points)
+			} else if text, err = report.PrepareText(res, report.TextOptions{Chart: !f.noChart}); err != nil {
+				return err
+			}
+			plots := plotFlags(f.svg, f.png)
+			if plots[0].path == "" && plots[1].path == "" {
+				res.Compact()
+			}
+			next, err := nextStep(cmd.Context(), res, cache)
 			if err != nil {
 				return err
 			}
-			for _, o := range plotFlags(f.svg, f.png) {
+			for _, o := range plots {
 				if o.path != "" {
 					if err := report.WritePlot(o.path, res, report.PlotOptions{}); err != nil {
 						return onFlag(o.flag, err)
@@ -191,17 +218,10 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 			}
 			err = emit(stdout, f.jsonOut,
 				func(w io.Writer) error {
-					points := f.timelinePoints
-					if f.noTimeline {
-						points = 0
-					}
-					j := report.Build(res, points)
 					j.NextStep, j.Warnings = report.NextStep(next), ws
 					return writeJSON(w, j)
 				},
-				func(w io.Writer) error {
-					return report.WriteText(w, res, report.TextOptions{Chart: !f.noChart, NextStep: next})
-				})
+				func(w io.Writer) error { return text.Write(w, next) })
 			if err != nil {
 				return err
 			}
@@ -706,21 +726,6 @@ func commas(n int64) string {
 // goParser matches pflag's quote of the Go function that failed to parse a
 // flag's value.
 var goParser = regexp.MustCompile(`^strconv\.\w+: parsing "[^"]*": `)
-
-// reservedAndLever predicts res's reserved bytes (--fit-on, --alloc-conf,
-// --no-reserved) and, for a job over its GPU, finds compare's largest lever
-// (through cache, the baseline's: nextStep). The lever runs after the replay: side by side, the replays' allocator state
-// was live beside the lever's programs (deepseek-v3 --accum 8: 1.87 GiB of
-// peak RSS side by side, 1.77 GiB in turn), for little time saved once the
-// lever plans from the baseline's cached programs (6.1-6.6 s side by side,
-// 6.7-6.8 s in turn; --pp 4 --accum 8: 11.1 s and 10.7-11.1 s): the
-// collector had the second core.
-func reservedAndLever(ctx context.Context, res *engine.Result, cache *engine.Cache, rf *reservedFlags) (*engine.Row, error) {
-	if err := rf.apply(ctx, res, true); err != nil {
-		return nil, err
-	}
-	return nextStep(ctx, res, cache)
-}
 
 // nextStep is where plan and max point a job that does not fit: compare's
 // largest lever (planned through cache) when it is over its GPU or budget;

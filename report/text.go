@@ -46,6 +46,24 @@ func where(name, module string) string {
 // WriteText writes the report a person reads: the header, the peak and the verdict, the ledger at the peak,
 // each phase's peak, model states, step time, what forward saved, and the chart.
 func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
+	t, err := PrepareText(res, o)
+	if err != nil {
+		return err
+	}
+	return t.Write(w, o.NextStep)
+}
+
+// Text is WriteText's report drawn from a result, but for the next step:
+// what reads the result's programs and timelines is done, so the result may
+// be compacted (engine.Result.Compact) before the next step is planned and
+// the report written (plan: deepseek-v3's first-step program and timelines
+// were live beside the next step's programs).
+type Text struct {
+	head, body string
+}
+
+// PrepareText draws res's report as WriteText does, o.NextStep aside.
+func PrepareText(res *engine.Result, o TextOptions) (*Text, error) {
 	if o.Width == 0 {
 		o.Width = 72
 	}
@@ -55,25 +73,31 @@ func WriteText(w io.Writer, res *engine.Result, o TextOptions) error {
 	if o.TopModules == 0 {
 		o.TopModules = 6
 	}
-	var b strings.Builder
-	fmt.Fprintln(&b, textHeader(res))
-	writePeakLines(&b, res)
-	writeReservedLine(&b, res)
-	writeNextStep(&b, o.NextStep)
+	var h, b strings.Builder
+	fmt.Fprintln(&h, textHeader(res))
+	writePeakLines(&h, res)
+	writeReservedLine(&h, res)
 	fmt.Fprintln(&b)
 	fmt.Fprintln(&b, ledgerTable(res).Render())
 	fmt.Fprintln(&b, phaseTable(res).Render())
 	writeModelStates(&b, res)
 	writeTiming(&b, res)
 	writeSaved(&b, res, o.TopModules)
-	if _, err := io.WriteString(w, b.String()); err != nil {
-		return err
-	}
 	if o.Chart {
-		fmt.Fprintln(w)
-		return TerminalChart(w, res, o.Width, o.Height)
+		fmt.Fprintln(&b)
+		if err := TerminalChart(&b, res, o.Width, o.Height); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return &Text{head: h.String(), body: b.String()}, nil
+}
+
+// Write writes the report with next (nil: none) under the verdict.
+func (t *Text) Write(w io.Writer, next *engine.Row) error {
+	var n strings.Builder
+	writeNextStep(&n, next)
+	_, err := io.WriteString(w, t.head+n.String()+t.body)
+	return err
 }
 
 // optimizerStep names the optimizer step planned: "adamw (foreach)"; for
