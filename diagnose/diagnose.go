@@ -144,12 +144,14 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	}
 	slices.SortStableFunc(rep.Objects, func(a, b Object) int { return cmp.Compare(b.Bytes, a.Bytes) })
 	rep.Pressure = rep.Objects[0]
+	// The base's programs are done with before the next step and the
+	// variations are planned (deepseek-v3 --accum 4 held them through all
+	// six: 3.1 GB of RSS), and the next step may take those it plans from
+	// last (engine.Cache's take) where it copied them.
+	base.Compact()
 	if base.Spec.Mode == engine.Train {
 		rep.Next, rep.Why = nextStep(base, cache)
 	}
-	// The base's programs are done with before the variations are planned
-	// (deepseek-v3 --accum 4 held them through all six: 3.1 GB of RSS).
-	base.Compact()
 	// Each variation is read into its row and dropped: only its peak is
 	// reported, so it is planned for its numbers alone, without a timeline
 	// and unpriced (priced, a variation past three micro-steps built a

@@ -57,6 +57,13 @@ type Cache struct {
 	// alone is held as the program that cache made, the plan's own
 	// (cacheEntry.exits), not beside it (LeverCache).
 	derive bool
+	// lever: the baseline a LeverCache was made for, until settled.
+	lever *leverBase
+	// lent counts the results that hold each cached program
+	// (Result.borrow), which no plan may take while any does.
+	lent map[*ir.Program]int
+	// taken counts the programs plans took (tests read it).
+	taken int
 }
 
 // graphFor is the graph of model built with o, built by build unless it
@@ -98,6 +105,10 @@ type cacheEntry struct {
 	// (Cache.derive), and the entry's program is prog without its
 	// ir.AutocastExit ops (program).
 	exits bool
+	// last: the plan now being planned through the cache is the last
+	// that plans from it (Cache.markLast): it may take the program
+	// (Cache.take) and rewrite it in place.
+	last bool
 }
 
 // cacheKey keys a cached program: the spec with the parts the program
@@ -438,7 +449,7 @@ func (c *Cache) post(k cacheKey, e *cacheEntry, s *Spec, own bool) (*ir.Program,
 	sharded := c.get(k)
 	ownSharded := false
 	if sharded == nil {
-		p, made := c.program(e)
+		p, made := c.program(e, own)
 		chain := strategy.Chain
 		if made || own {
 			chain = strategy.ChainOwned
@@ -468,6 +479,9 @@ func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform, own bool) (*ir.Pr
 		if autocastOnly {
 			return held, nil // the program autocast's cache made from this one
 		}
+		if own {
+			return strategy.ChainOwned(strategy.DropExits(held), ts...)
+		}
 		return strategy.ChainOwned(strategy.WithoutExits(held), ts...)
 	}
 	chain := strategy.Chain
@@ -495,13 +509,73 @@ func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform, own bool) (*ir.Pr
 
 // program is the program e holds: for an entry that holds what autocast's
 // cache made from it (exits), that program made again
-// (strategy.WithoutExits), a copy of the caller's own (own).
-func (c *Cache) program(e *cacheEntry) (p *ir.Program, own bool) {
+// (strategy.WithoutExits), a copy of the caller's own (own). taken: the
+// caller took e's program (Cache.take), which is made again in place.
+func (c *Cache) program(e *cacheEntry, taken bool) (p *ir.Program, own bool) {
 	c.mu.Lock()
 	q, exits := e.prog, e.exits
 	c.mu.Unlock()
-	if !exits {
-		return q, false
+	switch {
+	case exits && taken:
+		return strategy.DropExits(q), true
+	case exits:
+		return strategy.WithoutExits(q), true
 	}
-	return strategy.WithoutExits(q), true
+	return q, taken
+}
+
+// markLast marks the programs none of specs (planned as o says) plans
+// from: the plan planned next, before them, is the last that may read
+// each, and may take it (take). eachSpec marks before each plan.
+func (c *Cache) markLast(specs []Spec, o Options) {
+	ws := wants(specs, o)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, e := range c.m {
+		e.last = !k.wantedBy(ws, c.m)
+	}
+}
+
+// take reports whether the plan asking for e under k takes its program,
+// which the cache then forgets: e is on its last use (markLast), no other
+// key holds the program and no result holds it (Result.borrow). A taken
+// program is rewritten in place where a copy was made (deepseek-v3 --accum
+// 4 --checkpoint full: the next step copied the steady and first-step
+// programs of 2.1 million ops to offload the optimizer, 0.62 GB beside
+// them).
+func (c *Cache) take(k cacheKey, e *cacheEntry) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !e.last || c.m[k] != e || c.refs[e.prog] != 1 || c.lent[e.prog] > 0 {
+		return false
+	}
+	c.drop(k, e)
+	c.taken++
+	return true
+}
+
+// lend records that a result holds cached program p (nil: none), and
+// reports whether the cache holds it; giveBack that it no longer does.
+func (c *Cache) lend(p *ir.Program) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p == nil || c.refs[p] == 0 {
+		return false
+	}
+	if c.lent == nil {
+		c.lent = map[*ir.Program]int{}
+	}
+	c.lent[p]++
+	return true
+}
+
+func (c *Cache) giveBack(p *ir.Program) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lent[p]--; c.lent[p] <= 0 {
+		delete(c.lent, p)
+	}
 }

@@ -590,6 +590,32 @@ type Result struct {
 	// owned: Program was made for this result alone (Release may recycle
 	// it), not taken from a Cache.
 	owned bool
+	// lent: the programs of the result a cache holds (Cache.lend), which
+	// it gives back as they are dropped (Release, Compact).
+	lent     []*ir.Program
+	lentFrom *Cache
+}
+
+// borrow records with c (nil: none) that r holds those of its programs c
+// holds, so that no plan takes them (Cache.take) while r does.
+func (r *Result) borrow(c *Cache) {
+	if c == nil {
+		return
+	}
+	for _, p := range []*ir.Program{r.Program, r.FirstProgram} {
+		if p != nil && !(p == r.Program && r.owned) && c.lend(p) {
+			r.lent = append(r.lent, p)
+			r.lentFrom = c
+		}
+	}
+}
+
+// giveBack gives p back to the cache it was lent from, if it was.
+func (r *Result) giveBack(p *ir.Program) {
+	if i := slices.Index(r.lent, p); p != nil && i >= 0 {
+		r.lentFrom.giveBack(p)
+		r.lent = slices.Delete(r.lent, i, i+1)
+	}
 }
 
 // Release recycles r's program (strategy.Release) when planning made it for
@@ -599,6 +625,7 @@ func (r *Result) Release() {
 	if r.owned {
 		strategy.Release(r.Program)
 	}
+	r.giveBack(r.Program)
 	r.Program, r.owned = nil, false
 }
 
@@ -613,6 +640,7 @@ func (r *Result) Compact() {
 		return
 	}
 	r.Release()
+	r.giveBack(r.FirstProgram)
 	r.FirstProgram = nil
 	for _, p := range []**sim.Result{&r.Sim, &r.First} {
 		if *p != nil {
@@ -781,17 +809,17 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	key, cacheable := pl.cacheKey(first, stage)
 	if cacheable {
 		if e := c.get(key); e != nil {
-			q, err := c.post(key, e, s, false)
+			q, err := c.post(key, e, s, c.take(key, e))
 			return q, e.params, err
 		}
 		if e := c.get(key.lowering()); e != nil {
-			p, _ := c.program(e)
+			p, _ := c.program(e, false)
 			return c.transform(key, s, p, false, stage, pl.stageSlice(stage))
 		}
 	}
 	if lk, ok := pl.autoLoweringKey(first, stage); ok {
 		if e := c.get(lk); e != nil {
-			p, _ := c.program(e)
+			p, _ := c.program(e, false)
 			return pl.transform(p, stage, slice{})
 		}
 	}
@@ -1065,6 +1093,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			if o.NumbersOnly {
 				res.Compact()
 			}
+			res.borrow(o.Cache)
 			return res, nil
 		}
 		if o.NoTiming {
@@ -1091,6 +1120,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if o.NumbersOnly {
 		res.Compact()
 	}
+	o.Cache.settle(&s, res)
 	if s.FirstStep && s.Mode == Train {
 		if err := pl.planFirst(res, peakAccum); err != nil {
 			return nil, err
@@ -1100,6 +1130,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		res.AutoCheckpointed, res.AutoNoneFits = append([]string(nil), pl.auto.blocks...), pl.auto.noneFits
 	}
 	res.judge()
+	res.borrow(o.Cache)
 	return res, nil
 }
 

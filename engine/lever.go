@@ -96,8 +96,57 @@ func LeverCache(base Spec) *Cache {
 	if base.Validate() != nil {
 		return c
 	}
-	c.putOnlyFor(specsOf(base, Variants(base, Allow{})[1:]), leverOptions(c), true)
+	vs := Variants(base, Allow{})[1:]
+	c.lever = &leverBase{base: base}
+	for _, v := range vs {
+		if !v.fwdBwd {
+			c.lever.rest = append(c.lever.rest, v)
+		}
+	}
+	c.putOnlyFor(specsOf(base, vs), leverOptions(c), true)
 	return c
+}
+
+// leverBase is what a LeverCache knows of the baseline it was made for
+// until it is settled: its spec and the strategies that do not change only
+// forward and backward (Variant.fwdBwd).
+type leverBase struct {
+	base Spec
+	rest []Variant
+}
+
+// settle drops from a LeverCache the programs only the checkpointing and
+// activation-offload strategies plan from, once res, the baseline's steady
+// step (every stage), shows that neither the lever nor diagnose plans
+// them: it peaks in its optimizer step, which each of those strategies
+// keeps (Variant.floor: its peak cannot go below the baseline's), and
+// over its capacity or without one (diagnose plans every strategy of a job
+// that fits). Planned anyway (a first step that peaks higher in forward),
+// such a strategy lowers the model again: a cache decision, never an
+// answer. deepseek-v3 --accum 4 --checkpoint full held its lowered steady
+// and first-step programs through the next step, which offloads the
+// optimizer. s is the spec res was planned for.
+func (c *Cache) settle(s *Spec, res *Result) {
+	if c == nil || c.lever == nil {
+		return
+	}
+	k, b := s.preShardKey(), c.lever.base.preShardKey()
+	if k.Accum = b.Accum; k != b {
+		return // another job planned through the cache (max's probes)
+	}
+	peak := res.PeakBytes()
+	var opt units.Bytes
+	for _, st := range res.StagePhasePeaks {
+		opt = max(opt, st[ir.Optimizer])
+	}
+	if opt < peak || res.Capacity > 0 && peak <= res.Capacity {
+		return
+	}
+	o := leverOptions(c)
+	rest := specsOf(c.lever.base, c.lever.rest)
+	c.putOnlyFor(rest, o, true)
+	c.keepFor(rest, o)
+	c.lever = nil
 }
 
 // specsOf is s with each of vs that applies applied.
@@ -213,15 +262,16 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 	}
 	if o.Cache != nil {
 		defer o.Cache.putOnlyFor(nil, o, false)
+		defer o.Cache.markLast(specs, o) // no mark outlives the loop
 		// What none of them plans from goes before the first: a cache
 		// that was not filtered while base was planned (max's probes)
 		// held it through the first strategy (max deepseek-v3 --pp 4
 		// --accum 8: every stage's programs of eight micro-steps beside
 		// the first strategy's, 2.31 GB of RSS).
-		o.Cache.keepFor(applied(specs, errs), o)
+		o.Cache.keepFor(planned(specs, errs, skip, 0), o)
 	}
 	for i, v := range vs {
-		later := applied(specs[i+1:], errs[i+1:])
+		later := planned(specs, errs, skip, i+1)
 		if skip == nil || !skip(i) {
 			if o.Cache != nil {
 				var next []Spec
@@ -229,6 +279,7 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 					next = later
 				}
 				o.Cache.putOnlyFor(next, o, true)
+				o.Cache.markLast(later, o)
 			}
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
@@ -252,11 +303,18 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 	return nil
 }
 
-// applied is the specs whose variant applied (its error nil).
-func applied(specs []Spec, errs []error) []Spec {
+// planned is the specs from the one at index from on whose variant
+// applies (its error nil) and that skip (nil: none) does not already leave
+// out: a skip stays once it is said (the lever's bound only tightens), so
+// the cache keeps nothing for a strategy that will not be planned, and the
+// plan before the last that will be may take the program it plans from
+// (Cache.markLast): the lever's offload of deepseek-v3's optimizer under
+// --checkpoint full copied the steady and first-step programs that only
+// activation offload, which the bound leaves out, planned from after it.
+func planned(specs []Spec, errs []error, skip func(int) bool, from int) []Spec {
 	var ok []Spec
-	for i := range specs {
-		if errs[i] == nil {
+	for i := from; i < len(specs); i++ {
+		if errs[i] == nil && (skip == nil || !skip(i)) {
 			ok = append(ok, specs[i])
 		}
 	}

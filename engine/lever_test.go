@@ -187,7 +187,7 @@ func TestLeverCacheKeepsWhatTheLeverPlansFrom(t *testing.T) {
 			if !kept.holds(base.Program) && !kept.holds(base.FirstProgram) {
 				t.Fatal("LeverCache holds a program the plan made, but not the plan's")
 			}
-			if p, _ := kept.program(e); all.m[k] != nil && !reflect.DeepEqual(p.Ops, all.m[k].prog.Ops) {
+			if p, _ := kept.program(e, false); all.m[k] != nil && !reflect.DeepEqual(p.Ops, all.m[k].prog.Ops) {
 				t.Fatalf("LeverCache's program (first step %v, lowered %v) made again differs from the one it was made from", k.first, k.lowered)
 			}
 		}
@@ -425,4 +425,58 @@ func TestPropertyAutoSettled(t *testing.T) {
 			t.Fatalf("auto at %d peaks %d %v (host %d), settled as %d %v (host %d)", capacity, ar.PeakBytes(), ar.StagePeaks, ar.HostPeak, want.PeakBytes(), want.StagePeaks, want.HostPeak)
 		}
 	})
+}
+
+// The lever takes a cached program on its last use (Cache.take) and
+// rewrites it in place, but never one a result still holds: the baseline's
+// programs are as they were after a lever planned beside it, and the lever
+// of a compacted baseline, which may take them, picks what a lever without
+// a cache picks, at the same peak. Some draws must take, or the test
+// checks nothing.
+func TestPropertyLeverTakesNoLentProgram(t *testing.T) {
+	took := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverPipelineSpec(t, rt)
+		c1 := LeverCache(s)
+		b1, err := PlanWith(s, Options{Cache: c1})
+		if err != nil {
+			rt.Skip(err)
+		}
+		type copied struct {
+			ops     []ir.Op
+			tensors []ir.Tensor
+		}
+		snap := func(p *ir.Program) copied {
+			if p == nil {
+				return copied{}
+			}
+			return copied{slices.Clone(p.Ops), slices.Clone(p.Tensors)}
+		}
+		before := []copied{snap(b1.Program), snap(b1.FirstProgram)}
+		r1 := LargestLever(b1, c1)
+		if after := []copied{snap(b1.Program), snap(b1.FirstProgram)}; !reflect.DeepEqual(before, after) {
+			t.Fatalf("%s: the lever rewrote a program the baseline holds", s.JobName())
+		}
+		c2 := LeverCache(s)
+		b2, err := PlanWith(s, Options{Cache: c2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b2.Compact()
+		r2 := LargestLever(b2, c2)
+		took += c2.taken
+		r0 := LargestLever(b2, nil)
+		for _, r := range []*Row{r1, r2} {
+			switch {
+			case (r == nil) != (r0 == nil):
+				t.Fatalf("%s: lever %v, without a cache %v", s.JobName(), r, r0)
+			case r != nil && (r.Name != r0.Name || r.Result.PeakBytes() != r0.Result.PeakBytes() || r.Result.HostPeak != r0.Result.HostPeak):
+				t.Fatalf("%s: lever %s at %d (host %d), without a cache %s at %d (host %d)", s.JobName(),
+					r.Name, r.Result.PeakBytes(), r.Result.HostPeak, r0.Name, r0.Result.PeakBytes(), r0.Result.HostPeak)
+			}
+		}
+	})
+	if took == 0 {
+		t.Error("no draw took a cached program")
+	}
 }

@@ -134,6 +134,25 @@ func regionKind(op *ir.Op) int {
 // was made from (engine.LeverCache) makes that one again for the
 // transforms that start from it, in one copy.
 func WithoutExits(q *ir.Program) *ir.Program {
+	return withoutExits(q)
+}
+
+// DropExits is WithoutExits made in place, for a caller that owns q (a
+// cache's program on its last use): q without its exits.
+func DropExits(q *ir.Program) *ir.Program {
+	w := 0
+	for i := range q.Ops {
+		if q.Ops[i].Name != ir.AutocastExit {
+			q.Ops[w] = q.Ops[i]
+			w++
+		}
+	}
+	clear(q.Ops[w:])
+	q.Ops = q.Ops[:w]
+	return q
+}
+
+func withoutExits(q *ir.Program) *ir.Program {
 	p := cloneTensors(q, len(q.Tensors)/4+16)
 	// One pass copies the ops between the exits (a Clone and then a
 	// delete moved the ops after the first exit twice).
