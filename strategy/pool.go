@@ -14,7 +14,11 @@ import (
 //
 // Each pool keeps a few arrays per capacity class. The class sizes are
 // m<<e for m in 4..7, so an array is at most a quarter larger than asked
-// for: a request for capacity c takes from the smallest class of size ≥ c,
+// for, and from 2^20 on m<<e for m in 8..15, at most an eighth larger
+// (fineFrom: deepseek-v3's steady and first-step programs of 2.14 million
+// ops were held in arrays of 2.62 million, 140 MB more than asked for,
+// 2.36 million now): a request for capacity c takes from the smallest
+// class of size ≥ c,
 // an array of capacity k goes to the largest class of size ≤ k, and a
 // fresh array is made at its class's size, so a program's released array
 // serves the next program of the same size (an array made at exactly c
@@ -24,8 +28,12 @@ import (
 // larger heap) more than it saved.
 type pool[T any] struct {
 	mu   sync.Mutex
-	free [4 * 48][][]T
+	free [fineFrom + 8*40][][]T
 }
+
+// fineFrom is the first class of eight per doubling: the class of size
+// 2^20.
+const fineFrom = 4 * 18
 
 // poolDepth is how many arrays a class keeps: a few per worker.
 const poolDepth = 8
@@ -36,12 +44,22 @@ var (
 )
 
 // classSize is the capacity of class i.
-func classSize(i int) int { return (4 + i%4) << (i / 4) }
+func classSize(i int) int {
+	if i < fineFrom {
+		return (4 + i%4) << (i / 4)
+	}
+	j := i - fineFrom
+	return (8 + j%8) << (17 + j/8)
+}
 
 // classOf is the class of the largest size ≤ c (c ≥ 4).
 func classOf(c int) int {
-	e := bits.Len(uint(c)) - 3
-	return 4*e + c>>e - 4
+	if c < 1<<20 {
+		e := bits.Len(uint(c)) - 3
+		return 4*e + c>>e - 4
+	}
+	e := bits.Len(uint(c)) - 4
+	return fineFrom + 8*(e-17) + c>>e - 8
 }
 
 // classFor is the class of the smallest size ≥ c.

@@ -3,12 +3,14 @@ package strategy
 import "testing"
 
 // TestPoolClasses checks the capacity classes: the class a request takes
-// from is the smallest of size ≥ the request, at most a quarter larger, and
-// the class an array goes back to is the largest of size ≤ its capacity.
+// from is the smallest of size ≥ the request, at most a quarter larger (an
+// eighth from 2^20 on), and the class an array goes back to is the largest
+// of size ≤ its capacity.
 func TestPoolClasses(t *testing.T) {
 	for _, tc := range []struct{ c, for_, size int }{
 		{1, 0, 4}, {4, 0, 4}, {5, 1, 5}, {7, 3, 7}, {8, 4, 8}, {9, 5, 10}, {11, 6, 12},
 		{301_600, 65, 327_680}, {470_000, 68, 524_288}, {524_288, 68, 524_288},
+		{917_505, 72, 1 << 20}, {1 << 20, 72, 1 << 20}, {1<<20 + 1, 73, 9 << 17}, {2_136_189, 81, 9 << 18},
 	} {
 		i := classFor(tc.c)
 		if i != tc.for_ || classSize(i) != tc.size {
@@ -16,13 +18,13 @@ func TestPoolClasses(t *testing.T) {
 		}
 	}
 	prev := 0
-	for i := range 4 * 30 {
+	for i := range fineFrom + 8*20 {
 		s, next := classSize(i), classSize(i+1)
 		if s <= prev || classOf(s) != i || classFor(s) != i || classOf(next-1) != i || classFor(s+1) != i+1 {
 			t.Fatalf("class %d (size %d) is out of order with its neighbours", i, s)
 		}
-		if i > 0 && 4*s > 5*prev {
-			t.Fatalf("class %d (size %d) is over a quarter larger than class %d (size %d)", i, s, i-1, prev)
+		if i > 0 && 4*s > 5*prev || i > fineFrom && 8*s > 9*prev {
+			t.Fatalf("class %d (size %d) is too much larger than class %d (size %d)", i, s, i-1, prev)
 		}
 		prev = s
 	}
