@@ -480,3 +480,37 @@ func TestPropertyLeverTakesNoLentProgram(t *testing.T) {
 		t.Error("no draw took a cached program")
 	}
 }
+
+// Once the baseline's steady step peaks in its optimizer step over its
+// capacity, a LeverCache drops the lowered program only checkpointing and
+// activation offload plan from (Cache.settle), before the first step is
+// lowered, and the lever still picks what it picks without a cache. (The
+// first step's lowered program is put while the program before sharding
+// that the other strategies plan from does not exist yet.)
+func TestLeverCacheSettles(t *testing.T) {
+	a := lookup(t, "gpt2").Clone()
+	a.Layers = 2
+	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 32, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Impl: lower.Foreach},
+		Target: Target{Capacity: 1 << 20, FirstStep: true}}
+	c := LeverCache(s)
+	base, err := PlanWith(s, Options{Cache: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ph := base.Sim.Peak.Phase; ph != ir.Optimizer || base.Fits {
+		t.Fatalf("the baseline peaks in %v (fits: %v): want the optimizer step, over its capacity", ph, base.Fits)
+	}
+	if c.lever != nil {
+		t.Fatal("the cache did not settle")
+	}
+	for k := range c.m {
+		if k.lowered && !k.first {
+			t.Error("the cache holds the steady step's lowered program after settling")
+		}
+	}
+	base.Compact()
+	got, want := LargestLever(base, c), LargestLever(base, nil)
+	if (got == nil) != (want == nil) || got != nil && (got.Name != want.Name || got.Result.PeakBytes() != want.Result.PeakBytes()) {
+		t.Fatalf("lever %v, without a cache %v", got, want)
+	}
+}
