@@ -804,7 +804,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		if err != nil {
 			return nil, 0, err
 		}
-		return pl.transform(p, stage, slice{})
+		return pl.transform(p, false, stage, slice{})
 	}
 	key, cacheable := pl.cacheKey(first, stage)
 	if cacheable {
@@ -820,7 +820,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	if lk, ok := pl.autoLoweringKey(first, stage); ok {
 		if e := c.get(lk); e != nil {
 			p, _ := c.program(e, false)
-			return pl.transform(p, stage, slice{})
+			return pl.transform(p, false, stage, slice{})
 		}
 	}
 	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
@@ -855,6 +855,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	}
 	cfg := s.trainConfig(first)
 	cfg.SeparateCopies = cfg.SeparateCopies || pl.separate
+	// A program no cache holds is checkpointed in place, with room.
+	own := !cacheable && s.Checkpoint.Kind != NoCheckpoint && s.Checkpoint.Kind != CheckpointAuto
+	cfg.RecomputeRoom = own
 	p, err := lower.Train(g, cfg)
 	if err == nil {
 		err = pl.o.stopped()
@@ -865,7 +868,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	if cacheable {
 		return c.transform(key, s, p, c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
 	}
-	return pl.transform(p, stage, sl)
+	return pl.transform(p, own, stage, sl)
 }
 
 // stagePlan is one pipeline stage planned: its program, simulation and
@@ -998,19 +1001,32 @@ func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl 
 	return strategy.Chain(p, ts...)
 }
 
-// transform applies the spec's strategies to a lowered training program.
-func (pl *planner) transform(p *ir.Program, stage int, sl slice) (*ir.Program, int64, error) {
+// transform applies the spec's strategies to a lowered training program
+// p, in place when own: the caller's, lowered with room for a recompute
+// (lower.TrainConfig.RecomputeRoom) and transformed once (not under auto
+// checkpointing, which transforms it for each choice). Through no cache
+// (diagnose's variations, the micro-steps a priced plan's step is
+// extrapolated from), deepseek-v3's checkpointed program of 2.1 million
+// ops was copied by the checkpoint and again by autocast's cache
+// (TestPlanAloneCheckpointsInPlace).
+func (pl *planner) transform(p *ir.Program, own bool, stage int, sl slice) (*ir.Program, int64, error) {
 	s := pl.s
 	var params int64
 	transforms := func(chosen []string) (*ir.Program, error) {
 		if err := pl.o.stopped(); err != nil {
 			return nil, err // --checkpoint auto's search makes many
 		}
-		q, err := s.preChain(p, false, chosen, stage, sl)
+		q, err := s.preChain(p, own, chosen, stage, sl)
 		if err != nil {
 			return nil, err
 		}
 		params = paramCount(q)
+		if q != p || own {
+			// preChain's program is new (or p, the caller's): the
+			// transforms after it rewrite it, where autocast's cache
+			// copied it once more.
+			return strategy.ChainOwned(q, s.postTransforms()...)
+		}
 		return strategy.Chain(q, s.postTransforms()...)
 	}
 	var chosen []string

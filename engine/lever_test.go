@@ -12,6 +12,7 @@ import (
 	"github.com/memplan/memplan/lower"
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/sim"
+	"github.com/memplan/memplan/strategy"
 	"github.com/memplan/memplan/units"
 )
 
@@ -512,5 +513,41 @@ func TestLeverCacheSettles(t *testing.T) {
 	got, want := LargestLever(base, c), LargestLever(base, nil)
 	if (got == nil) != (want == nil) || got != nil && (got.Name != want.Name || got.Result.PeakBytes() != want.Result.PeakBytes()) {
 		t.Fatalf("lever %v, without a cache %v", got, want)
+	}
+}
+
+// A plan through no cache lowers a checkpointed job with room for its
+// recompute (lower.TrainConfig.RecomputeRoom) and checkpoints it and adds
+// autocast's exits in place: no edit moves its op list (strategy.Moves;
+// each moved deepseek-v3's 2.1 million ops under --checkpoint full), and
+// the plan equals one through a cache.
+func TestPlanAloneCheckpointsInPlace(t *testing.T) {
+	for _, name := range []string{"gpt2", "llama-3.2-1b", "mixtral-8x7b"} {
+		for _, ck := range []string{"full", "every=2", "selective-op"} {
+			a := lookup(t, name).Clone()
+			a.Layers = 4
+			s := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 128, Accum: 2, Precision: ops.AMPBF16, Optimizer: lower.AdamW},
+				Target: Target{FirstStep: true}}
+			var err error
+			if s.Checkpoint, err = ParseCheckpoint(ck); err != nil {
+				t.Fatal(err)
+			}
+			before := strategy.Moves()
+			alone, err := PlanWith(s, Options{NoTimeline: true, NoTiming: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strategy.Moves() - before; n != 0 {
+				t.Errorf("%s --checkpoint %s: %d op lists moved", name, ck, n)
+			}
+			cached, err := PlanWith(s, Options{NoTimeline: true, NoTiming: true, Cache: &Cache{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if alone.PeakBytes() != cached.PeakBytes() || alone.First.Peak != cached.First.Peak || len(alone.Program.Ops) != len(cached.Program.Ops) {
+				t.Errorf("%s --checkpoint %s: alone %d (%d ops), through a cache %d (%d ops)", name, ck,
+					alone.PeakBytes(), len(alone.Program.Ops), cached.PeakBytes(), len(cached.Program.Ops))
+			}
+		}
 	}
 }

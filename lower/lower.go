@@ -70,6 +70,10 @@ type TrainConfig struct {
 	// PyTorch 1.x's engine does; PyTorch 2.0 adds into the first when it
 	// can steal it (pytorch/pytorch#88339).
 	OutOfPlaceSums bool
+	// RecomputeRoom reserves room for a recompute of every forward op and
+	// output (full checkpointing) and the autocast cache's exits after it,
+	// for a caller that checkpoints the program in place.
+	RecomputeRoom bool
 }
 
 // Hold is how long a training loop keeps the model's outputs.
@@ -617,8 +621,13 @@ func (l *lowerer) reserve(c TrainConfig) {
 		}
 	}
 	ops, tensors := l.optimizerBound(c)
-	l.p.Ops = make([]ir.Op, 0, c.Accum*(2*len(g.Nodes)+6)+4+ops)
-	l.p.Tensors = slices.Grow(l.p.Tensors, c.Accum*(perIter+perIterGrad+1)+nShared+4+tensors)
+	nOps, nTensors := c.Accum*(2*len(g.Nodes)+6)+4+ops, c.Accum*(perIter+perIterGrad+1)+nShared+4+tensors
+	if c.RecomputeRoom {
+		nOps += c.Accum*len(g.Nodes) + nOps/32 + 16
+		nTensors += c.Accum*perIter + nTensors/32 + 16
+	}
+	l.p.Ops = make([]ir.Op, 0, nOps)
+	l.p.Tensors = slices.Grow(l.p.Tensors, nTensors)
 }
 
 // optimizerBound bounds the ops and tensors the optimizer step adds over

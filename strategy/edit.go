@@ -3,6 +3,7 @@ package strategy
 import (
 	"cmp"
 	"slices"
+	"sync/atomic"
 
 	"github.com/memplan/memplan/ir"
 	"github.com/memplan/memplan/units"
@@ -260,6 +261,15 @@ func (e *editor) finish() *ir.Program {
 	return e.p
 }
 
+// moves counts the op lists splice and spliceCopy moved into a new array.
+var moves atomic.Int64
+
+// Moves is how many times an edit moved a whole op list into a new array
+// (a copy of a shared list, or an insertion without room): tests check
+// that a program made for one plan is checkpointed and given autocast's
+// exits in place.
+func Moves() int64 { return moves.Load() }
+
 // spliceRoom is the spare capacity spliceCopy leaves after n ops: room for
 // the autocast cache's exits that Chain's last transform inserts in place
 // (one per region, and a region is many ops), without the quarter more
@@ -313,6 +323,7 @@ func anchors(n int, before, after map[int][]ir.Op) ([]anchor, int) {
 // operand lists are capped, as Clone's. It leaves room (spliceRoom) for
 // the ops a later transform of a chain inserts in place.
 func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit) []ir.Op {
+	moves.Add(1)
 	at, n := anchors(len(old), before, after)
 	ops := opPool.get(0, n+spliceRoom(n))
 	// old[:next] is copied, edits[:k] placed; put copies old[next:end] with
@@ -363,6 +374,7 @@ func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 		}
 		return ops
 	}
+	moves.Add(1)
 	ops := opPool.get(0, n)
 	next := 0 // first op not yet copied
 	for _, a := range at {
