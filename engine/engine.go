@@ -855,9 +855,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	}
 	cfg := s.trainConfig(first)
 	cfg.SeparateCopies = cfg.SeparateCopies || pl.separate
-	// A program no cache holds is checkpointed in place, with room.
-	own := !cacheable && s.Checkpoint.Kind != NoCheckpoint && s.Checkpoint.Kind != CheckpointAuto
-	cfg.RecomputeRoom = own
+	// A program no cache holds is transformed in place, with room.
+	own := !cacheable && s.Checkpoint.Kind != CheckpointAuto
+	cfg.InPlace, cfg.RecomputeRoom = own, own && s.Checkpoint.Kind != NoCheckpoint
 	p, err := lower.Train(g, cfg)
 	if err == nil {
 		err = pl.o.stopped()
@@ -1002,8 +1002,8 @@ func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl 
 }
 
 // transform applies the spec's strategies to a lowered training program
-// p, in place when own: the caller's, lowered with room for a recompute
-// (lower.TrainConfig.RecomputeRoom) and transformed once (not under auto
+// p, in place when own: the caller's, lowered with room for what the
+// transforms insert (lower.TrainConfig.InPlace, RecomputeRoom) and transformed once (not under auto
 // checkpointing, which transforms it for each choice). Through no cache
 // (diagnose's variations, the micro-steps a priced plan's step is
 // extrapolated from), deepseek-v3's checkpointed program of 2.1 million

@@ -523,7 +523,7 @@ func TestLeverCacheSettles(t *testing.T) {
 // the plan equals one through a cache.
 func TestPlanAloneCheckpointsInPlace(t *testing.T) {
 	for _, name := range []string{"gpt2", "llama-3.2-1b", "mixtral-8x7b"} {
-		for _, ck := range []string{"full", "every=2", "selective-op"} {
+		for _, ck := range []string{"none", "full", "every=2", "selective-op"} {
 			a := lookup(t, name).Clone()
 			a.Layers = 4
 			s := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 128, Accum: 2, Precision: ops.AMPBF16, Optimizer: lower.AdamW},

@@ -70,10 +70,12 @@ type TrainConfig struct {
 	// PyTorch 1.x's engine does; PyTorch 2.0 adds into the first when it
 	// can steal it (pytorch/pytorch#88339).
 	OutOfPlaceSums bool
-	// RecomputeRoom reserves room for a recompute of every forward op and
-	// output (full checkpointing) and the autocast cache's exits after it,
-	// for a caller that checkpoints the program in place.
-	RecomputeRoom bool
+	// InPlace reserves room for what the transforms after lowering insert
+	// (the autocast cache's exits: a thirty-second more ops and tensors),
+	// for a caller that transforms the program in place, and RecomputeRoom
+	// room for a recompute of every forward op and output too (full
+	// checkpointing).
+	InPlace, RecomputeRoom bool
 }
 
 // Hold is how long a training loop keeps the model's outputs.
@@ -622,9 +624,13 @@ func (l *lowerer) reserve(c TrainConfig) {
 	}
 	ops, tensors := l.optimizerBound(c)
 	nOps, nTensors := c.Accum*(2*len(g.Nodes)+6)+4+ops, c.Accum*(perIter+perIterGrad+1)+nShared+4+tensors
+	if c.InPlace {
+		nOps += nOps/32 + 16
+		nTensors += nTensors/32 + 16
+	}
 	if c.RecomputeRoom {
-		nOps += c.Accum*len(g.Nodes) + nOps/32 + 16
-		nTensors += c.Accum*perIter + nTensors/32 + 16
+		nOps += c.Accum * len(g.Nodes)
+		nTensors += c.Accum * perIter
 	}
 	l.p.Ops = make([]ir.Op, 0, nOps)
 	l.p.Tensors = slices.Grow(l.p.Tensors, nTensors)
