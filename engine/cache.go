@@ -274,6 +274,26 @@ func (k cacheKey) wantedBy(ws []want, m map[cacheKey]*cacheEntry) bool {
 	return false
 }
 
+// wantsLowering says whether the cache would keep the lowered program of
+// key's spec for another plan: a filtered cache keeps it only for a spec
+// that plans from it but not from key's program before sharding, which the
+// plan lowering it is about to make (and the cache to keep for those that
+// plan from it).
+func (c *Cache) wantsLowering(key cacheKey) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.filter {
+		return true
+	}
+	lk := key.lowering()
+	for _, w := range c.only {
+		if w.k != key.spec && lk.wantedBy([]want{w}, c.m) {
+			return true
+		}
+	}
+	return false
+}
+
 // holds reports whether p is a program the cache keeps (under any key).
 func (c *Cache) holds(p *ir.Program) bool {
 	if c == nil {

@@ -855,8 +855,10 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	}
 	cfg := s.trainConfig(first)
 	cfg.SeparateCopies = cfg.SeparateCopies || pl.separate
-	// A program no cache holds is transformed in place, with room.
-	own := !cacheable && s.Checkpoint.Kind != CheckpointAuto
+	// A program no cache holds or will hold is transformed in place, with
+	// room (a LeverCache's first step once settled: its checkpoint copied
+	// deepseek-v3's 1.4 million lowered ops beside them).
+	own := s.Checkpoint.Kind != CheckpointAuto && (!cacheable || !c.wantsLowering(key))
 	cfg.InPlace, cfg.RecomputeRoom = own, own && s.Checkpoint.Kind != NoCheckpoint
 	p, err := lower.Train(g, cfg)
 	if err == nil {
@@ -864,6 +866,9 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	}
 	if err != nil {
 		return nil, 0, err
+	}
+	if cacheable && own {
+		return c.transform(key, s, p, true, stage, sl)
 	}
 	if cacheable {
 		return c.transform(key, s, p, c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
