@@ -616,6 +616,9 @@ func (r *Result) giveBack(p *ir.Program) {
 		r.lentFrom.giveBack(p)
 		r.lent = slices.Delete(r.lent, i, i+1)
 	}
+	if len(r.lent) == 0 {
+		r.lentFrom = nil // the cache (and its forward graph) is not kept alive by r
+	}
 }
 
 // Release recycles r's program (strategy.Release) when planning made it for
