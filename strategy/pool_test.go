@@ -54,3 +54,19 @@ func TestPoolReusesSameSize(t *testing.T) {
 		t.Fatal("an array taken from the pool was handed out twice")
 	}
 }
+
+// An array of 2^20 elements or more goes back to no class: the next
+// request of its size gets a new one.
+func TestPoolKeepsNoLargeArray(t *testing.T) {
+	var p pool[int32]
+	a := p.get(1<<20, 1<<20)
+	p.put(a)
+	if b := p.get(1<<20, 1<<20); &b[0] == &a[0] {
+		t.Fatal("an array of 2^20 elements was kept")
+	}
+	c := p.get(1000, 1000)
+	p.put(c)
+	if d := p.get(1000, 1000); &d[0] != &c[0] {
+		t.Fatal("an array of 1,000 elements was not kept")
+	}
+}
