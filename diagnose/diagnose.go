@@ -56,8 +56,6 @@ type Report struct {
 type variation struct {
 	name  string
 	apply func(*engine.Spec)
-	// accum: the variation changes the accumulation alone.
-	accum bool
 }
 
 // variations are the inputs diagnose changes, one at a time: those that
@@ -68,17 +66,17 @@ type variation struct {
 // checkpointing, and varies the generated tokens instead.
 func variations(s engine.Spec) []variation {
 	type v = variation
-	vs := []v{{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }, false}}
+	vs := []v{{fmt.Sprintf("micro-batch ×2 (%d)", 2*s.MicroBatch), func(s *engine.Spec) { s.MicroBatch *= 2 }}}
 	if s.Model != nil && s.Model.Family != models.FamilyViT || s.Trace != nil && s.Trace.HasSeq() {
-		vs = append(vs, v{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }, false})
+		vs = append(vs, v{fmt.Sprintf("sequence ×2 (%d)", 2*s.Seq), func(s *engine.Spec) { s.Seq *= 2 }})
 	}
 	if s.Mode != engine.Train {
 		if s.GenTokens > 0 {
-			vs = append(vs, v{fmt.Sprintf("generated tokens ×2 (%d)", 2*s.GenTokens), func(s *engine.Spec) { s.GenTokens *= 2 }, false})
+			vs = append(vs, v{fmt.Sprintf("generated tokens ×2 (%d)", 2*s.GenTokens), func(s *engine.Spec) { s.GenTokens *= 2 }})
 		}
 		return append(vs, precisionVariation(s)...)
 	}
-	vs = append(vs, v{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }, true})
+	vs = append(vs, v{fmt.Sprintf("accumulation ×2 (%d micro-steps)", 2*max(s.Accum, 1)), func(s *engine.Spec) { s.Accum = 2 * max(s.Accum, 1) }})
 	// A trace replays its recorded step unless told to plan another
 	// (TraceOptimizer): setting the optimizer alone changed nothing.
 	sgd := s.Optimizer == lower.SGD
@@ -86,14 +84,14 @@ func variations(s engine.Spec) []variation {
 		sgd = s.Trace.Optimizer == "sgd"
 	}
 	if sgd {
-		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.AdamW, s.Trace != nil }, false})
+		vs = append(vs, v{"optimizer adamw", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.AdamW, s.Trace != nil }})
 	} else {
-		vs = append(vs, v{"optimizer sgd (no state)", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.SGD, s.Trace != nil }, false})
+		vs = append(vs, v{"optimizer sgd (no state)", func(s *engine.Spec) { s.Optimizer, s.TraceOptimizer = lower.SGD, s.Trace != nil }})
 	}
 	if s.Checkpoint.Kind == engine.NoCheckpoint {
-		vs = append(vs, v{"checkpoint every block", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{Kind: engine.CheckpointFull} }, false})
+		vs = append(vs, v{"checkpoint every block", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{Kind: engine.CheckpointFull} }})
 	} else {
-		vs = append(vs, v{"no checkpointing", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{} }, false})
+		vs = append(vs, v{"no checkpointing", func(s *engine.Spec) { s.Checkpoint = engine.CheckpointPolicy{} }})
 	}
 	return append(vs, precisionVariation(s)...)
 }
@@ -105,9 +103,9 @@ func precisionVariation(s engine.Spec) []variation {
 	case s.Trace != nil:
 		return nil
 	case s.Precision == ops.PureBF16:
-		return []variation{{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }, false}}
+		return []variation{{"precision amp-bf16", func(s *engine.Spec) { s.Precision = ops.AMPBF16 }}}
 	}
-	return []variation{{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }, false}}
+	return []variation{{"precision pure-bf16", func(s *engine.Spec) { s.Precision = ops.PureBF16 }}}
 }
 
 func rowOf(name string, r *engine.Result, err error) Row {
@@ -167,7 +165,7 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	for _, v := range variations(base.Spec) {
 		vs := base.Spec
 		v.apply(&vs)
-		if v.accum && sameAccum(base.Spec, vs, o) {
+		if sameAccum(base.Spec, vs, o) {
 			rep.Rows = append(rep.Rows, rowOf(v.name, base, nil))
 			continue
 		}
@@ -182,11 +180,15 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	return rep, nil
 }
 
-// sameAccum says whether v, base with another accumulation, plans base's
-// programs: valid (a row names why not) and simulated with as many
-// micro-steps.
+// sameAccum says whether v, base with another accumulation and nothing
+// else changed, plans base's programs: valid (a row names why not) and
+// simulated with as many micro-steps.
 func sameAccum(base, v engine.Spec, o engine.Options) bool {
 	c := v
+	if c.Accum = base.Accum; c != base {
+		return false
+	}
+	c = v
 	return c.Validate() == nil && engine.SimulatedAccum(v, o) == engine.SimulatedAccum(base, o)
 }
 

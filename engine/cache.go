@@ -529,19 +529,20 @@ func (c *Cache) finish(e *cacheEntry, ts []strategy.Transform, own bool) (*ir.Pr
 
 // program is the program e holds: for an entry that holds what autocast's
 // cache made from it (exits), that program made again
-// (strategy.WithoutExits), a copy of the caller's own (own). taken: the
-// caller took e's program (Cache.take), which is made again in place.
-func (c *Cache) program(e *cacheEntry, taken bool) (p *ir.Program, own bool) {
+// (strategy.WithoutExits), a copy of the caller's own (own). mine: the
+// program is already the caller's (taken, Cache.take, or made for it),
+// and is made again in place.
+func (c *Cache) program(e *cacheEntry, mine bool) (p *ir.Program, own bool) {
 	c.mu.Lock()
 	q, exits := e.prog, e.exits
 	c.mu.Unlock()
 	switch {
-	case exits && taken:
+	case exits && mine:
 		return strategy.DropExits(q), true
 	case exits:
 		return strategy.WithoutExits(q), true
 	}
-	return q, taken
+	return q, mine
 }
 
 // markLast marks the programs none of specs (planned as o says) plans

@@ -870,11 +870,8 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	if err != nil {
 		return nil, 0, err
 	}
-	if cacheable && own {
-		return c.transform(key, s, p, true, stage, sl)
-	}
 	if cacheable {
-		return c.transform(key, s, p, c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
+		return c.transform(key, s, p, own || c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
 	}
 	return pl.transform(p, own, stage, sl)
 }
