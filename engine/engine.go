@@ -275,18 +275,19 @@ type Options struct {
 	// stagewise plans a priced 1F1B pipeline of more than p+1 micro-steps
 	// a stage at a time whatever its size (tests of planStagewise).
 	stagewise bool
-	// beaten (the lever's, LargestLeverContext) says whether the variant
-	// of an index of eachVariant's, its peak at least the bytes given,
-	// cannot be the best; eachVariant hands each plan its own as
+	// stopAt (the lever's, LargestLeverContext) says whether to end the
+	// plan of the variant of an index of eachVariant's after a stage,
+	// given its peak so far and whether stages are left: it cannot be the
+	// best, or is put off. eachVariant hands each plan its own as
 	// stopAbove.
-	beaten func(int, units.Bytes) bool
-	// stopAbove, when set, ends the plan at the first stage (or steady
-	// step) whose peak it says is beaten: its result holds the stages
-	// planned, no first step, and only its peak (a lower bound of the
-	// full plan's, which could only be higher) is read. The lever's
-	// strategies that cannot be the best plan one or two pipeline stages,
-	// not all of them.
-	stopAbove func(units.Bytes) bool
+	stopAt func(int, units.Bytes, bool) bool
+	// stopAbove, when set, ends the plan after the first stage (or steady
+	// step) for which it says so, given the peak so far and whether
+	// stages are left: its result holds the stages planned, no first
+	// step, and only its peak (a lower bound of the full plan's, which
+	// could only be higher) is read. The lever's strategies that cannot
+	// be the best plan one or two pipeline stages, not all of them.
+	stopAbove func(peak units.Bytes, more bool) bool
 	// rankTimes, when set, gets each planned stage's timing before the
 	// bubble (priceRank), in stage order (planPipelineShortAccum).
 	rankTimes *[]*cost.Timing
@@ -1108,7 +1109,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
 		}
-		if o.stopAbove != nil && o.stopAbove(res.Sim.Peak.Total) {
+		if o.stopAbove != nil && o.stopAbove(res.Sim.Peak.Total, pl.stagesAfter(stage)) {
 			s.Accum = accum
 			res.Spec = s
 			if o.NumbersOnly {
@@ -1153,6 +1154,14 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	res.judge()
 	res.borrow(o.Cache)
 	return res, nil
+}
+
+// stagesAfter says whether the plan has a stage after stage to plan.
+func (pl *planner) stagesAfter(stage int) bool {
+	if pl.o.Stages == nil {
+		return stage+1 < max(pl.s.PP, 1)
+	}
+	return slices.ContainsFunc(pl.o.Stages, func(st int) bool { return st > stage })
 }
 
 // judge sets whether res fits its capacity and its host memory, and by how

@@ -25,10 +25,16 @@ import (
 // others sooner (deepseek-v3 --pp 4 --accum 8: offloading the optimizer
 // reaches 2.28 TiB, under every checkpointing's and activation offload's
 // floor, the optimizer step's peak, which were planned first at 46 s of
-// the lever's 56 s). The pick does not depend on the order: a strategy is
-// skipped only when its peak cannot beat the best one's, nor equal it ahead
-// of it in Compare's order (TestPropertyLeverBoundPicksTheLowest; on real
-// plans, TestLargestLeverMatchesCompare).
+// the lever's 56 s). A pipeline's stages are planned one after another,
+// and a strategy whose peak so far rises over another's floor with stages
+// left is put off once (leverQueue): that one may prove lower first, and
+// bound it (deepseek-v3 --pp 8 --accum 16: offloading the optimizer, of
+// no floor, planned all eight stages to reach 1.94 TiB, over "checkpoint
+// every block"'s floor and peak of 1.69 TiB; put off, it plans two). The
+// pick does not depend on the order: a strategy is skipped only when its
+// peak cannot beat the best one's, nor equal it ahead of it in Compare's
+// order (TestPropertyLeverBoundPicksTheLowest; on real plans,
+// TestLargestLeverMatchesCompare).
 //
 // Planned as Compare does (every result whole, no cache), deepseek-v3's
 // lever held seven programs of about 470,000 ops each and built the model
@@ -44,30 +50,152 @@ func LargestLever(base *Result, c *Cache) *Row {
 func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, error) {
 	all := Variants(base.Spec, Allow{})[1:] // the baseline is base
 	floors := make([]units.Bytes, len(all))
+	never := make([]bool, len(all))
 	for i, v := range all {
 		floors[i] = v.floor(base)
+		s := base.Spec
+		never[i] = v.apply(&s) != nil
 	}
-	order := bestFirst(floors)
-	vs := make([]Variant, len(all))
-	for k, i := range order {
-		vs[k] = all[i]
-	}
+	auto := newAutoSettled(base, all)
+	q := newLeverQueue(base.PeakBytes(), floors, never, auto.beaten)
 	var best *Row
-	b := newBound(base.PeakBytes(), floors)
 	o := leverOptions(c)
 	o.Context = ctx
-	o.beaten = func(k int, peak units.Bytes) bool { return b.beaten(order[k], peak) }
-	auto := newAutoSettled(base, vs)
-	eachStrategy(base, vs, o, func(k int) bool { return b.skip(order[k]) || auto.beaten(k) }, func(k int, r Row) {
-		auto.seen(k, r.Result)
-		if b.offer(order[k], r.Result.PeakBytes()) {
-			best = &r
+	_, err := q.pick(func(pending []int, skip func(k int) bool, stop func(k int, peak units.Bytes, more bool) bool,
+		seen func(k int, peak units.Bytes, planned bool) bool) error {
+		vs := make([]Variant, len(pending))
+		for k, i := range pending {
+			vs[k] = all[i]
 		}
+		o.stopAt = stop
+		return eachVariant(base.Spec, vs, o, skip, func(k int, r Row) error {
+			if r.Err != nil {
+				seen(k, 0, false)
+				return nil
+			}
+			defer r.Result.Compact()
+			auto.seen(pending[k], r.Result) // a plan put off has its first stage too
+			if seen(k, r.Result.PeakBytes(), true) {
+				best = &r
+			}
+			return nil
+		})
 	})
-	if err := o.stopped(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	return best, nil
+}
+
+// leverQueue is LargestLever's order of planning: strategies by their
+// index in Compare's order, each with the lowest peak it can have (its
+// floor, or the peak of the stages planned when it was put off).
+type leverQueue struct {
+	b    *bound
+	low  []units.Bytes
+	done []bool         // planned, or never to be
+	out  func(int) bool // a rule besides the bound that leaves one out (nil: none)
+	// off are the strategies put off in the current round of plan;
+	// once says which were ever put off.
+	off  []int
+	once []bool
+}
+
+// newLeverQueue is the queue of strategies of the given floors (the
+// queue's own from then on) under a baseline of peak basePeak; never
+// says which are never planned (they do not apply), out (nil: none)
+// which a rule besides the bound leaves out.
+func newLeverQueue(basePeak units.Bytes, floors []units.Bytes, never []bool, out func(int) bool) *leverQueue {
+	return &leverQueue{b: newBound(basePeak, floors), low: floors, done: never, out: out, once: make([]bool, len(floors))}
+}
+
+// dead says whether strategy i is not to be planned: the bound or the
+// other rule rules it out.
+func (q *leverQueue) dead(i int) bool { return q.b.skip(i) || q.out != nil && q.out(i) }
+
+// pick plans the strategies through plan and returns the index of the
+// best (-1: none). plan plans the strategies pending names, in that order,
+// one at a time: it leaves out those skip says (asked when their turn
+// comes), ends each plan after the first stage stop says (given the peak
+// so far and whether stages are left), and hands each planned strategy's
+// peak to seen (planned false: it did not plan), which says whether it is
+// the best so far. Once a strategy is put off, those after it that it may
+// be lower than are left for plan's next call, which gets every strategy
+// not planned and not ruled out, lowest first.
+func (q *leverQueue) pick(plan func(pending []int, skip func(k int) bool, stop func(k int, peak units.Bytes, more bool) bool,
+	seen func(k int, peak units.Bytes, planned bool) bool) error) (int, error) {
+	for pending := q.next(); len(pending) > 0; pending = q.next() {
+		last := -1 // the strategy the last stop put off
+		err := plan(pending, func(k int) bool { return q.dead(pending[k]) || q.ahead(pending[k]) },
+			func(k int, peak units.Bytes, more bool) bool {
+				i := pending[k]
+				if q.b.beaten(i, peak) {
+					return true
+				}
+				if more && q.putOff(i, peak) {
+					last = i
+					return true
+				}
+				return false
+			},
+			func(k int, peak units.Bytes, planned bool) bool {
+				i := pending[k]
+				if last == i {
+					last = -1
+					return false
+				}
+				q.done[i] = true
+				return planned && q.b.offer(i, peak)
+			})
+		if err != nil {
+			return -1, err
+		}
+	}
+	return q.b.at, nil
+}
+
+// next is the strategies not planned and not ruled out, by the lowest
+// peak each can have (Compare's order among equal ones); none is put off
+// any more.
+func (q *leverQueue) next() []int {
+	q.off = q.off[:0]
+	var out []int
+	for i := range q.low {
+		if !q.done[i] && !q.dead(i) {
+			out = append(out, i)
+		}
+	}
+	slices.SortStableFunc(out, q.cmp)
+	return out
+}
+
+// cmp orders strategies by the lowest peak each can have, then by index.
+func (q *leverQueue) cmp(a, b int) int {
+	return cmp.Or(cmp.Compare(q.low[a], q.low[b]), cmp.Compare(a, b))
+}
+
+// ahead says whether a strategy put off comes before strategy i now.
+func (q *leverQueue) ahead(i int) bool {
+	return slices.ContainsFunc(q.off, func(j int) bool { return q.cmp(j, i) < 0 })
+}
+
+// putOff says whether strategy i, its peak at least peak with stages left
+// to plan, is put off: another strategy, not planned and not ruled out,
+// may be lower (or as low and ahead of it in Compare's order). One is put
+// off once: planned again, it is planned in full.
+func (q *leverQueue) putOff(i int, peak units.Bytes) bool {
+	if q.once[i] {
+		return false
+	}
+	for j, low := range q.low {
+		if j != i && (low < peak || low == peak && j < i) && !q.done[j] && !q.dead(j) {
+			q.low[i] = max(q.low[i], peak)
+			q.once[i] = true
+			q.off = append(q.off, i)
+			return true
+		}
+	}
+	return false
 }
 
 // leverOptions are the options LargestLever plans its strategies with
@@ -284,8 +412,8 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 			row := Row{Variant: v, Err: errs[i]}
 			if row.Err == nil {
 				oi := o
-				if o.beaten != nil {
-					oi.stopAbove = func(peak units.Bytes) bool { return o.beaten(i, peak) }
+				if o.stopAt != nil {
+					oi.stopAbove = func(peak units.Bytes, more bool) bool { return o.stopAt(i, peak, more) }
 				}
 				row.Result, row.Err = PlanWith(specs[i], oi)
 			}
@@ -378,7 +506,7 @@ func (v Variant) floor(base *Result) units.Bytes {
 // every block"'s peak. TestLargestLeverMatchesCompare checks the pick.
 type autoSettled struct {
 	base       *Result
-	full, auto int         // their indices among the lever's strategies (-1: none)
+	full, auto int         // their indices among the strategies given (-1: none)
 	fullFirst  units.Bytes // the first stage's peak under "checkpoint every block" (-1: not planned)
 }
 

@@ -248,6 +248,109 @@ func TestPropertyLeverBoundPicksTheLowest(t *testing.T) {
 	})
 }
 
+// The lever's queue picks what planning every strategy in full picks, the
+// lowest peak under the baseline's (the first in Compare's order of equal
+// ones), whatever it puts off: strategies of a few pipeline stages each,
+// every stage's peak at least its floor, some that do not plan. It puts
+// off a strategy at most once, plans no stage of one its bound rules out
+// when its turn comes, and plans no more stages than planning them one
+// after another in the order of their floors, less one plan's stages per
+// strategy it put off (each is planned again from its first stage).
+func TestPropertyLeverQueuePicksTheLowest(t *testing.T) {
+	putOff := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 6).Draw(rt, "strategies")
+		basePeak := units.Bytes(rapid.IntRange(1, 8).Draw(rt, "baseline peak"))
+		floors := make([]units.Bytes, n)
+		stages := make([][]units.Bytes, n)
+		never, fails := make([]bool, n), make([]bool, n)
+		peakOf := func(i int) units.Bytes { return slices.Max(stages[i]) }
+		for i := range n {
+			floors[i] = units.Bytes(rapid.IntRange(0, 6).Draw(rt, "floor"))
+			stages[i] = make([]units.Bytes, rapid.IntRange(1, 4).Draw(rt, "stages"))
+			for st := range stages[i] {
+				stages[i][st] = floors[i] + units.Bytes(rapid.IntRange(0, 4).Draw(rt, "above floor"))
+			}
+			never[i] = rapid.IntRange(0, 5).Draw(rt, "applies") == 0
+			fails[i] = rapid.IntRange(0, 5).Draw(rt, "plans") == 0
+		}
+		want := -1
+		for i := range n {
+			if !never[i] && !fails[i] && peakOf(i) < basePeak && (want < 0 || peakOf(i) < peakOf(want)) {
+				want = i
+			}
+		}
+		// Planning in full in the order of the floors, with the bound.
+		whole := 0
+		b := newBound(basePeak, slices.Clone(floors))
+		for _, i := range bestFirst(floors) {
+			if never[i] || b.skip(i) {
+				continue
+			}
+			var peak units.Bytes
+			for _, p := range stages[i] {
+				whole++
+				if peak = max(peak, p); b.beaten(i, peak) || fails[i] {
+					break
+				}
+			}
+			if !fails[i] {
+				b.offer(i, peak)
+			}
+		}
+		q := newLeverQueue(basePeak, slices.Clone(floors), slices.Clone(never), nil)
+		planned, offs := 0, map[int]int{}
+		got, err := q.pick(func(pending []int, skip func(int) bool, stop func(int, units.Bytes, bool) bool, seen func(int, units.Bytes, bool) bool) error {
+			for k, i := range pending {
+				if skip(k) {
+					continue
+				}
+				if never[i] { // eachVariant's row of a variant that does not apply
+					seen(k, 0, false)
+					continue
+				}
+				var peak units.Bytes
+				for st, p := range stages[i] {
+					planned++
+					peak = max(peak, p)
+					if fails[i] {
+						break
+					}
+					if stop(k, peak, st+1 < len(stages[i])) {
+						break
+					}
+				}
+				if !seen(k, peak, !fails[i]) && q.once[i] && !q.done[i] {
+					offs[i]++
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("floors %v, stages %v, never %v, fails %v under %d: the queue picks %d, planning all picks %d", floors, stages, never, fails, basePeak, got, want)
+		}
+		for i, k := range offs {
+			if k > 1 {
+				t.Fatalf("strategy %d put off %d times", i, k)
+			}
+		}
+		extra := 0
+		for i := range offs {
+			extra += len(stages[i])
+		}
+		if planned > whole+extra {
+			t.Fatalf("floors %v, stages %v, never %v, fails %v under %d: %d stages planned, %d planned in full in order (put off: %v)", floors, stages, never, fails, basePeak, planned, whole, offs)
+		}
+		putOff += len(offs)
+	})
+	if putOff == 0 {
+		t.Fatal("no draw put a strategy off")
+	}
+}
+
 // The lever skips the fused step when its floor, forward's and backward's
 // peaks, is not below the best strategy's: the fused step changes no op of
 // forward or backward. Checked on every variant marked stepOnly: its
