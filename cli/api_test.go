@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/msgcheck"
 )
 
@@ -179,6 +181,61 @@ func TestAPIMessagesDropTheErrorKind(t *testing.T) {
 		}
 		if !strings.HasPrefix(ae.Msg, c.want) {
 			t.Errorf("%s: %q, want it to start %q", c.body, ae.Msg, c.want)
+		}
+	}
+}
+
+// A heavy plan (engine.HeavyWork: every deepseek-v3 job) and every fit wait
+// for the process's heavy turn, so memplan serve computes one at a time
+// beside light requests: two deepseek-v3 plans posted at once held 2.98 GB
+// of RSS, one at a time 1.58 GB. Held here, each heavy request waits for
+// it (and stops when its request does), while a light plan is answered.
+func TestAPIHeavyRequestsTakeTurns(t *testing.T) {
+	done, err := engine.HeavyTurn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	for _, c := range []struct {
+		command, body string
+		waits         bool
+	}{
+		{"plan", `{"model": "deepseek-v3", "gpu": "h100"}`, true},
+		{"compare", `{"model": "deepseek-v3", "gpu": "h100"}`, true},
+		{"max", `{"model": "deepseek-v3", "gpu": "h100", "micro_batch": "?"}`, true},
+		{"fit", `{"model": "gpt2", "gpu": "h100", "seq": 64}`, true},
+		{"plan", `{"model": "gpt2", "gpu": "h100", "seq": 64}`, false},
+	} {
+		vals, _, err := ParseAPIRequest(c.command, []byte(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		ended := make(chan error, 1)
+		go func() {
+			_, err := RunAPI(ctx, c.command, vals)
+			ended <- err
+		}()
+		waited := false
+		for deadline := time.Now().Add(10 * time.Second); !waited && time.Now().Before(deadline); {
+			select {
+			case err = <-ended:
+				deadline = time.Time{}
+			case <-time.After(time.Millisecond):
+				waited = engine.HeavyWaiting() == 1
+			}
+		}
+		cancel()
+		if waited {
+			err = <-ended
+		}
+		switch {
+		case waited != c.waits:
+			t.Errorf("%s %s beside a heavy request: waited for its turn %v, want %v (%v)", c.command, c.body, waited, c.waits, err)
+		case !waited && err != nil:
+			t.Errorf("%s %s: %v", c.command, c.body, err)
+		case waited && err == nil:
+			t.Errorf("%s %s: answered although stopped while it waited", c.command, c.body)
 		}
 	}
 }

@@ -169,6 +169,11 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			warn(cmd.ErrOrStderr(), ws)
+			done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+			if err != nil {
+				return err
+			}
+			defer done()
 			// The lever of a job that does not fit plans it again with
 			// other strategies: through the baseline's cache, the model
 			// is built and lowered once, and the cache keeps only what

@@ -36,6 +36,11 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			warn(cmd.ErrOrStderr(), ws)
+			done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+			if err != nil {
+				return err
+			}
+			defer done()
 			// Each row is read into the report and compacted before the
 			// next is planned: one variant's program is live at a time.
 			rep := report.NewCompare(jsonOut)

@@ -91,6 +91,13 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 	// the GPU's less a communicator per parallel group), as plan decides.
 	o := search.Options{GPUs: gpus, GlobalBatch: ff.globalBatch, Headroom: ff.headroom, Allow: a, Pinned: pins, Context: cmd.Context(),
 		MemoryBudget: mem}
+	// A search holds up to its memory budget and plans on every core:
+	// one at a time beside other requests of memplan serve.
+	done, err := engine.HeavyTurn(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
 	if finish := showProgress(stderr, &o); finish != nil {
 		defer finish()
 	}

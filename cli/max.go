@@ -129,6 +129,11 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 			ws = append(ws, w)
 		}
 	}
+	done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+	if err != nil {
+		return err
+	}
+	defer done()
 	r, err := search.MaxContext(cmd.Context(), spec, d)
 	nothing := errors.Is(err, search.ErrNothingFits)
 	if err != nil && !nothing {

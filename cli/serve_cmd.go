@@ -63,7 +63,8 @@ func newServeCmd(stderr io.Writer) *cobra.Command {
 			"Content-Type: application/json (so that no page of another site can make the server compute), 422 fit found\n" +
 			"no plan, 429/503 busy (Retry-After), 503 past --timeout. It caches answers, logs one JSON line per request on\n" +
 			"stderr and exposes Prometheus metrics at /metrics. explain and pack wait for their place before their body is\n" +
-			"read; the process keeps its heap under a soft limit of 1.5 GiB, or 1.25× what is live (GOMEMLIMIT overrides).\n" +
+			"read; fits, and plans, compares and maxes of jobs of deepseek-v3's size, compute one at a time beside lighter\n" +
+			"requests; the process keeps its heap under a soft limit of 1.5 GiB, or 1.25× what is live (GOMEMLIMIT overrides).\n" +
 			"(plan --mode serve is a different thing: vLLM serving a model.)",
 		Example: `  memplan serve --addr 127.0.0.1:8080
   curl -s localhost:8080/v1/plan -H 'Content-Type: application/json' -d '{"model":"llama-3-8b","gpu":"h100","micro_batch":4,"no_timeline":true}'`,

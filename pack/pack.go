@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/units"
 )
@@ -242,14 +243,17 @@ func EnvelopesContext(ctx context.Context, jobs []Job, pool Pool) (procs []*Enve
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	heavy := make(chan struct{}, 1) // one job past heavyWork at a time
 	for i := range jobs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if workOf(&jobs[i]) > heavyWork {
-				heavy <- struct{}{}
-				defer func() { <-heavy }()
+			if workOf(&jobs[i]) > engine.HeavyWork { // one at a time, in the process
+				done, err := engine.HeavyTurn(ctx)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				defer done()
 			}
 			sem <- struct{}{}
 			defer func() { <-sem }()

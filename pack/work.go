@@ -1,9 +1,6 @@
 package pack
 
-import (
-	"github.com/memplan/memplan/engine"
-	"github.com/memplan/memplan/hw"
-)
+import "github.com/memplan/memplan/engine"
 
 // Limits on what one job file makes pack do, each refused before anything
 // is planned, in one line naming the file and the limit.
@@ -22,24 +19,16 @@ const (
 	// bisected over a dozen replays of its iterations). Eight of them took
 	// 3.5 GB and more than 30 s.
 	maxWork = 4_000_000
-	// heavyWork is the work past which a job is planned alone, not beside
-	// another of its size (every deepseek-v3 job): two deepseek-v3 plans at
-	// once held twice the memory of one.
-	heavyWork = maxWork / 10
 )
 
-// workOf is about how many ops job j's iterations have (all its pipeline
-// stages; the ranks of a stage are planned once): per micro-step 84 a
-// layer and 30 more per expert of a mixture-of-experts layer (gpt2 to
-// deepseek-v3 within a tenth), times the micro-steps the engine lays out,
-// at most 3 (the first, a middle one standing for the rest, the last). A
-// pipeline's stages are each planned on their own (Options.Stages), each
-// building the micro-steps and layers engine.StageWork says: a GPipe or
-// interleaved schedule simulates every micro-step, and an interleaved stage
-// is built from the whole model (counted as at most three micro-steps of
-// the model, llama-3-8b --pp 8 --pp-interleave 4 --accum 1024 passed as 0.1
-// million ops, and took 46 s). A vLLM service, a plan JSON and a snapshot
-// are read, not planned: 0.
+// workOf is about how many ops job j's iterations take to plan
+// (engine.Work of its spec; the ranks of a stage are planned once, a
+// pipeline's stages each with the micro-steps and layers engine.StageWork
+// says: a GPipe or interleaved schedule simulates every micro-step, and an
+// interleaved stage is built from the whole model, llama-3-8b --pp 8
+// --pp-interleave 4 --accum 1024 passed as 0.1 million ops when counted as
+// three micro-steps of the model, and took 46 s). A vLLM service, a plan
+// JSON and a snapshot are read, not planned: 0.
 func workOf(j *Job) int64 {
 	var s engine.Spec
 	var err error
@@ -53,14 +42,10 @@ func workOf(j *Job) int64 {
 	default:
 		return 0
 	}
-	if err != nil || s.Model == nil {
+	if err != nil {
 		return 0
 	}
-	if s.PP <= 1 || s.Validate() != nil {
-		return int64(s.Model.Layers) * (84 + 30*int64(s.Model.NumExperts)) * int64(min(max(s.Accum, 1), 3))
-	}
-	s.GPU = &hw.GPU{} // priced on the pool's GPU (only whether there is one is read)
-	return engine.PipelineWork(&s)
+	return engine.Work(&s, true) // priced on the pool's GPU
 }
 
 // ranksOf is how many GPUs job j runs on (one process each).
