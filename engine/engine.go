@@ -827,15 +827,7 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 			return pl.transform(p, false, stage, slice{})
 		}
 	}
-	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
-		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
-	sl := pl.stageSlice(stage)
-	o.Layers = sl.layers
-	s.Sem.buildOptions(&o)
-	o.FSDPFlat = s.flatParams()
-	if s.Mode == Infer && !s.Model.Encoder {
-		o.KVContext = s.Seq + s.GenTokens
-	}
+	o, sl := pl.graphOptions(stage)
 	g := pl.graphs[stage]
 	if g == nil {
 		var err error
@@ -875,6 +867,22 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 		return c.transform(key, s, p, own || c.owned(key.lowering(), &cacheEntry{prog: p}), stage, sl)
 	}
 	return pl.transform(p, own, stage, sl)
+}
+
+// graphOptions are the builder's options of stage stage's forward graph,
+// and the slice of the model it is built from.
+func (pl *planner) graphOptions(stage int) (build.Options, slice) {
+	s := pl.s
+	o := build.Options{MicroBatch: s.MicroBatch, Seq: s.Seq, Precision: s.Precision, Attention: s.Attention, Device: s.Device,
+		Training: s.Mode == Train, TP: s.TP, SP: s.SP, EP: s.EP, LoRA: s.LoRA, QLoRA: s.QLoRA}
+	sl := pl.stageSlice(stage)
+	o.Layers = sl.layers
+	s.Sem.buildOptions(&o)
+	o.FSDPFlat = s.flatParams()
+	if s.Mode == Infer && !s.Model.Encoder {
+		o.KVContext = s.Seq + s.GenTokens
+	}
+	return o, sl
 }
 
 // stagePlan is one pipeline stage planned: its program, simulation and
@@ -1083,9 +1091,21 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	// The step takes as long as the slowest stage.
 	accum, peakAccum := s.Accum, s.Accum // peakAccum: the peak stage's micro-steps
 	var modelFLOPs float64               // every stage's, for the pipeline's utilization
+	like := pl.likeStages()
+	var planned []int // the stages planned, when like
 	for stage := 0; stage < max(s.PP, 1); stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
+		}
+		if like {
+			skip, err := pl.likeEarlier(stage, planned)
+			if err != nil {
+				return nil, err
+			}
+			if skip {
+				continue
+			}
+			planned = append(planned, stage)
 		}
 		if o.stageShort {
 			s.Accum = pl.stageAccum(accum, stage)

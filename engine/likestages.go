@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"github.com/memplan/memplan/ir"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/strategy"
+)
+
+// likeStages says whether pl plans a lever's strategy (Options.leverBound)
+// on a 1F1B pipeline whose stages are built from their own layers, whose
+// checkpointing does not name modules and whose micro-steps outnumber its
+// stages: its middle stages of like layers (likeEarlier) need not all be
+// planned. The lever reads a strategy's peak, fit and host memory alone
+// (LargestLever). With no more micro-steps than stages, an early stage runs
+// every forward before its first backward where a later one interleaves
+// them: a forward of the later one runs beside gradients the earlier one
+// holds only after its forwards (mixtral-8x7b, pp 5, accum 3: stage 3
+// peaked 0.76 GiB over stage 1).
+func (pl *planner) likeStages() bool {
+	s := pl.s
+	return pl.o.leverBound && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
+		s.Checkpoint.Kind != CheckpointModules && s.Checkpoint.Kind != CheckpointAuto
+}
+
+// likeEarlier says whether middle stage stage (neither the first nor the
+// last) of pl's pipeline (likeStages) is like one of the middle stages
+// planned before it: its forward graph is that one's but for names
+// (ir.SameButNames: layers of the same kinds), and under checkpointing
+// every k-th block its first layer falls at the same place in the
+// period. Such a stage runs the same ops with fewer micro-batches in
+// flight (stage i of p holds p−i) over no more micro-steps, so it peaks
+// no higher on the device or the host, and the lever need not plan it
+// (TestPropertyLikeStagesPeakNoHigher; deepseek-v3 --pp 16 --accum 32:
+// checkpointing every block plans 4 of its 16 stages). The graph built
+// to compare is kept for the stage's plan (pl.graphs) when it is not like
+// one.
+func (pl *planner) likeEarlier(stage int, planned []int) (bool, error) {
+	s := pl.s
+	if stage == 0 || stage == s.PP-1 {
+		return false, nil
+	}
+	g := pl.graphs[stage]
+	if g == nil {
+		o, _ := pl.graphOptions(stage)
+		var err error
+		if g, err = build.Graph(s.Model, o); err != nil {
+			return false, optionError(err)
+		}
+	}
+	lo, _ := stageLayers(s, stage)
+	for _, i := range planned {
+		if i == 0 || i == s.PP-1 || pl.graphs[i] == nil {
+			continue
+		}
+		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 {
+			if lo2, _ := stageLayers(s, i); lo2%k != lo%k {
+				continue
+			}
+		}
+		if ir.SameButNames(pl.graphs[i], g) {
+			return true, nil
+		}
+	}
+	if pl.graphs == nil {
+		pl.graphs = map[int]*ir.Graph{}
+	}
+	pl.graphs[stage] = g
+	return false, nil
+}
