@@ -169,7 +169,7 @@ func newPlanCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			warn(cmd.ErrOrStderr(), ws)
-			done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+			done, err := heavyTurn(cmd.Context(), &spec) // beside another request of memplan serve
 			if err != nil {
 				return err
 			}

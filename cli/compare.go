@@ -36,7 +36,7 @@ func newCompareCmd(stdout io.Writer) *cobra.Command {
 				return err
 			}
 			warn(cmd.ErrOrStderr(), ws)
-			done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+			done, err := heavyTurn(cmd.Context(), &spec) // beside another request of memplan serve
 			if err != nil {
 				return err
 			}

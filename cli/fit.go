@@ -93,7 +93,7 @@ func (ff *fitFlags) run(cmd *cobra.Command, stdout, stderr io.Writer) error {
 		MemoryBudget: mem}
 	// A search holds up to its memory budget and plans on every core:
 	// one at a time beside other requests of memplan serve.
-	done, err := engine.HeavyTurn(cmd.Context())
+	done, err := heavyTurn(cmd.Context(), nil)
 	if err != nil {
 		return err
 	}

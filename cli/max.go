@@ -129,7 +129,7 @@ func (mf *maxFlags) solve(cmd *cobra.Command, stdout io.Writer, d search.Dim) er
 			ws = append(ws, w)
 		}
 	}
-	done, err := engine.HeavyTurnFor(cmd.Context(), &spec) // beside another request of memplan serve
+	done, err := heavyTurn(cmd.Context(), &spec) // beside another request of memplan serve
 	if err != nil {
 		return err
 	}

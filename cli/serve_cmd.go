@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/server"
 )
 
@@ -134,4 +135,31 @@ func checkServeFlags(fl *pflag.FlagSet, cfg *server.Config) error {
 		return fmt.Errorf("--cache-entries must be -1 (no cache) or at least 1, got %d", cfg.CacheEntries)
 	}
 	return nil
+}
+
+// heavyTurn waits for the process's one heavy turn (engine.HeavyTurn) for
+// a fit (s nil) or a plan of s past engine.HeavyWork, and returns what
+// gives it back (nothing to give back for a lighter plan). Under memplan
+// serve it waits with the request's place given back, when another holds
+// the turn (server.WhileWaiting).
+func heavyTurn(ctx context.Context, s *engine.Spec) (func(), error) {
+	if s != nil && !engine.Heavy(s) {
+		return func() {}, nil
+	}
+	if done, ok := engine.TryHeavyTurn(); ok {
+		return done, nil
+	}
+	var done func()
+	err := server.WhileWaiting(ctx, func() error {
+		var err error
+		done, err = engine.HeavyTurn(ctx)
+		return err
+	})
+	if err != nil {
+		if done != nil {
+			done()
+		}
+		return nil, err
+	}
+	return done, nil
 }

@@ -57,10 +57,8 @@ func HeavyTurn(ctx context.Context) (func(), error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	select {
-	case heavyTurn <- struct{}{}:
-		return func() { <-heavyTurn }, nil
-	default:
+	if done, ok := TryHeavyTurn(); ok {
+		return done, nil
 	}
 	heavyWaiting.Add(1)
 	defer heavyWaiting.Add(-1)
@@ -72,11 +70,16 @@ func HeavyTurn(ctx context.Context) (func(), error) {
 	}
 }
 
-// HeavyTurnFor is HeavyTurn when s's work is past HeavyWork, and a no-op
-// (nothing to give back) otherwise.
-func HeavyTurnFor(ctx context.Context, s *Spec) (func(), error) {
-	if Work(s, s.GPU != nil) <= HeavyWork {
-		return func() {}, nil
+// TryHeavyTurn takes the heavy turn when it is free, and returns the
+// function that gives it back; ok is false when another holds it.
+func TryHeavyTurn() (done func(), ok bool) {
+	select {
+	case heavyTurn <- struct{}{}:
+		return func() { <-heavyTurn }, true
+	default:
+		return nil, false
 	}
-	return HeavyTurn(ctx)
 }
+
+// Heavy says whether planning s is heavy work: past HeavyWork.
+func Heavy(s *Spec) bool { return Work(s, s.GPU != nil) > HeavyWork }

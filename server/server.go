@@ -138,6 +138,7 @@ type metrics struct {
 	latency   *prometheus.HistogramVec
 	inFlight  prometheus.Gauge
 	queued    prometheus.Gauge
+	aside     prometheus.Gauge
 	cacheHits *prometheus.CounterVec
 	cacheMiss *prometheus.CounterVec
 	rejected  *prometheus.CounterVec
@@ -229,6 +230,8 @@ func (s *Server) initMetrics() {
 			Help: "Requests computing now (holding the semaphore)."}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memplan_http_queued",
 			Help: "Requests waiting for the semaphore."}),
+		aside: prometheus.NewGauge(prometheus.GaugeOpts{Name: "memplan_http_waiting_aside",
+			Help: "Requests whose command waits, its place given back, for the process's one heavy turn (WhileWaiting)."}),
 		cacheHits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_cache_hits_total",
 			Help: "Answers served from the cache, by route."}, []string{"route"}),
 		cacheMiss: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "memplan_cache_misses_total",
@@ -243,7 +246,7 @@ func (s *Server) initMetrics() {
 		}
 		return float64(s.cache.size())
 	})
-	s.reg.MustRegister(s.m.requests, s.m.latency, s.m.inFlight, s.m.queued, s.m.cacheHits, s.m.cacheMiss, s.m.rejected, s.m.cacheSize)
+	s.reg.MustRegister(s.m.requests, s.m.latency, s.m.inFlight, s.m.queued, s.m.aside, s.m.cacheHits, s.m.cacheMiss, s.m.rejected, s.m.cacheSize)
 }
 
 // ServeHTTP serves the API. A path that is not clean (a . or .. segment,
@@ -498,6 +501,7 @@ func (s *Server) run(ctx context.Context, name string, req Request) (Answer, err
 		err error
 	}
 	done := make(chan result, 1)
+	pl := &place{s: s, held: true}
 	go func() {
 		res := func() (res result) {
 			defer func() {
@@ -506,12 +510,14 @@ func (s *Server) run(ctx context.Context, name string, req Request) (Answer, err
 					res = result{err: errPanic}
 				}
 			}()
-			a, err := s.backend.Run(ctx, name, req)
+			a, err := s.backend.Run(context.WithValue(ctx, placeKey{}, pl), name, req)
 			return result{a, err}
 		}()
 		// Given back before the answer is handed over: a client that
 		// reads its answer finds the place free.
-		s.release()
+		if pl.held {
+			s.release()
+		}
 		done <- res
 	}()
 	select {
@@ -525,6 +531,49 @@ func (s *Server) run(ctx context.Context, name string, req Request) (Answer, err
 			return Answer{}, context.Cause(ctx)
 		}
 	}
+}
+
+// place is a running command's place in the semaphore; held is false
+// while WhileWaiting has given it back. Only the command's goroutine
+// reads or writes it.
+type place struct {
+	s    *Server
+	held bool
+}
+
+type placeKey struct{}
+
+// WhileWaiting runs wait, a command's wait for something other than a
+// CPU (the process's one turn for heavy work, engine.HeavyTurn), with the
+// command's place in the semaphore given back, so a lighter request
+// computes meanwhile; it takes a place again before it returns (waiting
+// for one as long as ctx lasts, not counted in the queue). Outside a
+// command of the server it runs wait alone. Only the command's own
+// goroutine may call it: a command that computes on several goroutines
+// (pack's jobs) waits holding its place. Two deepseek-v3 plans posted at
+// once to a server of two places held both, one waiting for the turn,
+// and a gpt2 plan behind them was answered 503 after --queue-wait.
+func WhileWaiting(ctx context.Context, wait func() error) error {
+	pl, _ := ctx.Value(placeKey{}).(*place)
+	if pl == nil || !pl.held {
+		return wait()
+	}
+	s := pl.s
+	s.release()
+	pl.held = false
+	s.m.aside.Inc()
+	err := wait()
+	s.m.aside.Dec()
+	select {
+	case s.sem <- struct{}{}:
+		s.m.inFlight.Inc()
+		pl.held = true
+	case <-ctx.Done():
+		if err == nil {
+			err = context.Cause(ctx)
+		}
+	}
+	return err
 }
 
 // stopReason says why a request's context ended: its time limit, or its

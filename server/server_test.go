@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/memplan/memplan/cli"
+	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/internal/msgcheck"
 	"github.com/memplan/memplan/server"
 )
@@ -806,4 +807,68 @@ func TestQueuedFileBodiesAreNotRead(t *testing.T) {
 			t.Errorf("a queued request: %d, want 200 once the place freed", code)
 		}
 	}
+}
+
+// A heavy request that finds the process's heavy turn taken waits for it
+// with its place given back (server.WhileWaiting): on a server of one
+// place, a gpt2 plan posted behind a deepseek-v3 plan that waits for the
+// turn is answered at once, and the deepseek-v3 plan stops when its client
+// goes away, its place not given back twice.
+func TestHeavyRequestWaitsAside(t *testing.T) {
+	done, err := engine.HeavyTurn(context.Background()) // another heavy computation
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	ts := newServer(t, server.Config{CacheEntries: -1, MaxInFlight: 1, QueueWait: 2 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/plan", strings.NewReader(`{"model": "deepseek-v3", "gpu": "h100"}`))
+	req.Header.Set("Content-Type", "application/json")
+	heavy := make(chan struct{})
+	go func() {
+		defer close(heavy)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); engine.HeavyWaiting() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the deepseek-v3 plan never waited for the heavy turn")
+		}
+	}
+	if n := inFlight(t, ts.URL); n != 0 {
+		t.Fatalf("%d requests hold a place while the heavy one waits for its turn", n)
+	}
+	start := time.Now()
+	if r := post(t, ts.URL+"/v1/plan", `{"model": "gpt2", "gpu": "h100", "seq": 64, "no_timeline": true}`); r.status != http.StatusOK {
+		t.Fatalf("the gpt2 plan behind it: %d %s", r.status, r.body)
+	}
+	t.Logf("gpt2 answered in %s beside a deepseek-v3 plan waiting for the heavy turn", time.Since(start).Round(time.Millisecond))
+	if !strings.Contains(metricsText(t, ts.URL), "memplan_http_waiting_aside 1") {
+		t.Error("memplan_http_waiting_aside is not 1 while the heavy plan waits")
+	}
+	cancel()
+	<-heavy
+	waitIdle(t, ts.URL, 5*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); engine.HeavyWaiting() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the deepseek-v3 plan still waits for the turn after its client went away")
+		}
+	}
+	// The place is free once, not twice: a request still takes it.
+	if r := post(t, ts.URL+"/v1/plan", `{"model": "gpt2", "gpu": "h100", "seq": 32, "no_timeline": true}`); r.status != http.StatusOK {
+		t.Fatalf("a plan after: %d %s", r.status, r.body)
+	}
+}
+
+func metricsText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
