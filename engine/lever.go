@@ -81,6 +81,9 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 			return nil
 		})
 	})
+	if err == nil {
+		err = o.stopped() // stopped during the last strategy: not a lever picked from the others
+	}
 	if err != nil {
 		return nil, err
 	}
