@@ -252,15 +252,10 @@ func TestTimeLimit(t *testing.T) {
 // inFlight is /healthz's count of requests computing.
 func inFlight(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var h struct {
 		InFlight int `json:"in_flight"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+	if err := json.Unmarshal(get(t, url+"/healthz", nil).body, &h); err != nil {
 		t.Fatal(err)
 	}
 	return h.InFlight
@@ -390,15 +385,7 @@ func TestPanicIs500(t *testing.T) {
 func TestClientGoneFreesItsPlace(t *testing.T) {
 	ts := newServer(t, server.Config{CacheEntries: -1})
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/plan", strings.NewReader(`{"model": "deepseek-v3", "gpu": "h100", "accum": 8}`))
-	req.Header.Set("Content-Type", "application/json")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	done := postAside(ctx, ts.URL+"/v1/plan", `{"model": "deepseek-v3", "gpu": "h100", "accum": 8}`)
 	for deadline := time.Now().Add(5 * time.Second); inFlight(t, ts.URL) == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the request never started")
@@ -408,6 +395,21 @@ func TestClientGoneFreesItsPlace(t *testing.T) {
 	cancel()
 	<-done
 	t.Logf("stopped %s after the client went away", waitIdle(t, ts.URL, 5*time.Second))
+}
+
+// postAside posts body to url under ctx on a goroutine of its own; the
+// channel is closed once it is answered or ctx ends.
+func postAside(ctx context.Context, url, body string) <-chan struct{} {
+	req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	return done
 }
 
 // blocking is a backend whose Run waits for release or its context.
@@ -502,12 +504,7 @@ func TestMetricsHealthAndRoot(t *testing.T) {
 	post(t, ts.URL+"/v1/plan", body)
 	post(t, ts.URL+"/v1/plan", body)
 	post(t, ts.URL+"/v1/plan", `{"bad": 1}`)
-	resp, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	m := metricsText(t, ts.URL)
 	for _, want := range []string{
 		`memplan_http_requests_total{route="/v1/plan",status="200"} 2`,
 		`memplan_http_requests_total{route="/v1/plan",status="400"} 1`,
@@ -517,7 +514,7 @@ func TestMetricsHealthAndRoot(t *testing.T) {
 		`memplan_http_in_flight 0`,
 		`process_resident_memory_bytes`,
 	} {
-		if !strings.Contains(string(m), want) {
+		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -823,15 +820,7 @@ func TestHeavyRequestWaitsAside(t *testing.T) {
 	ts := newServer(t, server.Config{CacheEntries: -1, MaxInFlight: 1, QueueWait: 2 * time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/plan", strings.NewReader(`{"model": "deepseek-v3", "gpu": "h100"}`))
-	req.Header.Set("Content-Type", "application/json")
-	heavy := make(chan struct{})
-	go func() {
-		defer close(heavy)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
+	heavy := postAside(ctx, ts.URL+"/v1/plan", `{"model": "deepseek-v3", "gpu": "h100"}`)
 	for deadline := time.Now().Add(10 * time.Second); engine.HeavyWaiting() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the deepseek-v3 plan never waited for the heavy turn")
@@ -862,13 +851,8 @@ func TestHeavyRequestWaitsAside(t *testing.T) {
 	}
 }
 
+// metricsText is the server's /metrics.
 func metricsText(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b)
+	return string(get(t, url+"/metrics", nil).body)
 }
