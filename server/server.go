@@ -117,7 +117,10 @@ type Server struct {
 	unclean http.Handler // answers a path that is not clean
 	sem     chan struct{}
 	waiting atomic.Int64
-	cache   *lru
+	// aside counts the commands waiting with their place given back
+	// (WhileWaiting), at most MaxQueue.
+	aside atomic.Int64
+	cache *lru
 	// bodies maps a request body the server has answered (the command and
 	// its bytes) to its canonical request, so a repeated body finds its
 	// answer without parsing it again (parsing was half of a cached
@@ -547,8 +550,11 @@ type placeKey struct{}
 // CPU (the process's one turn for heavy work, engine.HeavyTurn), with the
 // command's place in the semaphore given back, so a lighter request
 // computes meanwhile; it takes a place again before it returns (waiting
-// for one as long as ctx lasts, not counted in the queue). Outside a
-// command of the server it runs wait alone. Only the command's own
+// for one as long as ctx lasts, not counted in the queue). At most
+// MaxQueue commands wait so; past them a command waits in its place, and
+// the queue behind it fills and refuses (429) as before: a flood of heavy
+// requests is bounded as one of any other. Outside a command of the
+// server it runs wait alone. Only the command's own
 // goroutine may call it: a command that computes on several goroutines
 // (pack's jobs) waits holding its place. Two deepseek-v3 plans posted at
 // once to a server of two places held both, one waiting for the turn,
@@ -559,6 +565,11 @@ func WhileWaiting(ctx context.Context, wait func() error) error {
 		return wait()
 	}
 	s := pl.s
+	if s.aside.Add(1) > int64(s.cfg.MaxQueue) {
+		s.aside.Add(-1)
+		return wait()
+	}
+	defer s.aside.Add(-1)
 	s.release()
 	pl.held = false
 	s.m.aside.Inc()

@@ -856,3 +856,37 @@ func metricsText(t *testing.T, url string) string {
 	t.Helper()
 	return string(get(t, url+"/metrics", nil).body)
 }
+
+// No more than --max-queue requests wait aside for the heavy turn: past
+// them a heavy request waits in its place, and lighter ones behind it are
+// refused as busy, as a flood of any other requests is.
+func TestWaitingAsideIsBounded(t *testing.T) {
+	done, err := engine.HeavyTurn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	ts := newServer(t, server.Config{CacheEntries: -1, MaxInFlight: 1, MaxQueue: 1, QueueWait: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	var posted []<-chan struct{}
+	defer func() {
+		cancel()
+		for _, c := range posted {
+			<-c
+		}
+	}()
+	for i, accum := range []int{1, 2} {
+		posted = append(posted, postAside(ctx, ts.URL+"/v1/plan", fmt.Sprintf(`{"model": "deepseek-v3", "gpu": "h100", "accum": %d}`, accum)))
+		for deadline := time.Now().Add(10 * time.Second); engine.HeavyWaiting() != int64(i+1); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("heavy request %d never waited for the turn", i+1)
+			}
+		}
+	}
+	if n := inFlight(t, ts.URL); n != 1 {
+		t.Fatalf("%d requests hold a place, want the second heavy one waiting in its place", n)
+	}
+	if r := post(t, ts.URL+"/v1/plan", `{"model": "gpt2", "gpu": "h100", "seq": 64, "no_timeline": true}`); r.status != http.StatusServiceUnavailable {
+		t.Fatalf("a gpt2 plan behind a heavy request waiting in its place: %d, want 503 after --queue-wait", r.status)
+	}
+}
