@@ -328,7 +328,12 @@ func nextStep(base *engine.Result, c *engine.Cache) (string, string) {
 	// deepseek-v3 --accum 4 built programs of two and three micro-steps
 	// (18 s of CPU and 1.3 GB more), and none fit.
 	helped := map[string]bool{}
-	engine.EachStrategy(base, engine.Options{NoTiming: true, NumbersOnly: true, Cache: c}, skip, func(row engine.Row) {
+	// A strategy stops at the first stage that shows it does not help.
+	o := engine.Options{NoTiming: true, NumbersOnly: true, Cache: c, StopUnfit: base.Capacity > 0}
+	if base.Capacity == 0 {
+		o.StopOver = basePeak * 9 / 10
+	}
+	engine.EachStrategy(base, o, skip, func(row engine.Row) {
 		if helps(row.Result) {
 			helped[row.Name] = true
 		}

@@ -265,6 +265,15 @@ type Options struct {
 	// the first step's is built (with leverBound, deepseek-v3 --accum 8:
 	// 2.67 → 2.41 GB of peak RSS).
 	NumbersOnly bool
+	// StopOver, when positive, ends the plan after the first stage (or
+	// steady step) whose peak is over it, and StopUnfit after the first
+	// over the plan's capacity: the result holds the stages planned, no
+	// first step, and is not judged (Fits false), for a caller that asks
+	// only whether the plan fits or peaks under a bound (diagnose's next
+	// step: deepseek-v3 --pp 8 --accum 16 planned every stage of each
+	// strategy to learn it did not fit, where the first stage showed it).
+	StopOver  units.Bytes
+	StopUnfit bool
 	// stageShort: a numbers-only plan of a 1F1B pipeline's p+1 micro-steps
 	// (planPipelineShortAccum) plans each stage with the fewer that show
 	// its own peak (stageAccum).
@@ -1129,7 +1138,8 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
 		}
-		if o.stopAbove != nil && o.stopAbove(res.Sim.Peak.Total, pl.stagesAfter(stage)) {
+		if peak := res.Sim.Peak.Total; o.stopAbove != nil && o.stopAbove(peak, pl.stagesAfter(stage)) ||
+			o.StopOver > 0 && peak > o.StopOver || o.StopUnfit && res.Capacity > 0 && peak > res.Capacity {
 			s.Accum = accum
 			res.Spec = s
 			if o.NumbersOnly {

@@ -6,19 +6,23 @@ import (
 	"github.com/memplan/memplan/strategy"
 )
 
-// likeStages says whether pl plans a lever's strategy (Options.leverBound)
-// on a 1F1B pipeline whose stages are built from their own layers, whose
-// checkpointing does not name modules and whose micro-steps outnumber its
-// stages: its middle stages of like layers (likeEarlier) need not all be
-// planned. The lever reads a strategy's peak, fit and host memory alone
-// (LargestLever). With no more micro-steps than stages, an early stage runs
+// likeStages says whether pl plans for numbers alone and unpriced
+// (Options.NumbersOnly and NoTiming: the lever's strategies, diagnose's
+// variations and next step, which read the peak, its stage's ledger, the
+// fit and the host memory, never each stage's), naming no stages, a 1F1B
+// pipeline whose
+// stages are built from their own layers, whose checkpointing does not
+// name modules and whose micro-steps outnumber its stages: its middle
+// stages of like layers (likeEarlier) need not all be planned, as none
+// peaks over the one it is like (the peak's stage is the first of equal
+// ones). With no more micro-steps than stages, an early stage runs
 // every forward before its first backward where a later one interleaves
 // them: a forward of the later one runs beside gradients the earlier one
 // holds only after its forwards (mixtral-8x7b, pp 5, accum 3: stage 3
 // peaked 0.76 GiB over stage 1).
 func (pl *planner) likeStages() bool {
 	s := pl.s
-	return pl.o.leverBound && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
+	return pl.o.NumbersOnly && pl.o.NoTiming && pl.o.Stages == nil && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
 		s.Checkpoint.Kind != CheckpointModules && s.Checkpoint.Kind != CheckpointAuto
 }
 
@@ -29,9 +33,9 @@ func (pl *planner) likeStages() bool {
 // every k-th block its first layer falls at the same place in the
 // period. Such a stage runs the same ops with fewer micro-batches in
 // flight (stage i of p holds p−i) over no more micro-steps, so it peaks
-// no higher on the device or the host, and the lever need not plan it
+// no higher on the device or the host, and need not be planned
 // (TestPropertyLikeStagesPeakNoHigher; deepseek-v3 --pp 16 --accum 32:
-// checkpointing every block plans 4 of its 16 stages). The graph built
+// the lever's checkpointing plans 4 of its 16 stages). The graph built
 // to compare is kept for the stage's plan (pl.graphs) when it is not like
 // one.
 func (pl *planner) likeEarlier(stage int, planned []int) (bool, error) {

@@ -1,17 +1,21 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/ops"
 )
 
 // A middle stage of a 1F1B pipeline whose forward graph is an earlier
 // middle stage's but for names peaks no higher than that one, on the
-// device and on the host, as the lever plans them (each stage's own few
-// micro-steps): so the lever's plan, which leaves such stages out
-// (likeEarlier), has the peak, host peak and verdict of every stage
-// planned. Uniform models of three to five stages, one to three layers
+// device and on the host, as an unpriced plan for numbers alone plans them
+// (the lever's: each stage's own few micro-steps): so such a plan, which
+// leaves those stages out (likeEarlier), has the peak, its stage and
+// ledger, the host peak and the verdict of every stage planned. Uniform models of three to five stages, one to three layers
 // each, under each checkpointing the lever tries, offload and ZeRO.
 func TestPropertyLikeStagesPeakNoHigher(t *testing.T) {
 	skipped := 0
@@ -26,17 +30,20 @@ func TestPropertyLikeStagesPeakNoHigher(t *testing.T) {
 			s.Checkpoint = CheckpointPolicy{Kind: CheckpointSelective}
 		}
 		o := Options{NoTiming: true, NumbersOnly: true, NoTimeline: true}
-		all, err := PlanWith(s, o)
+		every := o
+		for st := range s.PP {
+			every.Stages = append(every.Stages, st) // each stage named: planned
+		}
+		all, err := PlanWith(s, every)
 		if err != nil {
 			rt.Skip(err)
 		}
-		lo := o
-		lo.leverBound = true
-		like, err := PlanWith(s, lo)
+		like, err := PlanWith(s, o)
 		if err != nil {
 			t.Fatalf("every stage planned, like stages left out: %v", err)
 		}
-		if like.PeakBytes() != all.PeakBytes() || like.HostPeak != all.HostPeak || like.Fits != all.Fits || like.Shortfall != all.Shortfall {
+		if like.PeakBytes() != all.PeakBytes() || like.HostPeak != all.HostPeak || like.Fits != all.Fits || like.Shortfall != all.Shortfall ||
+			like.Stage != all.Stage || like.Sim.Peak != all.Sim.Peak {
 			t.Fatalf("like stages left out: peak %d host %d fits %v; every stage: peak %d (stages %v) host %d fits %v",
 				like.PeakBytes(), like.HostPeak, like.Fits, all.PeakBytes(), all.StagePeaks, all.HostPeak, all.Fits)
 		}
@@ -68,5 +75,38 @@ func TestPropertyLikeStagesPeakNoHigher(t *testing.T) {
 	})
 	if skipped == 0 {
 		t.Fatal("no draw left a stage out")
+	}
+}
+
+// StopUnfit and StopOver end a plan at the first stage over the capacity
+// or the bound: one stage planned of a pipeline whose first is over, no
+// first step, not judged; a plan under them is planned whole and judged.
+func TestStopUnfitAndOver(t *testing.T) {
+	a := lookup(t, "gpt2").Clone()
+	a.Layers = 4
+	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 6},
+		Target: Target{Capacity: 1 << 20, FirstStep: true}}
+	s.PP = 4
+	whole, err := PlanWith(s, Options{NoTiming: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{{NoTiming: true, StopUnfit: true}, {NoTiming: true, StopOver: whole.StagePeaks[0] - 1}} {
+		r, err := PlanWith(s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.StagePeaks) != 1 || r.First != nil || r.Fits || r.PeakBytes() != whole.StagePeaks[0] {
+			t.Errorf("stop unfit %v over %d: stages %v, first step %v, fits %v, peak %d; want stage 0's %d alone",
+				o.StopUnfit, o.StopOver, r.StagePeaks, r.First != nil, r.Fits, r.PeakBytes(), whole.StagePeaks[0])
+		}
+	}
+	s.Capacity = 1 << 50
+	r, err := PlanWith(s, Options{NoTiming: true, StopUnfit: true, StopOver: 1 << 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.StagePeaks, whole.StagePeaks) || r.First == nil || !r.Fits {
+		t.Errorf("under both: stages %v (want %v), first step %v, fits %v", r.StagePeaks, whole.StagePeaks, r.First != nil, r.Fits)
 	}
 }
