@@ -1138,8 +1138,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
 		}
-		if peak := res.Sim.Peak.Total; o.stopAbove != nil && o.stopAbove(peak, pl.stagesAfter(stage)) ||
-			o.StopOver > 0 && peak > o.StopOver || o.StopUnfit && res.Capacity > 0 && peak > res.Capacity {
+		if pl.stopsAfter(stage, res) {
 			s.Accum = accum
 			res.Spec = s
 			if o.NumbersOnly {
@@ -1184,6 +1183,14 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	res.judge()
 	res.borrow(o.Cache)
 	return res, nil
+}
+
+// stopsAfter says whether the plan ends after stage, its result so far
+// res: stopAbove, StopOver or StopUnfit says so.
+func (pl *planner) stopsAfter(stage int, res *Result) bool {
+	o, peak := &pl.o, res.Sim.Peak.Total
+	return o.stopAbove != nil && o.stopAbove(peak, pl.stagesAfter(stage)) ||
+		o.StopOver > 0 && peak > o.StopOver || o.StopUnfit && res.Capacity > 0 && peak > res.Capacity
 }
 
 // stagesAfter says whether the plan has a stage after stage to plan.
