@@ -1026,8 +1026,9 @@ func (s *Spec) preChain(p *ir.Program, own bool, chosen []string, stage int, sl 
 
 // transform applies the spec's strategies to a lowered training program
 // p, in place when own: the caller's, lowered with room for what the
-// transforms insert (lower.TrainConfig.InPlace, RecomputeRoom) and transformed once (not under auto
-// checkpointing, which transforms it for each choice). Through no cache
+// transforms insert (lower.TrainConfig.InPlace, RecomputeRoom) and
+// transformed once (not under auto checkpointing, which transforms it for
+// each choice). Through no cache
 // (diagnose's variations, the micro-steps a priced plan's step is
 // extrapolated from), deepseek-v3's checkpointed program of 2.1 million
 // ops was copied by the checkpoint and again by autocast's cache
@@ -1101,20 +1102,18 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	accum, peakAccum := s.Accum, s.Accum // peakAccum: the peak stage's micro-steps
 	var modelFLOPs float64               // every stage's, for the pipeline's utilization
 	like := pl.likeStages()
-	var planned []int // the stages planned, when like
 	for stage := 0; stage < max(s.PP, 1); stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
 		}
 		if like {
-			skip, err := pl.likeEarlier(stage, planned)
+			skip, err := pl.likeEarlier(stage)
 			if err != nil {
 				return nil, err
 			}
 			if skip {
 				continue
 			}
-			planned = append(planned, stage)
 		}
 		if o.stageShort {
 			s.Accum = pl.stageAccum(accum, stage)

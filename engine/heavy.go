@@ -64,18 +64,20 @@ func HeavyTurn(ctx context.Context) (func(), error) {
 	defer heavyWaiting.Add(-1)
 	select {
 	case heavyTurn <- struct{}{}:
-		return func() { <-heavyTurn }, nil
+		return giveBackHeavyTurn, nil
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
 }
+
+func giveBackHeavyTurn() { <-heavyTurn }
 
 // TryHeavyTurn takes the heavy turn when it is free, and returns the
 // function that gives it back; ok is false when another holds it.
 func TryHeavyTurn() (done func(), ok bool) {
 	select {
 	case heavyTurn <- struct{}{}:
-		return func() { <-heavyTurn }, true
+		return giveBackHeavyTurn, true
 	default:
 		return nil, false
 	}

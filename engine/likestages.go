@@ -10,16 +10,15 @@ import (
 // (Options.NumbersOnly and NoTiming: the lever's strategies, diagnose's
 // variations and next step, which read the peak, its stage's ledger, the
 // fit and the host memory, never each stage's), naming no stages, a 1F1B
-// pipeline whose
-// stages are built from their own layers, whose checkpointing does not
-// name modules and whose micro-steps outnumber its stages: its middle
-// stages of like layers (likeEarlier) need not all be planned, as none
-// peaks over the one it is like (the peak's stage is the first of equal
-// ones). With no more micro-steps than stages, an early stage runs
-// every forward before its first backward where a later one interleaves
-// them: a forward of the later one runs beside gradients the earlier one
-// holds only after its forwards (mixtral-8x7b, pp 5, accum 3: stage 3
-// peaked 0.76 GiB over stage 1).
+// pipeline whose stages are built from their own layers, whose
+// checkpointing does not name modules and whose micro-steps outnumber its
+// stages: its middle stages of like layers (likeEarlier) need not all be
+// planned, as none peaks over the one it is like (the peak's stage is the
+// first of equal ones). With no more micro-steps than stages, an early
+// stage runs every forward before its first backward where a later one
+// interleaves them: a forward of the later one runs beside gradients the
+// earlier one holds only after its forwards (mixtral-8x7b, pp 5, accum 3:
+// stage 3 peaked 0.76 GiB over stage 1).
 func (pl *planner) likeStages() bool {
 	s := pl.s
 	return pl.o.NumbersOnly && pl.o.NoTiming && pl.o.Stages == nil && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
@@ -27,18 +26,17 @@ func (pl *planner) likeStages() bool {
 }
 
 // likeEarlier says whether middle stage stage (neither the first nor the
-// last) of pl's pipeline (likeStages) is like one of the middle stages
-// planned before it: its forward graph is that one's but for names
-// (ir.SameButNames: layers of the same kinds), and under checkpointing
-// every k-th block its first layer falls at the same place in the
-// period. Such a stage runs the same ops with fewer micro-batches in
-// flight (stage i of p holds p−i) over no more micro-steps, so it peaks
+// last) of pl's pipeline (likeStages) is like a middle stage planned
+// before it, whose graph pl.graphs keeps: its forward graph is that one's
+// but for names (ir.SameButNames: layers of the same kinds), and under
+// checkpointing every k-th block its first layer falls at the same place
+// in the period. Such a stage runs the same ops with fewer micro-batches
+// in flight (stage i of p holds p−i) over no more micro-steps, so it peaks
 // no higher on the device or the host, and need not be planned
 // (TestPropertyLikeStagesPeakNoHigher; deepseek-v3 --pp 16 --accum 32:
-// the lever's checkpointing plans 4 of its 16 stages). The graph built
-// to compare is kept for the stage's plan (pl.graphs) when it is not like
-// one.
-func (pl *planner) likeEarlier(stage int, planned []int) (bool, error) {
+// the lever's checkpointing plans 4 of its 16 stages). The graph built to
+// compare is kept for the stage's plan when it is not like one.
+func (pl *planner) likeEarlier(stage int) (bool, error) {
 	s := pl.s
 	if stage == 0 || stage == s.PP-1 {
 		return false, nil
@@ -52,8 +50,8 @@ func (pl *planner) likeEarlier(stage int, planned []int) (bool, error) {
 		}
 	}
 	lo, _ := stageLayers(s, stage)
-	for _, i := range planned {
-		if i == 0 || i == s.PP-1 || pl.graphs[i] == nil {
+	for i := 1; i < stage; i++ {
+		if pl.graphs[i] == nil { // left out as like another
 			continue
 		}
 		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 {
