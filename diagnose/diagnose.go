@@ -129,8 +129,15 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	// Unpriced: the report reads no step time of the base (priced, a
 	// plan past three micro-steps built a program of two to extrapolate
 	// it: 0.7 s of deepseek-v3 --accum 4's).
+	// For its peak alone (PeakOnly): the report reads the peak, its
+	// stage's objects and the verdict, never another stage's, so a
+	// pipeline's stages are planned as the variations' are, each with the
+	// micro-steps that show its own peak and like middle stages left out
+	// (deepseek-v3 --pp 8 --accum 16: 11.8 → 7.9 s). Not with reserved:
+	// the caching allocator replays the peak stage's program, whose
+	// fragmentation may grow with its micro-steps.
 	cache := engine.LeverCache(s)
-	base, err := engine.PlanWith(s, engine.Options{Cache: cache, NoTimeline: true, NoTiming: true})
+	base, err := engine.PlanWith(s, engine.Options{Cache: cache, NoTimeline: true, NoTiming: true, PeakOnly: !reserved})
 	if err != nil {
 		return nil, err
 	}

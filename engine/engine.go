@@ -265,6 +265,14 @@ type Options struct {
 	// the first step's is built (with leverBound, deepseek-v3 --accum 8:
 	// 2.67 → 2.41 GB of peak RSS).
 	NumbersOnly bool
+	// PeakOnly: the caller reads the result's numbers and the programs of
+	// its peak's stage, never another stage's numbers (Result.StagePeaks
+	// may lack stages) or programs (diagnose's baseline, whose objects are
+	// the peak's storages): unpriced, its pipeline stages are planned as
+	// for NumbersOnly, each with the micro-steps that show its own peak
+	// (stageAccum) and like middle stages left out (likeStages), and the
+	// peak's programs are kept.
+	PeakOnly bool
 	// StopOver, when positive, ends the plan after the first stage (or
 	// steady step) whose peak is over it, and StopUnfit after the first
 	// over the plan's capacity: the result holds the stages planned, no
