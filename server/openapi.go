@@ -86,8 +86,9 @@ func OpenAPI(b Backend) map[string]any {
 			"200": map[string]any{"description": summary, "content": map[string]any{content: map[string]any{"schema": schema}}}}}}
 	}
 	paths["/openapi.json"] = get("this document", "application/json", map[string]any{"type": "object"})
-	paths["/healthz"] = get("liveness: status ok, requests in flight and queued", "application/json", map[string]any{"type": "object",
-		"properties": map[string]any{"status": map[string]any{"type": "string"}, "in_flight": map[string]any{"type": "integer"}, "queued": map[string]any{"type": "integer"}}})
+	paths["/healthz"] = get("liveness: status ok, requests in flight, queued, and waiting aside for the heavy turn", "application/json", map[string]any{"type": "object",
+		"properties": map[string]any{"status": map[string]any{"type": "string"}, "in_flight": map[string]any{"type": "integer"}, "queued": map[string]any{"type": "integer"},
+			"waiting_aside": map[string]any{"type": "integer"}}})
 	pagePaths(paths, b)
 	paths["/metrics"] = get("Prometheus metrics (text exposition format)", "text/plain", map[string]any{"type": "string"})
 	return map[string]any{

@@ -197,7 +197,9 @@ func New(b Backend, cfg Config) *Server {
 		return http.StatusOK
 	})))
 	s.mux.Handle("/healthz", s.route("/healthz", s.get(func(w http.ResponseWriter, r *http.Request) int {
-		return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "in_flight": len(s.sem), "queued": s.waiting.Load()})
+		// waiting_aside: computations that gave their place back to wait
+		// for the heavy turn (WhileWaiting): neither in flight nor queued.
+		return writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "in_flight": len(s.sem), "queued": s.waiting.Load(), "waiting_aside": s.aside.Load()})
 	})))
 	prom := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 	s.mux.Handle("/metrics", s.route("/metrics", s.get(func(w http.ResponseWriter, r *http.Request) int {

@@ -829,6 +829,12 @@ func TestHeavyRequestWaitsAside(t *testing.T) {
 	if n := inFlight(t, ts.URL); n != 0 {
 		t.Fatalf("%d requests hold a place while the heavy one waits for its turn", n)
 	}
+	var h struct {
+		Aside int `json:"waiting_aside"`
+	}
+	if err := json.Unmarshal(get(t, ts.URL+"/healthz", nil).body, &h); err != nil || h.Aside != 1 {
+		t.Fatalf("/healthz: %d waiting aside (%v) while the heavy plan waits, want 1", h.Aside, err)
+	}
 	start := time.Now()
 	if r := post(t, ts.URL+"/v1/plan", `{"model": "gpt2", "gpu": "h100", "seq": 64, "no_timeline": true}`); r.status != http.StatusOK {
 		t.Fatalf("the gpt2 plan behind it: %d %s", r.status, r.body)
