@@ -132,16 +132,43 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 	steps := s.heldMicroSteps()
 	pp := max(s.PP, 1)
 	layers := (a.Layers + pp - 1) / pp
+	whole := pp > 1 && s.Mode == Train && !(&planner{s: s}).sliced()
+	if whole {
+		// Each stage is built from the whole model and cut
+		// (StageWork): deepseek-v3 --pp 8 --accum 16 --checkpoint auto
+		// held 7.2 GB and ran past 2 minutes, counted as 8 layers a stage.
+		layers = a.Layers
+	}
 	blocks := int64(layers) * int64(1+a.NumExperts)
 	if blocks*steps <= limit {
 		return nil
 	}
-	where := fmt.Sprintf("%s's %d layers", a.Name, a.Layers)
-	if pp > 1 {
+	where, fix := fmt.Sprintf("%s's %d layers", a.Name, a.Layers), "cut the layers per stage with {pp}"
+	switch {
+	case whole:
+		why, way := s.wholeStages()
+		where, fix = fmt.Sprintf("%s's %d layers (under %s, every pipeline stage is built from all of them)", a.Name, a.Layers, why), way
+	case pp > 1:
 		where = fmt.Sprintf("a stage's %d of %s's %d layers", layers, a.Name, a.Layers)
 	}
 	return invalid(FieldModel, "%s × (1 + %d experts) = %d blocks, times the %d micro-steps %s, are over the limit of %d block-steps (about 2 GB of memory; a plan of deepseek-v3 over three micro-steps is 47,031): %s",
-		where, a.NumExperts, blocks, steps, holds, limit, s.fewerHeld("cut the layers per stage with {pp}", limit, blocks, steps))
+		where, a.NumExperts, blocks, steps, holds, limit, s.fewerHeld(fix, limit, blocks, steps))
+}
+
+// wholeStages says why a pipeline of s builds each stage from the whole
+// model (planner.sliced is false) and the way out, naming the flags.
+func (s *Spec) wholeStages() (why, way string) {
+	switch {
+	case s.Checkpoint.Kind == CheckpointAuto:
+		return "{checkpoint} auto, which picks one set of blocks for the whole model", "give {checkpoint} full or every=K, whose stages are built from their own layers"
+	case s.PPInterleave > 1:
+		return fmt.Sprintf("{pp-interleave} %d", s.PPInterleave), "give fewer micro-steps, or the 1f1b schedule without {pp-interleave}"
+	case s.PP > s.Model.Layers:
+		return fmt.Sprintf("{pp} %d over %d layers", s.PP, s.Model.Layers), fmt.Sprintf("give {pp} %d or less", s.Model.Layers)
+	case s.Model.Encoder:
+		return "an encoder model's pipeline", "give fewer micro-steps"
+	}
+	return "{lora} targets naming one layer", "target the layers by their names without an index"
 }
 
 // heldMicroSteps is the micro-steps a plan of s holds at once: those it

@@ -127,6 +127,30 @@ func TestSimulatedBlocksWithin(t *testing.T) {
 	}
 }
 
+// A pipeline whose stages are each built from the whole model and cut
+// (--checkpoint auto, interleaving) holds the whole model's blocks per
+// stage: deepseek-v3 --pp 8 --accum 16 under auto (7.2 GB, past two
+// minutes, counted as 8 layers a stage) is refused naming the way out,
+// and the same pipeline checkpointing every block, whose stages are built
+// from their own layers, is not.
+func TestWholeModelStagesHoldTheWholeModel(t *testing.T) {
+	s := Spec{Job: Job{Model: lookup(t, "deepseek-v3"), Seq: 128, Accum: 16}, Parallel: Parallel{PP: 8}}
+	s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
+	var fe *FieldError
+	if err := s.Validate(); !errors.As(err, &fe) || fe.Field != FieldModel || !strings.Contains(err.Error(), "every pipeline stage is built from all of them") ||
+		!strings.Contains(err.Error(), "full or every=K") {
+		t.Errorf("deepseek-v3 --pp 8 --accum 16 --checkpoint auto: %v, want the whole model's blocks refused", err)
+	}
+	s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	if err := s.Validate(); err != nil {
+		t.Errorf("deepseek-v3 --pp 8 --accum 16 --checkpoint full: %v", err)
+	}
+	v2 := Spec{Job: Job{Model: lookup(t, "deepseek-v2-lite"), Seq: 128, Accum: 32}, Parallel: Parallel{PP: 4, PPInterleave: 2}}
+	if err := v2.Validate(); !errors.As(err, &fe) || !strings.Contains(err.Error(), "interleave 2, every pipeline stage is built from all of them") {
+		t.Errorf("deepseek-v2-lite --pp 4 --pp-interleave 2 --accum 32: %v, want the whole model's blocks refused", err)
+	}
+}
+
 // A trace's events × the micro-steps a plan holds are bounded as a model's
 // blocks are (validateTraceEvents; the limit here lm's events × 2): one and
 // two micro-steps pass, three are refused on {trace}, naming {accum} 2 as
