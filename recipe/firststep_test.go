@@ -1,0 +1,91 @@
+package recipe
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/memplan/memplan/engine"
+	"github.com/memplan/memplan/hw"
+	"github.com/memplan/memplan/lower"
+	"github.com/memplan/memplan/models"
+	"github.com/memplan/memplan/models/build"
+	"github.com/memplan/memplan/ops"
+)
+
+// A first step runs the steady step's ops with no more storages live: the
+// outputs and gradients a steady step carries in from the last one, its
+// workspaces and its optimizer state are created during the first
+// (lower.Train: optimizer.init_state), so it never peaks higher on the
+// device, in any phase, on the peak's stage, and a job that offloads
+// nothing pins no host memory in either. That is what lets a plan read for
+// its numbers alone leave the first step out (engine.Options.NumbersOnly,
+// PeakOnly). Every recipe, on models of one to six layers, with the
+// precisions, optimizers and implementations, checkpointing, ZeRO,
+// pipelines, tensor parallelism and adapters; with offload or a paged
+// optimizer the host may differ (bert-base LoRA pipelines: a first step's
+// stage pinned 3-4× its steady step's), and the first step is planned.
+func TestPropertyFirstStepNoHigher(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		name := rapid.SampledFrom(Names()).Draw(rt, "recipe")
+		r, err := Load(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := models.Lookup(rapid.SampledFrom([]string{"gpt2", "llama-3.2-1b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-3-1b", "phi-2", "bert-base", "falcon-7b"}).Draw(rt, "model"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := m.Clone()
+		a.Layers = rapid.IntRange(1, 6).Draw(rt, "layers")
+		g, err := hw.Lookup(rapid.SampledFrom([]string{"h100", "a100-40gb", "rtx-4090"}).Draw(rt, "gpu"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1 << rapid.IntRange(0, 2).Draw(rt, "log2 micro-batch"), Seq: 1 << rapid.IntRange(5, 10).Draw(rt, "log2 seq")},
+			Target: engine.Target{GPU: g}}
+		if err := r.Apply(&s, nil); err != nil {
+			rt.Skip(err)
+		}
+		if rapid.Bool().Draw(rt, "override the recipe") {
+			s.Precision = rapid.SampledFrom([]ops.Precision{ops.AMPBF16, ops.BF16, ops.FP32, ops.PureBF16, ops.AMPFP16}).Draw(rt, "precision")
+			s.Optimizer = lower.Optimizer(rapid.IntRange(int(lower.SGD), int(lower.AdamW4bitAO)).Draw(rt, "optimizer"))
+			s.Impl = rapid.SampledFrom([]lower.Impl{lower.Foreach, lower.Single, lower.Fused}).Draw(rt, "impl")
+		}
+		s.Accum = rapid.IntRange(1, 6).Draw(rt, "accum")
+		if s.Checkpoint, err = engine.ParseCheckpoint(rapid.SampledFrom([]string{"none", "full", "every=2", "selective-op", "modules=*mlp*"}).Draw(rt, "checkpoint")); err != nil {
+			t.Fatal(err)
+		}
+		s.Offload, s.Sem.PagedOptimizer = engine.Offload{}, false
+		if rapid.Bool().Draw(rt, "dp") {
+			s.DP, s.ZeRO = 4, rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		if rapid.Bool().Draw(rt, "pp") {
+			s.PP = rapid.IntRange(2, 3).Draw(rt, "stages")
+			s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+		}
+		if rapid.Bool().Draw(rt, "tp") {
+			s.TP, s.SP = 2, rapid.Bool().Draw(rt, "sp")
+		}
+		if rapid.Bool().Draw(rt, "lora") {
+			if s.LoRA, err = build.ParseLoRA(rapid.SampledFrom([]string{"r=8", "r=16,targets=all-linear"}).Draw(rt, "adapters")); err != nil {
+				t.Fatal(err)
+			}
+			s.QLoRA = rapid.Bool().Draw(rt, "qlora")
+		}
+		s.FirstStep = true
+		res, err := engine.PlanWith(s, engine.Options{NoTiming: true, NoTimeline: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		f, st := res.First, res.Sim
+		if f.Peak.Total > st.Peak.Total || f.HostPeak != 0 || res.HostPeak != 0 {
+			t.Fatalf("%s %s: first step %d (host %d) over its stage's steady %d (host %d)", name, s.JobName(), f.Peak.Total, f.HostPeak, st.Peak.Total, res.HostPeak)
+		}
+		for ph, pt := range f.PhasePeak {
+			if sp := st.PhasePeak[ph]; pt.Op >= 0 && (sp.Op < 0 || pt.Total > sp.Total) {
+				t.Fatalf("%s %s: the first step's phase %d peaks at %d, the steady step's at %d", name, s.JobName(), ph, pt.Total, sp.Total)
+			}
+		}
+	})
+}
