@@ -1228,19 +1228,21 @@ func (res *Result) judge() {
 }
 
 // firstNoHigher says whether s's first step peaks no higher than its steady
-// step on the device and pins no host memory, so that a plan read for its
-// numbers alone (Options.NumbersOnly, PeakOnly: the peak, the verdict and
-// the host peak) need not build it: a model's first step runs the steady
-// step's ops with no more storages live (the outputs and gradients a
-// steady step carries in, its workspaces and its optimizer state are
-// created during the first: lower.Train), and a job that offloads nothing
-// to a host pins none (recipe.TestPropertyFirstStepNoHigher). Not a trace
-// (its first step is the one it recorded), nor offload or a paged
-// optimizer: a first step's stage of a bert-base LoRA pipeline pinned 3-4×
-// its steady step's host memory. The first step was a third of diagnose
-// deepseek-v3 --accum 4's time, built for each variation and strategy.
+// step, on the device and the host, so that a plan read for its numbers
+// alone (Options.NumbersOnly, PeakOnly: the peak, the verdict and the host
+// peak) need not build it: a model's first step runs the steady step's ops
+// with no more storages live (the outputs and gradients a steady step
+// carries in, its workspaces and its optimizer state are created during
+// the first: lower.Train), and activation offload moves the same
+// activations to the host and back in both
+// (recipe.TestPropertyFirstStepNoHigher). Not a trace (its first step is
+// the one it recorded), nor the optimizer or parameters offloaded or a
+// paged optimizer: a first step's stage of a bert-base LoRA pipeline pinned
+// 3-4× its steady step's host memory. The first step was a third of
+// diagnose deepseek-v3 --accum 4's time, built for each variation and
+// strategy.
 func firstNoHigher(s *Spec) bool {
-	return s.Trace == nil && s.Offload == (Offload{}) && !s.Sem.PagedOptimizer
+	return s.Trace == nil && !s.Offload.Optimizer && !s.Offload.Params && !s.Sem.PagedOptimizer
 }
 
 // planFirst builds and simulates the first step of res's peak stage, with

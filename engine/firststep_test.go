@@ -8,15 +8,15 @@ import (
 )
 
 // A plan read for its numbers alone leaves the first step out where it
-// peaks no higher (firstNoHigher: nothing offloaded, no paged optimizer,
-// not a trace), with the peak, the host peak and the verdict of the plan
-// that builds it; with optimizer offload it builds it.
+// peaks no higher (firstNoHigher: no optimizer or parameters offloaded, no
+// paged optimizer, not a trace), with the peak, the host peak and the
+// verdict of the plan that builds it; with optimizer offload it builds it.
 func TestNumbersOnlyLeavesTheFirstStepOut(t *testing.T) {
 	a := lookup(t, "gpt2").Clone()
 	a.Layers = 2
 	s := Spec{Job: Job{Model: a, MicroBatch: 1, Seq: 128, Precision: ops.AMPBF16, Optimizer: lower.AdamW, Accum: 2},
 		Target: Target{Capacity: 1 << 30, FirstStep: true}}
-	for _, off := range []Offload{{}, {Optimizer: true}} {
+	for _, off := range []Offload{{}, {Activations: true}, {Optimizer: true}} {
 		s.Offload = off
 		full, err := PlanWith(s, Options{NoTiming: true})
 		if err != nil {
