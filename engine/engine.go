@@ -870,8 +870,13 @@ func (pl *planner) stageProgram(first bool, stage int) (*ir.Program, int64, erro
 	cfg.SeparateCopies = cfg.SeparateCopies || pl.separate
 	// A program no cache holds or will hold is transformed in place, with
 	// room (a LeverCache's first step once settled: its checkpoint copied
-	// deepseek-v3's 1.4 million lowered ops beside them).
-	own := s.Checkpoint.Kind != CheckpointAuto && (!cacheable || !c.wantsLowering(key))
+	// deepseek-v3's 1.4 million lowered ops beside them). Under auto
+	// checkpointing only once the blocks are chosen: the choice builds
+	// each candidate from the same lowering, but the first step and the
+	// stages after the first are built once, for the blocks chosen
+	// (deepseek-v3 --accum 4 --checkpoint auto's first step copied its
+	// 1.4 million ops to checkpoint them).
+	own := (s.Checkpoint.Kind != CheckpointAuto || pl.auto != nil) && (!cacheable || !c.wantsLowering(key))
 	cfg.InPlace, cfg.RecomputeRoom = own, own && s.Checkpoint.Kind != NoCheckpoint
 	p, err := lower.Train(g, cfg)
 	if err == nil {
