@@ -112,7 +112,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 		// Unpriced: no step to extrapolate. A caller of numbers alone
 		// (the lever) gets each stage planned with its own few
 		// (stageAccum).
-		o.stageShort = (o.NumbersOnly || o.PeakOnly) && s.Checkpoint.Kind != CheckpointAuto
+		o.stageShort = o.forNumbers() && s.Checkpoint.Kind != CheckpointAuto
 		return planFewer(s, o, m)
 	}
 	next, graphs, errNext := priceStages(s, o, func(int) int { return m + 1 })

@@ -314,6 +314,12 @@ type Options struct {
 	leverBound bool
 }
 
+// forNumbers says whether the caller reads no stage but the peak's
+// (NumbersOnly, PeakOnly): each stage is planned with the micro-steps that
+// show its own peak, like middle stages and a first step that peaks no
+// higher are left out.
+func (o *Options) forNumbers() bool { return o.NumbersOnly || o.PeakOnly }
+
 // stopped is the cause of o.Context once it is done (nil without one, or
 // before).
 func (o *Options) stopped() error {
@@ -991,26 +997,15 @@ func (pl *planner) stageSlice(stage int) slice {
 }
 
 // sliced says whether pl builds each pipeline stage from its own layers
-// (stageSlice).
+// (stageSlice): a model's training pipeline that wholeStages gives no
+// reason against.
 func (pl *planner) sliced() bool {
 	s := pl.s
-	a := s.Model
-	if s.PP < 2 || pl.o.wholeStages || s.Trace != nil || a == nil || a.Encoder || s.Mode != Train || s.PPInterleave > 1 ||
-		s.Checkpoint.Kind == CheckpointAuto || s.PP > a.Layers {
+	if s.PP < 2 || pl.o.wholeStages || s.Trace != nil || s.Model == nil || s.Mode != Train {
 		return false
 	}
-	if s.LoRA != nil {
-		// A target naming one layer ("model.layers.3.q_proj") makes the
-		// layers differ.
-		for _, t := range s.LoRA.Targets {
-			for _, part := range strings.Split(t, ".") {
-				if ir.IsIndex(part) {
-					return false
-				}
-			}
-		}
-	}
-	return true
+	why, _ := s.wholeStages()
+	return why == ""
 }
 
 // stageLayers is the layers [lo, hi) of stage stage of s's pipeline.
@@ -1184,7 +1179,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		res.Compact()
 	}
 	o.Cache.settle(&s, res)
-	if s.FirstStep && s.Mode == Train && !((o.NumbersOnly || o.PeakOnly) && firstNoHigher(&s)) {
+	if s.FirstStep && s.Mode == Train && !(o.forNumbers() && firstNoHigher(&s)) {
 		if err := pl.planFirst(res, peakAccum); err != nil {
 			return nil, err
 		}

@@ -28,7 +28,7 @@ func TestNumbersOnlyLeavesTheFirstStepOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			if built := r.First != nil; built != off.Optimizer || full.First == nil {
-				t.Errorf("offload %+v, numbers only %v: first step built %v, want %v", off, o.NumbersOnly, built, off.Optimizer)
+				t.Errorf("offload %+v, numbers only %v, peak only %v: first step built %v, want %v", off, o.NumbersOnly, o.PeakOnly, built, off.Optimizer)
 			}
 			if r.PeakBytes() != full.PeakBytes() || r.HostPeak != full.HostPeak || r.Fits != full.Fits {
 				t.Errorf("offload %+v: peak %d host %d fits %v, with the first step %d %d %v", off, r.PeakBytes(), r.HostPeak, r.Fits, full.PeakBytes(), full.HostPeak, full.Fits)

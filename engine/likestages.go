@@ -21,7 +21,7 @@ import (
 // stage 3 peaked 0.76 GiB over stage 1).
 func (pl *planner) likeStages() bool {
 	s := pl.s
-	return (pl.o.NumbersOnly || pl.o.PeakOnly) && pl.o.NoTiming && pl.o.Stages == nil && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
+	return pl.o.forNumbers() && pl.o.NoTiming && pl.o.Stages == nil && s.PP > 2 && s.Accum > s.PP && s.PPSchedule == strategy.OneFOneB && pl.sliced() &&
 		s.Checkpoint.Kind != CheckpointModules && s.Checkpoint.Kind != CheckpointAuto
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/memplan/memplan/importer/torchtrace"
 	"github.com/memplan/memplan/ir"
@@ -132,7 +133,11 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 	steps := s.heldMicroSteps()
 	pp := max(s.PP, 1)
 	layers := (a.Layers + pp - 1) / pp
-	whole := pp > 1 && s.Mode == Train && !(&planner{s: s}).sliced()
+	why, way := "", ""
+	if pp > 1 && s.Mode == Train {
+		why, way = s.wholeStages()
+	}
+	whole := why != ""
 	if whole {
 		// Each stage is built from the whole model and cut
 		// (StageWork): deepseek-v3 --pp 8 --accum 16 --checkpoint auto
@@ -146,7 +151,6 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 	where, fix := fmt.Sprintf("%s's %d layers", a.Name, a.Layers), "cut the layers per stage with {pp}"
 	switch {
 	case whole:
-		why, way := s.wholeStages()
 		where, fix = fmt.Sprintf("%s's %d layers (under %s, every pipeline stage is built from all of them)", a.Name, a.Layers, why), way
 	case pp > 1:
 		where = fmt.Sprintf("a stage's %d of %s's %d layers", layers, a.Name, a.Layers)
@@ -155,20 +159,33 @@ func (s *Spec) validateSimulatedBlocks(limit int64, holds string) error {
 		where, a.NumExperts, blocks, steps, holds, limit, s.fewerHeld(fix, limit, blocks, steps))
 }
 
-// wholeStages says why a pipeline of s builds each stage from the whole
-// model (planner.sliced is false) and the way out, naming the flags.
+// wholeStages says why a model's training pipeline of s builds each stage
+// from the whole model and cuts it ("" when each is built from its own
+// layers: planner.sliced), and the way out, naming the flags.
 func (s *Spec) wholeStages() (why, way string) {
+	a := s.Model
 	switch {
 	case s.Checkpoint.Kind == CheckpointAuto:
 		return "{checkpoint} auto, which picks one set of blocks for the whole model", "give {checkpoint} full or every=K, whose stages are built from their own layers"
 	case s.PPInterleave > 1:
 		return fmt.Sprintf("{pp-interleave} %d", s.PPInterleave), "give fewer micro-steps, or the 1f1b schedule without {pp-interleave}"
-	case s.PP > s.Model.Layers:
-		return fmt.Sprintf("{pp} %d over %d layers", s.PP, s.Model.Layers), fmt.Sprintf("give {pp} %d or less", s.Model.Layers)
-	case s.Model.Encoder:
+	case s.PP > a.Layers:
+		return fmt.Sprintf("{pp} %d over %d layers", s.PP, a.Layers), fmt.Sprintf("give {pp} %d or less", a.Layers)
+	case a.Encoder:
 		return "an encoder model's pipeline", "give fewer micro-steps"
 	}
-	return "{lora} targets naming one layer", "target the layers by their names without an index"
+	if s.LoRA != nil {
+		// A target naming one layer ("model.layers.3.q_proj") makes the
+		// layers differ.
+		for _, t := range s.LoRA.Targets {
+			for _, part := range strings.Split(t, ".") {
+				if ir.IsIndex(part) {
+					return "{lora} targets naming one layer", "target the layers by their names without an index"
+				}
+			}
+		}
+	}
+	return "", ""
 }
 
 // heldMicroSteps is the micro-steps a plan of s holds at once: those it
