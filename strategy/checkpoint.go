@@ -3,6 +3,7 @@ package strategy
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/memplan/memplan/internal/chunk"
@@ -127,7 +128,6 @@ func (c *Checkpoint) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	}
 	ck.copy(p, own)
 	ck.dense(len(p.Tensors))
-	ck.e = newInserter(ck.q)
 	ck.backwardOfSegments()
 	for _, s := range ck.segs {
 		ck.recompute(s)
@@ -249,21 +249,25 @@ func (ck *checkpointer) segments(p *ir.Program) error {
 	return nil
 }
 
-// copy is the program to rewrite: p when the caller owns it, else a clone with room for the recompute ops and
-// their outputs (at most one per segment op and output).
+// copy is the program to rewrite and its editor: p when the caller owns it, else a copy of its tensors with
+// room for the recompute outputs (at most one per segment op and output) that shares p's op list until finish
+// copies it once, the insertions and rewired backward ops in place (editor.sharedOps): cloned with room and
+// then spliced, the list was copied twice (0.6 s of diagnose deepseek-v3 --pp 4 --accum 8 --checkpoint
+// full's 9.6, with the collector's write barriers).
 func (ck *checkpointer) copy(p *ir.Program, own bool) {
 	ck.q = p
 	if own {
+		ck.e = newInserter(ck.q)
 		return
 	}
-	ops, outs := 0, 0
+	outs := 0
 	for _, sg := range ck.segs {
-		ops += len(sg.ops)
 		for _, oi := range sg.ops {
 			outs += len(p.Ops[oi].Out)
 		}
 	}
-	ck.q = cloneWithRoom(p, ops, outs)
+	ck.q = cloneTensors(p, outs)
+	ck.e = newInserter(ck.q).sharedOps()
 }
 
 // backwardOfSegments finds the backward ops of each segment in one pass: a backward op belongs to the segment
@@ -363,7 +367,12 @@ func (ck *checkpointer) recompute(s segment) {
 		}
 	}
 	for _, j := range bwd {
-		rewriteIn(&q.Ops[j], func(_ int, t ir.TensorID) ir.TensorID {
+		// Edited only when it reads a clone: a shared op list is
+		// copied op by op (editAny).
+		if !slices.ContainsFunc(ck.e.current(j).In, func(t ir.TensorID) bool { _, ok := ck.cloneOf(t); return ok }) {
+			continue
+		}
+		rewriteIn(ck.e.editAny(j), func(_ int, t ir.TensorID) ir.TensorID {
 			r, _ := ck.cloneOf(t)
 			return r
 		})
@@ -435,16 +444,21 @@ func (ck *checkpointer) cloneOp(oi int) ir.Op {
 // op is an activation (saved for backward) when a backward op reads it or a
 // view of it — a checkpoint's recompute reading a forward tensor keeps it
 // saved too — else a temporary.
+//
+// Each operand's storage comes from one table (ir.Storages): walking each
+// view's chain through the tensor array per operand missed the cache (0.46
+// s of diagnose deepseek-v3 --pp 4 --accum 8 --checkpoint full's 9.6).
 func recategorize(p *ir.Program, touched tensorSet) {
+	owner := ir.Storages(p.Tensors)
 	producedFwd := make([]bool, len(p.Tensors))  // by a forward or recompute op
 	producedOrig := make([]bool, len(p.Tensors)) // by a forward op (not recompute)
 	for i := range p.Ops {
 		op := &p.Ops[i]
 		if op.Phase == ir.Forward || op.Recompute {
 			for _, t := range op.Out {
-				producedFwd[ir.Storage(p.Tensors, t)] = true
+				producedFwd[owner[t]] = true
 				if !op.Recompute {
-					producedOrig[ir.Storage(p.Tensors, t)] = true
+					producedOrig[owner[t]] = true
 				}
 			}
 		}
@@ -458,7 +472,7 @@ func recategorize(p *ir.Program, touched tensorSet) {
 			continue
 		}
 		for _, t := range op.In {
-			s := ir.Storage(p.Tensors, t)
+			s := owner[t]
 			if !op.Recompute || producedOrig[s] {
 				saved[s] = true
 			}

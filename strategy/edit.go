@@ -171,7 +171,11 @@ type editor struct {
 	// (cloneTensors): ops are edited through edit, into edits, and finish
 	// copies the op list once with the insertions and edits in place.
 	shared bool
-	edits  []opEdit // ascending op index
+	edits  []opEdit // ascending op index (unless editOf is set)
+	// editOf, set by editAny, is 1 + the index in edits of each op
+	// edited (0: none): edits are then in the order made, sorted by
+	// finish.
+	editOf []int32
 }
 
 // opEdit is the edited copy of op at of a shared op list.
@@ -195,6 +199,35 @@ func (e *editor) edit(oi int) *ir.Op {
 	}
 	e.edits = append(e.edits, opEdit{at: oi, op: e.p.Ops[oi]})
 	return &e.edits[len(e.edits)-1].op
+}
+
+// editAny is edit for a transform that edits ops in no particular order,
+// some more than once (Checkpoint rewires each segment's backward ops, and
+// segments run backward in reverse): an op edited before is its copy
+// again, with the edits made to it.
+func (e *editor) editAny(oi int) *ir.Op {
+	if !e.shared {
+		return &e.p.Ops[oi]
+	}
+	if e.editOf == nil {
+		e.editOf = make([]int32, len(e.p.Ops))
+	}
+	if k := e.editOf[oi]; k > 0 {
+		return &e.edits[k-1].op
+	}
+	e.edits = append(e.edits, opEdit{at: oi, op: e.p.Ops[oi]})
+	e.editOf[oi] = int32(len(e.edits))
+	return &e.edits[len(e.edits)-1].op
+}
+
+// current is op oi as edited so far (editAny), to read.
+func (e *editor) current(oi int) *ir.Op {
+	if e.editOf != nil {
+		if k := e.editOf[oi]; k > 0 {
+			return &e.edits[k-1].op
+		}
+	}
+	return &e.p.Ops[oi]
 }
 
 func newEditor(q *ir.Program) *editor {
@@ -253,8 +286,11 @@ func (e *editor) lastBackward(m int) int {
 // finish splices the insertions into the op list.
 func (e *editor) finish() *ir.Program {
 	if e.shared {
+		if e.editOf != nil {
+			slices.SortFunc(e.edits, func(a, b opEdit) int { return cmp.Compare(a.at, b.at) })
+		}
 		e.p.Ops = spliceCopy(e.p.Ops, e.before, e.after, e.edits)
-		e.shared, e.edits = false, nil
+		e.shared, e.edits, e.editOf = false, nil, nil
 		return e.p
 	}
 	e.p.Ops = splice(e.p.Ops, e.before, e.after)
@@ -382,6 +418,12 @@ func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit) []ir
 // works in place when old has the room (Clone leaves some).
 func splice(old []ir.Op, before, after map[int][]ir.Op) []ir.Op {
 	at, n := anchors(len(old), before, after)
+	return spliceAnchors(old, at, n)
+}
+
+// spliceAnchors is splice of the insertions at (ascending indices), n ops
+// in all after it.
+func spliceAnchors(old []ir.Op, at []anchor, n int) []ir.Op {
 	if n == len(old) {
 		return old
 	}
