@@ -36,22 +36,30 @@ func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	ao := &actOffloader{q: p, e: newEditor(p), nt: len(p.Tensors)}
 	last := ao.candidates()
-	ao.countPacks(last)
+	packOps := ao.countPacks(last)
+	ops, tensors := ao.room(last)
+	unpackOps := ops - packOps
 	if !own {
 		// The copy gets room for what the rewrite adds (a quarter
 		// more was too little on a mixture of experts, and finish
 		// copied every op again into a larger array).
-		ops, tensors := ao.room(last)
 		ao.q = cloneWithRoom(p, ops, tensors)
 		ao.e.p = ao.q
+	} else {
+		// Grown once, not doubled by each add (1.2 s of deepseek-v3
+		// --pp 8 --accum 16 --offload activations' 13): a shared array
+		// is capped at its length, so this copies it.
+		p.Tensors = slices.Grow(p.Tensors, tensors)
 	}
+	ao.packs = make([]ir.Op, 0, packOps)
 	if ao.pack(last) == 0 {
 		return ao.q, nil
 	}
+	ao.unpacks, ao.unpackAt = make([]ir.Op, 0, unpackOps), make([]int32, 0, unpackOps)
 	for oi := range ao.q.Ops {
 		ao.unpack(oi)
 	}
-	return ao.e.finish(), nil
+	return ao.finish(), nil
 }
 
 // actOffloader is one ActivationOffload.apply. Its phases: candidates (the saved activations that qualify),
@@ -71,17 +79,32 @@ type actOffloader struct {
 	remap     []ir.TensorID // pairs (tensor, its device copy) of one backward op
 	in, out   []ir.TensorID // one unpack op's operands, before they are cut
 	per       []int32       // storages each op's pack copies (its operand lists are cut at that length)
+	// The ops inserted, in flat arrays rather than the editor's maps
+	// (half a million anchors in deepseek-v3 --pp 8 --accum 16's stage:
+	// a map entry and a slice of one op each): at most one pack after an
+	// op (packs[packOf[op]-1]) and one unpack before one (unpacks[k]
+	// before op unpackAt[k], ascending).
+	packs, unpacks []ir.Op
+	packOf         []int32
+	unpackAt       []int32
+	up             ir.Op // the unpack unpack builds
+	hasUp          bool
 }
 
 // countPacks counts, per op, the candidates (lastFwdWrite) it last writes:
-// the storages its pack op copies.
-func (ao *actOffloader) countPacks(lastFwdWrite []int) {
+// the storages its pack op copies; it returns the pack ops.
+func (ao *actOffloader) countPacks(lastFwdWrite []int) int {
 	ao.per = make([]int32, len(ao.q.Ops))
+	ops := 0
 	for _, at := range lastFwdWrite {
 		if at >= 0 {
+			if ao.per[at] == 0 {
+				ops++
+			}
 			ao.per[at]++
 		}
 	}
+	return ops
 }
 
 // room bounds the ops and tensors the rewrite adds, from the candidates
@@ -154,6 +177,7 @@ func (ao *actOffloader) candidates() []int {
 func (ao *actOffloader) pack(lastFwdWrite []int) int {
 	q, e := ao.q, ao.e
 	ao.host = make([]ir.TensorID, ao.nt)
+	ao.packOf = make([]int32, len(q.Ops))
 	moved := 0
 	for i := range ao.host {
 		ao.host[i] = ir.NoTensor
@@ -169,15 +193,16 @@ func (ao *actOffloader) pack(lastFwdWrite []int) int {
 		h := e.add(t)
 		ao.host[i] = h
 		moved++
-		anchor := &q.Ops[at]
 		// One pack op per producing op.
-		n := len(e.after[at])
-		if n == 0 || e.after[at][n-1].Name != "save_on_cpu.pack" {
-			e.after[at] = append(e.after[at], ir.Op{Name: "save_on_cpu.pack", Module: anchor.Module, Phase: ir.Forward, Micro: anchor.Micro, Node: -1,
+		k := ao.packOf[at]
+		if k == 0 {
+			anchor := &q.Ops[at]
+			ao.packs = append(ao.packs, ir.Op{Name: "save_on_cpu.pack", Module: anchor.Module, Phase: ir.Forward, Micro: anchor.Micro, Node: -1,
 				In: ao.ids.Make(int(ao.per[at]))[:0], Out: ao.ids.Make(int(ao.per[at]))[:0], Transfer: ao.transfers.New(ir.Transfer{ToHost: true})})
-			n++
+			k = int32(len(ao.packs))
+			ao.packOf[at] = k
 		}
-		pk := &e.after[at][n-1]
+		pk := &ao.packs[k-1]
 		pk.In = append(pk.In, ir.TensorID(i))
 		pk.Out = append(pk.Out, h)
 		pk.Transfer.Bytes += t.Bytes
@@ -194,44 +219,71 @@ func (ao *actOffloader) isMoved(t ir.TensorID) bool {
 // unpack makes backward op oi read fresh device copies of the moved storages (and views) it reads, written by
 // one unpack op placed before it.
 func (ao *actOffloader) unpack(oi int) {
-	q, e := ao.q, ao.e
-	op := &q.Ops[oi]
+	op := &ao.q.Ops[oi]
 	if op.Phase != ir.Backward || !slices.ContainsFunc(op.In, ao.isMoved) {
 		return
 	}
-	var unpack *ir.Op
-	ao.remap, ao.in, ao.out = ao.remap[:0], ao.in[:0], ao.out[:0]
-	var clone func(t ir.TensorID) ir.TensorID
-	clone = func(t ir.TensorID) ir.TensorID {
-		for k := 0; k < len(ao.remap); k += 2 {
-			if ao.remap[k] == t {
-				return ao.remap[k+1]
-			}
-		}
-		v := q.Tensors[t]
-		v.Name = ao.names.Join(v.Name, ".gpu")
-		if v.Base == ir.NoTensor {
-			if unpack == nil {
-				unpack = &ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: ao.transfers.New(ir.Transfer{})}
-			}
-			ao.in = append(ao.in, ao.host[t])
-			unpack.Transfer.Bytes += v.Bytes
-		} else {
-			v.Base = clone(v.Base)
-		}
-		id := e.add(v)
-		ao.remap = append(ao.remap, t, id)
-		ao.out = append(ao.out, id)
-		return id
-	}
-	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
+	ao.remap, ao.in, ao.out, ao.hasUp = ao.remap[:0], ao.in[:0], ao.out[:0], false
+	in := ao.ids.Clone(op.In) // copy-on-write: the list may be shared
+	for i, t := range in {
 		if ao.isMoved(t) {
-			return clone(t)
+			in[i] = ao.clone(t, op)
 		}
-		return t
-	})
-	if unpack != nil {
-		unpack.In, unpack.Out = ao.ids.Clone(ao.in), ao.ids.Clone(ao.out)
-		e.before[oi] = append(e.before[oi], *unpack)
 	}
+	op.In = in
+	if ao.hasUp {
+		ao.up.In, ao.up.Out = ao.ids.Clone(ao.in), ao.ids.Clone(ao.out)
+		ao.unpacks = append(ao.unpacks, ao.up)
+		ao.unpackAt = append(ao.unpackAt, int32(oi))
+	}
+}
+
+// clone is the device copy of moved tensor t that backward op op reads
+// (one per tensor per op: remap), its base's too for a view; a storage's
+// copy is written by the op's unpack (up).
+func (ao *actOffloader) clone(t ir.TensorID, op *ir.Op) ir.TensorID {
+	for k := 0; k < len(ao.remap); k += 2 {
+		if ao.remap[k] == t {
+			return ao.remap[k+1]
+		}
+	}
+	v := ao.q.Tensors[t]
+	v.Name = ao.names.Join(v.Name, ".gpu")
+	if v.Base == ir.NoTensor {
+		if !ao.hasUp {
+			ao.up = ir.Op{Name: "save_on_cpu.unpack", Module: op.Module, Phase: op.Phase, Micro: op.Micro, Node: -1, Transfer: ao.transfers.New(ir.Transfer{})}
+			ao.hasUp = true
+		}
+		ao.in = append(ao.in, ao.host[t])
+		ao.up.Transfer.Bytes += v.Bytes
+	} else {
+		v.Base = ao.clone(v.Base, op)
+	}
+	id := ao.e.add(v)
+	ao.remap = append(ao.remap, t, id)
+	ao.out = append(ao.out, id)
+	return id
+}
+
+// finish splices the unpacks and packs in around their ops, in op order
+// (no map to walk, nothing to sort).
+func (ao *actOffloader) finish() *ir.Program {
+	at := make([]anchor, 0, len(ao.packs)+len(ao.unpacks))
+	u := 0
+	for oi, k := range ao.packOf {
+		a := anchor{i: oi}
+		if u < len(ao.unpackAt) && int(ao.unpackAt[u]) == oi {
+			a.before = ao.unpacks[u : u+1 : u+1]
+			u++
+		}
+		if k > 0 {
+			a.after = ao.packs[k-1 : k : k]
+		}
+		if a.before != nil || a.after != nil {
+			at = append(at, a)
+		}
+	}
+	q := ao.e.p
+	q.Ops = spliceAnchors(q.Ops, at, len(q.Ops)+len(ao.packs)+len(ao.unpacks))
+	return q
 }
