@@ -367,15 +367,15 @@ func (ck *checkpointer) recompute(s segment) {
 		}
 	}
 	for _, j := range bwd {
-		// Edited only when it reads a clone: a shared op list is
-		// copied op by op (editAny).
-		if !slices.ContainsFunc(ck.e.current(j).In, func(t ir.TensorID) bool { _, ok := ck.cloneOf(t); return ok }) {
+		in := ck.e.in(j)
+		if !slices.ContainsFunc(in, func(t ir.TensorID) bool { _, ok := ck.cloneOf(t); return ok }) {
 			continue
 		}
-		rewriteIn(ck.e.editAny(j), func(_ int, t ir.TensorID) ir.TensorID {
-			r, _ := ck.cloneOf(t)
-			return r
-		})
+		in = ck.ids.Clone(in) // copy-on-write: the list may be shared
+		for i, t := range in {
+			in[i], _ = ck.cloneOf(t)
+		}
+		ck.e.setIn(j, in)
 	}
 	if b := ck.e.before[bwd[0]]; len(b) > 0 {
 		clones = append(b, clones...)

@@ -171,17 +171,24 @@ type editor struct {
 	// (cloneTensors): ops are edited through edit, into edits, and finish
 	// copies the op list once with the insertions and edits in place.
 	shared bool
-	edits  []opEdit // ascending op index (unless editOf is set)
-	// editOf, set by editAny, is 1 + the index in edits of each op
-	// edited (0: none): edits are then in the order made, sorted by
-	// finish.
-	editOf []int32
+	edits  []opEdit // ascending op index
+	// ins are operand lists replaced (setIn), in the order made, sorted
+	// by finish; inOf is 1 + each op's index in ins (0: none).
+	ins  []inEdit
+	inOf []int32
 }
 
 // opEdit is the edited copy of op at of a shared op list.
 type opEdit struct {
 	at int
 	op ir.Op
+}
+
+// inEdit is the operand list op at of a shared op list reads instead of
+// its own.
+type inEdit struct {
+	at int
+	in []ir.TensorID
 }
 
 // sharedOps marks e's op list as the input's (cloneTensors) and returns e.
@@ -201,33 +208,39 @@ func (e *editor) edit(oi int) *ir.Op {
 	return &e.edits[len(e.edits)-1].op
 }
 
-// editAny is edit for a transform that edits ops in no particular order,
-// some more than once (Checkpoint rewires each segment's backward ops, and
-// segments run backward in reverse): an op edited before is its copy
-// again, with the edits made to it.
-func (e *editor) editAny(oi int) *ir.Op {
-	if !e.shared {
-		return &e.p.Ops[oi]
-	}
-	if e.editOf == nil {
-		e.editOf = make([]int32, len(e.p.Ops))
-	}
-	if k := e.editOf[oi]; k > 0 {
-		return &e.edits[k-1].op
-	}
-	e.edits = append(e.edits, opEdit{at: oi, op: e.p.Ops[oi]})
-	e.editOf[oi] = int32(len(e.edits))
-	return &e.edits[len(e.edits)-1].op
-}
-
-// current is op oi as edited so far (editAny), to read.
-func (e *editor) current(oi int) *ir.Op {
-	if e.editOf != nil {
-		if k := e.editOf[oi]; k > 0 {
-			return &e.edits[k-1].op
+// in is the operands op oi reads, as replaced so far (setIn).
+func (e *editor) in(oi int) []ir.TensorID {
+	if e.inOf != nil {
+		if k := e.inOf[oi]; k > 0 {
+			return e.ins[k-1].in
 		}
 	}
-	return &e.p.Ops[oi]
+	return e.p.Ops[oi].In
+}
+
+// setIn makes op oi read in (a list of its own) instead: in place when
+// the editor owns the op list, else as an edit that finish puts in the copy
+// (ops in any order, again and again: Checkpoint rewires each segment's
+// backward ops, and segments run backward in reverse). Only the operand
+// list is kept aside, not the op: under full checkpointing nearly every
+// backward op is rewired, and copies of whole ops (editor.edit) cost more
+// than cloning the list and splicing it (plan deepseek-v3 --accum 4
+// --checkpoint auto). A transform replaces operand lists this way or edits
+// ops through edit, not both.
+func (e *editor) setIn(oi int, in []ir.TensorID) {
+	if !e.shared {
+		e.p.Ops[oi].In = in
+		return
+	}
+	if e.inOf == nil {
+		e.inOf = make([]int32, len(e.p.Ops))
+	}
+	if k := e.inOf[oi]; k > 0 {
+		e.ins[k-1].in = in
+		return
+	}
+	e.ins = append(e.ins, inEdit{at: oi, in: in})
+	e.inOf[oi] = int32(len(e.ins))
 }
 
 func newEditor(q *ir.Program) *editor {
@@ -286,11 +299,9 @@ func (e *editor) lastBackward(m int) int {
 // finish splices the insertions into the op list.
 func (e *editor) finish() *ir.Program {
 	if e.shared {
-		if e.editOf != nil {
-			slices.SortFunc(e.edits, func(a, b opEdit) int { return cmp.Compare(a.at, b.at) })
-		}
-		e.p.Ops = spliceCopy(e.p.Ops, e.before, e.after, e.edits)
-		e.shared, e.edits, e.editOf = false, nil, nil
+		slices.SortFunc(e.ins, func(a, b inEdit) int { return cmp.Compare(a.at, b.at) })
+		e.p.Ops = spliceCopy(e.p.Ops, e.before, e.after, e.edits, e.ins)
+		e.shared, e.edits, e.ins, e.inOf = false, nil, nil, nil
 		return e.p
 	}
 	e.p.Ops = splice(e.p.Ops, e.before, e.after)
@@ -386,20 +397,28 @@ func byIndex(at []anchor, n int) []anchor {
 // into a new one, with edits (ascending) in place of the ops they edit. Its
 // operand lists are capped, as Clone's. It leaves room (spliceRoom) for
 // the ops a later transform of a chain inserts in place.
-func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit) []ir.Op {
+func spliceCopy(old []ir.Op, before, after map[int][]ir.Op, edits []opEdit, ins []inEdit) []ir.Op {
 	moves.Add(1)
 	at, n := anchors(len(old), before, after)
 	ops := opPool.get(0, n+spliceRoom(n))
-	// old[:next] is copied, edits[:k] placed; put copies old[next:end] with
-	// the edits among them in place.
-	next, k := 0, 0
+	// old[:next] is copied, edits[:k] and ins[:m] placed; put copies
+	// old[next:end] with the edits among them in place, run copies
+	// old[from:to] with the operand lists of ins among them.
+	next, k, m := 0, 0, 0
+	run := func(from, to int) {
+		base := len(ops) - from
+		ops = append(ops, old[from:to]...)
+		for ; m < len(ins) && ins[m].at < to; m++ {
+			ops[base+ins[m].at].In = ins[m].in
+		}
+	}
 	put := func(end int) {
 		for ; k < len(edits) && edits[k].at < end; k++ {
-			ops = append(ops, old[next:edits[k].at]...)
+			run(next, edits[k].at)
 			ops = append(ops, edits[k].op)
 			next = edits[k].at + 1
 		}
-		ops = append(ops, old[next:end]...)
+		run(next, end)
 		next = end
 	}
 	for _, a := range at {

@@ -11,9 +11,10 @@ import (
 )
 
 // splice and spliceCopy put before[i], op i and after[i] in order for every
-// op i, edits in place of the ops they edit, whatever the maps hold (ops on
-// one side, on both, an empty or nil list) and whether splice has room to
-// work in place: checked against the plain loop.
+// op i, edits in place of the ops they edit and the operand lists of ins on
+// theirs, whatever the maps hold (ops on one side, on both, an empty or nil
+// list) and whether splice has room to work in place: checked against the
+// plain loop.
 func TestPropertySpliceMatchesTheLoop(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(0, 40).Draw(rt, "ops")
@@ -44,9 +45,16 @@ func TestPropertySpliceMatchesTheLoop(t *testing.T) {
 		}
 		before, after := inserts("b"), inserts("a")
 		var edits []opEdit
+		var ins []inEdit
+		wantIn := map[string][]ir.TensorID{}
 		for i := range n {
-			if rapid.IntRange(0, 5).Draw(rt, "edit") == 0 {
+			switch rapid.IntRange(0, 5).Draw(rt, "edit") {
+			case 0:
 				edits = append(edits, opEdit{at: i, op: ir.Op{Name: fmt.Sprint("edited", i)}})
+			case 1:
+				in := []ir.TensorID{ir.TensorID(1000 + i)}
+				ins = append(ins, inEdit{at: i, in: in})
+				wantIn[old[i].Name] = in
 			}
 		}
 		names := func(ops []ir.Op) []string {
@@ -72,10 +80,16 @@ func TestPropertySpliceMatchesTheLoop(t *testing.T) {
 			wantEdited = append(wantEdited, names(after[i])...)
 		}
 		input := names(old)
-		if got := names(spliceCopy(old, before, after, edits)); !slices.Equal(got, wantEdited) {
+		copied := spliceCopy(old, before, after, edits, ins)
+		if got := names(copied); !slices.Equal(got, wantEdited) {
 			rt.Fatalf("spliceCopy: %v, want %v", got, wantEdited)
 		}
-		if got := names(old); !slices.Equal(got, input) {
+		for _, op := range copied {
+			if !slices.Equal(op.In, wantIn[op.Name]) {
+				rt.Fatalf("spliceCopy: %s reads %v, want %v", op.Name, op.In, wantIn[op.Name])
+			}
+		}
+		if got := names(old); !slices.Equal(got, input) || slices.ContainsFunc(old, func(op ir.Op) bool { return op.In != nil }) {
 			rt.Fatalf("spliceCopy wrote its input: %v", got)
 		}
 		room := rapid.IntRange(0, 2*n+8).Draw(rt, "room")
