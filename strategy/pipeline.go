@@ -883,7 +883,18 @@ func (pl *pipeliner) cutOptimizer() {
 // its gradient or its optimizer state; unassociated state every rank has)
 // and scales its workspaces, work and temporaries by the share of bytes it
 // keeps; false drops it (none of its model state is here, or it reads a
-// temporary that is not).
+// temporary that is not and has no model state of its own here).
+//
+// A temporary that is not here was written by an optimizer op this rank
+// dropped, one that touched only other ranks' state: it is cut from the
+// reader like their state, and the reader stays when it holds this rank's.
+// Megatron's optimizer copies to float32 only the gradients of parameters
+// with main weights (a LoRA model's head, on the last stage), and its one
+// fused Adam reads those copies beside every adapter: dropping the reader
+// for that left the first stages of a LoRA pipeline without their
+// optimizer step and state in the steady step, while the first step,
+// which creates the state, kept it (bert-base --pp 3: 3x the host memory
+// under --offload optimizer).
 func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 	q, a, isParam := pl.q, pl.a, pl.isParam
 	var keptB, allB float64
@@ -908,7 +919,8 @@ func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 				r = append(r, t) // unassociated state: every rank has it
 			default:
 				if !isOut && !pl.used[t] {
-					ok = false
+					ok = false // another rank's: cut, as its state is
+					continue
 				}
 				r = append(r, t)
 			}
@@ -917,7 +929,7 @@ func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 	}
 	op.In = filter(op.In, false)
 	op.Out = filter(op.Out, true)
-	if !ok || (allB > 0 && keptB == 0) {
+	if (!ok && keptB == 0) || (allB > 0 && keptB == 0) {
 		return false
 	}
 	if allB > 0 && keptB < allB {
