@@ -8,9 +8,9 @@ import (
 )
 
 // A plan read for its numbers alone leaves the first step out where it
-// peaks no higher (firstNoHigher: no optimizer or parameters offloaded, no
-// paged optimizer, not a trace), with the peak, the host peak and the
-// verdict of the plan that builds it; with optimizer offload it builds it.
+// peaks no higher (firstNoHigher: any model, offloaded or not, not a
+// trace), with the peak, the host peak and the verdict of the plan that
+// builds it.
 func TestNumbersOnlyLeavesTheFirstStepOut(t *testing.T) {
 	a := lookup(t, "gpt2").Clone()
 	a.Layers = 2
@@ -27,8 +27,8 @@ func TestNumbersOnlyLeavesTheFirstStepOut(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if built := r.First != nil; built != off.Optimizer || full.First == nil {
-				t.Errorf("offload %+v, numbers only %v, peak only %v: first step built %v, want %v", off, o.NumbersOnly, o.PeakOnly, built, off.Optimizer)
+			if r.First != nil || full.First == nil {
+				t.Errorf("offload %+v, numbers only %v, peak only %v: first step built %v, in full %v", off, o.NumbersOnly, o.PeakOnly, r.First != nil, full.First != nil)
 			}
 			if r.PeakBytes() != full.PeakBytes() || r.HostPeak != full.HostPeak || r.Fits != full.Fits {
 				t.Errorf("offload %+v: peak %d host %d fits %v, with the first step %d %d %v", off, r.PeakBytes(), r.HostPeak, r.Fits, full.PeakBytes(), full.HostPeak, full.Fits)
