@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/memplan/memplan/allocator"
 	"github.com/memplan/memplan/engine"
 	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
@@ -54,6 +55,52 @@ func TestPropertyPeakOnlyBaseReportsAsFull(t *testing.T) {
 	if left == 0 {
 		t.Fatal("no draw left a stage out")
 	}
+}
+
+// With --reserved the baseline is planned for its peak and its peak's stage
+// again as in full (engine.Options.ReplayPeak): its row, objects, verdict,
+// host peak and stage, and the caching allocator's replay of its steady
+// and first-step programs (the reserved peak and its fragmentation), are
+// those of the baseline planned in full.
+func TestPropertyReplayPeakReportsAsFull(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := peakOnlySpec(t, rt)
+		s.FirstStep = true // the replay reads the first step's program too
+		if rapid.Bool().Draw(rt, "host memory") {
+			s.HostMemory = 1 << 20 // over it only with offload
+		}
+		full, err := engine.PlanWith(s, engine.Options{Cache: engine.LeverCache(s), NoTimeline: true, NoTiming: true})
+		if err != nil {
+			rt.Skip(err)
+		}
+		replay, err := engine.PlanWith(s, engine.Options{Cache: engine.LeverCache(s), NoTimeline: true, NoTiming: true, ReplayPeak: true})
+		if err != nil {
+			t.Fatalf("planned in full, for its peak's replay: %v", err)
+		}
+		if a, b := rowOf("base", replay, nil), rowOf("base", full, nil); a != b {
+			t.Fatalf("%s pp %d accum %d: row for the replay %+v, in full %+v", s.JobName(), s.PP, s.Accum, a, b)
+		}
+		if a, b := objects(replay), objects(full); !slices.Equal(a, b) {
+			t.Fatalf("%s pp %d accum %d: objects for the replay %v, in full %v", s.JobName(), s.PP, s.Accum, a, b)
+		}
+		if replay.Fits != full.Fits || replay.HostPeak != full.HostPeak || replay.HostShortfall != full.HostShortfall || replay.Stage != full.Stage ||
+			replay.Shortfall != full.Shortfall || replay.Headroom != full.Headroom {
+			t.Fatalf("fits %v host %d short %d stage %d for the replay, %v %d %d %d in full", replay.Fits, replay.HostPeak, replay.HostShortfall, replay.Stage,
+				full.Fits, full.HostPeak, full.HostShortfall, full.Stage)
+		}
+		a, err := replay.PredictReserved(allocator.Config{}, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := full.PredictReserved(allocator.Config{}, false, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Peak != b.Peak || a.Fragmentation != b.Fragmentation || (a.First == nil) != (b.First == nil) {
+			t.Fatalf("%s pp %d accum %d: reserved %d (fragmentation %d) for the replay, %d (%d) in full", s.JobName(), s.PP, s.Accum,
+				a.Peak, a.Fragmentation, b.Peak, b.Fragmentation)
+		}
+	})
 }
 
 // peakOnlySpec draws a uniform 1F1B pipeline job for

@@ -133,11 +133,12 @@ func Diagnose(s engine.Spec, reserved bool) (*Report, error) {
 	// stage's objects and the verdict, never another stage's, so a
 	// pipeline's stages are planned as the variations' are, each with the
 	// micro-steps that show its own peak and like middle stages left out
-	// (deepseek-v3 --pp 8 --accum 16: 11.8 → 7.9 s). Not with reserved:
-	// the caching allocator replays the peak stage's program, whose
-	// fragmentation may grow with its micro-steps.
+	// (deepseek-v3 --pp 8 --accum 16: 11.8 → 7.9 s). With reserved the
+	// caching allocator replays the peak stage's programs, whose
+	// fragmentation may grow with their micro-steps: that stage is planned
+	// again as in full (ReplayPeak).
 	cache := engine.LeverCache(s)
-	base, err := engine.PlanWith(s, engine.Options{Cache: cache, NoTimeline: true, NoTiming: true, PeakOnly: !reserved})
+	base, err := engine.PlanWith(s, engine.Options{Cache: cache, NoTimeline: true, NoTiming: true, PeakOnly: !reserved, ReplayPeak: reserved})
 	if err != nil {
 		return nil, err
 	}

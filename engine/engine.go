@@ -6,6 +6,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -273,6 +274,12 @@ type Options struct {
 	// (stageAccum) and like middle stages left out (likeStages), and the
 	// peak's programs are kept.
 	PeakOnly bool
+	// ReplayPeak: PeakOnly, and the peak's stage planned again as a full
+	// plan plans it, its steady and first-step programs of the micro-steps
+	// a full plan simulates, for a caller that replays them through the
+	// caching allocator (diagnose --reserved), whose fragmentation may
+	// grow with the micro-steps: planReplayPeak.
+	ReplayPeak bool
 	// StopOver, when positive, ends the plan after the first stage (or
 	// steady step) whose peak is over it, and StopUnfit after the first
 	// over the plan's capacity: the result holds the stages planned, no
@@ -1092,6 +1099,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	if slices.ContainsFunc(o.Stages, func(st int) bool { return st < 0 || st >= max(s.PP, 1) }) {
 		return nil, invalid(FieldPP, "pipeline stages %v are not all in [0, %d)", o.Stages, s.PP)
 	}
+	if o.ReplayPeak {
+		return planReplayPeak(s, o)
+	}
 	if stagewise(&s, o) {
 		return planStagewise(s, o)
 	}
@@ -1225,6 +1235,42 @@ func (res *Result) judge() {
 	if s.HostMemory > 0 && res.HostPerNode > s.HostMemory {
 		res.Fits, res.HostShortfall = false, res.HostPerNode-s.HostMemory
 	}
+}
+
+// planReplayPeak plans s (validated) for Options.ReplayPeak: unpriced, a
+// pipeline's stages for their peaks alone (PeakOnly), then the peak's stage
+// again (Options.Stages) as a full plan plans it, whose result it returns
+// with every stage's peaks, the host peak of them all and the verdict on
+// both. diagnose deepseek-v3 --pp 8 --accum 16 --reserved planned its eight
+// stages with nine micro-steps each (3.8 s) to replay one of them.
+// diagnose.TestPropertyReplayPeakReportsAsFull compares it with the plan in
+// full.
+func planReplayPeak(s Spec, o Options) (*Result, error) {
+	o.ReplayPeak = false
+	if max(s.PP, 1) == 1 || o.Stages != nil || !o.NoTiming {
+		return PlanWith(s, o) // one stage to plan, or priced: as in full
+	}
+	po := o
+	po.PeakOnly = true
+	peak, err := PlanWith(s, po)
+	if err != nil {
+		return nil, err
+	}
+	peak.Compact()
+	fo := o
+	fo.Stages = []int{peak.Stage}
+	res, err := PlanWith(s, fo)
+	if err != nil {
+		return nil, err
+	}
+	if res.Stage != peak.Stage || res.Sim.Peak.Total != peak.Sim.Peak.Total {
+		return nil, fmt.Errorf("internal error: pipeline stage %d peaks at %d bytes planned alone, %d among the stages", peak.Stage+1, res.Sim.Peak.Total, peak.Sim.Peak.Total)
+	}
+	res.StagePeaks, res.StagePhasePeaks = peak.StagePeaks, peak.StagePhasePeaks
+	res.HostPeak = max(res.HostPeak, peak.HostPeak)
+	res.Fits, res.Headroom, res.Shortfall, res.HostShortfall = false, 0, 0, 0
+	res.judge()
+	return res, nil
 }
 
 // firstNoHigher says whether s's first step peaks no higher than its steady
