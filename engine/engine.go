@@ -305,6 +305,16 @@ type Options struct {
 	// best, or is put off. eachVariant hands each plan its own as
 	// stopAbove.
 	stopAt func(int, units.Bytes, bool) bool
+	// resumeAt (the lever's) is the result to resume (Options.resume) for
+	// the variant of an index of eachVariant's, or nil.
+	resumeAt func(int) *Result
+	// resume, when set, is the result of this plan stopAbove ended with
+	// stages left (Result.stopped, numbers only): the plan goes on from
+	// the stage after its last, its peaks, host peak and peak stage so far
+	// those of resume (the lever's put-off strategy, planned again,
+	// planned its first stages again: deepseek-v3 --pp 8 --accum 16 --dp 4
+	// --zero 3's "checkpoint every block", 1.1 s).
+	resume *Result
 	// stopAbove, when set, ends the plan after the first stage (or steady
 	// step) for which it says so, given the peak so far and whether
 	// stages are left: its result holds the stages planned, no first
@@ -625,6 +635,17 @@ type Result struct {
 	// it gives back as they are dropped (Release, Compact).
 	lent     []*ir.Program
 	lentFrom *Cache
+	// stopped, of a plan stopAbove ended with stages left: what its plan
+	// continues from (Options.resume).
+	stopped *stoppedAt
+}
+
+// stoppedAt is where a plan stopAbove ended stopped: after stage, its peak
+// stage planned with peakAccum micro-steps, and the forward graphs its
+// stages were compared by (likeEarlier).
+type stoppedAt struct {
+	stage, peakAccum int
+	graphs           map[int]*ir.Graph
 }
 
 // borrow records with c (nil: none) that r holds those of its programs c
@@ -1119,8 +1140,14 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	// The step takes as long as the slowest stage.
 	accum, peakAccum := s.Accum, s.Accum // peakAccum: the peak stage's micro-steps
 	var modelFLOPs float64               // every stage's, for the pipeline's utilization
+	from := 0
+	if r := o.resume; r != nil && r.stopped != nil {
+		res.StagePeaks, res.StagePhasePeaks = slices.Clone(r.StagePeaks), slices.Clone(r.StagePhasePeaks)
+		res.HostPeak, res.Sim, res.Stage, peakAccum = r.HostPeak, r.Sim, r.Stage, r.stopped.peakAccum
+		pl.graphs, from = r.stopped.graphs, r.stopped.stage+1
+	}
 	like := pl.likeStages()
-	for stage := 0; stage < max(s.PP, 1); stage++ {
+	for stage := from; stage < max(s.PP, 1); stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
 		}
@@ -1156,6 +1183,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
 		}
 		if pl.stopsAfter(stage, res) {
+			if pl.stagesAfter(stage) {
+				res.stopped = &stoppedAt{stage: stage, peakAccum: peakAccum, graphs: pl.graphs}
+			}
 			s.Accum = accum
 			res.Spec = s
 			if o.NumbersOnly {

@@ -61,6 +61,9 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 	var best *Row
 	o := leverOptions(c)
 	o.Context = ctx
+	// A strategy put off goes on from the stage after the last it planned
+	// (Options.resume) when its turn comes again.
+	off := map[int]*Result{}
 	_, err := q.pick(func(pending []int, skip func(k int) bool, stop func(k int, peak units.Bytes, more bool) bool,
 		seen func(k int, peak units.Bytes, planned bool) bool) error {
 		vs := make([]Variant, len(pending))
@@ -68,15 +71,21 @@ func LargestLeverContext(ctx context.Context, base *Result, c *Cache) (*Row, err
 			vs[k] = all[i]
 		}
 		o.stopAt = stop
+		o.resumeAt = func(k int) *Result { return off[pending[k]] }
 		return eachVariant(base.Spec, vs, o, skip, func(k int, r Row) error {
+			i := pending[k]
+			delete(off, i)
 			if r.Err != nil {
 				seen(k, 0, false)
 				return nil
 			}
 			defer r.Result.Compact()
-			auto.seen(pending[k], r.Result) // a plan put off has its first stage too
+			auto.seen(i, r.Result) // a plan put off has its first stage too
 			if seen(k, r.Result.PeakBytes(), true) {
 				best = &r
+			}
+			if !q.done[i] && r.Result.stopped != nil {
+				off[i] = r.Result // put off
 			}
 			return nil
 		})
@@ -425,6 +434,9 @@ func eachVariant(base Spec, vs []Variant, o Options, skip func(int) bool, each f
 				oi := o
 				if o.stopAt != nil {
 					oi.stopAbove = func(peak units.Bytes, more bool) bool { return o.stopAt(i, peak, more) }
+				}
+				if o.resumeAt != nil {
+					oi.resume = o.resumeAt(i)
 				}
 				row.Result, row.Err = PlanWith(specs[i], oi)
 			}
