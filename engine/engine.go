@@ -1142,9 +1142,7 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	var modelFLOPs float64               // every stage's, for the pipeline's utilization
 	from := 0
 	if r := o.resume; r != nil && r.stopped != nil {
-		res.StagePeaks, res.StagePhasePeaks = slices.Clone(r.StagePeaks), slices.Clone(r.StagePhasePeaks)
-		res.HostPeak, res.Sim, res.Stage, peakAccum = r.HostPeak, r.Sim, r.Stage, r.stopped.peakAccum
-		pl.graphs, from = r.stopped.graphs, r.stopped.stage+1
+		from, peakAccum = pl.resume(res, r)
 	}
 	like := pl.likeStages()
 	for stage := from; stage < max(s.PP, 1); stage++ {
@@ -1169,18 +1167,9 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		p, r, t := sp.p, sp.r, sp.t
-		res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
-		var phases [ir.NumPhases]units.Bytes
-		for ph, pt := range r.PhasePeak {
-			if pt.Op >= 0 {
-				phases[ph] = pt.Total
-			}
-		}
-		res.StagePhasePeaks = append(res.StagePhasePeaks, phases)
-		res.HostPeak = max(res.HostPeak, r.HostPeak)
-		if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
-			res.Program, res.Sim, res.Stage, peakAccum, res.owned = p, r, stage, s.Accum, sp.owned
+		t := sp.t
+		if res.addStage(stage, sp) {
+			peakAccum = s.Accum
 		}
 		if pl.stopsAfter(stage, res) {
 			if pl.stagesAfter(stage) {
@@ -1230,6 +1219,38 @@ func PlanWith(s Spec, o Options) (*Result, error) {
 	res.judge()
 	res.borrow(o.Cache)
 	return res, nil
+}
+
+// resume starts res from r, a result of pl's plan stopped with stages
+// left (Options.resume): its stage peaks, host peak and peak so far, the
+// graphs its stages were compared by. It returns the stage to go on from
+// and the peak stage's micro-steps.
+func (pl *planner) resume(res, r *Result) (from, peakAccum int) {
+	res.StagePeaks, res.StagePhasePeaks = slices.Clone(r.StagePeaks), slices.Clone(r.StagePhasePeaks)
+	res.HostPeak, res.Sim, res.Stage = r.HostPeak, r.Sim, r.Stage
+	pl.graphs = r.stopped.graphs
+	return r.stopped.stage + 1, r.stopped.peakAccum
+}
+
+// addStage records stage's plan sp in res: its peak and phase peaks, its
+// host peak, and its program and simulation when it peaks highest so far,
+// which it says.
+func (res *Result) addStage(stage int, sp stagePlan) bool {
+	r := sp.r
+	res.StagePeaks = append(res.StagePeaks, r.Peak.Total)
+	var phases [ir.NumPhases]units.Bytes
+	for ph, pt := range r.PhasePeak {
+		if pt.Op >= 0 {
+			phases[ph] = pt.Total
+		}
+	}
+	res.StagePhasePeaks = append(res.StagePhasePeaks, phases)
+	res.HostPeak = max(res.HostPeak, r.HostPeak)
+	if res.Sim == nil || r.Peak.Total > res.Sim.Peak.Total {
+		res.Program, res.Sim, res.Stage, res.owned = sp.p, r, stage, sp.owned
+		return true
+	}
+	return false
 }
 
 // stopsAfter says whether the plan ends after stage, its result so far
