@@ -34,12 +34,7 @@ func TestPropertyPeakOnlyBaseReportsAsFull(t *testing.T) {
 		if err != nil {
 			t.Fatalf("planned in full, for its peak: %v", err)
 		}
-		if a, b := rowOf("base", peak, nil), rowOf("base", full, nil); a != b {
-			t.Fatalf("%s pp %d accum %d: row for the peak %+v, in full %+v", s.JobName(), s.PP, s.Accum, a, b)
-		}
-		if a, b := objects(peak), objects(full); !slices.Equal(a, b) {
-			t.Fatalf("%s pp %d accum %d: objects for the peak %v, in full %v", s.JobName(), s.PP, s.Accum, a, b)
-		}
+		sameRowAndObjects(t, s, "the peak", peak, full)
 		if peak.Fits != full.Fits || peak.HostPeak != full.HostPeak || peak.Stage != full.Stage {
 			t.Fatalf("fits %v host %d stage %d for the peak, %v %d %d in full", peak.Fits, peak.HostPeak, peak.Stage, full.Fits, full.HostPeak, full.Stage)
 		}
@@ -77,12 +72,7 @@ func TestPropertyReplayPeakReportsAsFull(t *testing.T) {
 		if err != nil {
 			t.Fatalf("planned in full, for its peak's replay: %v", err)
 		}
-		if a, b := rowOf("base", replay, nil), rowOf("base", full, nil); a != b {
-			t.Fatalf("%s pp %d accum %d: row for the replay %+v, in full %+v", s.JobName(), s.PP, s.Accum, a, b)
-		}
-		if a, b := objects(replay), objects(full); !slices.Equal(a, b) {
-			t.Fatalf("%s pp %d accum %d: objects for the replay %v, in full %v", s.JobName(), s.PP, s.Accum, a, b)
-		}
+		sameRowAndObjects(t, s, "the replay", replay, full)
 		if replay.Fits != full.Fits || replay.HostPeak != full.HostPeak || replay.HostShortfall != full.HostShortfall || replay.Stage != full.Stage ||
 			replay.Shortfall != full.Shortfall || replay.Headroom != full.Headroom {
 			t.Fatalf("fits %v host %d short %d stage %d for the replay, %v %d %d %d in full", replay.Fits, replay.HostPeak, replay.HostShortfall, replay.Stage,
@@ -101,6 +91,18 @@ func TestPropertyReplayPeakReportsAsFull(t *testing.T) {
 				a.Peak, a.Fragmentation, b.Peak, b.Fragmentation)
 		}
 	})
+}
+
+// sameRowAndObjects fails the test unless the baseline planned for what
+// gives the row and objects of the baseline planned in full.
+func sameRowAndObjects(t *testing.T, s engine.Spec, what string, got, full *engine.Result) {
+	t.Helper()
+	if a, b := rowOf("base", got, nil), rowOf("base", full, nil); a != b {
+		t.Fatalf("%s pp %d accum %d: row for %s %+v, in full %+v", s.JobName(), s.PP, s.Accum, what, a, b)
+	}
+	if a, b := objects(got), objects(full); !slices.Equal(a, b) {
+		t.Fatalf("%s pp %d accum %d: objects for %s %v, in full %v", s.JobName(), s.PP, s.Accum, what, a, b)
+	}
 }
 
 // peakOnlySpec draws a uniform 1F1B pipeline job for
