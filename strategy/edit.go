@@ -14,7 +14,10 @@ import (
 // and the Comm/Transfer of ops, capped, so rewriteIn and substitute replace an op's operands instead of writing
 // into them). New tensors go through editor.add; new ops are collected per anchor op in editor.before/after and
 // inserted in one pass by editor.finish (splice), so op indices stay those of the input while a transform
-// works. Every transform that inserts ops edits this way (Checkpoint, ZeRO/FSDP/DDP, the offloads); Pipeline,
+// works. Every transform that inserts ops edits this way (Checkpoint, ZeRO/FSDP/DDP, the offloads); activation
+// offload, which anchors at most one copy on each side of most ops, keeps its own flat arrays and hands splice
+// its anchors in order (spliceAnchors), and Checkpoint of a shared op list keeps its rewired operand lists aside
+// (editor.setIn) for spliceCopy to put in place. Pipeline,
 // which keeps a subset of the ops in a new order (the schedule's), cannot be said as insertions around anchors:
 // it builds its op list in schedule order and compacts the tensors (ppCompact in pipeline.go).
 
