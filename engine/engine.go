@@ -1298,8 +1298,11 @@ func (res *Result) judge() {
 // full.
 func planReplayPeak(s Spec, o Options) (*Result, error) {
 	o.ReplayPeak = false
-	if max(s.PP, 1) == 1 || o.Stages != nil || !o.NoTiming {
-		return PlanWith(s, o) // one stage to plan, or priced: as in full
+	if pipelineShortAccum(&s) == 0 || o.Stages != nil || !o.NoTiming {
+		// No stage to plan with fewer micro-steps (one stage, GPipe,
+		// interleaving, no more micro-steps than p+1), or priced: as in
+		// full, where the peak's stage planned again would be work added.
+		return PlanWith(s, o)
 	}
 	po := o
 	po.PeakOnly = true
