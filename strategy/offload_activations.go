@@ -36,14 +36,13 @@ func (x *ActivationOffload) Apply(p *ir.Program) (*ir.Program, error) { return x
 func (x *ActivationOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	ao := &actOffloader{q: p, e: newEditor(p), nt: len(p.Tensors)}
 	last := ao.candidates()
-	packOps := ao.countPacks(last)
-	ops, tensors := ao.room(last)
-	unpackOps := ops - packOps
+	ao.countPacks(last)
+	packOps, unpackOps, tensors := ao.room(last)
 	if !own {
 		// The copy gets room for what the rewrite adds (a quarter
 		// more was too little on a mixture of experts, and finish
 		// copied every op again into a larger array).
-		ao.q = cloneWithRoom(p, ops, tensors)
+		ao.q = cloneWithRoom(p, packOps+unpackOps, tensors)
 		ao.e.p = ao.q
 	} else {
 		// Grown once, not doubled by each add (1.2 s of deepseek-v3
@@ -92,29 +91,25 @@ type actOffloader struct {
 }
 
 // countPacks counts, per op, the candidates (lastFwdWrite) it last writes:
-// the storages its pack op copies; it returns the pack ops.
-func (ao *actOffloader) countPacks(lastFwdWrite []int) int {
+// the storages its pack op copies.
+func (ao *actOffloader) countPacks(lastFwdWrite []int) {
 	ao.per = make([]int32, len(ao.q.Ops))
-	ops := 0
 	for _, at := range lastFwdWrite {
 		if at >= 0 {
-			if ao.per[at] == 0 {
-				ops++
-			}
 			ao.per[at]++
 		}
 	}
-	return ops
 }
 
-// room bounds the ops and tensors the rewrite adds, from the candidates
-// (lastFwdWrite, counted per op by countPacks): a pack op per producing op and a host copy per storage,
-// an unpack op per backward op that reads a moved storage and a device
-// copy per tensor it reads (each view of a moved storage brings its base).
-func (ao *actOffloader) room(lastFwdWrite []int) (ops, tensors int) {
+// room bounds what the rewrite adds, from the candidates (lastFwdWrite,
+// counted per op by countPacks): a pack op per producing op (packs) and a
+// host copy per storage, an unpack op per backward op that reads a moved
+// storage (unpacks) and a device copy per tensor it reads (each view of a
+// moved storage brings its base).
+func (ao *actOffloader) room(lastFwdWrite []int) (packs, unpacks, tensors int) {
 	for _, n := range ao.per {
 		if n > 0 {
-			ops++
+			packs++
 			tensors += int(n)
 		}
 	}
@@ -124,11 +119,11 @@ func (ao *actOffloader) room(lastFwdWrite []int) (ops, tensors int) {
 			continue
 		}
 		if slices.ContainsFunc(op.In, func(t ir.TensorID) bool { return lastFwdWrite[ao.e.owner(t)] >= 0 }) {
-			ops++
+			unpacks++
 			tensors += 2 * len(op.In)
 		}
 	}
-	return ops, tensors
+	return packs, unpacks, tensors
 }
 
 // candidates returns, per storage, the forward op that writes it last when it qualifies (-1 otherwise): a saved

@@ -898,7 +898,7 @@ func (pl *pipeliner) cutOptimizer() {
 func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 	q, a, isParam := pl.q, pl.a, pl.isParam
 	var keptB, allB float64
-	ok := true
+	foreign := false // reads a temporary another rank wrote
 	filter := func(ts []ir.TensorID, isOut bool) []ir.TensorID {
 		var r []ir.TensorID
 		for _, t := range ts {
@@ -919,7 +919,7 @@ func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 				r = append(r, t) // unassociated state: every rank has it
 			default:
 				if !isOut && !pl.used[t] {
-					ok = false // another rank's: cut, as its state is
+					foreign = true // cut, as another rank's state is
 					continue
 				}
 				r = append(r, t)
@@ -929,7 +929,7 @@ func (pl *pipeliner) cutOptimizerOp(op *ir.Op) bool {
 	}
 	op.In = filter(op.In, false)
 	op.Out = filter(op.Out, true)
-	if (!ok && keptB == 0) || (allB > 0 && keptB == 0) {
+	if keptB == 0 && (foreign || allB > 0) {
 		return false
 	}
 	if allB > 0 && keptB < allB {
