@@ -189,13 +189,13 @@ func (f *flatUnits) reduce(e *editor, u, m int) []ir.Op {
 	}
 	name := f.us[u].name
 	st := ir.Tensor{Name: name + ".flat_param.grad.shard", Shape: []int64{f.numel[u]}, DType: f.dt[u], Bytes: f.bytes[u], Base: ir.NoTensor, Cat: ir.Gradient}
-	shardTensor(&st, f.n)
+	shardTensor(&st, f.n, &e.shapes)
 	shard := e.add(st)
 	op := ir.Op{Name: "fsdp.reduce_scatter(" + name + ")", Module: name, Phase: ir.Backward, Micro: m, Node: -1,
 		In: []ir.TensorID{f.flat[u]}, Out: []ir.TensorID{shard}, Comm: &ir.Comm{Kind: ir.ReduceScatter, Bytes: f.bytes[u], Group: ir.DataGroup, Ranks: f.n}}
 	for _, g := range f.planGrads[u] {
 		v := e.p.Tensors[g]
-		shardTensor(&v, f.n)
+		shardTensor(&v, f.n, &e.shapes)
 		v.Name += ".shard"
 		v.Base, v.Bytes, v.Resident, v.Keep = shard, 0, false, false
 		id := e.add(v)
@@ -244,7 +244,7 @@ func (f *flatUnits) keepRoot(e *editor, unitOf []int32, u, m int, phase ir.Phase
 		}
 	}
 	for _, oi := range reads {
-		substitute(&e.p.Ops[oi], r)
+		e.substitute(&e.p.Ops[oi], r)
 	}
 	e.after[last] = append(e.after[last], f.accumulate(e, u, m)...)
 	e.after[last] = append(e.after[last], f.reduce(e, u, m)...)

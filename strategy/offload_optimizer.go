@@ -214,7 +214,7 @@ func (oo *optOffloader) stepOnHost(oi int) {
 			tt.Host = true
 		}
 	}
-	rewriteIn(op, func(_ int, t ir.TensorID) ir.TensorID {
+	rewriteIn(op, &oo.ids, func(_ int, t ir.TensorID) ir.TensorID {
 		o := oo.e.owner(t)
 		ot := &q.Tensors[o]
 		if ot.Host || o != t {
@@ -243,7 +243,7 @@ func (oo *optOffloader) hostGrad(o ir.TensorID) ir.TensorID {
 	nt.Name = oo.names.Join(nt.Name, ".cpu")
 	nt.Host, nt.Resident, nt.Keep = true, false, false
 	if n := oo.reducedInPlace[o]; n > 1 {
-		shardTensor(&nt, n)
+		shardTensor(&nt, n, &e.shapes)
 	}
 	h := e.add(nt)
 	oo.host[o] = h + 1
@@ -272,7 +272,7 @@ func (oo *optOffloader) hostMirror(o ir.TensorID) ir.TensorID {
 	nt.Name = oo.names.Join(nt.Name, ".cpu")
 	nt.Host, nt.Resident = true, true
 	if oo.ranks > 1 {
-		shardTensor(&nt, oo.ranks)
+		shardTensor(&nt, oo.ranks, &oo.e.shapes)
 	}
 	h := oo.e.add(nt)
 	oo.host[o] = h + 1

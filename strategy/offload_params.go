@@ -48,7 +48,7 @@ func (x *ParamOffload) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for _, gi := range gathers {
 		g := &q.Ops[gi]
 		tr := ir.Op{Name: "offload.param_to_device", Module: g.Module, Phase: g.Phase, Micro: g.Micro, Node: -1, Transfer: &ir.Transfer{}}
-		rewriteIn(g, func(_ int, t ir.TensorID) ir.TensorID {
+		rewriteIn(g, &e.ids, func(_ int, t ir.TensorID) ir.TensorID {
 			if !onHost.has(t) {
 				return t
 			}

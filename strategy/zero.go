@@ -166,7 +166,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	for i := range q.Tensors {
 		t := &q.Tensors[i]
 		if t.Base == ir.NoTensor && t.Cat == ir.OptimizerState {
-			shardTensor(t, N)
+			shardTensor(t, N, &e.shapes)
 		}
 	}
 	firstWrite := e.firstWriters()
@@ -180,7 +180,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 		for _, t := range op.Out {
 			tt := &q.Tensors[t]
 			if firstWrite[t] == oi && tt.Base == ir.NoTensor && !tt.Resident && tt.Cat != ir.OptimizerState {
-				shardTensor(tt, N)
+				shardTensor(tt, N, &e.shapes)
 			}
 		}
 	}
@@ -201,7 +201,7 @@ func (z *ZeRO) apply(p *ir.Program, own bool) (*ir.Program, error) {
 	if shards != nil {
 		for oi := range q.Ops {
 			if q.Ops[oi].Phase == ir.Optimizer {
-				substitute(&q.Ops[oi], shards)
+				e.substitute(&q.Ops[oi], shards)
 			}
 		}
 	}
@@ -274,6 +274,11 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 	for _, g := range pg.grads {
 		per[0][g] = g
 	}
+	at := make([]string, len(per)) // "@m"
+	for m := 1; m < len(at); m++ {
+		at[m] = "@" + strconv.Itoa(m)
+	}
+	var outs []ir.TensorID
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
 		if op.Phase == ir.Optimizer || op.Micro == 0 || op.Micro >= len(per) {
@@ -290,7 +295,8 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 			continue
 		}
 		cur := per[op.Micro]
-		in := make([]ir.TensorID, 0, len(op.In)) // op.In may be shared (Clone)
+		in := e.ids.Make(len(op.In))[:0] // op.In may be shared (Clone)
+		outs = outs[:0]
 		for _, t := range op.In {
 			if !pg.isGrad(t) {
 				in = append(in, t)
@@ -301,14 +307,19 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 				continue
 			}
 			nt := q.Tensors[t]
-			nt.Name += "@" + strconv.Itoa(op.Micro)
+			nt.Name = e.names.Join(nt.Name, at[op.Micro])
 			nt.Resident, nt.Keep = false, false
 			g := e.add(nt)
 			cur[t] = g
-			op.Out = append(op.Out, g)
+			outs = append(outs, g)
 			op.Workspace = max(op.Workspace-nt.Bytes, 0) // no separate new gradient to add in
 		}
-		op.In = in
+		op.In = in[:len(in):len(in)]
+		if len(outs) > 0 {
+			out := e.ids.Make(len(op.Out) + len(outs))
+			copy(out[copy(out, op.Out):], outs)
+			op.Out = out
+		}
 	}
 	return per
 }
@@ -316,9 +327,9 @@ func (e *editor) freshGrads(pg *paramGrads) []map[ir.TensorID]ir.TensorID {
 // newShard adds the persistent shard of gradient g.
 func (e *editor) newShard(g ir.TensorID, n int) ir.TensorID {
 	t := e.p.Tensors[g]
-	t.Name += ".shard"
+	t.Name = e.names.Join(t.Name, ".shard")
 	t.Resident, t.Keep = false, false
-	shardTensor(&t, n)
+	shardTensor(&t, n, &e.shapes)
 	id := e.add(t)
 	e.shardsOf[g] = id
 	return id
@@ -328,17 +339,28 @@ func (e *editor) newShard(g ir.TensorID, n int) ir.TensorID {
 // (standing, in micro-step m, for the original gradients orig) into their
 // shards: the first micro-step creates the shards, later ones add into them.
 func (e *editor) reduceScatter(name string, orig []ir.TensorID, fulls []ir.TensorID, m int, phase ir.Phase, module string, n int) ir.Op {
-	op := ir.Op{Name: name, Module: module, Phase: phase, Micro: m, Node: -1, In: append([]ir.TensorID(nil), fulls...)}
 	var b units.Bytes
+	made := 0 // shards made here
 	for i, g := range orig {
 		b += e.p.Tensors[fulls[i]].Bytes
+		if _, ok := e.shardsOf[g]; !ok {
+			made++
+		}
+	}
+	op := ir.Op{Name: name, Module: module, Phase: phase, Micro: m, Node: -1,
+		In: e.ids.Make(len(fulls) + len(orig) - made)[:0], Out: e.ids.Make(made)[:0],
+		Comm: e.comms.New(ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: ir.DataGroup, Ranks: n})}
+	op.In = append(op.In, fulls...)
+	for _, g := range orig {
 		if s, ok := e.shardsOf[g]; ok {
 			op.In = append(op.In, s)
 		} else {
 			op.Out = append(op.Out, e.newShard(g, n))
 		}
 	}
-	op.Comm = &ir.Comm{Kind: ir.ReduceScatter, Bytes: b, Group: ir.DataGroup, Ranks: n}
+	if made == 0 {
+		op.Out = nil
+	}
 	return op
 }
 
@@ -405,7 +427,7 @@ func (z *ZeRO) shardParams(e *editor, pg *paramGrads, full []ir.Tensor) error {
 	sh.us, sh.unitOf = buildUnits(q, z.Flat, e.owner)
 	for _, pid := range q.Params {
 		if q.Tensors[pid].Base == ir.NoTensor && !q.Tensors[pid].Host {
-			shardTensor(&q.Tensors[pid], sh.N)
+			shardTensor(&q.Tensors[pid], sh.N, &e.shapes)
 		}
 	}
 	sh.per = e.freshGrads(pg)
@@ -468,6 +490,8 @@ type sharder struct {
 
 	spans map[spanKey]*span
 	keys  []spanKey // in order of first note
+
+	orig, fulls []ir.TensorID // reduce's scratch
 }
 
 // gradUnits finds the unit of each gradient, overall and per micro-step.
@@ -582,7 +606,7 @@ func (sh *sharder) gatherGroup(g *spanGroup) {
 		at := sh.spans[g.keys[max(j-sh.prefetch, 0)]].first
 		e.before[at] = append(e.before[at], gather)
 		for _, oi := range s.reads {
-			substitute(&e.p.Ops[oi], remap)
+			e.substitute(&e.p.Ops[oi], remap)
 		}
 		flat := gather.Out[0]
 		if fl != nil && fl.rootGathered(e, k.u, g.m, g.phase, remap, flat) {
@@ -591,7 +615,7 @@ func (sh *sharder) gatherGroup(g *spanGroup) {
 		if fl != nil && g.phase == ir.Backward {
 			e.after[s.last] = append(e.after[s.last], fl.accumulate(e, k.u, g.m)...)
 		}
-		e.after[s.last] = append(e.after[s.last], ir.Op{Name: "zero3.reshard(" + u.name + ")", Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: []ir.TensorID{flat}})
+		e.after[s.last] = append(e.after[s.last], ir.Op{Name: e.names.Join("zero3.reshard(", u.name, ")"), Module: u.name, Phase: g.phase, Micro: g.m, Node: -1, In: e.ids.One(flat)})
 		if g.phase != ir.Backward || g.m >= len(sh.per) {
 			continue
 		}
@@ -606,7 +630,7 @@ func (sh *sharder) reduce(u, m, last int) {
 		e.after[last] = append(e.after[last], sh.fl.reduce(e, u, m)...)
 		return
 	}
-	var orig, fulls []ir.TensorID
+	orig, fulls := sh.orig[:0], sh.fulls[:0] // reduceScatter copies them
 	for _, gr := range sh.pg.grads {
 		if int(sh.gradUnit[gr]) == u {
 			if gm, ok := sh.per[m][gr]; ok {
@@ -614,9 +638,10 @@ func (sh *sharder) reduce(u, m, last int) {
 			}
 		}
 	}
+	sh.orig, sh.fulls = orig, fulls
 	if len(orig) > 0 {
 		name := sh.us[u].name
-		e.after[last] = append(e.after[last], e.reduceScatter("zero3.reduce_scatter("+name+")", orig, fulls, m, ir.Backward, name, sh.N))
+		e.after[last] = append(e.after[last], e.reduceScatter(e.names.Join("zero3.reduce_scatter(", name, ")"), orig, fulls, m, ir.Backward, name, sh.N))
 	}
 }
 
@@ -632,18 +657,19 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 		numel += full[pid].Numel()
 	}
 	dt := full[u.params[0]].DType
-	flat := e.add(ir.Tensor{Name: u.name + ".unsharded." + suffix, Shape: []int64{numel}, DType: dt, Bytes: bytes, Base: ir.NoTensor, Cat: ir.Parameter})
-	op := ir.Op{Name: "zero3.all_gather(" + u.name + ")", Module: u.name, Phase: phase, Micro: m, Node: -1,
-		Out: []ir.TensorID{flat}, Comm: &ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: ir.DataGroup, Ranks: n}}
-	remap := map[ir.TensorID]ir.TensorID{}
-	for _, pid := range u.params {
-		op.In = append(op.In, pid)
+	flat := e.add(ir.Tensor{Name: e.names.Join(u.name, ".unsharded.", suffix), Shape: e.shapes.One(numel), DType: dt, Bytes: bytes, Base: ir.NoTensor, Cat: ir.Parameter})
+	op := ir.Op{Name: e.names.Join("zero3.all_gather(", u.name, ")"), Module: u.name, Phase: phase, Micro: m, Node: -1,
+		In: e.ids.Clone(u.params), Out: e.ids.Make(1 + len(u.params)),
+		Comm: e.comms.New(ir.Comm{Kind: ir.AllGather, Bytes: bytes, Group: ir.DataGroup, Ranks: n})}
+	op.Out[0] = flat
+	remap := make(map[ir.TensorID]ir.TensorID, len(u.params))
+	for i, pid := range u.params {
 		v := full[pid]
-		v.Name += ".unsharded." + suffix
+		v.Name = e.names.Join(v.Name, ".unsharded.", suffix)
 		v.Base, v.Bytes, v.Resident, v.Keep, v.Host = flat, 0, false, false, false
 		id := e.add(v)
 		remap[pid] = id
-		op.Out = append(op.Out, id)
+		op.Out[1+i] = id
 	}
 	// Views of parameters read directly (rare): clone them onto the flat
 	// buffer, bases first (a base always has a smaller id).
@@ -667,7 +693,7 @@ func (e *editor) gatherUnit(u *unit, full []ir.Tensor, reads []int, suffix strin
 		}
 		v := q.Tensors[t]
 		v.Base = clone(v.Base)
-		v.Name += ".unsharded." + suffix
+		v.Name = e.names.Join(v.Name, ".unsharded.", suffix)
 		id := e.add(v)
 		remap[t] = id
 		op.Out = append(op.Out, id)
@@ -779,12 +805,13 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 	fwd, micros := forwardOps(q)
 	pg := &paramGrads{param: map[ir.TensorID]ir.TensorID{}, grad: make(tensorSet, len(q.Tensors))}
 	hasGrad := make([]bool, len(q.Tensors))
+	var fresh, cands []ir.TensorID // per op, reused
 	for oi := range q.Ops {
 		op := &q.Ops[oi]
 		if op.Phase != ir.Backward {
 			continue
 		}
-		var fresh []ir.TensorID
+		fresh = fresh[:0]
 		for _, t := range op.Out {
 			tt := &q.Tensors[t]
 			if tt.Cat == ir.Gradient && tt.Base == ir.NoTensor && !tt.Host {
@@ -796,7 +823,7 @@ func pairGrads(q *ir.Program) (*paramGrads, error) {
 		if len(fresh) == 0 {
 			continue
 		}
-		var cands []ir.TensorID
+		cands = cands[:0]
 		if q.GradOf != nil {
 			var err error
 			if cands, err = recordedParams(q, oi, fresh, hasGrad); err != nil {
