@@ -255,6 +255,10 @@ func blockCosts(p *ir.Program, blocks []string) []ckpt.Block {
 // ErrNoCapacity is returned by --checkpoint auto without a GPU or budget.
 var ErrNoCapacity error = fieldErr(FieldCheckpoint, "{checkpoint} auto needs a {gpu} or a {budget} to plan against")
 
+// peaksOnly simulates for the peaks alone: auto's choice reads no
+// timeline (one point per op: 133 MB for a deepseek-v3 candidate).
+var peaksOnly = sim.Options{NoTimeline: true}
+
 // autoChoice is what --checkpoint auto chose: the blocks to checkpoint and
 // whether no choice fits (then every block, the lowest peak auto reaches).
 type autoChoice struct {
@@ -286,14 +290,14 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		if err != nil {
 			return 0, 0, err
 		}
-		r, err := sim.Run(p)
+		r, err := sim.RunWith(p, peaksOnly)
 		if err != nil {
 			return 0, 0, err
 		}
 		return r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total), nil
 	}
 	if q, err := build(nil); err == nil {
-		if r, err := sim.Run(q); err == nil {
+		if r, err := sim.RunWith(q, peaksOnly); err == nil {
 			if r.Peak.Total <= capacity {
 				return autoChoice{}, nil // fits without checkpointing
 			}
