@@ -584,6 +584,18 @@ func TestPriceProperties(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(tm, again) {
 			t.Fatal("Price is not deterministic")
 		}
+		// NoOps keeps no op's times and changes no total.
+		no := o
+		no.NoOps = true
+		totals, err := cost.Price(p, g, no)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withOps := *tm
+		withOps.Ops = nil
+		if totals.Ops != nil || !reflect.DeepEqual(*totals, withOps) {
+			t.Fatalf("NoOps: %+v, want %+v without ops", *totals, withOps)
+		}
 		if len(tm.Ops) != len(p.Ops) {
 			t.Fatalf("%d op times for %d ops", len(tm.Ops), len(p.Ops))
 		}

@@ -180,11 +180,10 @@ func priceStages(s Spec, o Options, n func(stage int) int) ([]*cost.Timing, map[
 		if err != nil {
 			return nil, pl.graphs, err
 		}
-		t, err := priceRank(&s, p)
+		t, err := priceRank(&s, p, false)
 		if err != nil {
 			return nil, pl.graphs, err
 		}
-		t.Ops = nil
 		ts = append(ts, t)
 	}
 	return ts, pl.graphs, nil
@@ -282,12 +281,7 @@ func priceTwo(s Spec, o Options) (*cost.Timing, map[int]*ir.Graph, error) {
 	if err != nil {
 		return nil, pl.graphs, err
 	}
-	t2, err := Price(&s, p2)
-	if t2 != nil {
-		// Only the totals are extrapolated (extrapolate): the per-op times
-		// of programs the plan does not keep would stay live through it.
-		t2.Ops = nil
-	}
+	t2, err := Price(&s, p2) // totals alone: only they are extrapolated
 	return t2, pl.graphs, err
 }
 

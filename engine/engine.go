@@ -238,6 +238,10 @@ type Options struct {
 	// show every stage's peak (pipelineShortAccum) instead of all of them
 	// (planPipelineShortAccum).
 	NoTiming bool
+	// OpTimes keeps each op's times in Result.Timing.Ops (pack's envelope
+	// lays the curves on the step's time axis); without it the timing holds
+	// the step's and the phases' times alone (cost.PriceOptions.NoOps).
+	OpTimes bool
 	// Stages, when set, plans only these pipeline stages. The search plans
 	// the first and the last: with identical layers they bound the others
 	// (a middle stage holds the same layers as the first with fewer
@@ -739,9 +743,10 @@ func (s *Spec) ComputeDType() units.DType {
 	return s.Precision.ParamDType()
 }
 
-// Price times program p of spec s on s.GPU.
+// Price times program p of spec s on s.GPU: the step's and the phases'
+// times, no op's (Timing.Ops is empty).
 func Price(s *Spec, p *ir.Program) (*cost.Timing, error) {
-	t, err := priceRank(s, p)
+	t, err := priceRank(s, p, false)
 	if err != nil {
 		return nil, err
 	}
@@ -760,14 +765,15 @@ func checkStep(s *Spec, t *cost.Timing) error {
 }
 
 // priceRank times program p of spec s on s.GPU as the rank runs it, without
-// the time it idles in a pipeline's bubble (nil without a GPU).
-func priceRank(s *Spec, p *ir.Program) (*cost.Timing, error) {
+// the time it idles in a pipeline's bubble (nil without a GPU), with each
+// op's times when ops is set.
+func priceRank(s *Spec, p *ir.Program, ops bool) (*cost.Timing, error) {
 	if s.GPU == nil {
 		return nil, nil
 	}
 	dp := float64(max(s.DP, 1))
 	t, err := cost.Price(p, s.GPU, cost.PriceOptions{DType: s.priceDType(), TokensPerStep: s.TokensPerStep() * dp,
-		SamplesPerStep: float64(s.MicroBatch) * float64(s.Accum) * dp, Topology: s.Topology()})
+		SamplesPerStep: float64(s.MicroBatch) * float64(s.Accum) * dp, Topology: s.Topology(), NoOps: !ops})
 	if err != nil {
 		return nil, err
 	}
@@ -971,7 +977,7 @@ func (pl *planner) planStage(stage int) (stagePlan, error) {
 	var errT error
 	price := func() {
 		if !o.NoTiming {
-			t, errT = priceRank(s, p)
+			t, errT = priceRank(s, p, o.OpTimes)
 		}
 	}
 	var beside sync.WaitGroup

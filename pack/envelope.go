@@ -341,7 +341,7 @@ type enveloper struct {
 
 // plan plans the job; the context is the recipe's CUDA overhead.
 func (ev *enveloper) plan(s engine.Spec) (err error) {
-	o := engine.Options{Context: ev.ctx}
+	o := engine.Options{Context: ev.ctx, OpTimes: true} // curves reads each op's end
 	if s.PP > 1 {
 		o.Stages = []int{ev.stage}
 	}

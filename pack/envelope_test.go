@@ -25,6 +25,12 @@ func TestTinyJobEnvelope(t *testing.T) {
 		t.Fatalf("allocated %s: not a tiny job any more", e.Allocated-e.Context)
 	}
 	checkEnvelope(t, e)
+	// The curves lie on the step's time axis (each op's end on the
+	// roofline), not on op indices: a tiny job's step is far under a second
+	// and it has thousands of ops.
+	if e.Period <= 0 || e.Period >= 1 {
+		t.Errorf("period %g s: the curves are not on the step's time axis", e.Period)
+	}
 	res, err := PackEnvelopes(procs, pool, Options{})
 	if err != nil {
 		t.Fatal(err)
