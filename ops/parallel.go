@@ -109,7 +109,7 @@ func (b *Builder) LinearNF4(name string, x, w, absmax, nested, bias ir.TensorID,
 	xs, ws := b.g.Tensors[x].Shape, b.g.Tensors[w].Shape
 	rows := numel(xs) / lastDim(xs)
 	flops := 2 * float64(rows) * float64(ws[0]) * float64(ws[1])
-	y := b.node(kind, ins, []out{{name: name, dt: cdt, shape: withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
+	y := b.node(kind, ins, []out{{name: name, dt: cdt, shape: b.withLast(xs, ws[0]), view: ir.NoTensor}}, flops)[0]
 	n := b.last()
 	deq := cdt.Size(numel(ws))
 	if o.DequantCopy {
