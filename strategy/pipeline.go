@@ -303,10 +303,14 @@ func (pl *pipeliner) findBlocks() {
 		op := &ops[i]
 		if m := op.Module; i == 0 || m != last {
 			last = m
-			lastB, lastOK = blk.of(m)
-			lastIdx = -1
-			if bi, ok := pl.blockIdx[lastB]; ok && lastOK {
-				lastIdx = int32(bi)
+			// Another module of the same block keeps its index (an
+			// expert's projections, one after another).
+			if b, ok := blk.of(m); i == 0 || b != lastB || ok != lastOK {
+				lastB, lastOK = b, ok
+				lastIdx = -1
+				if bi, ok := pl.blockIdx[lastB]; ok && lastOK {
+					lastIdx = int32(bi)
+				}
 			}
 		}
 		if lastOK && lastIdx < 0 && op.Phase == ir.Forward && !op.Recompute {
@@ -334,16 +338,32 @@ func (pl *pipeliner) findBlocks() {
 	}
 }
 
-// blockOfModule is ppBlock of the module last asked for, kept.
+// blockOfModule is ppBlock of the module last asked for, kept, and of
+// every module under the same indexed block: ppBlock reads only
+// ir.BlockOf's prefix, which ends at the path's first index, so
+// "model.layers.3.mlp.experts.17.up_proj" has the block of
+// "model.layers.3.mlp.experts.17.gate_proj" without parsing it (a
+// deepseek-v3 stage changes module every few ops: 0.4 s of a pipelined
+// diagnose parsed them).
 type blockOfModule struct {
 	module, block string
 	ok, valid     bool
+	prefix        string // ir.BlockOf(module), when it ends at an index ("" if not)
 }
 
 func (c *blockOfModule) of(module string) (string, bool) {
-	if !c.valid || module != c.module {
-		c.module, c.valid = module, true
-		c.block, c.ok = ppBlock(module)
+	if c.valid && module == c.module {
+		return c.block, c.ok
+	}
+	if p := c.prefix; c.valid && p != "" && len(module) > len(p) && module[len(p)] == '.' && module[:len(p)] == p {
+		c.module = module
+		return c.block, c.ok
+	}
+	c.module, c.valid = module, true
+	c.block, c.ok = ppBlock(module)
+	c.prefix = ""
+	if b := ir.BlockOf(module); ir.IsIndex(b[strings.LastIndexByte(b, '.')+1:]) {
+		c.prefix = b
 	}
 	return c.block, c.ok
 }

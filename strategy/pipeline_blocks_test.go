@@ -2,9 +2,11 @@ package strategy
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/memplan/memplan/ir"
+	"pgregory.net/rapid"
 )
 
 // TestFindBlocksOpBlock checks findBlocks' per-op block index, kept per run
@@ -90,4 +92,32 @@ func TestNodeChunksAnyMicroStep(t *testing.T) {
 			t.Errorf("micro-step %d: node chunks %v, want %v", micro, got, want)
 		}
 	}
+}
+
+// TestPropertyBlockOfModuleIsPPBlock: the kept block (reused for every
+// module under the same indexed block) is ppBlock's for any sequence of
+// module paths, indexed ("layers.3"), named ("h_3") or neither.
+func TestPropertyBlockOfModuleIsPPBlock(t *testing.T) {
+	parts := []string{"model", "layers", "h", "h_3", "block_12", "3", "17", "0", "mlp", "experts", "gate_proj", "x1", ""}
+	rapid.Check(t, func(rt *rapid.T) {
+		var c blockOfModule
+		prev := ""
+		for i, n := 0, rapid.IntRange(1, 40).Draw(rt, "n"); i < n; i++ {
+			k := rapid.IntRange(0, 6).Draw(rt, "depth")
+			path := make([]string, k)
+			for j := range path {
+				path[j] = rapid.SampledFrom(parts).Draw(rt, "part")
+			}
+			m := strings.Join(path, ".")
+			if prev != "" && m != "" && rapid.Bool().Draw(rt, "under the last") {
+				m = prev + "." + m
+			}
+			prev = m
+			gb, gok := c.of(m)
+			wb, wok := ppBlock(m)
+			if gb != wb || gok != wok {
+				rt.Fatalf("module %q: kept %q %v, ppBlock %q %v", m, gb, gok, wb, wok)
+			}
+		}
+	})
 }
