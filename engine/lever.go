@@ -477,6 +477,12 @@ func (v Variant) CannotLower(base *Result) bool {
 	return v.floor(base) >= base.PeakBytes()
 }
 
+// CannotFit says the strategy cannot make base fit its capacity: its peak
+// is at least its floor, over the capacity (false without a capacity).
+func (v Variant) CannotFit(base *Result) bool {
+	return base.Capacity > 0 && v.floor(base) > base.Capacity
+}
+
 // floor is a lower bound on the strategy's peak from base's phases (0: none
 // known). A strategy that changes only what forward and backward hold
 // (checkpointing, activation offload) leaves every op of the optimizer step

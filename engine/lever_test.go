@@ -681,3 +681,39 @@ func TestAutoCheckpointsTheFirstStepInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A strategy CannotFit rules out never fits (diagnose's next step skips
+// it): planned under the same capacity, its peak is over it. Capacities
+// are drawn up to the baseline's peak, so the floors cross them.
+func TestPropertyCannotFitNeverFits(t *testing.T) {
+	ruled := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverPipelineSpec(t, rt)
+		free, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		s.Capacity = units.Bytes(rapid.Int64Range(1, int64(free.PeakBytes())).Draw(rt, "capacity"))
+		base, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		for _, v := range Variants(base.Spec, Allow{})[1:] {
+			vs := base.Spec
+			if !v.CannotFit(base) || v.apply(&vs) != nil {
+				continue
+			}
+			r, err := Plan(vs)
+			if err != nil {
+				continue
+			}
+			ruled++
+			if r.Fits {
+				t.Fatalf("%s: ruled out by its floor %d over the capacity %d, but fits (peak %d)", v.Name, v.floor(base), base.Capacity, r.PeakBytes())
+			}
+		}
+	})
+	if ruled == 0 {
+		t.Fatal("no draw had a strategy CannotFit rules out")
+	}
+}
