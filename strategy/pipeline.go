@@ -359,10 +359,11 @@ func (c *blockOfModule) of(module string) (string, bool) {
 		c.module = module
 		return c.block, c.ok
 	}
+	b := ir.BlockOf(module)
 	c.module, c.valid = module, true
-	c.block, c.ok = ppBlock(module)
+	c.block, c.ok = ppBlockOf(b)
 	c.prefix = ""
-	if b := ir.BlockOf(module); ir.IsIndex(b[strings.LastIndexByte(b, '.')+1:]) {
+	if endsInIndex(b) {
 		c.prefix = b
 	}
 	return c.block, c.ok
@@ -1004,19 +1005,21 @@ func ppScale(b units.Bytes, f float64) units.Bytes {
 // comes first (torchvision's VisionTransformer names its encoder's blocks
 // "encoder.layers.encoder_layer_0", torchvision/models/
 // vision_transformer.py @v0.20.0, Encoder: layers[f"encoder_layer_{i}"]).
-func ppBlock(module string) (string, bool) {
-	if module == "" {
-		return "", false
-	}
-	b := ir.BlockOf(module)
+func ppBlock(module string) (string, bool) { return ppBlockOf(ir.BlockOf(module)) }
+
+// ppBlockOf is ppBlock of a module whose ir.BlockOf is b.
+func ppBlockOf(b string) (string, bool) {
 	if n := namedIndexEnd(b); n > 0 {
 		return b[:n], true
 	}
-	if !ir.IsIndex(b[strings.LastIndexByte(b, '.')+1:]) {
+	if !endsInIndex(b) {
 		return "", false
 	}
 	return b, true
 }
+
+// endsInIndex says whether path's last component is a list index.
+func endsInIndex(path string) bool { return ir.IsIndex(path[strings.LastIndexByte(path, '.')+1:]) }
 
 // ppAnalysis is what Apply needs to know about the whole program.
 type ppAnalysis struct {
