@@ -273,58 +273,138 @@ type autoChoice struct {
 // program fits. When no choice fits, it chooses every block: a job too big
 // for the GPU is an answer that does not fit (plan reports it, max bisects
 // over it), not bad input.
-func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error)) (autoChoice, error) {
+//
+// It also returns the program build made for the choice when that was the
+// last one it built (nil otherwise), for the caller to plan rather than
+// build it again.
+func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error)) (autoChoice, *ir.Program, error) {
+	return autoCheckpointFrom(s, base, build, autoOrder(s, base))
+}
+
+// autoOrder is autoCheckpoint's order, stepFirst (tests try both).
+var autoOrder = stepFirst
+
+// autoReuse says whether a plan takes the program autoCheckpoint built for
+// its choice (tests compare with one built again).
+var autoReuse = true
+
+// stepFirst says whether autoCheckpoint looks at the optimizer step with
+// every block checkpointed before the program without checkpointing: when
+// the resident state the program starts with is over the capacity before
+// any sharding or offload. Either order gives the same choice (checkpointing
+// changes no op of the step: TestPropertyFwdBwdVariantsKeepOptimizerPeak);
+// the order only decides which is built once. A job whose step alone is
+// over the GPU ends on the first program, the every-block one it plans
+// (deepseek-v3 --accum 4 built 1.4 million ops without checkpointing first,
+// then every block twice); one that fits without checkpointing ends on the
+// program without it. Not when the step runs inside backward, where the
+// property does not hold.
+func stepFirst(s *Spec, base *ir.Program) bool {
+	if s.Sem.OptimizerInBackward {
+		return false
+	}
+	var resident units.Bytes
+	for i := range base.Tensors {
+		t := &base.Tensors[i]
+		if t.Base == ir.NoTensor && t.Resident && !t.Host {
+			resident += t.Bytes
+		}
+	}
+	return resident > s.CapacityBytes()
+}
+
+// autoCheckpointFrom is autoCheckpoint looking at the step with every
+// block checkpointed first when step says so.
+func autoCheckpointFrom(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error), step bool) (autoChoice, *ir.Program, error) {
 	capacity := s.CapacityBytes()
 	if capacity <= 0 {
-		return autoChoice{}, ErrNoCapacity
+		return autoChoice{}, nil, ErrNoCapacity
 	}
 	blocks := Blocks(base)
 	if len(blocks) == 0 {
-		return autoChoice{}, fmt.Errorf("the model has no repeated blocks to checkpoint")
+		return autoChoice{}, nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
 	none := autoChoice{blocks: blocks, noneFits: true}
+	// last is the program build made last, for blocks lastNames, while no
+	// other is being built: held past a build it would double the heap.
+	var last *ir.Program
+	var lastNames []string
+	run := func(names []string) (*sim.Result, error) {
+		last = nil
+		p, err := build(names)
+		if err != nil {
+			return nil, err
+		}
+		r, err := sim.RunWith(p, peaksOnly)
+		if err != nil {
+			return nil, err
+		}
+		last, lastNames = p, names
+		return r, nil
+	}
+	chosen := func(c autoChoice) (autoChoice, *ir.Program, error) {
+		if last != nil && slices.Equal(lastNames, c.blocks) {
+			return c, last, nil
+		}
+		return c, nil, nil
+	}
 	// peaks returns the simulated peak and the peak of forward and backward
 	// (the part the chain can change; the optimizer step's is fixed).
 	peaks := func(names []string) (all, fb units.Bytes, err error) {
-		p, err := build(names)
-		if err != nil {
-			return 0, 0, err
-		}
-		r, err := sim.RunWith(p, peaksOnly)
+		r, err := run(names)
 		if err != nil {
 			return 0, 0, err
 		}
 		return r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total), nil
 	}
-	if q, err := build(nil); err == nil {
-		if r, err := sim.RunWith(q, peaksOnly); err == nil {
-			if r.Peak.Total <= capacity {
-				return autoChoice{}, nil // fits without checkpointing
+	// Checkpointing changes no op of the optimizer step
+	// (TestPropertyFwdBwdVariantsKeepOptimizerPeak): a step over the
+	// capacity stays over it, whatever blocks are chosen, so every block is
+	// chosen.
+	stepOver := func(r *sim.Result) bool {
+		st := r.PhasePeak[ir.Optimizer]
+		return st.Op >= 0 && st.Total > capacity
+	}
+	var allPeak, allFB units.Bytes
+	var allErr error
+	allDone := false
+	if step {
+		// An error here is returned where the every-block plan is
+		// needed: not when the job fits without checkpointing.
+		var r *sim.Result
+		if r, allErr = run(blocks); allErr == nil {
+			if stepOver(r) {
+				return chosen(none)
 			}
-			// Checkpointing changes no op of the optimizer step
-			// (TestPropertyFwdBwdVariantsKeepOptimizerPeak): a step over
-			// the capacity stays over it, whatever blocks are chosen, so
-			// every block is chosen without simulating it here first.
-			if st := r.PhasePeak[ir.Optimizer]; st.Op >= 0 && st.Total > capacity {
-				return none, nil
-			}
+			allPeak, allFB = r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total)
+		}
+		allDone = true
+	}
+	if r, err := run(nil); err == nil {
+		if r.Peak.Total <= capacity {
+			return chosen(autoChoice{}) // fits without checkpointing
+		}
+		if stepOver(r) {
+			return chosen(none)
 		}
 	}
 	costs := blockCosts(base, blocks) // for the DP: not before the early answers above need it
-	allPeak, allFB, err := peaks(blocks)
-	if err != nil {
-		return autoChoice{}, err
+	if !allDone {
+		allPeak, allFB, allErr = peaks(blocks)
+	}
+	if allErr != nil {
+		return autoChoice{}, nil, allErr
 	}
 	if allPeak > capacity {
-		return none, nil
+		return chosen(none)
 	}
 	// Memory outside the chain at the forward/backward peak, seen with every
 	// block checkpointed.
 	outside := int64(allFB) - ckpt.MinPeak(costs)
 	chain := int64(capacity) - outside
 	best, bestRe := blocks, math.Inf(1)
-	var last []string
-	stall := 0 // iterations the DP returned the same policy while over
+	var over []string // the last choice over the capacity
+	stall := 0        // iterations the DP returned the same policy while over
 	for iter := 0; iter < 10 && chain > 0; iter++ {
 		pol, err := ckpt.Optimal(costs, chain)
 		if err != nil {
@@ -339,18 +419,18 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		}
 		peak, fb, err := peaks(names)
 		if err != nil {
-			return autoChoice{}, err
+			return autoChoice{}, nil, err
 		}
 		if peak > capacity {
 			// The model under-counted: tighten. The DP works in whole
 			// slots, so an excess smaller than a slot can leave its choice
 			// unchanged; tighten twice as hard each time it does.
-			if slices.Equal(names, last) {
+			if slices.Equal(names, over) {
 				stall++
 			} else {
 				stall = 0
 			}
-			last = names
+			over = names
 			chain -= int64(peak-capacity) << stall
 			continue
 		}
@@ -364,5 +444,5 @@ func autoCheckpoint(s *Spec, base *ir.Program, build func([]string) (*ir.Program
 		}
 		break
 	}
-	return autoChoice{blocks: best}, nil
+	return chosen(autoChoice{blocks: best})
 }

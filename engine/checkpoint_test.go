@@ -9,6 +9,7 @@ import (
 	"github.com/memplan/memplan/ops"
 	"github.com/memplan/memplan/search/ckpt"
 	"github.com/memplan/memplan/units"
+	"pgregory.net/rapid"
 )
 
 func recompute(p *ir.Program) float64 {
@@ -169,4 +170,95 @@ func TestAutoCheckpointNoneFits(t *testing.T) {
 			t.Errorf("%s (capacity %s): checkpointed %v, want every block %v", tc.name, tc.capacity, r.AutoCheckpointed, blocks)
 		}
 	}
+}
+
+// --checkpoint auto chooses the same blocks whichever program it looks at
+// first (autoOrder), and a plan of the program it built for its choice is
+// the plan of that program built again (autoReuse). Capacities are drawn
+// from under every block checkpointed to over no checkpointing, so the
+// choices cover none fitting and none needed; llama-3.2-1b's budgets
+// between the two (autoCheckpointCase) checkpoint some blocks.
+func TestPropertyAutoCheckpointOrderAndReuse(t *testing.T) {
+	kinds := map[string]int{}
+	kind := func(r *Result) {
+		switch {
+		case r.AutoNoneFits:
+			kinds["none fits"]++
+		case len(r.AutoCheckpointed) == 0:
+			kinds["none needed"]++
+		default:
+			kinds["some blocks"]++
+		}
+	}
+	a := lookup(t, "llama-3.2-1b")
+	base := Spec{Job: Job{Model: a, MicroBatch: 2, Seq: 2048, Precision: ops.AMPBF16, Optimizer: lower.AdamW}}
+	full := base
+	full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	rf, rb := mustPlan(t, full), mustPlan(t, base)
+	for _, frac := range []float64{0.25, 0.75} {
+		s := base
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
+		s.Capacity = rf.Sim.Peak.Total + units.Bytes(frac*float64(rb.Sim.Peak.Total-rf.Sim.Peak.Total))
+		kind(autoModesAgree(t, s))
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverPipelineSpec(t, rt)
+		free, err := Plan(s)
+		if err != nil {
+			rt.Skip(err)
+		}
+		full := s
+		full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		rf, err := Plan(full)
+		if err != nil {
+			rt.Skip(err)
+		}
+		lo, hi := int64(rf.PeakBytes())*3/4, int64(free.PeakBytes())*11/10
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
+		s.Capacity = units.Bytes(rapid.Int64Range(min(lo, hi), hi).Draw(rt, "capacity"))
+		kind(autoModesAgree(t, s))
+	})
+	for _, k := range []string{"none fits", "none needed", "some blocks"} {
+		if kinds[k] == 0 {
+			t.Errorf("no plan where %s (%v)", k, kinds)
+		}
+	}
+}
+
+// autoModesAgree plans s (--checkpoint auto) in autoCheckpoint's two
+// orders, with the program it built reused and built again, checks the
+// four plans agree and returns one.
+func autoModesAgree(t *testing.T, s Spec) *Result {
+	t.Helper()
+	defer func(o func(*Spec, *ir.Program) bool, r bool) { autoOrder, autoReuse = o, r }(autoOrder, autoReuse)
+	var want *Result
+	for _, c := range []struct{ step, reuse bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+		autoOrder = func(*Spec, *ir.Program) bool { return c.step }
+		autoReuse = c.reuse
+		r, err := Plan(s)
+		if err != nil {
+			t.Fatalf("step first %v, reuse %v: %v", c.step, c.reuse, err)
+		}
+		if want == nil {
+			want = r
+			continue
+		}
+		if !slices.Equal(r.AutoCheckpointed, want.AutoCheckpointed) || r.AutoNoneFits != want.AutoNoneFits ||
+			r.PeakBytes() != want.PeakBytes() || r.Sim.Peak != want.Sim.Peak || len(r.Program.Ops) != len(want.Program.Ops) ||
+			len(r.Program.Tensors) != len(want.Program.Tensors) || r.Sim.Params != want.Sim.Params || !sameStep(r, want) {
+			t.Fatalf("step first %v, reuse %v: %d blocks (none fits %v), peak %d, %d ops; step last, built again: %d blocks (none fits %v), peak %d, %d ops",
+				c.step, c.reuse, len(r.AutoCheckpointed), r.AutoNoneFits, r.PeakBytes(), len(r.Program.Ops),
+				len(want.AutoCheckpointed), want.AutoNoneFits, want.PeakBytes(), len(want.Program.Ops))
+		}
+	}
+	return want
+}
+
+// sameStep says whether a and b are priced alike (both unpriced, or the
+// same step time).
+func sameStep(a, b *Result) bool {
+	if a.Timing == nil || b.Timing == nil {
+		return a.Timing == b.Timing
+	}
+	return a.Timing.Step == b.Timing.Step
 }

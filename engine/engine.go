@@ -1098,11 +1098,16 @@ func (pl *planner) transform(p *ir.Program, own bool, stage int, sl slice) (*ir.
 	var chosen []string
 	if s.Checkpoint.Kind == CheckpointAuto {
 		if pl.auto == nil {
-			ch, err := autoCheckpoint(s, p, transforms)
+			ch, q, err := autoCheckpoint(s, p, transforms)
 			if err != nil {
 				return nil, 0, err
 			}
 			pl.auto = &ch
+			if q != nil && autoReuse {
+				// The choice's program, built last (params is
+				// its count).
+				return q, params, nil
+			}
 		}
 		chosen = pl.auto.blocks
 	}
