@@ -372,7 +372,8 @@ func stagewise(s *Spec, o Options) bool {
 // its p−i micro-batches in flight with every gradient existing, and its
 // first, accumulating and last backward: stageAccum's argument), priced
 // with n+1 too to extrapolate its step; or all k where n and n+1 are no
-// fewer to build (2n+1 ≥ k: the first stages of a plan under 2p+3).
+// fewer to build (2n+1 ≥ k: the first stages of a plan under 2p+3) and
+// the stage's k hold no more than maxStageBlocks.
 func stagewiseSteps(s *Spec) []int {
 	steps := make([]int, s.PP)
 	for i := range steps {
@@ -384,10 +385,42 @@ func stagewiseSteps(s *Spec) []int {
 // stagewiseStep is stagewiseSteps' of stage i.
 func stagewiseStep(s *Spec, i int) int {
 	k := s.Accum
-	if n := min(k, max(3, s.PP-i+1)); 2*n+1 < k {
+	if n := min(k, max(3, s.PP-i+1)); n < k && (2*n+1 < k || stageBlocks(s, i)*int64(k) > maxStageBlocks) {
 		return n
 	}
 	return k
+}
+
+// maxStageBlocks bounds the block-steps (stageBlocks × micro-steps) of a
+// stage stagewise plans with all its micro-steps where its few and one
+// more are more to build: half of MaxSimBlocks, about 1 GB at 34-41 KB a
+// block-step (validateSimulatedBlocks). Each transform copies the stage's
+// program, so a larger one is live twice, over the 1.5 GiB heap the CLI
+// holds, and the collector runs back to back: deepseek-v3 --pp 8
+// --accum 16's stage 1, 8 layers of 257 blocks over 16 micro-steps
+// (32,896), was built in 2.3-3.7 s, and its 8 planned and 9 priced in
+// 1.7-1.9 s; stage 0, three dense layers and four of experts (16,496),
+// in 0.6 s against 1.0-1.2 s. A variable: TestPropertyStagewiseMatchesFull
+// sets it to 0 to plan every stage with its few.
+var maxStageBlocks int64 = MaxSimBlocks / 2
+
+// stageBlocks is the blocks of stage i of s's pipeline: each layer with
+// experts one per expert and one more, each other layer one
+// (validateSimulatedBlocks counts every layer with experts, a bound); 0
+// for a trace, bounded by its events (stagewise).
+func stageBlocks(s *Spec, i int) int64 {
+	if s.Model == nil {
+		return 0
+	}
+	lo, hi := stageLayers(s, i)
+	var n int64
+	for l := lo; l < hi; l++ {
+		n++
+		if s.Model.MoELayer(l) {
+			n += int64(s.Model.NumExperts)
+		}
+	}
+	return n
 }
 
 // planStagewise plans s (validated, stagewise) a stage at a time, stage i

@@ -379,13 +379,19 @@ func pipelineSpec(t *testing.T, rt *rapid.T, maxPP int, accum func(pp int) (lo, 
 
 // A priced 1F1B pipeline of k > p+1 micro-steps planned a stage at a time
 // (planStagewise: stage i with p−i+1, at least three, priced with one
-// more, or all k where those are no fewer) peaks as all k planned do, on
+// more, or all k where those are no fewer and the stage's k hold no more
+// than maxStageBlocks, drawn at 0 too) peaks as all k planned do, on
 // every stage, in each stage's phases, in the first step and on the host,
 // and its step, phase walls, idle time, FLOPs and throughput equal all k
 // priced (to a nanosecond per micro-step of rounding).
 func TestPropertyStagewiseMatchesFull(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := pipelineSpec(t, rt, 6, func(pp int) (int, int) { return pp + 2, 3*pp + 6 })
+		// Every stage with its few, as a stage over maxStageBlocks is.
+		if rapid.Bool().Draw(rt, "every stage its few") {
+			defer func(m int64) { maxStageBlocks = m }(maxStageBlocks)
+			maxStageBlocks = 0
+		}
 		all, err := PlanWith(s, Options{AllAccum: true})
 		if err != nil {
 			rt.Skip(err)
@@ -430,5 +436,23 @@ func timingsEqual(t *testing.T, accum int, short, all *Result) {
 	}
 	if !near(a.FLOPs, b.FLOPs) || !near(short.StepFLOPs, all.StepFLOPs) || !near(a.MFU, b.MFU) || !near(a.TokensPerSec, b.TokensPerSec) {
 		t.Fatalf("FLOPs %g/%g, step FLOPs %g/%g, MFU %g/%g, tokens/s %g/%g short/full", a.FLOPs, b.FLOPs, short.StepFLOPs, all.StepFLOPs, a.MFU, b.MFU, a.TokensPerSec, b.TokensPerSec)
+	}
+}
+
+// A stage of more than maxStageBlocks block-steps is planned with its few
+// although they and one more are more micro-steps to build: deepseek-v3
+// --pp 8 --accum 16's stage 1 (8 layers of 257 blocks over 16
+// micro-steps), not its stage 0 (3 dense layers and 4 of experts).
+func TestStagewiseStepsBoundStageBlocks(t *testing.T) {
+	s := Spec{Job: Job{Model: lookup(t, "deepseek-v3"), MicroBatch: 1, Seq: 2048, Accum: 16}, Parallel: Parallel{PP: 8}}
+	if got, want := stagewiseSteps(&s), []int{16, 8, 7, 6, 5, 4, 3, 3}; !slices.Equal(got, want) {
+		t.Errorf("deepseek-v3 pp 8 accum 16: stages planned with %v micro-steps, want %v", got, want)
+	}
+	if b := stageBlocks(&s, 0); b != 3+4*257 {
+		t.Errorf("stage 0 holds %d blocks, want %d", b, 3+4*257)
+	}
+	s.Model = lookup(t, "llama-3-70b")
+	if got, want := stagewiseSteps(&s), []int{16, 16, 7, 6, 5, 4, 3, 3}; !slices.Equal(got, want) {
+		t.Errorf("llama-3-70b pp 8 accum 16: stages planned with %v micro-steps, want %v", got, want)
 	}
 }
