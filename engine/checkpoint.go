@@ -313,6 +313,64 @@ func stepFirst(s *Spec, base *ir.Program) bool {
 	return resident > s.CapacityBytes()
 }
 
+// autoRun is one autoCheckpoint's programs: it builds and simulates
+// them, and keeps the last it built (last, for blocks lastNames) while no
+// other is being built: held past a build, it would double the heap.
+type autoRun struct {
+	build     func([]string) (*ir.Program, error)
+	capacity  units.Bytes
+	last      *ir.Program
+	lastNames []string
+}
+
+// run builds the program checkpointing names and simulates it for its peaks.
+func (a *autoRun) run(names []string) (*sim.Result, error) {
+	a.last = nil
+	p, err := a.build(names)
+	if err != nil {
+		return nil, err
+	}
+	r, err := sim.RunWith(p, peaksOnly)
+	if err != nil {
+		return nil, err
+	}
+	a.last, a.lastNames = p, names
+	return r, nil
+}
+
+// peaks is the simulated peak of the program checkpointing names and the
+// peak of its forward and backward (the part the chain can change; the
+// optimizer step's is fixed).
+func (a *autoRun) peaks(names []string) (all, fb units.Bytes, err error) {
+	r, err := a.run(names)
+	if err != nil {
+		return 0, 0, err
+	}
+	return r.Peak.Total, fwdBwdPeak(r), nil
+}
+
+// fwdBwdPeak is the peak of r's forward and backward.
+func fwdBwdPeak(r *sim.Result) units.Bytes {
+	return max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total)
+}
+
+// stepOver says whether r's optimizer step is over the capacity.
+// Checkpointing changes no op of the step
+// (TestPropertyFwdBwdVariantsKeepOptimizerPeak): it stays over whatever
+// blocks are chosen, so every block is chosen.
+func (a *autoRun) stepOver(r *sim.Result) bool {
+	st := r.PhasePeak[ir.Optimizer]
+	return st.Op >= 0 && st.Total > a.capacity
+}
+
+// chosen is choice c with its program when it was the last built.
+func (a *autoRun) chosen(c autoChoice) (autoChoice, *ir.Program, error) {
+	if a.last != nil && slices.Equal(a.lastNames, c.blocks) {
+		return c, a.last, nil
+	}
+	return c, nil, nil
+}
+
 // autoCheckpointFrom is autoCheckpoint looking at the step with every
 // block checkpointed first when step says so.
 func autoCheckpointFrom(s *Spec, base *ir.Program, build func([]string) (*ir.Program, error), step bool) (autoChoice, *ir.Program, error) {
@@ -325,81 +383,52 @@ func autoCheckpointFrom(s *Spec, base *ir.Program, build func([]string) (*ir.Pro
 		return autoChoice{}, nil, fmt.Errorf("the model has no repeated blocks to checkpoint")
 	}
 	none := autoChoice{blocks: blocks, noneFits: true}
-	// last is the program build made last, for blocks lastNames, while no
-	// other is being built: held past a build it would double the heap.
-	var last *ir.Program
-	var lastNames []string
-	run := func(names []string) (*sim.Result, error) {
-		last = nil
-		p, err := build(names)
-		if err != nil {
-			return nil, err
-		}
-		r, err := sim.RunWith(p, peaksOnly)
-		if err != nil {
-			return nil, err
-		}
-		last, lastNames = p, names
-		return r, nil
-	}
-	chosen := func(c autoChoice) (autoChoice, *ir.Program, error) {
-		if last != nil && slices.Equal(lastNames, c.blocks) {
-			return c, last, nil
-		}
-		return c, nil, nil
-	}
-	// peaks returns the simulated peak and the peak of forward and backward
-	// (the part the chain can change; the optimizer step's is fixed).
-	peaks := func(names []string) (all, fb units.Bytes, err error) {
-		r, err := run(names)
-		if err != nil {
-			return 0, 0, err
-		}
-		return r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total), nil
-	}
-	// Checkpointing changes no op of the optimizer step
-	// (TestPropertyFwdBwdVariantsKeepOptimizerPeak): a step over the
-	// capacity stays over it, whatever blocks are chosen, so every block is
-	// chosen.
-	stepOver := func(r *sim.Result) bool {
-		st := r.PhasePeak[ir.Optimizer]
-		return st.Op >= 0 && st.Total > capacity
-	}
+	a := &autoRun{build: build, capacity: capacity}
 	var allPeak, allFB units.Bytes
 	var allErr error
-	allDone := false
 	if step {
 		// An error here is returned where the every-block plan is
 		// needed: not when the job fits without checkpointing.
 		var r *sim.Result
-		if r, allErr = run(blocks); allErr == nil {
-			if stepOver(r) {
-				return chosen(none)
+		if r, allErr = a.run(blocks); allErr == nil {
+			if a.stepOver(r) {
+				return a.chosen(none)
 			}
-			allPeak, allFB = r.Peak.Total, max(r.PhasePeak[ir.Forward].Total, r.PhasePeak[ir.Backward].Total)
+			allPeak, allFB = r.Peak.Total, fwdBwdPeak(r)
 		}
-		allDone = true
 	}
-	if r, err := run(nil); err == nil {
+	if r, err := a.run(nil); err == nil {
 		if r.Peak.Total <= capacity {
-			return chosen(autoChoice{}) // fits without checkpointing
+			return a.chosen(autoChoice{}) // fits without checkpointing
 		}
-		if stepOver(r) {
-			return chosen(none)
+		if a.stepOver(r) {
+			return a.chosen(none)
 		}
 	}
 	costs := blockCosts(base, blocks) // for the DP: not before the early answers above need it
-	if !allDone {
-		allPeak, allFB, allErr = peaks(blocks)
+	if !step {
+		allPeak, allFB, allErr = a.peaks(blocks)
 	}
 	if allErr != nil {
 		return autoChoice{}, nil, allErr
 	}
 	if allPeak > capacity {
-		return chosen(none)
+		return a.chosen(none)
 	}
-	// Memory outside the chain at the forward/backward peak, seen with every
-	// block checkpointed.
+	best, err := a.tighten(blocks, costs, allFB)
+	if err != nil {
+		return autoChoice{}, nil, err
+	}
+	return a.chosen(autoChoice{blocks: best})
+}
+
+// tighten runs the chain DP over blocks (costs) until the simulated
+// program fits, from the chain budget the capacity leaves beside what is
+// outside the chain at the forward/backward peak with every block
+// checkpointed (allFB), and returns the fitting choice of least recompute
+// (every block when none fits).
+func (a *autoRun) tighten(blocks []string, costs []ckpt.Block, allFB units.Bytes) ([]string, error) {
+	capacity := a.capacity
 	outside := int64(allFB) - ckpt.MinPeak(costs)
 	chain := int64(capacity) - outside
 	best, bestRe := blocks, math.Inf(1)
@@ -417,9 +446,9 @@ func autoCheckpointFrom(s *Spec, base *ir.Program, build func([]string) (*ir.Pro
 				names = append(names, blocks[i])
 			}
 		}
-		peak, fb, err := peaks(names)
+		peak, fb, err := a.peaks(names)
 		if err != nil {
-			return autoChoice{}, nil, err
+			return nil, err
 		}
 		if peak > capacity {
 			// The model under-counted: tighten. The DP works in whole
@@ -444,5 +473,5 @@ func autoCheckpointFrom(s *Spec, base *ir.Program, build func([]string) (*ir.Pro
 		}
 		break
 	}
-	return chosen(autoChoice{blocks: best})
+	return best, nil
 }
