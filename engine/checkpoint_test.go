@@ -202,17 +202,7 @@ func TestPropertyAutoCheckpointOrderAndReuse(t *testing.T) {
 		kind(autoModesAgree(t, s))
 	}
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverPipelineSpec(t, rt)
-		free, err := Plan(s)
-		if err != nil {
-			rt.Skip(err)
-		}
-		full := s
-		full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
-		rf, err := Plan(full)
-		if err != nil {
-			rt.Skip(err)
-		}
+		s, free, rf := planFreeAndFull(t, rt)
 		lo, hi := int64(rf.PeakBytes())*3/4, int64(free.PeakBytes())*11/10
 		s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
 		s.Capacity = units.Bytes(rapid.Int64Range(min(lo, hi), hi).Draw(rt, "capacity"))

@@ -502,17 +502,7 @@ func TestPropertyCompareKeepsBaseProgramsOnly(t *testing.T) {
 // without planning it (autoSettled).
 func TestPropertyAutoSettled(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		s := leverPipelineSpec(t, rt)
-		base, err := Plan(s)
-		if err != nil {
-			rt.Skip(err)
-		}
-		full := s
-		full.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
-		fr, err := Plan(full)
-		if err != nil {
-			rt.Skip(err)
-		}
+		s, base, fr := planFreeAndFull(t, rt)
 		want, capacity := base, base.StagePeaks[0]
 		if rapid.Bool().Draw(rt, "every block over") {
 			want, capacity = fr, fr.StagePeaks[0]-units.Bytes(rapid.IntRange(1, 1<<20).Draw(rt, "under"))
@@ -529,6 +519,23 @@ func TestPropertyAutoSettled(t *testing.T) {
 			t.Fatalf("auto at %d peaks %d %v (host %d), settled as %d %v (host %d)", capacity, ar.PeakBytes(), ar.StagePeaks, ar.HostPeak, want.PeakBytes(), want.StagePeaks, want.HostPeak)
 		}
 	})
+}
+
+// planFreeAndFull draws a leverPipelineSpec and plans it without
+// checkpointing and with every block checkpointed (a draw either does not
+// plan is skipped).
+func planFreeAndFull(t *testing.T, rt *rapid.T) (s Spec, free, full *Result) {
+	s = leverPipelineSpec(t, rt)
+	free, err := Plan(s)
+	if err != nil {
+		rt.Skip(err)
+	}
+	f := s
+	f.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	if full, err = Plan(f); err != nil {
+		rt.Skip(err)
+	}
+	return s, free, full
 }
 
 // The lever takes a cached program on its last use (Cache.take) and
