@@ -295,8 +295,9 @@ var autoReuse = true
 // changes no op of the step: TestPropertyFwdBwdVariantsKeepOptimizerPeak);
 // the order only decides which is built once. A job whose step alone is
 // over the GPU ends on the first program, the every-block one it plans
-// (deepseek-v3 --accum 4 built 1.4 million ops without checkpointing first,
-// then every block twice); one that fits without checkpointing ends on the
+// (deepseek-v3 --accum 4 built its 1.4 million ops without checkpointing,
+// which autocast's cache copied, before it built every block once more for
+// the plan); one that fits without checkpointing ends on the
 // program without it. Not when the step runs inside backward, where the
 // property does not hold.
 func stepFirst(s *Spec, base *ir.Program) bool {
