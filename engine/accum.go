@@ -398,9 +398,9 @@ func stagewiseStep(s *Spec, i int) int {
 // program, so a larger one is live twice, over the 1.5 GiB heap the CLI
 // holds, and the collector runs back to back: deepseek-v3 --pp 8
 // --accum 16's stage 1, 8 layers of 257 blocks over 16 micro-steps
-// (32,896), was built in 2.3-3.7 s, and its 8 planned and 9 priced in
-// 1.7-1.9 s; stage 0, three dense layers and four of experts (16,496),
-// in 0.6 s against 1.0-1.2 s. A variable: TestPropertyStagewiseMatchesFull
+// (32,896), was planned in 3.1-3.7 s, and its 8 planned and 9 priced in
+// 1.8 s; stage 0, three dense layers and four of experts (16,496), in
+// 0.6 s against 1.0-1.2 s. A variable: TestPropertyStagewiseMatchesFull
 // sets it to 0 to plan every stage with its few.
 var maxStageBlocks int64 = MaxSimBlocks / 2
 
