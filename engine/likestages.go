@@ -34,8 +34,9 @@ func (pl *planner) likeStages() bool {
 // in flight (stage i of p holds p−i) over no more micro-steps, so it peaks
 // no higher on the device or the host, and need not be planned
 // (TestPropertyLikeStagesPeakNoHigher; deepseek-v3 --pp 16 --accum 32:
-// the lever's checkpointing plans 4 of its 16 stages). The graph built to
-// compare is kept for the stage's plan when it is not like one.
+// the lever's checkpointing plans 4 of its 16 stages), or like the first
+// layers of one with more (fewerThanEarlier). The graph built to compare
+// is kept for the stage's plan when it is not like one.
 func (pl *planner) likeEarlier(stage int) (bool, error) {
 	s := pl.s
 	if stage == 0 || stage == s.PP-1 {
@@ -63,9 +64,46 @@ func (pl *planner) likeEarlier(stage int) (bool, error) {
 			return true, nil
 		}
 	}
+	if fewer, err := pl.fewerThanEarlier(stage, g); fewer || err != nil {
+		return fewer, err
+	}
 	if pl.graphs == nil {
 		pl.graphs = map[int]*ir.Graph{}
 	}
 	pl.graphs[stage] = g
+	return false, nil
+}
+
+// fewerThanEarlier says whether middle stage stage of pl's pipeline, of
+// graph g, holds fewer layers than a middle stage planned before it and
+// is like that one's first layers: its graph is the graph of that stage's
+// first layers but for names (built to compare), and under checkpointing
+// every k-th block both start at the same place in the period. Such a
+// stage runs that one's ops less those of its last layers, with fewer
+// micro-batches in flight over no more micro-steps, so it peaks no higher
+// on the device or the host (TestPropertyLikeStagesPeakNoHigher draws
+// stages of unequal sizes). deepseek-v3's 61 layers over 8 stages are
+// stages of 7 and 8 layers: the stages of 7 after one of 8 were planned.
+func (pl *planner) fewerThanEarlier(stage int, g *ir.Graph) (bool, error) {
+	s := pl.s
+	lo, hi := stageLayers(s, stage)
+	for i := 1; i < stage; i++ {
+		lo2, hi2 := stageLayers(s, i)
+		if pl.graphs[i] == nil || hi2-lo2 <= hi-lo {
+			continue
+		}
+		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 && lo2%k != lo%k {
+			continue
+		}
+		o, _ := pl.graphOptions(i)
+		o.Layers = [2]int{lo2, lo2 + hi - lo}
+		first, err := build.Graph(s.Model, o)
+		if err != nil {
+			return false, optionError(err)
+		}
+		if ir.SameButNames(first, g) {
+			return true, nil
+		}
+	}
 	return false, nil
 }
