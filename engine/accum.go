@@ -115,7 +115,7 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 		o.stageShort = o.forNumbers() && s.Checkpoint.Kind != CheckpointAuto
 		return planFewer(s, o, m)
 	}
-	next, graphs, errNext := priceStages(s, o, func(int) int { return m + 1 })
+	next, like, graphs, errNext := priceStages(s, o, func(int) int { return m + 1 })
 	o.graphs = graphs
 	var now []*cost.Timing
 	o.rankTimes = &now
@@ -129,21 +129,26 @@ func planPipelineShortAccum(s Spec, o Options, m int) (*Result, error) {
 	if len(now) != len(next) {
 		return nil, fmt.Errorf("pipeline timing: %d stages priced with %d micro-steps, %d with %d", len(now), m, len(next), m+1)
 	}
-	return r, stageTimings(r, now, next, func(int) int { return m })
+	return r, stageTimings(r, now, next, like, func(int) int { return m })
 }
 
 // stageTimings sets r's step, step FLOPs and utilization from each planned
 // stage's timing before the bubble: now[i], of fewer(i) micro-steps, is
 // extrapolated to r's from next[i], of one more (none when nil: now[i] is
-// of all of them), the bubble added for r's micro-steps; the step is the
+// of all of them), or by the slope of stage like[i] (≥ 0: now[like[i]] to
+// next[like[i]]), the bubble added for r's micro-steps; the step is the
 // slowest stage's.
-func stageTimings(r *Result, now, next []*cost.Timing, fewer func(i int) int) error {
+func stageTimings(r *Result, now, next []*cost.Timing, like []int, fewer func(i int) int) error {
 	r.Timing, r.StepFLOPs = nil, 0
 	var modelFLOPs float64
 	for i, t := range now {
-		if next[i] != nil {
+		lo, hi := t, next[i]
+		if j := like[i]; j >= 0 {
+			lo, hi = now[j], next[j] // its slope is stage j's (priceStages)
+		}
+		if hi != nil {
 			var err error
-			if t, err = extrapolate(&r.Spec, t, t, next[i], r.Spec.Accum-fewer(i)); err != nil {
+			if t, err = extrapolate(&r.Spec, t, lo, hi, r.Spec.Accum-fewer(i)); err != nil {
 				return err
 			}
 		}
@@ -160,33 +165,48 @@ func stageTimings(r *Result, now, next []*cost.Timing, fewer func(i int) int) er
 // priceStages times each pipeline stage of s (those o.Stages names, when
 // set) with n(stage) micro-steps, before the bubble (priceRank), and
 // returns the forward graphs it built; a stage n gives 0 is not priced
-// (nil). Totals only: the per-op times of programs the plan does not keep
-// would stay live.
-func priceStages(s Spec, o Options, n func(stage int) int) ([]*cost.Timing, map[int]*ir.Graph, error) {
+// (nil), nor one whose step grows per micro-step as an earlier stage's
+// (slopeLike): like[i] is that one's index (−1: none). Totals only: the
+// per-op times of programs the plan does not keep would stay live.
+func priceStages(s Spec, o Options, n func(stage int) int) ([]*cost.Timing, []int, map[int]*ir.Graph, error) {
 	pl := &planner{s: &s, o: Options{Context: o.Context}, graphs: o.graphs}
 	var ts []*cost.Timing
+	var like []int
+	priced := map[int]int{} // middle stage → its timing's index in ts
 	for stage := 0; stage < s.PP; stage++ {
 		if o.Stages != nil && !slices.Contains(o.Stages, stage) {
 			continue
 		}
+		like = append(like, -1)
 		if s.Accum = n(stage); s.Accum == 0 {
 			ts = append(ts, nil)
 			continue
 		}
 		if err := s.Validate(); err != nil {
-			return nil, pl.graphs, err
+			return nil, nil, pl.graphs, err
+		}
+		if o.Stages == nil {
+			j, err := pl.slopeLike(stage, priced)
+			if err != nil {
+				return nil, nil, pl.graphs, err
+			}
+			if j >= 0 {
+				ts, like[len(like)-1] = append(ts, nil), j
+				continue
+			}
+			priced[stage] = len(ts)
 		}
 		p, _, err := pl.stageProgram(false, stage)
 		if err != nil {
-			return nil, pl.graphs, err
+			return nil, nil, pl.graphs, err
 		}
 		t, err := priceRank(&s, p, false)
 		if err != nil {
-			return nil, pl.graphs, err
+			return nil, nil, pl.graphs, err
 		}
 		ts = append(ts, t)
 	}
-	return ts, pl.graphs, nil
+	return ts, like, pl.graphs, nil
 }
 
 // stageAccum is the micro-steps that show the peak of stage stage of a
@@ -437,7 +457,7 @@ func stageBlocks(s *Spec, i int) int64 {
 func planStagewise(s Spec, o Options) (*Result, error) {
 	k := s.Accum
 	steps := stagewiseSteps(&s)
-	next, graphs, errNext := priceStages(s, o, func(stage int) int {
+	next, like, graphs, errNext := priceStages(s, o, func(stage int) int {
 		if steps[stage] < k {
 			return steps[stage] + 1
 		}
@@ -459,7 +479,7 @@ func planStagewise(s Spec, o Options) (*Result, error) {
 	if n := steps[r.Stage]; n < k {
 		r.SimAccum = n
 	}
-	return r, stageTimings(r, now, next, func(i int) int {
+	return r, stageTimings(r, now, next, like, func(i int) int {
 		if o.Stages != nil {
 			return steps[o.Stages[i]]
 		}

@@ -358,16 +358,20 @@ func TestPipelineShortAccumTiming(t *testing.T) {
 }
 
 // pipelineSpec draws a 1F1B pipeline of 2 to maxPP stages, one or two
-// layers each, accumulating over accum(pp) micro-steps (a range), with or
-// without checkpointing, ZeRO (under data parallelism) and each offload.
+// layers each and up to pp−1 more (stages of unequal sizes), accumulating
+// over accum(pp) micro-steps (a range), with or without checkpointing
+// (every block or every other), ZeRO (under data parallelism) and each offload.
 func pipelineSpec(t *testing.T, rt *rapid.T, maxPP int, accum func(pp int) (lo, hi int)) Spec {
 	s := leverSpec(t, rt)
 	s.PP = rapid.IntRange(2, maxPP).Draw(rt, "pp")
-	s.Model.Layers = s.PP * rapid.IntRange(1, 2).Draw(rt, "layers per stage")
+	s.Model.Layers = s.PP*rapid.IntRange(1, 2).Draw(rt, "layers per stage") + rapid.IntRange(0, s.PP-1).Draw(rt, "layers past whole stages")
 	lo, hi := accum(s.PP)
 	s.Accum = rapid.IntRange(lo, hi).Draw(rt, "accum")
-	if rapid.Bool().Draw(rt, "checkpoint") {
+	switch rapid.IntRange(0, 2).Draw(rt, "checkpoint") {
+	case 1:
 		s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+	case 2:
+		s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
 	}
 	if s.DP > 1 {
 		s.ZeRO = rapid.IntRange(0, 3).Draw(rt, "zero")

@@ -107,3 +107,53 @@ func (pl *planner) fewerThanEarlier(stage int, g *ir.Graph) (bool, error) {
 	}
 	return false, nil
 }
+
+// slopeLike is, for stage stage of pl's 1F1B pipeline (each stage built
+// from its own layers, checkpointing that names no modules), the index of
+// an earlier middle stage's timing among priced (middle stage → its index)
+// whose forward graph the stage's is but for names, with its first layer at
+// the same place in the period of checkpointing every k-th block; −1 for
+// none, the first stage or the last. Past their warm-ups the two run the
+// same forward and backward ops on the same streams for every micro-step
+// (planPipelineShortAccum's argument for extrapolating a stage's step from
+// its own few), so the stage's step grows per micro-step as that one's, and
+// need not be priced with one more micro-step to say by how much
+// (TestPropertyStagewiseMatchesFull, TestPipelineShortAccumTiming):
+// deepseek-v3 --pp 8 --accum 16 built and priced seven stages with one more
+// micro-step, of which four are like stages 1 and 2. The graph built to
+// compare is kept for the stage's program.
+func (pl *planner) slopeLike(stage int, priced map[int]int) (int, error) {
+	s := pl.s
+	if stage == 0 || stage == s.PP-1 || !pl.sliced() || s.PPSchedule != strategy.OneFOneB || max(s.PPInterleave, 1) > 1 ||
+		s.Checkpoint.Kind == CheckpointModules || s.Checkpoint.Kind == CheckpointAuto {
+		return -1, nil
+	}
+	g := pl.graphs[stage]
+	if g == nil {
+		o, _ := pl.graphOptions(stage)
+		var err error
+		if g, err = build.Graph(s.Model, o); err != nil {
+			return -1, optionError(err)
+		}
+		if pl.graphs == nil {
+			pl.graphs = map[int]*ir.Graph{}
+		}
+		pl.graphs[stage] = g
+	}
+	lo, _ := stageLayers(s, stage)
+	for i := 1; i < stage; i++ {
+		j, ok := priced[i]
+		if !ok || pl.graphs[i] == nil {
+			continue
+		}
+		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 {
+			if lo2, _ := stageLayers(s, i); lo2%k != lo%k {
+				continue
+			}
+		}
+		if ir.SameButNames(pl.graphs[i], g) {
+			return j, nil
+		}
+	}
+	return -1, nil
+}
