@@ -76,6 +76,11 @@ type PriceOptions struct {
 	// alone, for a caller that reads no op's (56 bytes an op: 114 MB for a
 	// deepseek-v3 plan, held as long as its result).
 	NoOps bool
+	// Micro, when positive, prices the ops of that micro-step alone (with
+	// NoOps), each as it runs in the program: what the micro-step adds to
+	// the step of a program whose ops all run on the compute stream (no
+	// collective or copy to wait for, so no op's time depends on another's).
+	Micro int
 }
 
 // OpTime is the priced schedule of one op. An op runs its compute part
@@ -552,6 +557,9 @@ func (pr *pricer) run() (*Timing, error) {
 	var scratch OpTime // each op's, under NoOps
 	for oi := range p.Ops {
 		op := &p.Ops[oi]
+		if o.Micro > 0 && op.Micro != o.Micro {
+			continue
+		}
 		if !priceable(op) {
 			return nil, pr.check(oi)
 		}

@@ -135,6 +135,81 @@ func TestShortAccumIncrement(t *testing.T) {
 	}
 }
 
+// A job whose ops all run on the compute stream steps by what its second
+// micro-step's ops take where they run (middleStep): the timings of three
+// micro-steps less two, in every total and phase, exactly in time and to
+// rounding in FLOPs. planShortAccumMiddle extrapolates by it in place of
+// pricing the program of two.
+func TestMiddleStepIsTwoToThree(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := leverSpec(t, rt)
+		s.DP = 0
+		switch rapid.IntRange(0, 3).Draw(rt, "checkpoint") {
+		case 1:
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointFull}
+		case 2:
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointEvery, Every: 2}
+		case 3:
+			s.Checkpoint = CheckpointPolicy{Kind: CheckpointAuto}
+			s.Capacity = units.Bytes(rapid.Int64Range(1<<28, 1<<36).Draw(rt, "capacity"))
+		}
+		if !s.computeStreamOnly() {
+			t.Fatalf("%s: not on the compute stream alone", s.JobName())
+		}
+		var ts [4]*cost.Timing
+		var three *Result // its program is micro-step 1's
+		for k := 2; k <= 3; k++ {
+			q := s
+			q.Accum = k
+			r, err := PlanWith(q, Options{AllAccum: true})
+			if err != nil {
+				rt.Skip(err)
+			}
+			ts[k], three = r.Timing, r
+		}
+		mid, err := middleStep(&s, three.Program)
+		if err != nil || mid == nil {
+			t.Fatalf("%s: middle step %v, %v", s.JobName(), mid, err)
+		}
+		if d := stepsBy(ts[2], ts[3], mid); d != "" {
+			t.Fatalf("%s ckpt %v first %v: from two micro-steps to three, %s", s.JobName(), s.Checkpoint, s.FirstStep, d)
+		}
+	})
+}
+
+// stepsBy says how hi − lo differs from d in a total or phase time (exactly)
+// or FLOP count (to rounding); "" when it does not.
+func stepsBy(lo, hi, d *cost.Timing) string {
+	durs := []struct {
+		what     string
+		l, h, by time.Duration
+	}{{"step", lo.Step, hi.Step, d.Step}, {"idle", lo.Idle, hi.Idle, d.Idle}, {"compute", lo.Compute, hi.Compute, d.Compute},
+		{"comm", lo.Comm, hi.Comm, d.Comm}, {"transfer", lo.Transfer, hi.Transfer, d.Transfer}, {"exposed comm", lo.ExposedComm, hi.ExposedComm, d.ExposedComm},
+		{"exposed transfer", lo.ExposedTransfer, hi.ExposedTransfer, d.ExposedTransfer}, {"recompute", lo.Recompute, hi.Recompute, d.Recompute}}
+	for i := range d.Phases {
+		l, h, by := lo.Phases[i], hi.Phases[i], d.Phases[i]
+		durs = append(durs, []struct {
+			what     string
+			l, h, by time.Duration
+		}{{fmt.Sprintf("phase %d wall", i), l.Wall, h.Wall, by.Wall}, {fmt.Sprintf("phase %d compute", i), l.Compute, h.Compute, by.Compute},
+			{fmt.Sprintf("phase %d comm", i), l.Comm, h.Comm, by.Comm}, {fmt.Sprintf("phase %d transfer", i), l.Transfer, h.Transfer, by.Transfer}}...)
+		if !near(h.FLOPs-l.FLOPs, by.FLOPs) {
+			return fmt.Sprintf("phase %d FLOPs %g → %g, not by %g", i, l.FLOPs, h.FLOPs, by.FLOPs)
+		}
+	}
+	for _, x := range durs {
+		if x.h-x.l != x.by {
+			return fmt.Sprintf("%s %v → %v, not by %v", x.what, x.l, x.h, x.by)
+		}
+	}
+	for _, f := range [][3]float64{{lo.FLOPs, hi.FLOPs, d.FLOPs}, {lo.ModelFLOPs, hi.ModelFLOPs, d.ModelFLOPs}, {lo.RecomputeFLOPs, hi.RecomputeFLOPs, d.RecomputeFLOPs}} {
+		if !near(f[1]-f[0], f[2]) {
+			return fmt.Sprintf("FLOPs %g → %g, not by %g", f[0], f[1], f[2])
+		}
+	}
+	return ""
+}
+
 // incrementsEqual says whether b − a = c − b for every total and phase time.
 func incrementsEqual(a, b, c *cost.Timing) bool {
 	same := func(x, y, z time.Duration) bool { return y-x == z-y }
