@@ -42,27 +42,12 @@ func (pl *planner) likeEarlier(stage int) (bool, error) {
 	if stage == 0 || stage == s.PP-1 {
 		return false, nil
 	}
-	g := pl.graphs[stage]
-	if g == nil {
-		o, _ := pl.graphOptions(stage)
-		var err error
-		if g, err = build.Graph(s.Model, o); err != nil {
-			return false, optionError(err)
-		}
+	g, err := pl.stageGraph(stage)
+	if err != nil {
+		return false, err
 	}
-	lo, _ := stageLayers(s, stage)
-	for i := 1; i < stage; i++ {
-		if pl.graphs[i] == nil { // left out as like another
-			continue
-		}
-		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 {
-			if lo2, _ := stageLayers(s, i); lo2%k != lo%k {
-				continue
-			}
-		}
-		if ir.SameButNames(pl.graphs[i], g) {
-			return true, nil
-		}
+	if pl.likeOf(stage, g, func(int) bool { return true }) >= 0 {
+		return true, nil
 	}
 	if fewer, err := pl.fewerThanEarlier(stage, g); fewer || err != nil {
 		return fewer, err
@@ -72,6 +57,46 @@ func (pl *planner) likeEarlier(stage int) (bool, error) {
 	}
 	pl.graphs[stage] = g
 	return false, nil
+}
+
+// stageGraph is the forward graph of stage stage: the one pl.graphs
+// keeps, or one built (and not kept).
+func (pl *planner) stageGraph(stage int) (*ir.Graph, error) {
+	if g := pl.graphs[stage]; g != nil {
+		return g, nil
+	}
+	o, _ := pl.graphOptions(stage)
+	g, err := build.Graph(pl.s.Model, o)
+	if err != nil {
+		return nil, optionError(err)
+	}
+	return g, nil
+}
+
+// likeOf is the first middle stage before stage stage, of those ok says,
+// whose forward graph pl.graphs keeps and g (stage's) is but for names, at
+// the same place in the checkpointing period (inPeriod); −1 for none.
+func (pl *planner) likeOf(stage int, g *ir.Graph, ok func(i int) bool) int {
+	for i := 1; i < stage; i++ {
+		if pl.graphs[i] != nil && ok(i) && pl.inPeriod(i, stage) && ir.SameButNames(pl.graphs[i], g) {
+			return i
+		}
+	}
+	return -1
+}
+
+// inPeriod says whether stages i and j start at the same place in the
+// period of checkpointing every k-th block (always, under any other
+// checkpointing): only then are their blocks checkpointed alike.
+func (pl *planner) inPeriod(i, j int) bool {
+	s := pl.s
+	k := s.Checkpoint.Every
+	if s.Checkpoint.Kind != CheckpointEvery || k <= 0 {
+		return true
+	}
+	lo, _ := stageLayers(s, i)
+	lo2, _ := stageLayers(s, j)
+	return lo%k == lo2%k
 }
 
 // fewerThanEarlier says whether middle stage stage of pl's pipeline, of
@@ -89,10 +114,7 @@ func (pl *planner) fewerThanEarlier(stage int, g *ir.Graph) (bool, error) {
 	lo, hi := stageLayers(s, stage)
 	for i := 1; i < stage; i++ {
 		lo2, hi2 := stageLayers(s, i)
-		if pl.graphs[i] == nil || hi2-lo2 <= hi-lo {
-			continue
-		}
-		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 && lo2%k != lo%k {
+		if pl.graphs[i] == nil || hi2-lo2 <= hi-lo || !pl.inPeriod(i, stage) {
 			continue
 		}
 		o, _ := pl.graphOptions(i)
@@ -128,32 +150,17 @@ func (pl *planner) slopeLike(stage int, priced map[int]int) (int, error) {
 		s.Checkpoint.Kind == CheckpointModules || s.Checkpoint.Kind == CheckpointAuto {
 		return -1, nil
 	}
-	g := pl.graphs[stage]
-	if g == nil {
-		o, _ := pl.graphOptions(stage)
-		var err error
-		if g, err = build.Graph(s.Model, o); err != nil {
-			return -1, optionError(err)
-		}
-		if pl.graphs == nil {
-			pl.graphs = map[int]*ir.Graph{}
-		}
-		pl.graphs[stage] = g
+	g, err := pl.stageGraph(stage)
+	if err != nil {
+		return -1, err
 	}
-	lo, _ := stageLayers(s, stage)
-	for i := 1; i < stage; i++ {
-		j, ok := priced[i]
-		if !ok || pl.graphs[i] == nil {
-			continue
-		}
-		if k := s.Checkpoint.Every; s.Checkpoint.Kind == CheckpointEvery && k > 0 {
-			if lo2, _ := stageLayers(s, i); lo2%k != lo%k {
-				continue
-			}
-		}
-		if ir.SameButNames(pl.graphs[i], g) {
-			return j, nil
-		}
+	if pl.graphs == nil {
+		pl.graphs = map[int]*ir.Graph{}
 	}
-	return -1, nil
+	pl.graphs[stage] = g
+	i := pl.likeOf(stage, g, func(i int) bool { _, ok := priced[i]; return ok })
+	if i < 0 {
+		return -1, nil
+	}
+	return priced[i], nil
 }
