@@ -331,8 +331,12 @@ func (s *Spec) computeStreamOnly() bool {
 // middleStep is the timing of micro-step 1 of p, a program of three or more
 // micro-steps of s, priced as it runs in p (cost.PriceOptions.Micro): what a
 // micro-step between the first and the last adds to a step whose ops all
-// run on the compute stream. nil when an op of p communicates or copies.
+// run on the compute stream. nil when an op of p communicates or copies, or
+// the result keeps no program to price.
 func middleStep(s *Spec, p *ir.Program) (*cost.Timing, error) {
+	if p == nil {
+		return nil, nil
+	}
 	for i := range p.Ops {
 		if p.Ops[i].Comm != nil || p.Ops[i].Transfer != nil {
 			return nil, nil

@@ -141,6 +141,9 @@ func TestShortAccumIncrement(t *testing.T) {
 // rounding in FLOPs. planShortAccumMiddle extrapolates by it in place of
 // pricing the program of two.
 func TestMiddleStepIsTwoToThree(t *testing.T) {
+	if mid, err := middleStep(&Spec{}, nil); mid != nil || err != nil {
+		t.Fatalf("no program: middle step %v, %v; want none, falling back to two micro-steps", mid, err)
+	}
 	rapid.Check(t, func(rt *rapid.T) {
 		s := leverSpec(t, rt)
 		s.DP = 0
