@@ -264,11 +264,21 @@ func planFewer(s Spec, o Options, m int) (*Result, error) {
 // three and four, deepseek-v3 --accum 8 built 3.3 million ops to plan
 // with 1.4 million; two build 0.9 million where four built 1.9.
 func planShortAccum(s Spec, o Options) (*Result, error) {
-	if s.GPU != nil && !o.NoTiming && !o.NumbersOnly && s.computeStreamOnly() {
-		return planShortAccumMiddle(s, o)
+	// A job whose ops all run on the compute stream (no parallel group,
+	// nothing offloaded) is charged each op's own roofline, whatever runs
+	// before it: its step is the sum of its ops' times, and what a
+	// micro-step between the first and the last adds is what the ops of
+	// the three's second take where they run (middleStep), without
+	// building and pricing the program of two (deepseek-v3 --accum 4
+	// --checkpoint auto: 0.9 million ops, 1.8 s of CPU).
+	// TestMiddleStepIsTwoToThree checks it against the two and three
+	// priced.
+	middle := s.GPU != nil && !o.NoTiming && !o.NumbersOnly && s.computeStreamOnly()
+	var t2 *cost.Timing
+	var err2 error
+	if !middle {
+		t2, o.graphs, err2 = priceTwo(s, o)
 	}
-	t2, graphs, err2 := priceTwo(s, o)
-	o.graphs = graphs
 	r, err := planFewer(s, o, 3)
 	if err != nil {
 		return nil, err // the plan's error first, as when it was planned first
@@ -276,43 +286,28 @@ func planShortAccum(s Spec, o Options) (*Result, error) {
 	if err2 != nil {
 		return nil, err2
 	}
-	if r.Timing == nil || t2 == nil {
+	if r.Timing == nil {
 		return r, nil
 	}
-	if r.Timing, err = extrapolate(&r.Spec, r.Timing, t2, r.Timing, s.Accum-3); err != nil {
-		return nil, err
-	}
-	r.StepFLOPs = r.Timing.FLOPs // one stage
-	return r, nil
-}
-
-// planShortAccumMiddle is planShortAccum of a job whose ops all run on the
-// compute stream (Spec.computeStreamOnly: no parallel group, nothing
-// offloaded): each op's time is its own roofline's, whatever runs before it,
-// so the step is the sum of its ops' times, and the two micro-steps' step
-// is the three's less what their second adds (middleStep). The step of
-// s.Accum is the three's plus s.Accum−3 times that, without building and
-// pricing the program of two (deepseek-v3 --accum 4 --checkpoint auto:
-// 0.9 million ops, 1.8 s of CPU). TestMiddleStepIsTwoToThree checks it
-// against the programs of two and three priced; a program that does
-// communicate or copy after all is priced with two, after the plan.
-func planShortAccumMiddle(s Spec, o Options) (*Result, error) {
-	r, err := planFewer(s, o, 3)
-	if err != nil || r.Timing == nil {
-		return r, err
-	}
-	mid, err := middleStep(&s, r.Program)
-	if err != nil {
-		return nil, err
-	}
-	lo := &cost.Timing{}
-	if mid == nil {
-		if lo, _, err = priceTwo(s, o); err != nil {
+	lo, hi := t2, r.Timing // two and three micro-steps
+	if middle {
+		if hi, err = middleStep(&s, r.Program); err != nil {
 			return nil, err
 		}
-		mid = r.Timing
+		lo = &cost.Timing{}
+		if hi == nil {
+			// It communicates or copies after all: priced with two,
+			// after the plan.
+			if lo, _, err = priceTwo(s, o); err != nil {
+				return nil, err
+			}
+			hi = r.Timing
+		}
 	}
-	if r.Timing, err = extrapolate(&r.Spec, r.Timing, lo, mid, s.Accum-3); err != nil {
+	if lo == nil {
+		return r, nil
+	}
+	if r.Timing, err = extrapolate(&r.Spec, r.Timing, lo, hi, s.Accum-3); err != nil {
 		return nil, err
 	}
 	r.StepFLOPs = r.Timing.FLOPs // one stage

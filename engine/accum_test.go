@@ -138,7 +138,7 @@ func TestShortAccumIncrement(t *testing.T) {
 // A job whose ops all run on the compute stream steps by what its second
 // micro-step's ops take where they run (middleStep): the timings of three
 // micro-steps less two, in every total and phase, exactly in time and to
-// rounding in FLOPs. planShortAccumMiddle extrapolates by it in place of
+// rounding in FLOPs. planShortAccum extrapolates by it in place of
 // pricing the program of two.
 func TestMiddleStepIsTwoToThree(t *testing.T) {
 	if mid, err := middleStep(&Spec{}, nil); mid != nil || err != nil {

@@ -6,9 +6,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/engine"
-	"github.com/memplan/memplan/hw"
 	"github.com/memplan/memplan/lower"
-	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 	"github.com/memplan/memplan/ops"
 )
@@ -30,26 +28,9 @@ import (
 // LoRA pipelines losing their first stages' optimizer step: b9b843c.)
 func TestPropertyFirstStepNoHigher(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		name := rapid.SampledFrom(Names()).Draw(rt, "recipe")
-		r, err := Load(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := models.Lookup(rapid.SampledFrom([]string{"gpt2", "llama-3.2-1b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-3-1b", "phi-2", "bert-base", "falcon-7b"}).Draw(rt, "model"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := m.Clone()
-		a.Layers = rapid.IntRange(1, 6).Draw(rt, "layers")
-		g, err := hw.Lookup(rapid.SampledFrom([]string{"h100", "a100-40gb", "rtx-4090"}).Draw(rt, "gpu"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := engine.Spec{Job: engine.Job{Model: a, MicroBatch: 1 << rapid.IntRange(0, 2).Draw(rt, "log2 micro-batch"), Seq: 1 << rapid.IntRange(5, 10).Draw(rt, "log2 seq")},
-			Target: engine.Target{GPU: g}}
-		if err := r.Apply(&s, nil); err != nil {
-			rt.Skip(err)
-		}
+		name, s := drawJob(t, rt, []string{"gpt2", "llama-3.2-1b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-3-1b", "phi-2", "bert-base", "falcon-7b"},
+			[]string{"h100", "a100-40gb", "rtx-4090"}, func(rt *rapid.T) int { return rapid.IntRange(1, 6).Draw(rt, "layers") }, 10)
+		var err error
 		if rapid.Bool().Draw(rt, "override the recipe") {
 			s.Precision = rapid.SampledFrom([]ops.Precision{ops.AMPBF16, ops.BF16, ops.FP32, ops.PureBF16, ops.AMPFP16}).Draw(rt, "precision")
 			s.Optimizer = lower.Optimizer(rapid.IntRange(int(lower.SGD), int(lower.AdamW4bitAO)).Draw(rt, "optimizer"))

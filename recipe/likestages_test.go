@@ -9,8 +9,6 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/memplan/memplan/engine"
-	"github.com/memplan/memplan/hw"
-	"github.com/memplan/memplan/models"
 	"github.com/memplan/memplan/models/build"
 )
 
@@ -30,24 +28,9 @@ import (
 // an unlike stage, or a middle micro-step off by a microsecond, fails it.)
 func TestPropertyLeftOutWorkAcrossRecipes(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		name := rapid.SampledFrom(Names()).Draw(rt, "recipe")
-		r, err := Load(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := models.Lookup(rapid.SampledFrom([]string{"gpt2", "llama-3.2-1b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-3-1b"}).Draw(rt, "model"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := hw.Lookup(rapid.SampledFrom([]string{"h100", "a100-40gb"}).Draw(rt, "gpu"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := engine.Spec{Job: engine.Job{Model: m.Clone(), MicroBatch: 1 << rapid.IntRange(0, 2).Draw(rt, "log2 micro-batch"), Seq: 1 << rapid.IntRange(5, 9).Draw(rt, "log2 seq")},
-			Target: engine.Target{GPU: g}}
-		if err := r.Apply(&s, nil); err != nil {
-			rt.Skip(err)
-		}
+		// The layers are drawn below, by the pipeline's stages.
+		name, s := drawJob(t, rt, []string{"gpt2", "llama-3.2-1b", "mixtral-8x7b", "deepseek-v2-lite", "gemma-3-1b"}, []string{"h100", "a100-40gb"}, nil, 9)
+		var err error
 		if s.Checkpoint, err = engine.ParseCheckpoint(rapid.SampledFrom([]string{"none", "full", "every=2", "selective-op"}).Draw(rt, "checkpoint")); err != nil {
 			t.Fatal(err)
 		}
